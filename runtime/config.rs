@@ -1,0 +1,468 @@
+//! Settings by use-type: what is asked (`chat`, `code`, `helper`, `general`), not who answers.
+//!
+//! The config file is TOML at `$XDG_CONFIG_HOME/colony/config.toml` (`COLONY_CONFIG` overrides):
+//!
+//! ```toml
+//! [use.general]
+//! provider = "anthropic"
+//! model = "claude-sonnet-4-5"
+//!
+//! [use.code]
+//! provider = "openai"
+//! key_env = "WORK_OPENAI_KEY"
+//! ```
+//!
+//! A setting resolves in this order: the call's overrides, the use-type's table (falling back to
+//! `general` when the use-type has none), the environment (`ANTHROPIC_API_KEY`, `*_BASE_URL`, ...),
+//! then the catalogue default. Resolution runs for every request, so a key rotated in the
+//! environment or the file lands mid-run.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::providers::catalogue::{self, CatalogueEntry};
+use crate::providers::{Endpoint, ProviderError, ToolsLevel};
+use crate::secrets;
+
+/// One use-type's table.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UseConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// The key itself. Prefer `key_env`; a file holding a key is written with mode 0600.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The environment variable to read the key from, instead of the provider's usual one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_env: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    /// Seconds before a model call is abandoned (default 600).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<f64>,
+    /// `native`, `text` or `none`: overrides the catalogue's tools level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<String>,
+}
+
+/// The fields `colony config set` accepts, in the order `list` shows them.
+pub const FIELDS: &[&str] = &[
+    "provider",
+    "model",
+    "key",
+    "key_env",
+    "base_url",
+    "max_tokens",
+    "temperature",
+    "timeout",
+    "tools",
+];
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default, rename = "use")]
+    pub uses: BTreeMap<String, UseConfig>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Where the config file lives: `COLONY_CONFIG`, else the XDG config directory.
+pub fn path() -> PathBuf {
+    if let Some(p) = std::env::var_os("COLONY_CONFIG") {
+        return PathBuf::from(p);
+    }
+    dirs::config_dir()
+        .unwrap_or_else(|| PathBuf::from("."))
+        .join("colony")
+        .join("config.toml")
+}
+
+impl Config {
+    /// Reads the config file; a missing file is an empty config.
+    pub fn load_from(path: &Path) -> Result<Config, ConfigError> {
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.into(),
+                    source,
+                });
+            }
+        };
+        let config: Config = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
+        for (name, u) in &config.uses {
+            if let Some(p) = &u.provider
+                && catalogue::find(p).is_none()
+            {
+                return Err(ConfigError::Parse {
+                    path: path.into(),
+                    message: format!(
+                        "[use.{name}] provider = {p:?} is not a known provider (known: {})",
+                        catalogue::ids().join(", ")
+                    ),
+                });
+            }
+            if let Some(k) = &u.key {
+                secrets::register(k);
+            }
+        }
+        Ok(config)
+    }
+
+    pub fn load() -> Result<Config, ConfigError> {
+        Config::load_from(&path())
+    }
+
+    /// Writes the file; mode 0600 on Unix, since it may hold a key.
+    pub fn save_to(&self, path: &Path) -> Result<(), ConfigError> {
+        let text = toml::to_string_pretty(self).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|source| ConfigError::Write {
+                path: dir.into(),
+                source,
+            })?;
+        }
+        let tmp = path.with_extension("toml.tmp");
+        let write = || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut opts = std::fs::OpenOptions::new();
+            opts.create(true).write(true).truncate(true);
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::OpenOptionsExt;
+                opts.mode(0o600);
+            }
+            let mut f = opts.open(&tmp)?;
+            f.write_all(text.as_bytes())?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, path)
+        };
+        write().map_err(|source| ConfigError::Write {
+            path: path.into(),
+            source,
+        })
+    }
+
+    /// The table for `use_type`, falling back to `general`.
+    pub fn for_use(&self, use_type: &str) -> UseConfig {
+        self.uses
+            .get(use_type)
+            .or_else(|| self.uses.get("general"))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Sets one field of one use-type, checking the value.
+    pub fn set(&mut self, use_type: &str, field: &str, value: &str) -> Result<(), ConfigError> {
+        let u = self.uses.entry(use_type.to_string()).or_default();
+        let bad = |what: &str| ConfigError::Invalid(format!("{field} = {value:?}: {what}"));
+        let text = || (!value.is_empty()).then(|| value.to_string());
+        match field {
+            "provider" => {
+                if catalogue::find(value).is_none() {
+                    return Err(bad(&format!(
+                        "not a known provider (known: {})",
+                        catalogue::ids().join(", ")
+                    )));
+                }
+                u.provider = text();
+            }
+            "model" => u.model = text(),
+            "key" => u.key = text(),
+            "key_env" => u.key_env = text(),
+            "base_url" => u.base_url = text(),
+            "max_tokens" => {
+                u.max_tokens = Some(value.parse().map_err(|_| bad("not a whole number"))?)
+            }
+            "temperature" => u.temperature = Some(value.parse().map_err(|_| bad("not a number"))?),
+            "timeout" => u.timeout = Some(value.parse().map_err(|_| bad("not seconds"))?),
+            "tools" => {
+                ToolsLevel::parse(value).ok_or_else(|| bad("expected native, text or none"))?;
+                u.tools = text();
+            }
+            _ => {
+                return Err(ConfigError::Invalid(format!(
+                    "unknown field {field:?} (fields: {})",
+                    FIELDS.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl UseConfig {
+    /// One field as text, for `colony config get`; a key shows as `[redacted]`.
+    pub fn field(&self, field: &str) -> Option<String> {
+        match field {
+            "provider" => self.provider.clone(),
+            "model" => self.model.clone(),
+            "key" => self.key.as_ref().map(|_| "[redacted]".to_string()),
+            "key_env" => self.key_env.clone(),
+            "base_url" => self.base_url.clone(),
+            "max_tokens" => self.max_tokens.map(|v| v.to_string()),
+            "temperature" => self.temperature.map(|v| v.to_string()),
+            "timeout" => self.timeout.map(|v| v.to_string()),
+            "tools" => self.tools.clone(),
+            _ => None,
+        }
+    }
+}
+
+/// What a call may override, from Lua or the command line.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub use_type: Option<String>,
+    pub provider: Option<String>,
+    pub model: Option<String>,
+    pub key: Option<String>,
+    pub base_url: Option<String>,
+    pub timeout: Option<f64>,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+}
+
+/// Settings resolved for one request.
+#[derive(Debug, Clone)]
+pub struct Resolved {
+    pub endpoint: Endpoint,
+    pub model: String,
+    pub max_tokens: Option<u32>,
+    pub temperature: Option<f64>,
+    pub use_type: String,
+}
+
+fn env(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return None;
+    }
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+/// The environment variables that may carry a provider's key, in the order they are read.
+fn key_vars(entry: &CatalogueEntry) -> Vec<&'static str> {
+    match entry.id {
+        "gemini" => vec!["GEMINI_API_KEY", "GOOGLE_API_KEY"],
+        _ if entry.key_env.is_empty() => vec![],
+        _ => vec![entry.key_env],
+    }
+}
+
+/// With nothing configured, the first provider whose key is in the environment.
+fn provider_from_env() -> Option<&'static str> {
+    ["anthropic", "openai", "gemini", "groq", "kimi"]
+        .into_iter()
+        .find(|id| {
+            catalogue::find(id)
+                .map(|e| key_vars(e).iter().any(|v| env(v).is_some()))
+                .unwrap_or(false)
+        })
+}
+
+fn env_base_url(entry: &CatalogueEntry) -> Option<String> {
+    if let Some(url) = env(entry.base_url_env) {
+        return Some(url);
+    }
+    if entry.id == "ollama" {
+        // OLLAMA_HOST is `host:port` or a URL, as the Ollama CLI reads it.
+        return env("OLLAMA_HOST").map(|h| {
+            let h = h.trim_end_matches('/');
+            let h = if h.contains("://") {
+                h.to_string()
+            } else {
+                format!("http://{h}")
+            };
+            format!("{h}/v1")
+        });
+    }
+    None
+}
+
+impl Config {
+    /// Settings for one request. Errors name what is missing and where to set it.
+    pub fn resolve(&self, o: &Overrides) -> Result<Resolved, ProviderError> {
+        let use_type = o.use_type.clone().unwrap_or_else(|| "general".into());
+        let cfg = self.for_use(&use_type);
+        let provider = o
+            .provider
+            .clone()
+            .or_else(|| cfg.provider.clone())
+            .or_else(|| provider_from_env().map(str::to_string))
+            .ok_or_else(|| {
+                ProviderError::Config(format!(
+                    "no provider for use-type {use_type:?}: set one with `colony config set \
+                     {use_type} provider NAME` (known: {}), pass provider = ..., or set a key such \
+                     as ANTHROPIC_API_KEY",
+                    catalogue::ids().join(", ")
+                ))
+            })?;
+        let entry = catalogue::find(&provider).ok_or_else(|| {
+            ProviderError::Config(format!(
+                "unknown provider {provider:?} (known: {})",
+                catalogue::ids().join(", ")
+            ))
+        })?;
+        // The use-type's table applies only when it names this provider (or none).
+        let same = cfg
+            .provider
+            .as_deref()
+            .is_none_or(|p| catalogue::find(p).map(|e| e.id) == Some(entry.id));
+        let cfg = if same { cfg } else { UseConfig::default() };
+        let base_url = o
+            .base_url
+            .clone()
+            .or(cfg.base_url.clone())
+            .or_else(|| env_base_url(entry))
+            .unwrap_or_else(|| entry.base_url.to_string());
+        let base_url = base_url.trim_end_matches('/').to_string();
+        if entry.id != "replay" {
+            let parsed = reqwest::Url::parse(&base_url).map_err(|e| {
+                ProviderError::Config(format!(
+                    "base URL {base_url:?} for {provider} is not a URL: {e}"
+                ))
+            })?;
+            if !matches!(parsed.scheme(), "http" | "https") {
+                return Err(ProviderError::Config(format!(
+                    "base URL {base_url:?} for {provider} must be http or https"
+                )));
+            }
+        }
+        let key = match (&o.key, &cfg.key, &cfg.key_env) {
+            (Some(k), _, _) | (None, Some(k), _) => Some(k.clone()),
+            (None, None, Some(var)) => Some(env(var).ok_or_else(|| {
+                ProviderError::Config(format!(
+                    "missing key for {provider}: [use.{use_type}] key_env names {var}, which is not set"
+                ))
+            })?),
+            (None, None, None) => key_vars(entry).into_iter().find_map(env),
+        };
+        if key.is_none() && !entry.key_optional {
+            return Err(ProviderError::Config(format!(
+                "missing key for {provider}: set {} (or key_env / key in [use.{use_type}] of {})",
+                key_vars(entry).join(" or "),
+                path().display()
+            )));
+        }
+        if let Some(k) = &key {
+            secrets::register(k);
+        }
+        let tools_level = cfg
+            .tools
+            .as_deref()
+            .and_then(ToolsLevel::parse)
+            .unwrap_or(entry.tools);
+        let timeout = o.timeout.or(cfg.timeout).unwrap_or(600.0);
+        Ok(Resolved {
+            endpoint: Endpoint {
+                provider: entry.id.to_string(),
+                style: entry.style,
+                base_url,
+                key,
+                tools_level,
+                timeout: Duration::from_secs_f64(timeout.max(0.001)),
+            },
+            model: o
+                .model
+                .clone()
+                .or(cfg.model)
+                .unwrap_or_else(|| entry.default_model.to_string()),
+            max_tokens: o.max_tokens.or(cfg.max_tokens),
+            temperature: o.temperature.or(cfg.temperature),
+            use_type,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn use_type_falls_back_to_general_and_overrides_win() {
+        let mut c = Config::default();
+        c.set("general", "provider", "ollama").unwrap();
+        c.set("general", "model", "m1").unwrap();
+        c.set("code", "provider", "ollama").unwrap();
+        c.set("code", "model", "m2").unwrap();
+        let chat = c
+            .resolve(&Overrides {
+                use_type: Some("chat".into()),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(chat.model, "m1");
+        let code = c
+            .resolve(&Overrides {
+                use_type: Some("code".into()),
+                model: Some("m3".into()),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(code.model, "m3");
+    }
+
+    #[test]
+    fn unknown_provider_and_bad_field_are_named() {
+        let mut c = Config::default();
+        let e = c
+            .set("general", "provider", "nope")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nope") && e.contains("anthropic"), "{e}");
+        let e = c.set("general", "colour", "x").unwrap_err().to_string();
+        assert!(e.contains("colour"), "{e}");
+        let e = c
+            .resolve(&Overrides {
+                provider: Some("nope".into()),
+                ..Default::default()
+            })
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown provider \"nope\""), "{e}");
+    }
+
+    #[test]
+    fn config_file_round_trips() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        let mut c = Config::default();
+        c.set("chat", "provider", "anthropic").unwrap();
+        c.set("chat", "max_tokens", "100").unwrap();
+        c.save_to(&p).unwrap();
+        assert_eq!(Config::load_from(&p).unwrap(), c);
+        std::fs::write(&p, "[use.chat]\nprovder = \"x\"\n").unwrap();
+        let e = Config::load_from(&p).unwrap_err().to_string();
+        assert!(e.contains("provder"), "{e}");
+    }
+}

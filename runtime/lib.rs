@@ -1,0 +1,28 @@
+//! colony: a Rust runtime in which Lua programs host AIs.
+//!
+//! # Module map
+//!
+//! - [`vocab`]: the provider-neutral types (messages, parts, tool specs and calls, usage, stop
+//!   reasons, requests and responses). Everything above the wire speaks only these.
+//! - [`providers`]: the catalogue of known providers and one module per wire style
+//!   (`anthropic`, `openai`, `gemini`), each a `Codec` that builds requests and parses whole or
+//!   streamed (`sse`) responses; `errors` classifies failures; `wire_names` reshapes tool names;
+//!   `text_tools` is the fallback for models without native tools; `replay` answers from cassettes.
+//!   `Providers::infer` is the one call that reaches a model.
+//! - [`config`]: settings by use-type (`chat`, `code`, `helper`, `general`) from the TOML config,
+//!   the environment and the catalogue, resolved into an endpoint for each request.
+//! - [`secrets`]: keeps keys out of every log, error, transcript and cassette.
+//! - [`lua`]: the Lua host. One VM per program on its own thread; each Lua module (`ai`, `json`)
+//!   registers itself from its own file and only translates between Lua values and the core.
+//! - [`cli`]: the `colony` command, one file per subcommand.
+//!
+//! The Lua thread and the Rust core meet by message: Lua's async functions send work to the core's
+//! multi-thread runtime and await the answer, so a script reads synchronously while only its own
+//! coroutine waits.
+
+pub mod cli;
+pub mod config;
+pub mod lua;
+pub mod providers;
+pub mod secrets;
+pub mod vocab;

@@ -1,0 +1,1 @@
+//! The Lua host (being written).

@@ -1,0 +1,376 @@
+//! Errors of a model call, classified once, at the provider.
+//!
+//! Everything above the wire sees only these variants: retry middleware asks [`ProviderError::is_transient`]
+//! and [`ProviderError::retry_after`], Lua sees [`ProviderError::kind`] and the message. A message
+//! never carries a key: [`crate::secrets::redact`] runs over every body before it lands here.
+
+use std::time::Duration;
+
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+
+use crate::secrets;
+
+/// The longest server-requested wait colony honours; like the OpenAI SDK, anything longer is
+/// treated as "not soon" rather than slept through.
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ProviderError {
+    /// Bad settings found before any request: unknown provider, missing key, bad base URL.
+    #[error("{0}")]
+    Config(String),
+    /// 401 / 403: the key is missing, wrong or lacks permission.
+    #[error("authentication failed ({status}): {message}")]
+    Auth { status: u16, message: String },
+    /// Any other refusal of the request itself (4xx): not worth retrying unchanged.
+    #[error("API error {status}: {message}")]
+    Api {
+        status: u16,
+        message: String,
+        body: String,
+    },
+    /// The request never got an answer: connect, timeout, reset.
+    #[error("request failed: {0}")]
+    Fetch(String),
+    /// The answer could not be understood.
+    #[error("could not parse the response: {0}")]
+    Parse(String),
+    /// The provider failed to serve (rate limit, overload, 5xx, mid-stream error).
+    #[error("provider error{}: {message}", status.map(|s| format!(" {s}")).unwrap_or_default())]
+    Provider {
+        status: Option<u16>,
+        message: String,
+        transient: bool,
+        retry_after: Option<Duration>,
+    },
+    /// A replay cassette has no recorded exchange for this request.
+    #[error("{0}")]
+    CassetteMiss(String),
+}
+
+impl ProviderError {
+    /// The neutral name Lua and logs see (`auth_error`, `api_error`, ...).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProviderError::Config(_) => "config_error",
+            ProviderError::Auth { .. } => "auth_error",
+            ProviderError::Api { .. } => "api_error",
+            ProviderError::Fetch(_) => "fetch_error",
+            ProviderError::Parse(_) => "parse_error",
+            ProviderError::Provider { .. } => "provider_error",
+            ProviderError::CassetteMiss(_) => "cassette_miss",
+        }
+    }
+
+    /// Worth trying again unchanged after a pause.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            ProviderError::Fetch(_) => true,
+            ProviderError::Provider { transient, .. } => *transient,
+            _ => false,
+        }
+    }
+
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ProviderError::Provider { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ProviderError::Auth { status, .. } | ProviderError::Api { status, .. } => Some(*status),
+            ProviderError::Provider { status, .. } => *status,
+            _ => None,
+        }
+    }
+
+    pub fn fetch(err: &reqwest::Error) -> ProviderError {
+        // reqwest's Display includes the URL, which may carry a key in a query string (Gemini).
+        let mut msg = secrets::redact(&err.to_string());
+        let mut source = std::error::Error::source(err);
+        while let Some(s) = source {
+            msg.push_str(": ");
+            msg.push_str(&secrets::redact(&s.to_string()));
+            source = s.source();
+        }
+        ProviderError::Fetch(msg)
+    }
+}
+
+/// What a style module found in an error body: the human message, the provider's error type or
+/// code (`overloaded_error`, `insufficient_quota`, `RESOURCE_EXHAUSTED`), and a wait named in the
+/// body (Gemini's `RetryInfo.retryDelay`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ErrorBody {
+    pub message: String,
+    pub code: String,
+    pub retry_after: Option<Duration>,
+    /// The body says the limit will not clear soon (a daily quota, a spend limit).
+    pub exhausted: bool,
+}
+
+/// Reads the three styles' error bodies (they differ enough to tell apart by shape):
+/// Anthropic `{"type":"error","error":{"type","message"}}`, OpenAI `{"error":{"message","type","code"}}`,
+/// Gemini `{"error":{"code","message","status","details"}}` (or a one-element array of that).
+pub fn read_error_body(body: &str) -> ErrorBody {
+    let parsed: Option<Value> = serde_json::from_str(body).ok();
+    let root = match &parsed {
+        Some(Value::Array(items)) => items.first(),
+        other => other.as_ref(),
+    };
+    let Some(err) = root.and_then(|v| v.get("error")) else {
+        let trimmed = body.trim();
+        return ErrorBody {
+            message: if trimmed.is_empty() {
+                "(empty body)".into()
+            } else {
+                truncate(trimmed, 500)
+            },
+            ..Default::default()
+        };
+    };
+    if let Some(s) = err.as_str() {
+        return ErrorBody {
+            message: s.to_string(),
+            ..Default::default()
+        };
+    }
+    let message = err
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    // OpenAI puts the telling word in `code` (insufficient_quota) and a family in `type`;
+    // Anthropic in `type`; Gemini in `status`.
+    let code = ["code", "type", "status"]
+        .iter()
+        .filter_map(|k| err.get(*k).and_then(Value::as_str))
+        .find(|s| !s.is_empty())
+        .unwrap_or("")
+        .to_string();
+    let mut retry_after = None;
+    let mut exhausted = false;
+    if let Some(details) = err.get("details").and_then(Value::as_array) {
+        for d in details {
+            if let Some(delay) = d.get("retryDelay").and_then(Value::as_str) {
+                retry_after = parse_duration(delay);
+            }
+            for v in d
+                .get("violations")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let id = v.get("quotaId").and_then(Value::as_str).unwrap_or("");
+                if id.contains("PerDay") {
+                    exhausted = true;
+                }
+            }
+        }
+    }
+    let lower = format!("{code} {message}").to_lowercase();
+    if lower.contains("insufficient_quota")
+        || lower.contains("spend limit")
+        || lower.contains("credit balance")
+        || lower.contains("billing")
+    {
+        exhausted = true;
+    }
+    if retry_after.is_none() {
+        retry_after = wait_in_message(&message);
+    }
+    ErrorBody {
+        message,
+        code,
+        retry_after,
+        exhausted,
+    }
+}
+
+/// Turns an HTTP error answer into a [`ProviderError`].
+pub fn classify(status: u16, headers: &HeaderMap, body: &str) -> ProviderError {
+    let body = secrets::redact(body);
+    let read = read_error_body(&body);
+    let message = if read.code.is_empty() {
+        read.message.clone()
+    } else {
+        format!("{} ({})", read.message, read.code)
+    };
+    let retry_after = retry_after_header(headers).or(read.retry_after);
+    match status {
+        401 | 403 => ProviderError::Auth { status, message },
+        408 | 409 | 429 | 500..=599 => {
+            let transient = !read.exhausted && retry_after.is_none_or(|d| d <= MAX_RETRY_AFTER);
+            ProviderError::Provider {
+                status: Some(status),
+                message,
+                transient,
+                retry_after: retry_after.filter(|d| *d <= MAX_RETRY_AFTER),
+            }
+        }
+        _ if read.code.contains("overloaded") => ProviderError::Provider {
+            status: Some(status),
+            message,
+            transient: true,
+            retry_after,
+        },
+        _ => ProviderError::Api {
+            status,
+            message,
+            body: truncate(&body, 2000),
+        },
+    }
+}
+
+/// An error delivered inside a 200 stream (Anthropic `event: error`, an OpenAI chunk with an
+/// `error` key). Overload and rate limits stay transient; anything else is an API error.
+pub fn classify_stream_error(payload: &Value) -> ProviderError {
+    let read = read_error_body(&payload.to_string());
+    let lower = format!("{} {}", read.code, read.message).to_lowercase();
+    let transient_words = [
+        "overloaded",
+        "rate_limit",
+        "rate limit",
+        "server_error",
+        "api_error",
+        "unavailable",
+        "internal",
+        "resource_exhausted",
+    ];
+    let message = if read.code.is_empty() {
+        read.message
+    } else {
+        format!("{} ({})", read.message, read.code)
+    };
+    if !read.exhausted && transient_words.iter().any(|w| lower.contains(w)) {
+        ProviderError::Provider {
+            status: None,
+            message: format!("mid-stream: {message}"),
+            transient: true,
+            retry_after: read.retry_after,
+        }
+    } else {
+        ProviderError::Api {
+            status: 200,
+            message: format!("mid-stream: {message}"),
+            body: truncate(&payload.to_string(), 2000),
+        }
+    }
+}
+
+/// `retry-after-ms` (milliseconds), then `retry-after` (seconds, or an HTTP date, which is ignored).
+pub fn retry_after_header(headers: &HeaderMap) -> Option<Duration> {
+    let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(ms) = get("retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
+        return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+    }
+    get("retry-after")
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .map(|s| Duration::from_secs_f64(s.max(0.0)))
+}
+
+/// Durations as providers write them: `47s`, `0.5s`, `84ms`, `6m0s`, `1h2m3s`.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    let mut total = 0.0f64;
+    let mut number = String::new();
+    let mut chars = text.chars().peekable();
+    let mut any = false;
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() || c == '.' {
+            number.push(c);
+            continue;
+        }
+        let value: f64 = number.parse().ok()?;
+        number.clear();
+        let unit = match c {
+            'h' => 3600.0,
+            'm' if chars.peek() == Some(&'s') => {
+                chars.next();
+                0.001
+            }
+            'm' => 60.0,
+            's' => 1.0,
+            _ => return None,
+        };
+        total += value * unit;
+        any = true;
+    }
+    if !number.is_empty() {
+        return None;
+    }
+    any.then(|| Duration::from_secs_f64(total))
+}
+
+/// OpenAI's "Please try again in 84ms" / "in 1.5s".
+fn wait_in_message(message: &str) -> Option<Duration> {
+    let at = message.find("try again in ")? + "try again in ".len();
+    let rest = &message[at..];
+    let end = rest
+        .find(|c: char| !(c.is_ascii_alphanumeric() || c == '.'))
+        .unwrap_or(rest.len());
+    parse_duration(rest[..end].trim_end_matches('.'))
+}
+
+fn truncate(s: &str, max: usize) -> String {
+    if s.len() <= max {
+        return s.to_string();
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}...", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_in_provider_notation() {
+        assert_eq!(parse_duration("47s"), Some(Duration::from_secs(47)));
+        assert_eq!(parse_duration("84ms"), Some(Duration::from_millis(84)));
+        assert_eq!(parse_duration("6m0s"), Some(Duration::from_secs(360)));
+        assert_eq!(parse_duration("0.5s"), Some(Duration::from_millis(500)));
+        assert_eq!(parse_duration("soon"), None);
+        assert_eq!(parse_duration("12"), None);
+    }
+
+    #[test]
+    fn openai_quota_is_not_transient() {
+        let body = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
+        let e = classify(429, &HeaderMap::new(), body);
+        assert_eq!(e.kind(), "provider_error");
+        assert!(!e.is_transient());
+    }
+
+    #[test]
+    fn openai_rate_limit_waits_from_message() {
+        let body = r#"{"error":{"message":"Rate limit reached. Please try again in 84ms.","type":"requests","code":"rate_limit_exceeded"}}"#;
+        let e = classify(429, &HeaderMap::new(), body);
+        assert!(e.is_transient());
+        assert_eq!(e.retry_after(), Some(Duration::from_millis(84)));
+    }
+
+    #[test]
+    fn header_wins_over_body() {
+        let mut h = HeaderMap::new();
+        h.insert("retry-after-ms", "250".parse().unwrap());
+        h.insert("retry-after", "3".parse().unwrap());
+        assert_eq!(retry_after_header(&h), Some(Duration::from_millis(250)));
+    }
+
+    #[test]
+    fn auth_and_plain_api_errors() {
+        let body = r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#;
+        assert_eq!(classify(401, &HeaderMap::new(), body).kind(), "auth_error");
+        let body = r#"{"type":"error","error":{"type":"invalid_request_error","message":"bad"}}"#;
+        let e = classify(400, &HeaderMap::new(), body);
+        assert_eq!(e.kind(), "api_error");
+        assert!(e.to_string().contains("bad (invalid_request_error)"));
+    }
+}

@@ -1,0 +1,261 @@
+//! Model providers: the catalogue, one module per wire style, and the one function that calls them.
+//!
+//! A provider is an [`Endpoint`] (base URL, key, model) plus a [`Style`]; [`Providers::infer`]
+//! dispatches on the style. Each style module is a [`Codec`]: it builds the wire request from an
+//! [`InferRequest`], parses a whole response, and assembles a streamed one from SSE events. Above
+//! this module only neutral types exist.
+
+pub mod anthropic;
+pub mod catalogue;
+pub mod errors;
+pub mod gemini;
+pub mod openai;
+pub mod replay;
+pub mod sse;
+pub mod text_tools;
+pub mod wire_names;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub use catalogue::{CatalogueEntry, ToolsLevel};
+pub use errors::ProviderError;
+
+use crate::vocab::{InferRequest, Inferred, Style};
+
+/// Where and how to reach a model. The key is read when the endpoint is resolved, which happens
+/// for every request, so a rotated key lands mid-run.
+#[derive(Clone)]
+pub struct Endpoint {
+    /// Catalogue id (`anthropic`, `groq`, ...) or `custom` for a bare base URL.
+    pub provider: String,
+    pub style: Style,
+    /// Without a trailing slash, e.g. `https://api.openai.com/v1`.
+    pub base_url: String,
+    pub key: Option<String>,
+    pub tools_level: ToolsLevel,
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("provider", &self.provider)
+            .field("style", &self.style)
+            .field("base_url", &self.base_url)
+            .field("key", &self.key.as_ref().map(|_| "[redacted]"))
+            .field("tools_level", &self.tools_level)
+            .finish()
+    }
+}
+
+/// A request ready for the wire. Headers may hold the key: never log this value.
+pub struct WireRequest {
+    pub url: String,
+    pub headers: Vec<(String, String)>,
+    pub body: Value,
+}
+
+/// One wire style's translations, both ways.
+pub trait Codec: Sync {
+    /// The HTTP request for `req`; `stream` asks for SSE.
+    fn request(&self, req: &InferRequest, ep: &Endpoint, stream: bool) -> WireRequest;
+    /// A whole (non-streamed) 2xx response body.
+    fn parse(&self, body: &[u8]) -> Result<Inferred, ProviderError>;
+    /// A fresh assembler for one streamed response.
+    fn assembler(&self) -> Box<dyn Assembler>;
+    /// The URL and headers that list the models an account can reach, and how to read the answer.
+    fn models_request(&self, ep: &Endpoint) -> WireRequest;
+    fn parse_models(&self, body: &Value) -> Vec<String>;
+}
+
+/// Builds an [`Inferred`] from the events of one SSE stream.
+pub trait Assembler: Send {
+    /// One event: its `event:` name (empty when the server sends none) and its `data` payload.
+    /// Visible text deltas are handed to `on_text` in order as they arrive.
+    fn event(
+        &mut self,
+        event: &str,
+        data: &str,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<(), ProviderError>;
+    /// The stream ended (the server closed it, or sent its end marker). Tool arguments still open
+    /// are closed here; a stream cut before its end marker is an error unless the style says
+    /// otherwise.
+    fn finish(self: Box<Self>) -> Result<Inferred, ProviderError>;
+}
+
+/// The codec for a wire style. Replay has none: it never touches the wire.
+pub fn codec(style: Style) -> Option<&'static dyn Codec> {
+    match style {
+        Style::Anthropic => Some(&anthropic::Anthropic),
+        Style::Openai => Some(&openai::OpenAi),
+        Style::Gemini => Some(&gemini::Gemini),
+        Style::Replay => None,
+    }
+}
+
+/// Merges `extra` (a JSON object) over `body`, key by key, recursing into objects.
+pub fn merge_extra(body: &mut Value, extra: Option<&Value>) {
+    let (Some(Value::Object(extra)), Value::Object(target)) = (extra, body) else {
+        return;
+    };
+    for (k, v) in extra {
+        match (target.get_mut(k), v) {
+            (Some(existing @ Value::Object(_)), Value::Object(_)) => {
+                merge_extra(existing, Some(v));
+            }
+            _ => {
+                target.insert(k.clone(), v.clone());
+            }
+        }
+    }
+}
+
+/// Calls models: over HTTP, from a cassette, or over HTTP while recording one.
+#[derive(Clone)]
+pub struct Providers {
+    http: reqwest::Client,
+    replay: Option<Arc<replay::Cassette>>,
+    record: Option<Arc<replay::Recorder>>,
+}
+
+impl Providers {
+    pub fn new(
+        replay: Option<Arc<replay::Cassette>>,
+        record: Option<Arc<replay::Recorder>>,
+    ) -> Providers {
+        let http = reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()
+            .expect("the HTTP client builds");
+        Providers {
+            http,
+            replay,
+            record,
+        }
+    }
+
+    pub fn http(&self) -> &reqwest::Client {
+        &self.http
+    }
+
+    /// One model call. With `on_text`, the response is streamed and each text delta handed over
+    /// as it arrives; without, the whole response is fetched at once.
+    pub async fn infer(
+        &self,
+        req: &InferRequest,
+        ep: &Endpoint,
+        on_text: Option<&mut (dyn FnMut(&str) + Send)>,
+    ) -> Result<Inferred, ProviderError> {
+        if let Some(cassette) = &self.replay {
+            return cassette.answer(req, on_text);
+        }
+        if ep.style == Style::Replay {
+            return Err(ProviderError::Config(
+                "the replay provider needs a cassette: pass --replay FILE".into(),
+            ));
+        }
+        let result = self.infer_live(req, ep, on_text).await;
+        if let (Some(recorder), Ok(inferred)) = (&self.record, &result) {
+            recorder.record(req, inferred)?;
+        }
+        result
+    }
+
+    async fn infer_live(
+        &self,
+        req: &InferRequest,
+        ep: &Endpoint,
+        on_text: Option<&mut (dyn FnMut(&str) + Send)>,
+    ) -> Result<Inferred, ProviderError> {
+        let codec = codec(ep.style).expect("live styles have a codec");
+        let text_mode = ep.tools_level == ToolsLevel::Text && !req.tools.is_empty();
+        let prepared;
+        let req = if text_mode {
+            prepared = text_tools::prepare(req);
+            &prepared
+        } else {
+            req
+        };
+        let names = wire_names::WireNames::for_request(req);
+        let renamed;
+        let req = if names.is_identity() {
+            req
+        } else {
+            renamed = names.outgoing(req);
+            &renamed
+        };
+        let stream = on_text.is_some();
+        let wire = codec.request(req, ep, stream);
+        let mut inferred = self.send(codec, wire, ep, on_text).await?;
+        names.incoming(&mut inferred);
+        if text_mode {
+            text_tools::parse_calls(&mut inferred);
+        }
+        Ok(inferred)
+    }
+
+    async fn send(
+        &self,
+        codec: &dyn Codec,
+        wire: WireRequest,
+        ep: &Endpoint,
+        on_text: Option<&mut (dyn FnMut(&str) + Send)>,
+    ) -> Result<Inferred, ProviderError> {
+        let mut builder = self.http.post(&wire.url).timeout(ep.timeout);
+        for (k, v) in &wire.headers {
+            builder = builder.header(k, v);
+        }
+        let response = builder
+            .json(&wire.body)
+            .send()
+            .await
+            .map_err(|e| ProviderError::fetch(&e))?;
+        let status = response.status().as_u16();
+        if !(200..300).contains(&status) {
+            let headers = response.headers().clone();
+            let body = response.text().await.unwrap_or_default();
+            return Err(errors::classify(status, &headers, &body));
+        }
+        match on_text {
+            Some(on_text) => sse::assemble(response, codec.assembler(), on_text).await,
+            None => {
+                let body = response
+                    .bytes()
+                    .await
+                    .map_err(|e| ProviderError::fetch(&e))?;
+                codec.parse(&body)
+            }
+        }
+    }
+
+    /// The model ids the account behind `ep` can reach, over the network.
+    pub async fn models(&self, ep: &Endpoint) -> Result<Vec<String>, ProviderError> {
+        let Some(codec) = codec(ep.style) else {
+            return Ok(self.replay.as_ref().map(|c| c.models()).unwrap_or_default());
+        };
+        let wire = codec.models_request(ep);
+        let mut builder = self.http.get(&wire.url).timeout(ep.timeout);
+        for (k, v) in &wire.headers {
+            builder = builder.header(k, v);
+        }
+        let response = builder.send().await.map_err(|e| ProviderError::fetch(&e))?;
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response
+            .text()
+            .await
+            .map_err(|e| ProviderError::fetch(&e))?;
+        if !(200..300).contains(&status) {
+            return Err(errors::classify(status, &headers, &body));
+        }
+        let value: Value = serde_json::from_str(&body)
+            .map_err(|e| ProviderError::Parse(format!("model list: {e}")))?;
+        let mut models = codec.parse_models(&value);
+        models.sort();
+        Ok(models)
+    }
+}

@@ -1,0 +1,297 @@
+//! The provider-neutral vocabulary: the one set of types used everywhere above the wire.
+//!
+//! A provider module translates these to and from its own JSON; nothing here names a wire field.
+//! Provider-specific data that must travel back unchanged (Gemini thought signatures, Anthropic
+//! thinking blocks, OpenAI-compatible `reasoning_content`) rides in [`Opaque`] values tagged with the
+//! style that produced them, so a conversation can move between providers without leaking them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Who speaks a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        Some(match s {
+            "system" => Role::System,
+            "user" => Role::User,
+            "assistant" => Role::Assistant,
+            "tool" => Role::Tool,
+            _ => return None,
+        })
+    }
+}
+
+/// The wire family a provider speaks. Opaque data is only ever sent back to the style that made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Style {
+    Anthropic,
+    Openai,
+    Gemini,
+    Replay,
+}
+
+impl Style {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Style::Anthropic => "anthropic",
+            Style::Openai => "openai",
+            Style::Gemini => "gemini",
+            Style::Replay => "replay",
+        }
+    }
+}
+
+/// Provider-specific data that must be sent back unchanged on the next request to the same style.
+///
+/// `data` is whatever the style module needs to rebuild the wire form: for Anthropic a whole
+/// `thinking` / `redacted_thinking` block, for Gemini the fields beside a part (`thoughtSignature`),
+/// for OpenAI-compatible servers the extra message fields (`reasoning_content`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Opaque {
+    pub style: Style,
+    pub data: Value,
+}
+
+/// One piece of a message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Part {
+    Text {
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        opaque: Option<Opaque>,
+    },
+    /// Model reasoning: shown text (may be empty or summarised) plus the data to send back.
+    Reasoning {
+        #[serde(default)]
+        text: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        opaque: Option<Opaque>,
+    },
+    ToolCall(ToolCall),
+    ToolResult(ToolResult),
+}
+
+impl Part {
+    pub fn text(text: impl Into<String>) -> Part {
+        Part::Text {
+            text: text.into(),
+            opaque: None,
+        }
+    }
+}
+
+/// A message of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    pub parts: Vec<Part>,
+}
+
+impl Message {
+    pub fn new(role: Role, parts: Vec<Part>) -> Message {
+        Message { role, parts }
+    }
+
+    pub fn user(text: impl Into<String>) -> Message {
+        Message::new(Role::User, vec![Part::text(text)])
+    }
+
+    pub fn assistant(text: impl Into<String>) -> Message {
+        Message::new(Role::Assistant, vec![Part::text(text)])
+    }
+
+    /// The concatenated visible text of the message (reasoning excluded).
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for part in &self.parts {
+            if let Part::Text { text, .. } = part {
+                out.push_str(text);
+            }
+        }
+        out
+    }
+
+    pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCall> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::ToolCall(c) => Some(c),
+            _ => None,
+        })
+    }
+
+    pub fn tool_results(&self) -> impl Iterator<Item = &ToolResult> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::ToolResult(r) => Some(r),
+            _ => None,
+        })
+    }
+}
+
+/// A tool offered to the model. `parameters` is a JSON Schema object.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    pub parameters: Value,
+}
+
+/// A call the model asked for.
+///
+/// `arguments` is the JSON text exactly as the model sent it (OpenAI sends text; for Anthropic and
+/// Gemini, which send objects, it is the compact serialisation). It may not be valid JSON: deciding
+/// what that means is the caller's business, see [`ToolCall::decoded`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub opaque: Option<Opaque>,
+}
+
+impl ToolCall {
+    /// The arguments as a JSON value; an empty text counts as `{}`.
+    pub fn decoded(&self) -> Result<Value, serde_json::Error> {
+        if self.arguments.trim().is_empty() {
+            return Ok(Value::Object(Default::default()));
+        }
+        serde_json::from_str(&self.arguments)
+    }
+}
+
+/// The answer to one [`ToolCall`], matched by `call_id`. `name` is the called tool's name, which
+/// Gemini needs on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolResult {
+    pub call_id: String,
+    pub name: String,
+    pub content: String,
+    #[serde(default)]
+    pub is_error: bool,
+}
+
+/// How the model may use the offered tools.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolChoice {
+    #[default]
+    Auto,
+    None,
+    /// The model must call some tool.
+    Required,
+    /// The model must call this tool.
+    Tool(String),
+}
+
+/// Token counts. Summed over steps by the turn loop.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input: u64,
+    pub output: u64,
+    pub cache_read: u64,
+    pub cache_write: u64,
+    pub reasoning: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.input += other.input;
+        self.output += other.output;
+        self.cache_read += other.cache_read;
+        self.cache_write += other.cache_write;
+        self.reasoning += other.reasoning;
+    }
+}
+
+/// Why the model stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Stop {
+    EndTurn,
+    ToolUse,
+    MaxTokens,
+    StopSequence,
+    Refusal,
+    ContentFilter,
+    MaxSteps,
+    Error,
+}
+
+impl Stop {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stop::EndTurn => "end_turn",
+            Stop::ToolUse => "tool_use",
+            Stop::MaxTokens => "max_tokens",
+            Stop::StopSequence => "stop_sequence",
+            Stop::Refusal => "refusal",
+            Stop::ContentFilter => "content_filter",
+            Stop::MaxSteps => "max_steps",
+            Stop::Error => "error",
+        }
+    }
+}
+
+/// One request to a model, in neutral form. Endpoint, key and transport live elsewhere
+/// ([`crate::providers::Endpoint`]); this is what gets fingerprinted for replay.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct InferRequest {
+    pub model: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    pub messages: Vec<Message>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tools: Vec<ToolSpec>,
+    #[serde(default)]
+    pub tool_choice: ToolChoice,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temperature: Option<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub stop_sequences: Vec<String>,
+    /// Fields merged over the wire body last (a JSON object), for knobs colony does not model.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra: Option<Value>,
+}
+
+/// What one model call produced: the assistant message, why it stopped, and what it cost.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Inferred {
+    pub message: Message,
+    pub stop: Stop,
+    #[serde(default)]
+    pub usage: Usage,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+}
+
+impl Inferred {
+    pub fn text(&self) -> String {
+        self.message.text()
+    }
+
+    pub fn tool_calls(&self) -> Vec<ToolCall> {
+        self.message.tool_calls().cloned().collect()
+    }
+}
