@@ -22,6 +22,7 @@
 
 pub mod cli;
 pub mod config;
+pub mod core;
 pub mod lua;
 pub mod providers;
 pub mod secrets;

@@ -1,1 +1,5 @@
-fn main() {}
+//! The `colony` binary: see `colony --help`.
+
+fn main() -> std::process::ExitCode {
+    colony::cli::main()
+}

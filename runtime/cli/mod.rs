@@ -1,1 +1,135 @@
-//! The colony command (being written).
+//! The `colony` command: one file per subcommand, each with its clap arguments and its `run`.
+
+mod ask;
+mod config;
+mod models;
+mod providers;
+mod run;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use clap::{Parser, Subcommand};
+
+use crate::core::Core;
+use crate::providers::{Providers, replay};
+
+#[derive(Parser)]
+#[command(
+    name = "colony",
+    version,
+    about = "A runtime in which Lua programs host AIs",
+    long_about = "A runtime in which Lua programs host AIs.\n\n\
+        Settings come from the config file (see `colony config list`; COLONY_CONFIG overrides its \
+        path) and the environment (ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY, ...). \
+        RUST_LOG controls logging to stderr."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    Run(run::Args),
+    Ask(ask::Args),
+    Providers(providers::Args),
+    Models(models::Args),
+    Config(config::Args),
+}
+
+/// Where model calls go: `--replay` answers from a cassette, `--record` writes one.
+#[derive(clap::Args, Clone, Default)]
+pub struct Cassettes {
+    /// Answer every model call from this cassette (JSONL) instead of the network.
+    #[arg(long, value_name = "FILE", conflicts_with = "record")]
+    replay: Option<PathBuf>,
+    /// Call the models for real and write every exchange to this cassette (keys are never written).
+    #[arg(long, value_name = "FILE")]
+    record: Option<PathBuf>,
+}
+
+/// A failure to report: the message, and the exit code (1 for a failed run, 2 for bad input).
+pub struct Failure {
+    pub message: String,
+    pub code: u8,
+}
+
+impl Failure {
+    pub fn input(message: impl Into<String>) -> Failure {
+        Failure {
+            message: message.into(),
+            code: 2,
+        }
+    }
+
+    pub fn run(message: impl Into<String>) -> Failure {
+        Failure {
+            message: message.into(),
+            code: 1,
+        }
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging();
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("colony-core")
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("colony: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match cli.command {
+        Command::Run(args) => run::run(args, rt.handle()),
+        Command::Ask(args) => ask::run(args, rt.handle()),
+        Command::Providers(args) => providers::run(args),
+        Command::Models(args) => rt.block_on(models::run(args, rt.handle())),
+        Command::Config(args) => rt.block_on(config::run(args, rt.handle())),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            eprintln!("{}", f.message.trim_end());
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn init_logging() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
+
+/// The core for one command: the config file, and the cassette options.
+pub fn build_core(cassettes: &Cassettes, handle: &tokio::runtime::Handle) -> Result<Core, Failure> {
+    let config =
+        crate::config::Config::load().map_err(|e| Failure::input(format!("colony: {e}")))?;
+    let replay = match &cassettes.replay {
+        Some(path) => Some(Arc::new(
+            replay::Cassette::load(path).map_err(|e| Failure::input(format!("colony: {e}")))?,
+        )),
+        None => None,
+    };
+    let record = match &cassettes.record {
+        Some(path) => Some(Arc::new(
+            replay::Recorder::create(path).map_err(|e| Failure::input(format!("colony: {e}")))?,
+        )),
+        None => None,
+    };
+    Ok(Core::new(
+        config,
+        Providers::new(replay, record),
+        handle.clone(),
+    ))
+}

@@ -1,1 +1,215 @@
-//! The Lua host (being written).
+//! The Lua host: one VM per program, on its own OS thread.
+//!
+//! The VM lives on a current-thread tokio runtime inside a `LocalSet`, because an mlua VM is not
+//! `Send`. Everything that waits (model calls, HTTP) runs on the core's multi-thread runtime;
+//! the Lua side spawns the work there and awaits the answer, so only the calling coroutine waits
+//! and the script reads as if it were synchronous. Each Lua module registers itself from its own
+//! file (`ai`, `json`).
+//!
+//! Lua cannot wait inside a `table.sort` comparator or a `string.gsub` callback (the C functions
+//! calling them cannot yield): calling `ai.ask` there fails with "attempt to yield across a
+//! C-call boundary". Compute first, then sort.
+
+pub mod ai;
+pub mod convert;
+pub mod json;
+
+use std::path::Path;
+
+use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
+
+use crate::core::Core;
+
+/// A script that failed: the message is already in `file:line: message` form with its traceback.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ScriptError(pub String);
+
+/// Runs the script at `path` with `args` (visible as `arg` and `...`), to completion.
+pub fn run_file(core: Core, path: &Path, args: Vec<String>) -> Result<(), ScriptError> {
+    let source = std::fs::read(path)
+        .map_err(|e| ScriptError(format!("cannot read {}: {e}", path.display())))?;
+    run_source(core, &path.display().to_string(), source, args)
+}
+
+/// Runs Lua source under the chunk name `name` on a fresh VM thread and waits for it.
+pub fn run_source(
+    core: Core,
+    name: &str,
+    source: Vec<u8>,
+    args: Vec<String>,
+) -> Result<(), ScriptError> {
+    let name = name.to_string();
+    let thread = std::thread::Builder::new()
+        .name("colony-lua".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| ScriptError(format!("cannot start the Lua thread's runtime: {e}")))?;
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&rt, run_on_this_thread(core, name, source, args))
+        })
+        .map_err(|e| ScriptError(format!("cannot start the Lua thread: {e}")))?;
+    thread
+        .join()
+        .unwrap_or_else(|_| Err(ScriptError("the Lua thread panicked".into())))
+}
+
+/// Builds a program's VM with colony's modules registered.
+pub fn new_vm(core: Core) -> mlua::Result<Lua> {
+    let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())?;
+    lua.set_app_data(core);
+    let json = json::register(&lua)?;
+    let ai = ai::register(&lua)?;
+    let globals = lua.globals();
+    globals.set("json", json.clone())?;
+    globals.set("ai", ai.clone())?;
+    // `require("json")`, `require("ai")` and `require("data").json` find the built-in modules.
+    let preload: Table = globals.get::<Table>("package")?.get("preload")?;
+    let data = lua.create_table()?;
+    data.set("json", json)?;
+    preload.set("data", constant(&lua, data)?)?;
+    preload.set("json", constant(&lua, globals.get::<Value>("json")?)?)?;
+    preload.set("ai", constant(&lua, globals.get::<Value>("ai")?)?)?;
+    Ok(lua)
+}
+
+/// A `package.preload` loader that returns `value`.
+fn constant(lua: &Lua, value: impl mlua::IntoLua) -> mlua::Result<Function> {
+    let value = value.into_lua(lua)?;
+    lua.create_function(move |_, ()| Ok(value.clone()))
+}
+
+async fn run_on_this_thread(
+    core: Core,
+    name: String,
+    source: Vec<u8>,
+    args: Vec<String>,
+) -> Result<(), ScriptError> {
+    let lua = new_vm(core).map_err(|e| ScriptError(format!("cannot build the Lua VM: {e}")))?;
+    let setup = || -> mlua::Result<(Function, Function, Function, MultiValue)> {
+        let arg = lua.create_table()?;
+        arg.set(0, name.as_str())?;
+        for (i, a) in args.iter().enumerate() {
+            arg.set(i + 1, a.as_str())?;
+        }
+        lua.globals().set("arg", arg)?;
+        let varargs = args
+            .iter()
+            .map(|a| lua.create_string(a).map(Value::String))
+            .collect::<mlua::Result<MultiValue>>()?;
+        let runner: Function = lua
+            .load("local main, handler = ... return xpcall(main, handler, select(3, ...))")
+            .set_name("=colony")
+            .into_function()?;
+        let handler = lua.create_function(|lua, err: Value| {
+            let mut message = describe_error(&err);
+            // An error raised by a Rust function carries no position: name the script line
+            // that called it, as Lua does for its own errors.
+            if matches!(err, Value::Error(_))
+                && let Some(at) = calling_line(lua)
+            {
+                message = format!("{at}: {message}");
+            }
+            let trace = lua.traceback(Some(&message), 1)?;
+            Ok(tidy_traceback(&trace.to_string_lossy()))
+        })?;
+        let main = lua
+            .load(source.as_slice())
+            .set_name(format!("@{name}"))
+            .into_function()?;
+        Ok((runner, main, handler, varargs))
+    };
+    let (runner, main, handler, varargs) = setup().map_err(|e| ScriptError(plain(&e)))?;
+    let mut call_args = MultiValue::new();
+    call_args.push_back(Value::Function(main));
+    call_args.push_back(Value::Function(handler));
+    call_args.extend(varargs);
+    let result: MultiValue = runner
+        .call_async(call_args)
+        .await
+        .map_err(|e| ScriptError(plain(&e)))?;
+    let mut values = result.into_iter();
+    match values.next() {
+        Some(Value::Boolean(true)) => Ok(()),
+        _ => Err(ScriptError(match values.next() {
+            Some(Value::String(s)) => s.to_string_lossy(),
+            Some(other) => describe_error(&other),
+            None => "the script failed".into(),
+        })),
+    }
+}
+
+/// The text of a Lua error value: strings as they are, colony's error tables as `kind: message`.
+pub fn describe_error(err: &Value) -> String {
+    match err {
+        Value::String(s) => s.to_string_lossy(),
+        Value::Table(t) => {
+            let kind: Option<String> = t.get("kind").ok();
+            let message: Option<String> = t.get("message").ok();
+            match (kind, message) {
+                (Some(k), Some(m)) => format!("{k}: {m}"),
+                (None, Some(m)) => m,
+                _ => "(error table without a message)".into(),
+            }
+        }
+        Value::Error(e) => cause(e),
+        Value::Nil => "nil".into(),
+        other => format!("(error value of type {})", other.type_name()),
+    }
+}
+
+/// The innermost message of an error raised through Rust callbacks, without mlua's traceback
+/// (the host adds its own).
+fn cause(e: &mlua::Error) -> String {
+    match e {
+        mlua::Error::CallbackError { cause: inner, .. } => cause(inner),
+        other => plain(other),
+    }
+}
+
+/// `file:line` of the innermost Lua frame of the script (not colony's own chunks).
+fn calling_line(lua: &Lua) -> Option<String> {
+    (1..64).find_map(|level| {
+        lua.inspect_stack(level, |d| {
+            let src = d.source();
+            let short = src.short_src?.to_string();
+            let line = d.current_line()?;
+            (src.what != "C" && short != "colony" && !short.starts_with("__mlua"))
+                .then(|| format!("{short}:{line}"))
+        })
+        .flatten()
+    })
+}
+
+/// Drops the frames colony itself adds (the runner chunk, `xpcall`, mlua's async poll loop), so
+/// a traceback shows the script's own frames.
+fn tidy_traceback(trace: &str) -> String {
+    trace
+        .lines()
+        .filter(|l| {
+            let l = l.trim_start();
+            !(l.starts_with("[C]: in function 'xpcall'")
+                || l.starts_with("colony:")
+                || l.starts_with("__mlua_async_poll")
+                || l.starts_with("[C]: in local 'poll'")
+                || l.starts_with("[C]: in upvalue 'get_future'")
+                || l.starts_with("[C]: in ?"))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// mlua's errors as a person wants to read them: the Lua message, without Rust wrapping.
+pub fn plain(e: &mlua::Error) -> String {
+    match e {
+        mlua::Error::SyntaxError { message, .. } => message.clone(),
+        mlua::Error::RuntimeError(m) => m.clone(),
+        mlua::Error::CallbackError { cause, traceback } => {
+            format!("{}\n{traceback}", plain(cause))
+        }
+        mlua::Error::WithContext { context, cause } => format!("{context}: {}", plain(cause)),
+        other => other.to_string(),
+    }
+}

@@ -138,6 +138,11 @@ impl Providers {
         }
     }
 
+    /// Whether a cassette answers every call.
+    pub fn is_replaying(&self) -> bool {
+        self.replay.is_some()
+    }
+
     pub fn http(&self) -> &reqwest::Client {
         &self.http
     }

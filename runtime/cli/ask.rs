@@ -1,0 +1,46 @@
+//! `colony ask QUESTION`: a one-shot question with use-type `helper`, answered by the Lua script
+//! `scripts/ask.lua` on the public API.
+
+use super::{Cassettes, Failure, build_core};
+
+/// The script behind `colony ask`, compiled in.
+pub const SCRIPT: &str = include_str!("../../scripts/ask.lua");
+
+/// Ask a model one question (use-type `helper` unless --use says otherwise).
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    cassettes: Cassettes,
+    /// The use-type whose settings answer.
+    #[arg(long = "use", value_name = "USE", default_value = "helper")]
+    use_type: String,
+    /// Override the provider (e.g. anthropic, openai, gemini, groq, ollama, kimi).
+    #[arg(long)]
+    provider: Option<String>,
+    /// Override the model.
+    #[arg(long)]
+    model: Option<String>,
+    /// The question.
+    #[arg(required = true, num_args = 1..)]
+    question: Vec<String>,
+}
+
+pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
+    let core = build_core(&args.cassettes, handle)?;
+    let mut script_args = vec![format!("--use={}", args.use_type)];
+    if let Some(p) = args.provider {
+        script_args.push(format!("--provider={p}"));
+    }
+    if let Some(m) = args.model {
+        script_args.push(format!("--model={m}"));
+    }
+    script_args.push("--".into());
+    script_args.push(args.question.join(" "));
+    crate::lua::run_source(
+        core,
+        "scripts/ask.lua",
+        SCRIPT.as_bytes().to_vec(),
+        script_args,
+    )
+    .map_err(|e| Failure::run(e.0))
+}

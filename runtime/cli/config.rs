@@ -1,0 +1,136 @@
+//! `colony config get|set|list|test`: the per-use-type settings in the config file.
+
+use std::time::Instant;
+
+use clap::Subcommand;
+
+use super::{Cassettes, Failure, build_core};
+use crate::config::{self, Config, FIELDS, Overrides};
+use crate::core::Ask;
+use crate::vocab::Message;
+
+/// Read and change the settings of each use-type (chat, code, helper, general, ...).
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(Subcommand)]
+enum Action {
+    /// Print a use-type's settings, or one field of them.
+    Get {
+        use_type: String,
+        field: Option<String>,
+    },
+    /// Set one field of a use-type (an empty value clears it). Fields: provider, model, key,
+    /// key_env, base_url, max_tokens, temperature, timeout, tools.
+    Set {
+        use_type: String,
+        field: String,
+        value: String,
+    },
+    /// Print the config file's path and every use-type in it.
+    List,
+    /// Send a one-word question with a use-type's settings and report who answered, and how fast.
+    Test { use_type: String },
+}
+
+fn load() -> Result<Config, Failure> {
+    Config::load().map_err(|e| Failure::input(format!("colony config: {e}")))
+}
+
+pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
+    match args.action {
+        Action::Get { use_type, field } => {
+            let cfg = load()?;
+            let table = cfg.for_use(&use_type);
+            match field {
+                Some(f) => {
+                    if !FIELDS.contains(&f.as_str()) {
+                        return Err(Failure::input(format!(
+                            "colony config: unknown field {f:?} (fields: {})",
+                            FIELDS.join(", ")
+                        )));
+                    }
+                    println!("{}", table.field(&f).unwrap_or_default());
+                }
+                None => print_table(&use_type, &table),
+            }
+            Ok(())
+        }
+        Action::Set {
+            use_type,
+            field,
+            value,
+        } => {
+            let mut cfg = load()?;
+            cfg.set(&use_type, &field, &value)
+                .map_err(|e| Failure::input(format!("colony config set: {e}")))?;
+            let path = config::path();
+            cfg.save_to(&path)
+                .map_err(|e| Failure::run(format!("colony config set: {e}")))?;
+            println!("{use_type}.{field} set in {}", path.display());
+            Ok(())
+        }
+        Action::List => {
+            let cfg = load()?;
+            println!("# {}", config::path().display());
+            if cfg.uses.is_empty() {
+                println!(
+                    "(no use-types set; `colony config set general provider anthropic` starts one)"
+                );
+            }
+            for (name, table) in &cfg.uses {
+                print_table(name, table);
+            }
+            Ok(())
+        }
+        Action::Test { use_type } => test(&use_type, handle).await,
+    }
+}
+
+fn print_table(name: &str, table: &config::UseConfig) {
+    println!("[use.{name}]");
+    for f in FIELDS {
+        if let Some(v) = table.field(f) {
+            println!("{f} = {v}");
+        }
+    }
+}
+
+async fn test(use_type: &str, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
+    let core = build_core(&Cassettes::default(), handle)?;
+    let ask = Ask {
+        overrides: Overrides {
+            use_type: Some(use_type.to_string()),
+            max_tokens: Some(16),
+            ..Default::default()
+        },
+        messages: vec![Message::user("Reply with the single word: ok")],
+        ..Default::default()
+    };
+    let (req, ep) = core
+        .prepare(ask)
+        .map_err(|e| Failure::input(format!("colony config test {use_type}: {e}")))?;
+    let started = Instant::now();
+    let result = core.infer(&req, &ep, None).await;
+    let ms = started.elapsed().as_millis();
+    match result {
+        Ok(inferred) => {
+            println!(
+                "ok: {} answered with model {} in {ms} ms: {:?}",
+                ep.provider,
+                inferred.model.as_deref().unwrap_or(&req.model),
+                inferred.text().trim()
+            );
+            Ok(())
+        }
+        Err(e) => Err(Failure::run(format!(
+            "colony config test {use_type}: {} with model {} failed after {ms} ms: {e} ({})",
+            ep.provider,
+            req.model,
+            e.kind()
+        ))),
+    }
+}

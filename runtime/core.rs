@@ -1,0 +1,132 @@
+//! The Rust core a program talks to: configuration, the providers, and the multi-thread runtime
+//! that does the waiting. It is `Send + Sync` and cheap to clone; the Lua thread holds one and
+//! hands work to it by spawning onto [`Core::handle`].
+
+use std::sync::Arc;
+
+use tracing::Instrument;
+
+use crate::config::{Config, Overrides, Resolved};
+use crate::providers::{Endpoint, ProviderError, Providers, ToolsLevel};
+use crate::vocab::{InferRequest, Inferred, Message, Style};
+
+/// Where a program's model calls go and how they are configured.
+#[derive(Clone)]
+pub struct Core {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: Config,
+    providers: Providers,
+    handle: tokio::runtime::Handle,
+    replaying: bool,
+}
+
+/// The parts of one `ask`: what to send and which use-type's settings to send it with.
+#[derive(Debug, Clone, Default)]
+pub struct Ask {
+    pub overrides: Overrides,
+    pub system: Option<String>,
+    pub messages: Vec<Message>,
+    pub tools: Vec<crate::vocab::ToolSpec>,
+    pub tool_choice: crate::vocab::ToolChoice,
+    pub stop_sequences: Vec<String>,
+    pub extra: Option<serde_json::Value>,
+}
+
+impl Core {
+    pub fn new(config: Config, providers: Providers, handle: tokio::runtime::Handle) -> Core {
+        let replaying = providers.is_replaying();
+        Core {
+            inner: Arc::new(Inner {
+                config,
+                providers,
+                handle,
+                replaying,
+            }),
+        }
+    }
+
+    pub fn handle(&self) -> &tokio::runtime::Handle {
+        &self.inner.handle
+    }
+
+    pub fn providers(&self) -> &Providers {
+        &self.inner.providers
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Settings for one request. While a cassette answers, no key or URL is needed: the cassette
+    /// stands in for every provider.
+    pub fn resolve(&self, o: &Overrides) -> Result<Resolved, ProviderError> {
+        if self.inner.replaying {
+            return Ok(Resolved {
+                endpoint: Endpoint {
+                    provider: "replay".into(),
+                    style: Style::Replay,
+                    base_url: String::new(),
+                    key: None,
+                    tools_level: ToolsLevel::Native,
+                    timeout: std::time::Duration::from_secs(600),
+                },
+                model: o.model.clone().unwrap_or_else(|| "replay".into()),
+                max_tokens: o.max_tokens,
+                temperature: o.temperature,
+                use_type: o.use_type.clone().unwrap_or_else(|| "general".into()),
+            });
+        }
+        self.inner.config.resolve(o)
+    }
+
+    /// Resolves settings and builds the neutral request.
+    pub fn prepare(&self, ask: Ask) -> Result<(InferRequest, Endpoint), ProviderError> {
+        let resolved = self.resolve(&ask.overrides)?;
+        let req = InferRequest {
+            model: resolved.model,
+            system: ask.system,
+            messages: ask.messages,
+            tools: ask.tools,
+            tool_choice: ask.tool_choice,
+            max_tokens: resolved.max_tokens,
+            temperature: resolved.temperature,
+            stop_sequences: ask.stop_sequences,
+            extra: ask.extra,
+        };
+        Ok((req, resolved.endpoint))
+    }
+
+    /// One model call on the core's runtime.
+    pub async fn infer(
+        &self,
+        req: &InferRequest,
+        ep: &Endpoint,
+        on_text: Option<&mut (dyn FnMut(&str) + Send)>,
+    ) -> Result<Inferred, ProviderError> {
+        let span = tracing::info_span!(
+            "step",
+            gen_ai.system = %ep.provider,
+            gen_ai.request.model = %req.model,
+            gen_ai.usage.input_tokens = tracing::field::Empty,
+            gen_ai.usage.output_tokens = tracing::field::Empty,
+        );
+        let result = self
+            .inner
+            .providers
+            .infer(req, ep, on_text)
+            .instrument(span.clone())
+            .await;
+        match &result {
+            Ok(inferred) => {
+                span.record("gen_ai.usage.input_tokens", inferred.usage.input);
+                span.record("gen_ai.usage.output_tokens", inferred.usage.output);
+                tracing::debug!(stop = inferred.stop.as_str(), "inferred");
+            }
+            Err(e) => tracing::debug!(kind = e.kind(), error = %e, "inference failed"),
+        }
+        result
+    }
+}

@@ -1,0 +1,59 @@
+//! Translating between Lua values and the core's types, shared by every Lua module.
+
+use mlua::{Lua, LuaSerdeExt, Table, Value};
+use serde_json::Value as Json;
+
+use crate::providers::ProviderError;
+
+/// A Lua value as JSON. Empty tables become `{}`; tables marked with `json.array` (or decoded
+/// from a JSON array) become `[]`.
+pub fn to_json(lua: &Lua, value: Value) -> mlua::Result<Json> {
+    lua.from_value(value)
+}
+
+/// A JSON value as Lua; arrays keep their array-ness so they encode back as arrays, and `null`
+/// becomes `json.null`.
+pub fn from_json(lua: &Lua, value: &Json) -> mlua::Result<Value> {
+    lua.to_value(value)
+}
+
+/// The metatable every colony error table shares: `tostring(err)` reads `kind: message`.
+fn error_metatable(lua: &Lua) -> mlua::Result<Table> {
+    const KEY: &str = "colony.error_metatable";
+    if let Ok(mt) = lua.named_registry_value::<Table>(KEY) {
+        return Ok(mt);
+    }
+    let mt = lua.create_table()?;
+    mt.set(
+        "__tostring",
+        lua.create_function(|_, t: Table| {
+            let kind: String = t.get("kind").unwrap_or_default();
+            let message: String = t.get("message").unwrap_or_default();
+            Ok(format!("{kind}: {message}"))
+        })?,
+    )?;
+    lua.set_named_registry_value(KEY, &mt)?;
+    Ok(mt)
+}
+
+/// An error table `{ kind, message, ... }` for the `nil, err` convention.
+pub fn error_table(lua: &Lua, kind: &str, message: &str) -> mlua::Result<Table> {
+    let t = lua.create_table()?;
+    t.set("kind", kind)?;
+    t.set("message", message)?;
+    t.set_metatable(Some(error_metatable(lua)?))?;
+    Ok(t)
+}
+
+/// A provider's error as a Lua error table, with what retry logic in Lua may want to read.
+pub fn provider_error(lua: &Lua, e: &ProviderError) -> mlua::Result<Table> {
+    let t = error_table(lua, e.kind(), &e.to_string())?;
+    t.set("transient", e.is_transient())?;
+    if let Some(status) = e.status() {
+        t.set("status", status)?;
+    }
+    if let Some(wait) = e.retry_after() {
+        t.set("retry_after", wait.as_secs_f64())?;
+    }
+    Ok(t)
+}

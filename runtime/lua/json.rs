@@ -1,0 +1,59 @@
+//! The `json` module: `json.encode`, `json.decode`, `json.null`, `json.array`.
+//!
+//! Empty tables are the one ambiguity between Lua and JSON: `{}` encodes as an object unless it
+//! came from a JSON array or was marked with `json.array`, so `json.decode("[]")` encodes back to
+//! `[]` and `json.decode("{}")` back to `{}`.
+
+use mlua::{Lua, LuaSerdeExt, Table, Value};
+
+use super::convert::{error_table, from_json, to_json};
+
+pub fn register(lua: &Lua) -> mlua::Result<Table> {
+    let json = lua.create_table()?;
+    json.set("null", lua.null())?;
+    json.set(
+        "encode",
+        lua.create_function(|lua, (value, opts): (Value, Option<Table>)| {
+            let pretty = match &opts {
+                Some(o) => o.get::<Option<bool>>("pretty")?.unwrap_or(false),
+                None => false,
+            };
+            let json = to_json(lua, value)
+                .map_err(|e| mlua::Error::runtime(format!("json.encode: {}", super::plain(&e))))?;
+            let text = if pretty {
+                serde_json::to_string_pretty(&json)
+            } else {
+                serde_json::to_string(&json)
+            };
+            text.map_err(|e| mlua::Error::runtime(format!("json.encode: {e}")))
+        })?,
+    )?;
+    json.set(
+        "decode",
+        lua.create_function(|lua, text: mlua::LuaString| {
+            match serde_json::from_slice::<serde_json::Value>(&text.as_bytes()) {
+                Ok(v) => Ok((from_json(lua, &v)?, Value::Nil)),
+                Err(e) => Ok((
+                    Value::Nil,
+                    Value::Table(error_table(
+                        lua,
+                        "parse_error",
+                        &format!("json.decode: {e}"),
+                    )?),
+                )),
+            }
+        })?,
+    )?;
+    json.set(
+        "array",
+        lua.create_function(|lua, t: Option<Table>| {
+            let t = match t {
+                Some(t) => t,
+                None => lua.create_table()?,
+            };
+            t.set_metatable(Some(lua.array_metatable()))?;
+            Ok(t)
+        })?,
+    )?;
+    Ok(json)
+}
