@@ -1,0 +1,282 @@
+//! The `colony` command as a user meets it: scripts and their errors, bad input, the config
+//! commands, `ask`, and cassettes (replay and record).
+
+mod support;
+
+use serde_json::json;
+use support::fake::{FakeProvider, Reply};
+use support::script::Sandbox;
+
+#[test]
+fn a_script_gets_its_arguments_and_json() {
+    let run = Sandbox::new()
+        .lua(
+            r#"print(arg[0] ~= nil, arg[1], arg[2], select("#", ...))
+               local data = require("data")
+               print(data.json.encode(json.decode('{"a":[],"b":{},"c":[1,{"d":null}]}')))
+               print(json.encode({}), json.encode(json.array()), json.decode("[1,2]")[2])
+               print(json.null == json.decode("null"), json.encode({ x = json.null }))
+               local v, err = json.decode("{nope")
+               print(v, err.kind)"#,
+            &["one", "--two"],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "true\tone\t--two\t2",
+            r#"{"a":[],"b":{},"c":[1,{"d":null}]}"#,
+            "{}\t[]\t2",
+            r#"true	{"x":null}"#,
+            "nil\tparse_error",
+        ]
+    );
+}
+
+#[test]
+fn a_runtime_error_names_file_and_line_with_a_traceback() {
+    let sb = Sandbox::new();
+    let run = sb
+        .lua("local function f()\n  error('boom')\nend\nf()\n", &[])
+        .failed();
+    assert_eq!(run.code, 1);
+    assert!(run.stderr.contains("script.lua:2: boom"), "{}", run.stderr);
+    assert!(run.stderr.contains("stack traceback:"), "{}", run.stderr);
+    assert!(run.stderr.contains("script.lua:4: in main chunk"), "{}", run.stderr);
+}
+
+#[test]
+fn a_misused_function_names_the_line_and_the_option() {
+    let run = Sandbox::new()
+        .lua("\n\nai.ask('hi', { temprature = 1 })\n", &[])
+        .failed();
+    assert!(
+        run.stderr.contains("script.lua:3: ai.ask: unknown option \"temprature\""),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_script_that_does_not_parse() {
+    let run = Sandbox::new().lua("local x = = 1\n", &[]).failed();
+    assert!(run.stderr.contains("script.lua:1:"), "{}", run.stderr);
+    assert!(run.stderr.contains("unexpected symbol"), "{}", run.stderr);
+}
+
+#[test]
+fn a_missing_script_is_named() {
+    let run = Sandbox::new().colony(&["run", "no/such/file.lua"]).failed();
+    assert!(run.stderr.contains("no/such/file.lua"), "{}", run.stderr);
+}
+
+#[test]
+fn unknown_provider_is_refused() {
+    let run = Sandbox::new().colony(&["ask", "--provider", "nope", "hi"]).failed();
+    assert!(run.stderr.contains("unknown provider \"nope\""), "{}", run.stderr);
+    assert!(run.stderr.contains("anthropic, openai"), "{}", run.stderr);
+}
+
+#[test]
+fn missing_key_names_the_variable() {
+    let run = Sandbox::new().colony(&["ask", "--provider", "anthropic", "hi"]).failed();
+    assert!(run.stderr.contains("ANTHROPIC_API_KEY"), "{}", run.stderr);
+    let run = Sandbox::new().colony(&["ask", "--provider", "gemini", "hi"]).failed();
+    assert!(run.stderr.contains("GEMINI_API_KEY or GOOGLE_API_KEY"), "{}", run.stderr);
+}
+
+#[test]
+fn unreachable_base_url_fails_the_ask() {
+    let run = Sandbox::new()
+        .env("GROQ_API_KEY", "test-key-groq-0123456789")
+        .env("GROQ_BASE_URL", "http://127.0.0.1:9/openai/v1")
+        .colony(&["ask", "--provider", "groq", "hi"])
+        .failed();
+    assert!(run.stderr.contains("fetch_error"), "{}", run.stderr);
+    let run = Sandbox::new()
+        .env("GROQ_API_KEY", "test-key-groq-0123456789")
+        .env("GROQ_BASE_URL", "not a url")
+        .colony(&["ask", "--provider", "groq", "hi"])
+        .failed();
+    assert!(run.stderr.contains("\"not a url\""), "{}", run.stderr);
+}
+
+#[test]
+fn ask_streams_the_answer_with_use_type_helper() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("A breaker stops calls to a failing service."));
+    let sb = Sandbox::new()
+        .env("OPENAI_API_KEY", "test-key-openai-0123456789")
+        .env("OPENAI_BASE_URL", &fake.base_url("openai"));
+    sb.write(
+        "config.toml",
+        "[use.helper]\nprovider = \"openai\"\nmodel = \"helper-model\"\n[use.general]\nprovider = \"gemini\"\n",
+    );
+    let run = sb.colony(&["ask", "What", "is", "a", "breaker?"]).ok();
+    assert_eq!(run.stdout.trim(), "A breaker stops calls to a failing service.");
+    let req = fake.requests().pop().unwrap();
+    assert_eq!(req.body["model"], "helper-model");
+    assert_eq!(req.body["stream"], true);
+    assert_eq!(req.body["messages"][1]["content"], "What is a breaker?");
+}
+
+#[test]
+fn config_set_get_list_and_test() {
+    let fake = FakeProvider::start();
+    let sb = Sandbox::new().env("ANTHROPIC_API_KEY", "test-key-anthropic-0123456789");
+    sb.colony(&["config", "set", "code", "provider", "anthropic"]).ok();
+    sb.colony(&["config", "set", "code", "base_url", &fake.base_url("anthropic")])
+        .ok();
+    sb.colony(&["config", "set", "code", "model", "claude-test"]).ok();
+    let run = sb.colony(&["config", "get", "code", "model"]).ok();
+    assert_eq!(run.stdout.trim(), "claude-test");
+    let run = sb.colony(&["config", "list"]).ok();
+    assert!(run.stdout.contains("[use.code]"), "{}", run.stdout);
+    assert!(run.stdout.contains("provider = anthropic"), "{}", run.stdout);
+    let bad = sb.colony(&["config", "set", "code", "provider", "nope"]).failed();
+    assert!(bad.stderr.contains("not a known provider"), "{}", bad.stderr);
+    let bad = sb.colony(&["config", "set", "code", "colour", "red"]).failed();
+    assert!(bad.stderr.contains("unknown field \"colour\""), "{}", bad.stderr);
+
+    fake.push(Reply::text("ok"));
+    let run = sb.colony(&["config", "test", "code"]).ok();
+    assert!(
+        run.stdout.starts_with("ok: anthropic answered with model"),
+        "{}",
+        run.stdout
+    );
+    assert!(run.stdout.contains(" ms"), "{}", run.stdout);
+    assert_eq!(fake.requests().pop().unwrap().body["model"], "claude-test");
+
+    fake.push(Reply::status(401));
+    let run = sb.colony(&["config", "test", "code"]).failed();
+    assert!(run.stderr.contains("auth_error"), "{}", run.stderr);
+
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        sb.colony(&["config", "set", "code", "key", "sk-secret-value-123"]).ok();
+        let mode = std::fs::metadata(sb.path("config.toml")).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let run = sb.colony(&["config", "get", "code", "key"]).ok();
+        assert_eq!(run.stdout.trim(), "[redacted]");
+    }
+}
+
+#[test]
+fn a_broken_config_file_is_named() {
+    let sb = Sandbox::new();
+    sb.write("config.toml", "[use.chat]\nprovder = \"openai\"\n");
+    let run = sb.colony(&["config", "list"]).failed();
+    assert!(run.stderr.contains("config.toml"), "{}", run.stderr);
+    assert!(run.stderr.contains("provder"), "{}", run.stderr);
+}
+
+#[test]
+fn providers_lists_the_catalogue() {
+    let run = Sandbox::new()
+        .env("GROQ_API_KEY", "x")
+        .colony(&["providers"])
+        .ok();
+    for id in ["anthropic", "openai", "groq", "ollama", "kimi", "gemini", "replay"] {
+        assert!(
+            run.stdout.lines().any(|l| l.starts_with(id)),
+            "{id} missing:\n{}",
+            run.stdout
+        );
+    }
+    let groq = run.stdout.lines().find(|l| l.starts_with("groq")).unwrap();
+    assert!(groq.ends_with(" set"), "{groq}");
+    let lua = Sandbox::new()
+        .lua(
+            r#"for _, p in ipairs(ai.providers()) do print(p.id, p.style, p.key_env, p.tools) end"#,
+            &[],
+        )
+        .ok();
+    assert!(lua.stdout.contains("kimi\topenai\tMOONSHOT_API_KEY\tnative"), "{}", lua.stdout);
+}
+
+#[test]
+fn help_tells_every_command() {
+    let run = Sandbox::new().colony(&["--help"]).ok();
+    for c in ["run", "ask", "providers", "models", "config"] {
+        assert!(run.stdout.contains(c), "{c}: {}", run.stdout);
+    }
+    let run = Sandbox::new().colony(&["run", "--help"]).ok();
+    assert!(run.stdout.contains("--replay") && run.stdout.contains("--record"));
+}
+
+#[test]
+fn quickstart_runs_offline_on_its_cassette() {
+    let run = Sandbox::new()
+        .colony(&["run", "--replay", "examples/quickstart.jsonl", "examples/quickstart.lua"])
+        .ok();
+    let lines = run.lines();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    assert!(lines[0].starts_with("tool call: weather.current {"), "{}", lines[0]);
+    assert!(lines[0].contains("Paris"), "{}", lines[0]);
+    assert!(lines[1].contains("Paris"), "{}", lines[1]);
+}
+
+#[test]
+fn a_cassette_miss_names_the_request() {
+    let run = Sandbox::new()
+        .colony(&["ask", "--replay", "examples/quickstart.jsonl", "something never recorded"])
+        .failed();
+    assert!(run.stderr.contains("cassette_miss"), "{}", run.stderr);
+    assert!(run.stderr.contains("has no answer for request 1"), "{}", run.stderr);
+    assert!(run.stderr.contains("something never recorded"), "{}", run.stderr);
+}
+
+/// Asks two questions concurrently-independent of order: the cassette is keyed by request, so
+/// replaying them in the other order still answers each correctly.
+#[test]
+fn record_then_replay_in_any_order_without_the_network() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("answer A"));
+    fake.push(Reply::text("answer B"));
+    let sb = Sandbox::new()
+        .env("OPENAI_API_KEY", "test-key-openai-0123456789")
+        .env("OPENAI_BASE_URL", &fake.base_url("openai"));
+    let cassette = sb.path("c.jsonl").display().to_string();
+    let run = sb
+        .lua(
+            r#"print(ai.ask("question A", { provider = "openai" }))
+               print(ai.ask("question B", { provider = "openai" }))"#,
+            &["--record", &cassette],
+        )
+        .ok();
+    assert_eq!(run.lines(), ["answer A", "answer B"]);
+    let recorded = std::fs::read_to_string(&cassette).unwrap();
+    assert_eq!(recorded.lines().count(), 2);
+    assert!(!recorded.contains("test-key-openai"), "keys are never written");
+    drop(fake);
+
+    let replay = Sandbox::new()
+        .lua(
+            r#"print(ai.ask("question B", { provider = "openai" }))
+               print(ai.ask("question A", { provider = "anthropic", stream = function() end }))"#,
+            &["--replay", &cassette],
+        )
+        .ok();
+    assert_eq!(replay.lines(), ["answer B", "answer A"]);
+}
+
+#[test]
+fn recorded_tool_calls_replay_with_their_calls() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("call_9", "weather_current", json!({"city": "Paris"})));
+    fake.push(Reply::text("Clear skies in Paris."));
+    let sb = Sandbox::new()
+        .env("ANTHROPIC_API_KEY", "test-key-anthropic-0123456789")
+        .env("ANTHROPIC_BASE_URL", &fake.base_url("anthropic"));
+    let cassette = sb.path("q.jsonl").display().to_string();
+    let live = sb
+        .colony(&["run", "--record", &cassette, "examples/quickstart.lua"])
+        .ok();
+    let replayed = Sandbox::new()
+        .colony(&["run", "--replay", &cassette, "examples/quickstart.lua"])
+        .ok();
+    assert_eq!(live.stdout, replayed.stdout);
+    assert!(live.stdout.contains("tool call: weather.current {\"city\":\"Paris\"}"));
+}

@@ -1,0 +1,116 @@
+//! Running the `colony` binary the way a user does, in a clean environment: no keys, no base
+//! URLs and no config file from the machine running the tests.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What a run printed and how it ended.
+#[derive(Debug)]
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// Panics with both streams unless the run succeeded.
+    #[track_caller]
+    pub fn ok(self) -> Run {
+        assert_eq!(self.code, 0, "colony failed\nstdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
+        self
+    }
+
+    /// Panics unless the run failed.
+    #[track_caller]
+    pub fn failed(self) -> Run {
+        assert_ne!(self.code, 0, "colony should have failed\nstdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
+        self
+    }
+
+    pub fn lines(&self) -> Vec<&str> {
+        self.stdout.lines().collect()
+    }
+}
+
+/// A scratch directory with its own config path and the environment for the binary.
+pub struct Sandbox {
+    pub dir: tempfile::TempDir,
+    env: Vec<(String, String)>,
+}
+
+/// Variables from the outer environment that would change what colony does.
+const SCRUBBED: &[&str] = &[
+    "ANTHROPIC_API_KEY",
+    "OPENAI_API_KEY",
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "GROQ_API_KEY",
+    "MOONSHOT_API_KEY",
+    "OLLAMA_HOST",
+    "ANTHROPIC_BASE_URL",
+    "OPENAI_BASE_URL",
+    "GEMINI_BASE_URL",
+    "GROQ_BASE_URL",
+    "MOONSHOT_BASE_URL",
+    "OLLAMA_BASE_URL",
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+];
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        let dir = tempfile::tempdir().expect("a temp dir");
+        let config = dir.path().join("config.toml");
+        Sandbox {
+            env: vec![("COLONY_CONFIG".into(), config.display().to_string())],
+            dir,
+        }
+    }
+
+    pub fn env(mut self, k: &str, v: &str) -> Sandbox {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.path(name);
+        std::fs::write(&p, text).expect("write a scratch file");
+        p
+    }
+
+    /// Runs `colony ARGS...`.
+    pub fn colony(&self, args: &[&str]) -> Run {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_colony"));
+        cmd.args(args).current_dir(project_root());
+        for k in SCRUBBED {
+            cmd.env_remove(k);
+        }
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().expect("the colony binary runs");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    /// Writes `source` to a script file and runs it with `colony run [EXTRA...] FILE`.
+    pub fn lua(&self, source: &str, extra: &[&str]) -> Run {
+        let file = self.write("script.lua", source);
+        let file = file.display().to_string();
+        let mut args = vec!["run"];
+        args.extend_from_slice(extra);
+        args.push(&file);
+        self.colony(&args)
+    }
+}
+
+pub fn project_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
