@@ -280,3 +280,29 @@ fn recorded_tool_calls_replay_with_their_calls() {
     assert_eq!(live.stdout, replayed.stdout);
     assert!(live.stdout.contains("tool call: weather.current {\"city\":\"Paris\"}"));
 }
+
+/// Writes `examples/quickstart.jsonl` afresh: the quickstart recorded against the fake provider
+/// with scripted replies (so the bundled cassette is synthetic, not a live model's words). Run it
+/// after changing the example or the request shape:
+/// `cargo test --test cli -- --ignored regenerate_quickstart_cassette`.
+#[test]
+#[ignore = "writes examples/quickstart.jsonl; run by hand"]
+fn regenerate_quickstart_cassette() {
+    let fake = FakeProvider::start();
+    fake.push(
+        Reply::tool_call("toolu_01", "weather_current", json!({"city": "Paris"}))
+            .with_text("Let me check the weather in Paris."),
+    );
+    fake.push(Reply::text("It is clear and 21 °C in Paris right now."));
+    let cassette = support::script::project_root().join("examples/quickstart.jsonl");
+    Sandbox::new()
+        .env("ANTHROPIC_API_KEY", "test-key-anthropic-0123456789")
+        .env("ANTHROPIC_BASE_URL", &fake.base_url("anthropic"))
+        .colony(&[
+            "run",
+            "--record",
+            &cassette.display().to_string(),
+            "examples/quickstart.lua",
+        ])
+        .ok();
+}
