@@ -16,7 +16,7 @@
 //! | `STOP` | `EndTurn`, or `ToolUse` when the answer holds function calls |
 //! | `MAX_TOKENS` | `MaxTokens` |
 //! | `SAFETY`, `RECITATION`, `BLOCKLIST`, `PROHIBITED_CONTENT`, `SPII`, `LANGUAGE`, `IMAGE_*` filters | `ContentFilter` |
-//! | `MALFORMED_FUNCTION_CALL`, `OTHER`, anything else | `Error`, with `finishMessage` (or the reason) appended as text |
+//! | `MALFORMED_FUNCTION_CALL`, `OTHER`, anything else | `Error`, `finishMessage` (or the reason) appended as a text part, not streamed as a delta |
 //! | none, prompt blocked (`promptFeedback.blockReason`, no candidates) | `ContentFilter`, empty text |
 //! | none, stream cut | [`ProviderError::Fetch`] "the stream ended before a finishReason" |
 //!
@@ -51,6 +51,8 @@
 //! conversation moved over from another provider). For those models only, the first call of such
 //! a step gets Google's documented `skip_thought_signature_validator` placeholder; a parallel
 //! batch whose first call is signed is left as it came (only the first call of a batch is signed).
+//! "Gemini 3 or later" is read from the model name (`gemini-N...`, N >= 3); an alias such as
+//! `gemini-flash-latest` is not recognised.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
