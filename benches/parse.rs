@@ -81,7 +81,9 @@ fn cases() -> Vec<Case> {
 fn parse(case: &Case) -> bool {
     let codec = codec(case.style).expect("a wire style");
     if case.stream {
-        sse::assemble_bytes(&case.bytes, codec.assembler()).0.is_ok()
+        sse::assemble_bytes(&case.bytes, codec.assembler())
+            .0
+            .is_ok()
     } else {
         codec.parse(&case.bytes).is_ok()
     }

@@ -204,6 +204,11 @@ pub enum ToolChoice {
 }
 
 /// Token counts. Summed over steps by the turn loop.
+///
+/// `input` counts every prompt token, cached ones included (`cache_read` and `cache_write` say
+/// how many of them hit or filled a cache); `output` counts every generated token, reasoning
+/// included (`reasoning` says how many). OpenAI and Gemini report this way; the Anthropic style
+/// adds its separately reported cache tokens into `input`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
     pub input: u64,

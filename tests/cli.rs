@@ -11,13 +11,13 @@ use support::script::Sandbox;
 fn a_script_gets_its_arguments_and_json() {
     let run = Sandbox::new()
         .lua(
-            r#"print(arg[0] ~= nil, arg[1], arg[2], select("#", ...))
+            r##"print(arg[0] ~= nil, arg[1], arg[2], select("#", ...))
                local data = require("data")
                print(data.json.encode(json.decode('{"a":[],"b":{},"c":[1,{"d":null}]}')))
                print(json.encode({}), json.encode(json.array()), json.decode("[1,2]")[2])
                print(json.null == json.decode("null"), json.encode({ x = json.null }))
                local v, err = json.decode("{nope")
-               print(v, err.kind)"#,
+               print(v, err.kind)"##,
             &["one", "--two"],
         )
         .ok();

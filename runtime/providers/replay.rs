@@ -29,10 +29,17 @@ struct Exchange {
     response: Inferred,
 }
 
+/// The recorded answers to one fingerprint: those not yet given, and the last one given.
+#[derive(Default)]
+struct Answers {
+    queue: VecDeque<Inferred>,
+    last: Option<Inferred>,
+}
+
 /// A loaded cassette.
 pub struct Cassette {
     path: PathBuf,
-    answers: Mutex<HashMap<String, (VecDeque<Inferred>, Option<Inferred>)>>,
+    answers: Mutex<HashMap<String, Answers>>,
     asked: AtomicUsize,
     models: Vec<String>,
 }
@@ -78,10 +85,11 @@ fn describe(req: &InferRequest) -> String {
         .map(|m| m.text())
         .find(|t| !t.is_empty())
         .unwrap_or_default();
-    let mut last: String = last.chars().take(80).collect();
-    if last.len() < req.messages.last().map(|m| m.text().len()).unwrap_or(0) {
-        last.push_str("...");
+    let mut short: String = last.chars().take(80).collect();
+    if short.len() < last.len() {
+        short.push_str("...");
     }
+    let last = short;
     format!(
         "{} message(s), {} tool(s), last text {:?}",
         req.messages.len(),
@@ -95,7 +103,7 @@ impl Cassette {
         let text = std::fs::read_to_string(path).map_err(|e| {
             ProviderError::Config(format!("cannot read cassette {}: {e}", path.display()))
         })?;
-        let mut answers: HashMap<String, (VecDeque<Inferred>, Option<Inferred>)> = HashMap::new();
+        let mut answers: HashMap<String, Answers> = HashMap::new();
         let mut models = Vec::new();
         for (n, line) in text.lines().enumerate() {
             if line.trim().is_empty() {
@@ -116,7 +124,7 @@ impl Cassette {
             answers
                 .entry(ex.fingerprint)
                 .or_default()
-                .0
+                .queue
                 .push_back(ex.response);
         }
         Ok(Cassette {
@@ -137,11 +145,11 @@ impl Cassette {
         let fp = fingerprint(req);
         let found = {
             let mut answers = self.answers.lock().unwrap_or_else(|e| e.into_inner());
-            answers.get_mut(&fp).and_then(|(queue, last)| {
-                if let Some(next) = queue.pop_front() {
-                    *last = Some(next);
+            answers.get_mut(&fp).and_then(|a| {
+                if let Some(next) = a.queue.pop_front() {
+                    a.last = Some(next);
                 }
-                last.clone()
+                a.last.clone()
             })
         };
         let inferred = found.ok_or_else(|| {
