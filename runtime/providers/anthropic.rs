@@ -17,7 +17,7 @@ use serde_json::{Map, Value, json};
 use super::{Assembler, Codec, Endpoint, ProviderError, WireRequest, errors, merge_extra};
 use crate::vocab::{
     InferRequest, Inferred, Message, Opaque, Part, Role, Stop, Style, ToolCall, ToolChoice,
-    ToolResult, Usage,
+    ToolResult, ToolSpec, Usage,
 };
 
 /// The API version colony speaks; the request and response shapes below are this version's.
@@ -38,7 +38,7 @@ impl Codec for Anthropic {
         merge_extra(&mut body, req.extra.as_ref());
         WireRequest {
             url: format!("{}/messages", base_url(ep)),
-            headers: headers(ep, true),
+            headers: headers(ep),
             body,
         }
     }
@@ -60,7 +60,7 @@ impl Codec for Anthropic {
     fn models_request(&self, ep: &Endpoint) -> WireRequest {
         WireRequest {
             url: format!("{}/models?limit={MODELS_PAGE}", base_url(ep)),
-            headers: headers(ep, false),
+            headers: headers(ep),
             body: Value::Null,
         }
     }
@@ -83,16 +83,15 @@ fn base_url(ep: &Endpoint) -> &str {
     ep.base_url.trim_end_matches('/')
 }
 
-/// The key header only when a key is set: a keyless local proxy must not receive an empty one.
-fn headers(ep: &Endpoint, with_body: bool) -> Vec<(String, String)> {
+/// The same for every call. The key header only when a key is set: a keyless local proxy must
+/// not receive an empty one.
+fn headers(ep: &Endpoint) -> Vec<(String, String)> {
     let mut headers = Vec::new();
     if let Some(key) = ep.key.as_deref().filter(|k| !k.is_empty()) {
         headers.push(("x-api-key".to_string(), key.to_string()));
     }
     headers.push(("anthropic-version".to_string(), API_VERSION.to_string()));
-    if with_body {
-        headers.push(("content-type".to_string(), "application/json".to_string()));
-    }
+    headers.push(("content-type".to_string(), "application/json".to_string()));
     headers
 }
 
@@ -113,12 +112,7 @@ fn request_body(req: &InferRequest, stream: bool) -> Value {
         body["stop_sequences"] = json!(req.stop_sequences);
     }
     if !req.tools.is_empty() {
-        let tools: Vec<Value> = req
-            .tools
-            .iter()
-            .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.parameters}))
-            .collect();
-        body["tools"] = Value::Array(tools);
+        body["tools"] = Value::Array(req.tools.iter().map(tool_spec).collect());
     }
     if let Some(choice) = tool_choice(req) {
         body["tool_choice"] = choice;
@@ -127,6 +121,17 @@ fn request_body(req: &InferRequest, stream: bool) -> Value {
         body["stream"] = json!(true);
     }
     body
+}
+
+/// A tool offered to the model. The API rejects an `input_schema` that is not an object, so a
+/// tool declared without parameters (`null`) is offered as taking none.
+fn tool_spec(tool: &ToolSpec) -> Value {
+    let schema = if tool.parameters.is_object() {
+        tool.parameters.clone()
+    } else {
+        json!({"type": "object", "properties": {}})
+    };
+    json!({"name": tool.name, "description": tool.description, "input_schema": schema})
 }
 
 /// `req.system` plus the text of any `Role::System` messages: the API accepts only one prompt.
@@ -621,7 +626,6 @@ mod tests {
     use super::*;
     use crate::providers::ToolsLevel;
     use crate::providers::sse::assemble_bytes;
-    use crate::vocab::ToolSpec;
 
     const KEY: &str = "sk-ant-test-not-a-real-key";
 
@@ -810,6 +814,20 @@ mod tests {
                 "description": "Weather for a city",
                 "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
             }])
+        );
+    }
+
+    #[test]
+    fn a_tool_without_a_schema_takes_no_arguments() {
+        let mut req = request(vec![Message::user("Ping?")]);
+        req.tools = vec![ToolSpec {
+            name: "ping".into(),
+            description: String::new(),
+            parameters: Value::Null,
+        }];
+        assert_eq!(
+            body(&req)["tools"],
+            json!([{"name": "ping", "description": "", "input_schema": {"type": "object", "properties": {}}}])
         );
     }
 
@@ -1034,6 +1052,7 @@ mod tests {
     fn models_request_and_ids() {
         let wire = Anthropic.models_request(&endpoint(Some(KEY)));
         assert_eq!(wire.url, "https://api.anthropic.com/v1/models?limit=1000");
+        assert_eq!(wire.headers, headers(&endpoint(Some(KEY))));
         assert_eq!(header(&wire, "x-api-key"), Some(KEY));
         assert_eq!(header(&wire, "anthropic-version"), Some("2023-06-01"));
         let listing = json!({
