@@ -1,26 +1,1297 @@
-//! The anthropic wire style. (Being written.)
+//! The Anthropic Messages API wire style: `POST {base}/messages`, whole or streamed over SSE.
+//!
+//! Mapping decisions, both ways:
+//! - The API takes one top-level `system` string, so `req.system` and the text of every
+//!   `Role::System` message are joined into it (blank line between).
+//! - Messages must alternate user / assistant: `Role::Tool` messages become user messages of
+//!   `tool_result` blocks, and neighbours that land on the same wire role are merged into one
+//!   message. Inside a merged message the API's ordering rules are restored: `tool_result` blocks
+//!   first in a user message, `thinking` / `redacted_thinking` blocks first in an assistant one.
+//! - Thinking blocks are kept whole (signature included) as [`Opaque`] data on
+//!   [`Part::Reasoning`] and sent back byte for byte; reasoning from another style is dropped.
+//! - Stop reasons: see [`stop_from_wire`]. Usage: see [`apply_usage`]; the API does not count
+//!   thinking tokens apart from output tokens, so `reasoning` stays 0.
 
-use serde_json::Value;
+use serde_json::{Map, Value, json};
 
-use super::{Assembler, Codec, Endpoint, ProviderError, WireRequest};
-use crate::vocab::{InferRequest, Inferred};
+use super::{Assembler, Codec, Endpoint, ProviderError, WireRequest, errors, merge_extra};
+use crate::vocab::{
+    InferRequest, Inferred, Message, Opaque, Part, Role, Stop, Style, ToolCall, ToolChoice,
+    ToolResult, ToolSpec, Usage,
+};
+
+/// The API version colony speaks; the request and response shapes below are this version's.
+const API_VERSION: &str = "2023-06-01";
+
+/// `max_tokens` is mandatory on this API; this is used when the request leaves it unset.
+const DEFAULT_MAX_TOKENS: u32 = 4096;
+
+/// The models endpoint pages 20 ids at a time by default; one page of the maximum size covers
+/// any real account, so no paging is needed.
+const MODELS_PAGE: u32 = 1000;
 
 pub struct Anthropic;
 
 impl Codec for Anthropic {
-    fn request(&self, _req: &InferRequest, _ep: &Endpoint, _stream: bool) -> WireRequest {
-        todo!()
+    fn request(&self, req: &InferRequest, ep: &Endpoint, stream: bool) -> WireRequest {
+        let mut body = request_body(req, stream);
+        merge_extra(&mut body, req.extra.as_ref());
+        WireRequest {
+            url: format!("{}/messages", base_url(ep)),
+            headers: headers(ep),
+            body,
+        }
     }
-    fn parse(&self, _body: &[u8]) -> Result<Inferred, ProviderError> {
-        todo!()
+
+    fn parse(&self, body: &[u8]) -> Result<Inferred, ProviderError> {
+        let value: Value = serde_json::from_slice(body)
+            .map_err(|e| ProviderError::Parse(format!("the response is not JSON: {e}")))?;
+        if value.get("type").and_then(Value::as_str) == Some("error") {
+            // An error body that came with a 2xx status (seen behind proxies).
+            return Err(errors::classify_stream_error(&value));
+        }
+        parse_message(&value)
     }
+
     fn assembler(&self) -> Box<dyn Assembler> {
-        todo!()
+        Box::new(StreamAssembler::default())
     }
-    fn models_request(&self, _ep: &Endpoint) -> WireRequest {
-        todo!()
+
+    fn models_request(&self, ep: &Endpoint) -> WireRequest {
+        WireRequest {
+            url: format!("{}/models?limit={MODELS_PAGE}", base_url(ep)),
+            headers: headers(ep),
+            body: Value::Null,
+        }
     }
-    fn parse_models(&self, _body: &Value) -> Vec<String> {
-        todo!()
+
+    fn parse_models(&self, body: &Value) -> Vec<String> {
+        body.get("data")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m.get("id").and_then(Value::as_str))
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Outgoing
+
+fn base_url(ep: &Endpoint) -> &str {
+    ep.base_url.trim_end_matches('/')
+}
+
+/// The same for every call. The key header only when a key is set: a keyless local proxy must
+/// not receive an empty one.
+fn headers(ep: &Endpoint) -> Vec<(String, String)> {
+    let mut headers = Vec::new();
+    if let Some(key) = ep.key.as_deref().filter(|k| !k.is_empty()) {
+        headers.push(("x-api-key".to_string(), key.to_string()));
+    }
+    headers.push(("anthropic-version".to_string(), API_VERSION.to_string()));
+    headers.push(("content-type".to_string(), "application/json".to_string()));
+    headers
+}
+
+/// The body before `extra` is merged over it.
+fn request_body(req: &InferRequest, stream: bool) -> Value {
+    let mut body = json!({
+        "model": req.model,
+        "max_tokens": req.max_tokens.unwrap_or(DEFAULT_MAX_TOKENS),
+    });
+    if let Some(system) = system_prompt(req) {
+        body["system"] = json!(system);
+    }
+    body["messages"] = Value::Array(wire_messages(&req.messages));
+    if let Some(t) = req.temperature {
+        body["temperature"] = json!(t);
+    }
+    if !req.stop_sequences.is_empty() {
+        body["stop_sequences"] = json!(req.stop_sequences);
+    }
+    if !req.tools.is_empty() {
+        body["tools"] = Value::Array(req.tools.iter().map(tool_spec).collect());
+    }
+    if let Some(choice) = tool_choice(req) {
+        body["tool_choice"] = choice;
+    }
+    if stream {
+        body["stream"] = json!(true);
+    }
+    body
+}
+
+/// A tool offered to the model. The API rejects an `input_schema` that is not an object, so a
+/// tool declared without parameters (`null`) is offered as taking none.
+fn tool_spec(tool: &ToolSpec) -> Value {
+    let schema = if tool.parameters.is_object() {
+        tool.parameters.clone()
+    } else {
+        json!({"type": "object", "properties": {}})
+    };
+    json!({"name": tool.name, "description": tool.description, "input_schema": schema})
+}
+
+/// `req.system` plus the text of any `Role::System` messages: the API accepts only one prompt.
+fn system_prompt(req: &InferRequest) -> Option<String> {
+    let pieces: Vec<String> = req
+        .system
+        .iter()
+        .cloned()
+        .chain(
+            req.messages
+                .iter()
+                .filter(|m| m.role == Role::System)
+                .map(Message::text),
+        )
+        .filter(|s| !s.is_empty())
+        .collect();
+    (!pieces.is_empty()).then(|| pieces.join("\n\n"))
+}
+
+/// `auto` is the API's default, so it is only spelled out when tools are offered; `none` without
+/// tools says nothing either. A forced choice without tools is sent anyway: the API's refusal is
+/// a clearer report of that mistake than silently ignoring it.
+fn tool_choice(req: &InferRequest) -> Option<Value> {
+    match &req.tool_choice {
+        ToolChoice::Auto | ToolChoice::None if req.tools.is_empty() => None,
+        ToolChoice::Auto => Some(json!({"type": "auto"})),
+        ToolChoice::None => Some(json!({"type": "none"})),
+        ToolChoice::Required => Some(json!({"type": "any"})),
+        ToolChoice::Tool(name) => Some(json!({"type": "tool", "name": name})),
+    }
+}
+
+/// One wire message being built; `role` is `user` or `assistant`.
+struct WireMessage {
+    role: &'static str,
+    content: Vec<Value>,
+}
+
+/// The neutral conversation as alternating user / assistant messages.
+fn wire_messages(messages: &[Message]) -> Vec<Value> {
+    let mut out: Vec<WireMessage> = Vec::new();
+    for message in messages {
+        let role = match message.role {
+            Role::System => continue,
+            Role::User | Role::Tool => "user",
+            Role::Assistant => "assistant",
+        };
+        let content: Vec<Value> = message.parts.iter().filter_map(block_for).collect();
+        // The API rejects a message with no content; a message of dropped parts simply vanishes.
+        if content.is_empty() {
+            continue;
+        }
+        match out.last_mut() {
+            Some(last) if last.role == role => last.content.extend(content),
+            _ => out.push(WireMessage { role, content }),
+        }
+    }
+    out.into_iter()
+        .map(|mut m| {
+            // Stable: the relative order of blocks of the same rank is kept.
+            m.content.sort_by_key(|b| block_rank(m.role, b));
+            json!({"role": m.role, "content": m.content})
+        })
+        .collect()
+}
+
+/// Where a block must sit in its message: tool results lead a user message (the API rejects
+/// text before them), thinking leads an assistant message.
+fn block_rank(role: &str, block: &Value) -> u8 {
+    let kind = block.get("type").and_then(Value::as_str).unwrap_or("");
+    match (role, kind) {
+        ("user", "tool_result") => 0,
+        ("assistant", "thinking" | "redacted_thinking") => 0,
+        _ => 1,
+    }
+}
+
+/// The wire block for one part, or `None` for what this style cannot or must not carry.
+fn block_for(part: &Part) -> Option<Value> {
+    match part {
+        // The API rejects empty text blocks.
+        Part::Text { text, .. } if text.is_empty() => None,
+        Part::Text { text, .. } => Some(json!({"type": "text", "text": text})),
+        Part::Reasoning { opaque, .. } => reasoning_block(opaque.as_ref()),
+        Part::ToolCall(call) => Some(tool_use_block(call)),
+        Part::ToolResult(result) => Some(tool_result_block(result)),
+    }
+}
+
+/// A thinking block exactly as it came, when it came from this style. Reasoning without it (or
+/// from another style) is dropped: the API verifies thinking by its signature.
+fn reasoning_block(opaque: Option<&Opaque>) -> Option<Value> {
+    let opaque = opaque.filter(|o| o.style == Style::Anthropic)?;
+    opaque.data.is_object().then(|| opaque.data.clone())
+}
+
+/// `input` must be an object; arguments that do not decode to one are sent as `{}` so that the
+/// conversation stays valid (the call's result already tells the model what went wrong).
+fn tool_use_block(call: &ToolCall) -> Value {
+    let input = call
+        .decoded()
+        .ok()
+        .filter(Value::is_object)
+        .unwrap_or_else(|| json!({}));
+    json!({"type": "tool_use", "id": call.id, "name": call.name, "input": input})
+}
+
+/// `content` is optional on the wire and an empty one is left out; `is_error` only when true.
+fn tool_result_block(result: &ToolResult) -> Value {
+    let mut block = json!({"type": "tool_result", "tool_use_id": result.call_id});
+    if !result.content.is_empty() {
+        block["content"] = json!(result.content);
+    }
+    if result.is_error {
+        block["is_error"] = json!(true);
+    }
+    block
+}
+
+// ---------------------------------------------------------------------------------------------
+// Incoming: shared pieces
+
+/// The neutral stop for a wire `stop_reason`.
+///
+/// `pause_turn` (a server-tool loop paused) ends the turn: colony runs no server tools, and the
+/// answer so far is complete as far as it is concerned. `model_context_window_exceeded` is a
+/// truncation like `max_tokens`. An unknown or missing reason is read from the content: tool use
+/// if the answer holds calls, otherwise an ordinary end of turn.
+fn stop_from_wire(reason: Option<&str>, has_calls: bool) -> Stop {
+    match reason {
+        Some("end_turn" | "pause_turn") => Stop::EndTurn,
+        Some("tool_use") => Stop::ToolUse,
+        Some("max_tokens" | "model_context_window_exceeded") => Stop::MaxTokens,
+        Some("stop_sequence") => Stop::StopSequence,
+        Some("refusal") => Stop::Refusal,
+        _ if has_calls => Stop::ToolUse,
+        _ => Stop::EndTurn,
+    }
+}
+
+/// Overwrites each usage field the wire object carries as a number: `input_tokens`,
+/// `output_tokens`, `cache_read_input_tokens` and `cache_creation_input_tokens` (cache write).
+/// Stream usage is cumulative, so the latest value of each field wins; absent and `null` fields
+/// keep the value seen before.
+fn apply_usage(wire: Option<&Value>, usage: &mut Usage) {
+    let Some(wire) = wire else { return };
+    for (name, field) in [
+        ("input_tokens", &mut usage.input),
+        ("output_tokens", &mut usage.output),
+        ("cache_read_input_tokens", &mut usage.cache_read),
+        ("cache_creation_input_tokens", &mut usage.cache_write),
+    ] {
+        if let Some(n) = wire.get(name).and_then(Value::as_u64) {
+            *field = n;
+        }
+    }
+}
+
+/// A tool call from a block's `input` object, serialised compactly.
+fn tool_call(id: &str, name: &str, input: Option<&Value>) -> ToolCall {
+    let arguments = match input {
+        None | Some(Value::Null) => "{}".to_string(),
+        Some(v) => v.to_string(),
+    };
+    ToolCall {
+        id: id.to_string(),
+        name: name.to_string(),
+        arguments,
+        opaque: None,
+    }
+}
+
+/// A thinking or redacted-thinking block as reasoning: the shown text, and the block itself to
+/// send back.
+fn reasoning_part(block: &Value) -> Part {
+    let text = block
+        .get("thinking")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    Part::Reasoning {
+        text,
+        opaque: Some(Opaque {
+            style: Style::Anthropic,
+            data: block.clone(),
+        }),
+    }
+}
+
+fn str_field<'a>(v: &'a Value, key: &str, what: &str) -> Result<&'a str, ProviderError> {
+    v.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| ProviderError::Parse(format!("{what} has no string `{key}`")))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Incoming: whole responses
+
+fn parse_message(value: &Value) -> Result<Inferred, ProviderError> {
+    let content = value
+        .get("content")
+        .and_then(Value::as_array)
+        .ok_or_else(|| ProviderError::Parse("the message has no `content` array".into()))?;
+    let mut parts = Vec::new();
+    for block in content {
+        if let Some(part) = part_from_block(block)? {
+            parts.push(part);
+        }
+    }
+    let has_calls = parts.iter().any(|p| matches!(p, Part::ToolCall(_)));
+    let mut usage = Usage::default();
+    apply_usage(value.get("usage"), &mut usage);
+    Ok(Inferred {
+        message: Message::new(Role::Assistant, parts),
+        stop: stop_from_wire(value.get("stop_reason").and_then(Value::as_str), has_calls),
+        usage,
+        model: value
+            .get("model")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+    })
+}
+
+/// One content block of a whole message. Block types colony does not use (server tool use and
+/// results, documents) are skipped.
+fn part_from_block(block: &Value) -> Result<Option<Part>, ProviderError> {
+    let kind = str_field(block, "type", "a content block")?;
+    Ok(match kind {
+        "text" => {
+            let text = str_field(block, "text", "a text block")?;
+            (!text.is_empty()).then(|| Part::text(text))
+        }
+        "tool_use" => Some(Part::ToolCall(tool_call(
+            str_field(block, "id", "a tool_use block")?,
+            str_field(block, "name", "a tool_use block")?,
+            block.get("input"),
+        ))),
+        "thinking" | "redacted_thinking" => Some(reasoning_part(block)),
+        _ => None,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Incoming: streams
+
+/// One content block of a stream, by the wire `index` it was opened with.
+struct StreamBlock {
+    index: u64,
+    kind: BlockKind,
+}
+
+enum BlockKind {
+    Text(String),
+    Tool {
+        id: String,
+        name: String,
+        /// The `input` of `content_block_start`: used when no fragment follows.
+        start_input: Value,
+        /// The concatenated `input_json_delta` fragments.
+        json: String,
+    },
+    /// The whole `thinking` / `redacted_thinking` block, grown by its deltas.
+    Thinking(Map<String, Value>),
+    /// A block type colony does not use; its deltas are ignored.
+    Other,
+}
+
+#[derive(Default)]
+struct StreamAssembler {
+    model: Option<String>,
+    blocks: Vec<StreamBlock>,
+    usage: Usage,
+    stop_reason: Option<String>,
+    /// `message_stop` arrived.
+    ended: bool,
+}
+
+impl Assembler for StreamAssembler {
+    fn event(
+        &mut self,
+        event: &str,
+        data: &str,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<(), ProviderError> {
+        let payload: Value = serde_json::from_str(data).map_err(|e| {
+            ProviderError::Parse(format!("the `{event}` event's data is not JSON: {e}"))
+        })?;
+        // The payload names its own type; the SSE event name is the same word when present.
+        let kind = payload.get("type").and_then(Value::as_str).unwrap_or(event);
+        match kind {
+            "message_start" => self.message_start(&payload),
+            "content_block_start" => self.block_start(&payload, on_text)?,
+            "content_block_delta" => self.block_delta(&payload, on_text)?,
+            "content_block_stop" => self.block_stop(&payload)?,
+            "message_delta" => self.message_delta(&payload),
+            "message_stop" => self.ended = true,
+            "error" => return Err(errors::classify_stream_error(&payload)),
+            // `ping`, and event types added after this was written, carry nothing colony uses.
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn finish(self: Box<Self>) -> Result<Inferred, ProviderError> {
+        if !self.ended {
+            return Err(ProviderError::Fetch(
+                "the stream ended before message_stop".into(),
+            ));
+        }
+        let parts: Vec<Part> = self.blocks.into_iter().filter_map(into_part).collect();
+        let has_calls = parts.iter().any(|p| matches!(p, Part::ToolCall(_)));
+        Ok(Inferred {
+            message: Message::new(Role::Assistant, parts),
+            stop: stop_from_wire(self.stop_reason.as_deref(), has_calls),
+            usage: self.usage,
+            model: self.model,
+        })
+    }
+}
+
+impl StreamAssembler {
+    fn message_start(&mut self, payload: &Value) {
+        let message = payload.get("message");
+        if let Some(model) = message.and_then(|m| m.get("model")).and_then(Value::as_str) {
+            self.model = Some(model.to_string());
+        }
+        apply_usage(message.and_then(|m| m.get("usage")), &mut self.usage);
+    }
+
+    fn message_delta(&mut self, payload: &Value) {
+        let reason = payload
+            .get("delta")
+            .and_then(|d| d.get("stop_reason"))
+            .and_then(Value::as_str);
+        if let Some(reason) = reason {
+            self.stop_reason = Some(reason.to_string());
+        }
+        apply_usage(payload.get("usage"), &mut self.usage);
+    }
+
+    fn block_start(
+        &mut self,
+        payload: &Value,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<(), ProviderError> {
+        let index = block_index(payload)?;
+        let block = payload.get("content_block").ok_or_else(|| {
+            ProviderError::Parse("content_block_start has no content_block".into())
+        })?;
+        let kind = match block.get("type").and_then(Value::as_str).unwrap_or("") {
+            "text" => {
+                let text = block.get("text").and_then(Value::as_str).unwrap_or("");
+                if !text.is_empty() {
+                    on_text(text);
+                }
+                BlockKind::Text(text.to_string())
+            }
+            "tool_use" => BlockKind::Tool {
+                id: str_field(block, "id", "a tool_use block")?.to_string(),
+                name: str_field(block, "name", "a tool_use block")?.to_string(),
+                start_input: block.get("input").cloned().unwrap_or(Value::Null),
+                json: String::new(),
+            },
+            "thinking" | "redacted_thinking" => match block {
+                Value::Object(map) => BlockKind::Thinking(map.clone()),
+                _ => BlockKind::Other,
+            },
+            _ => BlockKind::Other,
+        };
+        self.blocks.push(StreamBlock { index, kind });
+        Ok(())
+    }
+
+    fn block_delta(
+        &mut self,
+        payload: &Value,
+        on_text: &mut dyn FnMut(&str),
+    ) -> Result<(), ProviderError> {
+        let index = block_index(payload)?;
+        let delta = payload.get("delta").ok_or_else(|| {
+            ProviderError::Parse(format!("content_block_delta {index} has no delta"))
+        })?;
+        let delta_type = delta.get("type").and_then(Value::as_str).unwrap_or("");
+        let block = self.block_mut(index, "content_block_delta")?;
+        match (delta_type, &mut block.kind) {
+            ("text_delta", BlockKind::Text(text)) => {
+                let piece = str_field(delta, "text", "a text_delta")?;
+                text.push_str(piece);
+                on_text(piece);
+            }
+            ("input_json_delta", BlockKind::Tool { json, .. }) => {
+                json.push_str(str_field(delta, "partial_json", "an input_json_delta")?);
+            }
+            ("thinking_delta", BlockKind::Thinking(map)) => {
+                let piece = str_field(delta, "thinking", "a thinking_delta")?;
+                append_field(map, "thinking", piece);
+            }
+            ("signature_delta", BlockKind::Thinking(map)) => {
+                let piece = str_field(delta, "signature", "a signature_delta")?;
+                append_field(map, "signature", piece);
+            }
+            // Citations and other annotations colony does not keep; deltas of skipped blocks.
+            (_, BlockKind::Other) | ("citations_delta", _) => {}
+            (other, _) => {
+                return Err(ProviderError::Parse(format!(
+                    "a `{other}` delta does not fit content block {index}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Nothing is finalised here: a tool block cut by `max_tokens` never gets its stop, so
+    /// arguments are settled for every block alike in [`into_part`]. The stop only has to name a
+    /// block that exists.
+    fn block_stop(&mut self, payload: &Value) -> Result<(), ProviderError> {
+        let index = block_index(payload)?;
+        self.block_mut(index, "content_block_stop").map(|_| ())
+    }
+
+    fn block_mut(&mut self, index: u64, event: &str) -> Result<&mut StreamBlock, ProviderError> {
+        self.blocks
+            .iter_mut()
+            .rev()
+            .find(|b| b.index == index)
+            .ok_or_else(|| {
+                ProviderError::Parse(format!(
+                    "{event} for content block {index}, which never started"
+                ))
+            })
+    }
+}
+
+fn block_index(payload: &Value) -> Result<u64, ProviderError> {
+    payload.get("index").and_then(Value::as_u64).ok_or_else(|| {
+        let kind = payload
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or("event");
+        ProviderError::Parse(format!("{kind} has no numeric `index`"))
+    })
+}
+
+fn append_field(map: &mut Map<String, Value>, key: &str, piece: &str) {
+    let mut text = map
+        .get(key)
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    text.push_str(piece);
+    map.insert(key.to_string(), Value::String(text));
+}
+
+/// The neutral part a finished stream block becomes.
+///
+/// Tool arguments are parsed only now, when every fragment is in: JSON that parses is
+/// re-serialised compactly (the same text a whole response gives); JSON that does not (a block
+/// cut by `max_tokens` before its stop) is kept as it is, since repairing it would invent
+/// arguments. A block with no fragments at all falls back to its start `input` (`{}`).
+fn into_part(block: StreamBlock) -> Option<Part> {
+    match block.kind {
+        BlockKind::Text(text) => (!text.is_empty()).then(|| Part::text(text)),
+        BlockKind::Tool {
+            id,
+            name,
+            start_input,
+            json,
+        } => {
+            if json.trim().is_empty() {
+                return Some(Part::ToolCall(tool_call(&id, &name, Some(&start_input))));
+            }
+            let arguments = match serde_json::from_str::<Value>(&json) {
+                Ok(value) => value.to_string(),
+                Err(_) => json,
+            };
+            Some(Part::ToolCall(ToolCall {
+                id,
+                name,
+                arguments,
+                opaque: None,
+            }))
+        }
+        BlockKind::Thinking(map) => Some(reasoning_part(&Value::Object(map))),
+        BlockKind::Other => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::providers::ToolsLevel;
+    use crate::providers::sse::assemble_bytes;
+
+    const KEY: &str = "sk-ant-test-not-a-real-key";
+
+    fn endpoint(key: Option<&str>) -> Endpoint {
+        Endpoint {
+            provider: "anthropic".into(),
+            style: Style::Anthropic,
+            base_url: "https://api.anthropic.com/v1".into(),
+            key: key.map(str::to_string),
+            tools_level: ToolsLevel::Native,
+            timeout: Duration::from_secs(30),
+        }
+    }
+
+    fn body(req: &InferRequest) -> Value {
+        Anthropic.request(req, &endpoint(Some(KEY)), false).body
+    }
+
+    fn request(messages: Vec<Message>) -> InferRequest {
+        InferRequest {
+            model: "claude-sonnet-4-5".into(),
+            messages,
+            ..Default::default()
+        }
+    }
+
+    fn weather_tool() -> ToolSpec {
+        ToolSpec {
+            name: "get_weather".into(),
+            description: "Weather for a city".into(),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
+        }
+    }
+
+    fn call(id: &str, name: &str, arguments: &str) -> Part {
+        Part::ToolCall(ToolCall {
+            id: id.into(),
+            name: name.into(),
+            arguments: arguments.into(),
+            opaque: None,
+        })
+    }
+
+    fn result(call_id: &str, content: &str, is_error: bool) -> Part {
+        Part::ToolResult(ToolResult {
+            call_id: call_id.into(),
+            name: "get_weather".into(),
+            content: content.into(),
+            is_error,
+        })
+    }
+
+    fn header<'a>(wire: &'a WireRequest, name: &str) -> Option<&'a str> {
+        wire.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Wraps payloads as Anthropic SSE (`event:` named after the JSON `type`).
+    fn sse(payloads: &[Value]) -> Vec<u8> {
+        let mut out = String::new();
+        for p in payloads {
+            let kind = p["type"].as_str().unwrap_or_default();
+            out.push_str(&format!("event: {kind}\ndata: {p}\n\n"));
+        }
+        out.into_bytes()
+    }
+
+    fn message_start() -> Value {
+        json!({"type": "message_start", "message": {"id": "msg_1", "type": "message", "role": "assistant",
+            "model": "claude-test", "content": [], "stop_reason": null,
+            "usage": {"input_tokens": 10, "output_tokens": 1}}})
+    }
+
+    // ---- outgoing ----
+
+    #[test]
+    fn url_and_headers() {
+        let wire = Anthropic.request(
+            &request(vec![Message::user("hi")]),
+            &endpoint(Some(KEY)),
+            false,
+        );
+        assert_eq!(wire.url, "https://api.anthropic.com/v1/messages");
+        assert_eq!(header(&wire, "x-api-key"), Some(KEY));
+        assert_eq!(header(&wire, "anthropic-version"), Some("2023-06-01"));
+        assert_eq!(header(&wire, "content-type"), Some("application/json"));
+        // The key travels in its header only, never in the body.
+        assert!(!wire.body.to_string().contains(KEY));
+    }
+
+    #[test]
+    fn no_key_header_without_a_key_and_trailing_slash_tolerated() {
+        let mut ep = endpoint(None);
+        ep.base_url = "http://127.0.0.1:8080/v1/".into();
+        let wire = Anthropic.request(&request(vec![Message::user("hi")]), &ep, false);
+        assert_eq!(wire.url, "http://127.0.0.1:8080/v1/messages");
+        assert_eq!(header(&wire, "x-api-key"), None);
+        ep.key = Some(String::new());
+        let wire = Anthropic.request(&request(vec![Message::user("hi")]), &ep, false);
+        assert_eq!(header(&wire, "x-api-key"), None);
+    }
+
+    #[test]
+    fn plain_text_request() {
+        let b = body(&request(vec![Message::user("Hello")]));
+        assert_eq!(
+            b,
+            json!({
+                "model": "claude-sonnet-4-5",
+                "max_tokens": 4096,
+                "messages": [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}],
+            })
+        );
+    }
+
+    #[test]
+    fn knobs_system_temperature_max_tokens_stop_sequences() {
+        let mut req = request(vec![Message::user("Hello")]);
+        req.system = Some("Be brief.".into());
+        req.temperature = Some(0.25);
+        req.max_tokens = Some(321);
+        req.stop_sequences = vec!["END".into(), "\n\nHuman:".into()];
+        let b = body(&req);
+        assert_eq!(b["system"], "Be brief.");
+        assert_eq!(b["temperature"], 0.25);
+        assert_eq!(b["max_tokens"], 321);
+        assert_eq!(b["stop_sequences"], json!(["END", "\n\nHuman:"]));
+        assert!(b.get("stream").is_none());
+        assert!(b.get("tools").is_none());
+        assert!(b.get("tool_choice").is_none());
+    }
+
+    #[test]
+    fn system_messages_join_the_system_prompt() {
+        let mut req = request(vec![
+            Message::new(Role::System, vec![Part::text("Second rule.")]),
+            Message::user("Hello"),
+            Message::new(Role::System, vec![Part::text("Third rule.")]),
+        ]);
+        req.system = Some("First rule.".into());
+        let b = body(&req);
+        assert_eq!(b["system"], "First rule.\n\nSecond rule.\n\nThird rule.");
+        assert_eq!(b["messages"].as_array().map(Vec::len), Some(1));
+        assert_eq!(b["messages"][0]["role"], "user");
+    }
+
+    #[test]
+    fn streaming_flag() {
+        let req = request(vec![Message::user("Hello")]);
+        let wire = Anthropic.request(&req, &endpoint(Some(KEY)), true);
+        assert_eq!(wire.body["stream"], true);
+    }
+
+    #[test]
+    fn extra_is_merged_over_the_body_last() {
+        let mut req = request(vec![Message::user("Hello")]);
+        req.max_tokens = Some(100);
+        req.extra = Some(json!({
+            "max_tokens": 16000,
+            "thinking": {"type": "enabled", "budget_tokens": 10000},
+            "metadata": {"user_id": "u-1"},
+        }));
+        let b = body(&req);
+        let mut expected = json!({
+            "model": "claude-sonnet-4-5",
+            "max_tokens": 100,
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Hello"}]}],
+        });
+        super::merge_extra(&mut expected, req.extra.as_ref());
+        assert_eq!(b, expected);
+        assert_eq!(b["max_tokens"], 16000);
+        assert_eq!(b["thinking"]["budget_tokens"], 10000);
+    }
+
+    #[test]
+    fn tools_out() {
+        let mut req = request(vec![Message::user("Weather?")]);
+        req.tools = vec![weather_tool()];
+        let b = body(&req);
+        assert_eq!(
+            b["tools"],
+            json!([{
+                "name": "get_weather",
+                "description": "Weather for a city",
+                "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}},
+            }])
+        );
+    }
+
+    #[test]
+    fn a_tool_without_a_schema_takes_no_arguments() {
+        let mut req = request(vec![Message::user("Ping?")]);
+        req.tools = vec![ToolSpec {
+            name: "ping".into(),
+            description: String::new(),
+            parameters: Value::Null,
+        }];
+        assert_eq!(
+            body(&req)["tools"],
+            json!([{"name": "ping", "description": "", "input_schema": {"type": "object", "properties": {}}}])
+        );
+    }
+
+    #[test]
+    fn tool_choice_variants() {
+        let choice = |choice: ToolChoice, tools: bool| {
+            let mut req = request(vec![Message::user("Weather?")]);
+            req.tool_choice = choice;
+            if tools {
+                req.tools = vec![weather_tool()];
+            }
+            body(&req).get("tool_choice").cloned()
+        };
+        assert_eq!(
+            choice(ToolChoice::Auto, true),
+            Some(json!({"type": "auto"}))
+        );
+        assert_eq!(
+            choice(ToolChoice::None, true),
+            Some(json!({"type": "none"}))
+        );
+        assert_eq!(
+            choice(ToolChoice::Required, true),
+            Some(json!({"type": "any"}))
+        );
+        assert_eq!(
+            choice(ToolChoice::Tool("get_weather".into()), true),
+            Some(json!({"type": "tool", "name": "get_weather"}))
+        );
+        assert_eq!(choice(ToolChoice::Auto, false), None);
+        assert_eq!(choice(ToolChoice::None, false), None);
+    }
+
+    #[test]
+    fn assistant_tool_calls_go_out_as_tool_use_with_decoded_input() {
+        let req = request(vec![
+            Message::user("Weather in Paris and Rome?"),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    Part::text("Checking."),
+                    call("toolu_1", "get_weather", r#"{"city": "Paris"}"#),
+                    call("toolu_2", "get_weather", "{\"city\": \"Ro"),
+                    call("toolu_3", "list_cities", ""),
+                    call("toolu_4", "get_weather", "[1, 2]"),
+                ],
+            ),
+        ]);
+        let b = body(&req);
+        assert_eq!(
+            b["messages"][1],
+            json!({"role": "assistant", "content": [
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+                {"type": "tool_use", "id": "toolu_2", "name": "get_weather", "input": {}},
+                {"type": "tool_use", "id": "toolu_3", "name": "list_cities", "input": {}},
+                {"type": "tool_use", "id": "toolu_4", "name": "get_weather", "input": {}},
+            ]})
+        );
+    }
+
+    #[test]
+    fn tool_results_go_back_in_one_user_message_before_its_text() {
+        let req = request(vec![
+            Message::user("Weather?"),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    call("toolu_1", "get_weather", r#"{"city":"Paris"}"#),
+                    call("toolu_2", "get_weather", r#"{"city":"Nowhere"}"#),
+                ],
+            ),
+            Message::new(Role::Tool, vec![result("toolu_1", "18C, sunny", false)]),
+            Message::new(Role::Tool, vec![result("toolu_2", "unknown city", true)]),
+            Message::user("And tomorrow?"),
+        ]);
+        let b = body(&req);
+        let messages = b["messages"].as_array().cloned().unwrap_or_default();
+        assert_eq!(messages.len(), 3, "{messages:#?}");
+        assert_eq!(
+            messages[2],
+            json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "18C, sunny"},
+                {"type": "tool_result", "tool_use_id": "toolu_2", "content": "unknown city", "is_error": true},
+                {"type": "text", "text": "And tomorrow?"},
+            ]})
+        );
+    }
+
+    #[test]
+    fn tool_results_lead_even_when_user_text_came_first() {
+        let req = request(vec![
+            Message::new(Role::Assistant, vec![call("toolu_1", "get_weather", "{}")]),
+            Message::user("(note)"),
+            Message::new(Role::Tool, vec![result("toolu_1", "", false)]),
+        ]);
+        let b = body(&req);
+        assert_eq!(
+            b["messages"][1]["content"],
+            json!([
+                {"type": "tool_result", "tool_use_id": "toolu_1"},
+                {"type": "text", "text": "(note)"},
+            ])
+        );
+    }
+
+    #[test]
+    fn consecutive_same_role_messages_merge_and_empty_ones_vanish() {
+        let req = request(vec![
+            Message::user("one"),
+            Message::user("two"),
+            Message::assistant(""),
+            Message::user("three"),
+        ]);
+        let b = body(&req);
+        assert_eq!(
+            b["messages"],
+            json!([{"role": "user", "content": [
+                {"type": "text", "text": "one"},
+                {"type": "text", "text": "two"},
+                {"type": "text", "text": "three"},
+            ]}])
+        );
+    }
+
+    #[test]
+    fn opaque_thinking_goes_back_verbatim_first_and_foreign_opaque_is_dropped() {
+        let thinking =
+            json!({"type": "thinking", "thinking": "Let me think.", "signature": "EqQBCgIYAh..."});
+        let redacted =
+            json!({"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4a..."});
+        let req = request(vec![
+            Message::user("Hi"),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    Part::Reasoning {
+                        text: "Let me think.".into(),
+                        opaque: Some(Opaque {
+                            style: Style::Anthropic,
+                            data: thinking.clone(),
+                        }),
+                    },
+                    Part::Reasoning {
+                        text: String::new(),
+                        opaque: Some(Opaque {
+                            style: Style::Anthropic,
+                            data: redacted.clone(),
+                        }),
+                    },
+                    Part::Reasoning {
+                        text: "gemini thoughts".into(),
+                        opaque: Some(Opaque {
+                            style: Style::Gemini,
+                            data: json!({"thoughtSignature": "abc"}),
+                        }),
+                    },
+                    Part::Reasoning {
+                        text: "bare reasoning".into(),
+                        opaque: None,
+                    },
+                    Part::Text {
+                        text: "Hello!".into(),
+                        opaque: Some(Opaque {
+                            style: Style::Openai,
+                            data: json!({"reasoning_content": "x"}),
+                        }),
+                    },
+                    Part::ToolCall(ToolCall {
+                        id: "toolu_1".into(),
+                        name: "get_weather".into(),
+                        arguments: "{}".into(),
+                        opaque: Some(Opaque {
+                            style: Style::Gemini,
+                            data: json!({"thoughtSignature": "sig"}),
+                        }),
+                    }),
+                ],
+            ),
+        ]);
+        let b = body(&req);
+        assert_eq!(
+            b["messages"][1]["content"],
+            json!([
+                thinking,
+                redacted,
+                {"type": "text", "text": "Hello!"},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}},
+            ])
+        );
+        let text = b.to_string();
+        assert!(!text.contains("gemini thoughts") && !text.contains("thoughtSignature"));
+        assert!(!text.contains("bare reasoning") && !text.contains("reasoning_content"));
+    }
+
+    #[test]
+    fn thinking_kept_after_text_is_moved_first() {
+        let thinking = json!({"type": "thinking", "thinking": "t", "signature": "s"});
+        let req = request(vec![
+            Message::user("Hi"),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    Part::text("Answer."),
+                    Part::Reasoning {
+                        text: "t".into(),
+                        opaque: Some(Opaque {
+                            style: Style::Anthropic,
+                            data: thinking.clone(),
+                        }),
+                    },
+                ],
+            ),
+        ]);
+        assert_eq!(
+            body(&req)["messages"][1]["content"],
+            json!([thinking, {"type": "text", "text": "Answer."}])
+        );
+    }
+
+    #[test]
+    fn models_request_and_ids() {
+        let wire = Anthropic.models_request(&endpoint(Some(KEY)));
+        assert_eq!(wire.url, "https://api.anthropic.com/v1/models?limit=1000");
+        assert_eq!(wire.headers, headers(&endpoint(Some(KEY))));
+        assert_eq!(header(&wire, "x-api-key"), Some(KEY));
+        assert_eq!(header(&wire, "anthropic-version"), Some("2023-06-01"));
+        let listing = json!({
+            "data": [
+                {"type": "model", "id": "claude-sonnet-4-5-20250929", "display_name": "Claude Sonnet 4.5"},
+                {"type": "model", "id": "claude-haiku-4-5-20251001", "display_name": "Claude Haiku 4.5"},
+                {"type": "model"},
+            ],
+            "has_more": false,
+        });
+        assert_eq!(
+            Anthropic.parse_models(&listing),
+            vec!["claude-sonnet-4-5-20250929", "claude-haiku-4-5-20251001"]
+        );
+        assert!(Anthropic.parse_models(&json!({})).is_empty());
+    }
+
+    // ---- incoming ----
+
+    #[test]
+    fn stop_reason_table() {
+        let cases = [
+            ("end_turn", Stop::EndTurn),
+            ("tool_use", Stop::ToolUse),
+            ("max_tokens", Stop::MaxTokens),
+            ("stop_sequence", Stop::StopSequence),
+            ("refusal", Stop::Refusal),
+            ("pause_turn", Stop::EndTurn),
+            ("model_context_window_exceeded", Stop::MaxTokens),
+            ("something_new", Stop::EndTurn),
+        ];
+        for (wire, stop) in cases {
+            assert_eq!(stop_from_wire(Some(wire), false), stop, "{wire}");
+        }
+        assert_eq!(stop_from_wire(None, true), Stop::ToolUse);
+        assert_eq!(stop_from_wire(None, false), Stop::EndTurn);
+    }
+
+    #[test]
+    fn whole_response_with_thinking_round_trips() {
+        let thinking = json!({"type": "thinking", "thinking": "The user wants weather.", "signature": "WaUjzkypQ2mUEVM36O2TxuC06KN8xyfbJwyem2dw3URve/op91XWHOEBLLqIOMfFG/UvLEczmEsUjavL...."});
+        let redacted = json!({"type": "redacted_thinking", "data": "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB5URj"});
+        let response = json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+            "content": [thinking, redacted, {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}],
+            "stop_reason": "tool_use",
+            "usage": {"input_tokens": 5, "output_tokens": 7, "cache_read_input_tokens": 3, "cache_creation_input_tokens": 2},
+        });
+        let inferred = Anthropic
+            .parse(response.to_string().as_bytes())
+            .expect("parses");
+        assert_eq!(inferred.stop, Stop::ToolUse);
+        assert_eq!(
+            inferred.usage,
+            Usage {
+                input: 5,
+                output: 7,
+                cache_read: 3,
+                cache_write: 2,
+                reasoning: 0
+            }
+        );
+        assert_eq!(
+            inferred.message.parts[0],
+            Part::Reasoning {
+                text: "The user wants weather.".into(),
+                opaque: Some(Opaque {
+                    style: Style::Anthropic,
+                    data: thinking.clone()
+                }),
+            }
+        );
+        assert_eq!(inferred.tool_calls()[0].arguments, r#"{"city":"Paris"}"#);
+
+        // Sent back on the next request, the assistant content is what came.
+        let req = request(vec![Message::user("Weather?"), inferred.message.clone()]);
+        assert_eq!(body(&req)["messages"][1]["content"], response["content"]);
+    }
+
+    #[test]
+    fn malformed_whole_responses_are_parse_errors() {
+        let e = Anthropic.parse(b"not json").expect_err("not JSON");
+        assert_eq!(e.kind(), "parse_error");
+        let e = Anthropic
+            .parse(br#"{"type":"message"}"#)
+            .expect_err("no content");
+        assert!(e.to_string().contains("content"), "{e}");
+        let e = Anthropic
+            .parse(br#"{"content":[{"type":"tool_use","name":"x","input":{}}]}"#)
+            .expect_err("no id");
+        assert!(e.to_string().contains("`id`"), "{e}");
+    }
+
+    #[test]
+    fn an_error_body_with_a_2xx_status_is_an_error() {
+        let body =
+            br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        let e = Anthropic.parse(body).expect_err("error body");
+        assert_eq!(e.kind(), "provider_error");
+        assert!(e.is_transient());
+    }
+
+    #[test]
+    fn streamed_thinking_and_redacted_thinking_are_kept_whole() {
+        let bytes = sse(&[
+            message_start(),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "Let me "}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "think."}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "signature_delta", "signature": "EqQBCgIYAhIM"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "content_block_start", "index": 1, "content_block": {"type": "redacted_thinking", "data": "EmwKAhgB"}}),
+            json!({"type": "content_block_stop", "index": 1}),
+            json!({"type": "content_block_start", "index": 2, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 2, "delta": {"type": "text_delta", "text": "Hi"}}),
+            json!({"type": "content_block_stop", "index": 2}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 9}}),
+            json!({"type": "message_stop"}),
+        ]);
+        let (result, deltas) = assemble_bytes(&bytes, Anthropic.assembler());
+        let inferred = result.expect("assembles");
+        assert_eq!(deltas, vec!["Hi"], "thinking is not visible text");
+        assert_eq!(
+            inferred.message.parts,
+            vec![
+                Part::Reasoning {
+                    text: "Let me think.".into(),
+                    opaque: Some(Opaque {
+                        style: Style::Anthropic,
+                        data: json!({"type": "thinking", "thinking": "Let me think.", "signature": "EqQBCgIYAhIM"}),
+                    }),
+                },
+                Part::Reasoning {
+                    text: String::new(),
+                    opaque: Some(Opaque {
+                        style: Style::Anthropic,
+                        data: json!({"type": "redacted_thinking", "data": "EmwKAhgB"}),
+                    }),
+                },
+                Part::text("Hi"),
+            ]
+        );
+        assert_eq!(inferred.usage.input, 10);
+        assert_eq!(inferred.usage.output, 9);
+        assert_eq!(inferred.model.as_deref(), Some("claude-test"));
+    }
+
+    #[test]
+    fn a_mid_stream_error_event_is_an_error_not_a_short_answer() {
+        let bytes = sse(&[
+            message_start(),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Par"}}),
+            json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        ]);
+        let (result, deltas) = assemble_bytes(&bytes, Anthropic.assembler());
+        let e = result.expect_err("error event");
+        assert_eq!(deltas, vec!["Par"]);
+        assert_eq!(e.kind(), "provider_error");
+        assert!(e.is_transient());
+        assert!(e.to_string().contains("Overloaded"), "{e}");
+
+        let bytes = sse(&[
+            message_start(),
+            json!({"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}}),
+        ]);
+        let e = assemble_bytes(&bytes, Anthropic.assembler())
+            .0
+            .expect_err("error event");
+        assert_eq!(e.kind(), "api_error");
+        assert!(!e.is_transient());
+    }
+
+    #[test]
+    fn a_stream_cut_before_message_stop_is_a_fetch_error() {
+        let bytes = sse(&[
+            message_start(),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Hel"}}),
+        ]);
+        let e = assemble_bytes(&bytes, Anthropic.assembler())
+            .0
+            .expect_err("cut");
+        assert_eq!(
+            e,
+            ProviderError::Fetch("the stream ended before message_stop".into())
+        );
+        assert!(e.is_transient());
+    }
+
+    #[test]
+    fn malformed_stream_events_are_parse_errors() {
+        let mut assembler = Anthropic.assembler();
+        let e = assembler
+            .event("message_start", "{not json", &mut |_| {})
+            .expect_err("bad JSON");
+        assert_eq!(e.kind(), "parse_error");
+
+        let mut assembler = Anthropic.assembler();
+        let e = assembler
+            .event(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":3,"delta":{"type":"text_delta","text":"x"}}"#,
+                &mut |_| {},
+            )
+            .expect_err("unknown block");
+        assert!(e.to_string().contains("never started"), "{e}");
+
+        let mut assembler = Anthropic.assembler();
+        let start = r#"{"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"t","name":"n","input":{}}}"#;
+        assembler
+            .event("content_block_start", start, &mut |_| {})
+            .expect("start");
+        let e = assembler
+            .event(
+                "content_block_delta",
+                r#"{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"x"}}"#,
+                &mut |_| {},
+            )
+            .expect_err("mismatched delta");
+        assert!(e.to_string().contains("text_delta"), "{e}");
+    }
+
+    #[test]
+    fn unknown_events_and_blocks_are_skipped() {
+        let bytes = sse(&[
+            message_start(),
+            json!({"type": "content_block_start", "index": 0, "content_block": {"type": "server_tool_use", "id": "srvtoolu_1", "name": "web_search", "input": {}}}),
+            json!({"type": "content_block_delta", "index": 0, "delta": {"type": "input_json_delta", "partial_json": "{}"}}),
+            json!({"type": "content_block_stop", "index": 0}),
+            json!({"type": "some_future_event"}),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 2}}),
+            json!({"type": "message_stop"}),
+        ]);
+        let inferred = assemble_bytes(&bytes, Anthropic.assembler())
+            .0
+            .expect("assembles");
+        assert!(inferred.message.parts.is_empty());
+        assert_eq!(inferred.stop, Stop::EndTurn);
     }
 }
