@@ -343,7 +343,8 @@ fn vercel_cache_write_max_tokens() {
     assert_eq!(deltas, vec!["OK"]);
     assert_eq!(r.text(), "OK");
     assert_eq!(r.stop, Stop::MaxTokens);
-    assert_eq!(r.usage, usage(3, 1, 0, 18639));
+    // input_tokens 3 on the wire, plus the 18639 written to the cache
+    assert_eq!(r.usage, usage(3 + 18639, 1, 0, 18639));
     assert_eq!(r.model.as_deref(), Some("claude-sonnet-4-6"));
     assert_no_opaque(&r);
 }

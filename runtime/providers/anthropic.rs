@@ -290,6 +290,15 @@ fn apply_usage(wire: Option<&Value>, usage: &mut Usage) {
     }
 }
 
+/// The wire counts as the neutral [`Usage`] reads them: Anthropic's `input_tokens` leaves out
+/// the tokens read from or written to the cache, which every other style counts as input.
+fn neutral_usage(wire: Usage) -> Usage {
+    Usage {
+        input: wire.input + wire.cache_read + wire.cache_write,
+        ..wire
+    }
+}
+
 /// A tool call from a block's `input` object, serialised compactly.
 fn tool_call(id: &str, name: &str, input: Option<&Value>) -> ToolCall {
     let arguments = match input {
@@ -344,6 +353,7 @@ fn parse_message(value: &Value) -> Result<Inferred, ProviderError> {
     let has_calls = parts.iter().any(|p| matches!(p, Part::ToolCall(_)));
     let mut usage = Usage::default();
     apply_usage(value.get("usage"), &mut usage);
+    let usage = neutral_usage(usage);
     Ok(Inferred {
         message: Message::new(Role::Assistant, parts),
         stop: stop_from_wire(value.get("stop_reason").and_then(Value::as_str), has_calls),
@@ -446,7 +456,7 @@ impl Assembler for StreamAssembler {
         Ok(Inferred {
             message: Message::new(Role::Assistant, parts),
             stop: stop_from_wire(self.stop_reason.as_deref(), has_calls),
-            usage: self.usage,
+            usage: neutral_usage(self.usage),
             model: self.model,
         })
     }
@@ -1109,7 +1119,8 @@ mod tests {
         assert_eq!(
             inferred.usage,
             Usage {
-                input: 5,
+                // 5 uncached + 3 read from the cache + 2 written to it
+                input: 10,
                 output: 7,
                 cache_read: 3,
                 cache_write: 2,
