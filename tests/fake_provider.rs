@@ -283,6 +283,11 @@ async fn gemini_text_not_streamed_and_streamed_as_array() {
     let fake = FakeProvider::start();
     fake.push(Reply::text("Bonjour le monde"));
     fake.push(Reply::text("Bonjour le monde").stop("max_tokens"));
+    fake.push(
+        Reply::tool_call("", "f", json!({}))
+            .with_text("Hm")
+            .reasoning("t", "s"),
+    );
     let v: Value = post(&fake, "gemini", "/models/g:generateContent", json!({}))
         .await
         .json()
@@ -308,6 +313,16 @@ async fn gemini_text_not_streamed_and_streamed_as_array() {
     let events = v.as_array().unwrap();
     assert_eq!(events.len(), 4);
     assert_eq!(events[3]["candidates"][0]["finishReason"], "MAX_TOKENS");
+    // The signature goes on the first call even after text.
+    let v: Value = post(&fake, "gemini", "/models/g:generateContent", json!({}))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let parts = &v["candidates"][0]["content"]["parts"];
+    assert_eq!(parts[0], json!({"text": "t", "thought": true}));
+    assert_eq!(parts[1], json!({"text": "Hm"}));
+    assert_eq!(parts[2]["thoughtSignature"], "s");
 }
 
 #[tokio::test]

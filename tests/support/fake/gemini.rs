@@ -47,8 +47,8 @@ fn kind_code(kind: &str) -> u16 {
     }
 }
 
-/// The reply's content parts: thought, text, calls; the signature rides on the first part
-/// that is not a thought (an empty text part if there is none).
+/// The reply's content parts: thought, then text and calls. The signature rides on the first
+/// functionCall part, else on the text part (an empty one if there is no text).
 fn parts(r: &Reply) -> (Option<Value>, Vec<Value>) {
     let thought = r
         .reasoning
@@ -63,7 +63,9 @@ fn parts(r: &Reply) -> (Option<Value>, Vec<Value>) {
         if rest.is_empty() {
             rest.push(json!({"text": ""}));
         }
-        rest[0]["thoughtSignature"] = json!(sig);
+        // With calls, the documented place is the first functionCall part.
+        let at = usize::from(!r.text.is_empty() && !r.calls.is_empty());
+        rest[at]["thoughtSignature"] = json!(sig);
     }
     (thought, rest)
 }
