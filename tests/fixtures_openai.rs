@@ -181,7 +181,10 @@ fn vercel_openai_text_json() {
     );
     assert!(text.starts_with("**Holiday Name:** Galaxy Day  \n\n**Date:** October 31st"));
     assert!(text.ends_with("inspiring individuals to look up and dream beyond our world."));
-    assert!(text.contains("vast darkness\u{2014}mirroring"), "escaped em dash decoded");
+    assert!(
+        text.contains("vast darkness\u{2014}mirroring"),
+        "escaped em dash decoded"
+    );
     assert_eq!(text.chars().count(), 1842);
     assert_eq!(inferred.message.parts, vec![Part::text(text.clone())]);
     assert!(calls(&inferred).is_empty());
@@ -196,7 +199,10 @@ fn vercel_groq_tool_call_json() {
     // No `content` key at all: no text part.
     assert_eq!(inferred.message.parts.len(), 1);
     assert_eq!(inferred.text(), "");
-    assert_eq!(calls(&inferred), vec![call("ax9fskhev", "weather", json!({}))]);
+    assert_eq!(
+        calls(&inferred),
+        vec![call("ax9fskhev", "weather", json!({}))]
+    );
     assert_eq!(inferred.tool_calls()[0].arguments, "{}");
     assert_eq!(inferred.stop, Stop::ToolUse);
     // queue_time / prompt_time and friends are ignored.
@@ -285,7 +291,10 @@ fn vercel_groq_tool_call_chunks() {
     let (inferred, deltas) = chunk_stream("vercel__groq-tool-call.chunks.txt");
     assert!(deltas.is_empty());
     assert_eq!(inferred.text(), "");
-    assert_eq!(calls(&inferred), vec![call("tk85n1k4m", "weather", json!({}))]);
+    assert_eq!(
+        calls(&inferred),
+        vec![call("tk85n1k4m", "weather", json!({}))]
+    );
     assert_eq!(inferred.tool_calls()[0].arguments, "{}");
     assert_eq!(inferred.stop, Stop::ToolUse);
     assert_eq!(inferred.usage, usage(210, 15, 0, 0));
@@ -517,7 +526,7 @@ fn a_cut_capture_is_an_error() {
         .find("\"finish_reason\":\"stop\"")
         .and_then(|at| text[..at].rfind("data: "))
         .expect("the capture has a finishing chunk");
-    let (result, deltas) = assemble_bytes(text[..cut].as_bytes(), openai().assembler());
+    let (result, deltas) = assemble_bytes(&text.as_bytes()[..cut], openai().assembler());
     assert!(!deltas.is_empty());
     let err = result.unwrap_err();
     assert_eq!(err.kind(), "fetch_error");

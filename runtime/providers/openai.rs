@@ -721,7 +721,10 @@ mod tests {
             wire.headers,
             vec![("authorization".to_string(), format!("Bearer {KEY}"))]
         );
-        assert!(!wire.body.to_string().contains(KEY), "the key is only a header");
+        assert!(
+            !wire.body.to_string().contains(KEY),
+            "the key is only a header"
+        );
     }
 
     #[test]
@@ -751,8 +754,14 @@ mod tests {
             ..base()
         };
         let body = request(&req).body;
-        assert_eq!(body["messages"][0], json!({"role": "system", "content": "Be brief."}));
-        assert_eq!(body["messages"][1], json!({"role": "user", "content": "Hi"}));
+        assert_eq!(
+            body["messages"][0],
+            json!({"role": "system", "content": "Be brief."})
+        );
+        assert_eq!(
+            body["messages"][1],
+            json!({"role": "user", "content": "Hi"})
+        );
         assert_eq!(body["temperature"], json!(0.25));
         assert_eq!(body["max_tokens"], json!(512));
         assert_eq!(body["stop"], json!(["END", "\n\n"]));
@@ -1007,7 +1016,8 @@ mod tests {
 
     #[test]
     fn reasoning_round_trips_unchanged() {
-        let body = br#"{"model":"deepseek-reasoner","choices":[{"index":0,"finish_reason":"tool_calls",
+        let body =
+            br#"{"model":"deepseek-reasoner","choices":[{"index":0,"finish_reason":"tool_calls",
             "message":{"role":"assistant","content":"","reasoning_content":"Need the tool.",
             "tool_calls":[{"index":0,"id":"call_0","type":"function",
             "function":{"name":"get_weather","arguments":"{\"city\":\"Oslo\"}"}}]}}]}"#;
@@ -1041,7 +1051,10 @@ mod tests {
             {"id": "llama3.2:latest", "object": "model"},
             {"object": "model"},
         ]});
-        assert_eq!(OpenAi.parse_models(&listing), vec!["gpt-4o", "llama3.2:latest"]);
+        assert_eq!(
+            OpenAi.parse_models(&listing),
+            vec!["gpt-4o", "llama3.2:latest"]
+        );
         assert!(OpenAi.parse_models(&json!({"error": "nope"})).is_empty());
     }
 
@@ -1066,7 +1079,11 @@ mod tests {
             let body = format!(
                 r#"{{"choices":[{{"index":0,"finish_reason":{reason},"message":{{"role":"assistant","content":"x"{calls}}}}}]}}"#
             );
-            assert_eq!(OpenAi.parse(body.as_bytes()).unwrap().stop, stop, "{reason} {calls}");
+            assert_eq!(
+                OpenAi.parse(body.as_bytes()).unwrap().stop,
+                stop,
+                "{reason} {calls}"
+            );
         }
     }
 
@@ -1123,21 +1140,30 @@ mod tests {
     #[test]
     fn arguments_split_anywhere_are_joined() {
         let open = r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":null,"tool_calls":[{"index":0,"id":"call_9","type":"function","function":{"name":"note","arguments":""}}]},"finish_reason":null}]}"#;
-        let fragments = [r#"{\"te"#, r#"xt\": \"a \\"#, r#"\"quoted\\\" w"#, r#"ord\"}"#];
+        let fragments = [
+            r#"{\"te"#,
+            r#"xt\": \"a \\"#,
+            r#"\"quoted\\\" w"#,
+            r#"ord\"}"#,
+        ];
         let mut payloads = vec![open.to_string()];
         for f in fragments {
             payloads.push(format!(
                 r#"{{"choices":[{{"index":0,"delta":{{"tool_calls":[{{"index":0,"function":{{"arguments":"{f}"}}}}]}},"finish_reason":null}}]}}"#
             ));
         }
-        payloads.push(r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#.into());
+        payloads
+            .push(r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#.into());
         payloads.push("[DONE]".into());
         let refs: Vec<&str> = payloads.iter().map(String::as_str).collect();
         let inferred = stream(&refs).0.unwrap();
         let calls = inferred.tool_calls();
         assert_eq!(calls.len(), 1);
         assert_eq!(calls[0].arguments, r#"{"text": "a \"quoted\" word"}"#);
-        assert_eq!(calls[0].decoded().unwrap(), json!({"text": "a \"quoted\" word"}));
+        assert_eq!(
+            calls[0].decoded().unwrap(),
+            json!({"text": "a \"quoted\" word"})
+        );
         assert_eq!(inferred.stop, Stop::ToolUse);
     }
 
@@ -1159,7 +1185,11 @@ mod tests {
         );
         assert_eq!(inferred.stop, Stop::ToolUse);
         assert_eq!(
-            (inferred.usage.input, inferred.usage.output, inferred.usage.cache_read),
+            (
+                inferred.usage.input,
+                inferred.usage.output,
+                inferred.usage.cache_read
+            ),
             (30, 12, 10)
         );
     }
