@@ -78,7 +78,9 @@ fn main() {
         colony_best = colony_best.min(colony(&core, &base_url, CALLS));
     }
     let per = |d: Duration| d.as_secs_f64() * 1e6 / CALLS as f64;
-    println!("ai.ask overhead against the fake provider (openai style, {CALLS} sequential calls, best of 3)");
+    println!(
+        "ai.ask overhead against the fake provider (openai style, {CALLS} sequential calls, best of 3)"
+    );
     println!("bare reqwest        {:>8.1} us/call", per(bare_best));
     println!("colony ai.ask (Lua) {:>8.1} us/call", per(colony_best));
     println!(

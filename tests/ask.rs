@@ -49,17 +49,26 @@ fn text_answer_in_every_style() {
             .ok();
         assert_eq!(run.stdout.trim(), "Hello from the fake.", "{style}");
         let req = fake.requests().pop().expect("one request");
-        let body = req.body;
+        let body = req.body.clone();
         match style {
             "anthropic" => {
-                assert_eq!(req.header("x-api-key").as_deref(), Some("test-key-anthropic-0123456789"));
+                assert_eq!(
+                    req.header("x-api-key"),
+                    Some("test-key-anthropic-0123456789")
+                );
                 assert!(req.header("anthropic-version").is_some());
                 assert_eq!(body["system"], "Be brief.");
                 assert_eq!(body["max_tokens"], 50);
-                assert_eq!(body["messages"], json!([{"role": "user", "content": [{"type": "text", "text": "Say hello"}]}]));
+                assert_eq!(
+                    body["messages"],
+                    json!([{"role": "user", "content": [{"type": "text", "text": "Say hello"}]}])
+                );
             }
             "openai" => {
-                assert_eq!(req.header("authorization").as_deref(), Some("Bearer test-key-openai-0123456789"));
+                assert_eq!(
+                    req.header("authorization"),
+                    Some("Bearer test-key-openai-0123456789")
+                );
                 assert_eq!(body["max_tokens"], 50);
                 assert_eq!(
                     body["messages"],
@@ -67,11 +76,24 @@ fn text_answer_in_every_style() {
                 );
             }
             _ => {
-                assert_eq!(req.header("x-goog-api-key").as_deref(), Some("test-key-gemini-0123456789"));
-                assert!(!req.path.contains("key="), "the key stays out of the URL: {}", req.path);
-                assert_eq!(body["systemInstruction"], json!({"parts": [{"text": "Be brief."}]}));
+                assert_eq!(
+                    req.header("x-goog-api-key"),
+                    Some("test-key-gemini-0123456789")
+                );
+                assert!(
+                    !req.path.contains("key="),
+                    "the key stays out of the URL: {}",
+                    req.path
+                );
+                assert_eq!(
+                    body["systemInstruction"],
+                    json!({"parts": [{"text": "Be brief."}]})
+                );
                 assert_eq!(body["generationConfig"]["maxOutputTokens"], 50);
-                assert_eq!(body["contents"], json!([{"role": "user", "parts": [{"text": "Say hello"}]}]));
+                assert_eq!(
+                    body["contents"],
+                    json!([{"role": "user", "parts": [{"text": "Say hello"}]}])
+                );
             }
         }
     }
@@ -101,7 +123,11 @@ print("final", reply)
 fn tool_call_round_trip_in_every_style() {
     for style in STYLES {
         let fake = FakeProvider::start();
-        fake.push(Reply::tool_call("call_1", "weather_current", json!({"city": "Paris"})));
+        fake.push(Reply::tool_call(
+            "call_1",
+            "weather_current",
+            json!({"city": "Paris"}),
+        ));
         fake.push(Reply::text("It is clear in Paris."));
         let script = TOOL_LOOP.replace("PROVIDER", &format!("{style:?}"));
         let run = sandbox(&fake, style).lua(&script, &[]).ok();
@@ -119,11 +145,19 @@ fn tool_call_round_trip_in_every_style() {
         match style {
             "anthropic" => {
                 assert_eq!(second["tools"][0]["name"], "weather_current");
-                assert_eq!(second["tools"][0]["input_schema"]["required"], json!(["city"]));
+                assert_eq!(
+                    second["tools"][0]["input_schema"]["required"],
+                    json!(["city"])
+                );
                 let m = &second["messages"];
                 assert_eq!(m.as_array().unwrap().len(), 3);
                 assert_eq!(m[1]["role"], "assistant");
-                let block = m[1]["content"].as_array().unwrap().iter().find(|b| b["type"] == "tool_use").unwrap();
+                let block = m[1]["content"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|b| b["type"] == "tool_use")
+                    .unwrap();
                 assert_eq!(block["id"], id);
                 assert_eq!(block["name"], "weather_current");
                 assert_eq!(block["input"], json!({"city": "Paris"}));
@@ -131,7 +165,11 @@ fn tool_call_round_trip_in_every_style() {
                 assert_eq!(m[2]["content"][0]["type"], "tool_result");
                 assert_eq!(m[2]["content"][0]["tool_use_id"], id);
                 assert_eq!(m[2]["content"][0]["content"], result_text);
-                assert!(m[2]["content"][0].get("is_error").is_none_or(|v| v == false));
+                assert!(
+                    m[2]["content"][0]
+                        .get("is_error")
+                        .is_none_or(|v| v == false)
+                );
             }
             "openai" => {
                 assert_eq!(second["tools"][0]["type"], "function");
@@ -143,21 +181,34 @@ fn tool_call_round_trip_in_every_style() {
                 assert_eq!(call["id"], id);
                 assert_eq!(call["type"], "function");
                 assert_eq!(call["function"]["name"], "weather_current");
-                let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
+                let args: Value =
+                    serde_json::from_str(call["function"]["arguments"].as_str().unwrap()).unwrap();
                 assert_eq!(args, json!({"city": "Paris"}));
-                assert_eq!(m[2], json!({"role": "tool", "tool_call_id": id, "content": result_text}));
+                assert_eq!(
+                    m[2],
+                    json!({"role": "tool", "tool_call_id": id, "content": result_text})
+                );
             }
             _ => {
-                assert_eq!(second["tools"][0]["functionDeclarations"][0]["name"], "weather_current");
+                assert_eq!(
+                    second["tools"][0]["functionDeclarations"][0]["name"],
+                    "weather_current"
+                );
                 let c = &second["contents"];
                 assert_eq!(c.as_array().unwrap().len(), 3);
                 assert_eq!(c[1]["role"], "model");
                 assert_eq!(c[1]["parts"][0]["functionCall"]["name"], "weather_current");
-                assert_eq!(c[1]["parts"][0]["functionCall"]["args"], json!({"city": "Paris"}));
+                assert_eq!(
+                    c[1]["parts"][0]["functionCall"]["args"],
+                    json!({"city": "Paris"})
+                );
                 assert_eq!(c[2]["role"], "user");
                 let response = &c[2]["parts"][0]["functionResponse"];
                 assert_eq!(response["name"], "weather_current");
-                assert_eq!(response["response"]["result"], json!({"city": "Paris", "sky": "clear"}));
+                assert_eq!(
+                    response["response"]["result"],
+                    json!({"city": "Paris", "sky": "clear"})
+                );
             }
         }
     }
@@ -216,10 +267,18 @@ fn streaming_hands_deltas_over_in_order() {
                 &[],
             )
             .ok();
-        assert_eq!(run.stdout.trim(), "true\ttrue\tone two three four five", "{style}");
+        assert_eq!(
+            run.stdout.trim(),
+            "true\ttrue\tone two three four five",
+            "{style}"
+        );
         let body = &model_calls(&fake)[0];
         if style == "gemini" {
-            assert!(fake.requests()[0].path.contains(":streamGenerateContent?alt=sse"));
+            assert!(
+                fake.requests()[0]
+                    .path
+                    .contains(":streamGenerateContent?alt=sse")
+            );
         } else {
             assert_eq!(body["stream"], true, "{style}");
         }
@@ -230,7 +289,11 @@ fn streaming_hands_deltas_over_in_order() {
 fn streamed_tool_calls_assemble_from_fragments() {
     for style in STYLES {
         let fake = FakeProvider::start();
-        fake.push(Reply::tool_call("call_1", "weather_current", json!({"city": "Paris \"centre\"", "days": 3})));
+        fake.push(Reply::tool_call(
+            "call_1",
+            "weather_current",
+            json!({"city": "Paris \"centre\"", "days": 3}),
+        ));
         let run = sandbox(&fake, style)
             .lua(
                 &format!(
@@ -242,7 +305,11 @@ fn streamed_tool_calls_assemble_from_fragments() {
                 &[],
             )
             .ok();
-        assert_eq!(run.stdout.trim(), "weather.current\tParis \"centre\"\t3", "{style}");
+        assert_eq!(
+            run.stdout.trim(),
+            "weather.current\tParis \"centre\"\t3",
+            "{style}"
+        );
     }
 }
 
@@ -267,18 +334,40 @@ fn error_of(style: &str, reply: Reply, stream: bool) -> String {
 fn each_error_class() {
     for style in STYLES {
         let auth = error_of(style, Reply::status(401), false);
-        assert!(auth.starts_with("auth_error\tfalse\tnil\t401"), "{style}: {auth}");
+        assert!(
+            auth.starts_with("auth_error\tfalse\tnil\t401"),
+            "{style}: {auth}"
+        );
         let bad = error_of(style, Reply::status(400), false);
-        assert!(bad.starts_with("api_error\tfalse\tnil\t400"), "{style}: {bad}");
+        assert!(
+            bad.starts_with("api_error\tfalse\tnil\t400"),
+            "{style}: {bad}"
+        );
         let limited = error_of(style, Reply::status(429).header("retry-after", "2"), false);
-        assert!(limited.starts_with("provider_error\ttrue\t2.0\t429"), "{style}: {limited}");
+        assert!(
+            limited.starts_with("provider_error\ttrue\t2.0\t429"),
+            "{style}: {limited}"
+        );
         let overloaded = error_of(style, Reply::status(503), false);
-        assert!(overloaded.starts_with("provider_error\ttrue\tnil\t503"), "{style}: {overloaded}");
+        assert!(
+            overloaded.starts_with("provider_error\ttrue\tnil\t503"),
+            "{style}: {overloaded}"
+        );
         let malformed = error_of(style, Reply::malformed(), false);
-        assert!(malformed.starts_with("parse_error\tfalse"), "{style}: {malformed}");
+        assert!(
+            malformed.starts_with("parse_error\tfalse"),
+            "{style}: {malformed}"
+        );
         let dropped = error_of(style, Reply::drop_mid_stream("partial answer here"), true);
-        assert!(dropped.starts_with("fetch_error\ttrue"), "{style}: {dropped}");
-        let mid = error_of(style, Reply::stream_error("overloaded_error", "Overloaded"), true);
+        assert!(
+            dropped.starts_with("fetch_error\ttrue"),
+            "{style}: {dropped}"
+        );
+        let mid = error_of(
+            style,
+            Reply::stream_error("overloaded_error", "Overloaded"),
+            true,
+        );
         assert!(mid.starts_with("provider_error\ttrue"), "{style}: {mid}");
         assert!(mid.contains("mid-stream"), "{style}: {mid}");
     }
@@ -289,7 +378,11 @@ fn quota_and_retry_hints_from_bodies() {
     let quota = r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","param":null,"code":"insufficient_quota"}}"#;
     let e = error_of("openai", Reply::status(429).body(quota), false);
     assert!(e.starts_with("provider_error\tfalse\tnil\t429"), "{e}");
-    let e = error_of("openai", Reply::status(429).header("retry-after-ms", "1500"), false);
+    let e = error_of(
+        "openai",
+        Reply::status(429).header("retry-after-ms", "1500"),
+        false,
+    );
     assert!(e.starts_with("provider_error\ttrue\t1.5\t429"), "{e}");
     let gemini = r#"{"error":{"code":429,"message":"Quota exceeded","status":"RESOURCE_EXHAUSTED","details":[{"@type":"type.googleapis.com/google.rpc.RetryInfo","retryDelay":"47s"}]}}"#;
     let e = error_of("gemini", Reply::status(429).body(gemini), false);
@@ -303,7 +396,10 @@ fn an_unreachable_base_url_is_a_fetch_error() {
     let run = Sandbox::new()
         .env("OPENAI_API_KEY", "test-key-openai-0123456789")
         .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
-        .lua(r#"local r, e = ai.ask("hi", { provider = "openai" }) print(e.kind, e.transient)"#, &[])
+        .lua(
+            r#"local r, e = ai.ask("hi", { provider = "openai" }) print(e.kind, e.transient)"#,
+            &[],
+        )
         .ok();
     assert_eq!(run.stdout.trim(), "fetch_error\ttrue");
 }
@@ -314,9 +410,17 @@ fn keys_are_redacted_from_error_messages() {
     let body = r#"{"error":{"message":"Incorrect API key provided: test-key-openai-0123456789","type":"invalid_request_error","code":"invalid_api_key"}}"#;
     fake.push(Reply::status(401).body(body));
     let run = sandbox(&fake, "openai")
-        .lua(r#"local r, e = ai.ask("hi", { provider = "openai" }) print(tostring(e))"#, &[])
+        .lua(
+            r#"local r, e = ai.ask("hi", { provider = "openai" }) print(tostring(e))"#,
+            &[],
+        )
         .ok();
-    assert!(run.stdout.contains("Incorrect API key provided: [redacted]"), "{}", run.stdout);
+    assert!(
+        run.stdout
+            .contains("Incorrect API key provided: [redacted]"),
+        "{}",
+        run.stdout
+    );
     assert!(!run.stdout.contains("0123456789"));
 }
 
@@ -329,7 +433,9 @@ fn text_fallback_describes_tools_and_parses_the_block_back() {
     fake.push(Reply::text(
         "I will look.\n```json\n{\"tool\": \"weather.current\", \"arguments\": {\"city\": \"Rome\"}}\n```",
     ));
-    fake.push(Reply::text("```json\n{\"tool\": \"weather.current\", \"arguments\": {\"city\": \n```"));
+    fake.push(Reply::text(
+        "```json\n{\"tool\": \"weather.current\", \"arguments\": {\"city\": \n```",
+    ));
     let run = sb
         .lua(
             r#"local tools = { { name = "weather.current", description = "Weather in a city" } }
@@ -341,11 +447,20 @@ fn text_fallback_describes_tools_and_parses_the_block_back() {
             &[],
         )
         .ok();
-    assert_eq!(run.lines(), ["I will look.\tweather.current\tRome", "true\t```json"]);
+    assert_eq!(
+        run.lines(),
+        ["I will look.\tweather.current\tRome", "true\t```json"]
+    );
     let first = &model_calls(&fake)[0];
-    assert!(first.get("tools").is_none(), "no native tools on the wire: {first}");
+    assert!(
+        first.get("tools").is_none(),
+        "no native tools on the wire: {first}"
+    );
     let system = first["messages"][0]["content"].as_str().unwrap();
-    assert!(system.contains("weather.current: Weather in a city"), "{system}");
+    assert!(
+        system.contains("weather.current: Weather in a city"),
+        "{system}"
+    );
     assert!(system.contains("```json"), "{system}");
 }
 
@@ -361,7 +476,10 @@ fn tool_choice_and_extra_reach_the_wire() {
         )
         .ok();
     let body = &model_calls(&fake)[0];
-    assert_eq!(body["tool_choice"], json!({"type": "function", "function": {"name": "a"}}));
+    assert_eq!(
+        body["tool_choice"],
+        json!({"type": "function", "function": {"name": "a"}})
+    );
     assert_eq!(body["temperature"], 0.5);
     assert_eq!(body["stop"], json!(["END"]));
     assert_eq!(body["seed"], 7);

@@ -9,17 +9,19 @@ use support::script::Sandbox;
 
 #[test]
 fn a_script_gets_its_arguments_and_json() {
-    let run = Sandbox::new()
-        .lua(
-            r##"print(arg[0] ~= nil, arg[1], arg[2], select("#", ...))
+    let sb = Sandbox::new();
+    let file = sb.write(
+        "args.lua",
+        r##"print(arg[0] ~= nil, arg[1], arg[2], select("#", ...))
                local data = require("data")
                print(data.json.encode(json.decode('{"a":[],"b":{},"c":[1,{"d":null}]}')))
                print(json.encode({}), json.encode(json.array()), json.decode("[1,2]")[2])
                print(json.null == json.decode("null"), json.encode({ x = json.null }))
                local v, err = json.decode("{nope")
                print(v, err.kind)"##,
-            &["one", "--two"],
-        )
+    );
+    let run = sb
+        .colony(&["run", &file.display().to_string(), "one", "--two"])
         .ok();
     assert_eq!(
         run.lines(),
@@ -42,7 +44,11 @@ fn a_runtime_error_names_file_and_line_with_a_traceback() {
     assert_eq!(run.code, 1);
     assert!(run.stderr.contains("script.lua:2: boom"), "{}", run.stderr);
     assert!(run.stderr.contains("stack traceback:"), "{}", run.stderr);
-    assert!(run.stderr.contains("script.lua:4: in main chunk"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("script.lua:4: in main chunk"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
@@ -51,7 +57,8 @@ fn a_misused_function_names_the_line_and_the_option() {
         .lua("\n\nai.ask('hi', { temprature = 1 })\n", &[])
         .failed();
     assert!(
-        run.stderr.contains("script.lua:3: ai.ask: unknown option \"temprature\""),
+        run.stderr
+            .contains("script.lua:3: ai.ask: unknown option \"temprature\""),
         "{}",
         run.stderr
     );
@@ -72,17 +79,31 @@ fn a_missing_script_is_named() {
 
 #[test]
 fn unknown_provider_is_refused() {
-    let run = Sandbox::new().colony(&["ask", "--provider", "nope", "hi"]).failed();
-    assert!(run.stderr.contains("unknown provider \"nope\""), "{}", run.stderr);
+    let run = Sandbox::new()
+        .colony(&["ask", "--provider", "nope", "hi"])
+        .failed();
+    assert!(
+        run.stderr.contains("unknown provider \"nope\""),
+        "{}",
+        run.stderr
+    );
     assert!(run.stderr.contains("anthropic, openai"), "{}", run.stderr);
 }
 
 #[test]
 fn missing_key_names_the_variable() {
-    let run = Sandbox::new().colony(&["ask", "--provider", "anthropic", "hi"]).failed();
+    let run = Sandbox::new()
+        .colony(&["ask", "--provider", "anthropic", "hi"])
+        .failed();
     assert!(run.stderr.contains("ANTHROPIC_API_KEY"), "{}", run.stderr);
-    let run = Sandbox::new().colony(&["ask", "--provider", "gemini", "hi"]).failed();
-    assert!(run.stderr.contains("GEMINI_API_KEY or GOOGLE_API_KEY"), "{}", run.stderr);
+    let run = Sandbox::new()
+        .colony(&["ask", "--provider", "gemini", "hi"])
+        .failed();
+    assert!(
+        run.stderr.contains("GEMINI_API_KEY or GOOGLE_API_KEY"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]
@@ -113,7 +134,10 @@ fn ask_streams_the_answer_with_use_type_helper() {
         "[use.helper]\nprovider = \"openai\"\nmodel = \"helper-model\"\n[use.general]\nprovider = \"gemini\"\n",
     );
     let run = sb.colony(&["ask", "What", "is", "a", "breaker?"]).ok();
-    assert_eq!(run.stdout.trim(), "A breaker stops calls to a failing service.");
+    assert_eq!(
+        run.stdout.trim(),
+        "A breaker stops calls to a failing service."
+    );
     let req = fake.requests().pop().unwrap();
     assert_eq!(req.body["model"], "helper-model");
     assert_eq!(req.body["stream"], true);
@@ -124,19 +148,43 @@ fn ask_streams_the_answer_with_use_type_helper() {
 fn config_set_get_list_and_test() {
     let fake = FakeProvider::start();
     let sb = Sandbox::new().env("ANTHROPIC_API_KEY", "test-key-anthropic-0123456789");
-    sb.colony(&["config", "set", "code", "provider", "anthropic"]).ok();
-    sb.colony(&["config", "set", "code", "base_url", &fake.base_url("anthropic")])
+    sb.colony(&["config", "set", "code", "provider", "anthropic"])
         .ok();
-    sb.colony(&["config", "set", "code", "model", "claude-test"]).ok();
+    sb.colony(&[
+        "config",
+        "set",
+        "code",
+        "base_url",
+        &fake.base_url("anthropic"),
+    ])
+    .ok();
+    sb.colony(&["config", "set", "code", "model", "claude-test"])
+        .ok();
     let run = sb.colony(&["config", "get", "code", "model"]).ok();
     assert_eq!(run.stdout.trim(), "claude-test");
     let run = sb.colony(&["config", "list"]).ok();
     assert!(run.stdout.contains("[use.code]"), "{}", run.stdout);
-    assert!(run.stdout.contains("provider = anthropic"), "{}", run.stdout);
-    let bad = sb.colony(&["config", "set", "code", "provider", "nope"]).failed();
-    assert!(bad.stderr.contains("not a known provider"), "{}", bad.stderr);
-    let bad = sb.colony(&["config", "set", "code", "colour", "red"]).failed();
-    assert!(bad.stderr.contains("unknown field \"colour\""), "{}", bad.stderr);
+    assert!(
+        run.stdout.contains("provider = anthropic"),
+        "{}",
+        run.stdout
+    );
+    let bad = sb
+        .colony(&["config", "set", "code", "provider", "nope"])
+        .failed();
+    assert!(
+        bad.stderr.contains("not a known provider"),
+        "{}",
+        bad.stderr
+    );
+    let bad = sb
+        .colony(&["config", "set", "code", "colour", "red"])
+        .failed();
+    assert!(
+        bad.stderr.contains("unknown field \"colour\""),
+        "{}",
+        bad.stderr
+    );
 
     fake.push(Reply::text("ok"));
     let run = sb.colony(&["config", "test", "code"]).ok();
@@ -155,8 +203,12 @@ fn config_set_get_list_and_test() {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        sb.colony(&["config", "set", "code", "key", "sk-secret-value-123"]).ok();
-        let mode = std::fs::metadata(sb.path("config.toml")).unwrap().permissions().mode();
+        sb.colony(&["config", "set", "code", "key", "sk-secret-value-123"])
+            .ok();
+        let mode = std::fs::metadata(sb.path("config.toml"))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
         let run = sb.colony(&["config", "get", "code", "key"]).ok();
         assert_eq!(run.stdout.trim(), "[redacted]");
@@ -178,7 +230,15 @@ fn providers_lists_the_catalogue() {
         .env("GROQ_API_KEY", "x")
         .colony(&["providers"])
         .ok();
-    for id in ["anthropic", "openai", "groq", "ollama", "kimi", "gemini", "replay"] {
+    for id in [
+        "anthropic",
+        "openai",
+        "groq",
+        "ollama",
+        "kimi",
+        "gemini",
+        "replay",
+    ] {
         assert!(
             run.stdout.lines().any(|l| l.starts_with(id)),
             "{id} missing:\n{}",
@@ -193,7 +253,12 @@ fn providers_lists_the_catalogue() {
             &[],
         )
         .ok();
-    assert!(lua.stdout.contains("kimi\topenai\tMOONSHOT_API_KEY\tnative"), "{}", lua.stdout);
+    assert!(
+        lua.stdout
+            .contains("kimi\topenai\tMOONSHOT_API_KEY\tnative"),
+        "{}",
+        lua.stdout
+    );
 }
 
 #[test]
@@ -209,11 +274,20 @@ fn help_tells_every_command() {
 #[test]
 fn quickstart_runs_offline_on_its_cassette() {
     let run = Sandbox::new()
-        .colony(&["run", "--replay", "examples/quickstart.jsonl", "examples/quickstart.lua"])
+        .colony(&[
+            "run",
+            "--replay",
+            "examples/quickstart.jsonl",
+            "examples/quickstart.lua",
+        ])
         .ok();
     let lines = run.lines();
     assert_eq!(lines.len(), 2, "{}", run.stdout);
-    assert!(lines[0].starts_with("tool call: weather.current {"), "{}", lines[0]);
+    assert!(
+        lines[0].starts_with("tool call: weather.current {"),
+        "{}",
+        lines[0]
+    );
     assert!(lines[0].contains("Paris"), "{}", lines[0]);
     assert!(lines[1].contains("Paris"), "{}", lines[1]);
 }
@@ -221,11 +295,24 @@ fn quickstart_runs_offline_on_its_cassette() {
 #[test]
 fn a_cassette_miss_names_the_request() {
     let run = Sandbox::new()
-        .colony(&["ask", "--replay", "examples/quickstart.jsonl", "something never recorded"])
+        .colony(&[
+            "ask",
+            "--replay",
+            "examples/quickstart.jsonl",
+            "something never recorded",
+        ])
         .failed();
     assert!(run.stderr.contains("cassette_miss"), "{}", run.stderr);
-    assert!(run.stderr.contains("has no answer for request 1"), "{}", run.stderr);
-    assert!(run.stderr.contains("something never recorded"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("has no answer for request 1"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("something never recorded"),
+        "{}",
+        run.stderr
+    );
 }
 
 /// Asks two questions concurrently-independent of order: the cassette is keyed by request, so
@@ -249,7 +336,10 @@ fn record_then_replay_in_any_order_without_the_network() {
     assert_eq!(run.lines(), ["answer A", "answer B"]);
     let recorded = std::fs::read_to_string(&cassette).unwrap();
     assert_eq!(recorded.lines().count(), 2);
-    assert!(!recorded.contains("test-key-openai"), "keys are never written");
+    assert!(
+        !recorded.contains("test-key-openai"),
+        "keys are never written"
+    );
     drop(fake);
 
     let replay = Sandbox::new()
@@ -265,7 +355,11 @@ fn record_then_replay_in_any_order_without_the_network() {
 #[test]
 fn recorded_tool_calls_replay_with_their_calls() {
     let fake = FakeProvider::start();
-    fake.push(Reply::tool_call("call_9", "weather_current", json!({"city": "Paris"})));
+    fake.push(Reply::tool_call(
+        "call_9",
+        "weather_current",
+        json!({"city": "Paris"}),
+    ));
     fake.push(Reply::text("Clear skies in Paris."));
     let sb = Sandbox::new()
         .env("ANTHROPIC_API_KEY", "test-key-anthropic-0123456789")
@@ -278,7 +372,10 @@ fn recorded_tool_calls_replay_with_their_calls() {
         .colony(&["run", "--replay", &cassette, "examples/quickstart.lua"])
         .ok();
     assert_eq!(live.stdout, replayed.stdout);
-    assert!(live.stdout.contains("tool call: weather.current {\"city\":\"Paris\"}"));
+    assert!(
+        live.stdout
+            .contains("tool call: weather.current {\"city\":\"Paris\"}")
+    );
 }
 
 /// Writes `examples/quickstart.jsonl` afresh: the quickstart recorded against the fake provider

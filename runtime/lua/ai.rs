@@ -26,10 +26,9 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     let ask_simple = lua.create_async_function(
         |lua, (prompt, opts): (mlua::LuaString, Option<Table>)| async move {
             let history = Value::String(prompt);
-            let mut out = ask(&lua, history, opts).await?.into_iter();
-            let reply = out.next().unwrap_or(Value::Nil);
-            let err = out.next().unwrap_or(Value::Nil);
-            Ok((reply, err))
+            // Only the reply, or `nil, err`: the calls are not for a one-shot caller.
+            let out = ask(&lua, history, opts).await?;
+            Ok(MultiValue::from_iter(out.into_iter().take(2)))
         },
     )?;
     ai.set("ask_simple", ask_simple.clone())?;
@@ -101,7 +100,7 @@ fn success(lua: &Lua, inferred: &Inferred) -> mlua::Result<MultiValue> {
     let reply = Value::String(lua.create_string(inferred.text())?);
     let calls = inferred.tool_calls();
     if calls.is_empty() {
-        return Ok(MultiValue::from_iter([reply, Value::Nil]));
+        return Ok(MultiValue::from_iter([reply]));
     }
     let list = lua.create_table()?;
     for call in &calls {

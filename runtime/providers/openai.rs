@@ -408,7 +408,7 @@ impl DraftCall {
         } else {
             self.id
         };
-        let opaque = (!self.extra.is_empty()).then(|| Opaque {
+        let opaque = (!self.extra.is_empty()).then_some(Opaque {
             style: Style::Openai,
             data: Value::Object(self.extra),
         });

@@ -4,3 +4,4 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod fake;
+pub mod script;

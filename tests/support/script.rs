@@ -16,14 +16,22 @@ impl Run {
     /// Panics with both streams unless the run succeeded.
     #[track_caller]
     pub fn ok(self) -> Run {
-        assert_eq!(self.code, 0, "colony failed\nstdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
+        assert_eq!(
+            self.code, 0,
+            "colony failed\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
         self
     }
 
     /// Panics unless the run failed.
     #[track_caller]
     pub fn failed(self) -> Run {
-        assert_ne!(self.code, 0, "colony should have failed\nstdout:\n{}\nstderr:\n{}", self.stdout, self.stderr);
+        assert_ne!(
+            self.code, 0,
+            "colony should have failed\nstdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
         self
     }
 
