@@ -50,8 +50,10 @@ fn cases() -> Vec<Case> {
         for path in entries {
             let name = path.file_name().unwrap().to_string_lossy().to_string();
             let bytes = std::fs::read(&path).expect("fixture");
-            if name.contains("error") {
-                continue; // error bodies go through classification, not the parsers
+            // Error bodies go through classification, not the parsers; issue-16298 is a
+            // summary written by the recording project, not a wire response.
+            if name.contains("error") || name.contains("-429-") || name.contains("issue-16298") {
+                continue;
             }
             let case = if name.ends_with(".chunks.txt") {
                 Case {
@@ -66,6 +68,12 @@ fn cases() -> Vec<Case> {
                     bytes,
                 }
             } else {
+                // Some captures stop before the blank line that ends their last event, which a
+                // live server always sends.
+                let mut bytes = bytes;
+                if !bytes.ends_with(b"\n\n") {
+                    bytes.extend_from_slice(b"\n\n");
+                }
                 Case {
                     style,
                     stream: true,

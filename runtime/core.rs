@@ -48,6 +48,19 @@ impl Core {
         }
     }
 
+    /// The same core with its own HTTP connection pool, for a thread that drives its own calls
+    /// (the Lua thread); see [`Providers::with_own_client`].
+    pub fn with_own_client(&self) -> Core {
+        Core {
+            inner: Arc::new(Inner {
+                config: self.inner.config.clone(),
+                providers: self.inner.providers.with_own_client(),
+                handle: self.inner.handle.clone(),
+                replaying: self.inner.replaying,
+            }),
+        }
+    }
+
     pub fn handle(&self) -> &tokio::runtime::Handle {
         &self.inner.handle
     }

@@ -57,35 +57,31 @@ async fn ask(lua: &Lua, history: Value, opts: Option<Table>) -> mlua::Result<Mul
         Err(e) => return failure(lua, &e),
     };
     let result = match stream {
-        None => {
-            let worker = core.clone();
-            core.handle()
-                .spawn(async move { worker.infer(&req, &ep, None).await })
-                .await
-        }
+        None => core.infer(&req, &ep, None).await,
         Some(on_text) => {
-            // The model call runs on the core; deltas cross back by channel and the Lua callback
-            // runs here, on the Lua thread, in order.
+            // The model call and the Lua callback take turns on this thread: deltas go through
+            // a channel so the callback (which may itself wait) runs outside the HTTP read loop.
             let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-            let worker = core.clone();
-            let task = core.handle().spawn(async move {
-                let mut send = |t: &str| {
+            let call = async move {
+                let mut send = move |t: &str| {
                     let _ = tx.send(t.to_string());
                 };
-                worker.infer(&req, &ep, Some(&mut send)).await
-            });
-            while let Some(delta) = rx.recv().await {
-                on_text.call_async::<()>(delta).await?;
-            }
-            task.await
+                core.infer(&req, &ep, Some(&mut send)).await
+            };
+            let deliver = async {
+                while let Some(delta) = rx.recv().await {
+                    on_text.call_async::<()>(delta).await?;
+                }
+                Ok::<_, mlua::Error>(())
+            };
+            let (result, delivered) = tokio::join!(call, deliver);
+            delivered?;
+            result
         }
     };
     match result {
-        Ok(Ok(inferred)) => success(lua, &inferred),
-        Ok(Err(e)) => failure(lua, &e),
-        Err(join) => Err(mlua::Error::runtime(format!(
-            "the model call was lost: {join}"
-        ))),
+        Ok(inferred) => success(lua, &inferred),
+        Err(e) => failure(lua, &e),
     }
 }
 
@@ -443,13 +439,7 @@ async fn models(lua: &Lua, opts: Value) -> mlua::Result<MultiValue> {
         Ok(r) => r,
         Err(e) => return failure(lua, &e),
     };
-    let worker = core.clone();
-    let result = core
-        .handle()
-        .spawn(async move { worker.providers().models(&resolved.endpoint).await })
-        .await
-        .map_err(|e| mlua::Error::runtime(format!("the model list was lost: {e}")))?;
-    match result {
+    match core.providers().models(&resolved.endpoint).await {
         Ok(ids) => {
             let list = lua.create_sequence_from(ids)?;
             Ok(MultiValue::from_iter([Value::Table(list)]))

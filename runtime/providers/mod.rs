@@ -114,6 +114,13 @@ pub fn merge_extra(body: &mut Value, extra: Option<&Value>) {
     }
 }
 
+fn new_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build()
+        .expect("the HTTP client builds")
+}
+
 /// Calls models: over HTTP, from a cassette, or over HTTP while recording one.
 #[derive(Clone)]
 pub struct Providers {
@@ -127,14 +134,23 @@ impl Providers {
         replay: Option<Arc<replay::Cassette>>,
         record: Option<Arc<replay::Recorder>>,
     ) -> Providers {
-        let http = reqwest::Client::builder()
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build()
-            .expect("the HTTP client builds");
         Providers {
-            http,
+            http: new_client(),
             replay,
             record,
+        }
+    }
+
+    /// The same providers with an HTTP client (and so a connection pool) of their own.
+    ///
+    /// A connection's I/O is driven by the runtime that opened it. The Lua thread makes its
+    /// calls on its own runtime (crossing to the core and back costs two thread wake-ups, about
+    /// 60 us a call on a 2-core machine), so it gets its own pool: a busy Lua thread then never
+    /// stalls a connection the core's residents are using.
+    pub fn with_own_client(&self) -> Providers {
+        Providers {
+            http: new_client(),
+            ..self.clone()
         }
     }
 
