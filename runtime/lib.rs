@@ -11,14 +11,15 @@
 //!   `Providers::infer` is the one call that reaches a model.
 //! - [`config`]: settings by use-type (`chat`, `code`, `helper`, `general`) from the TOML config,
 //!   the environment and the catalogue, resolved into an endpoint for each request.
+//! - [`core`]: what a program talks to: the config, the providers and the multi-thread runtime,
+//!   with `Core::prepare` (overrides to a neutral request and an endpoint) and `Core::infer`.
 //! - [`secrets`]: keeps keys out of every log, error, transcript and cassette.
 //! - [`lua`]: the Lua host. One VM per program on its own thread; each Lua module (`ai`, `json`)
 //!   registers itself from its own file and only translates between Lua values and the core.
 //! - [`cli`]: the `colony` command, one file per subcommand.
 //!
-//! The Lua thread and the Rust core meet by message: Lua's async functions send work to the core's
-//! multi-thread runtime and await the answer, so a script reads synchronously while only its own
-//! coroutine waits.
+//! The Lua VM runs on a thread of its own; its async functions suspend only the calling coroutine,
+//! so a script reads synchronously. The core is `Send` and runs on the multi-thread runtime.
 
 pub mod cli;
 pub mod config;

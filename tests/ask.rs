@@ -523,3 +523,42 @@ fn models_are_listed_over_the_network() {
         assert_eq!(lua.stdout.trim(), "true\ttrue");
     }
 }
+
+/// Reasoning and signatures ride through a script's hand-written tool loop (on the calls list it
+/// hands back) and reach the next request in the style's own shape.
+#[test]
+fn opaque_reasoning_travels_back_through_lua() {
+    for style in STYLES {
+        let fake = FakeProvider::start();
+        fake.push(
+            Reply::tool_call("call_1", "weather_current", json!({"city": "Paris"}))
+                .reasoning("The user wants weather.", "sig-0123456789"),
+        );
+        fake.push(Reply::text("Clear."));
+        let script = TOOL_LOOP.replace("PROVIDER", &format!("{style:?}"));
+        sandbox(&fake, style).lua(&script, &[]).ok();
+        let second = &model_calls(&fake)[1];
+        match style {
+            "anthropic" => {
+                let first_block = &second["messages"][1]["content"][0];
+                assert_eq!(first_block["type"], "thinking", "{second}");
+                assert_eq!(first_block["thinking"], "The user wants weather.");
+                assert_eq!(first_block["signature"], "sig-0123456789");
+            }
+            "openai" => {
+                assert_eq!(
+                    second["messages"][1]["reasoning_content"], "The user wants weather.",
+                    "{second}"
+                );
+            }
+            _ => {
+                let parts = second["contents"][1]["parts"].as_array().unwrap();
+                let call = parts
+                    .iter()
+                    .find(|p| p.get("functionCall").is_some())
+                    .unwrap();
+                assert_eq!(call["thoughtSignature"], "sig-0123456789", "{second}");
+            }
+        }
+    }
+}
