@@ -108,6 +108,7 @@ impl Core {
             temperature: resolved.temperature,
             stop_sequences: ask.stop_sequences,
             extra: ask.extra,
+            response_schema: None,
         };
         Ok((req, resolved.endpoint))
     }

@@ -278,6 +278,17 @@ pub struct InferRequest {
     /// Fields merged over the wire body last (a JSON object), for knobs colony does not model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extra: Option<Value>,
+    /// Ask for an answer that is JSON matching this schema (structured output), in the style's
+    /// native form where it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub response_schema: Option<ResponseSchema>,
+}
+
+/// A JSON Schema the answer's text must match, with a name (OpenAI requires one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ResponseSchema {
+    pub name: String,
+    pub schema: Value,
 }
 
 /// What one model call produced: the assistant message, why it stopped, and what it cost.
