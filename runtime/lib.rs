@@ -27,4 +27,5 @@ pub mod core;
 pub mod lua;
 pub mod providers;
 pub mod secrets;
+pub mod turn;
 pub mod vocab;

@@ -8,13 +8,12 @@
 use mlua::{Function, Lua, MultiValue, Table, Value};
 use tokio::sync::mpsc;
 
-use super::convert::{from_json, provider_error, to_json};
+use super::convert::{provider_error, to_json};
+use super::messages::{calls_table, read_history};
 use crate::config::Overrides;
 use crate::core::{Ask, Core};
 use crate::providers::catalogue::CATALOGUE;
-use crate::vocab::{
-    Inferred, Message, Opaque, Part, Role, ToolCall, ToolChoice, ToolResult, ToolSpec,
-};
+use crate::vocab::{Inferred, ToolChoice, ToolSpec};
 
 pub fn register(lua: &Lua) -> mlua::Result<Table> {
     let ai = lua.create_table()?;
@@ -32,8 +31,17 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
         },
     )?;
     ai.set("ask_simple", ask_simple.clone())?;
+    ai.set("infer", ask_simple.clone())?;
     ai.set("askSimple", ask_simple)?;
     ai.set("providers", lua.create_function(|lua, ()| providers(lua))?)?;
+    // `ai.sleep(ms)`: waits without holding up any other coroutine.
+    ai.set(
+        "sleep",
+        lua.create_async_function(|_, ms: f64| async move {
+            tokio::time::sleep(std::time::Duration::from_secs_f64(ms.max(0.0) / 1000.0)).await;
+            Ok(())
+        })?,
+    )?;
     let models =
         lua.create_async_function(|lua, opts: Value| async move { models(&lua, opts).await })?;
     ai.set("models", models.clone())?;
@@ -41,7 +49,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     Ok(ai)
 }
 
-fn core(lua: &Lua) -> Core {
+pub fn core(lua: &Lua) -> Core {
     lua.app_data_ref::<Core>()
         .expect("the VM was built with a core")
         .clone()
@@ -49,8 +57,8 @@ fn core(lua: &Lua) -> Core {
 
 /// `reply, err, tool_calls = ai.ask(history, overrides)`.
 async fn ask(lua: &Lua, history: Value, opts: Option<Table>) -> mlua::Result<MultiValue> {
-    let (mut ask, stream) = read_overrides(lua, opts)?;
-    ask.messages = read_history(lua, history)?;
+    let (mut ask, stream) = read_ask(lua, opts, "ai.ask", &[])?;
+    ask.messages = read_history(lua, history, "ai.ask")?;
     let core = core(lua);
     let (req, ep) = match core.prepare(ask) {
         Ok(prepared) => prepared,
@@ -94,46 +102,14 @@ fn failure(lua: &Lua, e: &crate::providers::ProviderError) -> mlua::Result<Multi
 
 fn success(lua: &Lua, inferred: &Inferred) -> mlua::Result<MultiValue> {
     let reply = Value::String(lua.create_string(inferred.text())?);
-    let calls = inferred.tool_calls();
-    if calls.is_empty() {
-        return Ok(MultiValue::from_iter([reply]));
+    match calls_table(lua, &inferred.message)? {
+        None => Ok(MultiValue::from_iter([reply])),
+        Some(list) => Ok(MultiValue::from_iter([
+            reply,
+            Value::Nil,
+            Value::Table(list),
+        ])),
     }
-    let list = lua.create_table()?;
-    for call in &calls {
-        list.push(tool_call_table(lua, call)?)?;
-    }
-    // Reasoning that came with the calls must go back with them (Anthropic thinking blocks):
-    // it rides on the list, so `{ role = "assistant", tool_calls = calls }` carries it.
-    let reasoning: Vec<&Part> = inferred
-        .message
-        .parts
-        .iter()
-        .filter(|p| matches!(p, Part::Reasoning { .. }))
-        .collect();
-    if !reasoning.is_empty() {
-        let json = serde_json::to_value(&reasoning).map_err(mlua::Error::external)?;
-        list.set("reasoning", from_json(lua, &json)?)?;
-    }
-    Ok(MultiValue::from_iter([
-        reply,
-        Value::Nil,
-        Value::Table(list),
-    ]))
-}
-
-fn tool_call_table(lua: &Lua, call: &ToolCall) -> mlua::Result<Table> {
-    let t = lua.create_table()?;
-    t.set("id", call.id.as_str())?;
-    t.set("name", call.name.as_str())?;
-    t.set("args", call.arguments.as_str())?;
-    if let Ok(decoded) = call.decoded() {
-        t.set("arguments", from_json(lua, &decoded)?)?;
-    }
-    if let Some(opaque) = &call.opaque {
-        let json = serde_json::to_value(opaque).map_err(mlua::Error::external)?;
-        t.set("opaque", from_json(lua, &json)?)?;
-    }
-    Ok(t)
 }
 
 const OPTIONS: &[&str] = &[
@@ -153,12 +129,16 @@ const OPTIONS: &[&str] = &[
     "stop",
 ];
 
-fn bad(what: impl std::fmt::Display) -> mlua::Error {
-    mlua::Error::runtime(format!("ai.ask: {what}"))
-}
-
-/// The overrides table: settings for resolution, plus what shapes the request.
-fn read_overrides(lua: &Lua, opts: Option<Table>) -> mlua::Result<(Ask, Option<Function>)> {
+/// The options table of `ai.ask` (and of every call that takes its options): settings for
+/// resolution, plus what shapes the request. `extra_keys` are the caller's own options, which
+/// it reads itself; any other key is a mistake and is named.
+pub fn read_ask(
+    lua: &Lua,
+    opts: Option<Table>,
+    who: &str,
+    extra_keys: &[&str],
+) -> mlua::Result<(Ask, Option<Function>)> {
+    let bad = |what: String| mlua::Error::runtime(format!("{who}: {what}"));
     let mut ask = Ask::default();
     let Some(opts) = opts else {
         return Ok((ask, None));
@@ -174,10 +154,12 @@ fn read_overrides(lua: &Lua, opts: Option<Table>) -> mlua::Result<(Ask, Option<F
                 )));
             }
         };
-        if !OPTIONS.contains(&name.as_str()) {
+        if !OPTIONS.contains(&name.as_str()) && !extra_keys.contains(&name.as_str()) {
+            let mut known: Vec<&str> = OPTIONS.to_vec();
+            known.extend_from_slice(extra_keys);
             return Err(bad(format!(
                 "unknown option {name:?} (options: {})",
-                OPTIONS.join(", ")
+                known.join(", ")
             )));
         }
     }
@@ -202,7 +184,8 @@ fn read_overrides(lua: &Lua, opts: Option<Table>) -> mlua::Result<(Ask, Option<F
     ask.system = text("system")?;
     if let Some(tools) = opts.get::<Option<Table>>("tools")? {
         for (i, tool) in tools.sequence_values::<Value>().enumerate() {
-            ask.tools.push(read_tool(lua, tool?, i + 1)?);
+            ask.tools
+                .push(read_tool(lua, tool?, i + 1).map_err(|e| bad(e.to_string()))?);
         }
     }
     ask.tool_choice = match opts.get::<Value>("tool_choice")? {
@@ -215,7 +198,7 @@ fn read_overrides(lua: &Lua, opts: Option<Table>) -> mlua::Result<(Ask, Option<F
         },
         Value::Table(t) => ToolChoice::Tool(
             t.get::<String>("name")
-                .map_err(|_| bad("tool_choice table needs a name"))?,
+                .map_err(|_| bad("tool_choice table needs a name".into()))?,
         ),
         other => {
             return Err(bad(format!(
@@ -255,8 +238,16 @@ fn read_overrides(lua: &Lua, opts: Option<Table>) -> mlua::Result<(Ask, Option<F
 }
 
 fn read_tool(lua: &Lua, tool: Value, n: usize) -> mlua::Result<ToolSpec> {
-    let Value::Table(t) = tool else {
-        return Err(bad(format!("tools[{n}] must be a table")));
+    let bad = |what: String| mlua::Error::runtime(what);
+    let t = match tool {
+        Value::Table(t) => t,
+        Value::UserData(ud) => {
+            let tool = ud
+                .borrow::<super::turn::ToolValue>()
+                .map_err(|_| bad(format!("tools[{n}] is not a tool")))?;
+            return Ok(tool.0.spec.clone());
+        }
+        _ => return Err(bad(format!("tools[{n}] must be a table or an ai.tool"))),
     };
     let name: String = t
         .get("name")
@@ -271,125 +262,6 @@ fn read_tool(lua: &Lua, tool: Value, n: usize) -> mlua::Result<ToolSpec> {
         description: description.unwrap_or_default(),
         parameters,
     })
-}
-
-/// A history: a string (one user message) or a list of `{ role, content, tool_calls?,
-/// tool_call_id? }`. Consecutive `tool` entries become one message of results.
-pub fn read_history(lua: &Lua, history: Value) -> mlua::Result<Vec<Message>> {
-    let entries = match history {
-        Value::String(s) => return Ok(vec![Message::user(s.to_string_lossy())]),
-        Value::Table(t) => t,
-        other => {
-            return Err(bad(format!(
-                "history must be a string or a list of messages, not {}",
-                other.type_name()
-            )));
-        }
-    };
-    let mut messages: Vec<Message> = Vec::new();
-    for (i, entry) in entries.sequence_values::<Value>().enumerate() {
-        let n = i + 1;
-        let Value::Table(entry) = entry? else {
-            return Err(bad(format!("history[{n}] must be a table")));
-        };
-        let role: String = entry
-            .get("role")
-            .map_err(|_| bad(format!("history[{n}] needs a role")))?;
-        let role = Role::parse(&role).ok_or_else(|| {
-            bad(format!(
-                "history[{n}].role = {role:?} (expected system, user, assistant or tool)"
-            ))
-        })?;
-        let content = match entry.get::<Value>("content")? {
-            Value::Nil => String::new(),
-            Value::String(s) => s.to_string_lossy(),
-            v @ Value::Table(_) => to_json(lua, v)?.to_string(),
-            other => other.to_string()?,
-        };
-        if role == Role::Tool {
-            let call_id: String = entry
-                .get("tool_call_id")
-                .map_err(|_| bad(format!("history[{n}] (role tool) needs a tool_call_id")))?;
-            let name = match entry.get::<Option<String>>("name")? {
-                Some(name) => name,
-                None => find_call_name(&messages, &call_id).unwrap_or_default(),
-            };
-            let is_error = entry.get::<Option<bool>>("is_error")?.unwrap_or(false);
-            let result = Part::ToolResult(ToolResult {
-                call_id,
-                name,
-                content,
-                is_error,
-            });
-            match messages.last_mut() {
-                Some(last) if last.role == Role::Tool => last.parts.push(result),
-                _ => messages.push(Message::new(Role::Tool, vec![result])),
-            }
-            continue;
-        }
-        let mut parts = Vec::new();
-        let calls = entry.get::<Option<Table>>("tool_calls")?;
-        if let Some(calls) = &calls
-            && let Some(reasoning) = calls.get::<Option<Table>>("reasoning")?
-        {
-            let json = to_json(lua, Value::Table(reasoning))?;
-            let kept: Vec<Part> = serde_json::from_value(json)
-                .map_err(|e| bad(format!("history[{n}].tool_calls.reasoning: {e}")))?;
-            parts.extend(kept);
-        }
-        if !content.is_empty() {
-            parts.push(Part::text(content));
-        }
-        if let Some(calls) = calls {
-            for (j, call) in calls.sequence_values::<Table>().enumerate() {
-                parts.push(Part::ToolCall(read_call(lua, call?, n, j + 1)?));
-            }
-        }
-        messages.push(Message::new(role, parts));
-    }
-    Ok(messages)
-}
-
-fn read_call(lua: &Lua, call: Table, n: usize, j: usize) -> mlua::Result<ToolCall> {
-    let at = format!("history[{n}].tool_calls[{j}]");
-    let id: String = call
-        .get("id")
-        .map_err(|_| bad(format!("{at} needs an id")))?;
-    let name: String = call
-        .get("name")
-        .map_err(|_| bad(format!("{at} needs a name")))?;
-    let arguments = match (call.get::<Value>("args")?, call.get::<Value>("arguments")?) {
-        (Value::String(s), _) => s.to_string_lossy(),
-        (_, v @ Value::Table(_)) => to_json(lua, v)?.to_string(),
-        (Value::Nil, Value::Nil) => "{}".to_string(),
-        _ => {
-            return Err(bad(format!(
-                "{at}.args must be JSON text (or arguments a table)"
-            )));
-        }
-    };
-    let opaque = match call.get::<Value>("opaque")? {
-        Value::Nil => None,
-        v => Some(
-            serde_json::from_value::<Opaque>(to_json(lua, v)?)
-                .map_err(|e| bad(format!("{at}.opaque: {e}")))?,
-        ),
-    };
-    Ok(ToolCall {
-        id,
-        name,
-        arguments,
-        opaque,
-    })
-}
-
-fn find_call_name(messages: &[Message], call_id: &str) -> Option<String> {
-    messages
-        .iter()
-        .rev()
-        .flat_map(|m| m.tool_calls())
-        .find(|c| c.id == call_id)
-        .map(|c| c.name.clone())
 }
 
 fn providers(lua: &Lua) -> mlua::Result<Table> {

@@ -14,8 +14,11 @@
 //! C-call boundary". Compute first, then sort.
 
 pub mod ai;
+pub mod bridge;
 pub mod convert;
 pub mod json;
+pub mod messages;
+pub mod turn;
 
 use std::path::Path;
 
@@ -59,12 +62,17 @@ pub fn run_source(
         .unwrap_or_else(|_| Err(ScriptError("the Lua thread panicked".into())))
 }
 
-/// Builds a program's VM with colony's modules registered.
-pub fn new_vm(core: Core) -> mlua::Result<Lua> {
+/// Builds a program's VM with colony's modules registered. The returned jobs must be served
+/// ([`bridge::serve`]) on the VM's thread for tools and callbacks to run.
+pub fn new_vm(core: Core) -> mlua::Result<(Lua, bridge::LuaJobs)> {
     let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())?;
     lua.set_app_data(core.with_own_client());
+    lua.set_app_data(bridge::Functions::default());
+    let (bridge, jobs) = bridge::channel();
+    lua.set_app_data(bridge);
     let json = json::register(&lua)?;
     let ai = ai::register(&lua)?;
+    turn::register(&lua, &ai)?;
     let globals = lua.globals();
     globals.set("json", json.clone())?;
     globals.set("ai", ai.clone())?;
@@ -75,7 +83,7 @@ pub fn new_vm(core: Core) -> mlua::Result<Lua> {
     preload.set("data", constant(&lua, data)?)?;
     preload.set("json", constant(&lua, globals.get::<Value>("json")?)?)?;
     preload.set("ai", constant(&lua, globals.get::<Value>("ai")?)?)?;
-    Ok(lua)
+    Ok((lua, jobs))
 }
 
 /// A `package.preload` loader that returns `value`.
@@ -90,7 +98,9 @@ async fn run_on_this_thread(
     source: Vec<u8>,
     args: Vec<String>,
 ) -> Result<(), ScriptError> {
-    let lua = new_vm(core).map_err(|e| ScriptError(format!("cannot build the Lua VM: {e}")))?;
+    let (lua, jobs) =
+        new_vm(core).map_err(|e| ScriptError(format!("cannot build the Lua VM: {e}")))?;
+    tokio::task::spawn_local(bridge::serve(lua.clone(), jobs));
     let setup = || -> mlua::Result<(Function, Function, Function, MultiValue)> {
         let arg = lua.create_table()?;
         arg.set(0, name.as_str())?;

@@ -184,7 +184,7 @@ impl Wire for Anthropic {
         for (i, c) in r.calls.iter().enumerate() {
             // Like the real API: an empty fragment first, then pieces cut anywhere.
             let deltas = std::iter::once(String::new())
-                .chain(arg_fragments(&c.args))
+                .chain(arg_fragments(c))
                 .map(|f| json!({"type": "input_json_delta", "partial_json": f}))
                 .collect();
             let start = json!({

@@ -98,7 +98,7 @@ impl Wire for OpenAi {
                     json!({
                         "id": cx.call_id(c, i, "call_"),
                         "type": "function",
-                        "function": {"name": c.name, "arguments": c.args.to_string()},
+                        "function": {"name": c.name, "arguments": c.args_text()},
                     })
                 })
                 .collect();
@@ -164,7 +164,7 @@ impl Wire for OpenAi {
                 "function": {"name": c.name, "arguments": ""},
             }]});
             head.push(chunk(open, Value::Null));
-            for f in arg_fragments(&c.args) {
+            for f in arg_fragments(c) {
                 let more = json!({"tool_calls": [{"index": i, "function": {"arguments": f}}]});
                 head.push(chunk(more, Value::Null));
             }

@@ -12,6 +12,16 @@ pub struct Call {
     pub id: String,
     pub name: String,
     pub args: Value,
+    /// Argument text sent as is instead of `args` where the wire carries text (OpenAI, and
+    /// Anthropic streams), to script a model that sends broken JSON.
+    pub raw: Option<String>,
+}
+
+impl Call {
+    /// The arguments as the wire's text carries them.
+    pub fn args_text(&self) -> String {
+        self.raw.clone().unwrap_or_else(|| self.args.to_string())
+    }
 }
 
 /// How the answer misbehaves, if it does.
@@ -90,10 +100,19 @@ impl Reply {
                     id: id.into(),
                     name: name.into(),
                     args,
+                    raw: None,
                 })
                 .collect(),
             ..Reply::base(Kind::Normal)
         }
+    }
+
+    /// One tool call whose argument text is `raw` exactly (which need not be JSON). Gemini
+    /// carries arguments as an object and cannot send this: it sends `{}` there.
+    pub fn tool_call_raw(id: impl Into<String>, name: impl Into<String>, raw: &str) -> Reply {
+        let mut reply = Reply::tool_call(id, name, Value::Object(Default::default()));
+        reply.calls[0].raw = Some(raw.to_string());
+        reply
     }
 
     /// Any HTTP status. The body defaults to the style's error JSON for that status (Gemini's
@@ -222,8 +241,8 @@ pub(crate) fn words(text: &str) -> Vec<String> {
 
 /// Serialized arguments cut into up to three fragments at arbitrary character positions (they
 /// may split a string or an escape, as real streams do).
-pub(crate) fn arg_fragments(args: &Value) -> Vec<String> {
-    let s = args.to_string();
+pub(crate) fn arg_fragments(call: &Call) -> Vec<String> {
+    let s = call.args_text();
     let chars: Vec<char> = s.chars().collect();
     let size = chars.len().div_ceil(3).max(1);
     chars.chunks(size).map(|c| c.iter().collect()).collect()

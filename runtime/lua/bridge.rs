@@ -1,0 +1,241 @@
+//! The crossing from the Rust core into the Lua VM: "call this Lua function with these JSON
+//! arguments, answer on this oneshot".
+//!
+//! A [`LuaBridge`] is `Send + Sync` and cheap to clone, so a turn loop can run anywhere (on the
+//! Lua thread itself or on the core) and still reach the script's tools and callbacks. On the
+//! Lua thread, [`serve`] receives each job and runs it in its own local task, so a slow tool never
+//! holds up another. Lua functions are known to the core by a [`FnId`], kept in a table on the
+//! Lua side ([`Functions`]).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+
+use mlua::{Function, Lua, MultiValue, Value};
+use serde_json::Value as Json;
+use tokio::sync::{mpsc, oneshot};
+
+use super::convert::{from_json, to_json};
+
+/// A Lua function the core may call.
+pub type FnId = u64;
+
+/// How a Lua tool handler ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HandlerOutcome {
+    /// It returned a value: text as is, a table as JSON.
+    Value(String),
+    /// It returned `nil, err`.
+    Refused(String),
+    /// It raised an error with a message (a string).
+    Raised(String),
+    /// It raised a value that is not a string (a table, a number...).
+    Thrown(String),
+}
+
+enum Job {
+    Tool {
+        func: FnId,
+        args: Json,
+        ctx: Json,
+        reply: oneshot::Sender<HandlerOutcome>,
+    },
+    Callback {
+        func: FnId,
+        arg: Json,
+        reply: oneshot::Sender<Result<(), String>>,
+    },
+}
+
+/// The core's handle on one Lua VM.
+#[derive(Clone)]
+pub struct LuaBridge {
+    jobs: mpsc::UnboundedSender<Job>,
+}
+
+/// The receiving end, served on the Lua thread by [`serve`].
+pub struct LuaJobs(mpsc::UnboundedReceiver<Job>);
+
+pub fn channel() -> (LuaBridge, LuaJobs) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    (LuaBridge { jobs: tx }, LuaJobs(rx))
+}
+
+const GONE: &str = "the Lua program has ended";
+
+impl LuaBridge {
+    /// Runs a tool handler `func(args, ctx)` on the Lua thread. Dropping the returned future
+    /// (a deadline) cancels the handler at its next wait.
+    pub async fn call_tool(&self, func: FnId, args: Json, ctx: Json) -> HandlerOutcome {
+        let (reply, answer) = oneshot::channel();
+        if self
+            .jobs
+            .send(Job::Tool {
+                func,
+                args,
+                ctx,
+                reply,
+            })
+            .is_err()
+        {
+            return HandlerOutcome::Raised(GONE.into());
+        }
+        answer
+            .await
+            .unwrap_or_else(|_| HandlerOutcome::Raised(GONE.into()))
+    }
+
+    /// Calls `func(arg)` on the Lua thread and waits for it to return.
+    pub async fn callback(&self, func: FnId, arg: Json) -> Result<(), String> {
+        let (reply, answer) = oneshot::channel();
+        self.jobs
+            .send(Job::Callback { func, arg, reply })
+            .map_err(|_| GONE.to_string())?;
+        answer.await.map_err(|_| GONE.to_string())?
+    }
+}
+
+/// The Lua functions the core may call, by id. Lives in the VM's app data.
+#[derive(Default)]
+pub struct Functions {
+    next: std::cell::Cell<FnId>,
+    table: RefCell<HashMap<FnId, Function>>,
+}
+
+impl Functions {
+    pub fn register(&self, f: Function) -> FnId {
+        let id = self.next.get() + 1;
+        self.next.set(id);
+        self.table.borrow_mut().insert(id, f);
+        id
+    }
+
+    pub fn unregister(&self, id: FnId) {
+        self.table.borrow_mut().remove(&id);
+    }
+
+    fn get(&self, id: FnId) -> Option<Function> {
+        self.table.borrow().get(&id).cloned()
+    }
+}
+
+/// Registers `f` with the VM's [`Functions`].
+pub fn register(lua: &Lua, f: Function) -> FnId {
+    lua.app_data_ref::<Functions>()
+        .expect("the VM has a function table")
+        .register(f)
+}
+
+pub fn unregister(lua: &Lua, id: FnId) {
+    if let Some(fns) = lua.app_data_ref::<Functions>() {
+        fns.unregister(id);
+    }
+}
+
+/// Serves jobs until every [`LuaBridge`] is gone. Run it as a local task on the Lua thread.
+pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
+    // `pcall` in Lua tells a raised string from a thrown value, which mlua's error type blurs.
+    let protected: Function = match lua
+        .load("local f, a, c = ... return pcall(f, a, c)")
+        .set_name("=colony.tool")
+        .into_function()
+    {
+        Ok(f) => f,
+        Err(_) => return,
+    };
+    while let Some(job) = jobs.0.recv().await {
+        let lua = lua.clone();
+        let protected = protected.clone();
+        tokio::task::spawn_local(async move {
+            match job {
+                Job::Tool {
+                    func,
+                    args,
+                    ctx,
+                    mut reply,
+                } => {
+                    let run = run_tool(&lua, &protected, func, args, ctx);
+                    tokio::select! {
+                        outcome = run => { let _ = reply.send(outcome); }
+                        // The caller gave up (a deadline): dropping `run` stops the handler.
+                        _ = reply.closed() => {}
+                    }
+                }
+                Job::Callback { func, arg, reply } => {
+                    let _ = reply.send(run_callback(&lua, func, arg).await);
+                }
+            }
+        });
+    }
+}
+
+fn function(lua: &Lua, id: FnId) -> Option<Function> {
+    lua.app_data_ref::<Functions>()?.get(id)
+}
+
+async fn run_tool(
+    lua: &Lua,
+    protected: &Function,
+    func: FnId,
+    args: Json,
+    ctx: Json,
+) -> HandlerOutcome {
+    let Some(handler) = function(lua, func) else {
+        return HandlerOutcome::Raised("the tool's handler is gone".into());
+    };
+    let call = async {
+        let args = from_json(lua, &args)?;
+        let ctx = from_json(lua, &ctx)?;
+        protected
+            .call_async::<MultiValue>((handler, args, ctx))
+            .await
+    };
+    let values = match call.await {
+        Ok(v) => v,
+        Err(e) => return HandlerOutcome::Raised(super::plain(&e)),
+    };
+    let mut values = values.into_iter();
+    let ok = matches!(values.next(), Some(Value::Boolean(true)));
+    let first = values.next().unwrap_or(Value::Nil);
+    if !ok {
+        return match first {
+            Value::String(s) => HandlerOutcome::Raised(s.to_string_lossy()),
+            Value::Error(e) => HandlerOutcome::Raised(super::plain(&e)),
+            other => HandlerOutcome::Thrown(describe_thrown(lua, other)),
+        };
+    }
+    match first {
+        Value::Nil => match values.next() {
+            Some(Value::Nil) | None => HandlerOutcome::Value(String::new()),
+            Some(err) => HandlerOutcome::Refused(super::describe_error(&err)),
+        },
+        Value::String(s) => HandlerOutcome::Value(s.to_string_lossy()),
+        v @ (Value::Table(_) | Value::Boolean(_) | Value::Integer(_) | Value::Number(_)) => {
+            match to_json(lua, v) {
+                Ok(json) => HandlerOutcome::Value(json.to_string()),
+                Err(e) => HandlerOutcome::Raised(format!(
+                    "the handler returned a value JSON cannot hold: {}",
+                    super::plain(&e)
+                )),
+            }
+        }
+        other => HandlerOutcome::Raised(format!(
+            "the handler returned a {}, not a string or a table",
+            other.type_name()
+        )),
+    }
+}
+
+/// A thrown value as text: a table is shown as JSON where it can be.
+fn describe_thrown(lua: &Lua, value: Value) -> String {
+    let type_name = value.type_name();
+    match to_json(lua, value) {
+        Ok(json) => format!("a {type_name} was thrown: {json}"),
+        Err(_) => format!("a {type_name} was thrown"),
+    }
+}
+
+async fn run_callback(lua: &Lua, func: FnId, arg: Json) -> Result<(), String> {
+    let f = function(lua, func).ok_or("the callback is gone")?;
+    let arg = from_json(lua, &arg).map_err(|e| super::plain(&e))?;
+    f.call_async::<()>(arg).await.map_err(|e| super::plain(&e))
+}

@@ -1,0 +1,378 @@
+//! The turn-level part of the `ai` module: `ai.tool`, `ai.take_turn`, `ai.run`, `ai.infer`,
+//! `ai.infer_with_tools`, `ai.infer_structured` and `ai.parallel`.
+//!
+//! A script's own turns run on the Lua thread (the model calls are I/O); tool handlers and
+//! callbacks are reached through the VM's [`LuaBridge`], each in its own coroutine, so the calls
+//! of one step run concurrently.
+
+use std::time::Duration;
+
+use mlua::{Function, Lua, MultiValue, Table, UserData, UserDataFields, Value};
+
+use super::ai::{core, read_ask};
+use super::bridge::{self, FnId, LuaBridge};
+use super::convert::{error_table, from_json, to_json};
+use super::messages::{history_table, read_history};
+use crate::turn::{self, Compaction, EventKind, Handler, ToolDef, TurnOutcome, TurnSpec};
+use crate::vocab::{Message, Usage};
+
+/// A tool made by `ai.tool`: usable in `tools = {...}` of every call.
+pub struct ToolValue(pub ToolDef);
+
+impl UserData for ToolValue {
+    fn add_fields<F: UserDataFields<Self>>(fields: &mut F) {
+        fields.add_field_method_get("name", |_, t| Ok(t.0.spec.name.clone()));
+        fields.add_field_method_get("description", |_, t| Ok(t.0.spec.description.clone()));
+        fields.add_field_method_get("parameters", |lua, t| from_json(lua, &t.0.spec.parameters));
+        fields.add_field_method_get("timeout", |_, t| Ok(t.0.timeout.as_secs_f64()));
+        fields.add_field_method_get("exportable", |_, t| Ok(t.0.exportable));
+    }
+}
+
+pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
+    ai.set(
+        "tool",
+        lua.create_function(|lua, spec: Table| tool(lua, spec))?,
+    )?;
+    ai.set(
+        "take_turn",
+        lua.create_async_function(|lua, opts: Table| async move {
+            let outcome = run_turn(&lua, opts, "ai.take_turn", 8).await?;
+            turn_table(&lua, outcome, "reply", "tool_events")
+        })?,
+    )?;
+    ai.set(
+        "infer_with_tools",
+        lua.create_async_function(|lua, opts: Table| async move {
+            let outcome = run_turn(&lua, opts, "ai.infer_with_tools", 8).await?;
+            turn_table(&lua, outcome, "reply", "tool_events")
+        })?,
+    )?;
+    ai.set(
+        "run",
+        lua.create_async_function(|lua, opts: Table| async move {
+            let outcome = run_turn(&lua, opts, "ai.run", 9).await?;
+            turn_table(&lua, outcome, "text", "tools")
+        })?,
+    )?;
+    ai.set(
+        "parallel",
+        lua.create_async_function(|_, fns: MultiValue| async move { parallel(fns).await })?,
+    )?;
+    Ok(())
+}
+
+fn bad(who: &str, what: impl std::fmt::Display) -> mlua::Error {
+    mlua::Error::runtime(format!("{who}: {what}"))
+}
+
+const TOOL_FIELDS: &[&str] = &[
+    "name",
+    "description",
+    "parameters",
+    "handler",
+    "timeout",
+    "exportable",
+];
+
+/// `ai.tool{ name, description, parameters, handler, timeout?, exportable? }`.
+fn tool(lua: &Lua, spec: Table) -> mlua::Result<ToolValue> {
+    for pair in spec.pairs::<String, Value>() {
+        let (k, _) = pair?;
+        if !TOOL_FIELDS.contains(&k.as_str()) {
+            return Err(bad(
+                "ai.tool",
+                format!("unknown field {k:?} (fields: {})", TOOL_FIELDS.join(", ")),
+            ));
+        }
+    }
+    Ok(ToolValue(tool_def(lua, &spec, "ai.tool")?))
+}
+
+fn tool_def(lua: &Lua, spec: &Table, who: &str) -> mlua::Result<ToolDef> {
+    let name: String = spec
+        .get("name")
+        .map_err(|_| bad(who, "a tool needs a name (a string)"))?;
+    let description: Option<String> = spec
+        .get("description")
+        .map_err(|_| bad(who, format!("tool {name}: description must be a string")))?;
+    let handler: Function = spec
+        .get("handler")
+        .map_err(|_| bad(who, format!("tool {name} needs a handler function")))?;
+    let parameters = match spec.get::<Value>("parameters")? {
+        Value::Nil => serde_json::Value::Null,
+        v => to_json(lua, v)?,
+    };
+    let timeout = match spec.get::<Option<f64>>("timeout") {
+        Ok(t) => t.map(|s| Duration::from_secs_f64(s.max(0.0))),
+        Err(_) => {
+            return Err(bad(
+                who,
+                format!("tool {name}: timeout is seconds (a number)"),
+            ));
+        }
+    };
+    let id = bridge::register(lua, handler);
+    let mut def = ToolDef::new(
+        &name,
+        &description.unwrap_or_default(),
+        parameters,
+        timeout,
+        Handler::Lua(id),
+    )
+    .map_err(|e| {
+        bridge::unregister(lua, id);
+        bad(who, e)
+    })?;
+    def.exportable = spec.get::<Option<bool>>("exportable")?.unwrap_or(false);
+    Ok(def)
+}
+
+/// Options a turn takes beside those of `ai.ask`.
+const TURN_OPTIONS: &[&str] = &[
+    "messages",
+    "prompt",
+    "max_steps",
+    "allow",
+    "deny",
+    "pin",
+    "on_step",
+    "compact",
+    "context_window",
+    "compact_at",
+    "compact_prompt",
+    "mcp",
+];
+
+/// Unregisters a turn's callbacks however the turn ends.
+struct Registered<'a> {
+    lua: &'a Lua,
+    ids: Vec<FnId>,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        for id in &self.ids {
+            bridge::unregister(self.lua, *id);
+        }
+    }
+}
+
+async fn run_turn(
+    lua: &Lua,
+    opts: Table,
+    who: &str,
+    default_steps: u32,
+) -> mlua::Result<TurnOutcome> {
+    let tools_value = opts.get::<Value>("tools")?;
+    opts.set("tools", Value::Nil)?;
+    let read = read_ask(lua, Some(opts.clone()), who, TURN_OPTIONS);
+    opts.set("tools", tools_value.clone())?;
+    let (mut ask, stream) = read?;
+    if !matches!(opts.get::<Value>("mcp")?, Value::Nil) {
+        return Err(bad(
+            who,
+            "mcp servers are not supported yet (they arrive with the MCP client)",
+        ));
+    }
+    let mut messages: Vec<Message> = match opts.get::<Value>("messages")? {
+        Value::Nil => Vec::new(),
+        v => read_history(lua, v, who)?,
+    };
+    if let Some(prompt) = opts.get::<Option<String>>("prompt")? {
+        messages.push(Message::user(prompt));
+    }
+    if messages.is_empty() {
+        return Err(bad(who, "give a prompt or messages"));
+    }
+    ask.messages = messages;
+    let mut spec = TurnSpec::new(ask);
+    spec.max_steps = match opts.get::<Option<f64>>("max_steps") {
+        Ok(n) => n.map(|n| n.max(1.0) as u32).unwrap_or(default_steps),
+        Err(_) => return Err(bad(who, "max_steps must be a number")),
+    };
+    spec.tools = read_tools(lua, tools_value, who)?;
+    spec.allow = names(&opts, "allow", who)?;
+    spec.deny = names(&opts, "deny", who)?;
+    if let Some(pin) = opts.get::<Option<Table>>("pin")? {
+        match to_json(lua, Value::Table(pin))? {
+            serde_json::Value::Object(map) => spec.pin = map,
+            _ => return Err(bad(who, "pin must be a table of argument names to values")),
+        }
+    }
+    spec.compaction = read_compaction(&opts, who)?;
+    let mut registered = Registered {
+        lua,
+        ids: Vec::new(),
+    };
+    if let Some(f) = stream {
+        let id = bridge::register(lua, f);
+        registered.ids.push(id);
+        spec.on_text = Some(id);
+    }
+    if let Some(f) = opts.get::<Option<Function>>("on_step")? {
+        let id = bridge::register(lua, f);
+        registered.ids.push(id);
+        spec.on_step = Some(id);
+    }
+    let core = core(lua);
+    let bridge = lua
+        .app_data_ref::<LuaBridge>()
+        .expect("the VM has a bridge")
+        .clone();
+    let outcome = turn::take_turn(&core, &bridge, spec).await;
+    drop(registered);
+    Ok(outcome)
+}
+
+fn read_tools(lua: &Lua, value: Value, who: &str) -> mlua::Result<Vec<ToolDef>> {
+    let list = match value {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Table(t) => t,
+        other => {
+            return Err(bad(
+                who,
+                format!("tools must be a list, not {}", other.type_name()),
+            ));
+        }
+    };
+    let mut tools = Vec::new();
+    for (i, entry) in list.sequence_values::<Value>().enumerate() {
+        match entry? {
+            Value::UserData(ud) => {
+                let t = ud
+                    .borrow::<ToolValue>()
+                    .map_err(|_| bad(who, format!("tools[{}] is not a tool", i + 1)))?;
+                tools.push(t.0.clone());
+            }
+            Value::Table(t) => tools.push(tool_def(lua, &t, who)?),
+            other => {
+                return Err(bad(
+                    who,
+                    format!(
+                        "tools[{}] must be an ai.tool, not {}",
+                        i + 1,
+                        other.type_name()
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(tools)
+}
+
+fn names(opts: &Table, key: &str, who: &str) -> mlua::Result<Vec<String>> {
+    match opts.get::<Value>(key)? {
+        Value::Nil => Ok(Vec::new()),
+        Value::String(s) => Ok(vec![s.to_string_lossy()]),
+        Value::Table(t) => t
+            .sequence_values::<String>()
+            .collect::<mlua::Result<_>>()
+            .map_err(|_| bad(who, format!("{key} must be a list of tool names or globs"))),
+        other => Err(bad(who, format!("{key} cannot be a {}", other.type_name()))),
+    }
+}
+
+fn read_compaction(opts: &Table, who: &str) -> mlua::Result<Compaction> {
+    let mut c = Compaction::default();
+    match opts.get::<Option<String>>("compact")?.as_deref() {
+        None | Some("client") => {}
+        Some("off") => c.enabled = false,
+        Some(other) => {
+            return Err(bad(
+                who,
+                format!("compact = {other:?} (expected \"client\" or \"off\")"),
+            ));
+        }
+    }
+    if let Some(w) = opts.get::<Option<f64>>("context_window")? {
+        c.context_window = w.max(1.0) as u64;
+    }
+    if let Some(at) = opts.get::<Option<f64>>("compact_at")? {
+        if !(0.0..=1.0).contains(&at) {
+            return Err(bad(
+                who,
+                format!("compact_at = {at} (expected a fraction between 0 and 1)"),
+            ));
+        }
+        c.compact_at = at;
+    }
+    if let Some(p) = opts.get::<Option<String>>("compact_prompt")? {
+        c.prompt = p;
+    }
+    Ok(c)
+}
+
+pub fn usage_table(lua: &Lua, u: &Usage) -> mlua::Result<Table> {
+    let t = lua.create_table()?;
+    t.set("input", u.input)?;
+    t.set("output", u.output)?;
+    t.set("cache_read", u.cache_read)?;
+    t.set("cache_write", u.cache_write)?;
+    t.set("reasoning", u.reasoning)?;
+    Ok(t)
+}
+
+/// A turn's outcome as a Lua table. `take_turn` names the reply `reply` and the events
+/// `tool_events`; `ai.run` names them `text` and `tools`.
+fn turn_table(lua: &Lua, o: TurnOutcome, reply_key: &str, events_key: &str) -> mlua::Result<Table> {
+    let t = lua.create_table()?;
+    t.set(reply_key, o.reply)?;
+    t.set("stop", o.stop.as_str())?;
+    t.set("steps", o.steps)?;
+    t.set("usage", usage_table(lua, &o.usage)?)?;
+    t.set("compactions", o.compactions)?;
+    let events = lua.create_table()?;
+    for e in &o.tool_events {
+        let row = lua.create_table()?;
+        row.set("step", e.step)?;
+        row.set("name", e.name.as_str())?;
+        row.set("call_id", e.call_id.as_str())?;
+        row.set("kind", kind_name(e.kind))?;
+        row.set("ok", e.kind == EventKind::Ok)?;
+        row.set("outcome", e.outcome.as_str())?;
+        row.set("duration_ms", e.duration.as_secs_f64() * 1000.0)?;
+        events.push(row)?;
+    }
+    t.set(events_key, events)?;
+    t.set("messages", history_table(lua, &o.messages)?)?;
+    if let Some(e) = &o.error {
+        t.set("error", error_table(lua, &e.kind, &e.message)?)?;
+    }
+    Ok(t)
+}
+
+fn kind_name(kind: EventKind) -> &'static str {
+    match kind {
+        EventKind::Ok => "ok",
+        EventKind::Error => "error",
+        EventKind::Thrown => "thrown",
+        EventKind::BadArguments => "bad_arguments",
+        EventKind::Schema => "schema",
+        EventKind::Deadline => "deadline",
+        EventKind::UnknownTool => "unknown_tool",
+    }
+}
+
+/// `a, b = ai.parallel(f1, f2)`: runs each function in its own coroutine, at once, and returns
+/// each one's first result in order. An error in any is raised once all have finished.
+async fn parallel(fns: MultiValue) -> mlua::Result<MultiValue> {
+    let mut calls = Vec::with_capacity(fns.len());
+    for (i, f) in fns.into_iter().enumerate() {
+        match f {
+            Value::Function(f) => calls.push(async move { f.call_async::<Value>(()).await }),
+            other => {
+                return Err(bad(
+                    "ai.parallel",
+                    format!(
+                        "argument {} is a {}, not a function",
+                        i + 1,
+                        other.type_name()
+                    ),
+                ));
+            }
+        }
+    }
+    let results = futures::future::join_all(calls).await;
+    results.into_iter().collect::<mlua::Result<MultiValue>>()
+}

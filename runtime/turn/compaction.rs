@@ -1,0 +1,200 @@
+//! Client-side compaction: when the next request would pass `context_window * compact_at`,
+//! ask the model for a summary and restart the transcript from it.
+//!
+//! The size is what the provider reported for the last step (input plus output tokens) plus an
+//! estimate of what has been appended since and not yet sent, at about 4 bytes a token. The new
+//! transcript is one user message (a preamble, the summary, the user's latest request) followed by
+//! the last tool round verbatim (the assistant's calls and their results, never one without the
+//! other), with its reasoning blocks dropped since their signatures vouch for a context that is
+//! gone.
+
+use tracing::Instrument;
+
+use super::TurnSpec;
+use crate::core::Core;
+use crate::providers::ProviderError;
+use crate::vocab::{Message, Part, Role, ToolChoice, ToolResult, ToolSpec, Usage};
+
+pub const PREAMBLE: &str =
+    "This session continues an earlier conversation that was compacted to save context.";
+
+/// The transcript's size as the provider last reported it, and what has grown since.
+#[derive(Debug, Default)]
+pub struct Window {
+    reported_tokens: Option<u64>,
+    unsent_bytes: usize,
+}
+
+impl Window {
+    pub fn reported(&mut self, usage: &Usage) {
+        self.reported_tokens = Some(usage.input + usage.output);
+        self.unsent_bytes = 0;
+    }
+
+    pub fn unsent(&mut self, results: &[ToolResult]) {
+        self.unsent_bytes += results.iter().map(|r| r.content.len() + 32).sum::<usize>();
+    }
+
+    /// Whether the next request would pass the threshold. Before any report there is nothing
+    /// to go on, and nothing to compact either.
+    pub fn would_overflow(&self, c: &super::Compaction) -> bool {
+        let Some(reported) = self.reported_tokens else {
+            return false;
+        };
+        let estimate = reported + (self.unsent_bytes as u64).div_ceil(4);
+        estimate as f64 > c.context_window as f64 * c.compact_at
+    }
+}
+
+/// Asks for a summary of `messages` and returns the compacted transcript.
+pub async fn compact(
+    core: &Core,
+    spec: &TurnSpec,
+    tools: &[ToolSpec],
+    messages: &[Message],
+    usage: &mut Usage,
+) -> Result<Vec<Message>, ProviderError> {
+    let mut ask = spec.ask.clone();
+    ask.messages = messages.to_vec();
+    ask.messages
+        .push(Message::user(spec.compaction.prompt.clone()));
+    ask.tools = tools.to_vec();
+    ask.tool_choice = ToolChoice::None;
+    let (req, ep) = core.prepare(ask)?;
+    let span = tracing::info_span!("compaction", messages = messages.len());
+    let summary = core.infer(&req, &ep, None).instrument(span).await?;
+    usage.add(&summary.usage);
+    let summary = summary.text();
+    if summary.trim().is_empty() {
+        return Err(ProviderError::Parse("the summary came back empty".into()));
+    }
+    Ok(rebuild(messages, summary.trim()))
+}
+
+/// The compacted transcript: preamble, summary and latest request, then the last tool round.
+pub fn rebuild(messages: &[Message], summary: &str) -> Vec<Message> {
+    let latest = latest_request(messages);
+    let mut text = format!("{PREAMBLE}\n\n{summary}");
+    if let Some(latest) = latest {
+        text.push_str(&format!("\n\nThe user's latest request: {latest}"));
+    }
+    let mut out = vec![Message::user(text)];
+    out.extend(last_tool_round(messages));
+    out
+}
+
+/// The text of the newest user message that a person (not colony) wrote.
+fn latest_request(messages: &[Message]) -> Option<String> {
+    messages
+        .iter()
+        .rev()
+        .filter(|m| m.role == Role::User)
+        .map(|m| m.text())
+        .find(|t| !t.trim().is_empty() && !t.starts_with("[colony]") && !t.starts_with(PREAMBLE))
+}
+
+/// The newest assistant message with calls and the results that answer it, reasoning dropped.
+fn last_tool_round(messages: &[Message]) -> Vec<Message> {
+    let Some(at) = messages
+        .iter()
+        .rposition(|m| m.role == Role::Assistant && m.tool_calls().next().is_some())
+    else {
+        return Vec::new();
+    };
+    let Some(results) = messages.get(at + 1).filter(|m| m.role == Role::Tool) else {
+        return Vec::new();
+    };
+    let calls = Message::new(
+        Role::Assistant,
+        messages[at]
+            .parts
+            .iter()
+            .filter(|p| !matches!(p, Part::Reasoning { .. }))
+            .cloned()
+            .collect(),
+    );
+    vec![calls, results.clone()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::turn::Compaction;
+    use crate::vocab::ToolCall;
+
+    fn call(id: &str) -> Part {
+        Part::ToolCall(ToolCall {
+            id: id.into(),
+            name: "t".into(),
+            arguments: "{}".into(),
+            opaque: None,
+        })
+    }
+
+    fn result(id: &str) -> Message {
+        Message::new(
+            Role::Tool,
+            vec![Part::ToolResult(ToolResult {
+                call_id: id.into(),
+                name: "t".into(),
+                content: "r".into(),
+                is_error: false,
+            })],
+        )
+    }
+
+    #[test]
+    fn rebuild_keeps_the_last_round_without_reasoning() {
+        let messages = vec![
+            Message::user("first question"),
+            Message::new(Role::Assistant, vec![call("a")]),
+            result("a"),
+            Message::user("second question"),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    Part::Reasoning {
+                        text: "hm".into(),
+                        opaque: None,
+                    },
+                    Part::text("checking"),
+                    call("b"),
+                ],
+            ),
+            result("b"),
+        ];
+        let out = rebuild(&messages, "SUMMARY");
+        assert_eq!(out.len(), 3);
+        assert_eq!(
+            out[0].text(),
+            format!("{PREAMBLE}\n\nSUMMARY\n\nThe user's latest request: second question")
+        );
+        assert_eq!(out[1].parts.len(), 2, "reasoning dropped");
+        assert_eq!(out[1].tool_calls().next().unwrap().id, "b");
+        assert_eq!(out[2], result("b"));
+    }
+
+    #[test]
+    fn the_window_counts_reported_and_unsent() {
+        let c = Compaction {
+            context_window: 1000,
+            compact_at: 0.5,
+            ..Compaction::default()
+        };
+        let mut w = Window::default();
+        assert!(!w.would_overflow(&c));
+        w.reported(&Usage {
+            input: 400,
+            output: 50,
+            ..Usage::default()
+        });
+        assert!(!w.would_overflow(&c));
+        w.unsent(&[ToolResult {
+            call_id: "a".into(),
+            name: "t".into(),
+            content: "x".repeat(400),
+            is_error: false,
+        }]);
+        assert!(w.would_overflow(&c));
+    }
+}

@@ -1,0 +1,165 @@
+//! The turn: one model turn as a value. Infer, run the calls the model asked for (all of a step's
+//! calls at once, each with its deadline), feed the results back, repeat until the model answers
+//! without calls or the step cap is reached.
+//!
+//! - [`tools`]: tool definitions, schema checks, the parameter shorthand, allow/deny globs.
+//! - [`dispatch`]: running one call, where every failure becomes an error result for the model
+//!   and a [`ToolEvent`] for the caller, never a failed turn.
+//! - [`take_turn`](mod@take_turn): the loop, the step cap and its budget note, streaming and `on_step`.
+//! - [`compaction`]: summarising the transcript when the next request would overflow the window.
+//!
+//! The loop is `Send`: it reaches Lua only through a [`LuaBridge`], so it runs on the Lua thread
+//! for a script's own turns and on the core for residents alike.
+
+pub mod compaction;
+pub mod dispatch;
+pub mod take_turn;
+pub mod tools;
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+pub use take_turn::take_turn;
+pub use tools::{Handler, ToolDef};
+
+use crate::core::Ask;
+use crate::lua::bridge::FnId;
+use crate::vocab::{Message, Stop, ToolCall, ToolResult, Usage};
+
+/// Everything one turn needs. `ask.messages` is the transcript so far (the prompt included);
+/// `ask.tools` is ignored in favour of `tools`.
+#[derive(Clone)]
+pub struct TurnSpec {
+    pub ask: Ask,
+    pub tools: Vec<ToolDef>,
+    pub max_steps: u32,
+    pub allow: Vec<String>,
+    pub deny: Vec<String>,
+    /// Arguments overwritten before a handler runs, for every tool whose schema declares them.
+    pub pin: Map<String, Value>,
+    pub compaction: Compaction,
+    /// Called with each text delta (a JSON string).
+    pub on_text: Option<FnId>,
+    /// Called after each step with the step's report.
+    pub on_step: Option<FnId>,
+}
+
+impl TurnSpec {
+    pub fn new(ask: Ask) -> TurnSpec {
+        TurnSpec {
+            ask,
+            tools: Vec::new(),
+            max_steps: 8,
+            allow: Vec::new(),
+            deny: Vec::new(),
+            pin: Map::new(),
+            compaction: Compaction::default(),
+            on_text: None,
+            on_step: None,
+        }
+    }
+}
+
+/// When and how the transcript is summarised to stay inside the model's window.
+#[derive(Debug, Clone)]
+pub struct Compaction {
+    pub enabled: bool,
+    /// The model's context window, in tokens.
+    pub context_window: u64,
+    /// The fraction of the window at which to compact.
+    pub compact_at: f64,
+    pub prompt: String,
+}
+
+pub const DEFAULT_COMPACT_PROMPT: &str = "Summarise this conversation for your own later use, \
+    so that you can continue it from the summary alone: the user's goal, what has been done, what \
+    the tools returned that still matters, and what remains to do. Keep every fact, name and \
+    number needed to continue; leave out everything else.";
+
+impl Default for Compaction {
+    fn default() -> Compaction {
+        Compaction {
+            enabled: true,
+            context_window: 200_000,
+            compact_at: 0.8,
+            prompt: DEFAULT_COMPACT_PROMPT.to_string(),
+        }
+    }
+}
+
+/// How a tool call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EventKind {
+    Ok,
+    /// The handler raised an error (a string) or returned `nil, err`.
+    Error,
+    /// The handler raised a value that is not a string.
+    Thrown,
+    /// The arguments were not JSON.
+    BadArguments,
+    /// The arguments broke the tool's schema.
+    Schema,
+    /// The handler did not finish within its timeout.
+    Deadline,
+    /// The model called a tool nobody offered.
+    UnknownTool,
+}
+
+/// One tool call, as the caller sees it afterwards.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolEvent {
+    pub step: u32,
+    pub call_id: String,
+    pub name: String,
+    pub kind: EventKind,
+    /// What the model got back: the result, or the error message.
+    pub outcome: String,
+    #[serde(rename = "duration_ms", serialize_with = "as_millis")]
+    pub duration: Duration,
+}
+
+fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_f64(d.as_secs_f64() * 1000.0)
+}
+
+/// What one step did, handed to `on_step`.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepReport {
+    pub step: u32,
+    pub text: String,
+    pub calls: Vec<ToolCall>,
+    pub results: Vec<ToolResult>,
+    pub usage: Usage,
+}
+
+/// Why a turn ended early, beside `stop = "error"`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnError {
+    pub kind: String,
+    pub message: String,
+}
+
+impl TurnError {
+    pub fn from_provider(e: &crate::providers::ProviderError) -> TurnError {
+        TurnError {
+            kind: e.kind().to_string(),
+            message: e.to_string(),
+        }
+    }
+}
+
+/// A finished turn. `messages` is always valid to send again: every call has its result.
+#[derive(Debug, Clone)]
+pub struct TurnOutcome {
+    pub reply: String,
+    pub stop: Stop,
+    pub steps: u32,
+    pub usage: Usage,
+    pub tool_events: Vec<ToolEvent>,
+    pub messages: Vec<Message>,
+    pub compactions: u32,
+    pub error: Option<TurnError>,
+}

@@ -1,0 +1,178 @@
+//! The turn loop.
+
+use futures::future::join_all;
+use serde_json::Value;
+use tokio::sync::mpsc;
+use tracing::Instrument;
+
+use super::compaction;
+use super::dispatch::run_call;
+use super::tools::narrow;
+use super::{StepReport, TurnError, TurnOutcome, TurnSpec};
+use crate::core::Core;
+use crate::lua::bridge::{FnId, LuaBridge};
+use crate::providers::ProviderError;
+use crate::vocab::{Inferred, Message, Part, Role, Stop, ToolChoice, ToolResult, Usage};
+
+/// What the model reads on the last allowed step, so it answers instead of asking for tools.
+pub const BUDGET_NOTE: &str = "[colony] The tool budget of this turn is exhausted: answer now, \
+    without calling tools.";
+
+/// The result given to a call left unanswered at the step cap.
+pub const UNRUN_NOTE: &str =
+    "not run: the tool budget of this turn was exhausted before this call could run";
+
+/// Runs one turn to its end. Never fails as a whole: a provider error ends the turn with
+/// `stop = error` and the transcript so far.
+pub async fn take_turn(core: &Core, bridge: &LuaBridge, spec: TurnSpec) -> TurnOutcome {
+    let span = tracing::info_span!("turn", max_steps = spec.max_steps);
+    run(core, bridge, spec).instrument(span).await
+}
+
+async fn run(core: &Core, bridge: &LuaBridge, spec: TurnSpec) -> TurnOutcome {
+    let offered = narrow(&spec.tools, &spec.allow, &spec.deny);
+    let specs: Vec<_> = offered.iter().map(|t| t.spec.clone()).collect();
+    let mut out = TurnOutcome {
+        reply: String::new(),
+        stop: Stop::Error,
+        steps: 0,
+        usage: Usage::default(),
+        tool_events: Vec::new(),
+        messages: spec.ask.messages.clone(),
+        compactions: 0,
+        error: None,
+    };
+    let mut window = compaction::Window::default();
+    let max_steps = spec.max_steps.max(1);
+    for step in 1..=max_steps {
+        if spec.compaction.enabled && window.would_overflow(&spec.compaction) {
+            let compacted =
+                compaction::compact(core, &spec, &specs, &out.messages, &mut out.usage).await;
+            match compacted {
+                Ok(messages) => {
+                    out.messages = messages;
+                    out.compactions += 1;
+                    window = compaction::Window::default();
+                }
+                Err(e) => {
+                    out.error = Some(TurnError {
+                        kind: e.kind().to_string(),
+                        message: format!("compaction failed: {e}"),
+                    });
+                    return out;
+                }
+            }
+        }
+        let last = step == max_steps;
+        if last && !specs.is_empty() && step > 1 {
+            out.messages.push(Message::user(BUDGET_NOTE));
+        }
+        let mut ask = spec.ask.clone();
+        ask.messages = out.messages.clone();
+        ask.tools = specs.clone();
+        if last {
+            ask.tool_choice = ToolChoice::None;
+        }
+        let inferred = match infer(core, bridge, ask, spec.on_text).await {
+            Ok(i) => i,
+            Err(e) => {
+                out.error = Some(TurnError::from_provider(&e));
+                return out;
+            }
+        };
+        out.steps = step;
+        out.usage.add(&inferred.usage);
+        window.reported(&inferred.usage);
+        out.messages.push(inferred.message.clone());
+        let calls = inferred.tool_calls();
+        if calls.is_empty() {
+            out.reply = inferred.text();
+            out.stop = inferred.stop;
+            report(bridge, spec.on_step, step, &inferred, &[]).await;
+            return out;
+        }
+        let results: Vec<ToolResult> = if last {
+            calls
+                .iter()
+                .map(|c| ToolResult {
+                    call_id: c.id.clone(),
+                    name: c.name.clone(),
+                    content: UNRUN_NOTE.into(),
+                    is_error: true,
+                })
+                .collect()
+        } else {
+            let runs = calls
+                .iter()
+                .map(|c| run_call(bridge, &offered, c, &spec.pin, step));
+            let mut results = Vec::with_capacity(calls.len());
+            for (result, event) in join_all(runs).await {
+                results.push(result);
+                out.tool_events.push(event);
+            }
+            results
+        };
+        window.unsent(&results);
+        out.messages.push(Message::new(
+            Role::Tool,
+            results.iter().cloned().map(Part::ToolResult).collect(),
+        ));
+        report(bridge, spec.on_step, step, &inferred, &results).await;
+        if last {
+            out.reply = inferred.text();
+            out.stop = Stop::MaxSteps;
+            return out;
+        }
+    }
+    unreachable!("the last step always returns")
+}
+
+/// One model call, with text deltas forwarded to the Lua callback in order.
+async fn infer(
+    core: &Core,
+    bridge: &LuaBridge,
+    ask: crate::core::Ask,
+    on_text: Option<FnId>,
+) -> Result<Inferred, ProviderError> {
+    let (req, ep) = core.prepare(ask)?;
+    let Some(func) = on_text else {
+        return core.infer(&req, &ep, None).await;
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
+    let call = async move {
+        let mut send = move |t: &str| {
+            let _ = tx.send(t.to_string());
+        };
+        core.infer(&req, &ep, Some(&mut send)).await
+    };
+    let forward = async {
+        while let Some(delta) = rx.recv().await {
+            if let Err(e) = bridge.callback(func, Value::String(delta)).await {
+                tracing::warn!("the stream callback failed: {e}");
+            }
+        }
+    };
+    let (result, ()) = tokio::join!(call, forward);
+    result
+}
+
+async fn report(
+    bridge: &LuaBridge,
+    on_step: Option<FnId>,
+    step: u32,
+    inferred: &Inferred,
+    results: &[ToolResult],
+) {
+    let Some(func) = on_step else { return };
+    let report = StepReport {
+        step,
+        text: inferred.text(),
+        calls: inferred.tool_calls(),
+        results: results.to_vec(),
+        usage: inferred.usage,
+    };
+    let value = serde_json::to_value(&report).unwrap_or(Value::Null);
+    if let Err(e) = bridge.callback(func, value).await {
+        tracing::warn!("on_step failed: {e}");
+    }
+}

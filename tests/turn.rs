@@ -1,0 +1,559 @@
+//! `ai.tool`, `ai.take_turn` and `ai.run` from Lua, through the binary, against the fake
+//! provider in each wire style: multi-step turns, concurrent calls, every failure kind, the step
+//! cap, allow / deny / pin, dotted names, compaction.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::fake::{FakeProvider, Reply};
+use support::script::Sandbox;
+
+const STYLES: [&str; 3] = ["anthropic", "openai", "gemini"];
+
+fn sandbox(fake: &FakeProvider, style: &str) -> Sandbox {
+    let (key_var, url_var) = match style {
+        "anthropic" => ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+        "openai" => ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+        _ => ("GEMINI_API_KEY", "GEMINI_BASE_URL"),
+    };
+    let sb = Sandbox::new()
+        .env(key_var, &format!("test-key-{style}-0123456789"))
+        .env(url_var, &fake.base_url(style));
+    sb.write(
+        "config.toml",
+        &format!("[use.general]\nprovider = \"{style}\"\n"),
+    );
+    sb
+}
+
+fn model_calls(fake: &FakeProvider) -> Vec<Value> {
+    fake.requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .map(|r| r.body)
+        .collect()
+}
+
+/// Tools shared by the scripts: `weather.current` (dotted), `slow`, and failing ones.
+const TOOLS: &str = r#"
+local weather = ai.tool{ name = "weather.current", description = "Weather in a city",
+  parameters = { city = "string", days = "integer?" },
+  handler = function(args, ctx) return { city = args.city, sky = "clear", step = ctx.step } end }
+local raises = ai.tool{ name = "raises", parameters = {}, handler = function() error("it broke") end }
+local throws = ai.tool{ name = "throws", parameters = {}, handler = function() error({ code = 7 }) end }
+local refuses = ai.tool{ name = "refuses", parameters = {}, handler = function() return nil, "no such file" end }
+local slow = ai.tool{ name = "slow", parameters = {}, timeout = 0.05,
+  handler = function() ai.sleep(60000) return "late" end }
+local function show(r)
+  print("reply", r.reply or r.text)
+  print("stop", r.stop, "steps", r.steps)
+  for _, e in ipairs(r.tool_events or r.tools) do print("event", e.name, e.kind, e.outcome) end
+end
+"#;
+
+fn script(body: &str) -> String {
+    format!("{TOOLS}\n{body}")
+}
+
+#[test]
+fn a_two_step_turn_in_every_style() {
+    for style in STYLES {
+        let fake = FakeProvider::start();
+        fake.push(
+            Reply::tool_call("c1", "weather_current", json!({"city": "Paris"})).usage(100, 20),
+        );
+        fake.push(Reply::text("Clear in Paris.").usage(150, 10));
+        let run = sandbox(&fake, style)
+            .lua(
+                &script(
+                    r#"local r = ai.take_turn{ prompt = "Weather in Paris?", tools = { weather } }
+                       show(r)
+                       print("usage", r.usage.input, r.usage.output)
+                       print("messages", #r.messages, r.messages[2].role, r.messages[2].tool_calls[1].name,
+                             r.messages[3].role, r.messages[4].content)
+                       -- the transcript goes straight back into another turn
+                       local again = ai.take_turn{ messages = r.messages, prompt = "And tomorrow?", tools = { weather } }
+                       print("again", again.reply, #again.messages)"#,
+                ),
+                &[],
+            )
+            .ok();
+        let lines = run.lines();
+        assert_eq!(
+            lines[0], "reply\tClear in Paris.",
+            "{style}: {}",
+            run.stdout
+        );
+        assert_eq!(lines[1], "stop\tend_turn\tsteps\t2", "{style}");
+        assert!(
+            lines[2].starts_with("event\tweather.current\tok\t{"),
+            "{style}: {}",
+            lines[2]
+        );
+        assert_eq!(lines[3], "usage\t250\t30", "{style}");
+        assert_eq!(
+            lines[4], "messages\t4\tassistant\tweather.current\ttool\tClear in Paris.",
+            "{style}"
+        );
+        // The fake's queue is empty: the second turn fails, and says so, without losing its input.
+        assert!(lines[5].starts_with("again\t\t"), "{style}: {}", lines[5]);
+    }
+}
+
+#[test]
+fn calls_of_one_step_run_at_once() {
+    for style in STYLES {
+        let fake = FakeProvider::start();
+        fake.push(Reply::tool_calls(vec![
+            ("a", "meet", json!({"me": "a", "other": "b"})),
+            ("b", "meet", json!({"me": "b", "other": "a"})),
+        ]));
+        fake.push(Reply::text("met"));
+        // Each call waits until the other has started: run one after the other, the first would
+        // wait forever (its bound of 10 s turns that into a failed event, and the test fails).
+        let run = sandbox(&fake, style)
+            .lua(
+                r#"local started = {}
+                   local meet = ai.tool{ name = "meet", parameters = { me = "string", other = "string" },
+                     handler = function(args)
+                       started[args.me] = true
+                       local waited = 0
+                       while not started[args.other] do
+                         ai.sleep(1)
+                         waited = waited + 1
+                         if waited > 10000 then error("the other call never started") end
+                       end
+                       return args.me .. " met " .. args.other
+                     end }
+                   local r = ai.take_turn{ prompt = "meet", tools = { meet } }
+                   for _, e in ipairs(r.tool_events) do print(e.kind, e.outcome) end"#,
+                &[],
+            )
+            .ok();
+        assert_eq!(run.lines(), ["ok\ta met b", "ok\tb met a"], "{style}");
+    }
+}
+
+#[test]
+fn every_failure_kind_comes_back_as_an_error_result() {
+    for style in STYLES {
+        let fake = FakeProvider::start();
+        fake.push(Reply::tool_calls(vec![
+            ("c1", "raises", json!({})),
+            ("c2", "throws", json!({})),
+            ("c3", "refuses", json!({})),
+            ("c4", "slow", json!({})),
+            ("c5", "weather_current", json!({"city": 12})),
+            ("c6", "nobody_offered_this", json!({})),
+        ]));
+        fake.push(Reply::text("I could not do it."));
+        let run = sandbox(&fake, style)
+            .lua(
+                &script(
+                    r#"local r = ai.take_turn{ prompt = "try", tools = { weather, raises, throws, refuses, slow } }
+                       show(r)"#,
+                ),
+                &[],
+            )
+            .ok();
+        let lines = run.lines();
+        assert_eq!(
+            lines[0], "reply\tI could not do it.",
+            "{style}: {}",
+            run.stdout
+        );
+        assert_eq!(lines[1], "stop\tend_turn\tsteps\t2", "{style}");
+        let events: Vec<Vec<&str>> = lines[2..]
+            .iter()
+            .map(|l| l.splitn(4, '\t').collect())
+            .collect();
+        let kinds: Vec<(&str, &str)> = events.iter().map(|e| (e[1], e[2])).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("raises", "error"),
+                ("throws", "thrown"),
+                ("refuses", "error"),
+                ("slow", "deadline"),
+                ("weather.current", "schema"),
+                ("nobody_offered_this", "unknown_tool"),
+            ],
+            "{style}"
+        );
+        assert!(
+            events[0][3].contains("it broke"),
+            "{style}: {:?}",
+            events[0]
+        );
+        assert!(
+            events[1][3].contains("\"code\":7"),
+            "{style}: {:?}",
+            events[1]
+        );
+        assert_eq!(events[2][3], "no such file", "{style}");
+        assert!(events[4][3].contains("/city"), "{style}: {:?}", events[4]);
+        assert!(
+            events[5][3].contains("weather.current"),
+            "{style}: {:?}",
+            events[5]
+        );
+        // The model got one error result per call.
+        let second = &model_calls(&fake)[1];
+        let text = second.to_string();
+        for needle in ["it broke", "no such file", "deadline", "unknown tool"] {
+            assert!(
+                text.contains(needle),
+                "{style}: {needle} missing from {text}"
+            );
+        }
+        match style {
+            "anthropic" => {
+                let results = second["messages"][2]["content"].as_array().unwrap();
+                assert_eq!(results.len(), 6);
+                assert!(results.iter().all(|r| r["is_error"] == true), "{style}");
+            }
+            "openai" => {
+                let tool_messages: Vec<&Value> = second["messages"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|m| m["role"] == "tool")
+                    .collect();
+                assert_eq!(tool_messages.len(), 6);
+            }
+            _ => {
+                let parts = second["contents"][2]["parts"].as_array().unwrap();
+                assert_eq!(parts.len(), 6);
+                assert!(
+                    parts
+                        .iter()
+                        .all(|p| p["functionResponse"]["response"].get("error").is_some())
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn arguments_that_are_not_json() {
+    // Gemini carries arguments as an object, so only the text-carrying styles can break them.
+    for style in ["openai", "anthropic"] {
+        let fake = FakeProvider::start();
+        fake.push(Reply::tool_call_raw(
+            "c1",
+            "weather_current",
+            "{\"city\": \"Par",
+        ));
+        fake.push(Reply::text("Sorry."));
+        let run = sandbox(&fake, style)
+            .lua(
+                &script(r#"show(ai.take_turn{ prompt = "w", tools = { weather }, stream = function() end })"#),
+                &[],
+            )
+            .ok();
+        let event = run.lines()[2];
+        assert!(
+            event.starts_with(
+                "event\tweather.current\tbad_arguments\tthe arguments are not valid JSON"
+            ),
+            "{style}: {event}"
+        );
+    }
+}
+
+#[test]
+fn the_step_cap_answers_every_call() {
+    for style in STYLES {
+        let fake = FakeProvider::start();
+        fake.push(Reply::tool_call(
+            "c1",
+            "weather_current",
+            json!({"city": "A"}),
+        ));
+        fake.push(
+            Reply::tool_call("c2", "weather_current", json!({"city": "B"}))
+                .with_text("Still looking."),
+        );
+        let run = sandbox(&fake, style)
+            .lua(
+                &script(
+                    r#"local r = ai.take_turn{ prompt = "w", tools = { weather }, max_steps = 2 }
+                       show(r)
+                       local last = r.messages[#r.messages]
+                       print("last", last.role, last.tool_call_id, last.is_error, last.content)"#,
+                ),
+                &[],
+            )
+            .ok();
+        let lines = run.lines();
+        assert_eq!(lines[0], "reply\tStill looking.", "{style}: {}", run.stdout);
+        assert_eq!(lines[1], "stop\tmax_steps\tsteps\t2", "{style}");
+        assert!(
+            lines[3].starts_with("last\ttool\tc2\ttrue\tnot run: the tool budget"),
+            "{style}: {}",
+            lines[3]
+        );
+        let last = &model_calls(&fake)[1];
+        let text = last.to_string();
+        assert!(
+            text.contains("tool budget of this turn is exhausted"),
+            "{style}: the note is sent"
+        );
+        match style {
+            "anthropic" => assert_eq!(last["tool_choice"], json!({"type": "none"})),
+            "openai" => assert_eq!(last["tool_choice"], "none"),
+            _ => assert_eq!(last["toolConfig"]["functionCallingConfig"]["mode"], "NONE"),
+        }
+    }
+}
+
+#[test]
+fn allow_deny_and_pin() {
+    for style in STYLES {
+        let fake = FakeProvider::start();
+        fake.push(Reply::tool_call(
+            "c1",
+            "notes_read",
+            json!({"session_id": "evil", "path": "a"}),
+        ));
+        fake.push(Reply::text("done"));
+        fake.push(Reply::text("done again"));
+        let run = sandbox(&fake, style)
+            .lua(
+                r#"local read = ai.tool{ name = "notes.read", parameters = { session_id = "string", path = "string" },
+                     handler = function(args) return "read " .. args.path .. " in " .. args.session_id end }
+                   local write = ai.tool{ name = "notes.write", parameters = { path = "string" }, handler = function() return "w" end }
+                   local mail = ai.tool{ name = "mail.send", parameters = {}, handler = function() return "m" end }
+                   local r = ai.take_turn{ prompt = "read", tools = { read, write, mail },
+                     allow = { "notes.*" }, deny = { "notes.write" }, pin = { session_id = "s1" } }
+                   for _, e in ipairs(r.tool_events) do print(e.kind, e.outcome) end
+                   r = ai.take_turn{ prompt = "x", tools = { read, write, mail }, deny = "notes.*" }
+                   print(r.reply)"#,
+                &[],
+            )
+            .ok();
+        assert_eq!(run.lines(), ["ok\tread a in s1", "done again"], "{style}");
+        let calls = model_calls(&fake);
+        let offered = |body: &Value| -> Vec<String> {
+            let list = match style {
+                "anthropic" => body["tools"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t["name"].clone())
+                    .collect::<Vec<_>>(),
+                "openai" => body["tools"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t["function"]["name"].clone())
+                    .collect(),
+                _ => body["tools"][0]["functionDeclarations"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|t| t["name"].clone())
+                    .collect(),
+            };
+            list.into_iter()
+                .map(|v| v.as_str().unwrap().to_string())
+                .collect()
+        };
+        assert_eq!(offered(&calls[0]), ["notes_read"], "{style}");
+        assert_eq!(offered(&calls[2]), ["mail_send"], "{style}");
+    }
+}
+
+#[test]
+fn on_step_and_streaming_in_a_turn() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call(
+        "c1",
+        "weather_current",
+        json!({"city": "Oslo"}),
+    ));
+    fake.push(Reply::text("Cold in Oslo."));
+    let run = sandbox(&fake, "openai")
+        .lua(
+            &script(
+                r#"local deltas = {}
+                   local r = ai.take_turn{ prompt = "w", tools = { weather },
+                     stream = function(d) deltas[#deltas + 1] = d end,
+                     on_step = function(s) print("step", s.step, #s.calls, #s.results, s.usage.input, s.text) end }
+                   print("streamed", table.concat(deltas), #deltas > 1)"#,
+            ),
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "step\t1\t1\t1\t10\t",
+            "step\t2\t0\t0\t10\tCold in Oslo.",
+            "streamed\tCold in Oslo.\ttrue"
+        ]
+    );
+}
+
+#[test]
+fn ai_run_returns_text_and_tools() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call(
+        "c1",
+        "weather_current",
+        json!({"city": "Rome"}),
+    ));
+    fake.push(Reply::text("Sunny in Rome."));
+    let run = sandbox(&fake, "gemini")
+        .lua(
+            &script(
+                r#"local r = ai.run{ prompt = "Rome?", system = "Be brief.", tools = { weather } }
+                   print(r.text, r.stop, r.steps, #r.tools, r.tools[1].name, r.compactions, r.error)"#,
+            ),
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.stdout.trim(),
+        "Sunny in Rome.\tend_turn\t2\t1\tweather.current\t0\tnil"
+    );
+    assert_eq!(
+        model_calls(&fake)[0]["systemInstruction"],
+        json!({"parts": [{"text": "Be brief."}]})
+    );
+}
+
+#[test]
+fn a_provider_failure_ends_the_turn_with_its_error() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call(
+        "c1",
+        "weather_current",
+        json!({"city": "Rome"}),
+    ));
+    fake.push(Reply::status(401));
+    let run = sandbox(&fake, "anthropic")
+        .lua(
+            &script(
+                r#"local r = ai.take_turn{ prompt = "Rome?", tools = { weather } }
+                   print(r.stop, r.steps, r.error.kind, #r.messages, r.messages[#r.messages].role)"#,
+            ),
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout.trim(), "error\t1\tauth_error\t3\ttool");
+}
+
+#[test]
+fn compaction_summarises_and_keeps_the_last_round() {
+    for style in STYLES {
+        let fake = FakeProvider::start();
+        // Step 1 reports 900 tokens of a 1000-token window: the next request must compact.
+        fake.push(
+            Reply::tool_call("c1", "weather_current", json!({"city": "Paris"})).usage(880, 20),
+        );
+        fake.push(Reply::text(
+            "SUMMARY: asked for Paris weather; tool said clear.",
+        ));
+        fake.push(Reply::text("Clear in Paris."));
+        let run = sandbox(&fake, style)
+            .lua(
+                &script(
+                    r#"local r = ai.take_turn{ prompt = "Weather in Paris?", tools = { weather },
+                         context_window = 1000, compact_at = 0.8 }
+                       print(r.reply, r.steps, r.compactions, #r.messages)
+                       print(r.messages[1].content)
+                       print(r.messages[2].role, r.messages[2].tool_calls[1].id, r.messages[3].role, r.messages[3].tool_call_id)
+                       print(r.usage.input)"#,
+                ),
+                &[],
+            )
+            .ok();
+        let lines = run.lines();
+        assert_eq!(
+            lines[0], "Clear in Paris.\t2\t1\t4",
+            "{style}: {}",
+            run.stdout
+        );
+        assert!(
+            lines[1].starts_with(
+                "This session continues an earlier conversation that was compacted to save context."
+            ),
+            "{style}"
+        );
+        assert!(
+            run.stdout.contains("SUMMARY: asked for Paris weather"),
+            "{style}"
+        );
+        assert!(
+            run.stdout
+                .contains("The user's latest request: Weather in Paris?"),
+            "{style}"
+        );
+        // 880 (step 1) + 10 (the summary) + 10 (step 2)
+        assert_eq!(
+            lines.last().unwrap(),
+            &"900",
+            "{style}: usage counts the summary request too"
+        );
+        let calls = model_calls(&fake);
+        assert_eq!(calls.len(), 3);
+        let summary_request = calls[1].to_string();
+        assert!(
+            summary_request.contains("Summarise this conversation"),
+            "{style}"
+        );
+        let after = calls[2].to_string();
+        assert!(after.contains("This session continues"), "{style}");
+        assert!(!after.contains("Summarise this conversation"), "{style}");
+    }
+}
+
+#[test]
+fn a_failing_summary_ends_the_turn() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "weather_current", json!({"city": "Paris"})).usage(990, 5));
+    fake.push(Reply::status(400));
+    let run = sandbox(&fake, "openai")
+        .lua(
+            &script(
+                r#"local r = ai.take_turn{ prompt = "w", tools = { weather }, context_window = 1000 }
+                   print(r.stop, r.error.kind, r.error.message:sub(1, 18))"#,
+            ),
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout.trim(), "error\tapi_error\tcompaction failed:");
+}
+
+#[test]
+fn bad_tool_definitions_are_named() {
+    let run = Sandbox::new()
+        .lua(
+            "ai.tool{ name = 'x', parameters = { city = 'text' }, handler = print }",
+            &[],
+        )
+        .failed();
+    assert!(
+        run.stderr
+            .contains("script.lua:1: ai.tool: tool x: parameters: city: unknown type \"text\""),
+        "{}",
+        run.stderr
+    );
+    let run = Sandbox::new()
+        .lua("ai.tool{ name = 'x', handlr = print }", &[])
+        .failed();
+    assert!(
+        run.stderr.contains("unknown field \"handlr\""),
+        "{}",
+        run.stderr
+    );
+    let run = Sandbox::new()
+        .lua("ai.take_turn{ prompt = 'x', max_stpes = 3 }", &[])
+        .failed();
+    assert!(
+        run.stderr.contains("unknown option \"max_stpes\""),
+        "{}",
+        run.stderr
+    );
+}
