@@ -557,3 +557,91 @@ fn bad_tool_definitions_are_named() {
         run.stderr
     );
 }
+
+/// Writes `examples/tools.jsonl` afresh: the tools example recorded against the fake provider
+/// with scripted replies (a synthetic cassette). Run it after changing the example:
+/// `cargo test --test turn -- --ignored regenerate_tools_cassette`.
+#[test]
+#[ignore = "writes examples/tools.jsonl; run by hand"]
+fn regenerate_tools_cassette() {
+    let fake = FakeProvider::start();
+    fake.push(
+        Reply::tool_calls(vec![
+            (
+                "toolu_01",
+                "weather_forecast",
+                json!({"city": "Lyon", "days_ahead": 2}),
+            ),
+            (
+                "toolu_02",
+                "picnic_packing_list",
+                json!({"city": "Lyon", "days_ahead": 2, "people": 4}),
+            ),
+        ])
+        .with_text("I'll check the forecast and the packing list.")
+        .usage(412, 96),
+    );
+    fake.push(
+        Reply::text(
+            "Saturday in Lyon looks sunny at 19 °C, good picnic weather. Pack a blanket, 8 sandwiches, water and sun cream for the four of you.",
+        )
+        .usage(590, 41),
+    );
+    let cassette = support::script::project_root().join("examples/tools.jsonl");
+    sandbox(&fake, "anthropic")
+        .colony(&[
+            "run",
+            "--record",
+            &cassette.display().to_string(),
+            "examples/tools.lua",
+        ])
+        .ok();
+}
+
+#[test]
+fn the_tools_example_runs_offline() {
+    let run = Sandbox::new()
+        .colony(&[
+            "run",
+            "--replay",
+            "examples/tools.jsonl",
+            "examples/tools.lua",
+        ])
+        .ok();
+    let lines = run.lines();
+    assert_eq!(lines.len(), 4, "{}", run.stdout);
+    assert!(
+        lines[0].starts_with("tool weather.forecast: ok ({"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[1].starts_with("tool picnic.packing_list: ok ({\"items\":[\"blanket\",\"8 sandwiches\",\"water\",\"sun cream\"]}"), "{}", lines[1]);
+    assert!(lines[2].contains("Lyon"), "{}", lines[2]);
+    assert_eq!(lines[3], "stop=end_turn steps=2 tokens in=1002 out=137");
+}
+
+#[test]
+fn a_tool_can_call_another_tool() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "outer", json!({"city": "Oslo"})));
+    fake.push(Reply::text("ok"));
+    let run = sandbox(&fake, "openai")
+        .lua(
+            &script(
+                r#"local outer = ai.tool{ name = "outer", parameters = { city = "string" },
+                     handler = function(args) local w = weather({ city = args.city }) return "outer saw " .. w.sky end }
+                   local r = ai.take_turn{ prompt = "x", tools = { outer } }
+                   print(r.tool_events[1].outcome)
+                   print(pcall(weather, { city = 3 }))"#,
+            ),
+            &[],
+        )
+        .ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "outer saw clear");
+    assert!(
+        lines[1].starts_with("false\tweather.current: arguments do not match the schema: /city"),
+        "{}",
+        lines[1]
+    );
+}

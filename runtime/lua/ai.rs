@@ -138,7 +138,7 @@ pub fn read_ask(
     who: &str,
     extra_keys: &[&str],
 ) -> mlua::Result<(Ask, Option<Function>)> {
-    let bad = |what: String| mlua::Error::runtime(format!("{who}: {what}"));
+    let bad = |what: String| super::convert::misuse(format!("{who}: {what}"));
     let mut ask = Ask::default();
     let Some(opts) = opts else {
         return Ok((ask, None));
@@ -238,7 +238,7 @@ pub fn read_ask(
 }
 
 fn read_tool(lua: &Lua, tool: Value, n: usize) -> mlua::Result<ToolSpec> {
-    let bad = |what: String| mlua::Error::runtime(what);
+    let bad = |what: String| super::convert::misuse(what);
     let t = match tool {
         Value::Table(t) => t,
         Value::UserData(ud) => {
@@ -300,7 +300,7 @@ async fn models(lua: &Lua, opts: Value) -> mlua::Result<MultiValue> {
         }
         Value::Nil => {}
         other => {
-            return Err(mlua::Error::runtime(format!(
+            return Err(super::convert::misuse(format!(
                 "ai.models: expected {{ provider = ... }}, not {}",
                 other.type_name()
             )));

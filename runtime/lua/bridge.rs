@@ -168,7 +168,8 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
     }
 }
 
-fn function(lua: &Lua, id: FnId) -> Option<Function> {
+/// The registered function `id`, if it is still registered.
+pub fn function(lua: &Lua, id: FnId) -> Option<Function> {
     lua.app_data_ref::<Functions>()?.get(id)
 }
 

@@ -57,3 +57,20 @@ pub fn provider_error(lua: &Lua, e: &ProviderError) -> mlua::Result<Table> {
     }
     Ok(t)
 }
+
+/// A mistake in how a script called a function, as a Lua error whose text is just `message`
+/// (mlua's own runtime errors print a "runtime error: " prefix a script author did not write).
+pub fn misuse(message: impl Into<String>) -> mlua::Error {
+    mlua::Error::external(Misuse(message.into()))
+}
+
+#[derive(Debug)]
+struct Misuse(String);
+
+impl std::fmt::Display for Misuse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Misuse {}

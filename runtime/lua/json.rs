@@ -18,14 +18,15 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
                 Some(o) => o.get::<Option<bool>>("pretty")?.unwrap_or(false),
                 None => false,
             };
-            let json = to_json(lua, value)
-                .map_err(|e| mlua::Error::runtime(format!("json.encode: {}", super::plain(&e))))?;
+            let json = to_json(lua, value).map_err(|e| {
+                super::convert::misuse(format!("json.encode: {}", super::plain(&e)))
+            })?;
             let text = if pretty {
                 serde_json::to_string_pretty(&json)
             } else {
                 serde_json::to_string(&json)
             };
-            text.map_err(|e| mlua::Error::runtime(format!("json.encode: {e}")))
+            text.map_err(|e| super::convert::misuse(format!("json.encode: {e}")))
         })?,
     )?;
     json.set(

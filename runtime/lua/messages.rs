@@ -13,7 +13,7 @@ use crate::vocab::{Message, Opaque, Part, Role, ToolCall, ToolResult};
 /// A history: a string (one user message) or a list of `{ role, content, tool_calls?,
 /// tool_call_id? }`. Consecutive `tool` entries become one message of results.
 pub fn read_history(lua: &Lua, history: Value, who: &str) -> mlua::Result<Vec<Message>> {
-    let bad = |what: String| mlua::Error::runtime(format!("{who}: {what}"));
+    let bad = |what: String| super::convert::misuse(format!("{who}: {what}"));
     let entries = match history {
         Value::String(s) => return Ok(vec![Message::user(s.to_string_lossy())]),
         Value::Table(t) => t,
@@ -89,7 +89,7 @@ pub fn read_history(lua: &Lua, history: Value, who: &str) -> mlua::Result<Vec<Me
 }
 
 fn read_call(lua: &Lua, call: Table, n: usize, j: usize, who: &str) -> mlua::Result<ToolCall> {
-    let bad = |what: String| mlua::Error::runtime(format!("{who}: {what}"));
+    let bad = |what: String| super::convert::misuse(format!("{who}: {what}"));
     let at = format!("history[{n}].tool_calls[{j}]");
     let id: String = call
         .get("id")

@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
-use mlua::{Function, Lua, MultiValue, Table, UserData, UserDataFields, Value};
+use mlua::{
+    Function, Lua, MetaMethod, MultiValue, Table, UserData, UserDataFields, UserDataMethods, Value,
+};
 
 use super::ai::{core, read_ask};
 use super::bridge::{self, FnId, LuaBridge};
@@ -20,6 +22,32 @@ use crate::vocab::{Message, Usage};
 pub struct ToolValue(pub ToolDef);
 
 impl UserData for ToolValue {
+    /// `tool(args)` runs the handler directly (from another tool, say), arguments checked against
+    /// the schema first; it returns what the handler returns.
+    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
+        methods.add_async_meta_method(MetaMethod::Call, |lua, this, args: Value| async move {
+            let def = this.0.clone();
+            drop(this);
+            let json = to_json(&lua, args.clone())?;
+            let violations = def.violations(&json);
+            if !violations.is_empty() {
+                return Err(bad(
+                    &def.spec.name,
+                    format!(
+                        "arguments do not match the schema: {}",
+                        violations.join("; ")
+                    ),
+                ));
+            }
+            let Handler::Lua(id) = def.handler;
+            let handler = bridge::function(&lua, id)
+                .ok_or_else(|| bad(&def.spec.name, "the handler is gone"))?;
+            let ctx = lua.create_table()?;
+            ctx.set("name", def.spec.name.as_str())?;
+            handler.call_async::<MultiValue>((args, ctx)).await
+        });
+    }
+
     fn add_fields<F: UserDataFields<Self>>(fields: &mut F) {
         fields.add_field_method_get("name", |_, t| Ok(t.0.spec.name.clone()));
         fields.add_field_method_get("description", |_, t| Ok(t.0.spec.description.clone()));
@@ -63,7 +91,7 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
 }
 
 fn bad(who: &str, what: impl std::fmt::Display) -> mlua::Error {
-    mlua::Error::runtime(format!("{who}: {what}"))
+    super::convert::misuse(format!("{who}: {what}"))
 }
 
 const TOOL_FIELDS: &[&str] = &[
