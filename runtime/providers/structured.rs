@@ -227,17 +227,28 @@ fn check(validator: &Validator, text: &str) -> Result<Value, String> {
         .iter_errors(&value)
         .map(|e| {
             let path = e.instance_path().as_str();
-            if path.is_empty() {
-                format!("at the root: {e}")
-            } else {
-                format!("at {path}: {e}")
-            }
+            let at = if path.is_empty() { "the root" } else { path };
+            format!("at {at}: {}", finding(&e))
         })
         .collect();
     if problems.is_empty() {
         Ok(value)
     } else {
         Err(problems.join("; "))
+    }
+}
+
+/// The longest validator message passed on as it is. A message quotes the offending value,
+/// which may be the whole answer (a wrong type at the root); past this length the value is
+/// replaced by the word `value`, since the correction needs the finding, not a copy.
+const MAX_FINDING_CHARS: usize = 300;
+
+fn finding(error: &jsonschema::ValidationError<'_>) -> String {
+    let full = error.to_string();
+    if full.chars().count() <= MAX_FINDING_CHARS {
+        full
+    } else {
+        error.masked().to_string()
     }
 }
 
@@ -490,6 +501,14 @@ mod tests {
             check(&validator, "nope"),
             Err("the answer is not JSON".into())
         );
+    }
+
+    #[test]
+    fn long_values_are_not_quoted() {
+        let validator = jsonschema::validator_for(&json!({"type": "array"})).unwrap();
+        let long = json!({"text": "x".repeat(2000)}).to_string();
+        let problem = check(&validator, &long).unwrap_err();
+        assert_eq!(problem, r#"at the root: value is not of type "array""#);
     }
 
     #[test]
