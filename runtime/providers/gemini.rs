@@ -9,6 +9,8 @@
 //! Tool results are `{"functionResponse":{name, response:{"result": ...}}}` (`"error"` when
 //! `is_error`), the content parsed as JSON when it is JSON and sent as a string otherwise.
 //! `parameters` are cut down to what Gemini's `Schema` accepts, see [`gemini_schema`].
+//! Structured output ([`InferRequest::response_schema`]) sets `generationConfig.responseMimeType`
+//! to `application/json` and `generationConfig.responseJsonSchema` to the schema, unchanged.
 //!
 //! # Responses
 //! | `finishReason` | [`Stop`] |
@@ -203,6 +205,16 @@ fn generation_config(req: &InferRequest) -> Map<String, Value> {
     }
     if !req.stop_sequences.is_empty() {
         config.insert("stopSequences".into(), json!(req.stop_sequences));
+    }
+    if let Some(schema) = &req.response_schema {
+        // `responseJsonSchema` takes ordinary JSON Schema as it is (`$defs`, `$ref`, `anyOf`,
+        // `additionalProperties`, lower-case types...), unlike `responseSchema`, which takes
+        // the OpenAPI subset that [`gemini_schema`] cuts tool parameters down to. Google
+        // documents it as "an alternative to `response_schema` that accepts JSON Schema ... If
+        // set, `response_schema` must be omitted, but `response_mime_type` is required", and
+        // keywords outside its supported list may be sent. Gemini has no schema name.
+        config.insert("responseMimeType".into(), json!("application/json"));
+        config.insert("responseJsonSchema".into(), schema.schema.clone());
     }
     config
 }
@@ -1200,6 +1212,7 @@ mod tests {
     use super::*;
     use crate::providers::ToolsLevel;
     use crate::providers::sse::assemble_bytes;
+    use crate::vocab::ResponseSchema;
 
     const KEY: &str = "AIza-test-key-123";
 
@@ -1280,6 +1293,64 @@ mod tests {
     }
 
     // --- requests -------------------------------------------------------------------------
+
+    #[test]
+    fn response_schema_goes_out_as_json_schema_unchanged() {
+        // Keywords the OpenAPI subset lacks stay: `responseJsonSchema` takes JSON Schema.
+        let schema = json!({
+            "type": "object",
+            "properties": {"tags": {"type": "array", "items": {"$ref": "#/$defs/tag"}}},
+            "$defs": {"tag": {"type": "string"}},
+            "additionalProperties": false,
+        });
+        let req = InferRequest {
+            temperature: Some(0.2),
+            response_schema: Some(ResponseSchema {
+                name: "tagged".into(),
+                schema: schema.clone(),
+            }),
+            ..simple()
+        };
+        let body = wire_body(&req);
+        assert_eq!(
+            body["generationConfig"],
+            json!({"temperature": 0.2, "responseMimeType": "application/json",
+                   "responseJsonSchema": schema})
+        );
+        assert!(body["generationConfig"].get("responseSchema").is_none());
+        let mut rest = body.clone();
+        rest.as_object_mut().unwrap().remove("generationConfig");
+        let mut plain = wire_body(&simple());
+        plain.as_object_mut().unwrap().remove("generationConfig");
+        assert_eq!(rest, plain);
+    }
+
+    #[test]
+    fn no_response_schema_leaves_the_body_unchanged() {
+        let req = InferRequest {
+            system: Some("Be brief.".into()),
+            tools: vec![weather_tool()],
+            temperature: Some(0.5),
+            max_tokens: Some(100),
+            stop_sequences: vec!["END".into()],
+            ..simple()
+        };
+        assert_eq!(
+            wire_body(&req),
+            json!({
+                "contents": [{"role": "user", "parts": [{"text": "hello"}]}],
+                "systemInstruction": {"parts": [{"text": "Be brief."}]},
+                "generationConfig": {"temperature": 0.5, "maxOutputTokens": 100,
+                                     "stopSequences": ["END"]},
+                "tools": [{"functionDeclarations": [{"name": "get_weather",
+                    "description": "Weather for a city",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
+                                   "required": ["city"]}}]}],
+                "toolConfig": {"functionCallingConfig": {"mode": "AUTO"}},
+            })
+        );
+        assert!(wire_body(&simple()).get("generationConfig").is_none());
+    }
 
     #[test]
     fn url_and_key_header() {

@@ -12,6 +12,7 @@ pub mod gemini;
 pub mod openai;
 pub mod replay;
 pub mod sse;
+pub mod structured;
 pub mod text_tools;
 pub mod wire_names;
 
@@ -193,6 +194,18 @@ impl Providers {
         on_text: Option<&mut (dyn FnMut(&str) + Send)>,
     ) -> Result<Inferred, ProviderError> {
         let codec = codec(ep.style).expect("live styles have a codec");
+        // Anthropic has no native structured output: the schema becomes a forced tool, whose
+        // call is turned back into the answer's text below. The other styles' codecs map
+        // `response_schema` themselves.
+        let structured = ep.style == Style::Anthropic && req.response_schema.is_some();
+        let original = req;
+        let forced;
+        let req = if structured {
+            forced = structured::prepare(req);
+            &forced
+        } else {
+            req
+        };
         let text_mode = ep.tools_level == ToolsLevel::Text && !req.tools.is_empty();
         let prepared;
         let req = if text_mode {
@@ -215,6 +228,9 @@ impl Providers {
         names.incoming(&mut inferred);
         if text_mode {
             text_tools::parse_calls(&mut inferred);
+        }
+        if structured {
+            structured::finish(original, &mut inferred);
         }
         Ok(inferred)
     }

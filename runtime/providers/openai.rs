@@ -29,6 +29,10 @@
 //!   layer puts its thought signature in `extra_content`), kept on the [`ToolCall`] and merged back
 //!   into the wire call.
 //!
+//! Structured output ([`InferRequest::response_schema`]) goes out as `response_format`
+//! `{"type":"json_schema","json_schema":{name, schema, "strict": false}}`; see
+//! [`response_format`] for why strict mode stays off.
+//!
 //! Only the first choice is read: colony never asks for `n > 1`, and if `extra` does, the other
 //! choices are dropped.
 
@@ -37,8 +41,8 @@ use serde_json::{Map, Value, json};
 
 use super::{Assembler, Codec, Endpoint, ProviderError, WireRequest, errors, merge_extra};
 use crate::vocab::{
-    InferRequest, Inferred, Message, Opaque, Part, Role, Stop, Style, ToolCall, ToolChoice,
-    ToolResult, ToolSpec, Usage,
+    InferRequest, Inferred, Message, Opaque, Part, ResponseSchema, Role, Stop, Style, ToolCall,
+    ToolChoice, ToolResult, ToolSpec, Usage,
 };
 
 pub struct OpenAi;
@@ -71,6 +75,9 @@ impl Codec for OpenAi {
             let tools = req.tools.iter().map(tool_out).collect();
             body.insert("tools".into(), Value::Array(tools));
             body.insert("tool_choice".into(), tool_choice_out(&req.tool_choice));
+        }
+        if let Some(schema) = &req.response_schema {
+            body.insert("response_format".into(), response_format(schema));
         }
         if stream {
             body.insert("stream".into(), json!(true));
@@ -264,6 +271,45 @@ fn tool_choice_out(choice: &ToolChoice) -> Value {
         ToolChoice::None => json!("none"),
         ToolChoice::Required => json!("required"),
         ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
+    }
+}
+
+/// Structured output: `{"type":"json_schema","json_schema":{name, schema, strict: false}}`.
+///
+/// `strict` stays false: strict mode demands that every property be listed in `required` and
+/// every object say `additionalProperties: false`, which ordinary user schemas (optional fields,
+/// open objects) break, and the server then refuses the whole request. Without it the schema
+/// still guides the model, and colony validates the answer itself.
+fn response_format(schema: &ResponseSchema) -> Value {
+    json!({
+        "type": "json_schema",
+        "json_schema": {
+            "name": schema_name(&schema.name),
+            "schema": schema.schema,
+            "strict": false,
+        },
+    })
+}
+
+/// The name in the alphabet OpenAI accepts (`a-z A-Z 0-9 _ -`, at most 64 characters): any
+/// other character becomes `_`, and an empty name is `response`. The name only labels the
+/// schema for the model, so the reshaping loses nothing.
+fn schema_name(name: &str) -> String {
+    let name: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if name.is_empty() {
+        "response".into()
+    } else {
+        name
     }
 }
 
@@ -741,6 +787,65 @@ mod tests {
         assert_eq!(
             wire.body,
             json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi"}]})
+        );
+    }
+
+    #[test]
+    fn response_schema_is_a_json_schema_response_format() {
+        let schema = json!({"type": "object", "properties": {"age": {"type": "integer"}}});
+        let req = InferRequest {
+            response_schema: Some(ResponseSchema {
+                name: "person".into(),
+                schema: schema.clone(),
+            }),
+            ..base()
+        };
+        let body = request(&req).body;
+        assert_eq!(
+            body["response_format"],
+            json!({"type": "json_schema",
+                   "json_schema": {"name": "person", "schema": schema, "strict": false}})
+        );
+        // Nothing else moves: the body without the field is the plain request's body.
+        let mut rest = body.clone();
+        rest.as_object_mut().unwrap().remove("response_format");
+        assert_eq!(rest, request(&base()).body);
+    }
+
+    #[test]
+    fn response_schema_name_is_reshaped_to_the_wire_alphabet() {
+        assert_eq!(schema_name("person"), "person");
+        assert_eq!(schema_name("my schema.v2"), "my_schema_v2");
+        assert_eq!(schema_name(""), "response");
+        assert_eq!(schema_name(&"x".repeat(80)).len(), 64);
+    }
+
+    #[test]
+    fn no_response_schema_leaves_the_body_unchanged() {
+        // A full request: every field that goes on the wire, and no structured output.
+        let req = InferRequest {
+            system: Some("Be brief.".into()),
+            tools: vec![weather_tool()],
+            temperature: Some(0.5),
+            max_tokens: Some(100),
+            stop_sequences: vec!["END".into()],
+            ..base()
+        };
+        let body = request(&req).body;
+        assert_eq!(
+            body,
+            json!({
+                "model": "gpt-4o",
+                "messages": [{"role": "system", "content": "Be brief."},
+                             {"role": "user", "content": "Hi"}],
+                "temperature": 0.5,
+                "max_tokens": 100,
+                "stop": ["END"],
+                "tools": [{"type": "function", "function": {"name": "get_weather",
+                    "description": "Weather for a city",
+                    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}}],
+                "tool_choice": "auto",
+            })
         );
     }
 
