@@ -21,7 +21,11 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let core = Core::new(Config::default(), Providers::new(None, None), core_rt.handle().clone());
+    let core = Core::new(
+        Config::default(),
+        Providers::new(None, None),
+        core_rt.handle().clone(),
+    );
     let lua_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -52,19 +56,20 @@ fn main() {
         // From the core: each call crosses threads both ways.
         let remote = bridge.clone();
         let (args2, ctx2) = (args.clone(), ctx.clone());
-        let cross = core_rt
-            .spawn(async move {
-                let n = CALLS / 10;
-                let started = Instant::now();
-                for _ in 0..n {
-                    remote.call_tool(id, args2.clone(), ctx2.clone()).await;
-                }
-                started.elapsed().as_secs_f64() * 1e6 / n as f64
-            });
+        let cross = core_rt.spawn(async move {
+            let n = CALLS / 10;
+            let started = Instant::now();
+            for _ in 0..n {
+                remote.call_tool(id, args2.clone(), ctx2.clone()).await;
+            }
+            started.elapsed().as_secs_f64() * 1e6 / n as f64
+        });
         let cross_thread = cross.await.expect("the core task");
 
         println!("Lua tool call round trip through the bridge ({CALLS} calls, handler `a + b`)");
         println!("from the Lua thread   {same_thread:>7.2} us/call  (aim: at or under 5 us)");
-        println!("from the core runtime {cross_thread:>7.2} us/call  (two thread wake-ups per call)");
+        println!(
+            "from the core runtime {cross_thread:>7.2} us/call  (two thread wake-ups per call)"
+        );
     });
 }

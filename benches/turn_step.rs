@@ -45,12 +45,22 @@ fn script(base_url: &str, turns: usize) -> String {
 
 fn colony_turns(core: &Core, base_url: &str, turns: usize) -> Duration {
     let started = Instant::now();
-    colony::lua::run_source(core.clone(), "bench", script(base_url, turns).into_bytes(), vec![])
-        .expect("the bench script runs");
+    colony::lua::run_source(
+        core.clone(),
+        "bench",
+        script(base_url, turns).into_bytes(),
+        vec![],
+    )
+    .expect("the bench script runs");
     started.elapsed()
 }
 
-async fn bare_turns(client: &reqwest::Client, url: &str, bodies: &[Value], turns: usize) -> Duration {
+async fn bare_turns(
+    client: &reqwest::Client,
+    url: &str,
+    bodies: &[Value],
+    turns: usize,
+) -> Duration {
     let started = Instant::now();
     for _ in 0..turns {
         for body in bodies {
@@ -76,7 +86,11 @@ fn main() {
         .build()
         .expect("runtime");
     let base_url = fake.base_url("openai");
-    let core = Core::new(Config::default(), Providers::new(None, None), rt.handle().clone());
+    let core = Core::new(
+        Config::default(),
+        Providers::new(None, None),
+        rt.handle().clone(),
+    );
 
     // One turn to capture the exact requests colony sends.
     fake.take_requests();
@@ -95,8 +109,14 @@ fn main() {
     }
     let steps = (TURNS * STEPS) as f64;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / steps;
-    println!("runtime cost per step: ai.take_turn of {STEPS} steps ({} tool calls) x {TURNS} turns, best of 3", STEPS - 1);
+    println!(
+        "runtime cost per step: ai.take_turn of {STEPS} steps ({} tool calls) x {TURNS} turns, best of 3",
+        STEPS - 1
+    );
     println!("bare reqwest, same bodies {:>8.1} us/step", per(bare));
     println!("colony take_turn          {:>8.1} us/step", per(colony));
-    println!("colony's own cost         {:>8.1} us/step", per(colony) - per(bare));
+    println!(
+        "colony's own cost         {:>8.1} us/step",
+        per(colony) - per(bare)
+    );
 }

@@ -645,3 +645,42 @@ fn a_tool_can_call_another_tool() {
         lines[1]
     );
 }
+
+#[test]
+fn structured_output_from_lua() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("{\"name\": \"Ada\", \"born\": \"1815\"}"));
+    fake.push(Reply::text(
+        "```json\n{\"name\": \"Ada\", \"born\": 1815}\n```",
+    ));
+    fake.push(Reply::text("not json"));
+    fake.push(Reply::text("still not json"));
+    let run = sandbox(&fake, "gemini")
+        .lua(
+            r#"local schema = { type = "object", properties = { name = { type = "string" }, born = { type = "integer" } },
+                                required = { "name", "born" } }
+               local opts = { schema = schema, prompt = "Who wrote the first program?" }
+               local v, err = ai.infer_structured(opts)
+               print(v.name, v.born, math.type(v.born), err, opts.prompt)
+               v, err = ai.infer_structured{ schema = schema, prompt = "again" }
+               print(v, err.kind)
+               v, err = ai.infer_structured{ schema = { type = "strnig" }, prompt = "x" }
+               print(v, err.kind)"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "Ada\t1815\tinteger\tnil\tWho wrote the first program?",
+            "nil\tinvalid_output",
+            "nil\tschema"
+        ]
+    );
+    let second = &model_calls(&fake)[1];
+    assert!(
+        second.to_string().contains("/born"),
+        "the correction names the field"
+    );
+    assert_eq!(model_calls(&fake).len(), 4, "a bad schema makes no call");
+}

@@ -84,6 +84,10 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
         })?,
     )?;
     ai.set(
+        "infer_structured",
+        lua.create_async_function(|lua, opts: Table| async move { structured(&lua, opts).await })?,
+    )?;
+    ai.set(
         "parallel",
         lua.create_async_function(|_, fns: MultiValue| async move { parallel(fns).await })?,
     )?;
@@ -193,10 +197,9 @@ async fn run_turn(
     default_steps: u32,
 ) -> mlua::Result<TurnOutcome> {
     let tools_value = opts.get::<Value>("tools")?;
-    opts.set("tools", Value::Nil)?;
-    let read = read_ask(lua, Some(opts.clone()), who, TURN_OPTIONS);
-    opts.set("tools", tools_value.clone())?;
-    let (mut ask, stream) = read?;
+    // `read_ask` reads the shared options; the turn's tools are read below, handlers and all.
+    let (mut ask, stream) = read_ask(lua, Some(opts.clone()), who, TURN_OPTIONS)?;
+    ask.tools.clear();
     if !matches!(opts.get::<Value>("mcp")?, Value::Nil) {
         return Err(bad(
             who,
@@ -379,6 +382,44 @@ fn kind_name(kind: EventKind) -> &'static str {
         EventKind::Schema => "schema",
         EventKind::Deadline => "deadline",
         EventKind::UnknownTool => "unknown_tool",
+    }
+}
+
+/// `value, err = ai.infer_structured{ schema, prompt | messages, name?, ...ask options }`: a Lua
+/// value that validates against `schema`, or `nil, err` (`err.kind` is `schema` for a schema that
+/// does not compile, `invalid_output` when the answer still broke it after one correction).
+async fn structured(lua: &Lua, opts: Table) -> mlua::Result<MultiValue> {
+    let who = "ai.infer_structured";
+    let schema = match opts.get::<Value>("schema")? {
+        v @ Value::Table(_) => to_json(lua, v)?,
+        _ => return Err(bad(who, "schema must be a table (a JSON Schema)")),
+    };
+    let name: Option<String> = opts.get("name")?;
+    let prompt: Option<String> = opts.get("prompt")?;
+    let history = opts.get::<Value>("messages")?;
+    let (mut ask, _) = read_ask(
+        lua,
+        Some(opts),
+        who,
+        &["schema", "name", "prompt", "messages"],
+    )?;
+    ask.messages = match history {
+        Value::Nil => Vec::new(),
+        v => read_history(lua, v, who)?,
+    };
+    if let Some(p) = prompt {
+        ask.messages.push(Message::user(p));
+    }
+    if ask.messages.is_empty() {
+        return Err(bad(who, "give a prompt or messages"));
+    }
+    let core = core(lua);
+    match crate::providers::structured::infer_structured(&core, ask, schema, name).await {
+        Ok(outcome) => Ok(MultiValue::from_iter([from_json(lua, &outcome.value)?])),
+        Err(e) => Ok(MultiValue::from_iter([
+            Value::Nil,
+            Value::Table(error_table(lua, e.kind(), &e.to_string())?),
+        ])),
     }
 }
 
