@@ -43,14 +43,14 @@ ai = {}
 ---@field max_tokens? integer Anthropic requires one: 4096 when unset
 ---@field temperature? number
 ---@field system? string system prompt
----@field tools? ai.Tool[]
+---@field tools? (ai.Tool|ai.ToolValue)[] specs only: ai.ask never runs a handler
 ---@field tool_choice? "auto"|"none"|"required"|string|{ name: string } a string other than the three words names a tool
 ---@field extra? table fields merged over the provider's request body
 ---@field stream? fun(delta: string)|boolean called with each text delta as it arrives
 ---@field stop? string|string[] stop sequences
 
 ---@class ai.Error
----@field kind "config_error"|"auth_error"|"api_error"|"fetch_error"|"parse_error"|"provider_error"|"cassette_miss"
+---@field kind "config_error"|"auth_error"|"api_error"|"fetch_error"|"parse_error"|"provider_error"|"cassette_miss"|"schema"|"invalid_output"
 ---@field message string
 ---@field transient boolean worth retrying unchanged
 ---@field status? integer the HTTP status, when there was one
@@ -94,5 +94,124 @@ function ai.models(opts) end
 
 --- Alias of `ai.models`.
 ai.fetchModels = ai.models
+
+--- Same as `ai.ask_simple`: one prompt, the reply text or `nil, err`.
+---@param prompt string
+---@param opts? ai.Options
+---@return string? reply, ai.Error? err
+function ai.infer(prompt, opts) end
+
+--- Waits `ms` milliseconds; other coroutines (tools, sources) run meanwhile.
+---@param ms number
+function ai.sleep(ms) end
+
+--- Runs each function in its own coroutine, all at once, and returns each one's first result in
+--- order. An error in any is raised once all have finished.
+---@param ... fun(): any
+---@return any ...
+function ai.parallel(...) end
+
+---@class ai.ToolValue
+---@field name string
+---@field description string
+---@field parameters table the expanded JSON Schema
+---@field timeout number seconds
+---@field exportable boolean
+--- Calling a tool value runs its handler directly (arguments checked against the schema first).
+---@overload fun(args: table): any
+
+---@class ai.ToolDef
+---@field name string may contain dots (`notes.search`): reshaped on the wire and mapped back
+---@field description? string
+---@field parameters? table a JSON Schema, or the shorthand `{ city = "string", days = "integer?" }` (`?` = optional)
+---@field handler fun(args: table, ctx: { call_id: string, name: string, step: integer }): any returns a string, a table (sent as JSON), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
+---@field timeout? number seconds before the call is abandoned (default 120)
+---@field exportable? boolean may be served by colony's MCP server
+
+--- Makes a tool. Its arguments are validated against `parameters` before the handler runs; a
+--- handler that raises, returns `nil, err` or overruns `timeout` fails the call, not the turn.
+---@param def ai.ToolDef
+---@return ai.ToolValue
+function ai.tool(def) end
+
+---@class ai.TurnOptions: ai.Options
+---@field messages? ai.Message[] the conversation so far (yours: nothing is kept between calls)
+---@field prompt? string appended as a user message
+---@field tools? (ai.ToolValue|ai.ToolDef)[]
+---@field max_steps? integer model calls allowed (default 8; `ai.run`: 9). The last one may not call tools.
+---@field allow? string|string[] offer only tools matching these names or globs (`notes.*`)
+---@field deny? string|string[] never offer tools matching these
+---@field pin? table arguments overwritten before any handler runs, for every tool whose schema has them
+---@field on_step? fun(step: { step: integer, text: string, calls: table[], results: table[], usage: ai.Usage })
+---@field compact? "client"|"off" summarise the transcript when it nears the window (default "client")
+---@field context_window? integer tokens (default 200000)
+---@field compact_at? number fraction of the window (default 0.8)
+---@field compact_prompt? string
+
+---@class ai.Usage
+---@field input integer every prompt token, cached ones included
+---@field output integer every generated token, reasoning included
+---@field cache_read integer
+---@field cache_write integer
+---@field reasoning integer
+
+---@class ai.ToolEvent
+---@field step integer
+---@field name string
+---@field call_id string
+---@field kind "ok"|"error"|"thrown"|"bad_arguments"|"schema"|"deadline"|"unknown_tool"
+---@field ok boolean
+---@field outcome string what the model got back (first 500 characters)
+---@field duration_ms number
+
+---@class ai.TurnResult
+---@field reply string the final text
+---@field stop "end_turn"|"tool_use"|"max_tokens"|"stop_sequence"|"refusal"|"content_filter"|"max_steps"|"error"
+---@field steps integer model calls made
+---@field usage ai.Usage summed over every step (and every summary request)
+---@field tool_events ai.ToolEvent[]
+---@field messages ai.Message[] the whole transcript, valid to send again
+---@field compactions integer
+---@field error? ai.Error why the turn ended early (with stop = "error")
+
+--- One model turn: infer, run the calls the model asks for (a step's calls at once), feed the
+--- results back, repeat until it answers without calls or `max_steps` is reached.
+---@param opts ai.TurnOptions
+---@return ai.TurnResult
+function ai.take_turn(opts) end
+
+--- `ai.take_turn` from a single prompt.
+---@param opts ai.TurnOptions
+---@return ai.TurnResult
+function ai.infer_with_tools(opts) end
+
+---@class ai.RunResult
+---@field text string the final text
+---@field stop string
+---@field steps integer
+---@field usage ai.Usage
+---@field compactions integer
+---@field tools ai.ToolEvent[]
+---@field messages ai.Message[]
+---@field error? ai.Error
+
+--- The agent loop as one call (max_steps 9 by default).
+---@param opts ai.TurnOptions
+---@return ai.RunResult
+function ai.run(opts) end
+
+---@class ai.StructuredOptions: ai.Options
+---@field schema table the JSON Schema the answer must match
+---@field prompt? string
+---@field messages? ai.Message[]
+---@field name? string the schema's name (OpenAI wants one; default "response")
+
+--- An answer as a Lua value that validates against `schema`: native structured output where the
+--- provider has it (OpenAI, Gemini), a forced tool otherwise (Anthropic). An answer that breaks
+--- the schema is sent back once with the validator's message; a second failure is
+--- `nil, { kind = "invalid_output" }`. A schema that does not compile is `{ kind = "schema" }`.
+---@param opts ai.StructuredOptions
+---@return any? value, ai.Error? err
+function ai.infer_structured(opts) end
 
 return ai
