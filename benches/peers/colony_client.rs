@@ -11,7 +11,9 @@
 //! Build and run: `cargo build --release --example peers_colony`, then
 //! `target/release/examples/peers_colony 300 --port 18765` against fake_openai.js.
 
+// The task's constants live in colony_agent.lua; this harness uses the rest.
 #[path = "common.rs"]
+#[allow(dead_code)]
 mod common;
 
 use std::io::{BufRead, BufReader, Write};

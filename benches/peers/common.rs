@@ -67,7 +67,9 @@ fn usage(problem: &str) -> ! {
     if !problem.is_empty() {
         eprintln!("{problem}");
     }
-    eprintln!("usage: CLIENT [T] [--concurrent C] [--warmup N] [--port P]   (port also $FAKE_PORT)");
+    eprintln!(
+        "usage: CLIENT [T] [--concurrent C] [--warmup N] [--port P]   (port also $FAKE_PORT)"
+    );
     std::process::exit(2)
 }
 

@@ -79,13 +79,16 @@ impl Client {
         let tool_calls = m1["tool_calls"].as_array().cloned().unwrap_or_default();
         messages.push(m1);
         for call in tool_calls {
-            let args: Value = serde_json::from_str(call["function"]["arguments"].as_str().unwrap_or(""))
-                .map_err(|e| format!("arguments: {e}"))?;
+            let args: Value =
+                serde_json::from_str(call["function"]["arguments"].as_str().unwrap_or(""))
+                    .map_err(|e| format!("arguments: {e}"))?;
             let (Some(a), Some(b)) = (args["a"].as_i64(), args["b"].as_i64()) else {
                 return Err(format!("bad arguments: {args}"));
             };
             let result = self.add(a, b, &calls);
-            messages.push(json!({"role": "tool", "tool_call_id": call["id"], "content": result.to_string()}));
+            messages.push(
+                json!({"role": "tool", "tool_call_id": call["id"], "content": result.to_string()}),
+            );
         }
         let m2 = self.chat(&messages).await?;
         let text = m2["content"].as_str().unwrap_or("").to_string();
@@ -110,7 +113,12 @@ impl Client {
         }
     }
 
-    async fn run_turns(&self, n: usize, concurrency: usize, failures: &RefCell<Vec<String>>) -> usize {
+    async fn run_turns(
+        &self,
+        n: usize,
+        concurrency: usize,
+        failures: &RefCell<Vec<String>>,
+    ) -> usize {
         if concurrency <= 1 {
             let mut ok = 0;
             for _ in 0..n {
@@ -163,7 +171,9 @@ fn main() {
         let req_before = common::server_requests(args.port);
         let cpu0 = common::cpu_seconds();
         let t0 = Instant::now();
-        let ok = client.run_turns(args.turns, args.concurrent, &failures).await;
+        let ok = client
+            .run_turns(args.turns, args.concurrent, &failures)
+            .await;
         let wall_s = t0.elapsed().as_secs_f64();
         let cpu_s = common::cpu_seconds() - cpu0;
         let steps = common::server_requests(args.port) - req_before;

@@ -52,8 +52,8 @@ patch(f"{bench}/run.sh", "CLIENTS=(\n",
 patch(f"{bench}/run.sh", '--runtimes "node $(node --version), $(venv/bin/python --version)',
       ', $(rustc --version | cut -d" " -f1-2)', "rustc --version")
 patch(f"{bench}/results.py", "FLOOR = {\n", '    "colony": "raw-reqwest-rust",\n', '"colony": "raw-reqwest-rust"')
-patch(f"{bench}/results.py", "Python: /proc/self/stat, 10 ms resolution)",
-      "; Rust: from main(), so exec and dynamic loading fall into *rest*", "Rust: from main()")
+patch(f"{bench}/results.py", "Python: /proc/self/stat, 10 ms resolution",
+      "; Rust: from main(), so exec and dynamic loading count in *rest*", "Rust: from main()")
 EOF
 
 # --- the peers' packages, once ----------------------------------------------------------------------
