@@ -8,7 +8,7 @@
 use mlua::{Function, Lua, MultiValue, Table, Value};
 use tokio::sync::mpsc;
 
-use super::convert::{provider_error, to_json};
+use super::convert::{misuse, provider_error, to_json};
 use super::messages::{calls_table, read_history};
 use crate::config::Overrides;
 use crate::core::{Ask, Core};
@@ -57,8 +57,19 @@ pub fn core(lua: &Lua) -> Core {
 
 /// `reply, err, tool_calls = ai.ask(history, overrides)`.
 async fn ask(lua: &Lua, history: Value, opts: Option<Table>) -> mlua::Result<MultiValue> {
-    let (mut ask, stream) = read_ask(lua, opts, "ai.ask", &[])?;
+    let (mut ask, stream) = read_ask(lua, opts.clone(), "ai.ask", &[])?;
     ask.messages = read_history(lua, history, "ai.ask")?;
+    if let Some(tools) = opts
+        .map(|o| o.get::<Option<Table>>("tools"))
+        .transpose()?
+        .flatten()
+    {
+        for (i, tool) in tools.sequence_values::<Value>().enumerate() {
+            let spec = read_tool(lua, tool?, i + 1)
+                .map_err(|e| misuse(format!("ai.ask: {}", super::plain(&e))))?;
+            ask.tools.push(spec);
+        }
+    }
     let core = core(lua);
     let (req, ep) = match core.prepare(ask) {
         Ok(prepared) => prepared,
@@ -130,7 +141,8 @@ const OPTIONS: &[&str] = &[
 ];
 
 /// The options table of `ai.ask` (and of every call that takes its options): settings for
-/// resolution, plus what shapes the request. `extra_keys` are the caller's own options, which
+/// resolution, plus what shapes the request. `tools` is left to the caller: `ai.ask` wants only
+/// their specs, a turn wants their handlers too. `extra_keys` are the caller's own options, which
 /// it reads itself; any other key is a mistake and is named.
 pub fn read_ask(
     lua: &Lua,
@@ -182,12 +194,6 @@ pub fn read_ask(
         temperature: number("temperature")?,
     };
     ask.system = text("system")?;
-    if let Some(tools) = opts.get::<Option<Table>>("tools")? {
-        for (i, tool) in tools.sequence_values::<Value>().enumerate() {
-            ask.tools
-                .push(read_tool(lua, tool?, i + 1).map_err(|e| bad(e.to_string()))?);
-        }
-    }
     ask.tool_choice = match opts.get::<Value>("tool_choice")? {
         Value::Nil => ToolChoice::Auto,
         Value::String(s) => match s.to_str()?.as_ref() {

@@ -199,7 +199,6 @@ async fn run_turn(
     let tools_value = opts.get::<Value>("tools")?;
     // `read_ask` reads the shared options; the turn's tools are read below, handlers and all.
     let (mut ask, stream) = read_ask(lua, Some(opts.clone()), who, TURN_OPTIONS)?;
-    ask.tools.clear();
     if !matches!(opts.get::<Value>("mcp")?, Value::Nil) {
         return Err(bad(
             who,
@@ -366,10 +365,25 @@ fn turn_table(lua: &Lua, o: TurnOutcome, reply_key: &str, events_key: &str) -> m
         events.push(row)?;
     }
     t.set(events_key, events)?;
-    t.set("messages", history_table(lua, &o.messages)?)?;
     if let Some(e) = &o.error {
         t.set("error", error_table(lua, &e.kind, &e.message)?)?;
     }
+    // The transcript is built as Lua tables when first read: a loop that only wants the reply
+    // (most of them) does not pay for it on every turn.
+    let messages = o.messages;
+    let lazy = lua.create_table()?;
+    lazy.set(
+        "__index",
+        lua.create_function(move |lua, (t, key): (Table, Value)| {
+            if matches!(&key, Value::String(s) if s == "messages") {
+                let history = history_table(lua, &messages)?;
+                t.raw_set("messages", &history)?;
+                return Ok(Value::Table(history));
+            }
+            Ok(Value::Nil)
+        })?,
+    )?;
+    t.set_metatable(Some(lazy))?;
     Ok(t)
 }
 

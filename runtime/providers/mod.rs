@@ -16,7 +16,7 @@ pub mod structured;
 pub mod text_tools;
 pub mod wire_names;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -125,7 +125,9 @@ fn new_client() -> reqwest::Client {
 /// Calls models: over HTTP, from a cassette, or over HTTP while recording one.
 #[derive(Clone)]
 pub struct Providers {
-    http: reqwest::Client,
+    /// Built on first use: a client loads the system's certificates (about 5 ms), which a
+    /// program whose calls all go elsewhere (replay, the Lua thread's own pool) never needs.
+    http: Arc<OnceLock<reqwest::Client>>,
     replay: Option<Arc<replay::Cassette>>,
     record: Option<Arc<replay::Recorder>>,
 }
@@ -136,7 +138,7 @@ impl Providers {
         record: Option<Arc<replay::Recorder>>,
     ) -> Providers {
         Providers {
-            http: new_client(),
+            http: Arc::default(),
             replay,
             record,
         }
@@ -150,7 +152,7 @@ impl Providers {
     /// stalls a connection the core's residents are using.
     pub fn with_own_client(&self) -> Providers {
         Providers {
-            http: new_client(),
+            http: Arc::default(),
             ..self.clone()
         }
     }
@@ -161,7 +163,7 @@ impl Providers {
     }
 
     pub fn http(&self) -> &reqwest::Client {
-        &self.http
+        self.http.get_or_init(new_client)
     }
 
     /// One model call. With `on_text`, the response is streamed and each text delta handed over
@@ -242,7 +244,7 @@ impl Providers {
         ep: &Endpoint,
         on_text: Option<&mut (dyn FnMut(&str) + Send)>,
     ) -> Result<Inferred, ProviderError> {
-        let mut builder = self.http.post(&wire.url).timeout(ep.timeout);
+        let mut builder = self.http().post(&wire.url).timeout(ep.timeout);
         for (k, v) in &wire.headers {
             builder = builder.header(k, v);
         }
@@ -275,7 +277,7 @@ impl Providers {
             return Ok(self.replay.as_ref().map(|c| c.models()).unwrap_or_default());
         };
         let wire = codec.models_request(ep);
-        let mut builder = self.http.get(&wire.url).timeout(ep.timeout);
+        let mut builder = self.http().get(&wire.url).timeout(ep.timeout);
         for (k, v) in &wire.headers {
             builder = builder.header(k, v);
         }

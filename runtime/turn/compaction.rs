@@ -13,7 +13,7 @@ use tracing::Instrument;
 use super::TurnSpec;
 use crate::core::Core;
 use crate::providers::ProviderError;
-use crate::vocab::{Message, Part, Role, ToolChoice, ToolResult, ToolSpec, Usage};
+use crate::vocab::{InferRequest, Message, Part, Role, ToolChoice, ToolResult, Usage};
 
 pub const PREAMBLE: &str =
     "This session continues an earlier conversation that was compacted to save context.";
@@ -46,21 +46,25 @@ impl Window {
     }
 }
 
-/// Asks for a summary of `messages` and returns the compacted transcript.
+/// Asks for a summary of the turn's transcript (the same system, tools and settings, the
+/// compaction prompt after the last results, no tool calls allowed) and returns the compacted
+/// transcript.
 pub async fn compact(
     core: &Core,
     spec: &TurnSpec,
-    tools: &[ToolSpec],
-    messages: &[Message],
+    turn: &InferRequest,
     usage: &mut Usage,
 ) -> Result<Vec<Message>, ProviderError> {
-    let mut ask = spec.ask.clone();
-    ask.messages = messages.to_vec();
-    ask.messages
+    let messages = &turn.messages;
+    let resolved = core.resolve(&spec.ask.overrides)?;
+    let mut req = turn.clone();
+    req.messages
         .push(Message::user(spec.compaction.prompt.clone()));
-    ask.tools = tools.to_vec();
-    ask.tool_choice = ToolChoice::None;
-    let (req, ep) = core.prepare(ask)?;
+    req.tool_choice = ToolChoice::None;
+    req.model = resolved.model;
+    req.max_tokens = resolved.max_tokens;
+    req.temperature = resolved.temperature;
+    let ep = resolved.endpoint;
     let span = tracing::info_span!("compaction", messages = messages.len());
     let summary = core.infer(&req, &ep, None).instrument(span).await?;
     usage.add(&summary.usage);

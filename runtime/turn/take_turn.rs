@@ -9,10 +9,13 @@ use super::compaction;
 use super::dispatch::run_call;
 use super::tools::narrow;
 use super::{StepReport, TurnError, TurnOutcome, TurnSpec};
+use crate::config::Overrides;
 use crate::core::Core;
 use crate::lua::bridge::{FnId, LuaBridge};
 use crate::providers::ProviderError;
-use crate::vocab::{Inferred, Message, Part, Role, Stop, ToolChoice, ToolResult, Usage};
+use crate::vocab::{
+    InferRequest, Inferred, Message, Part, Role, Stop, ToolChoice, ToolResult, Usage,
+};
 
 /// What the model reads on the last allowed step, so it answers instead of asking for tools.
 pub const BUDGET_NOTE: &str = "[colony] The tool budget of this turn is exhausted: answer now, \
@@ -29,16 +32,29 @@ pub async fn take_turn(core: &Core, bridge: &LuaBridge, spec: TurnSpec) -> TurnO
     run(core, bridge, spec).instrument(span).await
 }
 
-async fn run(core: &Core, bridge: &LuaBridge, spec: TurnSpec) -> TurnOutcome {
+async fn run(core: &Core, bridge: &LuaBridge, mut spec: TurnSpec) -> TurnOutcome {
     let offered = narrow(&spec.tools, &spec.allow, &spec.deny);
-    let specs: Vec<_> = offered.iter().map(|t| t.spec.clone()).collect();
+    // One request for the whole turn: each step appends to its messages and re-resolves only the
+    // settings (so a rotated key lands mid-turn); nothing is copied per step.
+    let mut req = InferRequest {
+        model: String::new(),
+        system: spec.ask.system.take(),
+        messages: std::mem::take(&mut spec.ask.messages),
+        tools: offered.iter().map(|t| t.spec.clone()).collect(),
+        tool_choice: spec.ask.tool_choice.clone(),
+        max_tokens: None,
+        temperature: None,
+        stop_sequences: std::mem::take(&mut spec.ask.stop_sequences),
+        extra: spec.ask.extra.take(),
+        response_schema: None,
+    };
     let mut out = TurnOutcome {
         reply: String::new(),
         stop: Stop::Error,
         steps: 0,
         usage: Usage::default(),
         tool_events: Vec::new(),
-        messages: spec.ask.messages.clone(),
+        messages: Vec::new(),
         compactions: 0,
         error: None,
     };
@@ -46,11 +62,9 @@ async fn run(core: &Core, bridge: &LuaBridge, spec: TurnSpec) -> TurnOutcome {
     let max_steps = spec.max_steps.max(1);
     for step in 1..=max_steps {
         if spec.compaction.enabled && window.would_overflow(&spec.compaction) {
-            let compacted =
-                compaction::compact(core, &spec, &specs, &out.messages, &mut out.usage).await;
-            match compacted {
+            match compaction::compact(core, &spec, &req, &mut out.usage).await {
                 Ok(messages) => {
-                    out.messages = messages;
+                    req.messages = messages;
                     out.compactions += 1;
                     window = compaction::Window::default();
                 }
@@ -59,36 +73,37 @@ async fn run(core: &Core, bridge: &LuaBridge, spec: TurnSpec) -> TurnOutcome {
                         kind: e.kind().to_string(),
                         message: format!("compaction failed: {e}"),
                     });
+                    out.messages = req.messages;
                     return out;
                 }
             }
         }
         let last = step == max_steps;
-        if last && !specs.is_empty() && step > 1 {
-            out.messages.push(Message::user(BUDGET_NOTE));
+        if last && !req.tools.is_empty() && step > 1 {
+            req.messages.push(Message::user(BUDGET_NOTE));
         }
-        let mut ask = spec.ask.clone();
-        ask.messages = out.messages.clone();
-        ask.tools = specs.clone();
         if last {
-            ask.tool_choice = ToolChoice::None;
+            req.tool_choice = ToolChoice::None;
         }
-        let inferred = match infer(core, bridge, ask, spec.on_text).await {
+        let inferred = match infer(core, bridge, &spec.ask.overrides, &mut req, spec.on_text).await
+        {
             Ok(i) => i,
             Err(e) => {
                 out.error = Some(TurnError::from_provider(&e));
+                out.messages = req.messages;
                 return out;
             }
         };
         out.steps = step;
         out.usage.add(&inferred.usage);
         window.reported(&inferred.usage);
-        out.messages.push(inferred.message.clone());
+        req.messages.push(inferred.message.clone());
         let calls = inferred.tool_calls();
         if calls.is_empty() {
             out.reply = inferred.text();
             out.stop = inferred.stop;
             report(bridge, spec.on_step, step, &inferred, &[]).await;
+            out.messages = req.messages;
             return out;
         }
         let results: Vec<ToolResult> = if last {
@@ -113,14 +128,15 @@ async fn run(core: &Core, bridge: &LuaBridge, spec: TurnSpec) -> TurnOutcome {
             results
         };
         window.unsent(&results);
-        out.messages.push(Message::new(
-            Role::Tool,
-            results.iter().cloned().map(Part::ToolResult).collect(),
-        ));
         report(bridge, spec.on_step, step, &inferred, &results).await;
+        req.messages.push(Message::new(
+            Role::Tool,
+            results.into_iter().map(Part::ToolResult).collect(),
+        ));
         if last {
             out.reply = inferred.text();
             out.stop = Stop::MaxSteps;
+            out.messages = req.messages;
             return out;
         }
     }
@@ -131,19 +147,24 @@ async fn run(core: &Core, bridge: &LuaBridge, spec: TurnSpec) -> TurnOutcome {
 async fn infer(
     core: &Core,
     bridge: &LuaBridge,
-    ask: crate::core::Ask,
+    overrides: &Overrides,
+    req: &mut InferRequest,
     on_text: Option<FnId>,
 ) -> Result<Inferred, ProviderError> {
-    let (req, ep) = core.prepare(ask)?;
+    let resolved = core.resolve(overrides)?;
+    req.model = resolved.model;
+    req.max_tokens = resolved.max_tokens;
+    req.temperature = resolved.temperature;
+    let (req, ep) = (&*req, resolved.endpoint);
     let Some(func) = on_text else {
-        return core.infer(&req, &ep, None).await;
+        return core.infer(req, &ep, None).await;
     };
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     let call = async move {
         let mut send = move |t: &str| {
             let _ = tx.send(t.to_string());
         };
-        core.infer(&req, &ep, Some(&mut send)).await
+        core.infer(req, &ep, Some(&mut send)).await
     };
     let forward = async {
         while let Some(delta) = rx.recv().await {

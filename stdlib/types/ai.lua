@@ -170,7 +170,7 @@ function ai.tool(def) end
 ---@field steps integer model calls made
 ---@field usage ai.Usage summed over every step (and every summary request)
 ---@field tool_events ai.ToolEvent[]
----@field messages ai.Message[] the whole transcript, valid to send again
+---@field messages ai.Message[] the whole transcript, valid to send again (built when first read, so `pairs` lists it only after)
 ---@field compactions integer
 ---@field error? ai.Error why the turn ended early (with stop = "error")
 
