@@ -65,16 +65,22 @@ fn main() {
         Providers::new(None, None),
         rt.handle().clone(),
     );
+    // The floor runs like colony's Lua thread does: a current-thread runtime owning its
+    // connections, so neither side pays thread wake-ups the other does not.
+    let bare_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let client = reqwest::Client::new();
     let url = format!("{base_url}/chat/completions");
     // Warm both paths (connections, allocator, the VM).
-    rt.block_on(bare(&client, &url, 200));
+    bare_rt.block_on(bare(&client, &url, 200));
     colony(&core, &base_url, 200);
 
     let mut bare_best = Duration::MAX;
     let mut colony_best = Duration::MAX;
     for _ in 0..3 {
-        bare_best = bare_best.min(rt.block_on(bare(&client, &url, CALLS)));
+        bare_best = bare_best.min(bare_rt.block_on(bare(&client, &url, CALLS)));
         colony_best = colony_best.min(colony(&core, &base_url, CALLS));
     }
     let per = |d: Duration| d.as_secs_f64() * 1e6 / CALLS as f64;

@@ -43,8 +43,25 @@ fn script(base_url: &str, turns: usize) -> String {
     )
 }
 
-fn colony_turns(core: &Core, base_url: &str, turns: usize) -> Duration {
-    let started = Instant::now();
+/// This process's user+system CPU time so far (the fake server's included: it is the same in
+/// both loops, so it cancels out of the difference).
+fn cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let after_name = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let fields: Vec<&str> = after_name.split_whitespace().collect();
+    let ticks: u64 =
+        fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
+    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
+}
+
+/// Wall and CPU time of `f`.
+fn timed(f: impl FnOnce()) -> (Duration, Duration) {
+    let (wall, cpu0) = (Instant::now(), cpu());
+    f();
+    (wall.elapsed(), cpu() - cpu0)
+}
+
+fn colony_turns(core: &Core, base_url: &str, turns: usize) {
     colony::lua::run_source(
         core.clone(),
         "bench",
@@ -52,16 +69,9 @@ fn colony_turns(core: &Core, base_url: &str, turns: usize) -> Duration {
         vec![],
     )
     .expect("the bench script runs");
-    started.elapsed()
 }
 
-async fn bare_turns(
-    client: &reqwest::Client,
-    url: &str,
-    bodies: &[Value],
-    turns: usize,
-) -> Duration {
-    let started = Instant::now();
+async fn bare_turns(client: &reqwest::Client, url: &str, bodies: &[Value], turns: usize) {
     for _ in 0..turns {
         for body in bodies {
             let resp = client
@@ -75,7 +85,6 @@ async fn bare_turns(
             assert!(v["choices"].is_array());
         }
     }
-    started.elapsed()
 }
 
 fn main() {
@@ -98,25 +107,50 @@ fn main() {
     let bodies: Vec<Value> = fake.take_requests().into_iter().map(|r| r.body).collect();
     assert_eq!(bodies.len(), STEPS);
 
+    // The floor runs like colony's Lua thread does: a current-thread runtime owning its
+    // connections, so neither side pays thread wake-ups the other does not.
+    let bare_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
     let client = reqwest::Client::new();
     let url = format!("{base_url}/chat/completions");
-    rt.block_on(bare_turns(&client, &url, &bodies, 20));
+    bare_rt.block_on(bare_turns(&client, &url, &bodies, 20));
     colony_turns(&core, &base_url, 20);
-    let (mut bare, mut colony) = (Duration::MAX, Duration::MAX);
-    for _ in 0..3 {
-        bare = bare.min(rt.block_on(bare_turns(&client, &url, &bodies, TURNS)));
-        colony = colony.min(colony_turns(&core, &base_url, TURNS));
+    let best = |a: (Duration, Duration), b: (Duration, Duration)| (a.0.min(b.0), a.1.min(b.1));
+    let (mut bare, mut colony) = (
+        (Duration::MAX, Duration::MAX),
+        (Duration::MAX, Duration::MAX),
+    );
+    for _ in 0..5 {
+        bare = best(
+            bare,
+            timed(|| bare_rt.block_on(bare_turns(&client, &url, &bodies, TURNS))),
+        );
+        colony = best(colony, timed(|| colony_turns(&core, &base_url, TURNS)));
     }
     let steps = (TURNS * STEPS) as f64;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / steps;
     println!(
-        "runtime cost per step: ai.take_turn of {STEPS} steps ({} tool calls) x {TURNS} turns, best of 3",
+        "runtime cost per step: ai.take_turn of {STEPS} steps ({} tool calls) x {TURNS} turns, best of 5",
         STEPS - 1
     );
-    println!("bare reqwest, same bodies {:>8.1} us/step", per(bare));
-    println!("colony take_turn          {:>8.1} us/step", per(colony));
     println!(
-        "colony's own cost         {:>8.1} us/step",
-        per(colony) - per(bare)
+        "                           wall us/step   CPU us/step (this process, fake server included)"
+    );
+    println!(
+        "bare reqwest, same bodies  {:>12.1}  {:>12.1}",
+        per(bare.0),
+        per(bare.1)
+    );
+    println!(
+        "colony take_turn           {:>12.1}  {:>12.1}",
+        per(colony.0),
+        per(colony.1)
+    );
+    println!(
+        "colony's own cost          {:>12.1}  {:>12.1}",
+        per(colony.0) - per(bare.0),
+        per(colony.1) - per(bare.1)
     );
 }

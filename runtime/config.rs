@@ -263,6 +263,29 @@ pub struct Resolved {
     pub use_type: String,
 }
 
+/// Base URLs already found well-formed: resolution runs for every request, and parsing a URL
+/// (IDNA host processing included) is a measurable part of a step's cost.
+static CHECKED_URLS: std::sync::LazyLock<dashmap::DashSet<String>> =
+    std::sync::LazyLock::new(dashmap::DashSet::new);
+
+fn check_base_url(base_url: &str, provider: &str) -> Result<(), ProviderError> {
+    if CHECKED_URLS.contains(base_url) {
+        return Ok(());
+    }
+    let parsed = reqwest::Url::parse(base_url).map_err(|e| {
+        ProviderError::Config(format!(
+            "base URL {base_url:?} for {provider} is not a URL: {e}"
+        ))
+    })?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(ProviderError::Config(format!(
+            "base URL {base_url:?} for {provider} must be http or https"
+        )));
+    }
+    CHECKED_URLS.insert(base_url.to_string());
+    Ok(())
+}
+
 fn env(name: &str) -> Option<String> {
     if name.is_empty() {
         return None;
@@ -347,16 +370,7 @@ impl Config {
             .unwrap_or_else(|| entry.base_url.to_string());
         let base_url = base_url.trim_end_matches('/').to_string();
         if entry.id != "replay" {
-            let parsed = reqwest::Url::parse(&base_url).map_err(|e| {
-                ProviderError::Config(format!(
-                    "base URL {base_url:?} for {provider} is not a URL: {e}"
-                ))
-            })?;
-            if !matches!(parsed.scheme(), "http" | "https") {
-                return Err(ProviderError::Config(format!(
-                    "base URL {base_url:?} for {provider} must be http or https"
-                )));
-            }
+            check_base_url(&base_url, &provider)?;
         }
         let key = match (&o.key, &cfg.key, &cfg.key_env) {
             (Some(k), _, _) | (None, Some(k), _) => Some(k.clone()),

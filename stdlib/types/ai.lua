@@ -192,7 +192,7 @@ function ai.infer_with_tools(opts) end
 ---@field usage ai.Usage
 ---@field compactions integer
 ---@field tools ai.ToolEvent[]
----@field messages ai.Message[]
+---@field messages ai.Message[] built when first read
 ---@field error? ai.Error
 
 --- The agent loop as one call (max_steps 9 by default).
