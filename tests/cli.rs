@@ -403,3 +403,27 @@ fn regenerate_quickstart_cassette() {
         ])
         .ok();
 }
+
+#[test]
+fn a_wait_inside_a_script_made_coroutine_is_a_clear_error() {
+    let run = Sandbox::new()
+        .lua(
+            r#"local co = coroutine.wrap(function(a) local x = coroutine.yield(a + 1) return x * 2 end)
+               print(co(1), co(5))
+               print(coroutine.resume(coroutine.create(function() ai.sleep(1) end)))
+               print(pcall(coroutine.wrap(function() ai.sleep(1) end)))
+               print(ai.parallel(function() ai.sleep(2) return "a" end, function() return "b" end))"#,
+            &[],
+        )
+        .ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "2\t10", "plain coroutines still work");
+    for line in &lines[1..3] {
+        assert!(
+            line.starts_with("false\tai.* and other waiting calls cannot run inside a coroutine"),
+            "{line}"
+        );
+        assert!(line.contains("ai.parallel"), "{line}");
+    }
+    assert_eq!(lines[3], "a\tb");
+}

@@ -70,6 +70,7 @@ pub fn new_vm(core: Core) -> mlua::Result<(Lua, bridge::LuaJobs)> {
     lua.set_app_data(bridge::Functions::default());
     let (bridge, jobs) = bridge::channel();
     lua.set_app_data(bridge);
+    guard_coroutines(&lua)?;
     let json = json::register(&lua)?;
     let ai = ai::register(&lua)?;
     turn::register(&lua, &ai)?;
@@ -84,6 +85,38 @@ pub fn new_vm(core: Core) -> mlua::Result<(Lua, bridge::LuaJobs)> {
     preload.set("json", constant(&lua, globals.get::<Value>("json")?)?)?;
     preload.set("ai", constant(&lua, globals.get::<Value>("ai")?)?)?;
     Ok((lua, jobs))
+}
+
+/// A script's own coroutines cannot carry a wait: colony's waiting functions suspend the
+/// coroutine that runs the script, and a coroutine the script made would instead receive
+/// mlua's internal "pending" marker as if it were a yielded value. `coroutine.resume` and
+/// `coroutine.wrap` are wrapped to turn that into a clear error that names the way to do it.
+fn guard_coroutines(lua: &Lua) -> mlua::Result<()> {
+    let guard: Function = lua
+        .load(
+            r#"
+local pending = ...
+local resume, wrap, create = coroutine.resume, coroutine.wrap, coroutine.create
+local message = "ai.* and other waiting calls cannot run inside a coroutine the script created: "
+  .. "use ai.parallel(f1, f2, ...) to run work concurrently"
+local function checked(ok, first, ...)
+  if ok and first == pending then return false, message end
+  return ok, first, ...
+end
+coroutine.resume = function(co, ...) return checked(resume(co, ...)) end
+coroutine.wrap = function(f)
+  local co = create(f)
+  return function(...)
+    local results = table.pack(checked(resume(co, ...)))
+    if not results[1] then error(results[2], 2) end
+    return table.unpack(results, 2, results.n)
+  end
+end
+"#,
+        )
+        .set_name("=colony.coroutine")
+        .into_function()?;
+    guard.call::<()>(Value::LightUserData(Lua::poll_pending()))
 }
 
 /// A `package.preload` loader that returns `value`.

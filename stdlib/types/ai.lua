@@ -6,7 +6,9 @@
 -- looks synchronous. Lua cannot wait in two places, because the C functions that call back into
 -- Lua there cannot yield: inside a `table.sort` comparator and inside a `string.gsub` callback.
 -- Calling `ai.ask` (or any waiting function) there fails with "attempt to yield across a C-call
--- boundary": gather what you need first, then sort or substitute.
+-- boundary": gather what you need first, then sort or substitute. Nor can a coroutine the script
+-- creates itself carry a wait (`coroutine.resume` then answers false with a message): use
+-- `ai.parallel` for concurrent work.
 
 ---@class ai
 ai = {}
