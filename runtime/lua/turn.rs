@@ -18,7 +18,9 @@ use super::messages::{history_table, read_history};
 use crate::turn::{self, Compaction, EventKind, Handler, ToolDef, TurnOutcome, TurnSpec};
 use crate::vocab::{Message, Usage};
 
-/// A tool made by `ai.tool`: usable in `tools = {...}` of every call.
+/// A tool made by `ai.tool`: usable in `tools = {...}` of every call. Its handler stays
+/// registered with the bridge for the life of the program, so define tools once (at the top
+/// level), not inside a loop; a tool given inline as a table lives only for its turn.
 pub struct ToolValue(pub ToolDef);
 
 impl UserData for ToolValue {
@@ -221,7 +223,11 @@ async fn run_turn(
         Ok(n) => n.map(|n| n.max(1.0) as u32).unwrap_or(default_steps),
         Err(_) => return Err(bad(who, "max_steps must be a number")),
     };
-    spec.tools = read_tools(lua, tools_value, who)?;
+    let mut registered = Registered {
+        lua,
+        ids: Vec::new(),
+    };
+    spec.tools = read_tools(lua, tools_value, who, &mut registered.ids)?;
     spec.allow = names(&opts, "allow", who)?;
     spec.deny = names(&opts, "deny", who)?;
     if let Some(pin) = opts.get::<Option<Table>>("pin")? {
@@ -231,10 +237,6 @@ async fn run_turn(
         }
     }
     spec.compaction = read_compaction(&opts, who)?;
-    let mut registered = Registered {
-        lua,
-        ids: Vec::new(),
-    };
     if let Some(f) = stream {
         let id = bridge::register(lua, f);
         registered.ids.push(id);
@@ -255,7 +257,14 @@ async fn run_turn(
     Ok(outcome)
 }
 
-fn read_tools(lua: &Lua, value: Value, who: &str) -> mlua::Result<Vec<ToolDef>> {
+/// The turn's tools: `ai.tool` values as they are, inline tables made into tools whose handler
+/// ids go into `inline` (unregistered when the turn ends).
+fn read_tools(
+    lua: &Lua,
+    value: Value,
+    who: &str,
+    inline: &mut Vec<FnId>,
+) -> mlua::Result<Vec<ToolDef>> {
     let list = match value {
         Value::Nil => return Ok(Vec::new()),
         Value::Table(t) => t,
@@ -275,7 +284,12 @@ fn read_tools(lua: &Lua, value: Value, who: &str) -> mlua::Result<Vec<ToolDef>> 
                     .map_err(|_| bad(who, format!("tools[{}] is not a tool", i + 1)))?;
                 tools.push(t.0.clone());
             }
-            Value::Table(t) => tools.push(tool_def(lua, &t, who)?),
+            Value::Table(t) => {
+                let def = tool_def(lua, &t, who)?;
+                let Handler::Lua(id) = def.handler;
+                inline.push(id);
+                tools.push(def);
+            }
             other => {
                 return Err(bad(
                     who,
