@@ -1,4 +1,5 @@
-//! The `ai` module: `ai.ask`, `ai.ask_simple`, `ai.providers`, `ai.models`.
+//! The `ai` module's one-shot part: `ai.ask`, `ai.ask_simple` (and `ai.infer`), `ai.providers`,
+//! `ai.models`, `ai.sleep`; the turn-level functions are in `turn.rs`.
 //!
 //! This file only translates: Lua tables in, neutral types to the core, neutral results back as
 //! Lua tables. Mistakes in how a function is called (a misspelt option, a history entry without
