@@ -108,11 +108,7 @@ fn failed(lua: &Lua, what: &str, path: &Path, e: &std::io::Error) -> mlua::Resul
         std::io::ErrorKind::PermissionDenied => "permission_denied",
         _ => "io_error",
     };
-    let err = error_table(
-        lua,
-        kind,
-        &format!("fs.{what}: {}: {e}", path.display()),
-    )?;
+    let err = error_table(lua, kind, &format!("fs.{what}: {}: {e}", path.display()))?;
     err.set("path", path.display().to_string())?;
     Ok(MultiValue::from_iter([Value::Nil, Value::Table(err)]))
 }
@@ -130,9 +126,9 @@ async fn list(dir: &Path) -> std::io::Result<Vec<String>> {
 /// Writes `bytes` to a temporary file in `path`'s folder, then renames it over `path`.
 async fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     static SEQ: AtomicU64 = AtomicU64::new(0);
-    let name = path.file_name().ok_or_else(|| {
-        std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name")
-    })?;
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
     let tmp_name = format!(
         ".{}.{}-{}.tmp",
         name.to_string_lossy(),

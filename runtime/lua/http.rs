@@ -73,7 +73,8 @@ fn read_request(
     if let Some(o) = &opts {
         for pair in o.pairs::<Value, Value>() {
             let (k, _) = pair?;
-            let known = matches!(&k, Value::String(s) if fields.contains(&s.to_string_lossy().as_str()));
+            let known =
+                matches!(&k, Value::String(s) if fields.contains(&s.to_string_lossy().as_str()));
             if !known {
                 return Err(bad(format!(
                     "unknown option {} (options: {})",
@@ -91,7 +92,12 @@ fn read_request(
     };
     let url = match url.map_or_else(|| get("url"), Ok)? {
         Value::String(s) => s.to_string_lossy(),
-        other => return Err(bad(format!("url must be a string, not {}", other.type_name()))),
+        other => {
+            return Err(bad(format!(
+                "url must be a string, not {}",
+                other.type_name()
+            )));
+        }
     };
     let method = match (method, get("method")?) {
         (Some(m), _) => m.to_string(),
@@ -114,7 +120,9 @@ fn read_request(
                 let (k, v) = pair?;
                 let name = match &k {
                     Value::String(s) => s.to_string_lossy(),
-                    other => return Err(bad(format!("header {} is not a name", describe_key(other)))),
+                    other => {
+                        return Err(bad(format!("header {} is not a name", describe_key(other))));
+                    }
                 };
                 let value = match v {
                     Value::String(s) => s.to_string_lossy(),
@@ -131,7 +139,9 @@ fn read_request(
                     return Err(bad(format!("{name:?} is not a header name")));
                 }
                 if reqwest::header::HeaderValue::from_str(&value).is_err() {
-                    return Err(bad(format!("header {name:?} has a value HTTP cannot carry")));
+                    return Err(bad(format!(
+                        "header {name:?} has a value HTTP cannot carry"
+                    )));
                 }
                 headers.push((name, value));
             }
@@ -147,7 +157,10 @@ fn read_request(
         (Value::Nil, Value::Nil) => None,
         (Value::String(s), Value::Nil) => Some(Body::Bytes(s.as_bytes().to_vec())),
         (other, Value::Nil) => {
-            return Err(bad(format!("body must be a string, not {}", other.type_name())));
+            return Err(bad(format!(
+                "body must be a string, not {}",
+                other.type_name()
+            )));
         }
         (Value::Nil, value) => Some(Body::Json(
             to_json(lua, value).map_err(|e| bad(format!("json: {}", super::plain(&e))))?,
