@@ -16,6 +16,8 @@
 //! - [`secrets`]: keeps keys out of every log, error, transcript and cassette.
 //! - [`lua`]: the Lua host. One VM per program on its own thread; each Lua module (`ai`, `json`)
 //!   registers itself from its own file and only translates between Lua values and the core.
+//!   `http`: `get`/`post`/`request` on the program's pooled client; a 404 is a response, not `err`.
+//!   `fs`: `read`/`write`/`list`/`stat`/`exists` on tokio::fs, relative to the script's folder.
 //! - [`cli`]: the `colony` command, one file per subcommand.
 //!
 //! The Lua VM runs on a thread of its own; its async functions suspend only the calling coroutine,

@@ -7,7 +7,7 @@
 //! the calling coroutine waits, so the script reads as if it were synchronous while others run.
 //! Work that belongs to the core (residents, in later issues) stays on the core and reaches the
 //! VM by message. Each Lua module registers itself from its own
-//! file (`ai`, `json`).
+//! file (`ai`, `json`, `http`, `fs`).
 //!
 //! Lua cannot wait inside a `table.sort` comparator or a `string.gsub` callback (the C functions
 //! calling them cannot yield): calling `ai.ask` there fails with "attempt to yield across a
@@ -16,11 +16,13 @@
 pub mod ai;
 pub mod bridge;
 pub mod convert;
+pub mod fs;
+pub mod http;
 pub mod json;
 pub mod messages;
 pub mod turn;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
 
@@ -35,15 +37,30 @@ pub struct ScriptError(pub String);
 pub fn run_file(core: Core, path: &Path, args: Vec<String>) -> Result<(), ScriptError> {
     let source = std::fs::read(path)
         .map_err(|e| ScriptError(format!("cannot read {}: {e}", path.display())))?;
-    run_source(core, &path.display().to_string(), source, args)
+    // Relative paths in `fs.*` resolve against the script's folder, wherever colony was started.
+    let dir = std::path::absolute(path)
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf));
+    run_on_thread(core, &path.display().to_string(), source, args, dir)
 }
 
-/// Runs Lua source under the chunk name `name` on a fresh VM thread and waits for it.
+/// Runs Lua source under the chunk name `name` on a fresh VM thread and waits for it. The source
+/// is not a file: relative paths in `fs.*` resolve against the current directory.
 pub fn run_source(
     core: Core,
     name: &str,
     source: Vec<u8>,
     args: Vec<String>,
+) -> Result<(), ScriptError> {
+    run_on_thread(core, name, source, args, None)
+}
+
+fn run_on_thread(
+    core: Core,
+    name: &str,
+    source: Vec<u8>,
+    args: Vec<String>,
+    dir: Option<PathBuf>,
 ) -> Result<(), ScriptError> {
     let name = name.to_string();
     let thread = std::thread::Builder::new()
@@ -54,7 +71,7 @@ pub fn run_source(
                 .build()
                 .map_err(|e| ScriptError(format!("cannot start the Lua thread's runtime: {e}")))?;
             let local = tokio::task::LocalSet::new();
-            local.block_on(&rt, run_on_this_thread(core, name, source, args))
+            local.block_on(&rt, run_on_this_thread(core, name, source, args, dir))
         })
         .map_err(|e| ScriptError(format!("cannot start the Lua thread: {e}")))?;
     thread
@@ -74,16 +91,23 @@ pub fn new_vm(core: Core) -> mlua::Result<(Lua, bridge::LuaJobs)> {
     let json = json::register(&lua)?;
     let ai = ai::register(&lua)?;
     turn::register(&lua, &ai)?;
+    let http = http::register(&lua)?;
+    let fs = fs::register(&lua)?;
     let globals = lua.globals();
     globals.set("json", json.clone())?;
     globals.set("ai", ai.clone())?;
-    // `require("json")`, `require("ai")` and `require("data").json` find the built-in modules.
+    globals.set("http", http.clone())?;
+    globals.set("fs", fs.clone())?;
+    // `require("json")`, `require("ai")`, `require("http")`, `require("fs")` and
+    // `require("data").json` find the built-in modules.
     let preload: Table = globals.get::<Table>("package")?.get("preload")?;
     let data = lua.create_table()?;
     data.set("json", json)?;
     preload.set("data", constant(&lua, data)?)?;
     preload.set("json", constant(&lua, globals.get::<Value>("json")?)?)?;
     preload.set("ai", constant(&lua, globals.get::<Value>("ai")?)?)?;
+    preload.set("http", constant(&lua, http)?)?;
+    preload.set("fs", constant(&lua, fs)?)?;
     Ok((lua, jobs))
 }
 
@@ -130,9 +154,13 @@ async fn run_on_this_thread(
     name: String,
     source: Vec<u8>,
     args: Vec<String>,
+    dir: Option<PathBuf>,
 ) -> Result<(), ScriptError> {
     let (lua, jobs) =
         new_vm(core).map_err(|e| ScriptError(format!("cannot build the Lua VM: {e}")))?;
+    if let Some(dir) = dir {
+        lua.set_app_data(fs::ScriptDir(dir));
+    }
     tokio::task::spawn_local(bridge::serve(lua.clone(), jobs));
     let setup = || -> mlua::Result<(Function, Function, Function, MultiValue)> {
         let arg = lua.create_table()?;

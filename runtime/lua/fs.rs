@@ -1,0 +1,148 @@
+//! The `fs` module: `fs.read`, `fs.write`, `fs.list`, `fs.stat`, `fs.exists`.
+//!
+//! A relative path resolves against the folder of the running script ([`ScriptDir`], set when
+//! the VM runs a file), or the current directory for sources that are not files. All calls use
+//! `tokio::fs`, so a slow disk suspends only the calling coroutine. Failures are `nil, err` with
+//! `err.kind` one of `not_found`, `permission_denied`, `io_error` and the path in the message.
+//! `fs.write` writes a temporary file beside the target and renames it over, so a reader sees
+//! the old file or the new one, never half of one.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::UNIX_EPOCH;
+
+use mlua::{Lua, LuaString, MultiValue, Table, Value};
+
+use super::convert::error_table;
+
+/// The folder of the script the VM runs, for resolving relative paths.
+#[derive(Clone, Debug)]
+pub struct ScriptDir(pub PathBuf);
+
+pub fn register(lua: &Lua) -> mlua::Result<Table> {
+    let fs = lua.create_table()?;
+    fs.set(
+        "read",
+        lua.create_async_function(|lua, path: LuaString| async move {
+            let path = resolve(&lua, &path);
+            match tokio::fs::read(&path).await {
+                Ok(bytes) => ok(Value::String(lua.create_string(&bytes)?)),
+                Err(e) => failed(&lua, "read", &path, &e),
+            }
+        })?,
+    )?;
+    fs.set(
+        "write",
+        lua.create_async_function(|lua, (path, text): (LuaString, LuaString)| async move {
+            let path = resolve(&lua, &path);
+            let bytes = text.as_bytes().to_vec();
+            match write_atomic(&path, &bytes).await {
+                Ok(()) => ok(Value::Boolean(true)),
+                Err(e) => failed(&lua, "write", &path, &e),
+            }
+        })?,
+    )?;
+    fs.set(
+        "list",
+        lua.create_async_function(|lua, dir: LuaString| async move {
+            let dir = resolve(&lua, &dir);
+            match list(&dir).await {
+                Ok(names) => {
+                    let t = lua.create_sequence_from(names)?;
+                    ok(Value::Table(t))
+                }
+                Err(e) => failed(&lua, "list", &dir, &e),
+            }
+        })?,
+    )?;
+    fs.set(
+        "stat",
+        lua.create_async_function(|lua, path: LuaString| async move {
+            let path = resolve(&lua, &path);
+            match tokio::fs::metadata(&path).await {
+                Ok(meta) => {
+                    let t = lua.create_table()?;
+                    t.set("size", meta.len())?;
+                    let modified = meta
+                        .modified()
+                        .ok()
+                        .and_then(|m| m.duration_since(UNIX_EPOCH).ok())
+                        .map(|d| d.as_secs_f64());
+                    t.set("modified", modified)?;
+                    t.set("is_dir", meta.is_dir())?;
+                    ok(Value::Table(t))
+                }
+                Err(e) => failed(&lua, "stat", &path, &e),
+            }
+        })?,
+    )?;
+    fs.set(
+        "exists",
+        lua.create_async_function(|lua, path: LuaString| async move {
+            let path = resolve(&lua, &path);
+            Ok(tokio::fs::try_exists(&path).await.unwrap_or(false))
+        })?,
+    )?;
+    Ok(fs)
+}
+
+/// `path` as the script means it: absolute as given, relative against the script's folder.
+fn resolve(lua: &Lua, path: &LuaString) -> PathBuf {
+    let path = PathBuf::from(path.to_string_lossy());
+    if path.is_absolute() {
+        return path;
+    }
+    match lua.app_data_ref::<ScriptDir>() {
+        Some(dir) => dir.0.join(path),
+        None => path,
+    }
+}
+
+fn ok(v: Value) -> mlua::Result<MultiValue> {
+    Ok(MultiValue::from_iter([v]))
+}
+
+fn failed(lua: &Lua, what: &str, path: &Path, e: &std::io::Error) -> mlua::Result<MultiValue> {
+    let kind = match e.kind() {
+        std::io::ErrorKind::NotFound => "not_found",
+        std::io::ErrorKind::PermissionDenied => "permission_denied",
+        _ => "io_error",
+    };
+    let err = error_table(lua, kind, &format!("fs.{what}: {}: {e}", path.display()))?;
+    err.set("path", path.display().to_string())?;
+    Ok(MultiValue::from_iter([Value::Nil, Value::Table(err)]))
+}
+
+async fn list(dir: &Path) -> std::io::Result<Vec<String>> {
+    let mut entries = tokio::fs::read_dir(dir).await?;
+    let mut names = Vec::new();
+    while let Some(entry) = entries.next_entry().await? {
+        names.push(entry.file_name().to_string_lossy().into_owned());
+    }
+    names.sort();
+    Ok(names)
+}
+
+/// Writes `bytes` to a temporary file in `path`'s folder, then renames it over `path`.
+async fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    static SEQ: AtomicU64 = AtomicU64::new(0);
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
+    let tmp_name = format!(
+        ".{}.{}-{}.tmp",
+        name.to_string_lossy(),
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    );
+    let tmp = path.with_file_name(tmp_name);
+    if let Err(e) = tokio::fs::write(&tmp, bytes).await {
+        let _ = tokio::fs::remove_file(&tmp).await;
+        return Err(e);
+    }
+    if let Err(e) = tokio::fs::rename(&tmp, path).await {
+        let _ = tokio::fs::remove_file(&tmp).await;
+        return Err(e);
+    }
+    Ok(())
+}

@@ -1,0 +1,47 @@
+---@meta fs
+-- LuaLS definitions for colony's `fs` module (also `require("fs")`).
+--
+-- A relative path resolves against the folder of the running script (the current directory for
+-- sources that are not files). Every call waits without blocking other coroutines. Failures are
+-- `nil, err` with `err.kind` one of `not_found`, `permission_denied`, `io_error`.
+
+---@class fs
+fs = {}
+
+---@class fs.Error
+---@field kind "not_found"|"permission_denied"|"io_error"
+---@field message string what failed, with the path
+---@field path string the path as resolved
+
+---@class fs.Stat
+---@field size integer bytes
+---@field modified number seconds since the epoch (fractional)
+---@field is_dir boolean
+
+--- The whole file as a string (bytes as they are).
+---@param path string
+---@return string? text, fs.Error? err
+function fs.read(path) end
+
+--- Replaces the file's contents: written beside it under a temporary name, then renamed over it,
+--- so a reader sees the old file or the new one, never half of one. The folder must exist.
+---@param path string
+---@param text string
+---@return true? ok, fs.Error? err
+function fs.write(path, text) end
+
+--- The names in a folder (not paths), sorted.
+---@param dir string
+---@return string[]? names, fs.Error? err
+function fs.list(dir) end
+
+---@param path string
+---@return fs.Stat? stat, fs.Error? err
+function fs.stat(path) end
+
+--- Whether something exists at `path` (false when it cannot be checked).
+---@param path string
+---@return boolean
+function fs.exists(path) end
+
+return fs

@@ -1,0 +1,274 @@
+//! The `http` and `fs` Lua modules, driven through the `colony` binary: requests against a small
+//! server on loopback, files in the sandbox's temp dir.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use axum::routing::any;
+use serde_json::json;
+use support::script::Sandbox;
+
+/// Starts the test server on `127.0.0.1` (a free port) on its own thread; returns its root URL.
+///
+/// - `/echo` answers 200 with JSON describing the request (method, path, `x-test`,
+///   `content-type`, body) and an `X-Reply: yes` header;
+/// - `/missing` answers 404 with a plain body;
+/// - `/slow` answers after 300 ms; `/fast` at once; `/text` answers a body that is not JSON.
+fn start_server() -> String {
+    let app = Router::new()
+        .route("/echo", any(echo))
+        .route(
+            "/missing",
+            any(|| async { (StatusCode::NOT_FOUND, "no such thing") }),
+        )
+        .route(
+            "/slow",
+            any(|| async {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                "slow"
+            }),
+        )
+        .route("/fast", any(|| async { "fast" }))
+        .route("/text", any(|| async { "not json {" }));
+    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
+    std::thread::Builder::new()
+        .name("http-fs-server".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("server runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind");
+                tx.send(listener.local_addr().unwrap()).unwrap();
+                axum::serve(listener, app).await.expect("serve");
+            });
+        })
+        .expect("server thread");
+    format!("http://{}", rx.recv().expect("the server started"))
+}
+
+async fn echo(method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let described = json!({
+        "method": method.as_str(),
+        "path": uri.path(),
+        "x_test": header("x-test"),
+        "content_type": header("content-type"),
+        "body": String::from_utf8_lossy(&body),
+    });
+    ([("X-Reply", "yes")], axum::Json(described)).into_response()
+}
+
+/// A port nothing listens on (bound, then released).
+fn refused_url() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    format!("http://127.0.0.1:{port}/nothing")
+}
+
+#[test]
+fn get_sends_headers_and_reads_the_response() {
+    let base = start_server();
+    let script = format!(
+        r#"local resp, err = http.get("{base}/echo", {{ headers = {{ ["X-Test"] = "hello" }} }})
+           assert(resp, tostring(err))
+           print(resp.status, resp.ok, resp.headers["x-reply"], resp.headers["content-type"])
+           local body = resp.json()
+           print(body.method, body.path, body.x_test)
+           local again = resp:json()
+           print(again.method, type(resp.body))
+           local m = require("http")
+           print(m == http)"#
+    );
+    let run = Sandbox::new().lua(&script, &[]).ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "200\ttrue\tyes\tapplication/json",
+            "GET\t/echo\thello",
+            "GET\tstring",
+            "true",
+        ]
+    );
+}
+
+#[test]
+fn post_sends_json_and_a_string_body() {
+    let base = start_server();
+    let script = format!(
+        r#"local resp = assert(http.post("{base}/echo", {{ json = {{ n = 1, tags = json.array() }} }}))
+           local b = resp.json()
+           print(b.method, b.content_type, b.body)
+           local resp2 = assert(http.request{{ method = "put", url = "{base}/echo",
+                                               body = "plain text", headers = {{ ["x-test"] = 7 }} }})
+           local b2 = resp2:json()
+           print(b2.method, b2.body, b2.x_test)"#
+    );
+    let run = Sandbox::new().lua(&script, &[]).ok();
+    assert_eq!(
+        run.lines(),
+        [
+            r#"POST	application/json	{"n":1,"tags":[]}"#,
+            "PUT\tplain text\t7",
+        ]
+    );
+}
+
+#[test]
+fn a_404_is_a_response_and_bad_json_is_nil_err() {
+    let base = start_server();
+    let script = format!(
+        r#"local resp, err = http.get("{base}/missing")
+           print(resp.status, resp.ok, resp.body, err)
+           local text = assert(http.get("{base}/text"))
+           local v, jerr = text.json()
+           print(v, jerr.kind)"#
+    );
+    let run = Sandbox::new().lua(&script, &[]).ok();
+    assert_eq!(
+        run.lines(),
+        ["404\tfalse\tno such thing\tnil", "nil\tparse_error"]
+    );
+}
+
+#[test]
+fn a_timeout_is_a_fetch_error() {
+    let base = start_server();
+    let script = format!(
+        r#"local resp, err = http.request{{ url = "{base}/slow", timeout = 0.05 }}
+           print(resp, err.kind)
+           print(err.message)"#
+    );
+    let run = Sandbox::new().lua(&script, &[]).ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "nil\tfetch_error");
+    assert!(lines[1].contains(&format!("{base}/slow")), "{}", lines[1]);
+    assert!(lines[1].contains("timed out"), "{}", lines[1]);
+}
+
+#[test]
+fn a_refused_connection_is_a_fetch_error_naming_the_url_without_keys() {
+    let url = refused_url();
+    let script = format!(
+        r#"local resp, err = http.get("{url}?key=sekrit-0123456789")
+           print(resp, err.kind, tostring(err):sub(1, 12))
+           print(err.message)
+           local r2, e2 = http.get("not a url")
+           print(r2, e2.kind)"#
+    );
+    let run = Sandbox::new().lua(&script, &[]).ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "nil\tfetch_error\tfetch_error:");
+    assert!(lines[1].contains(&url), "{}", lines[1]);
+    assert!(!run.stdout.contains("sekrit"), "{}", run.stdout);
+    assert_eq!(lines[2], "nil\tfetch_error");
+}
+
+#[test]
+fn two_coroutines_wait_at_once() {
+    let base = start_server();
+    let script = format!(
+        r#"local a, b = ai.parallel(
+             function() return http.get("{base}/slow") end,
+             function() return http.get("{base}/fast") end)
+           print(a.status, a.body, b.status, b.body)"#
+    );
+    let run = Sandbox::new().lua(&script, &[]).ok();
+    assert_eq!(run.lines(), ["200\tslow\t200\tfast"]);
+}
+
+#[test]
+fn a_misused_option_names_it() {
+    let run = Sandbox::new()
+        .lua(r#"http.get("http://127.0.0.1:1/", { timout = 1 })"#, &[])
+        .failed();
+    assert!(
+        run.stderr.contains("http.get: unknown option \"timout\""),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn fs_round_trip_in_the_sandbox() {
+    let sb = Sandbox::new();
+    let dir = sb.path("files");
+    std::fs::create_dir(&dir).unwrap();
+    let dir = dir.display().to_string();
+    let script = format!(
+        r#"local dir = "{dir}"
+           print(fs.write(dir .. "/b.txt", "hello, world"))
+           print(fs.write(dir .. "/a.txt", "first"))
+           print(fs.write(dir .. "/a.txt", "second"))
+           print(fs.read(dir .. "/b.txt"), fs.read(dir .. "/a.txt"))
+           local st = fs.stat(dir .. "/b.txt")
+           print(st.size, st.is_dir, type(st.modified), st.modified > 1e9)
+           print(fs.stat(dir).is_dir)
+           print(table.concat(fs.list(dir), ","))
+           print(fs.exists(dir .. "/a.txt"), fs.exists(dir .. "/zzz.txt"))
+           local v, err = fs.read(dir .. "/zzz.txt")
+           print(v, err.kind, err.message:find("zzz.txt", 1, true) ~= nil)
+           local l, lerr = fs.list(dir .. "/nope")
+           print(l, lerr.kind)
+           print(require("fs") == fs)"#
+    );
+    let run = sb.lua(&script, &[]).ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "true",
+            "true",
+            "true",
+            "hello, world\tsecond",
+            "12\tfalse\tnumber\ttrue",
+            "true",
+            "a.txt,b.txt",
+            "true\tfalse",
+            "nil\tnot_found\ttrue",
+            "nil\tnot_found",
+            "true",
+        ]
+    );
+    // No temporary file is left beside the written ones.
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["a.txt", "b.txt"]);
+}
+
+#[test]
+fn a_relative_path_resolves_against_the_scripts_folder() {
+    let sb = Sandbox::new();
+    sb.write("data.txt", "beside the script");
+    // The binary runs in the project root (see `Sandbox::colony`), not in the sandbox.
+    let run = sb
+        .lua(
+            r#"print(fs.read("data.txt"))
+               print(fs.write("out.txt", "written"))
+               print(fs.exists("data.txt"))"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.lines(), ["beside the script", "true", "true"]);
+    assert_eq!(
+        std::fs::read_to_string(sb.path("out.txt")).unwrap(),
+        "written"
+    );
+}
