@@ -108,7 +108,8 @@ function ai.infer(prompt, opts) end
 function ai.sleep(ms) end
 
 --- Runs each function in its own coroutine, all at once, and returns each one's first result in
---- order. An error in any is raised once all have finished.
+--- order (return a table to keep more, e.g. `return { http.get(url) }` to keep `nil, err`). An
+--- error raised in any is raised once all have finished.
 ---@param ... fun(): any
 ---@return any ...
 function ai.parallel(...) end
