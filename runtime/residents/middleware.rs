@@ -183,7 +183,8 @@ impl ManualClock {
 
     /// Moves time forward without anyone sleeping (time passing between steps).
     pub fn advance(&self, d: Duration) {
-        self.now_us.fetch_add(d.as_micros() as u64, Ordering::SeqCst);
+        self.now_us
+            .fetch_add(d.as_micros() as u64, Ordering::SeqCst);
     }
 
     /// Every wait asked of this clock so far, in order.
@@ -237,7 +238,9 @@ impl Default for RetryPolicy {
 impl RetryPolicy {
     /// The longest wait after the `failed`-th failed attempt (1-based): `min(cap, base * 2^(failed-1))`.
     pub fn ceiling(&self, failed: u32) -> Duration {
-        let factor = 1u32.checked_shl(failed.saturating_sub(1)).unwrap_or(u32::MAX);
+        let factor = 1u32
+            .checked_shl(failed.saturating_sub(1))
+            .unwrap_or(u32::MAX);
         self.base.saturating_mul(factor).min(self.cap)
     }
 }
@@ -305,34 +308,32 @@ impl<I: Infer> Retries<I> {
 }
 
 impl<I: Infer> Infer for Retries<I> {
-    fn infer<'a>(
+    async fn infer<'a>(
         &'a self,
         req: &'a InferRequest,
         ep: &'a Endpoint,
         mut on_text: OnText<'a>,
-    ) -> impl Future<Output = StepResult> + Send + 'a {
-        async move {
-            let attempts = self.policy.attempts.max(1);
-            let mut failed = 0;
-            loop {
-                let err = match self.inner.infer(req, ep, reborrow(&mut on_text)).await {
-                    Ok(inferred) => return Ok(inferred),
-                    Err(e) => e,
-                };
-                failed += 1;
-                if !err.is_transient() || failed >= attempts {
-                    return Err(err);
-                }
-                let wait = self.wait(failed, &err);
-                tracing::debug!(
-                    attempt = failed,
-                    wait_ms = wait.as_millis() as u64,
-                    kind = err.kind(),
-                    error = %err,
-                    "retrying after a transient failure"
-                );
-                self.clock.sleep(wait).await;
+    ) -> StepResult {
+        let attempts = self.policy.attempts.max(1);
+        let mut failed = 0;
+        loop {
+            let err = match self.inner.infer(req, ep, reborrow(&mut on_text)).await {
+                Ok(inferred) => return Ok(inferred),
+                Err(e) => e,
+            };
+            failed += 1;
+            if !err.is_transient() || failed >= attempts {
+                return Err(err);
             }
+            let wait = self.wait(failed, &err);
+            tracing::debug!(
+                attempt = failed,
+                wait_ms = wait.as_millis() as u64,
+                kind = err.kind(),
+                error = %err,
+                "retrying after a transient failure"
+            );
+            self.clock.sleep(wait).await;
         }
     }
 }
@@ -675,8 +676,7 @@ impl<I: Infer> Breaker<I> {
                     s.failures += 1;
                     s.last_error = Some(message);
                     s.next_probe_ms = Some(now + wait);
-                    s.probe_interval_ms =
-                        (wait * 2).min(self.policy.max_probe.as_millis() as u64);
+                    s.probe_interval_ms = (wait * 2).min(self.policy.max_probe.as_millis() as u64);
                     self.transition(&mut live, BreakerStatus::Open, now);
                 }
                 None => {
@@ -754,23 +754,21 @@ impl Drop for ProbeGuard<'_> {
 }
 
 impl<I: Infer> Infer for Breaker<I> {
-    fn infer<'a>(
+    async fn infer<'a>(
         &'a self,
         req: &'a InferRequest,
         ep: &'a Endpoint,
         on_text: OnText<'a>,
-    ) -> impl Future<Output = StepResult> + Send + 'a {
-        async move {
-            let probe = matches!(self.admit()?, Admit::Probe);
-            let mut guard = ProbeGuard {
-                live: &self.state,
-                armed: probe,
-            };
-            let result = self.inner.infer(req, ep, on_text).await;
-            guard.armed = false;
-            self.settle(&result, probe);
-            result
-        }
+    ) -> StepResult {
+        let probe = matches!(self.admit()?, Admit::Probe);
+        let mut guard = ProbeGuard {
+            live: &self.state,
+            armed: probe,
+        };
+        let result = self.inner.infer(req, ep, on_text).await;
+        guard.armed = false;
+        self.settle(&result, probe);
+        result
     }
 }
 
@@ -828,7 +826,6 @@ impl Infer for Scripted {
         }
     }
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -903,10 +900,7 @@ mod tests {
     #[tokio::test]
     async fn retries_honour_retry_after() {
         let clock = ManualClock::new(T0);
-        let r = retries(
-            &clock,
-            vec![overloaded("busy", Some(secs(45))), ok("done")],
-        );
+        let r = retries(&clock, vec![overloaded("busy", Some(secs(45))), ok("done")]);
         assert_eq!(run(&r).await.unwrap().text(), "done");
         // Jitter after the first failure is at most 2 s; the provider asked for 45.
         assert_eq!(clock.sleeps(), vec![secs(45)]);
@@ -938,10 +932,7 @@ mod tests {
     #[tokio::test]
     async fn fatal_after_transient_stops_there() {
         let clock = ManualClock::new(T0);
-        let r = retries(
-            &clock,
-            vec![overloaded("busy", None), fatal(), ok("never")],
-        );
+        let r = retries(&clock, vec![overloaded("busy", None), fatal(), ok("never")]);
         assert_eq!(run(&r).await.unwrap_err().kind(), "auth_error");
         assert_eq!(r.inner().calls().len(), 2);
         assert_eq!(clock.sleeps().len(), 1);
@@ -981,7 +972,10 @@ mod tests {
         for n in 1..=7 {
             let ceiling = r.policy().ceiling(n);
             let waits: Vec<Duration> = (0..400).map(|_| r.wait(n, &err)).collect();
-            assert!(waits.iter().all(|w| *w <= ceiling), "never above the ceiling");
+            assert!(
+                waits.iter().all(|w| *w <= ceiling),
+                "never above the ceiling"
+            );
             let max = waits.iter().max().unwrap();
             let min = waits.iter().min().unwrap();
             assert!(*max >= ceiling.mul_f64(0.95), "spreads up to the ceiling");
@@ -1175,16 +1169,14 @@ mod tests {
     }
 
     impl Infer for Gated {
-        fn infer<'a>(
+        async fn infer<'a>(
             &'a self,
             req: &'a InferRequest,
             ep: &'a Endpoint,
             on_text: OnText<'a>,
-        ) -> impl Future<Output = StepResult> + Send + 'a {
-            async move {
-                self.gate.notified().await;
-                self.inner.infer(req, ep, on_text).await
-            }
+        ) -> StepResult {
+            self.gate.notified().await;
+            self.inner.infer(req, ep, on_text).await
         }
     }
 
@@ -1245,7 +1237,10 @@ mod tests {
         let (req, ep) = step_args();
         let probe = b.infer(&req, &ep, None);
         tokio::pin!(probe);
-        assert!(futures::poll!(&mut probe).is_pending(), "went through as the probe");
+        assert!(
+            futures::poll!(&mut probe).is_pending(),
+            "went through as the probe"
+        );
         b.inner().gate.notify_one();
         assert!(probe.await.is_ok());
         assert_eq!(b.state().status, Closed);
@@ -1293,7 +1288,11 @@ mod tests {
         run(&b2).await.unwrap_err(); // the probe, failed
         let s = b2.state();
         assert_eq!((s.status, s.failures), (Open, 5));
-        assert_eq!(s.next_probe_ms, Some(clock.now_ms() + 60_000), "the wait doubled");
+        assert_eq!(
+            s.next_probe_ms,
+            Some(clock.now_ms() + 60_000),
+            "the wait doubled"
+        );
         assert_eq!(
             moves(&log2),
             vec![(Open, HalfOpen), (HalfOpen, Open)],
@@ -1315,7 +1314,10 @@ mod tests {
             since_ms: T0,
         });
         let (b, log) = breaker(&clock, store, vec![ok("back")]);
-        assert_eq!(b.state().probe_interval_ms, policy.first_probe.as_millis() as u64);
+        assert_eq!(
+            b.state().probe_interval_ms,
+            policy.first_probe.as_millis() as u64
+        );
         assert!(run(&b).await.is_ok());
         assert_eq!(moves(&log), vec![(HalfOpen, Closed)]);
     }
@@ -1362,6 +1364,10 @@ mod tests {
         let shared: SharedInfer = Arc::new(stack);
         clock.advance(secs(1));
         let probe = shared.infer(&step_args().0, &step_args().1, None).await;
-        assert_eq!(probe.unwrap_err().kind(), "config_error", "script exhausted");
+        assert_eq!(
+            probe.unwrap_err().kind(),
+            "config_error",
+            "script exhausted"
+        );
     }
 }
