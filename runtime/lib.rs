@@ -13,6 +13,7 @@
 //!   the environment and the catalogue, resolved into an endpoint for each request.
 //! - [`core`]: what a program talks to: the config, the providers and the multi-thread runtime,
 //!   with `Core::prepare` (overrides to a neutral request and an endpoint) and `Core::infer`.
+//! - [`residents`]: AIs hosted as residents; so far `middleware` (`Infer`, retries, breaker).
 //! - [`secrets`]: keeps keys out of every log, error, transcript and cassette.
 //! - [`lua`]: the Lua host. One VM per program on its own thread; each Lua module (`ai`, `json`)
 //!   registers itself from its own file and only translates between Lua values and the core.
@@ -28,6 +29,7 @@ pub mod config;
 pub mod core;
 pub mod lua;
 pub mod providers;
+pub mod residents;
 pub mod secrets;
 pub mod turn;
 pub mod vocab;
