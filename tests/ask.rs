@@ -7,29 +7,11 @@ mod support;
 use serde_json::{Value, json};
 use support::fake::{FakeProvider, Reply};
 use support::script::Sandbox;
-
-const STYLES: [&str; 3] = ["anthropic", "openai", "gemini"];
+use support::{STYLES, model_calls};
 
 /// A sandbox whose environment points `style`'s provider at the fake.
 fn sandbox(fake: &FakeProvider, style: &str) -> Sandbox {
-    let (key_var, url_var) = match style {
-        "anthropic" => ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
-        "openai" => ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
-        "gemini" => ("GEMINI_API_KEY", "GEMINI_BASE_URL"),
-        other => panic!("no style {other}"),
-    };
-    Sandbox::new()
-        .env(key_var, &format!("test-key-{style}-0123456789"))
-        .env(url_var, &fake.base_url(style))
-}
-
-/// The model-call requests the fake saw (model lists excluded).
-fn model_calls(fake: &FakeProvider) -> Vec<Value> {
-    fake.requests()
-        .into_iter()
-        .filter(|r| r.method == "POST")
-        .map(|r| r.body)
-        .collect()
+    support::styled(fake, style)
 }
 
 #[test]

@@ -13,6 +13,7 @@ use colony::providers::structured::{StructuredError, StructuredOutcome, infer_st
 use colony::vocab::Message;
 use serde_json::{Value, json};
 use support::fake::{FakeProvider, Reply};
+use support::model_calls;
 
 const STYLES: [&str; 3] = ["anthropic", "openai", "gemini"];
 
@@ -68,14 +69,6 @@ fn answer(style: &str, value: Value) -> Reply {
         "anthropic" => Reply::tool_call("toolu_1", "structured_output", value),
         _ => Reply::text(value.to_string()),
     }
-}
-
-fn model_calls(fake: &FakeProvider) -> Vec<Value> {
-    fake.requests()
-        .into_iter()
-        .filter(|r| r.method == "POST")
-        .map(|r| r.body)
-        .collect()
 }
 
 /// The text of the last message of a request body (the newest user turn).

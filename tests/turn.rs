@@ -7,31 +7,16 @@ mod support;
 use serde_json::{Value, json};
 use support::fake::{FakeProvider, Reply};
 use support::script::Sandbox;
+use support::{STYLES, model_calls};
 
-const STYLES: [&str; 3] = ["anthropic", "openai", "gemini"];
-
+/// A sandbox pointed at the fake in `style`, with that style as the `general` provider.
 fn sandbox(fake: &FakeProvider, style: &str) -> Sandbox {
-    let (key_var, url_var) = match style {
-        "anthropic" => ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
-        "openai" => ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
-        _ => ("GEMINI_API_KEY", "GEMINI_BASE_URL"),
-    };
-    let sb = Sandbox::new()
-        .env(key_var, &format!("test-key-{style}-0123456789"))
-        .env(url_var, &fake.base_url(style));
+    let sb = support::styled(fake, style);
     sb.write(
         "config.toml",
         &format!("[use.general]\nprovider = \"{style}\"\n"),
     );
     sb
-}
-
-fn model_calls(fake: &FakeProvider) -> Vec<Value> {
-    fake.requests()
-        .into_iter()
-        .filter(|r| r.method == "POST")
-        .map(|r| r.body)
-        .collect()
 }
 
 /// Tools shared by the scripts: `weather.current` (dotted), `slow`, and failing ones.

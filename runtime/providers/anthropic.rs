@@ -37,7 +37,7 @@ impl Codec for Anthropic {
         let mut body = request_body(req, stream);
         merge_extra(&mut body, req.extra.as_ref());
         WireRequest {
-            url: format!("{}/messages", base_url(ep)),
+            url: format!("{}/messages", ep.base()),
             headers: headers(ep),
             body,
         }
@@ -59,18 +59,15 @@ impl Codec for Anthropic {
 
     fn models_request(&self, ep: &Endpoint) -> WireRequest {
         WireRequest {
-            url: format!("{}/models?limit={MODELS_PAGE}", base_url(ep)),
+            url: format!("{}/models?limit={MODELS_PAGE}", ep.base()),
             headers: headers(ep),
             body: Value::Null,
         }
     }
 
     fn parse_models(&self, body: &Value) -> Vec<String> {
-        body.get("data")
-            .and_then(Value::as_array)
+        super::list_field(body, "data", "id")
             .into_iter()
-            .flatten()
-            .filter_map(|m| m.get("id").and_then(Value::as_str))
             .map(str::to_string)
             .collect()
     }
@@ -78,10 +75,6 @@ impl Codec for Anthropic {
 
 // ---------------------------------------------------------------------------------------------
 // Outgoing
-
-fn base_url(ep: &Endpoint) -> &str {
-    ep.base_url.trim_end_matches('/')
-}
 
 /// The same for every call. The key header only when a key is set: a keyless local proxy must
 /// not receive an empty one.

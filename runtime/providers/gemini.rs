@@ -85,7 +85,7 @@ impl Codec for Gemini {
             "generateContent"
         };
         WireRequest {
-            url: format!("{}/{}:{method}", base_url(ep), model_path(&req.model)),
+            url: format!("{}/{}:{method}", ep.base(), model_path(&req.model)),
             headers: key_headers(ep),
             body: request_body(req),
         }
@@ -105,7 +105,7 @@ impl Codec for Gemini {
 
     fn models_request(&self, ep: &Endpoint) -> WireRequest {
         WireRequest {
-            url: format!("{}/models?pageSize=1000", base_url(ep)),
+            url: format!("{}/models?pageSize=1000", ep.base()),
             headers: key_headers(ep),
             body: Value::Null,
         }
@@ -131,10 +131,6 @@ impl Codec for Gemini {
 
 // ---------------------------------------------------------------------------------------------
 // Requests
-
-fn base_url(ep: &Endpoint) -> &str {
-    ep.base_url.trim_end_matches('/')
-}
 
 /// `gemini-2.5-flash` -> `models/gemini-2.5-flash`; a name that already is a resource path
 /// (`models/x`, `tunedModels/y`) is used as it is, so the prefix is never doubled.

@@ -40,6 +40,23 @@ pub struct Endpoint {
     pub timeout: Duration,
 }
 
+impl Endpoint {
+    /// The base URL without a trailing slash, for joining paths onto.
+    pub fn base(&self) -> &str {
+        self.base_url.trim_end_matches('/')
+    }
+}
+
+/// The strings at `items[].field` of a model-list answer (`data[].id`, `models[].name`).
+pub fn list_field<'a>(body: &'a Value, items: &str, field: &str) -> Vec<&'a str> {
+    body.get(items)
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m.get(field).and_then(Value::as_str))
+        .collect()
+}
+
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint")

@@ -87,7 +87,7 @@ impl Codec for OpenAi {
         let mut body = Value::Object(body);
         merge_extra(&mut body, req.extra.as_ref());
         WireRequest {
-            url: format!("{}/chat/completions", base_url(ep)),
+            url: format!("{}/chat/completions", ep.base()),
             headers: auth_headers(ep),
             body,
         }
@@ -125,25 +125,18 @@ impl Codec for OpenAi {
 
     fn models_request(&self, ep: &Endpoint) -> WireRequest {
         WireRequest {
-            url: format!("{}/models", base_url(ep)),
+            url: format!("{}/models", ep.base()),
             headers: auth_headers(ep),
             body: Value::Null,
         }
     }
 
     fn parse_models(&self, body: &Value) -> Vec<String> {
-        body.get("data")
-            .and_then(Value::as_array)
+        super::list_field(body, "data", "id")
             .into_iter()
-            .flatten()
-            .filter_map(|m| m.get("id").and_then(Value::as_str))
             .map(str::to_string)
             .collect()
     }
-}
-
-fn base_url(ep: &Endpoint) -> &str {
-    ep.base_url.trim_end_matches('/')
 }
 
 /// `authorization: Bearer KEY`, only when a key is set: local servers (Ollama) need none.
