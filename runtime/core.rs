@@ -97,20 +97,31 @@ impl Core {
 
     /// Resolves settings and builds the neutral request.
     pub fn prepare(&self, ask: Ask) -> Result<(InferRequest, Endpoint), ProviderError> {
-        let resolved = self.resolve(&ask.overrides)?;
-        let req = InferRequest {
-            model: resolved.model,
+        let mut req = InferRequest {
+            model: String::new(),
             system: ask.system,
             messages: ask.messages,
             tools: ask.tools,
             tool_choice: ask.tool_choice,
-            max_tokens: resolved.max_tokens,
-            temperature: resolved.temperature,
+            max_tokens: None,
+            temperature: None,
             stop_sequences: ask.stop_sequences,
             extra: ask.extra,
             response_schema: None,
         };
-        Ok((req, resolved.endpoint))
+        let ep = self.settle(&ask.overrides, &mut req)?;
+        Ok((req, ep))
+    }
+
+    /// Resolves settings afresh and writes the resolved model, max tokens and temperature into
+    /// `req`, returning where to send it. A request that lives across several calls (a turn's)
+    /// is settled before each one, so a rotated key or a changed config lands mid-turn.
+    pub fn settle(&self, o: &Overrides, req: &mut InferRequest) -> Result<Endpoint, ProviderError> {
+        let resolved = self.resolve(o)?;
+        req.model = resolved.model;
+        req.max_tokens = resolved.max_tokens;
+        req.temperature = resolved.temperature;
+        Ok(resolved.endpoint)
     }
 
     /// One model call on the core's runtime.

@@ -74,3 +74,15 @@ impl std::fmt::Display for Misuse {
 }
 
 impl std::error::Error for Misuse {}
+
+/// Decodes JSON text for Lua: the value, or `nil, { kind = "parse_error" }` with `what` naming
+/// the caller (`json.decode`, `resp.json`).
+pub fn decode_json(lua: &Lua, text: &[u8], what: &str) -> mlua::Result<(Value, Value)> {
+    match serde_json::from_slice::<Json>(text) {
+        Ok(v) => Ok((from_json(lua, &v)?, Value::Nil)),
+        Err(e) => Ok((
+            Value::Nil,
+            Value::Table(error_table(lua, "parse_error", &format!("{what}: {e}"))?),
+        )),
+    }
+}

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use mlua::{Lua, MultiValue, Table, Value};
 
-use super::convert::{error_table, from_json, misuse, to_json};
+use super::convert::{decode_json, error_table, misuse, to_json};
 use crate::secrets::redact;
 
 pub fn register(lua: &Lua) -> mlua::Result<Table> {
@@ -260,17 +260,7 @@ async fn fetch(lua: &Lua, req: Request) -> mlua::Result<MultiValue> {
     resp.set(
         "json",
         lua.create_function(move |lua, _: MultiValue| {
-            match serde_json::from_slice::<serde_json::Value>(&body.as_bytes()) {
-                Ok(v) => Ok((from_json(lua, &v)?, Value::Nil)),
-                Err(e) => Ok((
-                    Value::Nil,
-                    Value::Table(error_table(
-                        lua,
-                        "parse_error",
-                        &format!("resp.json: the body is not JSON: {e}"),
-                    )?),
-                )),
-            }
+            decode_json(lua, &body.as_bytes(), "resp.json: the body is not JSON")
         })?,
     )?;
     Ok(MultiValue::from_iter([Value::Table(resp)]))

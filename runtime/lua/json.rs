@@ -6,7 +6,7 @@
 
 use mlua::{Lua, LuaSerdeExt, Table, Value};
 
-use super::convert::{error_table, from_json, to_json};
+use super::convert::{decode_json, to_json};
 
 pub fn register(lua: &Lua) -> mlua::Result<Table> {
     let json = lua.create_table()?;
@@ -32,17 +32,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     json.set(
         "decode",
         lua.create_function(|lua, text: mlua::LuaString| {
-            match serde_json::from_slice::<serde_json::Value>(&text.as_bytes()) {
-                Ok(v) => Ok((from_json(lua, &v)?, Value::Nil)),
-                Err(e) => Ok((
-                    Value::Nil,
-                    Value::Table(error_table(
-                        lua,
-                        "parse_error",
-                        &format!("json.decode: {e}"),
-                    )?),
-                )),
-            }
+            decode_json(lua, &text.as_bytes(), "json.decode")
         })?,
     )?;
     json.set(

@@ -56,15 +56,11 @@ pub async fn compact(
     usage: &mut Usage,
 ) -> Result<Vec<Message>, ProviderError> {
     let messages = &turn.messages;
-    let resolved = core.resolve(&spec.ask.overrides)?;
     let mut req = turn.clone();
     req.messages
         .push(Message::user(spec.compaction.prompt.clone()));
     req.tool_choice = ToolChoice::None;
-    req.model = resolved.model;
-    req.max_tokens = resolved.max_tokens;
-    req.temperature = resolved.temperature;
-    let ep = resolved.endpoint;
+    let ep = core.settle(&spec.ask.overrides, &mut req)?;
     let span = tracing::info_span!("compaction", messages = messages.len());
     let summary = core.infer(&req, &ep, None).instrument(span).await?;
     usage.add(&summary.usage);

@@ -151,11 +151,8 @@ async fn infer(
     req: &mut InferRequest,
     on_text: Option<FnId>,
 ) -> Result<Inferred, ProviderError> {
-    let resolved = core.resolve(overrides)?;
-    req.model = resolved.model;
-    req.max_tokens = resolved.max_tokens;
-    req.temperature = resolved.temperature;
-    let (req, ep) = (&*req, resolved.endpoint);
+    let ep = core.settle(overrides, req)?;
+    let req = &*req;
     let Some(func) = on_text else {
         return core.infer(req, &ep, None).await;
     };
