@@ -15,6 +15,7 @@ use serde_json::Value as Json;
 use tokio::sync::{mpsc, oneshot};
 
 use super::convert::{from_json, to_json};
+use crate::residents::mail::Provenance;
 
 /// A Lua function the core may call.
 pub type FnId = u64;
@@ -41,8 +42,8 @@ enum Job {
     },
     Callback {
         func: FnId,
-        arg: Json,
-        reply: oneshot::Sender<Result<(), String>>,
+        args: Vec<Json>,
+        reply: Option<oneshot::Sender<Result<(), String>>>,
     },
 }
 
@@ -86,12 +87,58 @@ impl LuaBridge {
 
     /// Calls `func(arg)` on the Lua thread and waits for it to return.
     pub async fn callback(&self, func: FnId, arg: Json) -> Result<(), String> {
+        self.call(func, vec![arg]).await
+    }
+
+    /// Calls `func(args...)` on the Lua thread and waits for it to return; `Err` carries what it
+    /// raised.
+    pub async fn call(&self, func: FnId, args: Vec<Json>) -> Result<(), String> {
         let (reply, answer) = oneshot::channel();
         self.jobs
-            .send(Job::Callback { func, arg, reply })
+            .send(Job::Callback {
+                func,
+                args,
+                reply: Some(reply),
+            })
             .map_err(|_| GONE.to_string())?;
         answer.await.map_err(|_| GONE.to_string())?
     }
+
+    /// Calls `func(args...)` on the Lua thread without waiting, from code that cannot wait (a
+    /// breaker's transition hook). Calls posted from one thread start in the order posted; an
+    /// error is logged.
+    pub fn post(&self, func: FnId, args: Vec<Json>) {
+        let _ = self.jobs.send(Job::Callback {
+            func,
+            args,
+            reply: None,
+        });
+    }
+
+    /// A bridge to no VM, for residents hosted without a Lua program (every Lua tool answers
+    /// that the program has ended).
+    pub fn detached() -> LuaBridge {
+        channel().0
+    }
+}
+
+tokio::task_local! {
+    /// The mail the running tool's turn serves (`ai.inbound_provenance()`).
+    static PROVENANCE: Provenance;
+}
+
+/// The mail the calling tool's turn serves, if it runs inside a resident's turn.
+pub fn current_provenance() -> Option<Provenance> {
+    PROVENANCE.try_with(Clone::clone).ok()
+}
+
+/// The provenance a tool call's `ctx` carries (set by dispatch for a resident's turn).
+fn provenance_of(ctx: &Json) -> Option<Provenance> {
+    Some(Provenance {
+        origin: ctx.get("origin")?.as_str()?.to_string(),
+        hop: u32::try_from(ctx.get("hop")?.as_u64()?).ok()?,
+        to: ctx.get("ai")?.as_str()?.to_string(),
+    })
 }
 
 /// The Lua functions the core may call, by id. Lives in the VM's app data.
@@ -153,15 +200,32 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                     ctx,
                     mut reply,
                 } => {
+                    let provenance = provenance_of(&ctx);
                     let run = run_tool(&lua, &protected, func, args, ctx);
+                    let run = async {
+                        match provenance {
+                            Some(p) => PROVENANCE.scope(p, run).await,
+                            None => run.await,
+                        }
+                    };
                     tokio::select! {
                         outcome = run => { let _ = reply.send(outcome); }
                         // The caller gave up (a deadline): dropping `run` stops the handler.
                         _ = reply.closed() => {}
                     }
                 }
-                Job::Callback { func, arg, reply } => {
-                    let _ = reply.send(run_callback(&lua, func, arg).await);
+                Job::Callback { func, args, reply } => {
+                    let result = run_callback(&lua, func, args).await;
+                    match reply {
+                        Some(reply) => {
+                            let _ = reply.send(result);
+                        }
+                        None => {
+                            if let Err(e) = result {
+                                tracing::warn!("a callback failed: {e}");
+                            }
+                        }
+                    }
                 }
             }
         });
@@ -235,8 +299,14 @@ fn describe_thrown(lua: &Lua, value: Value) -> String {
     }
 }
 
-async fn run_callback(lua: &Lua, func: FnId, arg: Json) -> Result<(), String> {
+async fn run_callback(lua: &Lua, func: FnId, args: Vec<Json>) -> Result<(), String> {
     let f = function(lua, func).ok_or("the callback is gone")?;
-    let arg = from_json(lua, &arg).map_err(|e| super::plain(&e))?;
-    f.call_async::<()>(arg).await.map_err(|e| super::plain(&e))
+    let args = args
+        .iter()
+        .map(|a| from_json(lua, a))
+        .collect::<mlua::Result<MultiValue>>()
+        .map_err(|e| super::plain(&e))?;
+    f.call_async::<()>(args)
+        .await
+        .map_err(|e| super::raised_message(&e))
 }

@@ -20,6 +20,8 @@ pub mod fs;
 pub mod http;
 pub mod json;
 pub mod messages;
+pub mod middleware;
+pub mod residents;
 pub mod turn;
 
 use std::path::{Path, PathBuf};
@@ -82,15 +84,33 @@ fn run_on_thread(
 /// Builds a program's VM with colony's modules registered. The returned jobs must be served
 /// ([`bridge::serve`]) on the VM's thread for tools and callbacks to run.
 pub fn new_vm(core: Core) -> mlua::Result<(Lua, bridge::LuaJobs)> {
+    new_vm_with(core, &residents::HostSetup::default())
+}
+
+/// [`new_vm`] with what an embedding application lends the program.
+pub fn new_vm_with(
+    core: Core,
+    host: &residents::HostSetup,
+) -> mlua::Result<(Lua, bridge::LuaJobs)> {
     let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())?;
     lua.set_app_data(core.with_own_client());
     lua.set_app_data(bridge::Functions::default());
     let (bridge, jobs) = bridge::channel();
+    // Residents call models from the core's runtime, on its shared pool.
+    lua.set_app_data(residents::Program::new(core, bridge.clone(), host));
+    lua.set_app_data(residents::HostTools(
+        host.tools
+            .iter()
+            .map(|t| (t.spec.name.clone(), t.clone()))
+            .collect(),
+    ));
     lua.set_app_data(bridge);
     guard_coroutines(&lua)?;
     let json = json::register(&lua)?;
     let ai = ai::register(&lua)?;
     turn::register(&lua, &ai)?;
+    middleware::register(&lua, &ai)?;
+    residents::register(&lua, &ai)?;
     let http = http::register(&lua)?;
     let fs = fs::register(&lua)?;
     let globals = lua.globals();
@@ -273,6 +293,19 @@ fn tidy_traceback(trace: &str) -> String {
         })
         .collect::<Vec<_>>()
         .join("\n")
+}
+
+/// What a Lua function called from Rust raised, as one message: the text of `error("...")` with
+/// its position, without the traceback mlua appends to errors that crossed a Rust callback.
+pub fn raised_message(e: &mlua::Error) -> String {
+    match e {
+        mlua::Error::CallbackError { cause, .. } => raised_message(cause),
+        mlua::Error::RuntimeError(m) => match m.split_once("\nstack traceback:") {
+            Some((message, _)) => message.to_string(),
+            None => m.clone(),
+        },
+        other => plain(other),
+    }
 }
 
 /// mlua's errors as a person wants to read them: the Lua message, without Rust wrapping.

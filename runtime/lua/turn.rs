@@ -41,7 +41,20 @@ impl UserData for ToolValue {
                     ),
                 ));
             }
-            let Handler::Lua(id) = def.handler;
+            let id = match &def.handler {
+                Handler::Lua(id) => *id,
+                Handler::Native(f) => {
+                    let run = f(json);
+                    return match core(&lua).handle().spawn(run).await {
+                        Ok(Ok(v)) => Ok(MultiValue::from_iter([from_json(&lua, &v)?])),
+                        Ok(Err(e)) => Err(mlua::Error::runtime(e)),
+                        Err(e) => Err(mlua::Error::runtime(format!(
+                            "tool {} panicked: {e}",
+                            def.spec.name
+                        ))),
+                    };
+                }
+            };
             let handler = bridge::function(&lua, id)
                 .ok_or_else(|| bad(&def.spec.name, "the handler is gone"))?;
             let ctx = lua.create_table()?;
@@ -252,14 +265,14 @@ async fn run_turn(
         .app_data_ref::<LuaBridge>()
         .expect("the VM has a bridge")
         .clone();
-    let outcome = turn::take_turn(&core, &bridge, spec).await;
+    let outcome = turn::take_turn(&core, &core, &bridge, spec).await;
     drop(registered);
     Ok(outcome)
 }
 
 /// The turn's tools: `ai.tool` values as they are, inline tables made into tools whose handler
 /// ids go into `inline` (unregistered when the turn ends).
-fn read_tools(
+pub(crate) fn read_tools(
     lua: &Lua,
     value: Value,
     who: &str,
@@ -284,10 +297,25 @@ fn read_tools(
                     .map_err(|_| bad(who, format!("tools[{}] is not a tool", i + 1)))?;
                 tools.push(t.0.clone());
             }
+            Value::String(name) => {
+                let name = name.to_string_lossy();
+                let host = lua.app_data_ref::<super::residents::HostTools>();
+                let def = host.as_ref().and_then(|h| h.0.get(&name)).ok_or_else(|| {
+                    bad(
+                        who,
+                        format!(
+                            "tools[{}] = {name:?}: no tool of that name was registered by the host",
+                            i + 1
+                        ),
+                    )
+                })?;
+                tools.push(def.clone());
+            }
             Value::Table(t) => {
                 let def = tool_def(lua, &t, who)?;
-                let Handler::Lua(id) = def.handler;
-                inline.push(id);
+                if let Handler::Lua(id) = def.handler {
+                    inline.push(id);
+                }
                 tools.push(def);
             }
             other => {
@@ -317,7 +345,7 @@ fn names(opts: &Table, key: &str, who: &str) -> mlua::Result<Vec<String>> {
     }
 }
 
-fn read_compaction(opts: &Table, who: &str) -> mlua::Result<Compaction> {
+pub(crate) fn read_compaction(opts: &Table, who: &str) -> mlua::Result<Compaction> {
     let mut c = Compaction::default();
     match opts.get::<Option<String>>("compact")?.as_deref() {
         None | Some("client") => {}

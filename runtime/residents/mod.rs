@@ -1,10 +1,25 @@
-//! Hosting AIs as residents (DESIGN §5).
+//! Hosting AIs as residents (DESIGN §1, §5).
 //!
-//! This folder will hold the route (the table of addressable AIs, the nursery, the watch), the
-//! resident loop, its mailbox and backlog, sources and supervision. What is here so far is the
-//! layer every resident's model calls go through:
-//!
+//! - [`route`]: the table of addressable AIs, the nursery their tasks run in, the stop and the
+//!   shutdown grace. What an embedding application drives.
+//! - [`resident`]: one resident's loop (mailbox ▸ backlog ▸ `take_turn` ▸ deliver), the outage
+//!   path, and where replies go ([`resident::Deliver`]).
+//! - [`mail`]: mail, provenance, the mailbox (which is also the held backlog).
+//! - [`supervision`]: restart policies and the intensity limit, as in OTP.
 //! - [`middleware`]: serving one inference step ([`middleware::Infer`]) and the layers that wrap
-//!   it, `with_retries` ([`middleware::Retries`]) inside `with_breaker` ([`middleware::Breaker`]).
+//!   it: `with_context` ([`middleware::Context`]) ▸ `with_breaker` ([`middleware::Breaker`]) ▸
+//!   `with_retries` ([`middleware::Retries`]).
+//!
+//! The Lua side (`ai.route`, `ai.spawn`, `ai.mail`, `ai.watch`, sources) is in
+//! [`crate::lua::residents`].
 
+pub mod mail;
 pub mod middleware;
+pub mod resident;
+pub mod route;
+pub mod supervision;
+
+pub use mail::{Mail, MailError, Provenance};
+pub use resident::{Deliver, Delivery, DeliveryKind, Resident, ResidentInfo, ResidentSpec};
+pub use route::{Route, RouteEvent, SpawnError};
+pub use supervision::{Restart, RestartPolicy};

@@ -13,6 +13,7 @@ use tracing::Instrument;
 use super::TurnSpec;
 use crate::core::Core;
 use crate::providers::ProviderError;
+use crate::residents::middleware::DynInfer;
 use crate::vocab::{InferRequest, Message, Part, Role, ToolChoice, ToolResult, Usage};
 
 pub const PREAMBLE: &str =
@@ -51,6 +52,7 @@ impl Window {
 /// transcript.
 pub async fn compact(
     core: &Core,
+    stack: &dyn DynInfer,
     spec: &TurnSpec,
     turn: &InferRequest,
     usage: &mut Usage,
@@ -62,7 +64,7 @@ pub async fn compact(
     req.tool_choice = ToolChoice::None;
     let ep = core.settle(&spec.ask.overrides, &mut req)?;
     let span = tracing::info_span!("compaction", messages = messages.len());
-    let summary = core.infer(&req, &ep, None).instrument(span).await?;
+    let summary = stack.infer_boxed(&req, &ep, None).instrument(span).await?;
     usage.add(&summary.usage);
     let summary = summary.text();
     if summary.trim().is_empty() {

@@ -10,6 +10,7 @@ use tracing::Instrument;
 use super::tools::{Handler, ToolDef};
 use super::{EventKind, ToolEvent};
 use crate::lua::bridge::{HandlerOutcome, LuaBridge};
+use crate::residents::mail::Provenance;
 use crate::vocab::{ToolCall, ToolResult};
 
 /// How much of a result a [`ToolEvent`] keeps; the model always gets all of it.
@@ -22,6 +23,7 @@ pub async fn run_call(
     call: &ToolCall,
     pin: &Map<String, Value>,
     step: u32,
+    provenance: Option<&Provenance>,
 ) -> (ToolResult, ToolEvent) {
     let span = tracing::info_span!(
         "tool",
@@ -30,7 +32,7 @@ pub async fn run_call(
         gen_ai.tool.call.id = %call.id,
     );
     let started = Instant::now();
-    let (kind, content) = outcome(bridge, tools, call, pin, step)
+    let (kind, content) = outcome(bridge, tools, call, pin, step, provenance)
         .instrument(span)
         .await;
     let duration = started.elapsed();
@@ -60,6 +62,7 @@ async fn outcome(
     call: &ToolCall,
     pin: &Map<String, Value>,
     step: u32,
+    provenance: Option<&Provenance>,
 ) -> (EventKind, String) {
     let Some(tool) = tools.iter().find(|t| t.spec.name == call.name) else {
         let offered: Vec<&str> = tools.iter().map(|t| t.spec.name.as_str()).collect();
@@ -99,9 +102,24 @@ async fn outcome(
             ),
         );
     }
-    let ctx = json!({ "call_id": call.id, "name": call.name, "step": step });
-    let run = match &tool.handler {
-        Handler::Lua(func) => bridge.call_tool(*func, args, ctx),
+    let mut ctx = json!({ "call_id": call.id, "name": call.name, "step": step });
+    if let Some(p) = provenance {
+        ctx["origin"] = json!(p.origin);
+        ctx["hop"] = json!(p.hop);
+        ctx["ai"] = json!(p.to);
+    }
+    let run: futures::future::BoxFuture<'_, HandlerOutcome> = match &tool.handler {
+        Handler::Lua(func) => Box::pin(bridge.call_tool(*func, args, ctx)),
+        Handler::Native(f) => {
+            let f = f.clone();
+            Box::pin(async move {
+                match f(args).await {
+                    Ok(Value::String(s)) => HandlerOutcome::Value(s),
+                    Ok(v) => HandlerOutcome::Value(v.to_string()),
+                    Err(e) => HandlerOutcome::Raised(e),
+                }
+            })
+        }
     };
     match tokio::time::timeout(tool.timeout, run).await {
         Err(_) => (

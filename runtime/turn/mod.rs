@@ -8,8 +8,10 @@
 //! - [`take_turn`](mod@take_turn): the loop, the step cap and its budget note, streaming and `on_step`.
 //! - [`compaction`]: summarising the transcript when the next request would overflow the window.
 //!
-//! The loop is `Send`: it reaches Lua only through a [`LuaBridge`], so it runs on the Lua thread
-//! for a script's own turns and on the core for residents alike.
+//! The loop is `Send`: it reaches Lua only through a [`crate::lua::bridge::LuaBridge`], so it runs on the Lua thread
+//! for a script's own turns and on the core for residents alike. Each model call goes through a
+//! middleware stack ([`crate::residents::middleware::DynInfer`]); a script's own turns pass the
+//! bare [`crate::core::Core`].
 
 pub mod compaction;
 pub mod dispatch;
@@ -26,6 +28,7 @@ pub use tools::{Handler, ToolDef};
 
 use crate::core::Ask;
 use crate::lua::bridge::FnId;
+use crate::residents::mail::Provenance;
 use crate::vocab::{Message, Stop, ToolCall, ToolResult, Usage};
 
 /// Everything one turn needs. `ask.messages` is the transcript so far (the prompt included);
@@ -44,6 +47,8 @@ pub struct TurnSpec {
     pub on_text: Option<FnId>,
     /// Called after each step with the step's report.
     pub on_step: Option<FnId>,
+    /// The mail a resident's turn serves: its tools see the sender and the hop.
+    pub provenance: Option<Provenance>,
 }
 
 impl TurnSpec {
@@ -58,6 +63,7 @@ impl TurnSpec {
             compaction: Compaction::default(),
             on_text: None,
             on_step: None,
+            provenance: None,
         }
     }
 }
@@ -140,6 +146,8 @@ pub struct StepReport {
 pub struct TurnError {
     pub kind: String,
     pub message: String,
+    /// How long the provider (or an open breaker) asked to wait before trying again.
+    pub retry_after: Option<Duration>,
 }
 
 impl TurnError {
@@ -147,6 +155,7 @@ impl TurnError {
         TurnError {
             kind: e.kind().to_string(),
             message: e.to_string(),
+            retry_after: e.retry_after(),
         }
     }
 }

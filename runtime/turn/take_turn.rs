@@ -13,6 +13,7 @@ use crate::config::Overrides;
 use crate::core::Core;
 use crate::lua::bridge::{FnId, LuaBridge};
 use crate::providers::ProviderError;
+use crate::residents::middleware::DynInfer;
 use crate::vocab::{
     InferRequest, Inferred, Message, Part, Role, Stop, ToolChoice, ToolResult, Usage,
 };
@@ -27,12 +28,24 @@ pub const UNRUN_NOTE: &str =
 
 /// Runs one turn to its end. Never fails as a whole: a provider error ends the turn with
 /// `stop = error` and the transcript so far.
-pub async fn take_turn(core: &Core, bridge: &LuaBridge, spec: TurnSpec) -> TurnOutcome {
+/// Each model call goes through `stack` (the middleware; `core` itself for none); `core` settles
+/// each request's settings.
+pub async fn take_turn(
+    core: &Core,
+    stack: &dyn DynInfer,
+    bridge: &LuaBridge,
+    spec: TurnSpec,
+) -> TurnOutcome {
     let span = tracing::info_span!("turn", max_steps = spec.max_steps);
-    run(core, bridge, spec).instrument(span).await
+    run(core, stack, bridge, spec).instrument(span).await
 }
 
-async fn run(core: &Core, bridge: &LuaBridge, mut spec: TurnSpec) -> TurnOutcome {
+async fn run(
+    core: &Core,
+    stack: &dyn DynInfer,
+    bridge: &LuaBridge,
+    mut spec: TurnSpec,
+) -> TurnOutcome {
     let offered = narrow(&spec.tools, &spec.allow, &spec.deny);
     // One request for the whole turn: each step appends to its messages and re-resolves only the
     // settings (so a rotated key lands mid-turn); nothing is copied per step.
@@ -62,7 +75,7 @@ async fn run(core: &Core, bridge: &LuaBridge, mut spec: TurnSpec) -> TurnOutcome
     let max_steps = spec.max_steps.max(1);
     for step in 1..=max_steps {
         if spec.compaction.enabled && window.would_overflow(&spec.compaction) {
-            match compaction::compact(core, &spec, &req, &mut out.usage).await {
+            match compaction::compact(core, stack, &spec, &req, &mut out.usage).await {
                 Ok(messages) => {
                     req.messages = messages;
                     out.compactions += 1;
@@ -72,6 +85,7 @@ async fn run(core: &Core, bridge: &LuaBridge, mut spec: TurnSpec) -> TurnOutcome
                     out.error = Some(TurnError {
                         kind: e.kind().to_string(),
                         message: format!("compaction failed: {e}"),
+                        retry_after: e.retry_after(),
                     });
                     out.messages = req.messages;
                     return out;
@@ -85,7 +99,15 @@ async fn run(core: &Core, bridge: &LuaBridge, mut spec: TurnSpec) -> TurnOutcome
         if last {
             req.tool_choice = ToolChoice::None;
         }
-        let inferred = match infer(core, bridge, &spec.ask.overrides, &mut req, spec.on_text).await
+        let inferred = match infer(
+            core,
+            stack,
+            bridge,
+            &spec.ask.overrides,
+            &mut req,
+            spec.on_text,
+        )
+        .await
         {
             Ok(i) => i,
             Err(e) => {
@@ -117,9 +139,16 @@ async fn run(core: &Core, bridge: &LuaBridge, mut spec: TurnSpec) -> TurnOutcome
                 })
                 .collect()
         } else {
-            let runs = calls
-                .iter()
-                .map(|c| run_call(bridge, &offered, c, &spec.pin, step));
+            let runs = calls.iter().map(|c| {
+                run_call(
+                    bridge,
+                    &offered,
+                    c,
+                    &spec.pin,
+                    step,
+                    spec.provenance.as_ref(),
+                )
+            });
             let mut results = Vec::with_capacity(calls.len());
             for (result, event) in join_all(runs).await {
                 results.push(result);
@@ -146,6 +175,7 @@ async fn run(core: &Core, bridge: &LuaBridge, mut spec: TurnSpec) -> TurnOutcome
 /// One model call, with text deltas forwarded to the Lua callback in order.
 async fn infer(
     core: &Core,
+    stack: &dyn DynInfer,
     bridge: &LuaBridge,
     overrides: &Overrides,
     req: &mut InferRequest,
@@ -154,14 +184,14 @@ async fn infer(
     let ep = core.settle(overrides, req)?;
     let req = &*req;
     let Some(func) = on_text else {
-        return core.infer(req, &ep, None).await;
+        return stack.infer_boxed(req, &ep, None).await;
     };
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     let call = async move {
         let mut send = move |t: &str| {
             let _ = tx.send(t.to_string());
         };
-        core.infer(req, &ep, Some(&mut send)).await
+        stack.infer_boxed(req, &ep, Some(&mut send)).await
     };
     let forward = async {
         while let Some(delta) = rx.recv().await {

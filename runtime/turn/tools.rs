@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
 
 use crate::lua::bridge::FnId;
@@ -12,11 +13,26 @@ use crate::vocab::ToolSpec;
 /// How long a tool may run when it does not say.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// A tool written in Rust: arguments in (already checked against the schema), a JSON value or
+/// an error message out. An embedding application registers these beside a program's Lua tools.
+pub type NativeFn = Arc<dyn Fn(Value) -> BoxFuture<'static, Result<Value, String>> + Send + Sync>;
+
 /// What runs a call.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub enum Handler {
     /// A Lua function, reached through the program's [`crate::lua::bridge::LuaBridge`].
     Lua(FnId),
+    /// An async Rust closure, run on the core.
+    Native(NativeFn),
+}
+
+impl std::fmt::Debug for Handler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Handler::Lua(id) => write!(f, "Lua({id})"),
+            Handler::Native(_) => f.write_str("Native"),
+        }
+    }
 }
 
 /// A tool ready for turns. Cheap to clone; the compiled schema is shared.
@@ -66,6 +82,31 @@ impl ToolDef {
             exportable: false,
             validator: Arc::new(validator),
         })
+    }
+
+    /// A tool whose handler is an async Rust closure:
+    ///
+    /// ```
+    /// use colony::turn::ToolDef;
+    /// let add = ToolDef::native("add", "Adds two numbers", serde_json::json!({"a": "number", "b": "number"}),
+    ///     |args| async move {
+    ///         let (a, b) = (args["a"].as_f64().unwrap_or(0.0), args["b"].as_f64().unwrap_or(0.0));
+    ///         Ok(serde_json::json!(a + b))
+    ///     }).unwrap();
+    /// assert_eq!(add.spec.name, "add");
+    /// ```
+    pub fn native<F, Fut>(
+        name: &str,
+        description: &str,
+        parameters: Value,
+        handler: F,
+    ) -> Result<ToolDef, String>
+    where
+        F: Fn(Value) -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = Result<Value, String>> + Send + 'static,
+    {
+        let run: NativeFn = Arc::new(move |args| Box::pin(handler(args)));
+        ToolDef::new(name, description, parameters, None, Handler::Native(run))
     }
 
     /// The schema's complaints about `args`, one line each with its path; empty when valid.

@@ -1,0 +1,255 @@
+//! `ai.with_retries`, `ai.with_breaker`, `ai.with_context`: middleware as Lua values, for
+//! `middleware = { ... }` on `ai.route` or `ai.spawn`. The list reads outermost first:
+//! `{ ai.with_context{...}, ai.with_breaker{...}, ai.with_retries{...} }` is DESIGN §1's stack.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mlua::{Lua, Table, UserData, Value};
+use serde_json::json;
+
+use super::bridge::{self, FnId, HandlerOutcome, LuaBridge};
+use super::convert::misuse;
+use crate::core::Core;
+use crate::residents::middleware::{
+    BeforeStep, Breaker, BreakerPolicy, Context, Retries, RetryPolicy, SharedInfer,
+};
+
+/// One middleware layer, as a script made it.
+#[derive(Clone)]
+pub enum Layer {
+    Retries(RetryPolicy),
+    Breaker {
+        policy: BreakerPolicy,
+        on_transition: Option<FnId>,
+    },
+    Context {
+        system_suffix: Option<String>,
+        before_step: Option<FnId>,
+    },
+}
+
+impl UserData for Layer {}
+
+pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
+    ai.set(
+        "with_retries",
+        lua.create_function(|_, opts: Option<Table>| retries(opts))?,
+    )?;
+    ai.set(
+        "with_breaker",
+        lua.create_function(|lua, opts: Option<Table>| breaker(lua, opts))?,
+    )?;
+    ai.set(
+        "with_context",
+        lua.create_function(|lua, opts: Option<Table>| context(lua, opts))?,
+    )?;
+    Ok(())
+}
+
+fn check_fields(opts: &Table, who: &str, fields: &[&str]) -> mlua::Result<()> {
+    for pair in opts.pairs::<Value, Value>() {
+        let (k, _) = pair?;
+        let name = match &k {
+            Value::String(s) => s.to_string_lossy(),
+            _ => String::from("(not a string)"),
+        };
+        if !fields.contains(&name.as_str()) {
+            return Err(misuse(format!(
+                "{who}: unknown field {name:?} (fields: {})",
+                fields.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn millis(opts: &Table, who: &str, key: &str) -> mlua::Result<Option<Duration>> {
+    match opts.get::<Option<f64>>(key) {
+        Ok(Some(ms)) if ms >= 0.0 => Ok(Some(Duration::from_secs_f64(ms / 1000.0))),
+        Ok(None) => Ok(None),
+        _ => Err(misuse(format!(
+            "{who}: {key} must be a number of milliseconds (0 or more)"
+        ))),
+    }
+}
+
+fn count(opts: &Table, who: &str, key: &str) -> mlua::Result<Option<u32>> {
+    match opts.get::<Option<f64>>(key) {
+        Ok(Some(n)) if n >= 0.0 => Ok(Some(n as u32)),
+        Ok(None) => Ok(None),
+        _ => Err(misuse(format!("{who}: {key} must be a count (0 or more)"))),
+    }
+}
+
+/// `ai.with_retries{ attempts = 6, base_ms = 2000, cap_ms = 60000 }`.
+fn retries(opts: Option<Table>) -> mlua::Result<Layer> {
+    let who = "ai.with_retries";
+    let mut policy = RetryPolicy::default();
+    if let Some(opts) = opts {
+        check_fields(&opts, who, &["attempts", "base_ms", "cap_ms"])?;
+        if let Some(n) = count(&opts, who, "attempts")? {
+            policy.attempts = n.max(1);
+        }
+        if let Some(d) = millis(&opts, who, "base_ms")? {
+            policy.base = d;
+        }
+        if let Some(d) = millis(&opts, who, "cap_ms")? {
+            policy.cap = d;
+        }
+    }
+    Ok(Layer::Retries(policy))
+}
+
+/// `ai.with_breaker{ threshold = 3, first_probe_ms = 30000, max_probe_ms = 600000,
+/// on_transition = function(from, to, info) end }`.
+fn breaker(lua: &Lua, opts: Option<Table>) -> mlua::Result<Layer> {
+    let who = "ai.with_breaker";
+    let mut policy = BreakerPolicy::default();
+    let mut on_transition = None;
+    if let Some(opts) = opts {
+        check_fields(
+            &opts,
+            who,
+            &[
+                "threshold",
+                "first_probe_ms",
+                "max_probe_ms",
+                "on_transition",
+            ],
+        )?;
+        if let Some(n) = count(&opts, who, "threshold")? {
+            policy.threshold = n.max(1);
+        }
+        if let Some(d) = millis(&opts, who, "first_probe_ms")? {
+            policy.first_probe = d;
+        }
+        if let Some(d) = millis(&opts, who, "max_probe_ms")? {
+            policy.max_probe = d;
+        }
+        match opts.get::<Value>("on_transition")? {
+            Value::Nil => {}
+            Value::Function(f) => on_transition = Some(bridge::register(lua, f)),
+            _ => return Err(misuse(format!("{who}: on_transition must be a function"))),
+        }
+    }
+    Ok(Layer::Breaker {
+        policy,
+        on_transition,
+    })
+}
+
+/// `ai.with_context{ system_suffix = "...", before_step = function(info) return "..." end }`.
+fn context(lua: &Lua, opts: Option<Table>) -> mlua::Result<Layer> {
+    let who = "ai.with_context";
+    let Some(opts) = opts else {
+        return Err(misuse(format!(
+            "{who}: give system_suffix or before_step (or both)"
+        )));
+    };
+    check_fields(&opts, who, &["system_suffix", "before_step"])?;
+    let system_suffix: Option<String> = opts
+        .get("system_suffix")
+        .map_err(|_| misuse(format!("{who}: system_suffix must be a string")))?;
+    let before_step = match opts.get::<Value>("before_step")? {
+        Value::Nil => None,
+        Value::Function(f) => Some(bridge::register(lua, f)),
+        _ => return Err(misuse(format!("{who}: before_step must be a function"))),
+    };
+    Ok(Layer::Context {
+        system_suffix,
+        before_step,
+    })
+}
+
+/// The layers of `middleware = {...}` in the order given.
+pub fn read_layers(value: Value, who: &str) -> mlua::Result<Vec<Layer>> {
+    let list = match value {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Table(t) => t,
+        other => {
+            return Err(misuse(format!(
+                "{who}: middleware must be a list of ai.with_* values, not {}",
+                other.type_name()
+            )));
+        }
+    };
+    let mut layers = Vec::new();
+    for (i, v) in list.sequence_values::<Value>().enumerate() {
+        let layer = match v? {
+            Value::UserData(ud) => ud.borrow::<Layer>().map(|l| l.clone()).ok(),
+            _ => None,
+        };
+        layers.push(layer.ok_or_else(|| {
+            misuse(format!(
+                "{who}: middleware[{}] is not an ai.with_retries, ai.with_breaker or \
+                 ai.with_context value",
+                i + 1
+            ))
+        })?);
+    }
+    Ok(layers)
+}
+
+/// The stack `layers` make around `core`: the first layer outermost.
+pub fn build_stack(core: Core, layers: &[Layer], bridge: &LuaBridge) -> SharedInfer {
+    let mut stack: SharedInfer = Arc::new(core);
+    for layer in layers.iter().rev() {
+        stack = match layer {
+            Layer::Retries(policy) => Arc::new(Retries::new(stack).with_policy(*policy)),
+            Layer::Breaker {
+                policy,
+                on_transition,
+            } => {
+                let mut b = Breaker::new(stack).with_policy(*policy);
+                if let Some(func) = *on_transition {
+                    let bridge = bridge.clone();
+                    b = b.on_transition(move |from, to, info| {
+                        let info = json!({
+                            "failures": info.failures,
+                            "last_error": info.last_error,
+                            "next_probe_ms": info.next_probe_in.map(|d| d.as_millis() as u64),
+                            "at_ms": info.at_ms,
+                        });
+                        bridge.post(func, vec![json!(from.as_str()), json!(to.as_str()), info]);
+                    });
+                }
+                Arc::new(b)
+            }
+            Layer::Context {
+                system_suffix,
+                before_step,
+            } => {
+                let mut c = Context::new(stack);
+                if let Some(s) = system_suffix {
+                    c = c.with_suffix(s.clone());
+                }
+                if let Some(func) = *before_step {
+                    let bridge = bridge.clone();
+                    let f: BeforeStep = Arc::new(move |req| {
+                        let bridge = bridge.clone();
+                        let info = json!({
+                            "model": req.model,
+                            "system": req.system,
+                            "messages": req.messages.len(),
+                        });
+                        Box::pin(async move {
+                            match bridge.call_tool(func, info, json!({})).await {
+                                HandlerOutcome::Value(text) => Some(text),
+                                HandlerOutcome::Refused(e)
+                                | HandlerOutcome::Raised(e)
+                                | HandlerOutcome::Thrown(e) => {
+                                    tracing::warn!("before_step failed: {e}");
+                                    None
+                                }
+                            }
+                        })
+                    });
+                    c = c.with_before_step(f);
+                }
+                Arc::new(c)
+            }
+        };
+    }
+    stack
+}

@@ -1,0 +1,740 @@
+//! The resident part of the `ai` module: `ai.route`, `ai.spawn`, `ai.mail`, `ai.dismiss`,
+//! `ai.residents`, `ai.watch`, `ai.stop`, `ai.inbound_provenance`, and the sources.
+//!
+//! The route and the residents live on the core ([`crate::residents`]); this file reads the
+//! script's tables into specs, and runs what must stay on the Lua thread: sources (each a local
+//! task under its own restart policy, named `<ai>/source/<n>`) and the watch loop, which calls
+//! `on_crash` / `on_fail` and ends on `ai.stop`, when every resident is gone, or on
+//! SIGINT/SIGTERM.
+//!
+//! Residents spawned before `ai.watch` wait in a list and register, in order, when the watch
+//! comes up; mail posted before that answers `no_recipient`.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use mlua::{Function, Lua, MultiValue, Table, Value};
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use super::ai::read_ask;
+use super::bridge::{self, LuaBridge};
+use super::convert::misuse;
+use super::middleware::{Layer, build_stack, read_layers};
+use super::turn::{read_compaction, read_tools};
+use crate::core::{Ask, Core};
+use crate::residents::middleware::SharedInfer;
+use crate::residents::resident::DEFAULT_MAX_HOP;
+use crate::residents::supervision::{Decision, Exit, Supervisor};
+use crate::residents::{
+    Deliver, Delivery, Mail, ResidentSpec, Restart, RestartPolicy, Route, RouteEvent,
+};
+use crate::turn::ToolDef;
+
+/// What an embedding application lends a program: tools written in Rust (named by string in a
+/// `tools` list) and the channel that receives `deliver_to = "host"` deliveries.
+#[derive(Clone, Default)]
+pub struct HostSetup {
+    pub tools: Vec<ToolDef>,
+    pub deliveries: Option<mpsc::UnboundedSender<Delivery>>,
+}
+
+/// The host's tools, by name, in the VM's app data.
+pub struct HostTools(pub HashMap<String, ToolDef>);
+
+/// A program's residents: its route and what is Lua-side about them.
+pub struct Program {
+    pub route: Route,
+    /// The core the residents use (the shared pool, not the Lua thread's own).
+    core: Core,
+    state: RefCell<State>,
+}
+
+struct State {
+    route_opened: bool,
+    template: Ask,
+    layers: Vec<Layer>,
+    stack: Option<SharedInfer>,
+    pending: Vec<Pending>,
+    sources: HashMap<String, Vec<AbortHandle>>,
+    watch: Watch,
+    host: Option<mpsc::UnboundedSender<Delivery>>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Watch {
+    NotYet,
+    Running,
+    Ended,
+}
+
+struct Pending {
+    spec: ResidentSpec,
+    sources: Vec<Source>,
+}
+
+struct Source {
+    func: Function,
+    policy: RestartPolicy,
+}
+
+impl Program {
+    pub fn new(core: Core, bridge: LuaBridge, host: &HostSetup) -> Program {
+        Program {
+            route: Route::new(core.clone(), bridge),
+            core,
+            state: RefCell::new(State {
+                route_opened: false,
+                template: Ask::default(),
+                layers: Vec::new(),
+                stack: None,
+                pending: Vec::new(),
+                sources: HashMap::new(),
+                watch: Watch::NotYet,
+                host: host.deliveries.clone(),
+            }),
+        }
+    }
+}
+
+fn program(lua: &Lua) -> mlua::AppDataRef<'_, Program> {
+    lua.app_data_ref::<Program>().expect("the VM has a program")
+}
+
+fn bridge_of(lua: &Lua) -> LuaBridge {
+    lua.app_data_ref::<LuaBridge>()
+        .expect("the VM has a bridge")
+        .clone()
+}
+
+pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
+    ai.set(
+        "route",
+        lua.create_function(|lua, opts: Option<Table>| route(lua, opts))?,
+    )?;
+    ai.set(
+        "spawn",
+        lua.create_function(|lua, opts: Table| spawn(lua, opts))?,
+    )?;
+    ai.set(
+        "mail",
+        lua.create_function(|lua, opts: Table| mail(lua, opts))?,
+    )?;
+    ai.set(
+        "dismiss",
+        lua.create_function(|lua, name: String| dismiss(lua, &name))?,
+    )?;
+    ai.set("residents", lua.create_function(|lua, ()| residents(lua))?)?;
+    ai.set(
+        "stop",
+        lua.create_function(|lua, reason: Option<String>| {
+            program(lua)
+                .route
+                .stop(reason.unwrap_or_else(|| "ai.stop".into()));
+            Ok(())
+        })?,
+    )?;
+    ai.set(
+        "inbound_provenance",
+        lua.create_function(|lua, ()| match bridge::current_provenance() {
+            None => Ok(Value::Nil),
+            Some(p) => {
+                let t = lua.create_table()?;
+                t.set("origin", p.origin)?;
+                t.set("hop", p.hop)?;
+                t.set("to", p.to)?;
+                Ok(Value::Table(t))
+            }
+        })?,
+    )?;
+    ai.set(
+        "watch",
+        lua.create_async_function(
+            |lua, opts: Option<Table>| async move { watch(&lua, opts).await },
+        )?,
+    )?;
+    Ok(())
+}
+
+fn bad(who: &str, what: impl std::fmt::Display) -> mlua::Error {
+    misuse(format!("{who}: {what}"))
+}
+
+/// `ai.route{ provider / use / model ..., middleware = {...} }`: the defaults every resident
+/// starts from. Once, before the first `ai.spawn`.
+fn route(lua: &Lua, opts: Option<Table>) -> mlua::Result<()> {
+    let who = "ai.route";
+    let p = program(lua);
+    let mut st = p.state.borrow_mut();
+    if st.route_opened {
+        return Err(bad(who, "the route is already open (call ai.route once)"));
+    }
+    if !st.pending.is_empty() || !p.route.is_empty() {
+        return Err(bad(who, "call ai.route before the first ai.spawn"));
+    }
+    let middleware = match &opts {
+        Some(t) => t.get::<Value>("middleware")?,
+        None => Value::Nil,
+    };
+    let (template, stream) = read_ask(lua, opts, who, &["middleware"])?;
+    if stream.is_some() {
+        return Err(bad(who, "stream is not a route setting"));
+    }
+    st.layers = read_layers(middleware, who)?;
+    st.template = template;
+    st.route_opened = true;
+    Ok(())
+}
+
+const SPAWN_FIELDS: &[&str] = &[
+    "name",
+    "tools",
+    "sources",
+    "deliver_to",
+    "max_steps",
+    "workspace",
+    "persist_conversation",
+    "middleware",
+    "restart",
+    "max_restarts",
+    "restart_window_ms",
+    "max_hop",
+    "compact",
+    "context_window",
+    "compact_at",
+    "compact_prompt",
+];
+
+/// `ai.spawn{ name, system?, tools?, sources?, deliver_to?, max_steps?, middleware?, restart?,
+/// max_hop?, use / provider / model ... }` → the name.
+fn spawn(lua: &Lua, opts: Table) -> mlua::Result<String> {
+    let who = "ai.spawn";
+    let name: String = opts
+        .get::<Option<String>>("name")
+        .ok()
+        .flatten()
+        .filter(|n| !n.trim().is_empty())
+        .ok_or_else(|| bad(who, "name (a non-empty string) is required"))?;
+    let who = &format!("ai.spawn {name:?}");
+    if name.contains('/') {
+        return Err(bad(who, "a name cannot contain '/'"));
+    }
+    for field in ["workspace", "persist_conversation"] {
+        if !matches!(opts.get::<Value>(field)?, Value::Nil) {
+            return Err(bad(
+                who,
+                format!(
+                    "{field} needs the durable store, which colony does not have yet; leave it out"
+                ),
+            ));
+        }
+    }
+    let tools_value = opts.get::<Value>("tools")?;
+    let sources_value = opts.get::<Value>("sources")?;
+    let deliver_value = opts.get::<Value>("deliver_to")?;
+    let middleware = opts.get::<Value>("middleware")?;
+    let (own, stream) = read_ask(lua, Some(opts.clone()), who, SPAWN_FIELDS)?;
+    if stream.is_some() {
+        return Err(bad(
+            who,
+            "stream is not a resident setting (use deliver_to)",
+        ));
+    }
+    let mut inline = Vec::new();
+    let tools = read_tools(lua, tools_value, who, &mut inline)?;
+    let restart = read_policy(&opts, who, Restart::Permanent)?;
+    let max_steps = positive(&opts, who, "max_steps")?.unwrap_or(8);
+    let max_hop = match opts.get::<Option<f64>>("max_hop") {
+        Ok(Some(n)) if n >= 0.0 => n as u32,
+        Ok(None) => DEFAULT_MAX_HOP,
+        _ => return Err(bad(who, "max_hop must be a count (0 or more)")),
+    };
+    let compaction = read_compaction(&opts, who)?;
+    let sources = read_sources(&sources_value, who)?;
+    let p = program(lua);
+    let bridge = bridge_of(lua);
+    let deliver = match deliver_value {
+        Value::Nil => Deliver::Nobody,
+        Value::Function(f) => Deliver::Lua(bridge.clone(), bridge::register(lua, f)),
+        Value::String(s) if s == "host" => match &p.state.borrow().host {
+            Some(tx) => Deliver::Channel(tx.clone()),
+            None => Deliver::Stdout,
+        },
+        other => {
+            return Err(bad(
+                who,
+                format!(
+                    "deliver_to must be a function(reply, info) or \"host\", not {}",
+                    other.type_name()
+                ),
+            ));
+        }
+    };
+    let layers = read_layers(middleware.clone(), who)?;
+    let stack = if matches!(middleware, Value::Nil) {
+        let mut st = p.state.borrow_mut();
+        let layers = st.layers.clone();
+        st.stack
+            .get_or_insert_with(|| build_stack(p.core.clone(), &layers, &bridge))
+            .clone()
+    } else {
+        build_stack(p.core.clone(), &layers, &bridge)
+    };
+    let ask = merge(&p.state.borrow().template, own);
+    let spec = ResidentSpec {
+        name: name.clone(),
+        ask,
+        tools,
+        max_steps,
+        max_hop,
+        compaction,
+        deliver,
+        restart,
+        stack,
+    };
+    let watching = p.state.borrow().watch == Watch::Running;
+    if watching {
+        hire(&p, spec, sources).map_err(|e| bad(who, e))?;
+    } else {
+        let mut st = p.state.borrow_mut();
+        if st.watch == Watch::Ended {
+            return Err(bad(who, "the watch has ended"));
+        }
+        if st.pending.iter().any(|q| q.spec.name == name) {
+            return Err(bad(who, format!("an AI named {name:?} is already spawned")));
+        }
+        st.pending.push(Pending { spec, sources });
+    }
+    Ok(name)
+}
+
+/// The route's settings under the resident's own: each field the resident sets wins.
+fn merge(route: &Ask, own: Ask) -> Ask {
+    let r = &route.overrides;
+    let o = own.overrides;
+    Ask {
+        overrides: crate::config::Overrides {
+            use_type: o.use_type.or_else(|| r.use_type.clone()),
+            provider: o.provider.or_else(|| r.provider.clone()),
+            model: o.model.or_else(|| r.model.clone()),
+            key: o.key.or_else(|| r.key.clone()),
+            base_url: o.base_url.or_else(|| r.base_url.clone()),
+            timeout: o.timeout.or(r.timeout),
+            max_tokens: o.max_tokens.or(r.max_tokens),
+            temperature: o.temperature.or(r.temperature),
+        },
+        system: own.system.or_else(|| route.system.clone()),
+        messages: Vec::new(),
+        tools: Vec::new(),
+        tool_choice: own.tool_choice,
+        stop_sequences: if own.stop_sequences.is_empty() {
+            route.stop_sequences.clone()
+        } else {
+            own.stop_sequences
+        },
+        extra: own.extra.or_else(|| route.extra.clone()),
+    }
+}
+
+fn positive(opts: &Table, who: &str, key: &str) -> mlua::Result<Option<u32>> {
+    match opts.get::<Option<f64>>(key) {
+        Ok(Some(n)) if n >= 1.0 => Ok(Some(n as u32)),
+        Ok(None) => Ok(None),
+        _ => Err(bad(
+            who,
+            format!("{key} must be a whole number of 1 or more"),
+        )),
+    }
+}
+
+/// `restart = "permanent" | "transient" | "temporary"`, `max_restarts`, `restart_window_ms`.
+fn read_policy(t: &Table, who: &str, default: Restart) -> mlua::Result<RestartPolicy> {
+    let restart = match t.get::<Value>("restart")? {
+        Value::Nil => default,
+        Value::String(s) => Restart::parse(&s.to_string_lossy()).ok_or_else(|| {
+            bad(
+                who,
+                format!(
+                    "restart = {:?} (expected \"permanent\", \"transient\" or \"temporary\")",
+                    s.to_string_lossy()
+                ),
+            )
+        })?,
+        other => {
+            return Err(bad(
+                who,
+                format!("restart cannot be a {}", other.type_name()),
+            ));
+        }
+    };
+    let mut policy = RestartPolicy::new(restart);
+    match t.get::<Option<f64>>("max_restarts") {
+        Ok(Some(n)) if n >= 0.0 => policy.max_restarts = n as u32,
+        Ok(None) => {}
+        _ => return Err(bad(who, "max_restarts must be a count (0 or more)")),
+    }
+    match t.get::<Option<f64>>("restart_window_ms") {
+        Ok(Some(ms)) if ms > 0.0 => policy.window = Duration::from_secs_f64(ms / 1000.0),
+        Ok(None) => {}
+        _ => {
+            return Err(bad(
+                who,
+                "restart_window_ms must be a number of milliseconds",
+            ));
+        }
+    }
+    Ok(policy)
+}
+
+/// `sources = { f, { f, restart = "permanent", max_restarts = 5 }, ... }`. A source is restarted
+/// only after a crash unless it says otherwise (`transient`): one that returns has finished.
+fn read_sources(value: &Value, who: &str) -> mlua::Result<Vec<Source>> {
+    let list = match value {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Table(t) => t,
+        other => {
+            return Err(bad(
+                who,
+                format!(
+                    "sources must be a list of functions, not {}",
+                    other.type_name()
+                ),
+            ));
+        }
+    };
+    let mut sources = Vec::new();
+    for (i, v) in list.sequence_values::<Value>().enumerate() {
+        let at = format!("{who}: sources[{}]", i + 1);
+        match v? {
+            Value::Function(func) => sources.push(Source {
+                func,
+                policy: RestartPolicy::new(Restart::Transient),
+            }),
+            Value::Table(t) => {
+                for pair in t.pairs::<Value, Value>() {
+                    let (k, _) = pair?;
+                    let ok = match &k {
+                        Value::Integer(1) => true,
+                        Value::String(s) => {
+                            matches!(
+                                s.to_string_lossy().as_str(),
+                                "restart" | "max_restarts" | "restart_window_ms"
+                            )
+                        }
+                        _ => false,
+                    };
+                    if !ok {
+                        return Err(misuse(format!(
+                            "{at}: a source table is {{ function, restart?, max_restarts?, restart_window_ms? }}"
+                        )));
+                    }
+                }
+                let func: Function = t
+                    .get(1)
+                    .map_err(|_| misuse(format!("{at}: the first entry must be the function")))?;
+                let policy = read_policy(&t, &at, Restart::Transient)?;
+                sources.push(Source { func, policy });
+            }
+            other => {
+                return Err(misuse(format!(
+                    "{at} must be a function, not {}",
+                    other.type_name()
+                )));
+            }
+        }
+    }
+    Ok(sources)
+}
+
+/// Registers a resident on the route and forks its sources.
+fn hire(p: &Program, spec: ResidentSpec, sources: Vec<Source>) -> Result<(), String> {
+    let name = spec.name.clone();
+    p.route.spawn(spec).map_err(|e| e.to_string())?;
+    let handles: Vec<AbortHandle> = sources
+        .into_iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let id = format!("{name}/source/{}", i + 1);
+            tokio::task::spawn_local(run_source(p.route.clone(), id, name.clone(), s))
+                .abort_handle()
+        })
+        .collect();
+    p.state.borrow_mut().sources.insert(name, handles);
+    Ok(())
+}
+
+/// One source under its restart policy. `self` is the AI's name.
+async fn run_source(route: Route, id: String, ai: String, source: Source) {
+    let mut supervisor = Supervisor::new(source.policy);
+    loop {
+        let exit = match source.func.call_async::<()>(ai.as_str()).await {
+            Ok(()) => Exit::Normal,
+            Err(e) => Exit::Crashed(super::raised_message(&e)),
+        };
+        if route.stopping() {
+            return;
+        }
+        if let Exit::Crashed(message) = &exit {
+            tracing::warn!(source = %id, "crashed: {message}");
+            route.report(RouteEvent::Crashed {
+                id: id.clone(),
+                ai: ai.clone(),
+                message: message.clone(),
+            });
+        }
+        match supervisor.decide(&exit, Instant::now()) {
+            Decision::Restart => continue,
+            Decision::Done => return,
+            Decision::Failed => {
+                let message = match exit {
+                    Exit::Crashed(m) => m,
+                    Exit::Normal => "returned too often".into(),
+                };
+                tracing::error!(source = %id, "failed: {message}");
+                route.report(RouteEvent::Failed { id, ai, message });
+                return;
+            }
+        }
+    }
+}
+
+/// `ai.mail{ to, source, content, hop, files? }` → `true`, or `nil, "no_recipient"` /
+/// `nil, "hop_limit"`.
+fn mail(lua: &Lua, opts: Table) -> mlua::Result<MultiValue> {
+    let who = "ai.mail";
+    for pair in opts.pairs::<Value, Value>() {
+        let (k, _) = pair?;
+        let known = matches!(&k, Value::String(s) if matches!(s.to_string_lossy().as_str(), "to" | "source" | "content" | "hop" | "files"));
+        if !known {
+            return Err(bad(
+                who,
+                format!(
+                    "unknown field {} (fields: to, source, content, hop, files)",
+                    super::describe_error(&k)
+                ),
+            ));
+        }
+    }
+    let text = |key: &str| -> mlua::Result<String> {
+        opts.get::<Option<String>>(key)
+            .ok()
+            .flatten()
+            .ok_or_else(|| bad(who, format!("{key} (a string) is required")))
+    };
+    let to = text("to")?;
+    let source = text("source")?;
+    let content = text("content")?;
+    let hop = match opts.get::<Value>("hop")? {
+        Value::Integer(n) if n >= 0 => n as u32,
+        Value::Number(n) if n >= 0.0 && n.fract() == 0.0 => n as u32,
+        Value::Nil => {
+            return Err(bad(
+                who,
+                "hop is required: 0 for a person or a clock, ai.inbound_provenance().hop + 1 when relaying",
+            ));
+        }
+        _ => return Err(bad(who, "hop must be a whole number (0 or more)")),
+    };
+    let files: Vec<String> = match opts.get::<Value>("files")? {
+        Value::Nil => Vec::new(),
+        Value::Table(t) => t
+            .sequence_values::<String>()
+            .collect::<mlua::Result<_>>()
+            .map_err(|_| bad(who, "files must be a list of paths"))?,
+        _ => return Err(bad(who, "files must be a list of paths")),
+    };
+    let mut m = Mail::new(to, source, content, hop);
+    m.files = files;
+    match program(lua).route.mail(m) {
+        Ok(()) => Ok(MultiValue::from_iter([Value::Boolean(true)])),
+        Err(e) => Ok(MultiValue::from_iter([
+            Value::Nil,
+            Value::String(lua.create_string(e.as_str())?),
+        ])),
+    }
+}
+
+/// `ai.dismiss(name)` → `true`, or `nil, "no_recipient"`.
+fn dismiss(lua: &Lua, name: &str) -> mlua::Result<MultiValue> {
+    let p = program(lua);
+    let removed_pending = {
+        let mut st = p.state.borrow_mut();
+        let before = st.pending.len();
+        st.pending.retain(|q| q.spec.name != name);
+        st.pending.len() != before
+    };
+    let dismissed = p.route.dismiss(name);
+    if let Some(handles) = p.state.borrow_mut().sources.remove(name) {
+        for h in handles {
+            h.abort();
+        }
+    }
+    if dismissed || removed_pending {
+        Ok(MultiValue::from_iter([Value::Boolean(true)]))
+    } else {
+        Ok(MultiValue::from_iter([
+            Value::Nil,
+            Value::String(lua.create_string("no_recipient")?),
+        ]))
+    }
+}
+
+/// `ai.residents()` → `{ { name, state, conversation, held, dropped, restarts }, ... }`, spawned
+/// ones not yet registered (before the watch) with state `pending`.
+fn residents(lua: &Lua) -> mlua::Result<Table> {
+    let p = program(lua);
+    let list = lua.create_table()?;
+    for r in p.route.residents() {
+        let t = lua.create_table()?;
+        t.set("name", r.name)?;
+        t.set("state", r.state.as_str())?;
+        t.set("conversation", r.conversation)?;
+        t.set("held", r.held)?;
+        t.set("dropped", r.dropped)?;
+        t.set("restarts", r.restarts)?;
+        list.push(t)?;
+    }
+    for q in &p.state.borrow().pending {
+        let t = lua.create_table()?;
+        t.set("name", q.spec.name.as_str())?;
+        t.set("state", "pending")?;
+        t.set("conversation", 0)?;
+        t.set("held", 0)?;
+        t.set("dropped", 0)?;
+        t.set("restarts", 0)?;
+        list.push(t)?;
+    }
+    Ok(list)
+}
+
+/// `reason = ai.watch{ on_crash?, on_fail?, grace_ms? }`.
+async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
+    let who = "ai.watch";
+    let mut on_crash = None;
+    let mut on_fail = None;
+    let mut grace = Duration::from_secs(10);
+    if let Some(opts) = &opts {
+        for pair in opts.pairs::<Value, Value>() {
+            let (k, _) = pair?;
+            let known = matches!(&k, Value::String(s) if matches!(s.to_string_lossy().as_str(), "on_crash" | "on_fail" | "grace_ms"));
+            if !known {
+                return Err(bad(
+                    who,
+                    format!(
+                        "unknown field {} (fields: on_crash, on_fail, grace_ms)",
+                        super::describe_error(&k)
+                    ),
+                ));
+            }
+        }
+        on_crash = opts
+            .get::<Option<Function>>("on_crash")
+            .map_err(|_| bad(who, "on_crash must be a function(id, name, message)"))?;
+        on_fail = opts
+            .get::<Option<Function>>("on_fail")
+            .map_err(|_| bad(who, "on_fail must be a function(id, name, err)"))?;
+        match opts.get::<Option<f64>>("grace_ms") {
+            Ok(Some(ms)) if ms >= 0.0 => grace = Duration::from_secs_f64(ms / 1000.0),
+            Ok(None) => {}
+            _ => return Err(bad(who, "grace_ms must be a number of milliseconds")),
+        }
+    }
+    let (route, mut events) = {
+        let p = program(lua);
+        let mut st = p.state.borrow_mut();
+        if st.watch != Watch::NotYet {
+            return Err(bad(who, "the watch runs once per program"));
+        }
+        st.watch = Watch::Running;
+        let events = p.route.events().expect("the watch takes the events once");
+        p.route.open();
+        let pending = std::mem::take(&mut st.pending);
+        drop(st);
+        for q in pending {
+            let name = q.spec.name.clone();
+            hire(&p, q.spec, q.sources).map_err(|e| bad(&format!("ai.spawn {name:?}"), e))?;
+        }
+        (p.route.clone(), events)
+    };
+    if route.is_empty() {
+        route.stop("there are no residents");
+    }
+    let mut terminate = signal(tokio::signal::unix::SignalKind::terminate())?;
+    let mut interrupt = signal(tokio::signal::unix::SignalKind::interrupt())?;
+    let reason = loop {
+        tokio::select! {
+            biased;
+            reason = route.stopped() => break reason,
+            _ = terminate.recv() => route.stop("SIGTERM"),
+            _ = interrupt.recv() => route.stop("SIGINT"),
+            Some(event) = events.recv() => {
+                on_event(lua, event, on_crash.as_ref(), on_fail.as_ref()).await;
+            }
+        }
+    };
+    // No new turns start; sources end now; turns in flight get the grace period.
+    {
+        let p = program(lua);
+        let mut st = p.state.borrow_mut();
+        for (_, handles) in st.sources.drain() {
+            for h in handles {
+                h.abort();
+            }
+        }
+        st.watch = Watch::Ended;
+    }
+    let cut = route.shutdown(grace).await;
+    if cut > 0 {
+        tracing::warn!("{cut} resident(s) were still busy after the grace period and were stopped");
+    }
+    // Failures reported while stopping still reach the callbacks.
+    while let Ok(event) = events.try_recv() {
+        on_event(lua, event, on_crash.as_ref(), on_fail.as_ref()).await;
+    }
+    Ok(reason)
+}
+
+fn signal(kind: tokio::signal::unix::SignalKind) -> mlua::Result<tokio::signal::unix::Signal> {
+    tokio::signal::unix::signal(kind)
+        .map_err(|e| mlua::Error::runtime(format!("ai.watch: cannot listen for signals: {e}")))
+}
+
+async fn on_event(
+    lua: &Lua,
+    event: RouteEvent,
+    on_crash: Option<&Function>,
+    on_fail: Option<&Function>,
+) {
+    let (f, id, ai, message) = match event {
+        RouteEvent::Crashed { id, ai, message } => (on_crash, id, ai, message),
+        RouteEvent::Failed { id, ai, message } => {
+            // A failed resident's sources end with it.
+            if id == ai {
+                let p = program(lua);
+                if let Some(handles) = p.state.borrow_mut().sources.remove(&ai) {
+                    for h in handles {
+                        h.abort();
+                    }
+                }
+            }
+            (on_fail, id, ai, message)
+        }
+        RouteEvent::Gone { ai } => {
+            let p = program(lua);
+            if let Some(handles) = p.state.borrow_mut().sources.remove(&ai) {
+                for h in handles {
+                    h.abort();
+                }
+            }
+            return;
+        }
+    };
+    if let Some(f) = f
+        && let Err(e) = f
+            .call_async::<()>((id.as_str(), ai.as_str(), message.as_str()))
+            .await
+    {
+        tracing::warn!("a watch callback failed: {}", super::raised_message(&e));
+    }
+}

@@ -1,0 +1,278 @@
+//! Mail and the mailbox a resident reads it from.
+//!
+//! A mailbox is a queue behind a mutex plus a [`Notify`]: an idle resident costs one empty
+//! `VecDeque` (no allocation) and a few words, which matters when a program hires a hundred
+//! thousand of them. The queue is also the resident's backlog: while the model cannot be called
+//! (the outage path, DESIGN §5) arrivals stay in it, bounded to the newest [`HELD`], and the count
+//! of older ones the bound discarded is kept beside them for the dropped marker.
+
+use std::collections::VecDeque;
+use std::sync::{Mutex, MutexGuard};
+
+use serde::Serialize;
+use tokio::sync::Notify;
+
+/// How many arrivals a resident holds while its model cannot be called, and the most one turn
+/// serves at once.
+pub const HELD: usize = 24;
+
+/// One report posted to a resident.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Mail {
+    pub to: String,
+    /// Who or what sent it (a person, a clock, another AI): the label of the user turn.
+    pub source: String,
+    pub content: String,
+    /// How many relays it has passed through: 0 for a person or a clock.
+    pub hop: u32,
+    /// Paths of attached files, named in the user turn.
+    pub files: Vec<String>,
+}
+
+impl Mail {
+    pub fn new(
+        to: impl Into<String>,
+        source: impl Into<String>,
+        content: impl Into<String>,
+        hop: u32,
+    ) -> Mail {
+        Mail {
+            to: to.into(),
+            source: source.into(),
+            content: content.into(),
+            hop,
+            files: Vec::new(),
+        }
+    }
+
+    /// The user turn this mail becomes: labelled with its source.
+    pub fn as_user_text(&self) -> String {
+        let mut text = format!("[mail from {}] {}", self.source, self.content);
+        if !self.files.is_empty() {
+            text.push_str(&format!("\n[attached files: {}]", self.files.join(", ")));
+        }
+        text
+    }
+}
+
+/// Where the mail a turn serves came from: what `ai.inbound_provenance()` answers.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Provenance {
+    pub origin: String,
+    pub hop: u32,
+    /// The AI serving it (a relaying tool's `source`).
+    pub to: String,
+}
+
+impl Provenance {
+    /// For a turn serving several arrivals: the newest one's sender and the highest hop, so a
+    /// relay chain cannot shorten itself by being batched.
+    pub fn of(batch: &[Mail]) -> Option<Provenance> {
+        let last = batch.last()?;
+        Some(Provenance {
+            origin: last.source.clone(),
+            hop: batch.iter().map(|m| m.hop).max().unwrap_or(0),
+            to: last.to.clone(),
+        })
+    }
+}
+
+/// Why a mail was not posted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum MailError {
+    /// Nobody of that name is registered (or the watch is not up, or it has died).
+    #[error("no_recipient")]
+    NoRecipient,
+    /// The hop count passed the recipient's `max_hop`.
+    #[error("hop_limit")]
+    HopLimit,
+}
+
+impl MailError {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MailError::NoRecipient => "no_recipient",
+            MailError::HopLimit => "hop_limit",
+        }
+    }
+}
+
+/// A resident's incoming mail.
+#[derive(Default)]
+pub struct Mailbox {
+    inbox: Mutex<Inbox>,
+    notify: Notify,
+}
+
+#[derive(Default)]
+struct Inbox {
+    queue: VecDeque<Mail>,
+    /// Older arrivals the bound discarded during this outage.
+    dropped: u64,
+    /// Set while the model cannot be called: the queue keeps only the newest [`HELD`].
+    holding: bool,
+    closed: bool,
+}
+
+impl Inbox {
+    fn trim(&mut self) {
+        if self.holding {
+            while self.queue.len() > HELD {
+                self.queue.pop_front();
+                self.dropped += 1;
+            }
+        }
+    }
+}
+
+/// A batch of arrivals taken for one turn, and what the bound discarded before them.
+#[derive(Debug, Default)]
+pub struct Batch {
+    pub mail: Vec<Mail>,
+    pub dropped: u64,
+}
+
+impl Mailbox {
+    pub fn new() -> Mailbox {
+        Mailbox::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inbox> {
+        self.inbox.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Posts `mail`; at most once: a closed mailbox refuses it.
+    pub fn post(&self, mail: Mail) -> Result<(), MailError> {
+        {
+            let mut inbox = self.lock();
+            if inbox.closed {
+                return Err(MailError::NoRecipient);
+            }
+            inbox.queue.push_back(mail);
+            inbox.trim();
+        }
+        self.notify.notify_one();
+        Ok(())
+    }
+
+    /// Takes up to [`HELD`] arrivals, oldest first, with the dropped count.
+    pub fn take(&self) -> Batch {
+        let mut inbox = self.lock();
+        let n = inbox.queue.len().min(HELD);
+        Batch {
+            mail: inbox.queue.drain(..n).collect(),
+            dropped: inbox.dropped,
+        }
+    }
+
+    /// Puts back a batch whose turn could not be served, ahead of what arrived since, and holds
+    /// from now on: only the newest [`HELD`] stay.
+    pub fn put_back(&self, batch: Batch) {
+        let mut inbox = self.lock();
+        for m in batch.mail.into_iter().rev() {
+            inbox.queue.push_front(m);
+        }
+        inbox.holding = true;
+        inbox.trim();
+    }
+
+    /// The batch was served: the outage (if any) is over and its dropped count with it.
+    pub fn served(&self, batch: &Batch) {
+        let mut inbox = self.lock();
+        inbox.holding = false;
+        inbox.dropped = inbox.dropped.saturating_sub(batch.dropped);
+    }
+
+    /// Arrivals waiting.
+    pub fn len(&self) -> usize {
+        self.lock().queue.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Older arrivals discarded by the bound in the current outage.
+    pub fn dropped(&self) -> u64 {
+        self.lock().dropped
+    }
+
+    /// Refuses all later mail.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.notify.notify_one();
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// Waits until something is posted (or the mailbox is woken).
+    pub async fn notified(&self) {
+        self.notify.notified().await
+    }
+
+    /// Wakes the resident without mail (to see a stop).
+    pub fn wake(&self) {
+        self.notify.notify_one();
+    }
+}
+
+/// The one-line marker a turn after an outage reads before the held arrivals.
+pub fn dropped_marker(dropped: u64) -> String {
+    let noun = if dropped == 1 { "message" } else { "messages" };
+    format!(
+        "[colony] {dropped} older {noun} arrived while the model could not be called and were \
+         dropped; the newest {HELD} follow."
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mail(n: usize) -> Mail {
+        Mail::new("a", "t", format!("m{n}"), 0)
+    }
+
+    #[test]
+    fn holding_keeps_the_newest_and_counts_the_rest() {
+        let b = Mailbox::new();
+        b.post(mail(0)).unwrap();
+        let batch = b.take();
+        assert_eq!(batch.mail.len(), 1);
+        b.put_back(batch);
+        for n in 1..30 {
+            b.post(mail(n)).unwrap();
+        }
+        assert_eq!(b.len(), HELD);
+        assert_eq!(b.dropped(), 6);
+        let batch = b.take();
+        assert_eq!(batch.mail[0].content, "m6");
+        assert_eq!(batch.dropped, 6);
+        b.served(&batch);
+        assert_eq!(b.dropped(), 0);
+        // Not holding: nothing is discarded.
+        for n in 0..30 {
+            b.post(mail(n)).unwrap();
+        }
+        assert_eq!(b.len(), 30);
+    }
+
+    #[test]
+    fn closed_refuses() {
+        let b = Mailbox::new();
+        b.close();
+        assert_eq!(b.post(mail(0)), Err(MailError::NoRecipient));
+    }
+
+    #[test]
+    fn provenance_takes_the_highest_hop() {
+        let mut a = mail(0);
+        a.hop = 3;
+        let mut b = mail(1);
+        b.source = "z".into();
+        let p = Provenance::of(&[a, b]).unwrap();
+        assert_eq!((p.origin.as_str(), p.hop), ("z", 3));
+    }
+}

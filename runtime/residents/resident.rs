@@ -1,0 +1,439 @@
+//! One resident: a supervised task with its own conversation and mailbox.
+//!
+//! The loop: wait for mail; take the waiting arrivals (at most [`HELD`]) as user turns labelled
+//! with their source; run `take_turn` through the resident's middleware; commit the transcript;
+//! hand a non-empty reply to its [`Deliver`]. One resident's turns are strictly ordered (one
+//! task); residents run in parallel on the core.
+//!
+//! **The outage path** (DESIGN §5). When a turn's first model call fails, nothing of the turn
+//! happened: the arrivals go back to the mailbox, which from then on holds only the newest
+//! [`HELD`] and counts what it discards, and the stored conversation stays as it was. The resident
+//! tries again after the provider's retry-after (an open breaker's says when its next probe is
+//! due) or its own backoff (1 s doubling to 60 s), each attempt reading the held arrivals behind
+//! a dropped marker derived from the count. One notice goes out on the way into the outage and
+//! one on the way out. A failure after a step already ran (tools ran, so the turn cannot be
+//! repeated) commits what happened and the next attempt continues from it.
+
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use super::mail::{Batch, HELD, Mailbox, Provenance, dropped_marker};
+use super::middleware::SharedInfer;
+use super::supervision::{Exit, RestartPolicy};
+use crate::core::Ask;
+use crate::lua::bridge::{FnId, LuaBridge};
+use crate::turn::{Compaction, ToolDef, TurnOutcome, TurnSpec, take_turn};
+use crate::vocab::{Message, Stop, Usage};
+
+/// The default `max_hop`: a mail that has been relayed more often than this is refused.
+pub const DEFAULT_MAX_HOP: u32 = 8;
+
+/// The line a turn gains when its text had nobody to go to.
+pub const UNDELIVERED_NOTE: &str = "[colony] Your last reply was not delivered: you have no \
+    deliver_to, so nobody reads your replies. Speak through your tools.";
+
+/// Everything a resident is hired with.
+pub struct ResidentSpec {
+    pub name: String,
+    /// System, settings (use-type, provider, model ...) and request shaping for every turn;
+    /// its `messages` are ignored.
+    pub ask: Ask,
+    pub tools: Vec<ToolDef>,
+    pub max_steps: u32,
+    pub max_hop: u32,
+    pub compaction: Compaction,
+    pub deliver: Deliver,
+    pub restart: RestartPolicy,
+    /// The middleware stack its model calls go through (the core itself for none).
+    pub stack: SharedInfer,
+}
+
+/// Where a resident's replies and notices go.
+#[derive(Clone)]
+pub enum Deliver {
+    /// Nowhere: the AI speaks only through its tools.
+    Nobody,
+    /// A Lua function `deliver_to(text, info)`; an error it raises crashes the resident.
+    Lua(LuaBridge, FnId),
+    /// A channel (an embedding application's).
+    Channel(mpsc::UnboundedSender<Delivery>),
+    /// Standard output, as `[name] text` (`deliver_to = "host"` under `colony run`).
+    Stdout,
+}
+
+/// What a delivery is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DeliveryKind {
+    /// A turn's reply.
+    Reply,
+    /// The model cannot be called: arrivals are being held.
+    Outage,
+    /// The model answers again.
+    Recovered,
+}
+
+/// One reply or notice from a resident.
+#[derive(Debug, Clone, Serialize)]
+pub struct Delivery {
+    pub ai: String,
+    pub kind: DeliveryKind,
+    pub text: String,
+    /// The sender of the mail the turn served (the newest, if several).
+    pub origin: Option<String>,
+    pub hop: u32,
+    pub stop: Option<&'static str>,
+    pub steps: u32,
+    pub usage: Usage,
+    /// For a notice: the error that began the outage.
+    pub error: Option<String>,
+    /// Arrivals held (outage) or discarded (recovery).
+    pub held: usize,
+    pub dropped: u64,
+}
+
+/// What a resident is doing, as `ai.residents()` shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Idle,
+    Busy,
+    Outage,
+    Restarting,
+    Stopped,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Idle => "idle",
+            State::Busy => "busy",
+            State::Outage => "outage",
+            State::Restarting => "restarting",
+            State::Stopped => "stopped",
+        }
+    }
+
+    fn from_u8(v: u8) -> State {
+        match v {
+            0 => State::Idle,
+            1 => State::Busy,
+            2 => State::Outage,
+            3 => State::Restarting,
+            _ => State::Stopped,
+        }
+    }
+}
+
+/// A resident as the route holds it: its mailbox, its conversation (which outlives a crash) and
+/// what `ai.residents()` reports.
+pub struct Resident {
+    pub spec: ResidentSpec,
+    pub mailbox: Mailbox,
+    conversation: Mutex<Vec<Message>>,
+    conversation_len: AtomicUsize,
+    state: AtomicU8,
+    restarts: AtomicU32,
+}
+
+/// A snapshot for `ai.residents()`.
+#[derive(Debug, Clone, Serialize)]
+pub struct ResidentInfo {
+    pub name: String,
+    pub state: State,
+    /// Messages in its stored conversation.
+    pub conversation: usize,
+    /// Arrivals waiting (held, during an outage).
+    pub held: usize,
+    pub dropped: u64,
+    pub restarts: u32,
+}
+
+impl Resident {
+    pub fn new(spec: ResidentSpec) -> Resident {
+        Resident {
+            spec,
+            mailbox: Mailbox::new(),
+            conversation: Mutex::new(Vec::new()),
+            conversation_len: AtomicUsize::new(0),
+            state: AtomicU8::new(State::Idle as u8),
+            restarts: AtomicU32::new(0),
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub fn state(&self) -> State {
+        State::from_u8(self.state.load(Ordering::Relaxed))
+    }
+
+    pub(crate) fn set_state(&self, s: State) {
+        self.state.store(s as u8, Ordering::Relaxed);
+    }
+
+    pub(crate) fn restarted(&self) {
+        self.restarts.fetch_add(1, Ordering::Relaxed);
+        self.set_state(State::Restarting);
+    }
+
+    pub fn info(&self) -> ResidentInfo {
+        ResidentInfo {
+            name: self.spec.name.clone(),
+            state: self.state(),
+            conversation: self.conversation_len.load(Ordering::Relaxed),
+            held: self.mailbox.len(),
+            dropped: self.mailbox.dropped(),
+            restarts: self.restarts.load(Ordering::Relaxed),
+        }
+    }
+
+    /// A copy of the stored conversation.
+    pub fn conversation(&self) -> Vec<Message> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Vec<Message>> {
+        self.conversation.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn commit(&self, messages: Vec<Message>) {
+        self.conversation_len
+            .store(messages.len(), Ordering::Relaxed);
+        *self.lock() = messages;
+    }
+}
+
+/// What the resident loop needs from its route.
+pub(crate) trait Host: Send + Sync {
+    fn core(&self) -> &crate::core::Core;
+    fn bridge(&self) -> &LuaBridge;
+    fn stopping(&self) -> bool;
+}
+
+/// The resident's outage, while it lasts.
+struct Outage {
+    since: Instant,
+    retry_at: tokio::time::Instant,
+    backoff: Duration,
+}
+
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+const MAX_WAIT: Duration = Duration::from_secs(600);
+
+/// Runs the resident until the route stops, it is dismissed (its mailbox closed), or it crashes
+/// (its delivery raised). A restart calls this again with the same [`Resident`].
+pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
+    let mut outage: Option<Outage> = None;
+    // A turn cut short after a step ran: the next attempt continues it even without new mail.
+    let mut unfinished = false;
+    loop {
+        if host.stopping() || me.mailbox.is_closed() {
+            me.set_state(State::Stopped);
+            return Exit::Normal;
+        }
+        if let Some(o) = &outage {
+            me.set_state(State::Outage);
+            // Mail arriving meanwhile is held, not a reason to call a model that is down.
+            let wake = tokio::time::sleep_until(o.retry_at);
+            tokio::pin!(wake);
+            loop {
+                tokio::select! {
+                    _ = &mut wake => break,
+                    _ = me.mailbox.notified() => {
+                        if host.stopping() || me.mailbox.is_closed() {
+                            break;
+                        }
+                    }
+                }
+            }
+            if host.stopping() || me.mailbox.is_closed() {
+                continue;
+            }
+        } else if me.mailbox.is_empty() && !unfinished {
+            me.set_state(State::Idle);
+            me.mailbox.notified().await;
+            continue;
+        }
+        me.set_state(State::Busy);
+        let batch = me.mailbox.take();
+        let provenance = Provenance::of(&batch.mail);
+        let mut messages = std::mem::take(&mut *me.lock());
+        let before = messages.len();
+        if batch.dropped > 0 {
+            messages.push(Message::user(dropped_marker(batch.dropped)));
+        }
+        messages.extend(batch.mail.iter().map(|m| Message::user(m.as_user_text())));
+        let mut ask = me.spec.ask.clone();
+        ask.messages = messages;
+        let mut turn = TurnSpec::new(ask);
+        turn.tools = me.spec.tools.clone();
+        turn.max_steps = me.spec.max_steps;
+        turn.compaction = me.spec.compaction.clone();
+        turn.provenance = provenance.clone();
+        let span = tracing::info_span!("resident", ai = %me.spec.name);
+        let out: TurnOutcome = {
+            use tracing::Instrument;
+            Box::pin(take_turn(host.core(), &*me.spec.stack, host.bridge(), turn))
+                .instrument(span)
+                .await
+        };
+        if let Some(error) = &out.error {
+            let nothing_happened = out.steps == 0 && out.compactions == 0;
+            let mut messages = out.messages;
+            let held = if nothing_happened {
+                messages.truncate(before);
+                me.commit(messages);
+                me.mailbox.put_back(batch);
+                me.mailbox.len()
+            } else {
+                me.commit(messages);
+                me.mailbox.served(&batch);
+                unfinished = true;
+                0
+            };
+            let wait = |backoff: Duration| {
+                error
+                    .retry_after
+                    .map(|d| d.min(MAX_WAIT))
+                    .unwrap_or(backoff)
+            };
+            match &mut outage {
+                Some(o) => {
+                    o.backoff = (o.backoff * 2).min(MAX_BACKOFF);
+                    o.retry_at = tokio::time::Instant::now() + wait(o.backoff);
+                }
+                None => {
+                    tracing::warn!(ai = %me.spec.name, error = %error.message, "outage: holding arrivals");
+                    outage = Some(Outage {
+                        since: Instant::now(),
+                        retry_at: tokio::time::Instant::now() + wait(FIRST_BACKOFF),
+                        backoff: FIRST_BACKOFF,
+                    });
+                    let notice = Delivery {
+                        text: format!(
+                            "[colony] {} cannot reach its model ({}); holding the newest {HELD} \
+                             arrivals until it can.",
+                            me.spec.name, error.message
+                        ),
+                        error: Some(error.message.clone()),
+                        held,
+                        ..delivery(me, DeliveryKind::Outage, provenance.as_ref(), None)
+                    };
+                    if let Err(e) = deliver(me, notice).await {
+                        return Exit::Crashed(e);
+                    }
+                }
+            }
+            continue;
+        }
+        unfinished = false;
+        me.mailbox.served(&batch);
+        let mut messages = out.messages;
+        let reply = out.reply;
+        if matches!(me.spec.deliver, Deliver::Nobody) && !reply.trim().is_empty() {
+            messages.push(Message::user(UNDELIVERED_NOTE));
+        }
+        me.commit(messages);
+        if let Some(o) = outage.take() {
+            let notice = Delivery {
+                text: format!(
+                    "[colony] {} reaches its model again after {:.1} s; {} held arrivals were \
+                     served{}.",
+                    me.spec.name,
+                    o.since.elapsed().as_secs_f64(),
+                    batch.mail.len(),
+                    if batch.dropped > 0 {
+                        format!(" ({} older ones were dropped)", batch.dropped)
+                    } else {
+                        String::new()
+                    }
+                ),
+                held: batch.mail.len(),
+                dropped: batch.dropped,
+                ..delivery(me, DeliveryKind::Recovered, provenance.as_ref(), None)
+            };
+            if let Err(e) = deliver(me, notice).await {
+                return Exit::Crashed(e);
+            }
+        }
+        if reply.trim().is_empty() {
+            continue;
+        }
+        let d = Delivery {
+            text: reply,
+            stop: Some(out.stop.as_str()),
+            steps: out.steps,
+            usage: out.usage,
+            ..delivery(me, DeliveryKind::Reply, provenance.as_ref(), Some(out.stop))
+        };
+        if let Err(e) = deliver(me, d).await {
+            return Exit::Crashed(e);
+        }
+    }
+}
+
+fn delivery(
+    me: &Resident,
+    kind: DeliveryKind,
+    provenance: Option<&Provenance>,
+    stop: Option<Stop>,
+) -> Delivery {
+    Delivery {
+        ai: me.spec.name.clone(),
+        kind,
+        text: String::new(),
+        origin: provenance.map(|p| p.origin.clone()),
+        hop: provenance.map(|p| p.hop).unwrap_or(0),
+        stop: stop.map(Stop::as_str),
+        steps: 0,
+        usage: Usage::default(),
+        error: None,
+        held: 0,
+        dropped: 0,
+    }
+}
+
+/// Hands `d` over; `Err` is what the Lua `deliver_to` raised (a crash).
+async fn deliver(me: &Resident, d: Delivery) -> Result<(), String> {
+    match &me.spec.deliver {
+        Deliver::Nobody => {
+            if d.kind != DeliveryKind::Reply {
+                tracing::warn!(ai = %d.ai, "{}", d.text);
+            }
+            Ok(())
+        }
+        Deliver::Channel(tx) => {
+            let _ = tx.send(d);
+            Ok(())
+        }
+        Deliver::Stdout => {
+            use std::io::Write;
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "[{}] {}", d.ai, d.text);
+            let _ = out.flush();
+            Ok(())
+        }
+        Deliver::Lua(bridge, func) => {
+            let text = serde_json::Value::String(d.text.clone());
+            let mut info = serde_json::to_value(&d).unwrap_or(serde_json::Value::Null);
+            if let Some(map) = info.as_object_mut() {
+                map.remove("text");
+            }
+            bridge.call(*func, vec![text, info]).await
+        }
+    }
+}
+
+impl Batch {
+    /// Whether the batch holds any mail.
+    pub fn is_empty(&self) -> bool {
+        self.mail.is_empty()
+    }
+}

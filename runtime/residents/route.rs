@@ -1,0 +1,405 @@
+//! The route: the table of addressable AIs, the nursery their tasks live in, and the stop.
+//!
+//! A [`Route`] is `Send + Sync` and cheap to clone. The Lua `ai.*` functions drive one per
+//! program, and an embedding application can drive its own: [`Route::open`] (mail is refused
+//! before), [`Route::spawn`], [`Route::mail`], [`Route::dismiss`], [`Route::stop`] and
+//! [`Route::shutdown`]. Crashes and failures are reported on [`Route::events`].
+//!
+//! Mail is at-most-once: a mailbox that has closed (its resident died or was dismissed) refuses
+//! it, and the route evicts the name.
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::task::AbortHandle;
+
+use super::mail::{Mail, MailError};
+use super::resident::{Host, Resident, ResidentInfo, ResidentSpec, State, live};
+use super::supervision::{Decision, Exit, Supervisor};
+use crate::core::Core;
+use crate::lua::bridge::LuaBridge;
+
+/// What the route reports as it happens.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RouteEvent {
+    /// A child raised: `id` is the resident's name or its source's `<ai>/source/<n>`.
+    Crashed {
+        id: String,
+        ai: String,
+        message: String,
+    },
+    /// A child passed its restart intensity and is not started again.
+    Failed {
+        id: String,
+        ai: String,
+        message: String,
+    },
+    /// A resident left the table (dismissed, failed or stopped): its sources should end.
+    Gone { ai: String },
+}
+
+/// Why a resident could not be hired.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpawnError {
+    #[error("an AI named {0:?} is already registered")]
+    Taken(String),
+    #[error("the route is stopping")]
+    Stopping,
+}
+
+/// The route of one program.
+#[derive(Clone)]
+pub struct Route {
+    inner: Arc<Inner>,
+}
+
+struct Entry {
+    resident: Arc<Resident>,
+    task: AbortHandle,
+}
+
+struct Inner {
+    core: Core,
+    bridge: LuaBridge,
+    table: RwLock<HashMap<String, Entry>>,
+    open: AtomicBool,
+    stopping: AtomicBool,
+    reason: watch::Sender<Option<String>>,
+    events: mpsc::UnboundedSender<RouteEvent>,
+    events_rx: Mutex<Option<mpsc::UnboundedReceiver<RouteEvent>>>,
+    /// Resident tasks still running (a dismissed one counts until its task is dropped).
+    tasks: AtomicUsize,
+    tasks_done: Notify,
+    /// Whether the table has ever held a resident (an empty route that never had one is not
+    /// "every resident gone").
+    ever: AtomicBool,
+}
+
+impl Host for Inner {
+    fn core(&self) -> &Core {
+        &self.core
+    }
+
+    fn bridge(&self) -> &LuaBridge {
+        &self.bridge
+    }
+
+    fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::Acquire)
+    }
+}
+
+impl Route {
+    /// A closed route whose residents call models through `core` and Lua tools through `bridge`
+    /// ([`LuaBridge::detached`] when there is no Lua program).
+    pub fn new(core: Core, bridge: LuaBridge) -> Route {
+        let (events, events_rx) = mpsc::unbounded_channel();
+        Route {
+            inner: Arc::new(Inner {
+                core,
+                bridge,
+                table: RwLock::new(HashMap::new()),
+                open: AtomicBool::new(false),
+                stopping: AtomicBool::new(false),
+                reason: watch::Sender::new(None),
+                events,
+                events_rx: Mutex::new(Some(events_rx)),
+                tasks: AtomicUsize::new(0),
+                tasks_done: Notify::new(),
+                ever: AtomicBool::new(false),
+            }),
+        }
+    }
+
+    pub fn core(&self) -> &Core {
+        &self.inner.core
+    }
+
+    pub fn bridge(&self) -> &LuaBridge {
+        &self.inner.bridge
+    }
+
+    /// From now on mail is delivered (the watch is up).
+    pub fn open(&self) {
+        self.inner.open.store(true, Ordering::Release);
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.inner.open.load(Ordering::Acquire)
+    }
+
+    /// The receiver of the route's events; `None` once taken.
+    pub fn events(&self) -> Option<mpsc::UnboundedReceiver<RouteEvent>> {
+        lock(&self.inner.events_rx).take()
+    }
+
+    /// Reports an event (the Lua side reports its sources' crashes here).
+    pub fn report(&self, event: RouteEvent) {
+        let _ = self.inner.events.send(event);
+    }
+
+    /// Registers `spec` and starts its task on the core's runtime.
+    pub fn spawn(&self, spec: ResidentSpec) -> Result<Arc<Resident>, SpawnError> {
+        if self.stopping() {
+            return Err(SpawnError::Stopping);
+        }
+        let name = spec.name.clone();
+        let resident = Arc::new(Resident::new(spec));
+        let mut table = write(&self.inner.table);
+        if table.contains_key(&name) {
+            return Err(SpawnError::Taken(name));
+        }
+        self.inner.tasks.fetch_add(1, Ordering::AcqRel);
+        let task = self.inner.core.handle().spawn(supervise(
+            self.inner.clone(),
+            resident.clone(),
+            TaskCount(self.inner.clone()),
+        ));
+        table.insert(
+            name,
+            Entry {
+                resident: resident.clone(),
+                task: task.abort_handle(),
+            },
+        );
+        self.inner.ever.store(true, Ordering::Release);
+        Ok(resident)
+    }
+
+    /// Posts `mail` to its recipient.
+    pub fn mail(&self, mail: Mail) -> Result<(), MailError> {
+        if !self.is_open() || self.stopping() {
+            return Err(MailError::NoRecipient);
+        }
+        let resident = {
+            let table = read(&self.inner.table);
+            match table.get(&mail.to) {
+                Some(e) => e.resident.clone(),
+                None => return Err(MailError::NoRecipient),
+            }
+        };
+        if mail.hop > resident.spec.max_hop {
+            tracing::warn!(
+                to = %mail.to,
+                source = %mail.source,
+                hop = mail.hop,
+                max_hop = resident.spec.max_hop,
+                "mail refused: hop limit"
+            );
+            return Err(MailError::HopLimit);
+        }
+        let to = mail.to.clone();
+        match resident.mailbox.post(mail) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                // It has died: evict it, so the next sender learns at once.
+                self.inner.evict(&to, &resident);
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends the AI `name`: its task is stopped (a turn in flight with it) and its name freed.
+    pub fn dismiss(&self, name: &str) -> bool {
+        let entry = write(&self.inner.table).remove(name);
+        let Some(entry) = entry else { return false };
+        entry.resident.mailbox.close();
+        entry.resident.set_state(State::Stopped);
+        entry.task.abort();
+        self.report(RouteEvent::Gone { ai: name.into() });
+        self.inner.check_all_gone();
+        true
+    }
+
+    /// The live residents, in name order.
+    pub fn residents(&self) -> Vec<ResidentInfo> {
+        let mut list: Vec<ResidentInfo> = read(&self.inner.table)
+            .values()
+            .map(|e| e.resident.info())
+            .collect();
+        list.sort_by(|a, b| a.name.cmp(&b.name));
+        list
+    }
+
+    /// The resident `name`, if registered.
+    pub fn resident(&self, name: &str) -> Option<Arc<Resident>> {
+        read(&self.inner.table)
+            .get(name)
+            .map(|e| e.resident.clone())
+    }
+
+    pub fn len(&self) -> usize {
+        read(&self.inner.table).len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Asks everything to stop: no new turns start, mail is refused, idle residents end. The
+    /// first reason given is the one kept.
+    pub fn stop(&self, reason: impl Into<String>) {
+        self.inner.stop_with(&reason.into());
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.inner.stopping()
+    }
+
+    /// Waits for [`Route::stop`] and returns its reason.
+    pub async fn stopped(&self) -> String {
+        let mut rx = self.inner.reason.subscribe();
+        match rx.wait_for(Option::is_some).await {
+            Ok(r) => r.clone().unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// After [`Route::stop`]: waits up to `grace` for turns in flight to finish, then ends the
+    /// tasks still running. Returns how many had to be cut off.
+    pub async fn shutdown(&self, grace: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            let done = self.inner.tasks_done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            if self.inner.tasks.load(Ordering::Acquire) == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, done).await.is_err() {
+                break;
+            }
+        }
+        let table = std::mem::take(&mut *write(&self.inner.table));
+        let mut cut = 0;
+        for (_, e) in table {
+            if e.resident.state() != State::Stopped {
+                cut += 1;
+            }
+            e.task.abort();
+        }
+        cut
+    }
+}
+
+impl Inner {
+    /// Removes `resident` from the table if it is still the one registered under `name`.
+    fn evict(&self, name: &str, resident: &Arc<Resident>) {
+        let removed = {
+            let mut table = write(&self.table);
+            match table.get(name) {
+                Some(e) if Arc::ptr_eq(&e.resident, resident) => table.remove(name).is_some(),
+                _ => false,
+            }
+        };
+        if removed {
+            let _ = self.events.send(RouteEvent::Gone { ai: name.into() });
+            self.check_all_gone();
+        }
+    }
+
+    fn check_all_gone(&self) {
+        if self.open.load(Ordering::Acquire)
+            && self.ever.load(Ordering::Acquire)
+            && read(&self.table).is_empty()
+        {
+            self.stop_with("every resident is gone");
+        }
+    }
+
+    fn stop_with(&self, reason: &str) {
+        let first = self.reason.send_if_modified(|r| {
+            if r.is_none() {
+                *r = Some(reason.to_string());
+                true
+            } else {
+                false
+            }
+        });
+        if first {
+            tracing::info!(reason, "stopping");
+            self.stopping.store(true, Ordering::Release);
+            for e in read(&self.table).values() {
+                e.resident.mailbox.wake();
+            }
+        }
+    }
+}
+
+/// Counts a resident task until it is dropped, aborted or not.
+struct TaskCount(Arc<Inner>);
+
+impl Drop for TaskCount {
+    fn drop(&mut self) {
+        self.0.tasks.fetch_sub(1, Ordering::AcqRel);
+        self.0.tasks_done.notify_waiters();
+    }
+}
+
+/// Runs a resident under its restart policy.
+async fn supervise(inner: Arc<Inner>, me: Arc<Resident>, _count: TaskCount) {
+    let mut supervisor = Supervisor::new(me.spec.restart);
+    let name = me.name().to_string();
+    loop {
+        let exit = match AssertUnwindSafe(live(&*inner, &me)).catch_unwind().await {
+            Ok(exit) => exit,
+            Err(panic) => Exit::Crashed(format!("the resident panicked: {}", panic_text(&panic))),
+        };
+        if inner.stopping() || me.mailbox.is_closed() {
+            break;
+        }
+        if let Exit::Crashed(message) = &exit {
+            tracing::warn!(ai = %name, "crashed: {message}");
+            let _ = inner.events.send(RouteEvent::Crashed {
+                id: name.clone(),
+                ai: name.clone(),
+                message: message.clone(),
+            });
+        }
+        match supervisor.decide(&exit, Instant::now()) {
+            Decision::Restart => me.restarted(),
+            Decision::Done => break,
+            Decision::Failed => {
+                let message = match exit {
+                    Exit::Crashed(m) => m,
+                    Exit::Normal => "ended too often".into(),
+                };
+                tracing::error!(ai = %name, "failed: {message}");
+                let _ = inner.events.send(RouteEvent::Failed {
+                    id: name.clone(),
+                    ai: name.clone(),
+                    message,
+                });
+                break;
+            }
+        }
+    }
+    me.set_state(State::Stopped);
+    me.mailbox.close();
+    inner.evict(&name, &me);
+}
+
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "(no message)".into())
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}

@@ -1,0 +1,366 @@
+//! Residents through the binary: the route, mail with hop counts, sources under supervision,
+//! delivery, the outage path and stopping. The fake provider answers from each request's content
+//! (not a queue), so residents that infer in parallel get the right answers in any order.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::fake::{FakeProvider, Reply};
+use support::styled;
+
+/// The OpenAI-style request's system text and its last message.
+fn parts(body: &Value) -> (String, Value) {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let system = messages
+        .iter()
+        .find(|m| m["role"] == "system")
+        .and_then(|m| m["content"].as_str())
+        .unwrap_or("")
+        .to_string();
+    (system, messages.last().cloned().unwrap_or(Value::Null))
+}
+
+fn texts(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|m| m["content"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn two_ais_relay_until_max_hop() {
+    let fake = FakeProvider::start();
+    // Each AI relays every mail to the other through `tell`, then says it is done.
+    fake.set_responder(|body, _| {
+        let (system, last) = parts(body);
+        if last["role"] == "tool" {
+            return Reply::text("relayed");
+        }
+        let other = if system.contains("You are a") {
+            "b"
+        } else {
+            "a"
+        };
+        Reply::tool_call("c1", "tell", json!({"to": other, "text": "ping"}))
+    });
+    let run = styled(&fake, "openai").lua(
+        r#"
+local tell = ai.tool{
+  name = "tell", description = "Mail another AI",
+  parameters = { to = "string", text = "string" },
+  handler = function(args, ctx)
+    local p = ai.inbound_provenance()
+    local ok, err = ai.mail{ to = args.to, source = p.to, content = args.text, hop = p.hop + 1 }
+    print(string.format("%s tells %s at hop %d (from %s, ctx hop %d): %s",
+      p.to, args.to, p.hop + 1, p.origin, ctx.hop, tostring(ok or err)))
+    if not ok then return nil, err end
+    return "sent"
+  end,
+}
+local replies = 0
+local function deliver(reply, info)
+  replies = replies + 1
+  print(string.format("reply %d from %s: %s (hop %d)", replies, info.ai, reply, info.hop))
+  if replies == 3 then ai.stop("done") end
+end
+ai.route{ provider = "openai", model = "m" }
+ai.spawn{ name = "a", system = "You are a", tools = { tell }, max_hop = 2, deliver_to = deliver,
+  sources = { function(self) assert(ai.mail{ to = self, source = "desk", content = "start", hop = 0 }) end } }
+ai.spawn{ name = "b", system = "You are b", tools = { tell }, max_hop = 2, deliver_to = deliver }
+print("before the watch:", ai.mail{ to = "a", source = "x", content = "early", hop = 0 })
+print("watch ended:", ai.watch{})
+"#,
+        &[],
+    );
+    let run = run.ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "before the watch:\tnil\tno_recipient");
+    let tells: Vec<&&str> = lines.iter().filter(|l| l.contains(" tells ")).collect();
+    assert_eq!(
+        tells,
+        [
+            &"a tells b at hop 1 (from desk, ctx hop 0): true",
+            &"b tells a at hop 2 (from a, ctx hop 1): true",
+            &"a tells b at hop 3 (from b, ctx hop 2): hop_limit",
+        ]
+    );
+    assert!(
+        run.stdout.contains("reply 3 from a: relayed (hop 2)"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(lines.last().unwrap(), &"watch ended:\tdone");
+    // The hop-limited call came back to the model as an error result.
+    let calls = support::model_calls(&fake);
+    assert!(
+        calls
+            .iter()
+            .any(|b| texts(b).iter().any(|t| t.contains("hop_limit"))),
+        "no request carried the refusal"
+    );
+}
+
+#[test]
+fn dismissed_and_unknown_ais_answer_no_recipient() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("noted"));
+    let run = styled(&fake, "openai").lua(
+        r#"
+local function show()
+  local out = {}
+  for _, r in ipairs(ai.residents()) do out[#out + 1] = r.name .. "=" .. r.state end
+  return table.concat(out, " ")
+end
+ai.spawn{ name = "keeper", provider = "openai", model = "m", deliver_to = function() end }
+ai.spawn{ name = "temp", provider = "openai", model = "m", deliver_to = function(reply, info)
+  print("temp replied: " .. reply)
+  print("dismiss temp:", ai.dismiss("temp"))
+  print("mail temp:", ai.mail{ to = "temp", source = "t", content = "again", hop = 0 })
+  print("dismiss temp again:", ai.dismiss("temp"))
+  print("mail nobody:", ai.mail{ to = "nobody", source = "t", content = "x", hop = 0 })
+  print("after:", show())
+  print("dismiss keeper:", ai.dismiss("keeper"))
+end, sources = { function(self) ai.mail{ to = self, source = "t", content = "hello", hop = 0 } end } }
+print("before:", show())
+print("watch ended:", ai.watch{})
+"#,
+        &[],
+    );
+    let run = run.ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "before:\tkeeper=pending temp=pending",
+            "temp replied: noted",
+            "dismiss temp:\ttrue",
+            "mail temp:\tnil\tno_recipient",
+            "dismiss temp again:\tnil\tno_recipient",
+            "mail nobody:\tnil\tno_recipient",
+            "after:\tkeeper=idle",
+            "dismiss keeper:\ttrue",
+            "watch ended:\tevery resident is gone",
+        ]
+    );
+}
+
+#[test]
+fn a_crashing_source_is_restarted_then_given_up() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("noted"));
+    let run = styled(&fake, "openai").lua(
+        r#"
+local runs, crashes, fails = 0, {}, {}
+ai.spawn{ name = "w", provider = "openai", model = "m",
+  deliver_to = function(reply) print("w: " .. reply) ; ai.stop("done") end,
+  sources = {
+    { function(self) runs = runs + 1 ; error("boom " .. runs) end, restart = "permanent", restart_window_ms = 600000 },
+    function(self)
+      -- The other source goes on: it mails once the first has failed.
+      while #fails == 0 do ai.sleep(5) end
+      assert(ai.mail{ to = self, source = "second", content = "still here", hop = 0 })
+    end,
+  } }
+print("watch ended:", ai.watch{
+  on_crash = function(id, name, message) crashes[#crashes + 1] = id .. " (" .. name .. "): " .. message end,
+  on_fail = function(id, name, err) fails[#fails + 1] = id .. ": " .. err end,
+})
+print("runs", runs)
+for _, c in ipairs(crashes) do print("crash", c) end
+for _, f in ipairs(fails) do print("fail", f) end
+"#,
+        &[],
+    );
+    let run = run.ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "w: noted");
+    assert_eq!(lines[1], "watch ended:\tdone");
+    // Three restarts allowed, the fourth crash is past the limit.
+    assert_eq!(lines[2], "runs\t4");
+    let crashes: Vec<&&str> = lines.iter().filter(|l| l.starts_with("crash")).collect();
+    assert_eq!(crashes.len(), 4, "{lines:?}");
+    assert!(
+        crashes[0].starts_with("crash\tw/source/1 (w): ") && crashes[0].ends_with("boom 1"),
+        "{}",
+        crashes[0]
+    );
+    let fails: Vec<&&str> = lines.iter().filter(|l| l.starts_with("fail")).collect();
+    assert_eq!(fails.len(), 1, "{lines:?}");
+    assert!(fails[0].starts_with("fail\tw/source/1: ") && fails[0].ends_with("boom 4"));
+}
+
+#[test]
+fn without_deliver_to_undelivered_text_gains_one_line() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        let (_, last) = parts(body);
+        let text = last["content"].as_str().unwrap_or("");
+        if text.contains("quiet") {
+            Reply::text("  ")
+        } else {
+            Reply::text("something to say")
+        }
+    });
+    let run = styled(&fake, "openai").lua(
+        r#"
+local function settle(n)
+  -- Waits until the resident has finished the turn that brings its conversation to n messages.
+  while true do
+    local r = ai.residents()[1]
+    if r.state == "idle" and r.conversation >= n then return r.conversation end
+    ai.sleep(2)
+  end
+end
+ai.spawn{ name = "mute", provider = "openai", model = "m", sources = { function(self)
+  ai.mail{ to = self, source = "t", content = "first", hop = 0 }
+  print("after first:", settle(3))
+  ai.mail{ to = self, source = "t", content = "quiet please", hop = 0 }
+  print("after quiet:", settle(5))
+  ai.mail{ to = self, source = "t", content = "third", hop = 0 }
+  print("after third:", settle(8))
+  ai.stop("done")
+end } }
+ai.watch{}
+"#,
+        &[],
+    );
+    let run = run.ok();
+    // first: user + reply + the note; quiet: user + blank reply (no note); third: user + reply + note.
+    assert_eq!(
+        run.lines(),
+        ["after first:\t3", "after quiet:\t5", "after third:\t8"]
+    );
+    let calls = support::model_calls(&fake);
+    assert_eq!(calls.len(), 3);
+    let second = texts(&calls[1]);
+    assert_eq!(
+        second,
+        [
+            "[mail from t] first",
+            "something to say",
+            "[colony] Your last reply was not delivered: you have no deliver_to, so nobody reads your replies. Speak through your tools.",
+            "[mail from t] quiet please",
+        ]
+    );
+    let third = texts(&calls[2]);
+    assert_eq!(third.len(), 6, "{third:?}");
+    assert_eq!(third[4], "  ");
+    assert_eq!(third[5], "[mail from t] third");
+}
+
+#[test]
+fn a_resident_whose_delivery_raises_restarts_with_its_conversation() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("answer"));
+    let run = styled(&fake, "openai").lua(
+        r#"
+local n = 0
+ai.spawn{ name = "r", provider = "openai", model = "m",
+  deliver_to = function(reply)
+    n = n + 1
+    if n == 1 then error("the printer is on fire") end
+    print("delivered " .. reply) ; ai.stop("done")
+  end,
+  sources = { function(self)
+    ai.mail{ to = self, source = "t", content = "one", hop = 0 }
+    while ai.residents()[1].restarts == 0 do ai.sleep(2) end
+    ai.mail{ to = self, source = "t", content = "two", hop = 0 }
+  end } }
+print(ai.watch{ on_crash = function(id, name, message) print("crash " .. id .. ": " .. message) end })
+"#,
+        &[],
+    );
+    let run = run.ok();
+    let lines = run.lines();
+    assert!(
+        lines[0].starts_with("crash r: ") && lines[0].contains("the printer is on fire"),
+        "{lines:?}"
+    );
+    assert_eq!(&lines[1..], ["delivered answer", "done"]);
+    let calls = support::model_calls(&fake);
+    assert_eq!(
+        texts(&calls[1]),
+        ["[mail from t] one", "answer", "[mail from t] two"]
+    );
+}
+
+#[test]
+fn misuse_is_named() {
+    let fake = FakeProvider::start();
+    let sb = styled(&fake, "openai");
+    let run = sb
+        .lua(r#"ai.mail{ to = "a", source = "s", content = "c" }"#, &[])
+        .failed();
+    assert!(
+        run.stderr
+            .contains("script.lua:1: ai.mail: hop is required"),
+        "{}",
+        run.stderr
+    );
+    let run = sb
+        .lua(r#"ai.spawn{ name = "a", colour = "red" }"#, &[])
+        .failed();
+    assert!(
+        run.stderr
+            .contains("ai.spawn \"a\": unknown option \"colour\""),
+        "{}",
+        run.stderr
+    );
+    let run = sb
+        .lua(
+            r#"ai.spawn{ name = "a", persist_conversation = true }"#,
+            &[],
+        )
+        .failed();
+    assert!(
+        run.stderr
+            .contains("persist_conversation needs the durable store"),
+        "{}",
+        run.stderr
+    );
+    let run = sb
+        .lua(r#"ai.spawn{ name = "a", restart = "sometimes" }"#, &[])
+        .failed();
+    assert!(
+        run.stderr.contains("restart = \"sometimes\""),
+        "{}",
+        run.stderr
+    );
+    let run = sb
+        .lua(r#"ai.spawn{ name = "a", middleware = { 3 } }"#, &[])
+        .failed();
+    assert!(
+        run.stderr.contains("middleware[1] is not"),
+        "{}",
+        run.stderr
+    );
+    let run = sb
+        .lua(r#"ai.spawn{ name = "a" } ai.spawn{ name = "a" }"#, &[])
+        .failed();
+    assert!(run.stderr.contains("already spawned"), "{}", run.stderr);
+    let run = sb.lua(r#"print(ai.watch{})"#, &[]).ok();
+    assert_eq!(run.stdout, "there are no residents\n");
+}
+
+#[test]
+fn host_deliveries_print_under_colony_run() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("hi there"));
+    let run = styled(&fake, "openai").lua(
+        r#"
+ai.spawn{ name = "greeter", provider = "openai", model = "m", deliver_to = "host",
+  sources = { function(self) ai.mail{ to = self, source = "t", content = "hello", hop = 0 } end } }
+ai.spawn{ name = "stopper", provider = "openai", model = "m", sources = { function()
+  -- A resident is idle again only after its delivery returned.
+  while not (ai.residents()[1].conversation > 0 and ai.residents()[1].state == "idle") do ai.sleep(2) end
+  ai.stop("done")
+end } }
+ai.watch{}
+"#,
+        &[],
+    );
+    assert_eq!(run.ok().stdout, "[greeter] hi there\n");
+}
