@@ -364,3 +364,191 @@ ai.watch{}
     );
     assert_eq!(run.ok().stdout, "[greeter] hi there\n");
 }
+
+#[test]
+fn an_outage_holds_the_newest_24_and_tells_once_in_and_once_out() {
+    let fake = FakeProvider::start();
+    // Overloaded (asking for a 5 ms wait) until a request carries the last mail.
+    fake.set_responder(|body, _| {
+        if texts(body).iter().any(|t| t == "[mail from t] mail 30") {
+            Reply::text("caught up")
+        } else {
+            Reply::status(529).header("retry-after-ms", "5")
+        }
+    });
+    let run = styled(&fake, "openai").lua(
+        r#"
+local notices = {}
+ai.spawn{ name = "r", provider = "openai", model = "m",
+  deliver_to = function(text, info)
+    notices[#notices + 1] = info.kind .. ": " .. text
+    if info.kind == "reply" then ai.stop("done") end
+  end,
+  sources = { function(self)
+    ai.mail{ to = self, source = "t", content = "mail 1", hop = 0 }
+    while ai.residents()[1].state ~= "outage" do ai.sleep(1) end
+    for i = 2, 30 do ai.mail{ to = self, source = "t", content = "mail " .. i, hop = 0 } end
+    local r = ai.residents()[1]
+    print("during the outage: conversation " .. r.conversation)
+  end } }
+ai.watch{}
+for _, n in ipairs(notices) do print(n) end
+"#,
+        &[],
+    );
+    let run = run.ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "during the outage: conversation 0");
+    assert_eq!(lines.len(), 4, "{lines:?}");
+    assert!(
+        lines[1].starts_with("outage: [colony] r cannot reach its model (")
+            && lines[1].ends_with("holding the newest 24 arrivals until it can."),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].starts_with("recovered: [colony] r reaches its model again after ")
+            && lines[2].ends_with("24 held arrivals were served (6 older ones were dropped)."),
+        "{}",
+        lines[2]
+    );
+    assert_eq!(lines[3], "reply: caught up");
+    let calls = support::model_calls(&fake);
+    let (failed, last) = calls.split_at(calls.len() - 1);
+    assert!(!failed.is_empty(), "the first attempt failed");
+    // While the model could not be called the conversation did not grow: every attempt sent
+    // only held arrivals (behind the marker once the bound discarded some), no replies.
+    for body in failed {
+        let t = texts(body);
+        assert!(!t.is_empty() && t.len() <= 25, "{t:?}");
+        for m in body["messages"].as_array().unwrap() {
+            assert_eq!(m["role"], "user", "{body}");
+        }
+    }
+    let sent = texts(&last[0]);
+    let mut expected = vec![
+        "[colony] 6 older messages arrived while the model could not be called and were dropped; the newest 24 follow.".to_string(),
+    ];
+    expected.extend((7..=30).map(|i| format!("[mail from t] mail {i}")));
+    assert_eq!(sent, expected);
+}
+
+#[test]
+fn sigterm_lets_the_turn_in_flight_finish_and_starts_no_other() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        let (_, last) = parts(body);
+        if last["role"] == "tool" {
+            Reply::text("finished")
+        } else {
+            Reply::tool_call("c1", "slow", json!({}))
+        }
+    });
+    let sb = styled(&fake, "openai");
+    let started = sb.path("started");
+    let script = sb.write(
+        "script.lua",
+        &format!(
+            r#"
+local slow = ai.tool{{ name = "slow", description = "Takes a while", parameters = {{}},
+  handler = function()
+    fs.write({started:?}, "yes")
+    while not ai.stopping() do ai.sleep(5) end
+    return "wrapped up because of " .. ai.stopping()
+  end }}
+ai.spawn{{ name = "r", provider = "openai", model = "m", tools = {{ slow }},
+  deliver_to = function(reply) print("delivered: " .. reply) end,
+  sources = {{ function(self)
+    ai.mail{{ to = self, source = "t", content = "one", hop = 0 }}
+    while not fs.exists({started:?}) do ai.sleep(5) end
+    ai.mail{{ to = self, source = "t", content = "two", hop = 0 }}
+  end }} }}
+print("watch ended: " .. ai.watch{{}})
+"#,
+            started = started.display().to_string()
+        ),
+    );
+    let child = sb.spawn(&["run", &script.display().to_string()]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !started.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tool never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success());
+    let out = child.wait_with_output().expect("colony ends");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout, "delivered: finished\nwatch ended: SIGTERM\n");
+    let calls = support::model_calls(&fake);
+    // The turn in flight made its second step; "two" never started a turn.
+    assert_eq!(calls.len(), 2);
+    let results: Vec<String> = texts(&calls[1]);
+    assert!(
+        results.contains(&"wrapped up because of SIGTERM".to_string()),
+        "{results:?}"
+    );
+}
+
+#[test]
+fn breaker_transitions_reach_lua_and_context_is_added_to_each_step() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let fake = FakeProvider::start();
+    let n = Arc::new(AtomicUsize::new(0));
+    let seen = n.clone();
+    // Three overloaded answers, then the provider is back.
+    fake.set_responder(move |_, _| {
+        if seen.fetch_add(1, Ordering::SeqCst) < 3 {
+            Reply::status(529).header("retry-after-ms", "1")
+        } else {
+            Reply::text("back")
+        }
+    });
+    let run = styled(&fake, "openai").lua(
+        r#"
+ai.route{ provider = "openai", model = "m", middleware = {
+  ai.with_context{ system_suffix = "Be brief.", before_step = function(info) return "Messages so far: " .. info.messages end },
+  ai.with_breaker{ threshold = 2, first_probe_ms = 20, on_transition = function(from, to, info)
+    print(from .. " -> " .. to .. " after " .. info.failures .. " failures")
+  end },
+} }
+ai.spawn{ name = "r", system = "You are r.", deliver_to = function(reply, info)
+    if info.kind == "reply" then print("reply: " .. reply) ; ai.stop("done") end
+  end,
+  sources = { function(self) ai.mail{ to = self, source = "t", content = "hello", hop = 0 } end } }
+ai.watch{}
+"#,
+        &[],
+    );
+    let run = run.ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "closed -> open after 2 failures",
+            "open -> half_open after 2 failures",
+            "half_open -> open after 3 failures",
+            "open -> half_open after 3 failures",
+            "half_open -> closed after 0 failures",
+            "reply: back",
+        ]
+    );
+    let calls = support::model_calls(&fake);
+    // The open breaker refused the steps between probes without calling the provider.
+    assert_eq!(calls.len(), 4);
+    assert_eq!(
+        calls[3]["messages"][0]["content"],
+        "You are r.\n\nBe brief.\n\nMessages so far: 1"
+    );
+}

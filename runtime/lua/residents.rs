@@ -135,6 +135,12 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
             Ok(())
         })?,
     )?;
+    // `ai.stopping()`: the stop's reason once the program is stopping (a tool finishing during
+    // the grace period can wrap up), else nil.
+    ai.set(
+        "stopping",
+        lua.create_function(|lua, ()| Ok(program(lua).route.stop_reason()))?,
+    )?;
     ai.set(
         "inbound_provenance",
         lua.create_function(|lua, ()| match bridge::current_provenance() {

@@ -976,6 +976,30 @@ mod tests {
         assert_eq!(r.inner().calls(), vec![T0, T0 + 45_000]);
     }
 
+    /// The same on tokio's own clock, paused: the production [`TokioClock`] waits the provider's
+    /// 45 s (not the at most 2 s of jitter) and the test takes no wall time.
+    #[tokio::test(start_paused = true)]
+    async fn retries_honour_retry_after_on_a_paused_tokio_clock() {
+        let clock: Arc<dyn Clock> = Arc::new(TokioClock::new());
+        let r = Retries::new(Scripted::new(
+            clock.clone(),
+            vec![
+                overloaded("busy", Some(secs(45))),
+                overloaded("busy", None),
+                ok("done"),
+            ],
+        ))
+        .with_seed(7);
+        let started = tokio::time::Instant::now();
+        assert_eq!(run(&r).await.unwrap().text(), "done");
+        let calls = r.inner().calls();
+        assert_eq!(calls.len(), 3);
+        assert_eq!(calls[1] - calls[0], 45_000);
+        // The second wait has no floor: full jitter under the 4 s ceiling.
+        assert!(calls[2] - calls[1] <= 4_000, "{calls:?}");
+        assert!(started.elapsed() >= secs(45));
+    }
+
     #[tokio::test]
     async fn retry_after_is_capped() {
         let clock = ManualClock::new(T0);

@@ -251,6 +251,11 @@ impl Route {
         self.inner.stopping()
     }
 
+    /// The reason given to [`Route::stop`], once stopping.
+    pub fn stop_reason(&self) -> Option<String> {
+        self.inner.reason.borrow().clone()
+    }
+
     /// Waits for [`Route::stop`] and returns its reason.
     pub async fn stopped(&self) -> String {
         let mut rx = self.inner.reason.subscribe();

@@ -90,8 +90,7 @@ impl Sandbox {
         p
     }
 
-    /// Runs `colony ARGS...`.
-    pub fn colony(&self, args: &[&str]) -> Run {
+    fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_colony"));
         cmd.args(args).current_dir(project_root());
         for k in SCRUBBED {
@@ -100,7 +99,21 @@ impl Sandbox {
         for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        let out = cmd.output().expect("the colony binary runs");
+        cmd
+    }
+
+    /// Starts `colony ARGS...` without waiting, its output piped (for signalling it).
+    pub fn spawn(&self, args: &[&str]) -> std::process::Child {
+        self.command(args)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the colony binary starts")
+    }
+
+    /// Runs `colony ARGS...`.
+    pub fn colony(&self, args: &[&str]) -> Run {
+        let out = self.command(args).output().expect("the colony binary runs");
         Run {
             code: out.status.code().unwrap_or(-1),
             stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
