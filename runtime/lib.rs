@@ -13,10 +13,16 @@
 //!   the environment and the catalogue, resolved into an endpoint for each request.
 //! - [`core`]: what a program talks to: the config, the providers and the multi-thread runtime,
 //!   with `Core::prepare` (overrides to a neutral request and an endpoint) and `Core::infer`.
-//! - [`residents`]: AIs hosted as residents; so far `middleware` (`Infer`, retries, breaker).
+//! - [`residents`]: AIs hosted as residents: the `route` (table, nursery, stop), each
+//!   `resident`'s loop and outage path, `mail` and the mailbox, `supervision` (restart policies),
+//!   `middleware` (`Infer`, context, breaker, retries).
+//! - [`embed`]: colony inside a Rust application: a `Runtime` with native tools, `Program`s to
+//!   mail and hear from.
 //! - [`secrets`]: keeps keys out of every log, error, transcript and cassette.
 //! - [`lua`]: the Lua host. One VM per program on its own thread; each Lua module (`ai`, `json`)
 //!   registers itself from its own file and only translates between Lua values and the core.
+//!   `residents`: `ai.route`/`spawn`/`mail`/`watch` and the sources; `middleware`: the
+//!   `ai.with_*` values; `bridge`: the core's way into the VM.
 //!   `http`: `get`/`post`/`request` on the program's pooled client; a 404 is a response, not `err`.
 //!   `fs`: `read`/`write`/`list`/`stat`/`exists` on tokio::fs, relative to the script's folder.
 //! - [`cli`]: the `colony` command, one file per subcommand.
@@ -27,6 +33,7 @@
 pub mod cli;
 pub mod config;
 pub mod core;
+pub mod embed;
 pub mod lua;
 pub mod providers;
 pub mod residents;

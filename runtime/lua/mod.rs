@@ -37,13 +37,7 @@ pub struct ScriptError(pub String);
 
 /// Runs the script at `path` with `args` (visible as `arg` and `...`), to completion.
 pub fn run_file(core: Core, path: &Path, args: Vec<String>) -> Result<(), ScriptError> {
-    let source = std::fs::read(path)
-        .map_err(|e| ScriptError(format!("cannot read {}: {e}", path.display())))?;
-    // Relative paths in `fs.*` resolve against the script's folder, wherever colony was started.
-    let dir = std::path::absolute(path)
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf));
-    run_on_thread(core, &path.display().to_string(), source, args, dir)
+    start_file(core, path, args, HostSetup::default())?.join()
 }
 
 /// Runs Lua source under the chunk name `name` on a fresh VM thread and waits for it. The source
@@ -54,17 +48,59 @@ pub fn run_source(
     source: Vec<u8>,
     args: Vec<String>,
 ) -> Result<(), ScriptError> {
-    run_on_thread(core, name, source, args, None)
+    start(core, name, source, args, None, HostSetup::default())?.join()
 }
 
-fn run_on_thread(
+/// A program running on its own Lua thread.
+pub struct Running {
+    /// The program's route (for an embedding application to mail its residents).
+    pub route: residents_route::Route,
+    thread: std::thread::JoinHandle<Result<(), ScriptError>>,
+}
+
+use crate::residents::route as residents_route;
+pub use residents::HostSetup;
+
+impl Running {
+    /// Waits for the script to end (blocking the calling thread).
+    pub fn join(self) -> Result<(), ScriptError> {
+        self.thread
+            .join()
+            .unwrap_or_else(|_| Err(ScriptError("the Lua thread panicked".into())))
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.thread.is_finished()
+    }
+}
+
+/// Starts the script at `path` on its own thread with what `host` lends it, and returns once
+/// its VM is built (the script then runs on).
+pub fn start_file(
+    core: Core,
+    path: &Path,
+    args: Vec<String>,
+    host: HostSetup,
+) -> Result<Running, ScriptError> {
+    let source = std::fs::read(path)
+        .map_err(|e| ScriptError(format!("cannot read {}: {e}", path.display())))?;
+    // Relative paths in `fs.*` resolve against the script's folder, wherever colony was started.
+    let dir = std::path::absolute(path)
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf));
+    start(core, &path.display().to_string(), source, args, dir, host)
+}
+
+fn start(
     core: Core,
     name: &str,
     source: Vec<u8>,
     args: Vec<String>,
     dir: Option<PathBuf>,
-) -> Result<(), ScriptError> {
+    host: HostSetup,
+) -> Result<Running, ScriptError> {
     let name = name.to_string();
+    let (route_tx, route_rx) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("colony-lua".into())
         .spawn(move || {
@@ -73,25 +109,45 @@ fn run_on_thread(
                 .build()
                 .map_err(|e| ScriptError(format!("cannot start the Lua thread's runtime: {e}")))?;
             let local = tokio::task::LocalSet::new();
-            local.block_on(&rt, run_on_this_thread(core, name, source, args, dir))
+            let program = Program {
+                core,
+                name,
+                source,
+                args,
+                dir,
+                host,
+            };
+            local.block_on(&rt, run_on_this_thread(program, route_tx))
         })
         .map_err(|e| ScriptError(format!("cannot start the Lua thread: {e}")))?;
-    thread
-        .join()
-        .unwrap_or_else(|_| Err(ScriptError("the Lua thread panicked".into())))
+    match route_rx.recv() {
+        Ok(route) => Ok(Running { route, thread }),
+        // The VM could not be built: the thread says why.
+        Err(_) => Err(thread
+            .join()
+            .unwrap_or_else(|_| Err(ScriptError("the Lua thread panicked".into())))
+            .err()
+            .unwrap_or_else(|| ScriptError("the Lua thread ended early".into()))),
+    }
+}
+
+struct Program {
+    core: Core,
+    name: String,
+    source: Vec<u8>,
+    args: Vec<String>,
+    dir: Option<PathBuf>,
+    host: HostSetup,
 }
 
 /// Builds a program's VM with colony's modules registered. The returned jobs must be served
 /// ([`bridge::serve`]) on the VM's thread for tools and callbacks to run.
 pub fn new_vm(core: Core) -> mlua::Result<(Lua, bridge::LuaJobs)> {
-    new_vm_with(core, &residents::HostSetup::default())
+    new_vm_with(core, &HostSetup::default())
 }
 
 /// [`new_vm`] with what an embedding application lends the program.
-pub fn new_vm_with(
-    core: Core,
-    host: &residents::HostSetup,
-) -> mlua::Result<(Lua, bridge::LuaJobs)> {
+pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::LuaJobs)> {
     let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())?;
     lua.set_app_data(core.with_own_client());
     lua.set_app_data(bridge::Functions::default());
@@ -170,17 +226,26 @@ fn constant(lua: &Lua, value: impl mlua::IntoLua) -> mlua::Result<Function> {
 }
 
 async fn run_on_this_thread(
-    core: Core,
-    name: String,
-    source: Vec<u8>,
-    args: Vec<String>,
-    dir: Option<PathBuf>,
+    program: Program,
+    route_out: std::sync::mpsc::Sender<residents_route::Route>,
 ) -> Result<(), ScriptError> {
-    let (lua, jobs) =
-        new_vm(core).map_err(|e| ScriptError(format!("cannot build the Lua VM: {e}")))?;
+    let Program {
+        core,
+        name,
+        source,
+        args,
+        dir,
+        host,
+    } = program;
+    let (lua, jobs) = new_vm_with(core, &host)
+        .map_err(|e| ScriptError(format!("cannot build the Lua VM: {e}")))?;
     if let Some(dir) = dir {
         lua.set_app_data(fs::ScriptDir(dir));
     }
+    if let Some(p) = lua.app_data_ref::<residents::Program>() {
+        let _ = route_out.send(p.route.clone());
+    }
+    drop(route_out);
     tokio::task::spawn_local(bridge::serve(lua.clone(), jobs));
     let setup = || -> mlua::Result<(Function, Function, Function, MultiValue)> {
         let arg = lua.create_table()?;

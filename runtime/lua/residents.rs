@@ -654,13 +654,15 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
         }
         st.watch = Watch::Running;
         let events = p.route.events().expect("the watch takes the events once");
-        p.route.open();
         let pending = std::mem::take(&mut st.pending);
         drop(st);
+        // Everyone registers before the route opens, so no early mail finds a name missing.
+        // Their sources, forked here, first run once this function waits.
         for q in pending {
             let name = q.spec.name.clone();
             hire(&p, q.spec, q.sources).map_err(|e| bad(&format!("ai.spawn {name:?}"), e))?;
         }
+        p.route.open();
         (p.route.clone(), events)
     };
     if route.is_empty() {

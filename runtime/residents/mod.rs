@@ -19,7 +19,7 @@ pub mod resident;
 pub mod route;
 pub mod supervision;
 
-pub use mail::{Mail, MailError, Provenance};
+pub use mail::{Mail, MailError, Mailbox, Provenance};
 pub use resident::{Deliver, Delivery, DeliveryKind, Resident, ResidentInfo, ResidentSpec};
 pub use route::{Route, RouteEvent, SpawnError};
 pub use supervision::{Restart, RestartPolicy};

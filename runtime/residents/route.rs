@@ -67,7 +67,7 @@ struct Inner {
     core: Core,
     bridge: LuaBridge,
     table: RwLock<HashMap<String, Entry>>,
-    open: AtomicBool,
+    open: watch::Sender<bool>,
     stopping: AtomicBool,
     reason: watch::Sender<Option<String>>,
     events: mpsc::UnboundedSender<RouteEvent>,
@@ -104,7 +104,7 @@ impl Route {
                 core,
                 bridge,
                 table: RwLock::new(HashMap::new()),
-                open: AtomicBool::new(false),
+                open: watch::Sender::new(false),
                 stopping: AtomicBool::new(false),
                 reason: watch::Sender::new(None),
                 events,
@@ -126,11 +126,22 @@ impl Route {
 
     /// From now on mail is delivered (the watch is up).
     pub fn open(&self) {
-        self.inner.open.store(true, Ordering::Release);
+        self.inner.open.send_replace(true);
     }
 
     pub fn is_open(&self) -> bool {
-        self.inner.open.load(Ordering::Acquire)
+        *self.inner.open.borrow()
+    }
+
+    /// Waits until the route is open (a program's `ai.watch` is up); returns at once if it is,
+    /// and also once it is stopping (it will not open then).
+    pub async fn opened(&self) {
+        let mut open = self.inner.open.subscribe();
+        let mut reason = self.inner.reason.subscribe();
+        tokio::select! {
+            _ = open.wait_for(|o| *o) => {}
+            _ = reason.wait_for(Option::is_some) => {}
+        }
     }
 
     /// The receiver of the route's events; `None` once taken.
@@ -309,9 +320,7 @@ impl Inner {
     }
 
     fn check_all_gone(&self) {
-        if self.open.load(Ordering::Acquire)
-            && self.ever.load(Ordering::Acquire)
-            && read(&self.table).is_empty()
+        if *self.open.borrow() && self.ever.load(Ordering::Acquire) && read(&self.table).is_empty()
         {
             self.stop_with("every resident is gone");
         }

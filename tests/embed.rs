@@ -1,0 +1,119 @@
+//! `examples/embed.rs` in the test suite: a Rust application with a native tool, a Lua program
+//! with a Lua tool, mail in and a delivery out, then a clean stop.
+
+mod support;
+
+#[path = "../examples/embed.rs"]
+mod embed;
+
+use std::collections::BTreeMap;
+
+use colony::config::{Config, UseConfig};
+use colony::embed::Runtime;
+use serde_json::{Value, json};
+use support::fake::{FakeProvider, Reply};
+
+/// The clerk's model: look the stock up, convert it, answer.
+fn script(fake: &FakeProvider) {
+    fake.push(Reply::tool_call(
+        "c1",
+        "stock.count",
+        json!({"item": "apples"}),
+    ));
+    fake.push(Reply::tool_call("c2", "units.dozens", json!({"count": 30})));
+    fake.push(Reply::text("We have 2 dozen apples, and 6 more."));
+}
+
+fn fake_config(fake: &FakeProvider) -> Config {
+    let general = UseConfig {
+        provider: Some("openai".into()),
+        model: Some("clerk-model".into()),
+        key: Some("test-key-openai-0123456789".into()),
+        base_url: Some(fake.base_url("openai")),
+        ..UseConfig::default()
+    };
+    Config {
+        uses: BTreeMap::from([("general".to_string(), general)]),
+    }
+}
+
+const EXPECTED: [&str; 2] = [
+    "shop floor -> clerk: How many dozen apples do we have?",
+    "clerk -> shop floor: We have 2 dozen apples, and 6 more.",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedding_example_runs_against_a_provider() {
+    let fake = FakeProvider::start();
+    script(&fake);
+    let runtime = Runtime::with_config(fake_config(&fake), tokio::runtime::Handle::current());
+    let lines = embed::run(runtime).await.expect("the example runs");
+    assert_eq!(lines, EXPECTED);
+    let calls = support::model_calls(&fake);
+    assert_eq!(calls.len(), 3);
+    // The native tool's result, then the Lua tool's, went back to the model.
+    let result =
+        |body: &Value| body["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+    let native: Value = serde_json::from_str(result(&calls[1]).as_str().unwrap()).unwrap();
+    assert_eq!(native, json!({"item": "apples", "count": 30}));
+    let lua: Value = serde_json::from_str(result(&calls[2]).as_str().unwrap()).unwrap();
+    assert_eq!(lua, json!({"dozens": 2, "left_over": 6}));
+    // Both tools were offered, the native one by its registered name.
+    let names: Vec<&str> = calls[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 2);
+    assert!(
+        calls[0]["messages"][1]["content"]
+            == "[mail from shop floor] How many dozen apples do we have?"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedding_example_runs_offline_on_its_cassette() {
+    let cassette = support::script::project_root().join("examples/embed.jsonl");
+    let runtime = Runtime::replaying(&cassette, tokio::runtime::Handle::current()).unwrap();
+    assert_eq!(embed::run(runtime).await.unwrap(), EXPECTED);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mail_before_the_watch_and_unknown_host_tools_are_refused() {
+    let fake = FakeProvider::start();
+    let runtime = Runtime::with_config(fake_config(&fake), tokio::runtime::Handle::current());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.lua");
+    std::fs::write(&path, "ai.spawn{ name = 'x', tools = { 'no.such' } }").unwrap();
+    let program = runtime.load(&path, vec![]).unwrap();
+    let err = program.join().await.unwrap_err().to_string();
+    assert!(
+        err.contains("tools[1] = \"no.such\": no tool of that name was registered by the host"),
+        "{err}"
+    );
+    std::fs::write(&path, "ai.sleep(50) ai.spawn{ name = 'x' } ai.watch{}").unwrap();
+    let program = runtime.load(&path, vec![]).unwrap();
+    let early = program.mail(colony::residents::Mail::new("x", "t", "hi", 0));
+    assert_eq!(early, Err(colony::residents::MailError::NoRecipient));
+    program.opened().await;
+    program.stop("done");
+    program.join().await.unwrap();
+}
+
+/// Writes `examples/embed.jsonl` afresh against the fake provider:
+/// `cargo test --test embed -- --ignored regenerate_embed_cassette`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "writes examples/embed.jsonl; run by hand"]
+async fn regenerate_embed_cassette() {
+    let fake = FakeProvider::start();
+    script(&fake);
+    let cassette = support::script::project_root().join("examples/embed.jsonl");
+    let runtime = Runtime::recording(
+        fake_config(&fake),
+        &cassette,
+        tokio::runtime::Handle::current(),
+    )
+    .unwrap();
+    assert_eq!(embed::run(runtime).await.unwrap(), EXPECTED);
+}
