@@ -552,3 +552,61 @@ ai.watch{}
         "You are r.\n\nBe brief.\n\nMessages so far: 1"
     );
 }
+
+#[test]
+fn a_turn_cut_short_after_its_tools_ran_continues_without_running_them_again() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let fake = FakeProvider::start();
+    let after_tool = Arc::new(AtomicUsize::new(0));
+    let seen = after_tool.clone();
+    // The step after the tool fails once (overloaded), then answers.
+    fake.set_responder(move |body, _| {
+        let (_, last) = parts(body);
+        if last["role"] != "tool" {
+            return Reply::tool_call("c1", "note", json!({"text": "x"}));
+        }
+        if seen.fetch_add(1, Ordering::SeqCst) == 0 {
+            Reply::status(529).header("retry-after-ms", "5")
+        } else {
+            Reply::text("done")
+        }
+    });
+    let run = styled(&fake, "openai").lua(
+        r#"
+local runs = 0
+local note = ai.tool{ name = "note", description = "Notes", parameters = { text = "string" },
+  handler = function() runs = runs + 1 ; return "noted " .. runs end }
+ai.spawn{ name = "r", provider = "openai", model = "m", tools = { note },
+  deliver_to = function(text, info)
+    print(info.kind)
+    if info.kind == "reply" then print(text) ; ai.stop("done") end
+  end,
+  sources = { function(self) ai.mail{ to = self, source = "t", content = "go", hop = 0 } end } }
+ai.watch{}
+print("the tool ran " .. runs .. " time(s)")
+"#,
+        &[],
+    );
+    assert_eq!(
+        run.ok().lines(),
+        [
+            "outage",
+            "recovered",
+            "reply",
+            "done",
+            "the tool ran 1 time(s)"
+        ]
+    );
+    let calls = support::model_calls(&fake);
+    assert_eq!(calls.len(), 3);
+    // The retry sent the committed transcript as it was: the mail, the call, its one result.
+    assert_eq!(calls[2]["messages"], calls[1]["messages"]);
+    let roles: Vec<&str> = calls[2]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["role"].as_str().unwrap())
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool"]);
+}

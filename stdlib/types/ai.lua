@@ -127,7 +127,7 @@ function ai.parallel(...) end
 ---@field name string may contain dots (`notes.search`): reshaped on the wire and mapped back
 ---@field description? string
 ---@field parameters? table a JSON Schema, or the shorthand `{ city = "string", days = "integer?" }` (`?` = optional)
----@field handler fun(args: table, ctx: { call_id: string, name: string, step: integer }): any returns a string, a table (sent as JSON), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
+---@field handler fun(args: table, ctx: { call_id: string, name: string, step: integer, ai?: string, origin?: string, hop?: integer }): any (`ai`, `origin`, `hop` in a resident's turn) returns a string, a table (sent as JSON), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
 ---@field timeout? number seconds before the call is abandoned (default 120)
 ---@field exportable? boolean may be served by colony's MCP server
 
@@ -140,7 +140,7 @@ function ai.tool(def) end
 ---@class ai.TurnOptions: ai.Options
 ---@field messages? ai.Message[] the conversation so far (yours: nothing is kept between calls)
 ---@field prompt? string appended as a user message
----@field tools? (ai.ToolValue|ai.ToolDef)[]
+---@field tools? (ai.ToolValue|ai.ToolDef|string)[] a string names a tool the embedding application registered
 ---@field max_steps? integer model calls allowed (default 8; `ai.run`: 9). The last one may not call tools.
 ---@field allow? string|string[] offer only tools matching these names or globs (`notes.*`)
 ---@field deny? string|string[] never offer tools matching these
@@ -216,5 +216,159 @@ function ai.run(opts) end
 ---@param opts ai.StructuredOptions
 ---@return any? value, ai.Error? err
 function ai.infer_structured(opts) end
+
+-- ---------------------------------------------------------------------------------------------
+-- Residents: the route, spawn, mail, sources, supervision, middleware
+-- ---------------------------------------------------------------------------------------------
+
+---@class ai.Middleware a layer made by ai.with_retries, ai.with_breaker or ai.with_context
+
+---@class ai.RouteOptions: ai.Options
+---@field middleware? ai.Middleware[] outermost first: { ai.with_context{...}, ai.with_breaker{...}, ai.with_retries{...} }
+
+--- Opens the composition: the settings every resident starts from (each field a resident sets
+--- wins) and the middleware residents without their own share (one breaker for all of them).
+--- Once, before the first `ai.spawn`; optional.
+---@param opts? ai.RouteOptions
+function ai.route(opts) end
+
+---@alias ai.Restart "permanent"|"transient"|"temporary"
+
+---@class ai.SourceSpec
+---@field [1] fun(self: string) the source
+---@field restart? ai.Restart default "transient": restarted only after a crash
+---@field max_restarts? integer default 3
+---@field restart_window_ms? number default 5000
+
+---@class ai.DeliveryInfo
+---@field ai string the resident
+---@field kind "reply"|"outage"|"recovered" a reply, or a notice on the way into / out of an outage
+---@field origin? string the sender of the mail the turn served (the newest, if several)
+---@field hop integer
+---@field stop? string
+---@field steps integer
+---@field usage ai.Usage
+---@field error? string for an outage notice: why the model cannot be called
+---@field held integer arrivals held (outage) or served (recovered)
+---@field dropped integer older arrivals the bound of 24 discarded
+
+---@class ai.SpawnOptions: ai.Options
+---@field name string unique; the address mail is sent to
+---@field tools? (ai.ToolValue|ai.ToolDef|string)[] Lua tools, inline tables, or names of tools the embedding application registered
+---@field sources? (fun(self: string)|ai.SourceSpec)[] forked when the AI registers, as `<name>/source/<n>`
+---@field deliver_to? fun(reply: string, info: ai.DeliveryInfo)|"host" where replies and outage notices go; nil: the AI speaks only through its tools; "host": the embedding application's channel (under `colony run`, printed as `[name] reply`)
+---@field max_steps? integer per turn, default 8
+---@field max_hop? integer mail whose hop is higher is refused with "hop_limit" (default 8)
+---@field middleware? ai.Middleware[] replaces the route's for this AI
+---@field restart? ai.Restart default "permanent"
+---@field max_restarts? integer default 3
+---@field restart_window_ms? number default 5000
+---@field compact? "client"|"off"
+---@field context_window? integer
+---@field compact_at? number
+---@field compact_prompt? string
+
+--- Hires an AI as a resident: its own conversation and mailbox, each mail a user turn labelled
+--- with its source ("[mail from SOURCE] content"), each turn a `take_turn`, a non-empty reply to
+--- `deliver_to`. Spawned before `ai.watch`, it registers when the watch comes up; during the
+--- watch, at once. `workspace` and `persist_conversation` need the durable store (not yet).
+---@param opts ai.SpawnOptions
+---@return string name
+function ai.spawn(opts) end
+
+---@class ai.MailOptions
+---@field to string
+---@field source string who or what sends it: the label the AI reads
+---@field content string
+---@field hop integer required: 0 from a person or a clock, ai.inbound_provenance().hop + 1 when relaying
+---@field files? string[] paths named in the user turn
+
+--- Posts a mail: `true`, or `nil, "no_recipient"` (nobody of that name, it has died, or the
+--- watch is not up yet) / `nil, "hop_limit"` (hop above the recipient's max_hop). At most once.
+---@param opts ai.MailOptions
+---@return true? posted, "no_recipient"|"hop_limit"? err
+function ai.mail(opts) end
+
+---@class ai.Provenance
+---@field origin string the sender of the mail being served
+---@field hop integer its hop count
+---@field to string the AI serving it (the `source` of a relayed mail)
+
+--- Inside a tool running in a resident's turn: where the mail being served came from; else nil.
+---@return ai.Provenance?
+function ai.inbound_provenance() end
+
+--- Ends an AI through its nursery (a turn in flight with it) and frees its name.
+---@param name string
+---@return true? dismissed, "no_recipient"? err
+function ai.dismiss(name) end
+
+---@class ai.ResidentInfo
+---@field name string
+---@field state "idle"|"busy"|"outage"|"restarting"|"stopped"|"pending"
+---@field conversation integer messages in its stored conversation
+---@field held integer arrivals waiting
+---@field dropped integer older arrivals discarded in the current outage
+---@field restarts integer
+
+---@return ai.ResidentInfo[]
+function ai.residents() end
+
+---@class ai.WatchOptions
+---@field on_crash? fun(id: string, name: string, message: string) a resident (id = its name) or a source (id = "<name>/source/<n>") raised
+---@field on_fail? fun(id: string, name: string, err: string) past its restart intensity: not started again
+---@field grace_ms? number how long turns in flight may finish after a stop (default 10000)
+
+--- Registers the spawned residents, forks their sources, and runs them until `ai.stop(reason)`,
+--- every resident is gone, or SIGINT/SIGTERM. Then no new turn starts, sources end, turns in
+--- flight get `grace_ms` to finish. Returns the reason ("SIGTERM", "every resident is gone", ...).
+---@param opts? ai.WatchOptions
+---@return string reason
+function ai.watch(opts) end
+
+--- Stops the watch with `reason` (the first reason given wins).
+---@param reason? string
+function ai.stop(reason) end
+
+--- The stop's reason once the program is stopping, else nil: a tool finishing during the grace
+--- period can wrap up.
+---@return string?
+function ai.stopping() end
+
+---@class ai.RetriesOptions
+---@field attempts? integer calls in all, default 6
+---@field base_ms? number the first wait's ceiling, default 2000 (full jitter, doubling)
+---@field cap_ms? number no wait is longer, default 60000 (a provider's retry-after is a floor up to this)
+
+--- Middleware: a transient failure is tried again with exponential backoff; a fatal one returns at once.
+---@param opts? ai.RetriesOptions
+---@return ai.Middleware
+function ai.with_retries(opts) end
+
+---@class ai.BreakerInfo
+---@field failures integer
+---@field last_error? string
+---@field next_probe_ms? integer when opening: until the next probe
+---@field at_ms integer
+
+---@class ai.BreakerOptions
+---@field threshold? integer consecutive failed steps that open it, default 3
+---@field first_probe_ms? number the wait after the first failed probe (the first probe goes at once), default 30000
+---@field max_probe_ms? number the waits double up to this, default 600000
+---@field on_transition? fun(from: "closed"|"open"|"half_open", to: "closed"|"open"|"half_open", info: ai.BreakerInfo)
+
+--- Middleware: stops calling a provider that keeps failing; one probe per interval tests for recovery.
+---@param opts? ai.BreakerOptions
+---@return ai.Middleware
+function ai.with_breaker(opts) end
+
+---@class ai.ContextOptions
+---@field system_suffix? string appended to every step's system prompt
+---@field before_step? fun(info: { model: string, system?: string, messages: integer }): string? its answer is appended too
+
+--- Middleware: adds context to every step without storing it in the conversation.
+---@param opts ai.ContextOptions
+---@return ai.Middleware
+function ai.with_context(opts) end
 
 return ai
