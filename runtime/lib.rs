@@ -18,6 +18,8 @@
 //!   `middleware` (`Infer`, context, breaker, retries).
 //! - [`embed`]: colony inside a Rust application: a `Runtime` with native tools, `Program`s to
 //!   mail and hear from.
+//! - [`store`]: the durable store behind the `Store` trait (key-value workspaces, persisted
+//!   conversations with their backlog and journal, breaker states, the audit log).
 //! - [`secrets`]: keeps keys out of every log, error, transcript and cassette.
 //! - [`lua`]: the Lua host. One VM per program on its own thread; each Lua module (`ai`, `json`)
 //!   registers itself from its own file and only translates between Lua values and the core.
@@ -38,5 +40,6 @@ pub mod lua;
 pub mod providers;
 pub mod residents;
 pub mod secrets;
+pub mod store;
 pub mod turn;
 pub mod vocab;

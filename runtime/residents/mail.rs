@@ -9,7 +9,7 @@
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 /// How many arrivals a resident holds while its model cannot be called, and the most one turn
@@ -17,7 +17,7 @@ use tokio::sync::Notify;
 pub const HELD: usize = 24;
 
 /// One report posted to a resident.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Mail {
     pub to: String,
     /// Who or what sent it (a person, a clock, another AI): the label of the user turn.
@@ -26,6 +26,7 @@ pub struct Mail {
     /// How many relays it has passed through: 0 for a person or a clock.
     pub hop: u32,
     /// Paths of attached files, named in the user turn.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<String>,
 }
 

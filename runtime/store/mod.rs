@@ -1,0 +1,151 @@
+//! The durable store (DESIGN §7): what a program keeps across restarts.
+//!
+//! - the Lua-visible key-value space (`store.get/set/delete/list/update`), one namespace per
+//!   workspace (`""` is the program's global space);
+//! - persisted conversations (`conversations/<name>`): the messages, the held backlog of mail
+//!   accepted but not yet served, and the journal of the step in flight (tool results that
+//!   finished before a restart are reused, never re-run);
+//! - breaker states (`ai/breaker`);
+//! - the audit log of tool calls.
+//!
+//! Everything goes through the [`Store`] trait so the embedded SQLite default ([`sqlite`]) can
+//! give way to another backend (PostgreSQL) without touching the residents. Calls are
+//! synchronous and short (one small transaction each); a caller on an async runtime makes them
+//! directly: with `synchronous=FULL` a commit waits for one fsync, which is the point.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::residents::Mail;
+use crate::residents::middleware::BreakerState;
+use crate::vocab::{Message, ToolResult};
+
+/// Why the store could not do something. The message names the file and what is wrong.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum StoreError {
+    /// Another process holds the state directory.
+    #[error("{0}")]
+    Locked(String),
+    /// The file was written by a newer colony.
+    #[error("{0}")]
+    TooNew(String),
+    /// The file is not a colony store, or is damaged.
+    #[error("{0}")]
+    Damaged(String),
+    /// Reading or writing failed.
+    #[error("{0}")]
+    Io(String),
+    /// A value that JSON cannot hold, or an update function that failed.
+    #[error("{0}")]
+    Value(String),
+}
+
+impl StoreError {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Locked(_) => "locked",
+            StoreError::TooNew(_) => "too_new",
+            StoreError::Damaged(_) => "damaged",
+            StoreError::Io(_) => "io_error",
+            StoreError::Value(_) => "value_error",
+        }
+    }
+}
+
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// A persisted resident: what a restart resumes from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Cell {
+    /// The committed conversation.
+    pub messages: Vec<Message>,
+    /// Mail accepted (`ai.mail` answered `true`) and not yet served, oldest first.
+    pub backlog: Vec<Mail>,
+    /// Older arrivals the outage bound discarded, not yet reported to the model.
+    pub dropped: u64,
+    /// The step in flight when the program stopped: its calls, started or finished.
+    pub journal: Vec<JournalEntry>,
+}
+
+/// One tool call of the step in flight.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JournalEntry {
+    pub call_id: String,
+    pub tool: String,
+    /// `None` while it runs; the result once it finished.
+    pub result: Option<ToolResult>,
+}
+
+/// One line of the audit log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AuditEntry {
+    /// Wall-clock milliseconds since the Unix epoch, when the call finished.
+    pub at_ms: u64,
+    /// The resident whose turn made the call, or `script` for a script's own turn.
+    pub resident: String,
+    pub tool: String,
+    /// SHA-256 of the arguments' JSON text, hex.
+    pub args_hash: String,
+    pub duration_ms: f64,
+    /// `ok`, `error`, `thrown`, `bad_arguments`, `schema`, `deadline`, `unknown_tool`, `interrupted`.
+    pub outcome: String,
+}
+
+/// Which audit lines to list.
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    pub resident: Option<String>,
+    pub tool: Option<String>,
+}
+
+/// The store's operations. Implementations are `Send + Sync` and serialise their own writes.
+pub trait Store: Send + Sync {
+    // --- key-value, per workspace ("" is the global space) ---
+
+    fn get(&self, space: &str, key: &str) -> StoreResult<Option<Value>>;
+    fn set(&self, space: &str, key: &str, value: &Value) -> StoreResult<()>;
+    /// Whether the key existed.
+    fn delete(&self, space: &str, key: &str) -> StoreResult<bool>;
+    /// The keys starting with `prefix`, in byte order.
+    fn list(&self, space: &str, prefix: &str) -> StoreResult<Vec<String>>;
+    /// Atomic read-modify-write: `f` gets the current value and returns the new one (`None`
+    /// deletes). No other write lands between the read and the write.
+    fn update(
+        &self,
+        space: &str,
+        key: &str,
+        f: &mut dyn FnMut(Option<Value>) -> Result<Option<Value>, String>,
+    ) -> StoreResult<Option<Value>>;
+
+    // --- persisted conversations ---
+
+    /// The names with a cell, in order.
+    fn conversations(&self) -> StoreResult<Vec<String>>;
+    fn load_cell(&self, name: &str) -> StoreResult<Option<Cell>>;
+    /// Appends accepted mail to the backlog (before `ai.mail` answers `true`).
+    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<()>;
+    /// One transaction after a step: the conversation becomes `messages`, the first `served`
+    /// backlog entries are removed (they are in `messages` now), `dropped` is set, and the
+    /// journal is cleared.
+    fn commit_step(
+        &self,
+        name: &str,
+        messages: &[Message],
+        served: usize,
+        dropped: u64,
+    ) -> StoreResult<()>;
+    /// Records that a call of the step in flight started (`result: None`) or finished.
+    fn journal(&self, name: &str, entry: &JournalEntry) -> StoreResult<()>;
+    /// Removes the cell (`ai.dismiss`).
+    fn clear_cell(&self, name: &str) -> StoreResult<bool>;
+
+    // --- breaker ---
+
+    fn breaker(&self, key: &str) -> StoreResult<Option<BreakerState>>;
+    fn save_breaker(&self, key: &str, state: &BreakerState) -> StoreResult<()>;
+
+    // --- audit ---
+
+    fn audit(&self, entry: &AuditEntry) -> StoreResult<()>;
+    fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>>;
+}
