@@ -138,6 +138,7 @@ impl Runtime {
         let host = HostSetup {
             tools: self.tools.clone(),
             deliveries: Some(tx),
+            store: None,
         };
         let running = crate::lua::start_file(self.core.clone(), path.as_ref(), args, host)?;
         Ok(Program {

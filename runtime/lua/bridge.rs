@@ -201,7 +201,17 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                     mut reply,
                 } => {
                     let provenance = provenance_of(&ctx);
+                    let workspace = ctx
+                        .get("workspace")
+                        .and_then(Json::as_str)
+                        .map(str::to_string);
                     let run = run_tool(&lua, &protected, func, args, ctx);
+                    let run = async {
+                        match workspace {
+                            Some(w) => super::store::WORKSPACE.scope(w, run).await,
+                            None => run.await,
+                        }
+                    };
                     let run = async {
                         match provenance {
                             Some(p) => PROVENANCE.scope(p, run).await,

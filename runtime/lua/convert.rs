@@ -58,6 +58,19 @@ pub fn provider_error(lua: &Lua, e: &ProviderError) -> mlua::Result<Table> {
     Ok(t)
 }
 
+/// An optional `true`/`false` field, strictly: Lua would read `"yes"` as true, which hides a
+/// mistake. Anything but a boolean or nil raises, naming the field.
+pub fn flag(t: &mlua::Table, key: &str, who: &str) -> mlua::Result<Option<bool>> {
+    match t.get::<Value>(key)? {
+        Value::Nil => Ok(None),
+        Value::Boolean(b) => Ok(Some(b)),
+        other => Err(misuse(format!(
+            "{who}: {key} must be true or false, not {}",
+            other.type_name()
+        ))),
+    }
+}
+
 /// A mistake in how a script called a function, as a Lua error whose text is just `message`
 /// (mlua's own runtime errors print a "runtime error: " prefix a script author did not write).
 pub fn misuse(message: impl Into<String>) -> mlua::Error {

@@ -22,6 +22,7 @@ pub mod json;
 pub mod messages;
 pub mod middleware;
 pub mod residents;
+pub mod store;
 pub mod turn;
 
 use std::path::{Path, PathBuf};
@@ -152,8 +153,13 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     lua.set_app_data(core.with_own_client());
     lua.set_app_data(bridge::Functions::default());
     let (bridge, jobs) = bridge::channel();
+    let store = host
+        .store
+        .clone()
+        .unwrap_or_else(|| std::sync::Arc::new(crate::store::memory::MemoryStore::new()));
+    lua.set_app_data(store::ProgramStore(store.clone()));
     // Residents call models from the core's runtime, on its shared pool.
-    lua.set_app_data(residents::Program::new(core, bridge.clone(), host));
+    lua.set_app_data(residents::Program::new(core, bridge.clone(), host, store));
     lua.set_app_data(residents::HostTools(
         host.tools
             .iter()
@@ -169,7 +175,9 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     residents::register(&lua, &ai)?;
     let http = http::register(&lua)?;
     let fs = fs::register(&lua)?;
+    let store = store::register(&lua)?;
     let globals = lua.globals();
+    globals.set("store", store.clone())?;
     globals.set("json", json.clone())?;
     globals.set("ai", ai.clone())?;
     globals.set("http", http.clone())?;
@@ -184,6 +192,7 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     preload.set("ai", constant(&lua, globals.get::<Value>("ai")?)?)?;
     preload.set("http", constant(&lua, http)?)?;
     preload.set("fs", constant(&lua, fs)?)?;
+    preload.set("store", constant(&lua, store)?)?;
     Ok((lua, jobs))
 }
 

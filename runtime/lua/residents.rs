@@ -20,7 +20,7 @@ use tokio::task::AbortHandle;
 
 use super::ai::read_ask;
 use super::bridge::{self, LuaBridge};
-use super::convert::misuse;
+use super::convert::{flag, misuse};
 use super::middleware::{Layer, build_stack, read_layers};
 use super::turn::{read_compaction, read_tools};
 use crate::core::{Ask, Core};
@@ -38,6 +38,8 @@ use crate::turn::ToolDef;
 pub struct HostSetup {
     pub tools: Vec<ToolDef>,
     pub deliveries: Option<mpsc::UnboundedSender<Delivery>>,
+    /// The program's durable store (its state directory's); `None`: one in memory.
+    pub store: Option<std::sync::Arc<dyn crate::store::Store>>,
 }
 
 /// The host's tools, by name, in the VM's app data.
@@ -80,9 +82,14 @@ struct Source {
 }
 
 impl Program {
-    pub fn new(core: Core, bridge: LuaBridge, host: &HostSetup) -> Program {
+    pub fn new(
+        core: Core,
+        bridge: LuaBridge,
+        host: &HostSetup,
+        store: std::sync::Arc<dyn crate::store::Store>,
+    ) -> Program {
         Program {
-            route: Route::new(core.clone(), bridge),
+            route: Route::with_store(core.clone(), bridge, Some(store)),
             core,
             state: RefCell::new(State {
                 route_opened: false,
@@ -226,16 +233,10 @@ fn spawn(lua: &Lua, opts: Table) -> mlua::Result<String> {
     if name.contains('/') {
         return Err(bad(who, "a name cannot contain '/'"));
     }
-    for field in ["workspace", "persist_conversation"] {
-        if !matches!(opts.get::<Value>(field)?, Value::Nil) {
-            return Err(bad(
-                who,
-                format!(
-                    "{field} needs the durable store, which colony does not have yet; leave it out"
-                ),
-            ));
-        }
-    }
+    let persist = flag(&opts, "persist_conversation", who)?.unwrap_or(false);
+    let workspace = opts
+        .get::<Option<String>>("workspace")
+        .map_err(|_| bad(who, "workspace must be a name (a string)"))?;
     let tools_value = opts.get::<Value>("tools")?;
     let sources_value = opts.get::<Value>("sources")?;
     let deliver_value = opts.get::<Value>("deliver_to")?;
@@ -298,6 +299,8 @@ fn spawn(lua: &Lua, opts: Table) -> mlua::Result<String> {
         deliver,
         restart,
         stack,
+        persist,
+        workspace,
     };
     let watching = p.state.borrow().watch == Watch::Running;
     if watching {
@@ -456,14 +459,19 @@ fn read_sources(value: &Value, who: &str) -> mlua::Result<Vec<Source>> {
 /// Registers a resident on the route and forks its sources.
 fn hire(p: &Program, spec: ResidentSpec, sources: Vec<Source>) -> Result<(), String> {
     let name = spec.name.clone();
+    let workspace = spec.workspace.clone();
     p.route.spawn(spec).map_err(|e| e.to_string())?;
     let handles: Vec<AbortHandle> = sources
         .into_iter()
         .enumerate()
         .map(|(i, s)| {
             let id = format!("{name}/source/{}", i + 1);
-            tokio::task::spawn_local(run_source(p.route.clone(), id, name.clone(), s))
-                .abort_handle()
+            let run = run_source(p.route.clone(), id, name.clone(), s);
+            match &workspace {
+                Some(w) => tokio::task::spawn_local(super::store::WORKSPACE.scope(w.clone(), run)),
+                None => tokio::task::spawn_local(run),
+            }
+            .abort_handle()
         })
         .collect();
     p.state.borrow_mut().sources.insert(name, handles);

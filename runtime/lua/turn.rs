@@ -69,6 +69,7 @@ impl UserData for ToolValue {
         fields.add_field_method_get("parameters", |lua, t| from_json(lua, &t.0.spec.parameters));
         fields.add_field_method_get("timeout", |_, t| Ok(t.0.timeout.as_secs_f64()));
         fields.add_field_method_get("exportable", |_, t| Ok(t.0.exportable));
+        fields.add_field_method_get("idempotent", |_, t| Ok(t.0.idempotent));
     }
 }
 
@@ -120,9 +121,10 @@ const TOOL_FIELDS: &[&str] = &[
     "handler",
     "timeout",
     "exportable",
+    "idempotent",
 ];
 
-/// `ai.tool{ name, description, parameters, handler, timeout?, exportable? }`.
+/// `ai.tool{ name, description, parameters, handler, timeout?, exportable?, idempotent? }`.
 fn tool(lua: &Lua, spec: Table) -> mlua::Result<ToolValue> {
     for pair in spec.pairs::<String, Value>() {
         let (k, _) = pair?;
@@ -172,6 +174,15 @@ fn tool_def(lua: &Lua, spec: &Table, who: &str) -> mlua::Result<ToolDef> {
         bad(who, e)
     })?;
     def.exportable = spec.get::<Option<bool>>("exportable")?.unwrap_or(false);
+    def.idempotent = spec
+        .get::<Option<bool>>("idempotent")
+        .map_err(|_| {
+            bad(
+                who,
+                format!("tool {name}: idempotent must be true or false"),
+            )
+        })?
+        .unwrap_or(false);
     Ok(def)
 }
 
@@ -438,6 +449,7 @@ fn kind_name(kind: EventKind) -> &'static str {
         EventKind::Schema => "schema",
         EventKind::Deadline => "deadline",
         EventKind::UnknownTool => "unknown_tool",
+        EventKind::Interrupted => "interrupted",
     }
 }
 

@@ -87,6 +87,9 @@ pub enum MailError {
     /// The hop count passed the recipient's `max_hop`.
     #[error("hop_limit")]
     HopLimit,
+    /// The recipient keeps its conversation and the mail could not be saved: not accepted.
+    #[error("not_saved")]
+    NotSaved,
 }
 
 impl MailError {
@@ -94,6 +97,7 @@ impl MailError {
         match self {
             MailError::NoRecipient => "no_recipient",
             MailError::HopLimit => "hop_limit",
+            MailError::NotSaved => "not_saved",
         }
     }
 }
@@ -154,6 +158,11 @@ impl Mailbox {
         }
         self.notify.notify_one();
         Ok(())
+    }
+
+    /// Puts back mail accepted before a restart (the saved backlog), oldest first.
+    pub fn restore(&self, mail: Vec<Mail>) {
+        self.lock().queue.extend(mail);
     }
 
     /// Takes up to [`HELD`] arrivals, oldest first, with the dropped count.

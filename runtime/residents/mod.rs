@@ -5,6 +5,8 @@
 //! - [`resident`]: one resident's loop (mailbox ▸ backlog ▸ `take_turn` ▸ deliver), the outage
 //!   path, and where replies go ([`resident::Deliver`]).
 //! - [`mail`]: mail, provenance, the mailbox (which is also the held backlog).
+//! - [`persist`]: what a resident writes to the store as its turns go (conversation, journal,
+//!   audit), in the order that makes a restart safe.
 //! - [`supervision`]: restart policies and the intensity limit, as in OTP.
 //! - [`middleware`]: serving one inference step ([`middleware::Infer`]) and the layers that wrap
 //!   it: `with_context` ([`middleware::Context`]) ▸ `with_breaker` ([`middleware::Breaker`]) ▸
@@ -15,6 +17,7 @@
 
 pub mod mail;
 pub mod middleware;
+pub mod persist;
 pub mod resident;
 pub mod route;
 pub mod supervision;

@@ -15,7 +15,7 @@
 //! repeated) commits what happened and the next attempt continues from it.
 
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -23,9 +23,12 @@ use tokio::sync::mpsc;
 
 use super::mail::{Batch, HELD, Mailbox, Provenance, dropped_marker};
 use super::middleware::SharedInfer;
+use super::persist::ResidentHooks;
 use super::supervision::{Exit, RestartPolicy};
 use crate::core::Ask;
 use crate::lua::bridge::{FnId, LuaBridge};
+use crate::store::{Cell, JournalEntry, Store};
+use crate::turn::TurnHooks;
 use crate::turn::{Compaction, ToolDef, TurnOutcome, TurnSpec, take_turn};
 use crate::vocab::{Message, Stop, Usage};
 
@@ -50,6 +53,10 @@ pub struct ResidentSpec {
     pub restart: RestartPolicy,
     /// The middleware stack its model calls go through (the core itself for none).
     pub stack: SharedInfer,
+    /// Whether its conversation and backlog are kept in the store across restarts.
+    pub persist: bool,
+    /// The store namespace its tools and sources see (`None`: the global space).
+    pub workspace: Option<String>,
 }
 
 /// Where a resident's replies and notices go.
@@ -135,6 +142,8 @@ pub struct Resident {
     pub spec: ResidentSpec,
     pub mailbox: Mailbox,
     conversation: Mutex<Vec<Message>>,
+    /// The journal of the step in flight found at a restart, for the first turn.
+    journal: Mutex<Vec<JournalEntry>>,
     conversation_len: AtomicUsize,
     state: AtomicU8,
     restarts: AtomicU32,
@@ -159,6 +168,7 @@ impl Resident {
             spec,
             mailbox: Mailbox::new(),
             conversation: Mutex::new(Vec::new()),
+            journal: Mutex::new(Vec::new()),
             conversation_len: AtomicUsize::new(0),
             state: AtomicU8::new(State::Idle as u8),
             restarts: AtomicU32::new(0),
@@ -193,6 +203,22 @@ impl Resident {
         }
     }
 
+    /// Resumes from a saved cell: its conversation, its backlog, its journal.
+    pub fn restore(&self, cell: Cell) {
+        self.commit(cell.messages);
+        self.mailbox.restore(cell.backlog);
+        *self.journal.lock().unwrap_or_else(|e| e.into_inner()) = cell.journal;
+    }
+
+    /// Whether the conversation stops in the middle of a turn (calls without results, or
+    /// results the model has not read): the resident continues it before taking new mail.
+    fn mid_turn(&self) -> bool {
+        self.lock().last().is_some_and(|m| {
+            m.role == crate::vocab::Role::Tool
+                || (m.role == crate::vocab::Role::Assistant && m.tool_calls().next().is_some())
+        })
+    }
+
     /// A copy of the stored conversation.
     pub fn conversation(&self) -> Vec<Message> {
         self.lock().clone()
@@ -214,6 +240,7 @@ pub(crate) trait Host: Send + Sync {
     fn core(&self) -> &crate::core::Core;
     fn bridge(&self) -> &LuaBridge;
     fn stopping(&self) -> bool;
+    fn store(&self) -> Option<&Arc<dyn Store>>;
 }
 
 /// The resident's outage, while it lasts.
@@ -231,8 +258,9 @@ const MAX_WAIT: Duration = Duration::from_secs(600);
 /// (its delivery raised). A restart calls this again with the same [`Resident`].
 pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
     let mut outage: Option<Outage> = None;
-    // A turn cut short after a step ran: the next attempt continues it even without new mail.
-    let mut unfinished = false;
+    // A turn cut short after a step ran (or by a restart): the next attempt continues it even
+    // without new mail.
+    let mut unfinished = me.mid_turn();
     loop {
         if host.stopping() || me.mailbox.is_closed() {
             me.set_state(State::Stopped);
@@ -277,6 +305,20 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
         turn.max_steps = me.spec.max_steps;
         turn.compaction = me.spec.compaction.clone();
         turn.provenance = provenance.clone();
+        turn.workspace = me.spec.workspace.clone();
+        let hooks = host.store().map(|store| {
+            let journal =
+                std::mem::take(&mut *me.journal.lock().unwrap_or_else(|e| e.into_inner()));
+            let served = batch.mail.len() + batch.dropped as usize;
+            Arc::new(ResidentHooks::new(
+                store.clone(),
+                &me.spec.name,
+                me.spec.persist,
+                journal,
+                served,
+            ))
+        });
+        turn.hooks = hooks.clone().map(|h| h as Arc<dyn TurnHooks>);
         let span = tracing::info_span!("resident", ai = %me.spec.name);
         let out: TurnOutcome = {
             use tracing::Instrument;
@@ -339,6 +381,9 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
         let reply = out.reply;
         if matches!(me.spec.deliver, Deliver::Nobody) && !reply.trim().is_empty() {
             messages.push(Message::user(UNDELIVERED_NOTE));
+            if let Some(h) = &hooks {
+                h.save(&messages);
+            }
         }
         me.commit(messages);
         if let Some(o) = outage.take() {

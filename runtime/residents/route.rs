@@ -23,6 +23,7 @@ use super::resident::{Host, Resident, ResidentInfo, ResidentSpec, State, live};
 use super::supervision::{Decision, Exit, Supervisor};
 use crate::core::Core;
 use crate::lua::bridge::LuaBridge;
+use crate::store::Store;
 
 /// What the route reports as it happens.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +51,8 @@ pub enum SpawnError {
     Taken(String),
     #[error("the route is stopping")]
     Stopping,
+    #[error("cannot load its saved conversation: {0}")]
+    Store(String),
 }
 
 /// The route of one program.
@@ -66,6 +69,7 @@ struct Entry {
 struct Inner {
     core: Core,
     bridge: LuaBridge,
+    store: Option<Arc<dyn Store>>,
     table: RwLock<HashMap<String, Entry>>,
     open: watch::Sender<bool>,
     stopping: AtomicBool,
@@ -92,17 +96,28 @@ impl Host for Inner {
     fn stopping(&self) -> bool {
         self.stopping.load(Ordering::Acquire)
     }
+
+    fn store(&self) -> Option<&Arc<dyn Store>> {
+        self.store.as_ref()
+    }
 }
 
 impl Route {
     /// A closed route whose residents call models through `core` and Lua tools through `bridge`
     /// ([`LuaBridge::detached`] when there is no Lua program).
     pub fn new(core: Core, bridge: LuaBridge) -> Route {
+        Route::with_store(core, bridge, None)
+    }
+
+    /// A route whose residents keep their audit log (and, with `persist`, their conversations)
+    /// in `store`.
+    pub fn with_store(core: Core, bridge: LuaBridge, store: Option<Arc<dyn Store>>) -> Route {
         let (events, events_rx) = mpsc::unbounded_channel();
         Route {
             inner: Arc::new(Inner {
                 core,
                 bridge,
+                store,
                 table: RwLock::new(HashMap::new()),
                 open: watch::Sender::new(false),
                 stopping: AtomicBool::new(false),
@@ -154,13 +169,26 @@ impl Route {
         let _ = self.inner.events.send(event);
     }
 
-    /// Registers `spec` and starts its task on the core's runtime.
+    pub fn store(&self) -> Option<&Arc<dyn Store>> {
+        self.inner.store.as_ref()
+    }
+
+    /// Registers `spec` and starts its task on the core's runtime. A resident that keeps its
+    /// conversation resumes from its saved cell (conversation, backlog, a turn in flight).
     pub fn spawn(&self, spec: ResidentSpec) -> Result<Arc<Resident>, SpawnError> {
         if self.stopping() {
             return Err(SpawnError::Stopping);
         }
         let name = spec.name.clone();
+        let persist = spec.persist;
         let resident = Arc::new(Resident::new(spec));
+        if persist && let Some(store) = &self.inner.store {
+            match store.load_cell(&name) {
+                Ok(Some(cell)) => resident.restore(cell),
+                Ok(None) => {}
+                Err(e) => return Err(SpawnError::Store(e.to_string())),
+            }
+        }
         let mut table = write(&self.inner.table);
         if table.contains_key(&name) {
             return Err(SpawnError::Taken(name));
@@ -205,6 +233,14 @@ impl Route {
             return Err(MailError::HopLimit);
         }
         let to = mail.to.clone();
+        if resident.spec.persist
+            && let Some(store) = &self.inner.store
+            && !resident.mailbox.is_closed()
+            && let Err(e) = store.push_backlog(&to, &mail)
+        {
+            tracing::error!(to = %to, "mail not accepted: cannot save it: {e}");
+            return Err(MailError::NotSaved);
+        }
         match resident.mailbox.post(mail) {
             Ok(()) => Ok(()),
             Err(e) => {
@@ -215,10 +251,17 @@ impl Route {
         }
     }
 
-    /// Ends the AI `name`: its task is stopped (a turn in flight with it) and its name freed.
+    /// Ends the AI `name`: its task is stopped (a turn in flight with it), its name freed and
+    /// its saved conversation cleared.
     pub fn dismiss(&self, name: &str) -> bool {
         let entry = write(&self.inner.table).remove(name);
         let Some(entry) = entry else { return false };
+        if entry.resident.spec.persist
+            && let Some(store) = &self.inner.store
+            && let Err(e) = store.clear_cell(name)
+        {
+            tracing::error!(ai = %name, "cannot clear its saved conversation: {e}");
+        }
         entry.resident.mailbox.close();
         entry.resident.set_state(State::Stopped);
         entry.task.abort();

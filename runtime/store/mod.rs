@@ -13,6 +13,8 @@
 //! synchronous and short (one small transaction each); a caller on an async runtime makes them
 //! directly: with `synchronous=FULL` a commit waits for one fsync, which is the point.
 
+pub mod memory;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 

@@ -8,7 +8,7 @@ use serde_json::{Map, Value, json};
 use tracing::Instrument;
 
 use super::tools::{Handler, ToolDef};
-use super::{EventKind, ToolEvent};
+use super::{EventKind, Recorded, ToolEvent, TurnHooks};
 use crate::lua::bridge::{HandlerOutcome, LuaBridge};
 use crate::residents::mail::Provenance;
 use crate::vocab::{ToolCall, ToolResult};
@@ -16,15 +16,79 @@ use crate::vocab::{ToolCall, ToolResult};
 /// How much of a result a [`ToolEvent`] keeps; the model always gets all of it.
 const EVENT_OUTCOME_CHARS: usize = 500;
 
-/// Runs `call` against the offered `tools` and answers it.
-pub async fn run_call(
-    bridge: &LuaBridge,
-    tools: &[ToolDef],
-    call: &ToolCall,
-    pin: &Map<String, Value>,
-    step: u32,
-    provenance: Option<&Provenance>,
-) -> (ToolResult, ToolEvent) {
+/// What a call runs with besides the call itself.
+pub struct CallContext<'a> {
+    pub bridge: &'a LuaBridge,
+    pub tools: &'a [ToolDef],
+    pub pin: &'a Map<String, Value>,
+    pub step: u32,
+    pub provenance: Option<&'a Provenance>,
+    pub workspace: Option<&'a str>,
+    pub hooks: Option<&'a dyn TurnHooks>,
+}
+
+/// The result given to a call that was cut off by a restart and is not idempotent.
+pub const INTERRUPTED: &str = "interrupted by a restart: the call had started but did not \
+    finish, and the tool is not marked idempotent, so it was not run again";
+
+/// Runs `call` against the offered tools and answers it. A call the journal says finished
+/// before a restart is answered with its recorded result, not run again.
+pub async fn run_call(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, ToolEvent) {
+    let recorded = cx
+        .hooks
+        .map(|h| h.recorded(&call.id))
+        .unwrap_or(Recorded::Nothing);
+    if let Recorded::Finished(result) = recorded {
+        let event = ToolEvent {
+            step: cx.step,
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            kind: if result.is_error {
+                EventKind::Error
+            } else {
+                EventKind::Ok
+            },
+            outcome: result.content.chars().take(EVENT_OUTCOME_CHARS).collect(),
+            duration: std::time::Duration::ZERO,
+        };
+        return (result, event);
+    }
+    let idempotent = cx
+        .tools
+        .iter()
+        .find(|t| t.spec.name == call.name)
+        .is_some_and(|t| t.idempotent);
+    let (result, event) = if recorded == Recorded::Started && !idempotent {
+        let event = ToolEvent {
+            step: cx.step,
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            kind: EventKind::Interrupted,
+            outcome: INTERRUPTED.into(),
+            duration: std::time::Duration::ZERO,
+        };
+        let result = ToolResult {
+            call_id: call.id.clone(),
+            name: call.name.clone(),
+            content: INTERRUPTED.into(),
+            is_error: true,
+        };
+        (result, event)
+    } else {
+        if let Some(h) = cx.hooks {
+            h.started(call);
+        }
+        run(cx, call).await
+    };
+    if let Some(h) = cx.hooks {
+        h.finished(call, &result, &event);
+    }
+    (result, event)
+}
+
+async fn run(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, ToolEvent) {
+    let (bridge, tools, pin, step, provenance) =
+        (cx.bridge, cx.tools, cx.pin, cx.step, cx.provenance);
     let span = tracing::info_span!(
         "tool",
         gen_ai.operation.name = "execute_tool",
@@ -32,7 +96,7 @@ pub async fn run_call(
         gen_ai.tool.call.id = %call.id,
     );
     let started = Instant::now();
-    let (kind, content) = outcome(bridge, tools, call, pin, step, provenance)
+    let (kind, content) = outcome(bridge, tools, call, pin, step, provenance, cx.workspace)
         .instrument(span)
         .await;
     let duration = started.elapsed();
@@ -63,6 +127,7 @@ async fn outcome(
     pin: &Map<String, Value>,
     step: u32,
     provenance: Option<&Provenance>,
+    workspace: Option<&str>,
 ) -> (EventKind, String) {
     let Some(tool) = tools.iter().find(|t| t.spec.name == call.name) else {
         let offered: Vec<&str> = tools.iter().map(|t| t.spec.name.as_str()).collect();
@@ -107,6 +172,9 @@ async fn outcome(
         ctx["origin"] = json!(p.origin);
         ctx["hop"] = json!(p.hop);
         ctx["ai"] = json!(p.to);
+    }
+    if let Some(w) = workspace {
+        ctx["workspace"] = json!(w);
     }
     let run: futures::future::BoxFuture<'_, HandlerOutcome> = match &tool.handler {
         Handler::Lua(func) => Box::pin(bridge.call_tool(*func, args, ctx)),

@@ -49,6 +49,39 @@ pub struct TurnSpec {
     pub on_step: Option<FnId>,
     /// The mail a resident's turn serves: its tools see the sender and the hop.
     pub provenance: Option<Provenance>,
+    /// The workspace its tools' `store.*` calls see (a resident's `workspace`).
+    pub workspace: Option<String>,
+    /// Told of each step and call as it happens (persistence, the audit log).
+    pub hooks: Option<std::sync::Arc<dyn TurnHooks>>,
+}
+
+/// What a call of the step in flight had done when the program last stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Recorded {
+    /// Nothing: run it.
+    Nothing,
+    /// It started and did not finish: run it again only if the tool is idempotent.
+    Started,
+    /// It finished: its result is reused, the tool is not run again.
+    Finished(ToolResult),
+}
+
+/// A turn's observer: what a persisted resident writes down so that a restart resumes the turn
+/// without running a finished tool twice, and what the audit log records. Every method has a
+/// default that does nothing; calls come from the turn's task, in order.
+pub trait TurnHooks: Send + Sync {
+    /// A step's model reply was appended (before any of its calls run).
+    fn inferred(&self, _messages: &[Message]) {}
+    /// What the journal says of `call_id` (at the first step after a restart).
+    fn recorded(&self, _call_id: &str) -> Recorded {
+        Recorded::Nothing
+    }
+    /// A call is about to run.
+    fn started(&self, _call: &ToolCall) {}
+    /// A call ended (whether it ran, was refused, or was reused).
+    fn finished(&self, _call: &ToolCall, _result: &ToolResult, _event: &ToolEvent) {}
+    /// A step's results were appended (before the next model call).
+    fn step_done(&self, _messages: &[Message]) {}
 }
 
 impl TurnSpec {
@@ -64,6 +97,8 @@ impl TurnSpec {
             on_text: None,
             on_step: None,
             provenance: None,
+            workspace: None,
+            hooks: None,
         }
     }
 }
@@ -112,6 +147,8 @@ pub enum EventKind {
     Deadline,
     /// The model called a tool nobody offered.
     UnknownTool,
+    /// It had started when the program stopped, and is not idempotent: not run again.
+    Interrupted,
 }
 
 /// One tool call, as the caller sees it afterwards.

@@ -6,7 +6,7 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::compaction;
-use super::dispatch::run_call;
+use super::dispatch::{CallContext, run_call};
 use super::tools::narrow;
 use super::{StepReport, TurnError, TurnOutcome, TurnSpec};
 use crate::config::Overrides;
@@ -15,7 +15,7 @@ use crate::lua::bridge::{FnId, LuaBridge};
 use crate::providers::ProviderError;
 use crate::residents::middleware::DynInfer;
 use crate::vocab::{
-    InferRequest, Inferred, Message, Part, Role, Stop, ToolChoice, ToolResult, Usage,
+    InferRequest, Inferred, Message, Part, Role, Stop, ToolCall, ToolChoice, ToolResult, Usage,
 };
 
 /// What the model reads on the last allowed step, so it answers instead of asking for tools.
@@ -73,6 +73,38 @@ async fn run(
     };
     let mut window = compaction::Window::default();
     let max_steps = spec.max_steps.max(1);
+    let hooks = spec.hooks.clone();
+    let cx = |step| CallContext {
+        bridge,
+        tools: &offered,
+        pin: &spec.pin,
+        step,
+        provenance: spec.provenance.as_ref(),
+        workspace: spec.workspace.as_deref(),
+        hooks: hooks.as_deref(),
+    };
+    // A transcript that ends with calls and no results is a step cut off by a restart: answer
+    // its calls first (the journal reuses what finished), then carry on inferring.
+    let pending: Vec<ToolCall> = match req.messages.last() {
+        Some(m) if m.role == Role::Assistant => m.tool_calls().cloned().collect(),
+        _ => Vec::new(),
+    };
+    if !pending.is_empty() {
+        let cx = cx(0);
+        let runs = pending.iter().map(|c| run_call(&cx, c));
+        let mut results = Vec::with_capacity(pending.len());
+        for (result, event) in join_all(runs).await {
+            results.push(result);
+            out.tool_events.push(event);
+        }
+        req.messages.push(Message::new(
+            Role::Tool,
+            results.into_iter().map(Part::ToolResult).collect(),
+        ));
+        if let Some(h) = &hooks {
+            h.step_done(&req.messages);
+        }
+    }
     for step in 1..=max_steps {
         if spec.compaction.enabled && window.would_overflow(&spec.compaction) {
             match compaction::compact(core, stack, &spec, &req, &mut out.usage).await {
@@ -120,6 +152,9 @@ async fn run(
         out.usage.add(&inferred.usage);
         window.reported(&inferred.usage);
         req.messages.push(inferred.message.clone());
+        if let Some(h) = &hooks {
+            h.inferred(&req.messages);
+        }
         let calls = inferred.tool_calls();
         if calls.is_empty() {
             out.reply = inferred.text();
@@ -139,16 +174,8 @@ async fn run(
                 })
                 .collect()
         } else {
-            let runs = calls.iter().map(|c| {
-                run_call(
-                    bridge,
-                    &offered,
-                    c,
-                    &spec.pin,
-                    step,
-                    spec.provenance.as_ref(),
-                )
-            });
+            let cx = cx(step);
+            let runs = calls.iter().map(|c| run_call(&cx, c));
             let mut results = Vec::with_capacity(calls.len());
             for (result, event) in join_all(runs).await {
                 results.push(result);
@@ -162,6 +189,9 @@ async fn run(
             Role::Tool,
             results.into_iter().map(Part::ToolResult).collect(),
         ));
+        if let Some(h) = &hooks {
+            h.step_done(&req.messages);
+        }
         if last {
             out.reply = inferred.text();
             out.stop = Stop::MaxSteps;

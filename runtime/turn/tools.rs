@@ -43,6 +43,9 @@ pub struct ToolDef {
     pub handler: Handler,
     /// Whether the MCP server may export it.
     pub exportable: bool,
+    /// Whether running it twice is harmless: a call cut off by a restart runs again instead of
+    /// answering "interrupted by a restart".
+    pub idempotent: bool,
     validator: Arc<jsonschema::Validator>,
 }
 
@@ -80,6 +83,7 @@ impl ToolDef {
             timeout: timeout.unwrap_or(DEFAULT_TIMEOUT),
             handler,
             exportable: false,
+            idempotent: false,
             validator: Arc::new(validator),
         })
     }

@@ -120,6 +120,7 @@ function ai.parallel(...) end
 ---@field parameters table the expanded JSON Schema
 ---@field timeout number seconds
 ---@field exportable boolean
+---@field idempotent boolean
 --- Calling a tool value runs its handler directly (arguments checked against the schema first).
 ---@overload fun(args: table): any
 
@@ -130,6 +131,7 @@ function ai.parallel(...) end
 ---@field handler fun(args: table, ctx: { call_id: string, name: string, step: integer, ai?: string, origin?: string, hop?: integer }): any (`ai`, `origin`, `hop` in a resident's turn) returns a string, a table (sent as JSON), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
 ---@field timeout? number seconds before the call is abandoned (default 120)
 ---@field exportable? boolean may be served by colony's MCP server
+---@field idempotent? boolean running it twice is harmless: a call cut off by a restart runs again (otherwise it is answered "interrupted by a restart")
 
 --- Makes a tool. Its arguments are validated against `parameters` before the handler runs; a
 --- handler that raises, returns `nil, err` or overruns `timeout` fails the call, not the turn.
@@ -267,11 +269,13 @@ function ai.route(opts) end
 ---@field context_window? integer
 ---@field compact_at? number
 ---@field compact_prompt? string
+---@field workspace? string the store namespace its tools and sources see
+---@field persist_conversation? boolean keep its conversation, backlog and the turn in flight in the store across restarts
 
 --- Hires an AI as a resident: its own conversation and mailbox, each mail a user turn labelled
 --- with its source ("[mail from SOURCE] content"), each turn a `take_turn`, a non-empty reply to
 --- `deliver_to`. Spawned before `ai.watch`, it registers when the watch comes up; during the
---- watch, at once. `workspace` and `persist_conversation` need the durable store (not yet).
+--- watch, at once.
 ---@param opts ai.SpawnOptions
 ---@return string name
 function ai.spawn(opts) end

@@ -1,0 +1,150 @@
+//! The `store` module: `store.get`, `store.set`, `store.delete`, `store.list`, `store.update` on
+//! the program's durable store ([`crate::store`]).
+//!
+//! Keys live in a namespace: the program's top level sees the global space; a resident spawned
+//! with `workspace = "name"` has its tools and sources see that workspace alone. The namespace
+//! rides on the running task ([`WORKSPACE`]), set where colony starts a tool or a source.
+
+use std::sync::Arc;
+
+use mlua::{Function, Lua, MultiValue, Table, Value};
+
+use super::convert::{error_table, from_json, misuse, to_json};
+use crate::store::{Store, StoreError};
+
+/// The store a program's `store.*` calls reach.
+#[derive(Clone)]
+pub struct ProgramStore(pub Arc<dyn Store>);
+
+tokio::task_local! {
+    /// The workspace of the resident whose tool or source is running.
+    pub static WORKSPACE: String;
+}
+
+/// The namespace of the running code: its resident's workspace, or the global space `""`.
+pub fn current_space() -> String {
+    WORKSPACE.try_with(Clone::clone).unwrap_or_default()
+}
+
+fn store(lua: &Lua) -> Arc<dyn Store> {
+    lua.app_data_ref::<ProgramStore>()
+        .expect("the VM has a store")
+        .0
+        .clone()
+}
+
+fn failed(lua: &Lua, e: &StoreError) -> mlua::Result<MultiValue> {
+    Ok(MultiValue::from_iter([
+        Value::Nil,
+        Value::Table(error_table(lua, e.kind(), &e.to_string())?),
+    ]))
+}
+
+fn key_arg(key: Value, who: &str) -> mlua::Result<String> {
+    match key {
+        Value::String(s) => Ok(s.to_string_lossy()),
+        other => Err(misuse(format!(
+            "{who}: the key must be a string, not {}",
+            other.type_name()
+        ))),
+    }
+}
+
+pub fn register(lua: &Lua) -> mlua::Result<Table> {
+    let m = lua.create_table()?;
+    // `value = store.get(key)`: nil when absent; `nil, err` when the store fails.
+    m.set(
+        "get",
+        lua.create_function(|lua, key: Value| {
+            let key = key_arg(key, "store.get")?;
+            match store(lua).get(&current_space(), &key) {
+                Ok(Some(v)) => Ok(MultiValue::from_iter([from_json(lua, &v)?])),
+                Ok(None) => Ok(MultiValue::from_iter([Value::Nil])),
+                Err(e) => failed(lua, &e),
+            }
+        })?,
+    )?;
+    // `true = store.set(key, value)`: any value JSON can hold; nil deletes.
+    m.set(
+        "set",
+        lua.create_function(|lua, (key, value): (Value, Value)| {
+            let key = key_arg(key, "store.set")?;
+            let s = store(lua);
+            let result = match value {
+                Value::Nil => s.delete(&current_space(), &key).map(|_| ()),
+                v => {
+                    let json = to_json(lua, v).map_err(|e| {
+                        misuse(format!(
+                            "store.set {key:?}: the value cannot be stored as JSON: {e}"
+                        ))
+                    })?;
+                    s.set(&current_space(), &key, &json)
+                }
+            };
+            match result {
+                Ok(()) => Ok(MultiValue::from_iter([Value::Boolean(true)])),
+                Err(e) => failed(lua, &e),
+            }
+        })?,
+    )?;
+    // `existed = store.delete(key)`.
+    m.set(
+        "delete",
+        lua.create_function(|lua, key: Value| {
+            let key = key_arg(key, "store.delete")?;
+            match store(lua).delete(&current_space(), &key) {
+                Ok(existed) => Ok(MultiValue::from_iter([Value::Boolean(existed)])),
+                Err(e) => failed(lua, &e),
+            }
+        })?,
+    )?;
+    // `keys = store.list(prefix?)`: in byte order.
+    m.set(
+        "list",
+        lua.create_function(|lua, prefix: Option<String>| {
+            match store(lua).list(&current_space(), prefix.as_deref().unwrap_or("")) {
+                Ok(keys) => Ok(MultiValue::from_iter([Value::Table(
+                    lua.create_sequence_from(keys)?,
+                )])),
+                Err(e) => failed(lua, &e),
+            }
+        })?,
+    )?;
+    // `new = store.update(key, function(old) return new end)`: atomic read-modify-write. The
+    // function runs inside the store's transaction, so it cannot wait (no ai.*, no sleep).
+    m.set(
+        "update",
+        lua.create_function(|lua, (key, f): (Value, Function)| {
+            let key = key_arg(key, "store.update")?;
+            let mut raised: Option<mlua::Error> = None;
+            let mut apply =
+                |old: Option<serde_json::Value>| -> Result<Option<serde_json::Value>, String> {
+                    let old = match &old {
+                        Some(v) => from_json(lua, v).map_err(|e| e.to_string())?,
+                        None => Value::Nil,
+                    };
+                    match f.call::<Value>(old) {
+                        Ok(Value::Nil) => Ok(None),
+                        Ok(v) => to_json(lua, v)
+                            .map(Some)
+                            .map_err(|e| format!("the new value cannot be stored as JSON: {e}")),
+                        Err(e) => {
+                            let message = super::raised_message(&e);
+                            raised = Some(e);
+                            Err(message)
+                        }
+                    }
+                };
+            let result = store(lua).update(&current_space(), &key, &mut apply);
+            if let Some(e) = raised {
+                return Err(e);
+            }
+            match result {
+                Ok(Some(v)) => Ok(MultiValue::from_iter([from_json(lua, &v)?])),
+                Ok(None) => Ok(MultiValue::from_iter([Value::Nil])),
+                Err(e) => failed(lua, &e),
+            }
+        })?,
+    )?;
+    Ok(m)
+}

@@ -1,0 +1,145 @@
+//! What a resident writes down as its turns go: the audit log for every resident, and for one
+//! with `persist_conversation` its cell (DESIGN §7): the conversation after each step, the
+//! journal of the step's calls, the backlog of accepted mail.
+//!
+//! The order of writes is what makes a restart safe:
+//! 1. `ai.mail` answers `true` only after the mail is in the backlog on disk;
+//! 2. a step's model reply is committed (with the served mail moved from the backlog into the
+//!    conversation, in the same transaction) before any of its calls run;
+//! 3. each call is journaled as started, then as finished with its result;
+//! 4. the step's results are committed (and the journal cleared) before the next model call.
+//!
+//! So a restart finds either a transcript ending in a reply (the turn was done), or one ending in
+//! calls with the journal saying which finished (their results are reused; one that started and
+//! did not finish is answered "interrupted by a restart" unless its tool is idempotent), or one
+//! ending in results (the next model call was not made yet).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sha2::{Digest, Sha256};
+
+use crate::store::{AuditEntry, JournalEntry, Store};
+use crate::turn::{Recorded, ToolEvent, TurnHooks};
+use crate::vocab::{Message, ToolCall, ToolResult};
+
+/// The hooks of one resident's turn.
+pub struct ResidentHooks {
+    pub store: Arc<dyn Store>,
+    pub name: String,
+    /// Whether the conversation is kept (`persist_conversation`); the audit log is kept anyway.
+    pub persist: bool,
+    /// The journal found at a restart, for the first step only.
+    pub journal: Vec<JournalEntry>,
+    /// Backlog rows this turn serves, removed at its first commit.
+    served: AtomicUsize,
+}
+
+impl ResidentHooks {
+    pub fn new(
+        store: Arc<dyn Store>,
+        name: &str,
+        persist: bool,
+        journal: Vec<JournalEntry>,
+        served: usize,
+    ) -> ResidentHooks {
+        ResidentHooks {
+            store,
+            name: name.to_string(),
+            persist,
+            journal,
+            served: AtomicUsize::new(served),
+        }
+    }
+
+    fn commit(&self, messages: &[Message]) {
+        if !self.persist {
+            return;
+        }
+        // Discarded arrivals are still in the backlog on disk until the turn that reports them
+        // commits, so nothing is counted apart: `dropped` stays 0.
+        let served = self.served.swap(0, Ordering::AcqRel);
+        if let Err(e) = self.store.commit_step(&self.name, messages, served, 0) {
+            tracing::error!(ai = %self.name, "cannot save the conversation: {e}");
+        }
+    }
+}
+
+impl ResidentHooks {
+    /// Saves the conversation outside a step (the undelivered-text line).
+    pub fn save(&self, messages: &[Message]) {
+        self.commit(messages);
+    }
+}
+
+impl TurnHooks for ResidentHooks {
+    fn inferred(&self, messages: &[Message]) {
+        self.commit(messages);
+    }
+
+    fn recorded(&self, call_id: &str) -> Recorded {
+        match self.journal.iter().find(|e| e.call_id == call_id) {
+            Some(JournalEntry {
+                result: Some(r), ..
+            }) => Recorded::Finished(r.clone()),
+            Some(_) => Recorded::Started,
+            None => Recorded::Nothing,
+        }
+    }
+
+    fn started(&self, call: &ToolCall) {
+        if !self.persist {
+            return;
+        }
+        let entry = JournalEntry {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            result: None,
+        };
+        if let Err(e) = self.store.journal(&self.name, &entry) {
+            tracing::error!(ai = %self.name, "cannot journal a call: {e}");
+        }
+    }
+
+    fn finished(&self, call: &ToolCall, result: &ToolResult, event: &ToolEvent) {
+        if self.persist {
+            let entry = JournalEntry {
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                result: Some(result.clone()),
+            };
+            if let Err(e) = self.store.journal(&self.name, &entry) {
+                tracing::error!(ai = %self.name, "cannot journal a call: {e}");
+            }
+        }
+        let entry = audit_entry(&self.name, call, event);
+        if let Err(e) = self.store.audit(&entry) {
+            tracing::error!(ai = %self.name, "cannot write the audit log: {e}");
+        }
+    }
+
+    fn step_done(&self, messages: &[Message]) {
+        self.commit(messages);
+    }
+}
+
+/// The audit line of one finished call.
+pub fn audit_entry(resident: &str, call: &ToolCall, event: &ToolEvent) -> AuditEntry {
+    let at_ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let hash = Sha256::digest(call.arguments.as_bytes());
+    AuditEntry {
+        at_ms,
+        resident: resident.to_string(),
+        tool: call.name.clone(),
+        args_hash: hash.iter().map(|b| format!("{b:02x}")).collect(),
+        duration_ms: event.duration.as_secs_f64() * 1000.0,
+        outcome: serde_json::to_value(event.kind)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+    }
+}

@@ -1,0 +1,152 @@
+//! A [`Store`] in memory: for programs run without a state directory (`colony ask`, an embedding
+//! application that keeps nothing) and for tests. It forgets everything on exit.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+
+use serde_json::Value;
+
+use super::{AuditEntry, AuditFilter, Cell, JournalEntry, Store, StoreError, StoreResult};
+use crate::residents::Mail;
+use crate::residents::middleware::BreakerState;
+use crate::vocab::Message;
+
+#[derive(Default)]
+pub struct MemoryStore {
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    kv: BTreeMap<(String, String), Value>,
+    cells: BTreeMap<String, Cell>,
+    breakers: BTreeMap<String, BreakerState>,
+    audit: Vec<AuditEntry>,
+}
+
+impl MemoryStore {
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Store for MemoryStore {
+    fn get(&self, space: &str, key: &str) -> StoreResult<Option<Value>> {
+        Ok(self.lock().kv.get(&(space.into(), key.into())).cloned())
+    }
+
+    fn set(&self, space: &str, key: &str, value: &Value) -> StoreResult<()> {
+        self.lock()
+            .kv
+            .insert((space.into(), key.into()), value.clone());
+        Ok(())
+    }
+
+    fn delete(&self, space: &str, key: &str) -> StoreResult<bool> {
+        Ok(self.lock().kv.remove(&(space.into(), key.into())).is_some())
+    }
+
+    fn list(&self, space: &str, prefix: &str) -> StoreResult<Vec<String>> {
+        Ok(self
+            .lock()
+            .kv
+            .range((space.to_string(), prefix.to_string())..)
+            .take_while(|((s, k), _)| s == space && k.starts_with(prefix))
+            .map(|((_, k), _)| k.clone())
+            .collect())
+    }
+
+    fn update(
+        &self,
+        space: &str,
+        key: &str,
+        f: &mut dyn FnMut(Option<Value>) -> Result<Option<Value>, String>,
+    ) -> StoreResult<Option<Value>> {
+        let mut inner = self.lock();
+        let k = (space.to_string(), key.to_string());
+        let new = f(inner.kv.get(&k).cloned()).map_err(StoreError::Value)?;
+        match &new {
+            Some(v) => inner.kv.insert(k, v.clone()),
+            None => inner.kv.remove(&k),
+        };
+        Ok(new)
+    }
+
+    fn conversations(&self) -> StoreResult<Vec<String>> {
+        Ok(self.lock().cells.keys().cloned().collect())
+    }
+
+    fn load_cell(&self, name: &str) -> StoreResult<Option<Cell>> {
+        Ok(self.lock().cells.get(name).cloned())
+    }
+
+    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<()> {
+        self.lock()
+            .cells
+            .entry(name.into())
+            .or_default()
+            .backlog
+            .push(mail.clone());
+        Ok(())
+    }
+
+    fn commit_step(
+        &self,
+        name: &str,
+        messages: &[Message],
+        served: usize,
+        dropped: u64,
+    ) -> StoreResult<()> {
+        let mut inner = self.lock();
+        let cell = inner.cells.entry(name.into()).or_default();
+        cell.messages = messages.to_vec();
+        let served = served.min(cell.backlog.len());
+        cell.backlog.drain(..served);
+        cell.dropped = dropped;
+        cell.journal.clear();
+        Ok(())
+    }
+
+    fn journal(&self, name: &str, entry: &JournalEntry) -> StoreResult<()> {
+        let mut inner = self.lock();
+        let journal = &mut inner.cells.entry(name.into()).or_default().journal;
+        match journal.iter_mut().find(|e| e.call_id == entry.call_id) {
+            Some(e) => *e = entry.clone(),
+            None => journal.push(entry.clone()),
+        }
+        Ok(())
+    }
+
+    fn clear_cell(&self, name: &str) -> StoreResult<bool> {
+        Ok(self.lock().cells.remove(name).is_some())
+    }
+
+    fn breaker(&self, key: &str) -> StoreResult<Option<BreakerState>> {
+        Ok(self.lock().breakers.get(key).cloned())
+    }
+
+    fn save_breaker(&self, key: &str, state: &BreakerState) -> StoreResult<()> {
+        self.lock().breakers.insert(key.into(), state.clone());
+        Ok(())
+    }
+
+    fn audit(&self, entry: &AuditEntry) -> StoreResult<()> {
+        self.lock().audit.push(entry.clone());
+        Ok(())
+    }
+
+    fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
+        Ok(self
+            .lock()
+            .audit
+            .iter()
+            .filter(|e| filter.resident.as_ref().is_none_or(|r| &e.resident == r))
+            .filter(|e| filter.tool.as_ref().is_none_or(|t| &e.tool == t))
+            .cloned()
+            .collect())
+    }
+}

@@ -1,0 +1,133 @@
+//! The `store` module from Lua: values round-trip exactly, keys list in order, `update` is
+//! atomic, and a resident's workspace is a boundary its tools and sources cannot cross.
+
+mod support;
+
+use serde_json::json;
+use support::fake::{FakeProvider, Reply};
+use support::script::Sandbox;
+use support::styled;
+
+#[test]
+fn values_round_trip_exactly() {
+    let run = Sandbox::new()
+        .lua(
+            r#"
+local v = { nested = { list = { 1, 2.5, "three", true }, empty = {}, none = json.array({}) },
+            unicode = "héllo wörld ✓ 日本", int = 42, float = 42.0, negative = -7, big = 9007199254740993 }
+assert(store.set("v", v))
+local back = store.get("v")
+print(json.encode(back))
+print(math.type(back.int), math.type(back.float), math.type(back.big))
+print(json.encode(store.get("v").nested.none), json.encode(store.get("v").nested.empty))
+print(store.get("missing"))
+assert(store.set("s", "plain"))
+print(store.get("s"), store.delete("s"), store.delete("s"), store.get("s"))
+"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        [
+            r#"{"big":9007199254740993,"float":42.0,"int":42,"negative":-7,"nested":{"empty":{},"list":[1,2.5,"three",true],"none":[]},"unicode":"héllo wörld ✓ 日本"}"#,
+            "integer\tfloat\tinteger",
+            "[]\t{}",
+            "nil",
+            "plain\ttrue\tfalse\tnil",
+        ]
+    );
+}
+
+#[test]
+fn list_orders_keys_and_update_is_atomic() {
+    let run = Sandbox::new()
+        .lua(
+            r#"
+for _, k in ipairs({ "b/2", "a", "b/1", "b_x", "b%y", "c" }) do store.set(k, 1) end
+print(table.concat(store.list("b"), " "))
+print(table.concat(store.list(), " "))
+-- Forty coroutines each add one, waiting between reads: update never loses one.
+local fns = {}
+for i = 1, 40 do
+  fns[i] = function()
+    ai.sleep(i % 3)
+    return store.update("n", function(old) return (old or 0) + 1 end)
+  end
+end
+ai.parallel(table.unpack(fns))
+print(store.get("n"))
+print(store.update("n", function() return nil end), store.get("n"))
+print(pcall(store.update, "n", function() error("no thanks") end))
+"#,
+            &[],
+        )
+        .ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "b%y b/1 b/2 b_x");
+    assert_eq!(lines[1], "a b%y b/1 b/2 b_x c");
+    assert_eq!(lines[2], "40");
+    assert_eq!(lines[3], "nil\tnil");
+    assert!(
+        lines[4].starts_with("false\t") && lines[4].contains("no thanks"),
+        "{}",
+        lines[4]
+    );
+}
+
+#[test]
+fn a_workspace_is_a_boundary() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        if last["role"] == "tool" {
+            Reply::text("done")
+        } else {
+            Reply::tool_call(
+                "c1",
+                "remember",
+                json!({"key": "k", "value": "from the tool"}),
+            )
+        }
+    });
+    let run = styled(&fake, "openai")
+        .lua(
+            r#"
+store.set("k", "global")
+local remember = ai.tool{ name = "remember", description = "Stores a value", parameters = { key = "string", value = "string" },
+  handler = function(args)
+    local before = store.get(args.key)
+    store.set(args.key, args.value)
+    return "before: " .. tostring(before)
+  end }
+local seen = {}
+ai.spawn{ name = "core", provider = "openai", model = "m", workspace = "core", tools = { remember },
+  deliver_to = function() ai.stop("done") end,
+  sources = { function(self)
+    seen.source_sees_global = store.get("k")
+    store.set("from_source", true)
+    ai.mail{ to = self, source = "t", content = "remember", hop = 0 }
+  end } }
+ai.watch{}
+print("global k:", store.get("k"))
+print("global from_source:", store.get("from_source"))
+print("source saw:", seen.source_sees_global)
+print("global keys:", table.concat(store.list(), " "))
+"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "global k:\tglobal",
+            "global from_source:\tnil",
+            "source saw:\tnil",
+            "global keys:\tk",
+        ]
+    );
+    // The tool saw its workspace's empty `k`, not the global one.
+    let calls = support::model_calls(&fake);
+    let result = calls[1]["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+    assert_eq!(result, "before: nil");
+}
