@@ -1,0 +1,119 @@
+-- watcher.lua: a source watches a folder and mails its AI about new files; the AI decides which
+-- ones a person should hear about and says so through a `notify` tool.
+--
+-- Shows: a resident with a source (a Lua function forked when the watch starts, `self` being the
+-- AI's name), one mail per scan listing every new file, waiting for the AI to be idle again with
+-- ai.residents() before the next scan (so the AI never has two mails in flight), a tool the AI
+-- reports through, deliver_to printing its closing line, and ai.stop ending the watch.
+--
+-- The first scan counts every file already in the folder as new. The watch ends after SCANS
+-- scans, one second apart (default 2; 0 watches until Ctrl-C). FOLDER is relative to this
+-- script's folder (default `watched`, three sample files).
+--
+-- Offline, on its bundled cassette:
+--   colony run --replay examples/watcher.jsonl examples/watcher.lua
+-- Live (any configured provider), watching a folder of your own until Ctrl-C:
+--   colony run examples/watcher.lua /path/to/inbox 0
+
+local folder = arg[1] or "watched"
+local scans = tonumber(arg[2] or "2")
+local INTERVAL_MS = 1000
+local EXCERPT = 600 -- characters of each new file the AI sees
+
+local notify = ai.tool{
+  name = "notify",
+  description = "Tell the person who owns the folder about something that needs their attention.",
+  parameters = {
+    type = "object",
+    properties = {
+      file = { type = "string", description = "The file this is about" },
+      urgency = { type = "string", enum = { "low", "normal", "high" } },
+      message = { type = "string", description = "One or two sentences: what it is and what to do" },
+    },
+    required = { "file", "urgency", "message" },
+  },
+  handler = function(args)
+    print(("notify (%s) %s: %s"):format(args.urgency, args.file, args.message))
+    return "notified"
+  end,
+}
+
+-- The plain files in the folder, by name (sorted), hidden ones left out.
+local function files_in(dir)
+  local names, err = fs.list(dir)
+  if not names then error(tostring(err)) end
+  local out = {}
+  for _, name in ipairs(names) do
+    if name:sub(1, 1) ~= "." then
+      local st = fs.stat(dir .. "/" .. name)
+      if st and not st.is_dir then out[#out + 1] = name end
+    end
+  end
+  return out
+end
+
+-- What the AI reads about a file: its name and the start of its text. No sizes, times or
+-- absolute paths: the mail must read the same on every run for the cassette to answer it.
+local function describe(dir, name)
+  local text = fs.read(dir .. "/" .. name) or "(unreadable)"
+  if #text > EXCERPT then text = text:sub(1, EXCERPT) .. "\n[...]" end
+  text = text:gsub("%s+$", "")
+  return ("### %s\n%s"):format(name, text)
+end
+
+local function state_of(name)
+  for _, r in ipairs(ai.residents()) do
+    if r.name == name then return r end
+  end
+end
+
+-- Waits until the AI has served everything mailed to it: idle, nothing held, and its
+-- conversation longer than it was before the mail.
+local function settled(name, before)
+  while true do
+    local r = state_of(name)
+    if not r or r.state == "stopped" then return end
+    if r.state == "idle" and r.held == 0 and r.conversation > before then return end
+    ai.sleep(20)
+  end
+end
+
+local function watch_folder(self)
+  local seen, n = {}, 0
+  while scans == 0 or n < scans do
+    if n > 0 then ai.sleep(INTERVAL_MS) end
+    n = n + 1
+    local new = {}
+    for _, name in ipairs(files_in(folder)) do
+      if not seen[name] then
+        seen[name] = true
+        new[#new + 1] = name
+      end
+    end
+    if #new == 0 then
+      print(("scan %d: nothing new"):format(n))
+    else
+      print(("scan %d: %d new file(s): %s"):format(n, #new, table.concat(new, ", ")))
+      local parts = { ("%d new file(s) in %s/:"):format(#new, folder) }
+      for _, name in ipairs(new) do parts[#parts + 1] = describe(folder, name) end
+      local before = state_of(self).conversation
+      assert(ai.mail{ to = self, source = "folder", content = table.concat(parts, "\n\n"), hop = 0 })
+      settled(self, before)
+    end
+  end
+  ai.stop(("%d scans done"):format(n))
+end
+
+ai.spawn{
+  name = "watcher",
+  system = "You watch a shared folder for its owner. You are mailed the new files that appear in "
+    .. "it. Call notify once for each file that needs the owner's attention (a bill to pay, "
+    .. "something broken, a deadline), with a fitting urgency; leave routine files alone. Then "
+    .. "reply with one line saying what you did.",
+  tools = { notify },
+  max_steps = 4,
+  deliver_to = function(reply, info) print(("[%s] %s"):format(info.ai, reply)) end,
+  sources = { watch_folder },
+}
+
+print(("watch ended: %s"):format(ai.watch{}))
