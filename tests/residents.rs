@@ -311,13 +311,13 @@ fn misuse_is_named() {
     );
     let run = sb
         .lua(
-            r#"ai.spawn{ name = "a", persist_conversation = true }"#,
+            r#"ai.spawn{ name = "a", persist_conversation = "yes" }"#,
             &[],
         )
         .failed();
     assert!(
         run.stderr
-            .contains("persist_conversation needs the durable store"),
+            .contains("persist_conversation must be true or false, not string"),
         "{}",
         run.stderr
     );
