@@ -218,7 +218,7 @@ fn spec(name: String, stack: &SharedInfer, deliver: Deliver, prompt: bool) -> Re
         ..Compaction::default()
     };
     if !prompt {
-        compaction.prompt = String::new();
+        compaction.prompt = std::borrow::Cow::Borrowed("");
     }
     ResidentSpec {
         name,
@@ -230,6 +230,8 @@ fn spec(name: String, stack: &SharedInfer, deliver: Deliver, prompt: bool) -> Re
         deliver,
         restart: RestartPolicy::new(Restart::Permanent),
         stack: stack.clone(),
+        persist: false,
+        workspace: None,
     }
 }
 

@@ -14,6 +14,16 @@ pub fn register(key: &str) {
     if key.len() < 8 {
         return;
     }
+    // Every request registers its key: the common case (already known) takes only a read lock,
+    // so residents calling at once do not queue on a write lock.
+    if KNOWN
+        .read()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .any(|k| k == key)
+    {
+        return;
+    }
     let mut known = KNOWN.write().unwrap_or_else(|e| e.into_inner());
     if !known.iter().any(|k| k == key) {
         known.push(key.to_string());

@@ -381,7 +381,7 @@ pub(crate) fn read_compaction(opts: &Table, who: &str) -> mlua::Result<Compactio
         c.compact_at = at;
     }
     if let Some(p) = opts.get::<Option<String>>("compact_prompt")? {
-        c.prompt = p;
+        c.prompt = p.into();
     }
     Ok(c)
 }

@@ -60,7 +60,7 @@ pub async fn compact(
     let messages = &turn.messages;
     let mut req = turn.clone();
     req.messages
-        .push(Message::user(spec.compaction.prompt.clone()));
+        .push(Message::user(spec.compaction.prompt.to_string()));
     req.tool_choice = ToolChoice::None;
     let ep = core.settle(&spec.ask.overrides, &mut req)?;
     let span = tracing::info_span!("compaction", messages = messages.len());

@@ -111,7 +111,8 @@ pub struct Compaction {
     pub context_window: u64,
     /// The fraction of the window at which to compact.
     pub compact_at: f64,
-    pub prompt: String,
+    /// Borrowed when it is the default, so a hundred thousand residents share one copy.
+    pub prompt: std::borrow::Cow<'static, str>,
 }
 
 pub const DEFAULT_COMPACT_PROMPT: &str = "Summarise this conversation for your own later use, \
@@ -125,7 +126,7 @@ impl Default for Compaction {
             enabled: true,
             context_window: 200_000,
             compact_at: 0.8,
-            prompt: DEFAULT_COMPACT_PROMPT.to_string(),
+            prompt: std::borrow::Cow::Borrowed(DEFAULT_COMPACT_PROMPT),
         }
     }
 }
