@@ -13,6 +13,9 @@
 //! synchronous and short (one small transaction each); a caller on an async runtime makes them
 //! directly: with `synchronous=FULL` a commit waits for one fsync, which is the point.
 
+pub mod sqlite;
+pub mod state_dir;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
