@@ -19,7 +19,8 @@
 //! - [`embed`]: colony inside a Rust application: a `Runtime` with native tools, `Program`s to
 //!   mail and hear from.
 //! - [`store`]: the durable store behind the `Store` trait (key-value workspaces, persisted
-//!   conversations with their backlog and journal, breaker states, the audit log).
+//!   conversations with their backlog and journal, breaker states, the audit log); `sqlite` is
+//!   the embedded default, `state_dir` a program's state directory and its single-process lock.
 //! - [`secrets`]: keeps keys out of every log, error, transcript and cassette.
 //! - [`lua`]: the Lua host. One VM per program on its own thread; each Lua module (`ai`, `json`)
 //!   registers itself from its own file and only translates between Lua values and the core.

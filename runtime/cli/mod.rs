@@ -1,10 +1,14 @@
 //! The `colony` command: one file per subcommand, each with its clap arguments and its `run`.
 
 mod ask;
+mod audit;
 mod config;
+mod conversations;
 mod models;
 mod providers;
 mod run;
+mod state;
+mod store;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -37,6 +41,10 @@ enum Command {
     Providers(providers::Args),
     Models(models::Args),
     Config(config::Args),
+    State(state::Args),
+    Conversations(conversations::Args),
+    Store(store::Args),
+    Audit(audit::Args),
 }
 
 /// Where model calls go: `--replay` answers from a cassette, `--record` writes one.
@@ -92,6 +100,10 @@ pub fn main() -> ExitCode {
         Command::Providers(args) => providers::run(args),
         Command::Models(args) => rt.block_on(models::run(args, rt.handle())),
         Command::Config(args) => rt.block_on(config::run(args, rt.handle())),
+        Command::State(args) => state::run(args),
+        Command::Conversations(args) => conversations::run(args),
+        Command::Store(args) => store::run(args),
+        Command::Audit(args) => audit::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -14,6 +14,8 @@
 //! directly: with `synchronous=FULL` a commit waits for one fsync, which is the point.
 
 pub mod memory;
+pub mod sqlite;
+pub mod state_dir;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -69,10 +69,21 @@ impl Sandbox {
     pub fn new() -> Sandbox {
         let dir = tempfile::tempdir().expect("a temp dir");
         let config = dir.path().join("config.toml");
+        // Programs' state directories (`colony state`) go under the sandbox, never the machine's.
+        let state = dir.path().join("state");
         Sandbox {
-            env: vec![("COLONY_CONFIG".into(), config.display().to_string())],
+            env: vec![
+                ("COLONY_CONFIG".into(), config.display().to_string()),
+                ("XDG_STATE_HOME".into(), state.display().to_string()),
+            ],
             dir,
         }
+    }
+
+    /// The `XDG_STATE_HOME` the binary sees: `colony::store::state_dir::default_under(this,
+    /// script)` is a script's default state directory.
+    pub fn state_home(&self) -> PathBuf {
+        self.path("state")
     }
 
     pub fn env(mut self, k: &str, v: &str) -> Sandbox {

@@ -1,0 +1,192 @@
+//! `colony conversations FILE.lua list|show|export|clear`: a program's persisted conversations.
+
+use clap::Subcommand;
+
+use super::Failure;
+use super::state::{Target, count};
+use crate::store::{Cell, Store};
+use crate::vocab::{Message, Part};
+
+/// Inspect or clear a program's persisted conversations.
+#[derive(clap::Args)]
+#[command(
+    long_about = "Inspect or clear a program's persisted conversations: each resident's \
+        messages, the mail it accepted and has not served yet (its backlog), and the step in \
+        flight when the program stopped.\n\n\
+        Opens the program's state directory the way the program does, with its lock: while the \
+        program runs this refuses, naming the process that holds it, and while this runs the \
+        program cannot start."
+)]
+pub struct Args {
+    #[command(flatten)]
+    target: Target,
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(Subcommand)]
+enum Action {
+    /// List the conversations, with their message and backlog counts.
+    List,
+    /// Print a conversation readably: each message by role, tool calls with their arguments,
+    /// tool results; then the held mail and the step in flight, if any.
+    Show {
+        /// The resident's name.
+        name: String,
+    },
+    /// Print a conversation's messages as JSONL, one neutral message (colony's own format) per
+    /// line.
+    Export {
+        /// The resident's name.
+        name: String,
+    },
+    /// Remove a conversation: its messages, backlog and step in flight. Asks nothing; prints
+    /// what it removed.
+    Clear {
+        /// The resident's name.
+        name: String,
+    },
+}
+
+pub fn run(args: Args) -> Result<(), Failure> {
+    let state = args.target.open("conversations")?;
+    let store = state.store();
+    let fail = |e: crate::store::StoreError| Failure::run(format!("colony conversations: {e}"));
+    let load = |name: &str| -> Result<Cell, Failure> {
+        store.load_cell(name).map_err(fail)?.ok_or_else(|| {
+            Failure::run(format!(
+                "colony conversations: no conversation named {name:?} in {}",
+                state.path().display()
+            ))
+        })
+    };
+    match args.action {
+        Action::List => {
+            let names = store.conversations().map_err(fail)?;
+            let mut rows = Vec::new();
+            for name in names {
+                let cell = load(&name)?;
+                rows.push((name, summary(&cell)));
+            }
+            let width = rows
+                .iter()
+                .map(|(n, _)| n.chars().count())
+                .max()
+                .unwrap_or(0);
+            for (name, summary) in rows {
+                println!("{name:<width$}  {summary}");
+            }
+        }
+        Action::Show { name } => {
+            let cell = load(&name)?;
+            for message in &cell.messages {
+                for line in show_message(message) {
+                    println!("{line}");
+                }
+            }
+            if !cell.backlog.is_empty() {
+                println!("held mail, not yet served:");
+                for mail in &cell.backlog {
+                    println!("  {}", indent(&mail.as_user_text()));
+                }
+            }
+            if cell.dropped > 0 {
+                println!(
+                    "{} discarded during an outage, not yet reported to the model",
+                    count(cell.dropped as usize, "older arrival", "older arrivals")
+                );
+            }
+            if !cell.journal.is_empty() {
+                println!("step in flight:");
+                for entry in &cell.journal {
+                    let status = match &entry.result {
+                        None => "started",
+                        Some(r) if r.is_error => "failed",
+                        Some(_) => "finished",
+                    };
+                    println!("  {} ({}): {status}", entry.tool, entry.call_id);
+                }
+            }
+        }
+        Action::Export { name } => {
+            let cell = load(&name)?;
+            for message in &cell.messages {
+                let line = serde_json::to_string(message)
+                    .map_err(|e| Failure::run(format!("colony conversations: {e}")))?;
+                println!("{line}");
+            }
+        }
+        Action::Clear { name } => {
+            let cell = load(&name)?;
+            store.clear_cell(&name).map_err(fail)?;
+            println!("removed conversation {name} ({})", summary(&cell));
+        }
+    }
+    Ok(())
+}
+
+/// "3 messages, 1 in backlog" (and the dropped count and the step in flight when there are any).
+fn summary(cell: &Cell) -> String {
+    let mut s = format!(
+        "{}, {} in backlog",
+        count(cell.messages.len(), "message", "messages"),
+        cell.backlog.len()
+    );
+    if cell.dropped > 0 {
+        s.push_str(&format!(", {} dropped", cell.dropped));
+    }
+    if !cell.journal.is_empty() {
+        s.push_str(&format!(
+            ", {} in flight",
+            count(cell.journal.len(), "call", "calls")
+        ));
+    }
+    s
+}
+
+/// Later lines of a multi-line text, indented under the first.
+fn indent(text: &str) -> String {
+    text.trim_end_matches('\n').replace('\n', "\n    ")
+}
+
+/// One line per part: `role: text`, `assistant calls TOOL (ID): ARGS`, `tool: TOOL (ID) returned:
+/// CONTENT`.
+fn show_message(message: &Message) -> Vec<String> {
+    let role = message.role.as_str();
+    let mut lines = Vec::new();
+    for part in &message.parts {
+        match part {
+            Part::Text { text, .. } => lines.push(format!("{role}: {}", indent(text))),
+            Part::Reasoning { text, .. } => {
+                if !text.trim().is_empty() {
+                    lines.push(format!("{role} (reasoning): {}", indent(text)));
+                }
+            }
+            Part::ToolCall(call) => lines.push(format!(
+                "{role} calls {} ({}): {}",
+                call.name,
+                call.id,
+                if call.arguments.trim().is_empty() {
+                    "{}"
+                } else {
+                    call.arguments.as_str()
+                }
+            )),
+            Part::ToolResult(result) => lines.push(format!(
+                "{role}: {} ({}) {}: {}",
+                result.name,
+                result.call_id,
+                if result.is_error {
+                    "failed"
+                } else {
+                    "returned"
+                },
+                indent(&result.content)
+            )),
+        }
+    }
+    if message.parts.is_empty() {
+        lines.push(format!("{role}:"));
+    }
+    lines
+}

@@ -1,0 +1,85 @@
+//! `colony state FILE.lua`: where a program's state lives. Also the opening of that state for
+//! the commands that read it (`conversations`, `store`, `audit`).
+
+use std::path::{Path, PathBuf};
+
+use super::Failure;
+use crate::store::state_dir::{self, STORE_FILE, StateDir};
+
+/// Print the state directory a script's program uses by default.
+#[derive(clap::Args)]
+#[command(
+    long_about = "Print the state directory a script's program uses by default: \
+        $XDG_STATE_HOME/colony/<script name>-<hash of the script's absolute path> \
+        (~/.local/state/colony/... when XDG_STATE_HOME is not set). It holds the program's \
+        store (store.sqlite3) and its lock. Prints the path whether or not the program has \
+        stored anything yet."
+)]
+pub struct Args {
+    /// The program's script.
+    #[arg(value_name = "FILE.lua")]
+    script: PathBuf,
+}
+
+pub fn run(args: Args) -> Result<(), Failure> {
+    existing_script("state", &args.script)?;
+    println!("{}", state_dir::default_for(&args.script).display());
+    Ok(())
+}
+
+fn existing_script(command: &str, script: &Path) -> Result<(), Failure> {
+    if script.is_file() {
+        return Ok(());
+    }
+    Err(Failure::input(format!(
+        "colony {command}: {}: no such file (the state directory is named after the script's \
+         path; pass --state DIR for a directory of your choosing)",
+        script.display()
+    )))
+}
+
+/// The program whose state a command reads: its script, or a state directory given outright.
+#[derive(clap::Args)]
+pub struct Target {
+    /// The program's script: its default state directory is read (see `colony state`).
+    #[arg(value_name = "FILE.lua")]
+    script: PathBuf,
+    /// Read this state directory instead of the script's default one.
+    #[arg(long, value_name = "DIR", global = true)]
+    state: Option<PathBuf>,
+}
+
+impl Target {
+    /// Opens the state directory the way a program does: locked, so this fails with the holder's
+    /// pid and command line while the program runs. A directory without a store is an error
+    /// (reading commands create nothing).
+    pub fn open(&self, command: &str) -> Result<StateDir, Failure> {
+        let dir = match &self.state {
+            Some(dir) => dir.clone(),
+            None => {
+                existing_script(command, &self.script)?;
+                state_dir::default_for(&self.script)
+            }
+        };
+        if !dir.join(STORE_FILE).exists() {
+            let why = match &self.state {
+                Some(_) => format!("no {STORE_FILE} there"),
+                None => format!("{} has stored nothing yet", self.script.display()),
+            };
+            return Err(Failure::run(format!(
+                "colony {command}: no state in {} ({why})",
+                dir.display()
+            )));
+        }
+        StateDir::open(&dir).map_err(|e| Failure::run(format!("colony {command}: {e}")))
+    }
+}
+
+/// "3 messages" / "1 message".
+pub fn count(n: usize, one: &str, many: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {many}")
+    }
+}

@@ -1,0 +1,82 @@
+//! `colony store FILE.lua get|list`: a program's key-value store (`store.get/set/list` in Lua).
+
+use clap::Subcommand;
+
+use super::Failure;
+use super::state::Target;
+use crate::store::Store;
+
+/// Read a program's key-value store.
+#[derive(clap::Args)]
+#[command(
+    long_about = "Read a program's key-value store: what its Lua code keeps with `store.set`, \
+        in the global space or in a workspace's own.\n\n\
+        Opens the program's state directory the way the program does, with its lock: while the \
+        program runs this refuses, naming the process that holds it, and while this runs the \
+        program cannot start."
+)]
+pub struct Args {
+    #[command(flatten)]
+    target: Target,
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(Subcommand)]
+enum Action {
+    /// Print a key's value as (pretty) JSON; an error when there is no such key.
+    Get {
+        /// The key, as the program's `store.set` named it.
+        key: String,
+        /// Read the workspace's space instead of the program's global one.
+        #[arg(long, value_name = "WORKSPACE")]
+        space: Option<String>,
+    },
+    /// Print the keys, or those starting with PREFIX, one per line in byte order.
+    List {
+        /// Only the keys starting with this (taken literally: no wildcards).
+        prefix: Option<String>,
+        /// List the workspace's space instead of the program's global one.
+        #[arg(long, value_name = "WORKSPACE")]
+        space: Option<String>,
+    },
+}
+
+pub fn run(args: Args) -> Result<(), Failure> {
+    let state = args.target.open("store")?;
+    let store = state.store();
+    let fail = |e: crate::store::StoreError| Failure::run(format!("colony store: {e}"));
+    match args.action {
+        Action::Get { key, space } => {
+            let space = space.unwrap_or_default();
+            match store.get(&space, &key).map_err(fail)? {
+                Some(value) => {
+                    let text = serde_json::to_string_pretty(&value)
+                        .map_err(|e| Failure::run(format!("colony store: {e}")))?;
+                    println!("{text}");
+                }
+                None => {
+                    let where_ = if space.is_empty() {
+                        "the global space".to_string()
+                    } else {
+                        format!("workspace {space:?}")
+                    };
+                    return Err(Failure::run(format!(
+                        "colony store: no key {key:?} in {where_} of {}",
+                        state.path().display()
+                    )));
+                }
+            }
+        }
+        Action::List { prefix, space } => {
+            let space = space.unwrap_or_default();
+            for key in store
+                .list(&space, prefix.as_deref().unwrap_or(""))
+                .map_err(fail)?
+            {
+                println!("{key}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,263 @@
+//! Where a program's state lives, and the lock that keeps it to one process at a time.
+//!
+//! A program's state directory is `$XDG_STATE_HOME/colony/<script stem>-<hash>` by default
+//! ([`default_for`]), with `<hash>` the first 12 hex digits of the SHA-256 of the script's
+//! absolute path: two scripts of the same name in different folders keep apart, and moving a
+//! script starts it afresh. Inside:
+//!
+//! - `lock`: locked exclusively while a process uses the directory; it holds that process's pid
+//!   and command line, for the message a second process gets;
+//! - `store.sqlite3` (and SQLite's `-wal`/`-shm` beside it while open): the [`SqliteStore`].
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io::{Read, Seek, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use sha2::{Digest, Sha256};
+
+use super::sqlite::SqliteStore;
+use super::{Store, StoreError, StoreResult};
+
+/// The lock file's name inside a state directory.
+pub const LOCK_FILE: &str = "lock";
+/// The store's file name inside a state directory.
+pub const STORE_FILE: &str = "store.sqlite3";
+
+/// The default state directory for `script`: `<state home>/colony/<stem>-<hash>` where the state
+/// home is `$XDG_STATE_HOME`, else `~/.local/state` (else the temp directory, on a machine with
+/// no home).
+pub fn default_for(script: &Path) -> PathBuf {
+    let home = dirs::state_dir()
+        .or_else(|| dirs::home_dir().map(|h| h.join(".local").join("state")))
+        .unwrap_or_else(std::env::temp_dir);
+    default_under(&home, script)
+}
+
+/// [`default_for`] with the state home given: `<state_home>/colony/<stem>-<hash>`.
+pub fn default_under(state_home: &Path, script: &Path) -> PathBuf {
+    state_home.join("colony").join(dir_name(script))
+}
+
+/// `<stem>-<first 12 hex digits of sha256(absolute path)>`. The absolute path is the
+/// canonical one (symlinks resolved) when the script exists.
+fn dir_name(script: &Path) -> String {
+    let absolute = std::fs::canonicalize(script)
+        .or_else(|_| std::path::absolute(script))
+        .unwrap_or_else(|_| script.to_path_buf());
+    let digest = Sha256::digest(absolute.as_os_str().as_encoded_bytes());
+    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
+    let stem = script
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "script".to_string());
+    format!("{stem}-{hex}")
+}
+
+/// An open state directory: locked by this process until the store is dropped.
+#[derive(Debug)]
+pub struct StateDir {
+    path: PathBuf,
+    store: Arc<SqliteStore>,
+}
+
+impl StateDir {
+    /// Creates `dir` if missing (mode 0700), locks it, and opens its store.
+    ///
+    /// [`StoreError::Locked`] when another process (or another `StateDir` in this one) holds
+    /// it, naming the directory and the holder's pid and command line; the store's own errors
+    /// ([`StoreError::TooNew`], [`StoreError::Damaged`], [`StoreError::Io`]) otherwise. The lock
+    /// lives as long as the store: it is released when the last `Arc` from [`StateDir::store`]
+    /// and the `StateDir` itself are dropped.
+    pub fn open(dir: &Path) -> StoreResult<StateDir> {
+        create_dir(dir)?;
+        let lock = lock(dir)?;
+        let store = SqliteStore::open(&dir.join(STORE_FILE))?.hold_lock(lock);
+        Ok(StateDir {
+            path: dir.to_path_buf(),
+            store: Arc::new(store),
+        })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The store (holding the directory's lock).
+    pub fn store(&self) -> Arc<SqliteStore> {
+        Arc::clone(&self.store)
+    }
+
+    /// The store as the trait object the residents use.
+    pub fn dyn_store(&self) -> Arc<dyn Store> {
+        self.store.clone()
+    }
+}
+
+fn create_dir(dir: &Path) -> StoreResult<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        builder.mode(0o700);
+    }
+    builder.create(dir).map_err(|e| {
+        StoreError::Io(format!(
+            "cannot create the state directory {}: {e}",
+            dir.display()
+        ))
+    })
+}
+
+/// Takes the exclusive lock on `dir/lock` and writes this process into it.
+fn lock(dir: &Path) -> StoreResult<File> {
+    let path = dir.join(LOCK_FILE);
+    let io = |doing: &str, e: std::io::Error| {
+        StoreError::Io(format!("{}: cannot {doing}: {e}", path.display()))
+    };
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| io("open the lock file", e))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => {
+            let mut text = String::new();
+            let _ = file.read_to_string(&mut text);
+            return Err(StoreError::Locked(format!(
+                "{} is in use by {}",
+                dir.display(),
+                holder(&text)
+            )));
+        }
+        Err(TryLockError::Error(e)) => return Err(io("lock it", e)),
+    }
+    let me = format!("{}\n{}\n", std::process::id(), command_line());
+    file.set_len(0).map_err(|e| io("write it", e))?;
+    file.rewind().map_err(|e| io("write it", e))?;
+    file.write_all(me.as_bytes())
+        .map_err(|e| io("write it", e))?;
+    Ok(file)
+}
+
+/// "process 1234 (colony run watcher.lua)" from a lock file's text.
+fn holder(text: &str) -> String {
+    let mut lines = text.lines();
+    let pid = lines.next().map(str::trim).unwrap_or("");
+    let command = lines.next().map(str::trim).unwrap_or("");
+    match (pid.parse::<u32>(), command.is_empty()) {
+        (Ok(pid), false) => format!("process {pid} ({command})"),
+        (Ok(pid), true) => format!("process {pid}"),
+        (Err(_), _) => "another process".to_string(),
+    }
+}
+
+/// This process's command line, the program by its file name: `colony run watcher.lua`.
+fn command_line() -> String {
+    let mut args = std::env::args_os();
+    let program = args
+        .next()
+        .map(|p| {
+            Path::new(&p)
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| p.to_string_lossy().into_owned())
+        })
+        .unwrap_or_default();
+    std::iter::once(program)
+        .chain(args.map(|a| a.to_string_lossy().into_owned()))
+        .collect::<Vec<_>>()
+        .join(" ")
+        .replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn default_dir_is_stem_and_hash_of_the_absolute_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("watcher.lua");
+        std::fs::write(&script, "").unwrap();
+        let home = Path::new("/state/home");
+        let got = default_under(home, &script);
+        let absolute = std::fs::canonicalize(&script).unwrap();
+        let digest = Sha256::digest(absolute.as_os_str().as_encoded_bytes());
+        let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+        assert_eq!(
+            got,
+            home.join("colony").join(format!("watcher-{}", &hex[..12]))
+        );
+        // A relative path to the same file lands in the same place.
+        let other = dir.path().join("sub");
+        std::fs::create_dir(&other).unwrap();
+        let relative = other.join("..").join("watcher.lua");
+        assert_eq!(default_under(home, &relative), got);
+        // The same name elsewhere does not.
+        let elsewhere = other.join("watcher.lua");
+        std::fs::write(&elsewhere, "").unwrap();
+        assert_ne!(default_under(home, &elsewhere), got);
+    }
+
+    #[test]
+    fn open_creates_the_directory_private_and_the_store() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("a").join("b");
+        let state = StateDir::open(&dir).unwrap();
+        assert_eq!(state.path(), dir);
+        assert!(dir.join(STORE_FILE).is_file());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o700);
+        }
+        let text = std::fs::read_to_string(dir.join(LOCK_FILE)).unwrap();
+        let first = text.lines().next().unwrap();
+        assert_eq!(first, std::process::id().to_string());
+        state.store().set("", "k", &json!(1)).unwrap();
+        assert_eq!(state.dyn_store().get("", "k").unwrap(), Some(json!(1)));
+    }
+
+    #[test]
+    fn a_second_open_is_locked_until_the_first_store_is_dropped() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("state");
+        let first = StateDir::open(&dir).unwrap();
+        let err = StateDir::open(&dir).unwrap_err();
+        assert_eq!(err.kind(), "locked");
+        let expected_start = format!(
+            "{} is in use by process {} (",
+            dir.display(),
+            std::process::id()
+        );
+        assert!(err.to_string().starts_with(&expected_start), "{err}");
+
+        // The lock follows the store, not the StateDir value.
+        let store = first.store();
+        drop(first);
+        assert_eq!(StateDir::open(&dir).unwrap_err().kind(), "locked");
+        drop(store);
+        let again = StateDir::open(&dir).unwrap();
+        drop(again);
+    }
+
+    #[test]
+    fn holder_reads_the_lock_file() {
+        assert_eq!(
+            holder("1234\ncolony run watcher.lua\n"),
+            "process 1234 (colony run watcher.lua)"
+        );
+        assert_eq!(holder("1234\n"), "process 1234");
+        assert_eq!(holder(""), "another process");
+    }
+}

@@ -1,0 +1,433 @@
+//! The store's commands as a user meets them: `colony state`, `colony conversations`,
+//! `colony store` and `colony audit` on a state directory filled through the library, the lock
+//! while another process (here: the test) holds the directory, and files that are refused and
+//! left as they were.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use colony::residents::Mail;
+use colony::store::state_dir::{self, STORE_FILE, StateDir};
+use colony::store::{AuditEntry, JournalEntry, Store};
+use colony::vocab::{Message, Part, Role, ToolCall, ToolResult};
+use serde_json::json;
+use support::script::Sandbox;
+
+/// A sandbox (whose XDG_STATE_HOME is its own), a script, and the script's default state
+/// directory as the binary will compute it.
+fn setup() -> (Sandbox, PathBuf, PathBuf) {
+    let sb = Sandbox::new();
+    let script = sb.write("watcher.lua", "print('hi')\n");
+    let state = state_dir::default_under(&sb.state_home(), &script);
+    (sb, script, state)
+}
+
+fn s(p: &Path) -> String {
+    p.display().to_string()
+}
+
+fn conversation() -> Vec<Message> {
+    vec![
+        Message::user("[mail from bob] where is a.txt?"),
+        Message::new(
+            Role::Assistant,
+            vec![
+                Part::text("Let me look."),
+                Part::ToolCall(ToolCall {
+                    id: "call_1".into(),
+                    name: "read_file".into(),
+                    arguments: r#"{"path":"a.txt"}"#.into(),
+                    opaque: None,
+                }),
+            ],
+        ),
+        Message::new(
+            Role::Tool,
+            vec![Part::ToolResult(ToolResult {
+                call_id: "call_1".into(),
+                name: "read_file".into(),
+                content: "hello\nworld".into(),
+                is_error: false,
+            })],
+        ),
+        Message::assistant("It says hello."),
+    ]
+}
+
+fn fill_conversations(dir: &Path) {
+    let state = StateDir::open(dir).unwrap();
+    let store = state.store();
+    store.commit_step("alice", &conversation(), 0, 0).unwrap();
+    store
+        .push_backlog("alice", &Mail::new("alice", "carol", "are you there?", 0))
+        .unwrap();
+    store
+        .push_backlog("bob", &Mail::new("bob", "alice", "ping", 1))
+        .unwrap();
+    store
+        .journal(
+            "bob",
+            &JournalEntry {
+                call_id: "c9".into(),
+                tool: "fetch".into(),
+                result: None,
+            },
+        )
+        .unwrap();
+}
+
+#[test]
+fn help_tells_the_store_commands_and_the_lock() {
+    let run = Sandbox::new().colony(&["--help"]).ok();
+    for c in ["state", "conversations", "store", "audit"] {
+        assert!(run.stdout.contains(c), "{c}: {}", run.stdout);
+    }
+    for c in ["conversations", "store", "audit"] {
+        let run = Sandbox::new().colony(&[c, "--help"]).ok();
+        assert!(run.stdout.contains("--state <DIR>"), "{c}: {}", run.stdout);
+        assert!(
+            run.stdout.contains("while the program runs this refuses"),
+            "{c}: {}",
+            run.stdout
+        );
+    }
+}
+
+#[test]
+fn state_prints_the_default_directory() {
+    let (sb, script, state) = setup();
+    let run = sb.colony(&["state", &s(&script)]).ok();
+    assert_eq!(run.stdout, format!("{}\n", s(&state)));
+    let name = state.file_name().unwrap().to_str().unwrap();
+    assert!(name.starts_with("watcher-"), "{name}");
+    assert_eq!(name.len(), "watcher-".len() + 12, "{name}");
+    assert!(state.starts_with(sb.dir.path()), "{}", s(&state));
+    // Only printed: nothing is created.
+    assert!(!state.exists());
+
+    let missing = sb.path("nope.lua");
+    let run = sb.colony(&["state", &s(&missing)]).failed();
+    assert_eq!(run.code, 2);
+    assert!(
+        run.stderr
+            .starts_with(&format!("colony state: {}: no such file", s(&missing))),
+        "{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn conversations_list_show_export_and_clear() {
+    let (sb, script, state) = setup();
+    fill_conversations(&state);
+    let file = s(&script);
+
+    let run = sb.colony(&["conversations", &file, "list"]).ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "alice  4 messages, 1 in backlog",
+            "bob    0 messages, 1 in backlog, 1 call in flight",
+        ]
+    );
+
+    let run = sb.colony(&["conversations", &file, "show", "alice"]).ok();
+    assert_eq!(
+        run.stdout,
+        "user: [mail from bob] where is a.txt?\n\
+         assistant: Let me look.\n\
+         assistant calls read_file (call_1): {\"path\":\"a.txt\"}\n\
+         tool: read_file (call_1) returned: hello\n    world\n\
+         assistant: It says hello.\n\
+         held mail, not yet served:\n  [mail from carol] are you there?\n"
+    );
+    let run = sb.colony(&["conversations", &file, "show", "bob"]).ok();
+    assert_eq!(
+        run.stdout,
+        "held mail, not yet served:\n  [mail from alice] ping\nstep in flight:\n  fetch (c9): started\n"
+    );
+
+    let run = sb.colony(&["conversations", &file, "export", "alice"]).ok();
+    let lines = run.lines();
+    assert_eq!(
+        lines[0],
+        r#"{"role":"user","parts":[{"type":"text","text":"[mail from bob] where is a.txt?"}]}"#
+    );
+    let back: Vec<Message> = lines
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(back, conversation());
+
+    let run = sb
+        .colony(&["conversations", &file, "show", "nobody"])
+        .failed();
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "colony conversations: no conversation named \"nobody\" in {}\n",
+            s(&state)
+        )
+    );
+
+    let run = sb.colony(&["conversations", &file, "clear", "bob"]).ok();
+    assert_eq!(
+        run.stdout,
+        "removed conversation bob (0 messages, 1 in backlog, 1 call in flight)\n"
+    );
+    let run = sb.colony(&["conversations", &file, "list"]).ok();
+    assert_eq!(run.lines(), ["alice  4 messages, 1 in backlog"]);
+    let run = sb
+        .colony(&["conversations", &file, "clear", "bob"])
+        .failed();
+    assert!(
+        run.stderr.contains("no conversation named \"bob\""),
+        "{}",
+        run.stderr
+    );
+
+    // --state reads a directory given outright (after the subcommand too).
+    let run = sb
+        .colony(&["conversations", "any.lua", "list", "--state", &s(&state)])
+        .ok();
+    assert_eq!(run.lines(), ["alice  4 messages, 1 in backlog"]);
+}
+
+#[test]
+fn store_get_and_list() {
+    let (sb, script, state) = setup();
+    {
+        let dir = StateDir::open(&state).unwrap();
+        let store = dir.store();
+        store
+            .set(
+                "",
+                "config",
+                &json!({"extra": {}, "model": "x", "ratio": 0.5, "retries": 3, "tags": []}),
+            )
+            .unwrap();
+        for key in ["ab", "a%b", "a_b", "notes/2", "notes/1", "é"] {
+            store.set("", key, &json!(key)).unwrap();
+        }
+        store.set("docs", "notes/9", &json!(9)).unwrap();
+    }
+    let file = s(&script);
+
+    let run = sb.colony(&["store", &file, "get", "config"]).ok();
+    assert_eq!(
+        run.stdout,
+        "{\n  \"extra\": {},\n  \"model\": \"x\",\n  \"ratio\": 0.5,\n  \"retries\": 3,\n  \"tags\": []\n}\n"
+    );
+    let run = sb
+        .colony(&["store", &file, "get", "notes/9", "--space", "docs"])
+        .ok();
+    assert_eq!(run.stdout, "9\n");
+
+    let run = sb.colony(&["store", &file, "list"]).ok();
+    assert_eq!(
+        run.lines(),
+        ["a%b", "a_b", "ab", "config", "notes/1", "notes/2", "é"]
+    );
+    let run = sb.colony(&["store", &file, "list", "a_"]).ok();
+    assert_eq!(run.lines(), ["a_b"]);
+    let run = sb.colony(&["store", &file, "list", "a%"]).ok();
+    assert_eq!(run.lines(), ["a%b"]);
+    let run = sb.colony(&["store", &file, "list", "notes/"]).ok();
+    assert_eq!(run.lines(), ["notes/1", "notes/2"]);
+    let run = sb.colony(&["store", &file, "list", "--space", "docs"]).ok();
+    assert_eq!(run.lines(), ["notes/9"]);
+    let run = sb.colony(&["store", &file, "list", "zzz"]).ok();
+    assert_eq!(run.stdout, "");
+
+    let run = sb.colony(&["store", &file, "get", "notes/9"]).failed();
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "colony store: no key \"notes/9\" in the global space of {}\n",
+            s(&state)
+        )
+    );
+    let run = sb
+        .colony(&["store", &file, "get", "config", "--space", "docs"])
+        .failed();
+    assert_eq!(
+        run.stderr,
+        format!(
+            "colony store: no key \"config\" in workspace \"docs\" of {}\n",
+            s(&state)
+        )
+    );
+}
+
+#[test]
+fn audit_prints_aligned_columns_and_filters() {
+    let (sb, script, state) = setup();
+    {
+        let dir = StateDir::open(&state).unwrap();
+        let store = dir.store();
+        let entries = [
+            (1_700_000_000_123, "alice", "read_file", "ab", 12.34, "ok"),
+            (
+                1_700_000_001_000,
+                "script",
+                "http_get",
+                "01",
+                1500.0,
+                "error",
+            ),
+            (
+                1_700_000_002_500,
+                "alice",
+                "http_get",
+                "ff",
+                0.31,
+                "deadline",
+            ),
+        ];
+        for (at_ms, resident, tool, hash, duration_ms, outcome) in entries {
+            store
+                .audit(&AuditEntry {
+                    at_ms,
+                    resident: resident.into(),
+                    tool: tool.into(),
+                    args_hash: hash.repeat(32),
+                    duration_ms,
+                    outcome: outcome.into(),
+                })
+                .unwrap();
+        }
+    }
+    let file = s(&script);
+
+    let run = sb.colony(&["audit", &file]).ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "TIME                      RESIDENT  TOOL       OUTCOME       MS  ARGS",
+            "2023-11-14T22:13:20.123Z  alice     read_file  ok          12.3  abababababab",
+            "2023-11-14T22:13:21.000Z  script    http_get   error     1500.0  010101010101",
+            "2023-11-14T22:13:22.500Z  alice     http_get   deadline     0.3  ffffffffffff",
+        ]
+    );
+    let run = sb.colony(&["audit", &file, "--resident", "alice"]).ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "TIME                      RESIDENT  TOOL       OUTCOME     MS  ARGS",
+            "2023-11-14T22:13:20.123Z  alice     read_file  ok        12.3  abababababab",
+            "2023-11-14T22:13:22.500Z  alice     http_get   deadline   0.3  ffffffffffff",
+        ]
+    );
+    let run = sb
+        .colony(&["audit", &file, "--resident", "alice", "--tool", "http_get"])
+        .ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "TIME                      RESIDENT  TOOL      OUTCOME    MS  ARGS",
+            "2023-11-14T22:13:22.500Z  alice     http_get  deadline  0.3  ffffffffffff",
+        ]
+    );
+    let run = sb.colony(&["audit", &file, "--tool", "nothing"]).ok();
+    assert_eq!(run.stdout, "");
+}
+
+#[test]
+fn a_directory_in_use_is_refused_with_the_holder() {
+    let (sb, script, state) = setup();
+    fill_conversations(&state);
+    let held = StateDir::open(&state).unwrap();
+    let file = s(&script);
+    for args in [
+        vec!["conversations", &file, "list"],
+        vec!["store", &file, "list"],
+        vec!["audit", &file],
+    ] {
+        let run = sb.colony(&args).failed();
+        assert_eq!(run.code, 1);
+        let expected = format!(
+            "colony {}: {} is in use by process {} (",
+            args[0],
+            s(&state),
+            std::process::id()
+        );
+        assert!(run.stderr.starts_with(&expected), "{}", run.stderr);
+        assert!(run.stderr.trim_end().ends_with(')'), "{}", run.stderr);
+    }
+    drop(held);
+    sb.colony(&["conversations", &file, "list"]).ok();
+}
+
+#[test]
+fn a_store_from_a_newer_colony_is_refused_and_untouched() {
+    let (sb, script, state) = setup();
+    fill_conversations(&state);
+    let db = state.join(STORE_FILE);
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.pragma_update(None, "user_version", 999).unwrap();
+    }
+    let before = std::fs::read(&db).unwrap();
+    let run = sb.colony(&["conversations", &s(&script), "list"]).failed();
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.starts_with(&format!(
+            "colony conversations: {} was written by a newer colony (store schema version 999;",
+            s(&db)
+        )),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(std::fs::read(&db).unwrap(), before);
+}
+
+#[test]
+fn a_damaged_store_is_refused_and_untouched() {
+    let (sb, script, state) = setup();
+    std::fs::create_dir_all(&state).unwrap();
+    let db = state.join(STORE_FILE);
+    let garbage: Vec<u8> = (0..4096u32).map(|i| (i * 31 + 7) as u8).collect();
+    std::fs::write(&db, &garbage).unwrap();
+    let run = sb.colony(&["store", &s(&script), "list"]).failed();
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "colony store: {} is not a colony store (not an SQLite database); it was left as it is\n",
+            s(&db)
+        )
+    );
+    assert_eq!(std::fs::read(&db).unwrap(), garbage);
+}
+
+#[test]
+fn no_state_yet_is_an_error_that_creates_nothing() {
+    let (sb, script, state) = setup();
+    let run = sb.colony(&["audit", &s(&script)]).failed();
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "colony audit: no state in {} ({} has stored nothing yet)\n",
+            s(&state),
+            s(&script)
+        )
+    );
+    assert!(!state.exists());
+
+    let elsewhere = sb.path("empty-state");
+    let run = sb
+        .colony(&["store", "x.lua", "--state", &s(&elsewhere), "list"])
+        .failed();
+    assert_eq!(
+        run.stderr,
+        format!(
+            "colony store: no state in {} (no {STORE_FILE} there)\n",
+            s(&elsewhere)
+        )
+    );
+    assert!(!elsewhere.exists());
+}
