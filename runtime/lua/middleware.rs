@@ -14,6 +14,8 @@ use crate::core::Core;
 use crate::residents::middleware::{
     BeforeStep, Breaker, BreakerPolicy, Context, Retries, RetryPolicy, SharedInfer,
 };
+use crate::residents::persist::StoreBreaker;
+use crate::store::Store;
 
 /// One middleware layer, as a script made it.
 #[derive(Clone)]
@@ -191,8 +193,15 @@ pub fn read_layers(value: Value, who: &str) -> mlua::Result<Vec<Layer>> {
     Ok(layers)
 }
 
-/// The stack `layers` make around `core`: the first layer outermost.
-pub fn build_stack(core: Core, layers: &[Layer], bridge: &LuaBridge) -> SharedInfer {
+/// The stack `layers` make around `core`: the first layer outermost. A breaker keeps its state in
+/// `store` at `breaker_key`.
+pub fn build_stack(
+    core: Core,
+    layers: &[Layer],
+    bridge: &LuaBridge,
+    store: Option<&Arc<dyn Store>>,
+    breaker_key: &str,
+) -> SharedInfer {
     let mut stack: SharedInfer = Arc::new(core);
     for layer in layers.iter().rev() {
         stack = match layer {
@@ -202,6 +211,12 @@ pub fn build_stack(core: Core, layers: &[Layer], bridge: &LuaBridge) -> SharedIn
                 on_transition,
             } => {
                 let mut b = Breaker::new(stack).with_policy(*policy);
+                if let Some(store) = store {
+                    b = b.with_store(Arc::new(StoreBreaker {
+                        store: store.clone(),
+                        key: breaker_key.to_string(),
+                    }));
+                }
                 if let Some(func) = *on_transition {
                     let bridge = bridge.clone();
                     b = b.on_transition(move |from, to, info| {

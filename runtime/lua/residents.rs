@@ -283,10 +283,19 @@ fn spawn(lua: &Lua, opts: Table) -> mlua::Result<String> {
         let mut st = p.state.borrow_mut();
         let layers = st.layers.clone();
         st.stack
-            .get_or_insert_with(|| build_stack(p.core.clone(), &layers, &bridge))
+            .get_or_insert_with(|| {
+                build_stack(
+                    p.core.clone(),
+                    &layers,
+                    &bridge,
+                    p.route.store(),
+                    "ai/breaker",
+                )
+            })
             .clone()
     } else {
-        build_stack(p.core.clone(), &layers, &bridge)
+        let key = format!("ai/breaker/{name}");
+        build_stack(p.core.clone(), &layers, &bridge, p.route.store(), &key)
     };
     let ask = merge(&p.state.borrow().template, own);
     let spec = ResidentSpec {

@@ -271,6 +271,18 @@ async fn run_turn(
         registered.ids.push(id);
         spec.on_step = Some(id);
     }
+    // A script's own tool calls go to the audit log too, as `script`.
+    if let Some(store) = lua.app_data_ref::<super::store::ProgramStore>() {
+        spec.hooks = Some(std::sync::Arc::new(
+            crate::residents::persist::ResidentHooks::new(
+                store.0.clone(),
+                "script",
+                false,
+                Vec::new(),
+                0,
+            ),
+        ));
+    }
     let core = core(lua);
     let bridge = lua
         .app_data_ref::<LuaBridge>()

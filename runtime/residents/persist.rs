@@ -20,6 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
+use super::middleware::{BreakerState, BreakerStore};
 use crate::store::{AuditEntry, JournalEntry, Store};
 use crate::turn::{Recorded, ToolEvent, TurnHooks};
 use crate::vocab::{Message, ToolCall, ToolResult};
@@ -121,6 +122,31 @@ impl TurnHooks for ResidentHooks {
 
     fn step_done(&self, messages: &[Message]) {
         self.commit(messages);
+    }
+}
+
+/// A breaker's state kept in the store (`ai/breaker` for the route's, `ai/breaker/<name>` for a
+/// resident's own), so an open breaker stays open with its probe schedule across a restart.
+pub struct StoreBreaker {
+    pub store: Arc<dyn Store>,
+    pub key: String,
+}
+
+impl BreakerStore for StoreBreaker {
+    fn load(&self) -> Option<BreakerState> {
+        match self.store.breaker(&self.key) {
+            Ok(state) => state,
+            Err(e) => {
+                tracing::error!(key = %self.key, "cannot read the breaker state: {e}");
+                None
+            }
+        }
+    }
+
+    fn save(&self, state: &BreakerState) {
+        if let Err(e) = self.store.save_breaker(&self.key, state) {
+            tracing::error!(key = %self.key, "cannot save the breaker state: {e}");
+        }
     }
 }
 
