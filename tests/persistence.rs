@@ -52,11 +52,22 @@ fn a_persisted_conversation_carries_on_after_a_restart() {
     );
     // The inspection commands see it once the program has ended.
     let out = sb
-        .colony(&["conversations", &script, "--state", &state, "show", "keeper"])
+        .colony(&[
+            "conversations",
+            &script,
+            "--state",
+            &state,
+            "show",
+            "keeper",
+        ])
         .ok();
     assert!(out.stdout.contains("heard 3"), "{}", out.stdout);
     let out = sb.colony(&["audit", &script, "--state", &state]).ok();
-    assert!(!out.stdout.contains("keeper"), "no tools ran: {}", out.stdout);
+    assert!(
+        !out.stdout.contains("keeper"),
+        "no tools ran: {}",
+        out.stdout
+    );
 }
 
 #[test]
@@ -96,10 +107,14 @@ print(ai.watch{})
         )
         .display()
         .to_string();
-    let first = sb.colony(&["run", "--state", &state, &script, "first"]).ok();
+    let first = sb
+        .colony(&["run", "--state", &state, &script, "first"])
+        .ok();
     assert_eq!(first.stdout, "outage\ndown\n");
     up.store(true, Ordering::SeqCst);
-    let second = sb.colony(&["run", "--state", &state, &script, "second"]).ok();
+    let second = sb
+        .colony(&["run", "--state", &state, &script, "second"])
+        .ok();
     assert_eq!(second.stdout, "reply\nserved everything\nup\n");
     let calls = support::model_calls(&fake);
     let last = texts(calls.last().unwrap());
@@ -161,9 +176,13 @@ print(ai.watch{ grace_ms = 0 })
         )
         .display()
         .to_string();
-    let first = sb.colony(&["run", "--state", &state, &script, "first"]).ok();
+    let first = sb
+        .colony(&["run", "--state", &state, &script, "first"])
+        .ok();
     assert_eq!(first.stdout, "cut\n");
-    let second = sb.colony(&["run", "--state", &state, &script, "second"]).ok();
+    let second = sb
+        .colony(&["run", "--state", &state, &script, "second"])
+        .ok();
     assert_eq!(second.stdout, "all done\ndone\n");
     let calls = support::model_calls(&fake);
     assert_eq!(calls.len(), 2, "the step was resumed, not inferred again");
@@ -172,13 +191,30 @@ print(ai.watch{ grace_ms = 0 })
         .unwrap()
         .iter()
         .filter(|m| m["role"] == "tool")
-        .map(|m| (m["tool_call_id"].as_str().unwrap().to_string(), m["content"].as_str().unwrap().to_string()))
+        .map(|m| {
+            (
+                m["tool_call_id"].as_str().unwrap().to_string(),
+                m["content"].as_str().unwrap().to_string(),
+            )
+        })
         .collect();
     assert_eq!(results.len(), 3, "{results:?}");
-    assert_eq!(results[0], ("quick".into(), "quick run 1".into()), "reused from the journal");
+    assert_eq!(
+        results[0],
+        ("quick".into(), "quick run 1".into()),
+        "reused from the journal"
+    );
     assert_eq!(results[1].0, "slow");
-    assert!(results[1].1.contains("interrupted by a restart"), "{:?}", results[1]);
-    assert_eq!(results[2], ("again".into(), "again run 2".into()), "idempotent: run again");
+    assert!(
+        results[1].1.contains("interrupted by a restart"),
+        "{:?}",
+        results[1]
+    );
+    assert_eq!(
+        results[2],
+        ("again".into(), "again run 2".into()),
+        "idempotent: run again"
+    );
     let store = sb
         .colony(&["store", &script, "--state", &state, "list", "runs/"])
         .ok();
@@ -240,12 +276,19 @@ ai.watch{}
         if text.contains(&child.id().to_string()) {
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "the first process never locked");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the first process never locked"
+        );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let second = sb.colony(&["run", "--state", &state, &script, "one"]).failed();
+    let second = sb
+        .colony(&["run", "--state", &state, &script, "one"])
+        .failed();
     assert!(
-        second.stderr.contains(&format!("is in use by process {}", child.id())),
+        second
+            .stderr
+            .contains(&format!("is in use by process {}", child.id())),
         "{}",
         second.stderr
     );

@@ -528,12 +528,12 @@ fn mail(lua: &Lua, opts: Table) -> mlua::Result<MultiValue> {
     let who = "ai.mail";
     for pair in opts.pairs::<Value, Value>() {
         let (k, _) = pair?;
-        let known = matches!(&k, Value::String(s) if matches!(s.to_string_lossy().as_str(), "to" | "source" | "content" | "hop" | "files"));
+        let known = matches!(&k, Value::String(s) if matches!(s.to_string_lossy().as_str(), "to" | "source" | "content" | "hop" | "files" | "id"));
         if !known {
             return Err(bad(
                 who,
                 format!(
-                    "unknown field {} (fields: to, source, content, hop, files)",
+                    "unknown field {} (fields: to, source, content, hop, files, id)",
                     super::describe_error(&k)
                 ),
             ));
@@ -569,6 +569,9 @@ fn mail(lua: &Lua, opts: Table) -> mlua::Result<MultiValue> {
     };
     let mut m = Mail::new(to, source, content, hop);
     m.files = files;
+    m.id = opts
+        .get::<Option<String>>("id")
+        .map_err(|_| bad(who, "id must be a string"))?;
     match program(lua).route.mail(m) {
         Ok(()) => Ok(MultiValue::from_iter([Value::Boolean(true)])),
         Err(e) => Ok(MultiValue::from_iter([

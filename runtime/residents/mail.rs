@@ -28,6 +28,11 @@ pub struct Mail {
     /// Paths of attached files, named in the user turn.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<String>,
+    /// The sender's name for this mail. A resident that keeps its conversation accepts an id
+    /// once: posting it again (a sender that restarted before it recorded the first answer)
+    /// answers `true` without a second copy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
 }
 
 impl Mail {
@@ -43,6 +48,7 @@ impl Mail {
             content: content.into(),
             hop,
             files: Vec::new(),
+            id: None,
         }
     }
 

@@ -232,15 +232,21 @@ impl Route {
             );
             return Err(MailError::HopLimit);
         }
-        let to = mail.to.clone();
         if resident.spec.persist
             && let Some(store) = &self.inner.store
             && !resident.mailbox.is_closed()
-            && let Err(e) = store.push_backlog(&to, &mail)
         {
-            tracing::error!(to = %to, "mail not accepted: cannot save it: {e}");
-            return Err(MailError::NotSaved);
+            match store.push_backlog(&mail.to, &mail) {
+                Ok(true) => {}
+                // Accepted before (the sender restarted): acknowledged, not doubled.
+                Ok(false) => return Ok(()),
+                Err(e) => {
+                    tracing::error!(to = %mail.to, "mail not accepted: cannot save it: {e}");
+                    return Err(MailError::NotSaved);
+                }
+            }
         }
+        let to = mail.to.clone();
         match resident.mailbox.post(mail) {
             Ok(()) => Ok(()),
             Err(e) => {

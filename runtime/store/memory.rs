@@ -21,6 +21,7 @@ struct Inner {
     kv: BTreeMap<(String, String), Value>,
     cells: BTreeMap<String, Cell>,
     breakers: BTreeMap<String, BreakerState>,
+    accepted: std::collections::BTreeSet<(String, String)>,
     audit: Vec<AuditEntry>,
 }
 
@@ -84,14 +85,20 @@ impl Store for MemoryStore {
         Ok(self.lock().cells.get(name).cloned())
     }
 
-    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<()> {
-        self.lock()
+    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<bool> {
+        let mut inner = self.lock();
+        if let Some(id) = &mail.id
+            && !inner.accepted.insert((name.into(), id.clone()))
+        {
+            return Ok(false);
+        }
+        inner
             .cells
             .entry(name.into())
             .or_default()
             .backlog
             .push(mail.clone());
-        Ok(())
+        Ok(true)
     }
 
     fn commit_step(
@@ -122,7 +129,9 @@ impl Store for MemoryStore {
     }
 
     fn clear_cell(&self, name: &str) -> StoreResult<bool> {
-        Ok(self.lock().cells.remove(name).is_some())
+        let mut inner = self.lock();
+        inner.accepted.retain(|(n, _)| n != name);
+        Ok(inner.cells.remove(name).is_some())
     }
 
     fn breaker(&self, key: &str) -> StoreResult<Option<BreakerState>> {

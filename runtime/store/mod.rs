@@ -126,8 +126,9 @@ pub trait Store: Send + Sync {
     /// The names with a cell, in order.
     fn conversations(&self) -> StoreResult<Vec<String>>;
     fn load_cell(&self, name: &str) -> StoreResult<Option<Cell>>;
-    /// Appends accepted mail to the backlog (before `ai.mail` answers `true`).
-    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<()>;
+    /// Appends accepted mail to the backlog (before `ai.mail` answers `true`). A mail with an
+    /// `id` this cell has accepted before is not appended again: `Ok(false)`.
+    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<bool>;
     /// One transaction after a step: the conversation becomes `messages`, the first `served`
     /// backlog entries are removed (they are in `messages` now), `dropped` is set, and the
     /// journal is cleared.
@@ -140,7 +141,7 @@ pub trait Store: Send + Sync {
     ) -> StoreResult<()>;
     /// Records that a call of the step in flight started (`result: None`) or finished.
     fn journal(&self, name: &str, entry: &JournalEntry) -> StoreResult<()>;
-    /// Removes the cell (`ai.dismiss`).
+    /// Removes the cell (`ai.dismiss`), the mail ids it accepted included.
     fn clear_cell(&self, name: &str) -> StoreResult<bool>;
 
     // --- breaker ---

@@ -79,6 +79,12 @@ const MIGRATIONS: &[&str] = &[
      );
      CREATE INDEX audit_by_resident ON audit (resident, id);
      CREATE INDEX audit_by_tool ON audit (tool, id);",
+    // 2: the mail ids each persisted resident has accepted (`ai.mail{ id = ... }`).
+    "CREATE TABLE accepted (
+         name TEXT NOT NULL,
+         id   TEXT NOT NULL,
+         PRIMARY KEY (name, id)
+     ) WITHOUT ROWID;",
 ];
 
 thread_local! {
@@ -546,17 +552,29 @@ impl Store for SqliteStore {
         }))
     }
 
-    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<()> {
+    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<bool> {
         let text = encode(&self.path, mail)?;
         let mut conn = self.conn()?;
         let tx = conn.transaction().map_err(|e| self.err(e))?;
+        if let Some(id) = &mail.id {
+            let new = tx
+                .execute(
+                    "INSERT OR IGNORE INTO accepted (name, id) VALUES (?1, ?2)",
+                    params![name, id],
+                )
+                .map_err(|e| self.err(e))?;
+            if new == 0 {
+                return Ok(false);
+            }
+        }
         ensure_cell(&tx, name).map_err(|e| self.err(e))?;
         tx.execute(
             "INSERT INTO backlog (name, mail) VALUES (?1, ?2)",
             params![name, text],
         )
         .map_err(|e| self.err(e))?;
-        tx.commit().map_err(|e| self.err(e))
+        tx.commit().map_err(|e| self.err(e))?;
+        Ok(true)
     }
 
     fn commit_step(
@@ -625,6 +643,8 @@ impl Store for SqliteStore {
             .map_err(|e| self.err(e))?;
         let j = tx
             .execute("DELETE FROM journal WHERE name = ?1", params![name])
+            .map_err(|e| self.err(e))?;
+        tx.execute("DELETE FROM accepted WHERE name = ?1", params![name])
             .map_err(|e| self.err(e))?;
         tx.commit().map_err(|e| self.err(e))?;
         Ok(n + b + j > 0)
@@ -1121,6 +1141,30 @@ mod tests {
         ];
         store.commit_step("r", &messages, 0, 0).unwrap();
         assert_eq!(store.load_cell("r").unwrap().unwrap().messages, messages);
+    }
+
+    #[test]
+    fn a_mail_id_is_accepted_once_until_the_cell_is_cleared() {
+        let (_dir, store) = fresh();
+        let mut m = mail("one");
+        m.id = Some("feed-1".into());
+        assert!(store.push_backlog("alice", &m).unwrap());
+        assert!(
+            !store.push_backlog("alice", &m).unwrap(),
+            "a repeat is not appended"
+        );
+        assert!(
+            store.push_backlog("bob", &m).unwrap(),
+            "ids are per resident"
+        );
+        assert!(store.push_backlog("alice", &mail("no id")).unwrap());
+        assert!(
+            store.push_backlog("alice", &mail("no id")).unwrap(),
+            "no id: no dedupe"
+        );
+        assert_eq!(store.load_cell("alice").unwrap().unwrap().backlog.len(), 3);
+        store.clear_cell("alice").unwrap();
+        assert!(store.push_backlog("alice", &m).unwrap());
     }
 
     #[test]

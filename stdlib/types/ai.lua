@@ -286,6 +286,7 @@ function ai.spawn(opts) end
 ---@field content string
 ---@field hop integer required: 0 from a person or a clock, ai.inbound_provenance().hop + 1 when relaying
 ---@field files? string[] paths named in the user turn
+---@field id? string the sender's name for this mail: a resident that keeps its conversation accepts an id once, so a sender that restarted can post it again safely
 
 --- Posts a mail: `true`, or `nil, "no_recipient"` (nobody of that name, it has died, or the
 --- watch is not up yet) / `nil, "hop_limit"` (hop above the recipient's max_hop). At most once.
