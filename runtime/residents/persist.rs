@@ -104,6 +104,12 @@ impl TurnHooks for ResidentHooks {
     }
 
     fn finished(&self, call: &ToolCall, result: &ToolResult, event: &ToolEvent) {
+        // The audit line first: a call the journal records as finished is always audited (a
+        // restart reuses its result without running or auditing it again).
+        let entry = audit_entry(&self.name, call, event);
+        if let Err(e) = self.store.audit(&entry) {
+            tracing::error!(ai = %self.name, "cannot write the audit log: {e}");
+        }
         if self.persist {
             let entry = JournalEntry {
                 call_id: call.id.clone(),
@@ -113,10 +119,6 @@ impl TurnHooks for ResidentHooks {
             if let Err(e) = self.store.journal(&self.name, &entry) {
                 tracing::error!(ai = %self.name, "cannot journal a call: {e}");
             }
-        }
-        let entry = audit_entry(&self.name, call, event);
-        if let Err(e) = self.store.audit(&entry) {
-            tracing::error!(ai = %self.name, "cannot write the audit log: {e}");
         }
     }
 

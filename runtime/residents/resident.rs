@@ -290,7 +290,13 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
             continue;
         }
         me.set_state(State::Busy);
-        let batch = me.mailbox.take();
+        // A turn to finish comes first: new mail after calls that have no results yet would
+        // break the transcript, so it waits for the next turn.
+        let batch = if unfinished {
+            Batch::default()
+        } else {
+            me.mailbox.take()
+        };
         let provenance = Provenance::of(&batch.mail);
         let mut messages = std::mem::take(&mut *me.lock());
         let before = messages.len();
