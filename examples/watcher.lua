@@ -10,6 +10,11 @@
 -- scans, one second apart (default 2; 0 watches until Ctrl-C). FOLDER is relative to this
 -- script's folder (default `watched`, three sample files).
 --
+-- It keeps what it knows across restarts: the AI's conversation (`persist_conversation`) and the
+-- files already announced (`store`), in the program's state directory (`colony state
+-- examples/watcher.lua` prints it; `--state DIR` picks another). Stop it, start it again: the AI
+-- carries on its conversation and only files that are new since are mailed.
+--
 -- Offline, on its bundled cassette:
 --   colony run --replay examples/watcher.jsonl examples/watcher.lua
 -- Live (any configured provider), watching a folder of your own until Ctrl-C:
@@ -79,16 +84,13 @@ local function settled(name, before)
 end
 
 local function watch_folder(self)
-  local seen, n = {}, 0
+  local seen, n = store.get("seen") or {}, 0
   while scans == 0 or n < scans do
     if n > 0 then ai.sleep(INTERVAL_MS) end
     n = n + 1
     local new = {}
     for _, name in ipairs(files_in(folder)) do
-      if not seen[name] then
-        seen[name] = true
-        new[#new + 1] = name
-      end
+      if not seen[name] then new[#new + 1] = name end
     end
     if #new == 0 then
       print(("scan %d: nothing new"):format(n))
@@ -97,7 +99,11 @@ local function watch_folder(self)
       local parts = { ("%d new file(s) in %s/:"):format(#new, folder) }
       for _, name in ipairs(new) do parts[#parts + 1] = describe(folder, name) end
       local before = state_of(self).conversation
-      assert(ai.mail{ to = self, source = "folder", content = table.concat(parts, "\n\n"), hop = 0 })
+      -- The id makes a repeat after a crash (mail accepted, `seen` not yet saved) harmless.
+      assert(ai.mail{ to = self, source = "folder", content = table.concat(parts, "\n\n"), hop = 0,
+                      id = table.concat(new, "|") })
+      for _, name in ipairs(new) do seen[name] = true end
+      store.set("seen", seen)
       settled(self, before)
     end
   end
@@ -112,6 +118,7 @@ ai.spawn{
     .. "reply with one line saying what you did.",
   tools = { notify },
   max_steps = 4,
+  persist_conversation = true,
   deliver_to = function(reply, info) print(("[%s] %s"):format(info.ai, reply)) end,
   sources = { watch_folder },
 }

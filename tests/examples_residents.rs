@@ -320,3 +320,42 @@ fn the_watcher_mails_each_scans_new_files_once() {
         "[mail from folder] 1 new file(s) in inbox/:\n\n### b.txt\nthe roof leaks"
     );
 }
+
+#[test]
+fn the_watcher_carries_on_after_a_restart() {
+    // Stopped and started again on the same state: the files announced before are not mailed
+    // again, the conversation carries on, and `colony conversations` shows it in between.
+    let fake = FakeProvider::start();
+    let sb = styled(&fake, "openai");
+    let inbox = sb.path("inbox");
+    std::fs::create_dir(&inbox).unwrap();
+    std::fs::write(inbox.join("a.txt"), "nothing much\n").unwrap();
+    let script = sb.path("watcher.lua");
+    std::fs::copy(project_root().join("examples/watcher.lua"), &script).unwrap();
+    let script = script.display().to_string();
+    fake.set_responder(|body, _| {
+        let n = body["messages"].as_array().map(|m| m.len()).unwrap_or(0);
+        Reply::text(format!("Read {n} messages."))
+    });
+    let first = sb.colony(&["run", &script, "inbox", "1"]).ok();
+    assert_eq!(
+        first.lines(),
+        [
+            "scan 1: 1 new file(s): a.txt",
+            "[watcher] Read 2 messages.",
+            "watch ended: 1 scans done"
+        ]
+    );
+    let shown = sb.colony(&["conversations", &script, "show", "watcher"]).ok();
+    assert!(shown.stdout.contains("Read 2 messages."), "{}", shown.stdout);
+    std::fs::write(inbox.join("b.txt"), "the roof leaks\n").unwrap();
+    let second = sb.colony(&["run", &script, "inbox", "1"]).ok();
+    assert_eq!(
+        second.lines(),
+        [
+            "scan 1: 1 new file(s): b.txt",
+            "[watcher] Read 4 messages.",
+            "watch ended: 1 scans done"
+        ]
+    );
+}
