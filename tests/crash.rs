@@ -232,11 +232,18 @@ fn killed_twenty_times_nothing_is_lost_or_done_twice() {
     let mut answered = BTreeMap::new();
     for name in ["a", "b"] {
         let cell = store.load_cell(name).unwrap().expect("a saved cell");
-        assert!(cell.backlog.is_empty() && cell.journal.is_empty(), "{name} drained");
+        assert!(
+            cell.backlog.is_empty() && cell.journal.is_empty(),
+            "{name} drained"
+        );
         finished_results += check_transcript(name, &cell.messages, &mut answered);
     }
     for n in &acked {
-        assert_eq!(answered.get(n), Some(&1), "mail {n} answered exactly once: {answered:?}");
+        assert_eq!(
+            answered.get(n),
+            Some(&1),
+            "mail {n} answered exactly once: {answered:?}"
+        );
     }
     // No call ran twice; each call the transcripts show as finished ran once.
     let mut runs_total = 0;
@@ -251,14 +258,24 @@ fn killed_twenty_times_nothing_is_lost_or_done_twice() {
     let audit = store.audit_log(&Default::default()).unwrap();
     let ok = audit.iter().filter(|e| e.outcome == "ok").count();
     let interrupted = audit.iter().filter(|e| e.outcome == "interrupted").count();
-    assert!(ok >= finished_results, "ok {ok} < finished {finished_results}");
-    assert!(ok <= runs_total && runs_total <= ok + interrupted, "runs {runs_total}, ok {ok}, interrupted {interrupted}");
+    assert!(
+        ok >= finished_results,
+        "ok {ok} < finished {finished_results}"
+    );
+    assert!(
+        ok <= runs_total && runs_total <= ok + interrupted,
+        "runs {runs_total}, ok {ok}, interrupted {interrupted}"
+    );
 }
 
 /// Checks one conversation: every call has exactly one result in the next message, no result
 /// without a call; counts each mail's user turn once it is followed by a final reply. Returns
 /// the number of results that finished (not interrupted).
-fn check_transcript(name: &str, messages: &[Message], answered: &mut BTreeMap<usize, usize>) -> usize {
+fn check_transcript(
+    name: &str,
+    messages: &[Message],
+    answered: &mut BTreeMap<usize, usize>,
+) -> usize {
     let mut finished = 0;
     let mut open_mails: Vec<usize> = Vec::new();
     for (i, m) in messages.iter().enumerate() {
@@ -276,11 +293,21 @@ fn check_transcript(name: &str, messages: &[Message], answered: &mut BTreeMap<us
                     }
                     continue;
                 }
-                let next = messages.get(i + 1).unwrap_or_else(|| panic!("{name}: calls at the end"));
-                assert_eq!(next.role, Role::Tool, "{name}: calls without results at {i}");
+                let next = messages
+                    .get(i + 1)
+                    .unwrap_or_else(|| panic!("{name}: calls at the end"));
+                assert_eq!(
+                    next.role,
+                    Role::Tool,
+                    "{name}: calls without results at {i}"
+                );
                 let results: Vec<String> = next.tool_results().map(|r| r.call_id.clone()).collect();
                 let set: HashSet<&String> = results.iter().collect();
-                assert_eq!(set.len(), results.len(), "{name}: a call answered twice at {i}");
+                assert_eq!(
+                    set.len(),
+                    results.len(),
+                    "{name}: a call answered twice at {i}"
+                );
                 assert_eq!(
                     calls.iter().collect::<HashSet<_>>(),
                     set,
@@ -302,6 +329,9 @@ fn check_transcript(name: &str, messages: &[Message], answered: &mut BTreeMap<us
             Role::System => {}
         }
     }
-    assert!(open_mails.is_empty(), "{name}: mail without an answer: {open_mails:?}");
+    assert!(
+        open_mails.is_empty(),
+        "{name}: mail without an answer: {open_mails:?}"
+    );
     finished
 }

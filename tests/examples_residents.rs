@@ -346,8 +346,14 @@ fn the_watcher_carries_on_after_a_restart() {
             "watch ended: 1 scans done"
         ]
     );
-    let shown = sb.colony(&["conversations", &script, "show", "watcher"]).ok();
-    assert!(shown.stdout.contains("Read 2 messages."), "{}", shown.stdout);
+    let shown = sb
+        .colony(&["conversations", &script, "show", "watcher"])
+        .ok();
+    assert!(
+        shown.stdout.contains("Read 2 messages."),
+        "{}",
+        shown.stdout
+    );
     std::fs::write(inbox.join("b.txt"), "the roof leaks\n").unwrap();
     let second = sb.colony(&["run", &script, "inbox", "1"]).ok();
     assert_eq!(

@@ -52,7 +52,7 @@ enum Command {
 pub struct Cassettes {
     /// Answer every model call from this cassette (JSONL) instead of the network.
     #[arg(long, value_name = "FILE", conflicts_with = "record")]
-    replay: Option<PathBuf>,
+    pub replay: Option<PathBuf>,
     /// Call the models for real and write every exchange to this cassette (keys are never written).
     #[arg(long, value_name = "FILE")]
     record: Option<PathBuf>,

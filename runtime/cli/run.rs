@@ -16,7 +16,8 @@ use crate::store::state_dir::{self, StateDir};
 pub struct Args {
     #[command(flatten)]
     cassettes: Cassettes,
-    /// The state directory (default: $XDG_STATE_HOME/colony/<script name>-<hash>; see `colony state`).
+    /// The state directory (default: $XDG_STATE_HOME/colony/<script name>-<hash>, see
+    /// `colony state`; with --replay, a fresh temporary one, since a cassette replays a fresh start).
     #[arg(long, value_name = "DIR")]
     state: Option<PathBuf>,
     /// The program to run.
@@ -34,10 +35,15 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
             args.file.display()
         )));
     }
-    let dir = args
-        .state
-        .clone()
-        .unwrap_or_else(|| state_dir::default_for(&args.file));
+    // A cassette holds a run from a fresh start: replaying on a state that carried on would ask
+    // the model things the cassette never saw.
+    let scratch = (args.state.is_none() && args.cassettes.replay.is_some())
+        .then(|| std::env::temp_dir().join(format!("colony-replay-{}", std::process::id())));
+    let dir = match (&args.state, &scratch) {
+        (Some(dir), _) => dir.clone(),
+        (None, Some(tmp)) => tmp.clone(),
+        (None, None) => state_dir::default_for(&args.file),
+    };
     let state = StateDir::open(&dir).map_err(|e| Failure::run(format!("colony: {e}")))?;
     let host = HostSetup {
         store: Some(state.dyn_store()),
@@ -47,5 +53,8 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         crate::lua::start_file(core, &args.file, args.args, host).map_err(|e| Failure::run(e.0))?;
     let result = running.join().map_err(|e| Failure::run(e.0));
     drop(state);
+    if let Some(tmp) = scratch {
+        let _ = std::fs::remove_dir_all(tmp);
+    }
     result
 }
