@@ -295,3 +295,67 @@ ai.watch{}
     let out = child.wait_with_output().unwrap();
     assert!(out.status.success());
 }
+
+#[test]
+fn an_open_breaker_stays_open_across_a_restart() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let fake = FakeProvider::start();
+    let up = Arc::new(AtomicBool::new(false));
+    let is_up = up.clone();
+    fake.set_responder(move |_, _| {
+        if is_up.load(Ordering::SeqCst) {
+            Reply::text("fine")
+        } else {
+            Reply::status(529).header("retry-after-ms", "1")
+        }
+    });
+    let sb = styled(&fake, "openai");
+    let state = sb.path("state-dir").display().to_string();
+    // The breaker opens after one failed step and its first probe fails too: the next probe is
+    // a minute away. The second run must not call the provider before then.
+    let script = sb
+        .write(
+            "breaker.lua",
+            r#"
+local run = ...
+ai.route{ provider = "openai", model = "m", middleware = {
+  ai.with_breaker{ threshold = 1, first_probe_ms = 60000, on_transition = function(from, to)
+    print(from .. " -> " .. to)
+    if to == "open" and from == "half_open" then ai.stop("open") end
+  end } } }
+ai.spawn{ name = "r", deliver_to = function(text, info)
+    if info.kind == "outage" then print("outage: " .. (info.error:find("circuit open", 1, true) and "circuit open" or "provider")) end
+    if info.kind == "outage" and run == "second" then ai.stop("refused") end
+  end,
+  sources = { function(self) ai.mail{ to = self, source = "t", content = "hi", hop = 0 } end } }
+print(ai.watch{ grace_ms = 0 })
+"#,
+        )
+        .display()
+        .to_string();
+    let first = sb
+        .colony(&["run", "--state", &state, &script, "first"])
+        .ok();
+    assert_eq!(
+        first.lines(),
+        [
+            "closed -> open",
+            "outage: provider",
+            "open -> half_open",
+            "half_open -> open",
+            "open"
+        ]
+    );
+    let calls_before = fake.calls();
+    up.store(true, Ordering::SeqCst);
+    let second = sb
+        .colony(&["run", "--state", &state, &script, "second"])
+        .ok();
+    assert_eq!(second.lines(), ["outage: circuit open", "refused"]);
+    assert_eq!(
+        fake.calls(),
+        calls_before,
+        "the open breaker refused without calling"
+    );
+}
