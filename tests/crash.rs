@@ -16,7 +16,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use colony::store::Store;
 use colony::store::state_dir::StateDir;
 use colony::vocab::{Message, Part, Role};
 use serde_json::{Value, json};
