@@ -43,6 +43,7 @@ use crate::lua::{HostSetup, Running, ScriptError};
 use crate::providers::Providers;
 use crate::providers::replay::{Cassette, Recorder};
 use crate::residents::{Delivery, Mail, MailError, Route};
+use crate::store::Store;
 use crate::turn::ToolDef;
 
 /// Why an embedded program could not be set up or ended badly.
@@ -68,6 +69,7 @@ impl From<String> for EmbedError {
 pub struct Runtime {
     core: Core,
     tools: Vec<ToolDef>,
+    store: Option<Arc<dyn Store>>,
 }
 
 impl Runtime {
@@ -76,6 +78,7 @@ impl Runtime {
         Runtime {
             core,
             tools: Vec::new(),
+            store: None,
         }
     }
 
@@ -122,6 +125,13 @@ impl Runtime {
         &self.core
     }
 
+    /// Keeps the programs' state in `store` (for instance a state directory's:
+    /// `StateDir::open(dir)?.dyn_store()`), so `store.*`, persisted conversations and breaker
+    /// states survive a restart of the application. Without it, state lives in memory.
+    pub fn set_store(&mut self, store: Arc<dyn Store>) {
+        self.store = Some(store);
+    }
+
     /// Offers `tool` to the programs this runtime loads: a `tools` list names it by string
     /// (`tools = { "stock.count", my_lua_tool }`), beside Lua tools.
     pub fn register_tool(&mut self, tool: ToolDef) -> Result<(), EmbedError> {
@@ -138,7 +148,7 @@ impl Runtime {
         let host = HostSetup {
             tools: self.tools.clone(),
             deliveries: Some(tx),
-            store: None,
+            store: self.store.clone(),
         };
         let running = crate::lua::start_file(self.core.clone(), path.as_ref(), args, host)?;
         Ok(Program {
