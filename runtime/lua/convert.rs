@@ -58,6 +58,26 @@ pub fn provider_error(lua: &Lua, e: &ProviderError) -> mlua::Result<Table> {
     Ok(t)
 }
 
+/// Refuses a table with a field not in `fields`, naming it and the fields there are.
+pub fn check_fields(t: &mlua::Table, who: &str, fields: &[&str]) -> mlua::Result<()> {
+    for pair in t.pairs::<Value, Value>() {
+        let (k, _) = pair?;
+        let known =
+            matches!(&k, Value::String(s) if fields.contains(&s.to_string_lossy().as_str()));
+        if !known {
+            let name = match &k {
+                Value::String(s) => format!("{:?}", s.to_string_lossy()),
+                other => format!("(a {} key)", other.type_name()),
+            };
+            return Err(misuse(format!(
+                "{who}: unknown field {name} (fields: {})",
+                fields.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// An optional `true`/`false` field, strictly: Lua would read `"yes"` as true, which hides a
 /// mistake. Anything but a boolean or nil raises, naming the field.
 pub fn flag(t: &mlua::Table, key: &str, who: &str) -> mlua::Result<Option<bool>> {

@@ -9,7 +9,7 @@ use mlua::{Lua, Table, UserData, Value};
 use serde_json::json;
 
 use super::bridge::{self, FnId, HandlerOutcome, LuaBridge};
-use super::convert::misuse;
+use super::convert::{check_fields, misuse};
 use crate::core::Core;
 use crate::residents::middleware::{
     BeforeStep, Breaker, BreakerPolicy, Context, Retries, RetryPolicy, SharedInfer,
@@ -46,23 +46,6 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
         "with_context",
         lua.create_function(|lua, opts: Option<Table>| context(lua, opts))?,
     )?;
-    Ok(())
-}
-
-fn check_fields(opts: &Table, who: &str, fields: &[&str]) -> mlua::Result<()> {
-    for pair in opts.pairs::<Value, Value>() {
-        let (k, _) = pair?;
-        let name = match &k {
-            Value::String(s) => s.to_string_lossy(),
-            _ => String::from("(not a string)"),
-        };
-        if !fields.contains(&name.as_str()) {
-            return Err(misuse(format!(
-                "{who}: unknown field {name:?} (fields: {})",
-                fields.join(", ")
-            )));
-        }
-    }
     Ok(())
 }
 

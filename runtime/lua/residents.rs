@@ -12,7 +12,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
 use tokio::sync::mpsc;
@@ -20,12 +20,13 @@ use tokio::task::AbortHandle;
 
 use super::ai::read_ask;
 use super::bridge::{self, LuaBridge};
-use super::convert::{flag, misuse};
+use super::convert::{check_fields, flag, misuse};
 use super::middleware::{Layer, build_stack, read_layers};
 use super::turn::{read_compaction, read_tools};
 use crate::core::{Ask, Core};
 use crate::residents::middleware::SharedInfer;
 use crate::residents::resident::DEFAULT_MAX_HOP;
+use crate::residents::route::supervise_exit;
 use crate::residents::supervision::{Decision, Exit, Supervisor};
 use crate::residents::{
     Deliver, Delivery, Mail, ResidentSpec, Restart, RestartPolicy, Route, RouteEvent,
@@ -498,26 +499,9 @@ async fn run_source(route: Route, id: String, ai: String, source: Source) {
         if route.stopping() {
             return;
         }
-        if let Exit::Crashed(message) = &exit {
-            tracing::warn!(source = %id, "crashed: {message}");
-            route.report(RouteEvent::Crashed {
-                id: id.clone(),
-                ai: ai.clone(),
-                message: message.clone(),
-            });
-        }
-        match supervisor.decide(&exit, Instant::now()) {
+        match supervise_exit(&mut supervisor, exit, &id, &ai, &|e| route.report(e)) {
             Decision::Restart => continue,
-            Decision::Done => return,
-            Decision::Failed => {
-                let message = match exit {
-                    Exit::Crashed(m) => m,
-                    Exit::Normal => "returned too often".into(),
-                };
-                tracing::error!(source = %id, "failed: {message}");
-                route.report(RouteEvent::Failed { id, ai, message });
-                return;
-            }
+            Decision::Done | Decision::Failed => return,
         }
     }
 }
@@ -526,19 +510,11 @@ async fn run_source(route: Route, id: String, ai: String, source: Source) {
 /// `nil, "hop_limit"`.
 fn mail(lua: &Lua, opts: Table) -> mlua::Result<MultiValue> {
     let who = "ai.mail";
-    for pair in opts.pairs::<Value, Value>() {
-        let (k, _) = pair?;
-        let known = matches!(&k, Value::String(s) if matches!(s.to_string_lossy().as_str(), "to" | "source" | "content" | "hop" | "files" | "id"));
-        if !known {
-            return Err(bad(
-                who,
-                format!(
-                    "unknown field {} (fields: to, source, content, hop, files, id)",
-                    super::describe_error(&k)
-                ),
-            ));
-        }
-    }
+    check_fields(
+        &opts,
+        who,
+        &["to", "source", "content", "hop", "files", "id"],
+    )?;
     let text = |key: &str| -> mlua::Result<String> {
         opts.get::<Option<String>>(key)
             .ok()
@@ -641,19 +617,7 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
     let mut on_fail = None;
     let mut grace = Duration::from_secs(10);
     if let Some(opts) = &opts {
-        for pair in opts.pairs::<Value, Value>() {
-            let (k, _) = pair?;
-            let known = matches!(&k, Value::String(s) if matches!(s.to_string_lossy().as_str(), "on_crash" | "on_fail" | "grace_ms"));
-            if !known {
-                return Err(bad(
-                    who,
-                    format!(
-                        "unknown field {} (fields: on_crash, on_fail, grace_ms)",
-                        super::describe_error(&k)
-                    ),
-                ));
-            }
-        }
+        check_fields(opts, who, &["on_crash", "on_fail", "grace_ms"])?;
         on_crash = opts
             .get::<Option<Function>>("on_crash")
             .map_err(|_| bad(who, "on_crash must be a function(id, name, message)"))?;

@@ -126,15 +126,7 @@ const TOOL_FIELDS: &[&str] = &[
 
 /// `ai.tool{ name, description, parameters, handler, timeout?, exportable?, idempotent? }`.
 fn tool(lua: &Lua, spec: Table) -> mlua::Result<ToolValue> {
-    for pair in spec.pairs::<String, Value>() {
-        let (k, _) = pair?;
-        if !TOOL_FIELDS.contains(&k.as_str()) {
-            return Err(bad(
-                "ai.tool",
-                format!("unknown field {k:?} (fields: {})", TOOL_FIELDS.join(", ")),
-            ));
-        }
-    }
+    super::convert::check_fields(&spec, "ai.tool", TOOL_FIELDS)?;
     Ok(ToolValue(tool_def(lua, &spec, "ai.tool")?))
 }
 

@@ -416,35 +416,49 @@ async fn supervise(inner: Arc<Inner>, me: Arc<Resident>, _count: TaskCount) {
         if inner.stopping() || me.mailbox.is_closed() {
             break;
         }
-        if let Exit::Crashed(message) = &exit {
-            tracing::warn!(ai = %name, "crashed: {message}");
-            let _ = inner.events.send(RouteEvent::Crashed {
-                id: name.clone(),
-                ai: name.clone(),
-                message: message.clone(),
-            });
-        }
-        match supervisor.decide(&exit, Instant::now()) {
+        match supervise_exit(&mut supervisor, exit, &name, &name, &|e| {
+            let _ = inner.events.send(e);
+        }) {
             Decision::Restart => me.restarted(),
-            Decision::Done => break,
-            Decision::Failed => {
-                let message = match exit {
-                    Exit::Crashed(m) => m,
-                    Exit::Normal => "ended too often".into(),
-                };
-                tracing::error!(ai = %name, "failed: {message}");
-                let _ = inner.events.send(RouteEvent::Failed {
-                    id: name.clone(),
-                    ai: name.clone(),
-                    message,
-                });
-                break;
-            }
+            Decision::Done | Decision::Failed => break,
         }
     }
     me.set_state(State::Stopped);
     me.mailbox.close();
     inner.evict(&name, &me);
+}
+
+/// After a child (a resident, or a source `id` of `ai`) ended: reports a crash, decides by the
+/// policy, reports a failure. The one place supervision's events are made.
+pub fn supervise_exit(
+    supervisor: &mut Supervisor,
+    exit: Exit,
+    id: &str,
+    ai: &str,
+    report: &dyn Fn(RouteEvent),
+) -> Decision {
+    if let Exit::Crashed(message) = &exit {
+        tracing::warn!(child = %id, "crashed: {message}");
+        report(RouteEvent::Crashed {
+            id: id.into(),
+            ai: ai.into(),
+            message: message.clone(),
+        });
+    }
+    let decision = supervisor.decide(&exit, Instant::now());
+    if decision == Decision::Failed {
+        let message = match exit {
+            Exit::Crashed(m) => m,
+            Exit::Normal => "ended too often".into(),
+        };
+        tracing::error!(child = %id, "failed: {message}");
+        report(RouteEvent::Failed {
+            id: id.into(),
+            ai: ai.into(),
+            message,
+        });
+    }
+    decision
 }
 
 fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
