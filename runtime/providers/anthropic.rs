@@ -9,7 +9,7 @@
 //!   first in a user message, `thinking` / `redacted_thinking` blocks first in an assistant one.
 //! - Thinking blocks are kept whole (signature included) as [`Opaque`] data on
 //!   [`Part::Reasoning`] and sent back byte for byte; reasoning from another style is dropped.
-//! - Stop reasons: see [`stop_from_wire`]. Usage: see [`apply_usage`]; the API does not count
+//! - Stop reasons: see `stop_from_wire`. Usage: see `apply_usage`; the API does not count
 //!   thinking tokens apart from output tokens, so `reasoning` stays 0.
 
 use serde_json::{Map, Value, json};

@@ -462,7 +462,7 @@ const MAX_REF_DEPTH: usize = 8;
 ///
 /// Applied recursively through `properties` values, `items` and `anyOf`, never to the property
 /// names themselves:
-/// - kept: the keys of [`SCHEMA_KEYS`]; everything else is stripped, notably `$schema`, `$id`,
+/// - kept: the keys of `SCHEMA_KEYS`; everything else is stripped, notably `$schema`, `$id`,
 ///   `additionalProperties`, `$comment`, `examples`, `not`, `if`/`then`/`else`,
 ///   `patternProperties`, `exclusiveMinimum`/`exclusiveMaximum`, `multipleOf`, `uniqueItems`;
 /// - local `$ref`s (`#/$defs/X`, `#/definitions/X`) are inlined (siblings win) and the

@@ -31,7 +31,7 @@
 //!
 //! Structured output ([`InferRequest::response_schema`]) goes out as `response_format`
 //! `{"type":"json_schema","json_schema":{name, schema, "strict": false}}`; see
-//! [`response_format`] for why strict mode stays off.
+//! `response_format` for why strict mode stays off.
 //!
 //! Only the first choice is read: colony never asks for `n > 1`, and if `extra` does, the other
 //! choices are dropped.

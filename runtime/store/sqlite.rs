@@ -30,7 +30,7 @@ use crate::vocab::Message;
 /// `PRAGMA application_id` of a colony store ("Coln"): tells our files from other SQLite files.
 pub const APPLICATION_ID: i32 = 0x436f_6c6e;
 
-/// The schema version this build writes: the number of [`MIGRATIONS`].
+/// The schema version this build writes: the number of `MIGRATIONS`.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
 /// How long a write waits for another connection's transaction before failing.
