@@ -31,6 +31,8 @@ pub enum HandlerOutcome {
     Raised(String),
     /// It raised a value that is not a string (a table, a number...).
     Thrown(String),
+    /// The program ended before the handler did: the call was cut off, not finished.
+    Gone,
 }
 
 enum Job {
@@ -78,11 +80,9 @@ impl LuaBridge {
             })
             .is_err()
         {
-            return HandlerOutcome::Raised(GONE.into());
+            return HandlerOutcome::Gone;
         }
-        answer
-            .await
-            .unwrap_or_else(|_| HandlerOutcome::Raised(GONE.into()))
+        answer.await.unwrap_or(HandlerOutcome::Gone)
     }
 
     /// Calls `func(arg)` on the Lua thread and waits for it to return.

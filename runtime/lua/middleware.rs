@@ -234,6 +234,7 @@ pub fn build_stack(
                         Box::pin(async move {
                             match bridge.call_tool(func, info, json!({})).await {
                                 HandlerOutcome::Value(text) => Some(text),
+                                HandlerOutcome::Gone => None,
                                 HandlerOutcome::Refused(e)
                                 | HandlerOutcome::Raised(e)
                                 | HandlerOutcome::Thrown(e) => {

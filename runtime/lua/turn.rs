@@ -454,6 +454,7 @@ fn kind_name(kind: EventKind) -> &'static str {
         EventKind::Deadline => "deadline",
         EventKind::UnknownTool => "unknown_tool",
         EventKind::Interrupted => "interrupted",
+        EventKind::Cancelled => "cancelled",
     }
 }
 

@@ -333,6 +333,17 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
                 .await
         };
         if let Some(error) = &out.error {
+            if host.stopping() {
+                // Cut off by the stop: keep what happened (a restart resumes it), say nothing.
+                let mut messages = out.messages;
+                if out.steps == 0 && out.compactions == 0 {
+                    messages.truncate(before);
+                    me.mailbox.put_back(batch);
+                }
+                me.commit(messages);
+                me.set_state(State::Stopped);
+                return Exit::Normal;
+            }
             let nothing_happened = out.steps == 0 && out.compactions == 0;
             let mut messages = out.messages;
             let held = if nothing_happened {

@@ -31,6 +31,9 @@ pub struct CallContext<'a> {
 pub const INTERRUPTED: &str = "interrupted by a restart: the call had started but did not \
     finish, and the tool is not marked idempotent, so it was not run again";
 
+/// What a call cut off by the end of the program reads.
+pub const CANCELLED: &str = "cancelled: the program ended before the tool finished";
+
 /// Runs `call` against the offered tools and answers it. A call the journal says finished
 /// before a restart is answered with its recorded result, not run again.
 pub async fn run_call(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, ToolEvent) {
@@ -80,7 +83,10 @@ pub async fn run_call(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, Too
         }
         run(cx, call).await
     };
-    if let Some(h) = cx.hooks {
+    // A call the end of the program cut off did not finish: the journal keeps it as started.
+    if let Some(h) = cx.hooks
+        && event.kind != EventKind::Cancelled
+    {
         h.finished(call, &result, &event);
     }
     (result, event)
@@ -202,5 +208,6 @@ async fn outcome(
             (EventKind::Error, message)
         }
         Ok(HandlerOutcome::Thrown(message)) => (EventKind::Thrown, message),
+        Ok(HandlerOutcome::Gone) => (EventKind::Cancelled, CANCELLED.to_string()),
     }
 }

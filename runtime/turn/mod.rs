@@ -150,6 +150,8 @@ pub enum EventKind {
     UnknownTool,
     /// It had started when the program stopped, and is not idempotent: not run again.
     Interrupted,
+    /// The program ended while it ran: cut off, not finished (the turn ends with it).
+    Cancelled,
 }
 
 /// One tool call, as the caller sees it afterwards.

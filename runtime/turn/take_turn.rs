@@ -6,9 +6,9 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::compaction;
-use super::dispatch::{CallContext, run_call};
+use super::dispatch::{CANCELLED, CallContext, run_call};
 use super::tools::narrow;
-use super::{StepReport, TurnError, TurnOutcome, TurnSpec};
+use super::{EventKind, StepReport, TurnError, TurnOutcome, TurnSpec};
 use crate::config::Overrides;
 use crate::core::Core;
 use crate::lua::bridge::{FnId, LuaBridge};
@@ -97,6 +97,19 @@ async fn run(
             results.push(result);
             out.tool_events.push(event);
         }
+        if out
+            .tool_events
+            .iter()
+            .any(|e| e.kind == EventKind::Cancelled)
+        {
+            out.error = Some(TurnError {
+                kind: "cancelled".into(),
+                message: CANCELLED.into(),
+                retry_after: None,
+            });
+            out.messages = req.messages;
+            return out;
+        }
         req.messages.push(Message::new(
             Role::Tool,
             results.into_iter().map(Part::ToolResult).collect(),
@@ -180,6 +193,21 @@ async fn run(
             for (result, event) in join_all(runs).await {
                 results.push(result);
                 out.tool_events.push(event);
+            }
+            // The program is ending: the step did not finish, so nothing of it is committed
+            // (a restart finds its calls in the journal).
+            if out
+                .tool_events
+                .iter()
+                .any(|e| e.kind == EventKind::Cancelled)
+            {
+                out.error = Some(TurnError {
+                    kind: "cancelled".into(),
+                    message: CANCELLED.into(),
+                    retry_after: None,
+                });
+                out.messages = req.messages;
+                return out;
             }
             results
         };
