@@ -385,7 +385,7 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
                         held,
                         ..delivery(me, DeliveryKind::Outage, provenance.as_ref(), None)
                     };
-                    if let Err(e) = deliver(me, notice).await {
+                    if let Err(e) = Box::pin(deliver(me, notice)).await {
                         return Exit::Crashed(e);
                     }
                 }
@@ -421,7 +421,7 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
                 dropped: batch.dropped,
                 ..delivery(me, DeliveryKind::Recovered, provenance.as_ref(), None)
             };
-            if let Err(e) = deliver(me, notice).await {
+            if let Err(e) = Box::pin(deliver(me, notice)).await {
                 return Exit::Crashed(e);
             }
         }
@@ -435,7 +435,7 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
             usage: out.usage,
             ..delivery(me, DeliveryKind::Reply, provenance.as_ref(), Some(out.stop))
         };
-        if let Err(e) = deliver(me, d).await {
+        if let Err(e) = Box::pin(deliver(me, d)).await {
             return Exit::Crashed(e);
         }
     }
