@@ -73,6 +73,8 @@ struct Inner {
     table: RwLock<HashMap<String, Entry>>,
     open: watch::Sender<bool>,
     stopping: AtomicBool,
+    /// Open and not stopping: the one flag `mail` reads.
+    accepting: AtomicBool,
     reason: watch::Sender<Option<String>>,
     events: mpsc::UnboundedSender<RouteEvent>,
     events_rx: Mutex<Option<mpsc::UnboundedReceiver<RouteEvent>>>,
@@ -121,6 +123,7 @@ impl Route {
                 table: RwLock::new(HashMap::new()),
                 open: watch::Sender::new(false),
                 stopping: AtomicBool::new(false),
+                accepting: AtomicBool::new(false),
                 reason: watch::Sender::new(None),
                 events,
                 events_rx: Mutex::new(Some(events_rx)),
@@ -142,6 +145,9 @@ impl Route {
     /// From now on mail is delivered (the watch is up).
     pub fn open(&self) {
         self.inner.open.send_replace(true);
+        if !self.stopping() {
+            self.inner.accepting.store(true, Ordering::Release);
+        }
     }
 
     pub fn is_open(&self) -> bool {
@@ -212,16 +218,14 @@ impl Route {
 
     /// Posts `mail` to its recipient.
     pub fn mail(&self, mail: Mail) -> Result<(), MailError> {
-        if !self.is_open() || self.stopping() {
+        if !self.inner.accepting.load(Ordering::Acquire) {
             return Err(MailError::NoRecipient);
         }
-        let resident = {
-            let table = read(&self.inner.table);
-            match table.get(&mail.to) {
-                Some(e) => e.resident.clone(),
-                None => return Err(MailError::NoRecipient),
-            }
+        let table = read(&self.inner.table);
+        let Some(entry) = table.get(&mail.to) else {
+            return Err(MailError::NoRecipient);
         };
+        let resident = &entry.resident;
         if mail.hop > resident.spec.max_hop {
             tracing::warn!(
                 to = %mail.to,
@@ -232,8 +236,23 @@ impl Route {
             );
             return Err(MailError::HopLimit);
         }
-        if resident.spec.persist
-            && let Some(store) = &self.inner.store
+        if !resident.spec.persist || self.inner.store.is_none() {
+            // The common path posts under the table's read lock: no reference count to touch.
+            return match resident.mailbox.post(mail) {
+                Ok(()) => Ok(()),
+                Err(e) => {
+                    let (name, resident) = (resident.spec.name.clone(), resident.clone());
+                    drop(table);
+                    // It has died: evict it, so the next sender learns at once.
+                    self.inner.evict(&name, &resident);
+                    Err(e)
+                }
+            };
+        }
+        // Saving takes a while: not under the table's lock.
+        let resident = resident.clone();
+        drop(table);
+        if let Some(store) = &self.inner.store
             && !resident.mailbox.is_closed()
         {
             match store.push_backlog(&mail.to, &mail) {
@@ -250,7 +269,6 @@ impl Route {
         match resident.mailbox.post(mail) {
             Ok(()) => Ok(()),
             Err(e) => {
-                // It has died: evict it, so the next sender learns at once.
                 self.inner.evict(&to, &resident);
                 Err(e)
             }
@@ -387,6 +405,7 @@ impl Inner {
         if first {
             tracing::info!(reason, "stopping");
             self.stopping.store(true, Ordering::Release);
+            self.accepting.store(false, Ordering::Release);
             for e in read(&self.table).values() {
                 e.resident.mailbox.wake();
             }
