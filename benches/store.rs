@@ -1,0 +1,1155 @@
+//! The durable store under load: how many persisted steps a second `synchronous=FULL` allows, and
+//! how long a program takes to resume 10,000 persisted residents. Every store is a real
+//! `SqliteStore` (WAL, `synchronous=FULL`) in a temporary directory on the disk the temp dir is on;
+//! the provider is an in-bench `Infer` that answers at once, so every figure is the runtime's and
+//! the disk's own cost.
+//!
+//! 0. **What an fsync costs on this disk.** 200 small writes each followed by `File::sync_all`,
+//!    then by `File::sync_data` (SQLite's WAL commit is one `fdatasync`): the floor of a commit.
+//! 1. **Persisted steps per second.**
+//!    - *a. Store level.* `commit_step` in a loop of a conversation of ~200 B messages that grows
+//!      and shrinks between 10 and 30 messages, so each commit differs from the last (SQLite
+//!      writes, and syncs, nothing for a row rewritten with the same bytes): commits/s and ms per
+//!      commit; the same around 200 messages (a commit rewrites the whole conversation); a tool
+//!      step as `ResidentHooks` writes it (commit_step, journal started, audit, journal finished,
+//!      commit_step: 5 transactions); `push_backlog` (what `ai.mail` waits for); 8 threads
+//!      committing at once. The same loops on tmpfs (`/dev/shm`, where an fsync costs nothing)
+//!      give the CPU part of a transaction.
+//!    - *b. End to end.* N persisted residents (1, 8, 64) on a `Route` with a `SqliteStore`; mail
+//!      posted round robin from this thread (as the Lua thread posts it: `Route::mail` returns
+//!      once the mail is in the backlog on disk); the `Infer` answers "ok" at once, no tools, so
+//!      a step is one `commit_step`. The clock stops when the store has committed the step that
+//!      served the last mail (a wrapper around the store sums `commit_step`'s `served`), which is
+//!      exact and durable. A resident takes every waiting mail (up to 24) into one turn, so
+//!      mails/s is above steps/s.
+//!    - *c. Batching.* Whether concurrent commits share an fsync (today they do not: one
+//!      connection behind a mutex, one transaction per call), and what group commit would gain,
+//!      estimated from the figures above (not implemented).
+//! 2. **Resume 10,000 persisted residents.** A store of 10,000 cells (10 messages each, a backlog
+//!    of 0 to 2 mails) written in one transaction straight through SQLite (the `Store` API has no
+//!    batch write; the cells are then checked through `load_cell`), everything dropped, then
+//!    timed: `StateDir::open` + `Route::spawn` of 10,000 specs with `persist = true` (each loads its
+//!    cell) until every task has been polled once (both workers parked, nothing queued). The
+//!    `Infer` never answers, so a resident with a backlog stops at its first model request and
+//!    the figure is resuming, not serving; the requests are checked against the cells. The page
+//!    cache is warm (the file was just written): a cold start adds reading the file.
+//!
+//! Run: `cargo bench --bench store` (about half a minute). `cargo bench --bench store -- fsync
+//! steps resume` runs only the sections named.
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use colony::config::Config;
+use colony::core::{Ask, Core};
+use colony::lua::bridge::LuaBridge;
+use colony::providers::replay::Cassette;
+use colony::providers::{Endpoint, Providers};
+use colony::residents::middleware::{BreakerState, Infer, OnText, SharedInfer, StepResult};
+use colony::residents::persist::ResidentHooks;
+use colony::residents::resident::{DEFAULT_MAX_HOP, State};
+use colony::residents::{Deliver, Delivery, Mail, ResidentSpec, Restart, RestartPolicy, Route};
+use colony::store::state_dir::{STORE_FILE, StateDir};
+use colony::store::{AuditEntry, AuditFilter, Cell, JournalEntry, Store, StoreResult};
+use colony::turn::{Compaction, EventKind, ToolEvent, TurnHooks};
+use colony::vocab::{
+    InferRequest, Inferred, Message, Part, Role, Stop, ToolCall, ToolResult, Usage,
+};
+use serde_json::Value;
+use tokio::runtime::Runtime;
+use tokio::sync::{Notify, mpsc};
+
+const FSYNCS: usize = 200;
+/// How long each store-level loop runs on the disk (on tmpfs: a quarter of it).
+const LOOP: Duration = Duration::from_millis(1500);
+const THREADS: usize = 8;
+/// End to end: (residents, mails each).
+const E2E: &[(usize, usize)] = &[(1, 960), (8, 120), (64, 15)];
+const E2E_RUNS: usize = 3;
+const CELLS: usize = 10_000;
+const CELL_MESSAGES: usize = 10;
+const RESUME_RUNS: usize = 5;
+const MESSAGE_BYTES: usize = 200;
+
+// ---------------------------------------------------------------------------------------------
+// The runtime, a core that needs no key, and knowing when every task has been polled
+// ---------------------------------------------------------------------------------------------
+
+/// A multi-thread runtime that counts its parked workers.
+struct Rt {
+    rt: Runtime,
+    parked: Arc<AtomicUsize>,
+}
+
+fn runtime() -> Rt {
+    let parked = Arc::new(AtomicUsize::new(0));
+    let (on_park, on_unpark) = (parked.clone(), parked.clone());
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_park(move || {
+            on_park.fetch_add(1, Ordering::SeqCst);
+        })
+        .on_thread_unpark(move || {
+            on_unpark.fetch_sub(1, Ordering::SeqCst);
+        })
+        .build()
+        .expect("a tokio runtime");
+    Rt { rt, parked }
+}
+
+/// A core whose settings resolve without a key: a replaying one, on an empty cassette that is
+/// never asked (the bench's `Infer` answers instead of the providers).
+fn core(rt: &Rt) -> Core {
+    let file = tempfile::NamedTempFile::new().expect("a temp file");
+    let cassette = Cassette::load(file.path()).expect("an empty cassette");
+    Core::new(
+        Config::default(),
+        Providers::new(Some(Arc::new(cassette)), None),
+        rt.rt.handle().clone(),
+    )
+}
+
+/// Waits (on the calling thread, which is no worker) until nothing is queued and every worker
+/// has parked, twice in a row: then every spawned or woken task has been polled and is waiting.
+fn settle(rt: &Rt) {
+    let metrics = rt.rt.metrics();
+    let workers = metrics.num_workers();
+    let quiet = || metrics.global_queue_depth() == 0 && rt.parked.load(Ordering::SeqCst) == workers;
+    loop {
+        if quiet() {
+            std::thread::sleep(Duration::from_micros(200));
+            if quiet() {
+                return;
+            }
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+}
+
+/// The one-minute load average: on a machine with other work, the figures mean less.
+fn load() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
+/// A temporary directory on the disk (the temp dir), or on tmpfs (`/dev/shm`) when there is one.
+fn temp_dir(tmpfs: bool) -> Option<tempfile::TempDir> {
+    if tmpfs {
+        let shm = Path::new("/dev/shm");
+        if !shm.is_dir() {
+            return None;
+        }
+        tempfile::tempdir_in(shm).ok()
+    } else {
+        Some(tempfile::tempdir().expect("a temp dir"))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Conversations and mail of a realistic size
+// ---------------------------------------------------------------------------------------------
+
+/// About `len` bytes of words, different for each `seed`.
+fn prose(seed: usize, len: usize) -> String {
+    const WORDS: &str = "the build failed on main after commit tests passed report disk latency \
+        watcher noticed a new file in inbox summary deploy rolled back because queue grew \
+        overnight alert cleared";
+    let words: Vec<&str> = WORDS.split_whitespace().collect();
+    let mut s = String::with_capacity(len + 16);
+    let mut x = (seed as u64).wrapping_mul(2_654_435_761).wrapping_add(1);
+    while s.len() < len {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        if !s.is_empty() {
+            s.push(' ');
+        }
+        s.push_str(words[(x >> 33) as usize % words.len()]);
+    }
+    s
+}
+
+/// `len` messages of about [`MESSAGE_BYTES`] each: mail user turns and replies alternating,
+/// ending with a reply (a turn that was done).
+fn conversation(seed: usize, len: usize) -> Vec<Message> {
+    (0..len)
+        .map(|i| {
+            let text = prose(seed * 1_000 + i, MESSAGE_BYTES - 20);
+            if (len - i).is_multiple_of(2) {
+                Message::user(format!("[mail from feed] {text}"))
+            } else {
+                Message::assistant(text)
+            }
+        })
+        .collect()
+}
+
+fn json_len<T: serde::Serialize + ?Sized>(v: &T) -> usize {
+    serde_json::to_string(v).map(|s| s.len()).unwrap_or(0)
+}
+
+fn name(n: usize) -> String {
+    format!("r{n:05}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timing loops
+// ---------------------------------------------------------------------------------------------
+
+/// Operations timed one by one.
+struct Lat {
+    elapsed: Duration,
+    samples: Vec<Duration>,
+}
+
+impl Lat {
+    fn n(&self) -> usize {
+        self.samples.len()
+    }
+
+    fn rate(&self) -> f64 {
+        self.n() as f64 / self.elapsed.as_secs_f64()
+    }
+
+    fn mean_ms(&self) -> f64 {
+        self.samples.iter().sum::<Duration>().as_secs_f64() * 1e3 / self.n().max(1) as f64
+    }
+
+    fn pct_ms(&self, p: f64) -> f64 {
+        let mut s = self.samples.clone();
+        s.sort();
+        s.get(((s.len() as f64 * p) as usize).min(s.len().saturating_sub(1)))
+            .map(|d| d.as_secs_f64() * 1e3)
+            .unwrap_or(f64::NAN)
+    }
+
+    /// "1234 /s, 0.81 ms each (p50 0.78, p99 1.90)"
+    fn show(&self, unit: &str) -> String {
+        format!(
+            "{:>7.0} {unit}/s, {:.3} ms each (p50 {:.3}, p99 {:.3}; {} in {:.1} s)",
+            self.rate(),
+            self.mean_ms(),
+            self.pct_ms(0.5),
+            self.pct_ms(0.99),
+            self.n(),
+            self.elapsed.as_secs_f64()
+        )
+    }
+}
+
+/// Runs `op` (given its index) again and again for `dur`.
+fn timed_loop(dur: Duration, mut op: impl FnMut(usize)) -> Lat {
+    let mut samples = Vec::new();
+    let started = Instant::now();
+    let mut i = 0;
+    while started.elapsed() < dur {
+        let t = Instant::now();
+        op(i);
+        samples.push(t.elapsed());
+        i += 1;
+    }
+    Lat {
+        elapsed: started.elapsed(),
+        samples,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A store that counts (and times) what goes through it
+// ---------------------------------------------------------------------------------------------
+
+/// Wraps the route's store: counts and times `commit_step`, `push_backlog` and `load_cell`, and
+/// signals when `commit_step`s have served `target` mails in all.
+struct Counted {
+    inner: Arc<dyn Store>,
+    commits: AtomicU64,
+    commit_ns: AtomicU64,
+    accepts: AtomicU64,
+    accept_ns: AtomicU64,
+    loads: AtomicU64,
+    load_ns: AtomicU64,
+    served: AtomicU64,
+    target: u64,
+    done: Notify,
+}
+
+impl Counted {
+    fn new(inner: Arc<dyn Store>, target: u64) -> Counted {
+        Counted {
+            inner,
+            commits: AtomicU64::new(0),
+            commit_ns: AtomicU64::new(0),
+            accepts: AtomicU64::new(0),
+            accept_ns: AtomicU64::new(0),
+            loads: AtomicU64::new(0),
+            load_ns: AtomicU64::new(0),
+            served: AtomicU64::new(0),
+            target,
+            done: Notify::new(),
+        }
+    }
+
+    fn ms(ns: &AtomicU64) -> f64 {
+        ns.load(Ordering::Acquire) as f64 / 1e6
+    }
+}
+
+fn add(counter: &AtomicU64, ns: &AtomicU64, since: Instant) {
+    counter.fetch_add(1, Ordering::AcqRel);
+    ns.fetch_add(since.elapsed().as_nanos() as u64, Ordering::AcqRel);
+}
+
+impl Store for Counted {
+    fn get(&self, space: &str, key: &str) -> StoreResult<Option<Value>> {
+        self.inner.get(space, key)
+    }
+    fn set(&self, space: &str, key: &str, value: &Value) -> StoreResult<()> {
+        self.inner.set(space, key, value)
+    }
+    fn delete(&self, space: &str, key: &str) -> StoreResult<bool> {
+        self.inner.delete(space, key)
+    }
+    fn list(&self, space: &str, prefix: &str) -> StoreResult<Vec<String>> {
+        self.inner.list(space, prefix)
+    }
+    fn update(
+        &self,
+        space: &str,
+        key: &str,
+        f: &mut dyn FnMut(Option<Value>) -> Result<Option<Value>, String>,
+    ) -> StoreResult<Option<Value>> {
+        self.inner.update(space, key, f)
+    }
+    fn conversations(&self) -> StoreResult<Vec<String>> {
+        self.inner.conversations()
+    }
+    fn load_cell(&self, name: &str) -> StoreResult<Option<Cell>> {
+        let t = Instant::now();
+        let r = self.inner.load_cell(name);
+        add(&self.loads, &self.load_ns, t);
+        r
+    }
+    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<bool> {
+        let t = Instant::now();
+        let r = self.inner.push_backlog(name, mail);
+        add(&self.accepts, &self.accept_ns, t);
+        r
+    }
+    fn commit_step(
+        &self,
+        name: &str,
+        messages: &[Message],
+        served: usize,
+        dropped: u64,
+    ) -> StoreResult<()> {
+        let t = Instant::now();
+        let r = self.inner.commit_step(name, messages, served, dropped);
+        add(&self.commits, &self.commit_ns, t);
+        if r.is_ok() && served > 0 {
+            let served = served as u64;
+            if self.served.fetch_add(served, Ordering::AcqRel) + served == self.target {
+                self.done.notify_one();
+            }
+        }
+        r
+    }
+    fn journal(&self, name: &str, entry: &JournalEntry) -> StoreResult<()> {
+        self.inner.journal(name, entry)
+    }
+    fn clear_cell(&self, name: &str) -> StoreResult<bool> {
+        self.inner.clear_cell(name)
+    }
+    fn breaker(&self, key: &str) -> StoreResult<Option<BreakerState>> {
+        self.inner.breaker(key)
+    }
+    fn save_breaker(&self, key: &str, state: &BreakerState) -> StoreResult<()> {
+        self.inner.save_breaker(key, state)
+    }
+    fn audit(&self, entry: &AuditEntry) -> StoreResult<()> {
+        self.inner.audit(entry)
+    }
+    fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
+        self.inner.audit_log(filter)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Providers: one that answers at once, one that never does
+// ---------------------------------------------------------------------------------------------
+
+/// Answers "ok" at once, no tools; counts the requests (the turns, each one step).
+struct Answering {
+    turns: AtomicU64,
+}
+
+impl Infer for Answering {
+    async fn infer<'a>(
+        &'a self,
+        _req: &'a InferRequest,
+        _ep: &'a Endpoint,
+        _on_text: OnText<'a>,
+    ) -> StepResult {
+        self.turns.fetch_add(1, Ordering::AcqRel);
+        Ok(Inferred {
+            message: Message::assistant("ok"),
+            stop: Stop::EndTurn,
+            usage: Usage::default(),
+            model: None,
+        })
+    }
+}
+
+/// Never answers: counts the requests that reach it and the messages they carry.
+struct Holding {
+    reached: AtomicUsize,
+    messages: AtomicUsize,
+}
+
+impl Infer for Holding {
+    async fn infer<'a>(
+        &'a self,
+        req: &'a InferRequest,
+        _ep: &'a Endpoint,
+        _on_text: OnText<'a>,
+    ) -> StepResult {
+        self.messages
+            .fetch_add(req.messages.len(), Ordering::AcqRel);
+        self.reached.fetch_add(1, Ordering::AcqRel);
+        std::future::pending().await
+    }
+}
+
+/// What `ai.spawn{ name = ..., persist_conversation = true, compact = "off" }` hires.
+fn spec(name: String, stack: &SharedInfer, deliver: Deliver) -> ResidentSpec {
+    ResidentSpec {
+        name,
+        ask: Ask::default(),
+        tools: Vec::new(),
+        max_steps: 8,
+        max_hop: DEFAULT_MAX_HOP,
+        compaction: Compaction {
+            enabled: false,
+            ..Compaction::default()
+        },
+        deliver,
+        restart: RestartPolicy::new(Restart::Permanent),
+        stack: stack.clone(),
+        persist: true,
+        workspace: None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 0. fsync
+// ---------------------------------------------------------------------------------------------
+
+fn fsyncs(dir: &Path, data_only: bool) -> Lat {
+    let mut f = File::create(dir.join("fsync-probe")).expect("a probe file");
+    f.write_all(&[b'.'; 4096]).expect("written");
+    f.sync_all().expect("synced");
+    let samples = (0..FSYNCS)
+        .map(|_| {
+            let t = Instant::now();
+            f.write_all(&[b'x'; 128]).expect("written");
+            if data_only {
+                f.sync_data().expect("synced");
+            } else {
+                f.sync_all().expect("synced");
+            }
+            t.elapsed()
+        })
+        .collect::<Vec<_>>();
+    Lat {
+        elapsed: samples.iter().sum(),
+        samples,
+    }
+}
+
+/// Prints the fsync cost; returns the mean `sync_data` in ms.
+fn fsync_section() -> f64 {
+    let dir = temp_dir(false).expect("a temp dir");
+    println!(
+        "0. fsync on this disk ({}; {FSYNCS} writes of 128 B, each synced)",
+        dir.path().parent().unwrap_or(dir.path()).display()
+    );
+    let all = fsyncs(dir.path(), false);
+    let data = fsyncs(dir.path(), true);
+    println!("   write + sync_all:  {}", all.show("syncs"));
+    println!("   write + sync_data: {}", data.show("syncs"));
+    data.mean_ms()
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1a. Store level
+// ---------------------------------------------------------------------------------------------
+
+struct StoreLevel {
+    commit20: Lat,
+    commit200: Lat,
+    tool: Lat,
+    accept: Lat,
+    /// 8 threads committing at once: total commits, in how long, each commit's time.
+    concurrent: Option<Lat>,
+    bytes20: usize,
+    bytes200: usize,
+}
+
+/// How far a conversation grows and shrinks around its size: commit `i` writes
+/// `size - SPREAD + i % (2 * SPREAD + 1)` messages, so each commit differs from the last (SQLite
+/// writes nothing, and syncs nothing, for a row rewritten with the same bytes).
+const SPREAD: usize = 10;
+
+/// The conversations a loop around `size` messages commits, one per step of the cycle.
+fn growing(pool: &[Message], size: usize) -> Vec<&[Message]> {
+    (0..=2 * SPREAD)
+        .map(|k| &pool[..size - SPREAD + k])
+        .collect()
+}
+
+fn store_level(dir: &Path, dur: Duration, concurrent: bool) -> StoreLevel {
+    let state = StateDir::open(dir).expect("a state dir");
+    let store: Arc<dyn Store> = state.dyn_store();
+    let pool = conversation(1, 200 + SPREAD);
+    let conv20 = growing(&pool, 20);
+    let conv200 = growing(&pool, 200);
+    // Warm the statements and the file.
+    for i in 0..50 {
+        store
+            .commit_step("warm", conv20[i % conv20.len()], 0, 0)
+            .expect("committed");
+    }
+    let commit20 = timed_loop(dur, |i| {
+        store
+            .commit_step("c20", conv20[i % conv20.len()], 0, 0)
+            .expect("committed");
+    });
+    let commit200 = timed_loop(dur, |i| {
+        store
+            .commit_step("c200", conv200[i % conv200.len()], 0, 0)
+            .expect("committed");
+    });
+
+    // A tool step as a persisted resident writes it: the reply with its call, the call started,
+    // its audit line and its result, the step's results.
+    let hooks = ResidentHooks::new(store.clone(), "tools", true, Vec::new(), 0);
+    let call = ToolCall {
+        id: "call_1".into(),
+        name: "read".into(),
+        arguments: r#"{"path":"notes/today.md"}"#.into(),
+        opaque: None,
+    };
+    let result = ToolResult {
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        content: prose(7, MESSAGE_BYTES),
+        is_error: false,
+    };
+    let event = ToolEvent {
+        step: 1,
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        kind: EventKind::Ok,
+        outcome: result.content.clone(),
+        duration: Duration::from_millis(3),
+    };
+    // (the reply with its call, the same with the results), around 20 messages.
+    let steps: Vec<(Vec<Message>, Vec<Message>)> = conv20
+        .iter()
+        .map(|base| {
+            let mut with_call = base.to_vec();
+            with_call.push(Message::new(
+                Role::Assistant,
+                vec![Part::text("reading it"), Part::ToolCall(call.clone())],
+            ));
+            let mut with_result = with_call.clone();
+            with_result.push(Message::new(
+                Role::Tool,
+                vec![Part::ToolResult(result.clone())],
+            ));
+            (with_call, with_result)
+        })
+        .collect();
+    let tool = timed_loop(dur, |i| {
+        let (with_call, with_result) = &steps[i % steps.len()];
+        hooks.inferred(with_call);
+        hooks.started(&call);
+        hooks.finished(&call, &result, &event);
+        hooks.step_done(with_result);
+    });
+
+    let mail = Mail::new("inbox", "feed", prose(8, MESSAGE_BYTES), 0);
+    let accept = timed_loop(dur / 2, |_| {
+        assert!(store.push_backlog("inbox", &mail).expect("accepted"));
+    });
+
+    let concurrent = concurrent.then(|| {
+        let started = Instant::now();
+        let lats: Vec<Lat> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..THREADS)
+                .map(|t| {
+                    let (store, convs) = (&store, &conv20);
+                    s.spawn(move || {
+                        let who = format!("t{t}");
+                        timed_loop(dur, |i| {
+                            store
+                                .commit_step(&who, convs[i % convs.len()], 0, 0)
+                                .expect("committed");
+                        })
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("a thread"))
+                .collect()
+        });
+        Lat {
+            elapsed: started.elapsed(),
+            samples: lats.into_iter().flat_map(|l| l.samples).collect(),
+        }
+    });
+    StoreLevel {
+        commit20,
+        commit200,
+        tool,
+        accept,
+        concurrent,
+        bytes20: json_len(conv20[SPREAD]),
+        bytes200: json_len(conv200[SPREAD]),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1b. End to end
+// ---------------------------------------------------------------------------------------------
+
+struct E2e {
+    residents: usize,
+    mails: u64,
+    posted: Duration,
+    served: Duration,
+    turns: u64,
+    commits: u64,
+    accepts: u64,
+    commit_ms: f64,
+    accept_ms: f64,
+    conversation_bytes: usize,
+}
+
+impl E2e {
+    fn steps_per_s(&self) -> f64 {
+        self.turns as f64 / self.served.as_secs_f64()
+    }
+
+    fn mails_per_s(&self) -> f64 {
+        self.mails as f64 / self.served.as_secs_f64()
+    }
+
+    fn tx_per_s(&self) -> f64 {
+        (self.commits + self.accepts) as f64 / self.served.as_secs_f64()
+    }
+}
+
+/// `residents` persisted residents, `per` mails each posted round robin from this thread; until
+/// the step serving the last mail is committed.
+async fn end_to_end(rt: &Rt, dir: &Path, residents: usize, per: usize) -> E2e {
+    let total = (residents * per) as u64;
+    let state = StateDir::open(dir).expect("a state dir");
+    let counted = Arc::new(Counted::new(state.dyn_store(), total));
+    let answering = Arc::new(Answering {
+        turns: AtomicU64::new(0),
+    });
+    let stack: SharedInfer = answering.clone();
+    let route = Route::with_store(
+        core(rt),
+        LuaBridge::detached(),
+        Some(counted.clone() as Arc<dyn Store>),
+    );
+    route.open();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Delivery>();
+    let drained = tokio::spawn(async move {
+        let mut n = 0u64;
+        while rx.recv().await.is_some() {
+            n += 1;
+        }
+        n
+    });
+    let names: Vec<String> = (0..residents).map(name).collect();
+    for n in &names {
+        route
+            .spawn(spec(n.clone(), &stack, Deliver::Channel(tx.clone())))
+            .expect("spawned");
+    }
+    drop(tx);
+    settle(rt);
+    let done = counted.done.notified();
+    tokio::pin!(done);
+    done.as_mut().enable();
+    let started = Instant::now();
+    for i in 0..total as usize {
+        route
+            .mail(Mail::new(
+                names[i % residents].as_str(),
+                "bench",
+                format!("ping {i}"),
+                0,
+            ))
+            .expect("posted");
+    }
+    let posted = started.elapsed();
+    if tokio::time::timeout(Duration::from_secs(60), done)
+        .await
+        .is_err()
+    {
+        panic!(
+            "only {} of {total} mails were served",
+            counted.served.load(Ordering::Acquire)
+        );
+    }
+    let served = started.elapsed();
+    let turns = answering.turns.load(Ordering::Acquire);
+    let commits = counted.commits.load(Ordering::Acquire);
+    let accepts = counted.accepts.load(Ordering::Acquire);
+    // Exactness: one commit per turn (no tools), every mail accepted once, and each conversation
+    // holds its mail and one answer per turn.
+    settle(rt);
+    assert_eq!(commits, turns, "one commit_step per turn");
+    assert_eq!(accepts, total, "one push_backlog per mail");
+    let stored: usize = route.residents().iter().map(|r| r.conversation).sum();
+    assert_eq!(stored as u64, total + turns, "stored conversations");
+    let conversation_bytes = names
+        .iter()
+        .filter_map(|n| route.resident(n))
+        .map(|r| json_len(&r.conversation()))
+        .sum::<usize>()
+        / residents;
+    let (commit_ms, accept_ms) = (
+        Counted::ms(&counted.commit_ns) / commits.max(1) as f64,
+        Counted::ms(&counted.accept_ns) / accepts.max(1) as f64,
+    );
+    route.stop("bench done");
+    route.shutdown(Duration::from_secs(10)).await;
+    drop(route);
+    assert_eq!(
+        drained.await.expect("the drain"),
+        turns,
+        "one reply per turn"
+    );
+    E2e {
+        residents,
+        mails: total,
+        posted,
+        served,
+        turns,
+        commits,
+        accepts,
+        commit_ms,
+        accept_ms,
+        conversation_bytes,
+    }
+}
+
+fn best_end_to_end(rt: &Rt, tmpfs: bool, residents: usize, per: usize, runs: usize) -> E2e {
+    (0..runs)
+        .map(|_| {
+            let dir = temp_dir(tmpfs).expect("a temp dir");
+            rt.rt.block_on(end_to_end(rt, dir.path(), residents, per))
+        })
+        .min_by(|a, b| a.served.cmp(&b.served))
+        .expect("a run")
+}
+
+fn show_e2e(e: &E2e) -> String {
+    format!(
+        "{:>3} residents x {:>3} mails: {:>6.0} steps/s, {:>6.0} mails/s ({:.1} mails a step; \
+         {} steps in {:.0} ms; posting alone {:.0} ms); {:.0} transactions/s (commit {:.2} ms, \
+         accept {:.2} ms); conversations end at {:.1} KB",
+        e.residents,
+        e.mails / e.residents as u64,
+        e.steps_per_s(),
+        e.mails_per_s(),
+        e.mails as f64 / e.turns as f64,
+        e.turns,
+        e.served.as_secs_f64() * 1e3,
+        e.posted.as_secs_f64() * 1e3,
+        e.tx_per_s(),
+        e.commit_ms,
+        e.accept_ms,
+        e.conversation_bytes as f64 / 1024.0,
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Steps per second: the section
+// ---------------------------------------------------------------------------------------------
+
+fn steps_section(rt: &Rt, sync_ms: Option<f64>) {
+    println!(
+        "1. Persisted steps per second (SqliteStore: WAL, synchronous=FULL, one connection \
+         behind a mutex)"
+    );
+    println!(
+        "   a. store level, one thread (a loop of {:.1} s each)",
+        LOOP.as_secs_f64()
+    );
+    let disk_dir = temp_dir(false).expect("a temp dir");
+    let disk = store_level(disk_dir.path(), LOOP, true);
+    drop(disk_dir);
+    println!(
+        "      commit_step, 20 messages ({:.1} KB JSON):  {}",
+        disk.bytes20 as f64 / 1024.0,
+        disk.commit20.show("commits")
+    );
+    println!(
+        "      commit_step, 200 messages ({:.1} KB JSON): {}",
+        disk.bytes200 as f64 / 1024.0,
+        disk.commit200.show("commits")
+    );
+    println!(
+        "      tool step (5 transactions: commit_step, journal, audit, journal, commit_step): {}",
+        disk.tool.show("steps")
+    );
+    println!(
+        "      push_backlog (ai.mail accepting one mail): {}",
+        disk.accept.show("mails")
+    );
+    if let Some(c) = &disk.concurrent {
+        println!(
+            "      {THREADS} threads, commit_step of 20 messages each: {:.0} commits/s in all \
+             ({:.2}x one thread), {:.2} ms a commit (p99 {:.2}) waiting on the mutex included",
+            c.rate(),
+            c.rate() / disk.commit20.rate(),
+            c.mean_ms(),
+            c.pct_ms(0.99),
+        );
+    }
+    let shm_dir = temp_dir(true);
+    let shm = shm_dir
+        .as_ref()
+        .map(|d| store_level(d.path(), LOOP / 4, false));
+    drop(shm_dir);
+    if let Some(shm) = &shm {
+        println!("      the same on tmpfs (/dev/shm, fsync free): the CPU part");
+        println!(
+            "        commit_step, 20 messages:  {}",
+            shm.commit20.show("commits")
+        );
+        println!(
+            "        commit_step, 200 messages: {}",
+            shm.commit200.show("commits")
+        );
+        println!(
+            "        tool step:                 {}",
+            shm.tool.show("steps")
+        );
+        println!(
+            "        push_backlog:              {}",
+            shm.accept.show("mails")
+        );
+    }
+    println!(
+        "      persisted steps/s with synchronous=FULL (the issue sets no number; with one fsync \
+         a transaction the ceiling is 1 / fsync{}): {:.0} steps/s without tools, {:.0} with one \
+         tool call",
+        sync_ms
+            .map(|ms| format!(" = {:.0}/s here", 1e3 / ms))
+            .unwrap_or_default(),
+        disk.commit20.rate(),
+        disk.tool.rate()
+    );
+
+    println!(
+        "   b. end to end: persisted residents on a Route, mail round robin from this thread \
+         (Route::mail returns once the mail is on disk), the provider answers \"ok\" at once; \
+         until the step serving the last mail is committed (best of {E2E_RUNS})"
+    );
+    let mut on_disk = Vec::new();
+    for &(residents, per) in E2E {
+        let e = best_end_to_end(rt, false, residents, per, E2E_RUNS);
+        println!("      {}", show_e2e(&e));
+        on_disk.push(e);
+    }
+    let mut on_tmpfs = Vec::new();
+    if shm.is_some() {
+        println!("      the same on tmpfs (fsync free; one run):");
+        for &(residents, per) in E2E {
+            let e = best_end_to_end(rt, true, residents, per, 1);
+            println!("        {}", show_e2e(&e));
+            on_tmpfs.push(e);
+        }
+    }
+    println!(
+        "      (a step here is one model call and one commit_step; a resident takes every mail \
+         waiting, up to 24, into one step, so mails/s > steps/s. Each mail costs its own \
+         push_backlog transaction on the sender's thread before the step that serves it; commit \
+         and accept times include waiting for the store's mutex.)"
+    );
+
+    println!("   c. batching");
+    let Some(c) = &disk.concurrent else { return };
+    println!(
+        "      concurrent commits are serialized, one fsync each: {THREADS} threads reach {:.0} \
+         commits/s against {:.0} for one ({:.2}x); end to end, 64 residents reach {:.0} \
+         transactions/s against {:.0} for one resident.",
+        c.rate(),
+        disk.commit20.rate(),
+        c.rate() / disk.commit20.rate(),
+        on_disk.last().map(E2e::tx_per_s).unwrap_or(f64::NAN),
+        on_disk.first().map(E2e::tx_per_s).unwrap_or(f64::NAN),
+    );
+    let Some(shm) = &shm else { return };
+    let cpu = shm.commit20.mean_ms();
+    let sync = (disk.commit20.mean_ms() - cpu).max(0.0);
+    println!(
+        "      a 20-message commit = {cpu:.3} ms of CPU (tmpfs) + {sync:.3} ms waiting for the \
+         disk; group commit (k waiting commits in one transaction, one fsync) would give \
+         k / (k x {cpu:.3} + {sync:.3}) ms:"
+    );
+    for k in [1usize, 2, 8, 24, 64] {
+        let rate = k as f64 * 1e3 / (k as f64 * cpu + sync);
+        println!(
+            "        k = {k:>2}: {rate:>6.0} commits/s ({:.1}x today)",
+            rate / disk.commit20.rate()
+        );
+    }
+    if let (Some(d), Some(t)) = (on_disk.last(), on_tmpfs.last()) {
+        println!(
+            "      end to end, 64 residents: {:.0} steps/s on disk, {:.0} on tmpfs: the most \
+             group commit (of commits and mail acceptances) could reach there is {:.1}x, minus \
+             the fsyncs a batch still pays.",
+            d.steps_per_s(),
+            t.steps_per_s(),
+            d.served.as_secs_f64() / t.served.as_secs_f64(),
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Resume 10,000 persisted residents
+// ---------------------------------------------------------------------------------------------
+
+fn backlog_of(n: usize) -> Vec<Mail> {
+    (0..n % 3)
+        .map(|k| Mail::new(name(n), "feed", prose(n * 10 + k, MESSAGE_BYTES - 20), 0))
+        .collect()
+}
+
+fn cell_of(n: usize) -> Cell {
+    Cell {
+        messages: conversation(n, CELL_MESSAGES),
+        backlog: backlog_of(n),
+        dropped: 0,
+        journal: Vec::new(),
+    }
+}
+
+/// Writes the cells in one transaction straight through SQLite (the schema made by opening the
+/// store first), then checks a sample through the `Store` API.
+fn populate(dir: &Path) -> Duration {
+    let started = Instant::now();
+    drop(StateDir::open(dir).expect("a state dir"));
+    {
+        let mut conn = rusqlite::Connection::open(dir.join(STORE_FILE)).expect("the store file");
+        let tx = conn.transaction().expect("a transaction");
+        {
+            let mut cells = tx
+                .prepare("INSERT INTO cells (name, messages, dropped) VALUES (?1, ?2, 0)")
+                .expect("the cells table");
+            let mut backlog = tx
+                .prepare("INSERT INTO backlog (name, mail) VALUES (?1, ?2)")
+                .expect("the backlog table");
+            for n in 0..CELLS {
+                let cell = cell_of(n);
+                let messages = serde_json::to_string(&cell.messages).expect("json");
+                cells
+                    .execute(rusqlite::params![name(n), messages])
+                    .expect("a cell");
+                for m in &cell.backlog {
+                    let mail = serde_json::to_string(m).expect("json");
+                    backlog
+                        .execute(rusqlite::params![name(n), mail])
+                        .expect("a mail");
+                }
+            }
+        }
+        tx.commit().expect("committed");
+    }
+    let state = StateDir::open(dir).expect("a state dir");
+    let store = state.dyn_store();
+    assert_eq!(store.conversations().expect("names").len(), CELLS);
+    for n in (0..CELLS).step_by(997).chain([CELLS - 1]) {
+        assert_eq!(
+            store.load_cell(&name(n)).expect("loaded"),
+            Some(cell_of(n)),
+            "cell {n} as the Store API reads it"
+        );
+    }
+    started.elapsed()
+}
+
+struct Resumed {
+    open: Duration,
+    load: Duration,
+    spawn: Duration,
+    poll: Duration,
+}
+
+impl Resumed {
+    fn total(&self) -> Duration {
+        self.open + self.spawn + self.poll
+    }
+}
+
+fn resume(dir: &Path) -> Resumed {
+    let rt = runtime();
+    let core = core(&rt);
+    let holding = Arc::new(Holding {
+        reached: AtomicUsize::new(0),
+        messages: AtomicUsize::new(0),
+    });
+    let stack: SharedInfer = holding.clone();
+    settle(&rt);
+
+    let started = Instant::now();
+    let state = StateDir::open(dir).expect("a state dir");
+    let open = started.elapsed();
+    let counted = Arc::new(Counted::new(state.dyn_store(), u64::MAX));
+    let route = Route::with_store(
+        core,
+        LuaBridge::detached(),
+        Some(counted.clone() as Arc<dyn Store>),
+    );
+    for n in 0..CELLS {
+        route
+            .spawn(spec(name(n), &stack, Deliver::Nobody))
+            .expect("spawned");
+    }
+    let spawned = started.elapsed();
+    settle(&rt);
+    let polled = started.elapsed();
+
+    // Exactness: every cell loaded; a resident with a backlog has asked the provider with its
+    // conversation and its mail; the others are idle with theirs.
+    assert_eq!(counted.loads.load(Ordering::Acquire), CELLS as u64);
+    let with_backlog = (0..CELLS).filter(|n| n % 3 != 0).count();
+    let expected_messages: usize = (0..CELLS)
+        .filter(|n| n % 3 != 0)
+        .map(|n| CELL_MESSAGES + n % 3)
+        .sum();
+    assert_eq!(holding.reached.load(Ordering::Acquire), with_backlog);
+    assert_eq!(holding.messages.load(Ordering::Acquire), expected_messages);
+    let residents = route.residents();
+    assert_eq!(residents.len(), CELLS);
+    assert!(residents.iter().all(|r| r.conversation == CELL_MESSAGES));
+    let idle = residents.iter().filter(|r| r.state == State::Idle).count();
+    assert_eq!(idle, CELLS - with_backlog, "idle residents");
+
+    let load = Duration::from_nanos(counted.load_ns.load(Ordering::Acquire));
+    route.stop("bench done");
+    rt.rt.block_on(route.shutdown(Duration::ZERO));
+    drop(route);
+    drop(counted);
+    drop(state);
+    drop(rt);
+    Resumed {
+        open,
+        load,
+        spawn: spawned - open,
+        poll: polled - spawned,
+    }
+}
+
+fn resume_section() {
+    let dir = temp_dir(false).expect("a temp dir");
+    let state: PathBuf = dir.path().join("state");
+    let populated = populate(&state);
+    let size = std::fs::metadata(state.join(STORE_FILE))
+        .map(|m| m.len())
+        .unwrap_or(0);
+    println!(
+        "2. Resume {CELLS} persisted residents ({CELL_MESSAGES} messages of ~{MESSAGE_BYTES} B \
+         and 0-2 backlog mails each; store file {:.1} MB, written in {:.2} s in one transaction, \
+         not counted; page cache warm; best of {RESUME_RUNS})",
+        size as f64 / 1e6,
+        populated.as_secs_f64()
+    );
+    let runs: Vec<Resumed> = (0..RESUME_RUNS).map(|_| resume(&state)).collect();
+    let best = runs.iter().min_by_key(|r| r.total()).expect("a resume run");
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "   StateDir::open + {CELLS} x Route::spawn (persist) until every task was polled: \
+         {:.0} ms (aim < 1 s){}",
+        ms(best.total()),
+        if best.total() < Duration::from_secs(1) {
+            ""
+        } else {
+            "  MISSED"
+        }
+    );
+    println!(
+        "     opening the state dir and store (lock, header, quick_check, WAL): {:.0} ms",
+        ms(best.open)
+    );
+    println!(
+        "     loading cells (load_cell inside Route::spawn): {:.0} ms = {:.1} us a cell",
+        ms(best.load),
+        best.load.as_secs_f64() * 1e6 / CELLS as f64
+    );
+    println!(
+        "     spawning (Route::spawn besides load_cell; the workers start the tasks meanwhile, \
+         on the same 2 cores): {:.0} ms",
+        ms(best.spawn.saturating_sub(best.load))
+    );
+    println!(
+        "     until every task was polled once ({} with a backlog at their first model request): \
+         {:.0} ms",
+        (0..CELLS).filter(|n| n % 3 != 0).count(),
+        ms(best.poll)
+    );
+    println!(
+        "   runs: {}",
+        runs.iter()
+            .map(|r| format!(
+                "{:.0} ms (open {:.0}, load {:.0}, spawn {:.0}, poll {:.0})",
+                ms(r.total()),
+                ms(r.open),
+                ms(r.load),
+                ms(r.spawn.saturating_sub(r.load)),
+                ms(r.poll)
+            ))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let only: Vec<&str> = args[1..]
+        .iter()
+        .filter(|a| !a.starts_with('-'))
+        .map(String::as_str)
+        .collect();
+    let wanted = |s: &str| only.is_empty() || only.contains(&s);
+    let (started, load_before) = (Instant::now(), load());
+    let sync_ms = wanted("fsync").then(fsync_section);
+    if wanted("steps") {
+        let rt = runtime();
+        steps_section(&rt, sync_ms);
+    }
+    if wanted("resume") {
+        resume_section();
+    }
+    println!(
+        "(bench took {:.1} s; load average {:.2} before, {:.2} after: figures from a busy machine \
+         are low)",
+        started.elapsed().as_secs_f64(),
+        load_before,
+        load()
+    );
+}
