@@ -235,7 +235,11 @@ impl SqliteStore {
         classify(&self.path, "", e)
     }
 
-    fn decode<T: DeserializeOwned>(&self, what: &str, text: &str) -> StoreResult<T> {
+    fn decode<T: DeserializeOwned>(
+        &self,
+        what: impl std::fmt::Display,
+        text: &str,
+    ) -> StoreResult<T> {
         serde_json::from_str(text).map_err(|e| {
             StoreError::Damaged(format!(
                 "{}: {what} is not what colony wrote: {e}",
@@ -494,18 +498,17 @@ impl Store for SqliteStore {
         // One read transaction: a consistent picture of the three tables.
         let tx = conn.transaction().map_err(|e| self.err(e))?;
         let row: Option<(String, i64)> = tx
-            .query_row(
-                "SELECT messages, dropped FROM cells WHERE name = ?1",
-                params![name],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .optional()
+            .prepare_cached("SELECT messages, dropped FROM cells WHERE name = ?1")
+            .and_then(|mut stmt| {
+                stmt.query_row(params![name], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()
+            })
             .map_err(|e| self.err(e))?;
         let Some((messages, dropped)) = row else {
             return Ok(None);
         };
         let messages: Vec<Message> =
-            self.decode(&format!("the conversation of {name:?}"), &messages)?;
+            self.decode(format_args!("the conversation of {name:?}"), &messages)?;
 
         let mail: Vec<String> = {
             let mut stmt = tx
@@ -517,7 +520,7 @@ impl Store for SqliteStore {
         };
         let backlog = mail
             .iter()
-            .map(|t| self.decode::<Mail>(&format!("the backlog of {name:?}"), t))
+            .map(|t| self.decode::<Mail>(format_args!("the backlog of {name:?}"), t))
             .collect::<StoreResult<Vec<Mail>>>()?;
 
         let rows: Vec<(String, String, Option<String>)> = {
@@ -534,7 +537,7 @@ impl Store for SqliteStore {
             .into_iter()
             .map(|(call_id, tool, result)| {
                 let result = result
-                    .map(|t| self.decode(&format!("the journal of {name:?}"), &t))
+                    .map(|t| self.decode(format_args!("the journal of {name:?}"), &t))
                     .transpose()?;
                 Ok(JournalEntry {
                     call_id,
