@@ -380,7 +380,7 @@ impl Store for SqliteStore {
             )
             .optional()
             .map_err(|e| self.err(e))?;
-        text.map(|t| self.decode(&format!("the value of {key:?}"), &t))
+        text.map(|t| self.decode(format_args!("the value of {key:?}"), &t))
             .transpose()
     }
 
@@ -663,7 +663,7 @@ impl Store for SqliteStore {
             )
             .optional()
             .map_err(|e| self.err(e))?;
-        text.map(|t| self.decode(&format!("the breaker state {key:?}"), &t))
+        text.map(|t| self.decode(format_args!("the breaker state {key:?}"), &t))
             .transpose()
     }
 
