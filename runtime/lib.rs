@@ -18,6 +18,8 @@
 //!   `middleware` (`Infer`, context, breaker, retries).
 //! - [`embed`]: colony inside a Rust application: a `Runtime` with native tools, `Program`s to
 //!   mail and hear from.
+//! - [`files`]: what a file is (content type from the caller, its bytes or its name; the closed
+//!   kind each provider's rules are written against).
 //! - [`store`]: the durable store behind the `Store` trait (key-value workspaces, persisted
 //!   conversations with their backlog and journal, breaker states, the audit log); `sqlite` is
 //!   the embedded default, `state_dir` a program's state directory and its single-process lock.
@@ -37,6 +39,7 @@ pub mod cli;
 pub mod config;
 pub mod core;
 pub mod embed;
+pub mod files;
 pub mod lua;
 pub mod providers;
 pub mod residents;

@@ -35,6 +35,11 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     ai.set("infer", ask_simple.clone())?;
     ai.set("askSimple", ask_simple)?;
     ai.set("providers", lua.create_function(|lua, ()| providers(lua))?)?;
+    // `ai.classify_file(content_type)`: "image", "pdf", "text", "audio", "video" or "other".
+    ai.set(
+        "classify_file",
+        lua.create_function(|_, ct: String| Ok(crate::files::classify(&ct).as_str()))?,
+    )?;
     // `ai.sleep(ms)`: waits without holding up any other coroutine.
     ai.set(
         "sleep",

@@ -219,6 +219,12 @@ function ai.run(opts) end
 ---@return any? value, ai.Error? err
 function ai.infer_structured(opts) end
 
+--- The closed kind of a content type (normalised first: case and parameters dropped,
+--- `image/jpg` read as `image/jpeg`): what each provider's file rules are written against.
+---@param content_type string
+---@return "image"|"pdf"|"text"|"audio"|"video"|"other"
+function ai.classify_file(content_type) end
+
 -- ---------------------------------------------------------------------------------------------
 -- Residents: the route, spawn, mail, sources, supervision, middleware
 -- ---------------------------------------------------------------------------------------------

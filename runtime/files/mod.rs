@@ -1,0 +1,215 @@
+//! Files a program attaches to what it sends a model (DESIGN §6). So far: what a file *is*.
+//!
+//! A file's content type is taken from the caller when given, else sniffed from its bytes
+//! (`infer`), else guessed from its name (`mime_guess`); it is normalised (case and parameters
+//! dropped, `image/jpg` read as `image/jpeg`) and mapped to a closed [`FileKind`], from which each
+//! provider decides the form the file takes on its wire (later work: the per-provider table, the
+//! window, `view_file`, shedding).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// The closed set of kinds a provider's rules are written against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FileKind {
+    Image,
+    Pdf,
+    Text,
+    Audio,
+    Video,
+    Other,
+}
+
+impl FileKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FileKind::Image => "image",
+            FileKind::Pdf => "pdf",
+            FileKind::Text => "text",
+            FileKind::Audio => "audio",
+            FileKind::Video => "video",
+            FileKind::Other => "other",
+        }
+    }
+}
+
+/// A content type as colony compares it: lowercase, parameters dropped, surrounding spaces
+/// trimmed, and the common misspelling `image/jpg` read as `image/jpeg`. Something that is not
+/// `type/subtype` becomes `application/octet-stream`.
+pub fn normalize(content_type: &str) -> String {
+    let bare = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let parsed: Option<mime::Mime> = bare.parse().ok();
+    let Some(m) = parsed else {
+        return mime::APPLICATION_OCTET_STREAM.to_string();
+    };
+    let essence = m.essence_str().to_string();
+    match essence.as_str() {
+        "image/jpg" | "image/pjpeg" => "image/jpeg".into(),
+        "audio/x-wav" | "audio/wave" => "audio/wav".into(),
+        _ => essence,
+    }
+}
+
+/// The kind of a content type (normalised first).
+pub fn classify(content_type: &str) -> FileKind {
+    let ct = normalize(content_type);
+    let (top, sub) = ct.split_once('/').unwrap_or((ct.as_str(), ""));
+    match (top, sub) {
+        ("application", "pdf") => FileKind::Pdf,
+        ("image", _) => FileKind::Image,
+        ("audio", _) => FileKind::Audio,
+        ("video", _) => FileKind::Video,
+        ("text", _) => FileKind::Text,
+        ("application", s)
+            if matches!(
+                s,
+                "json"
+                    | "xml"
+                    | "csv"
+                    | "yaml"
+                    | "x-yaml"
+                    | "toml"
+                    | "javascript"
+                    | "x-sh"
+                    | "sql"
+                    | "graphql"
+                    | "ld+json"
+                    | "x-ndjson"
+                    | "jsonl"
+            ) || s.ends_with("+json")
+                || s.ends_with("+xml") =>
+        {
+            FileKind::Text
+        }
+        _ => FileKind::Other,
+    }
+}
+
+/// The content type of a file: `declared` if the caller gave one, else what its bytes say, else
+/// what its name says, else `application/octet-stream` (or `text/plain` for valid UTF-8 without
+/// a NUL byte).
+pub fn content_type_of(declared: Option<&str>, name: &str, bytes: &[u8]) -> String {
+    if let Some(ct) = declared.filter(|c| !c.trim().is_empty()) {
+        return normalize(ct);
+    }
+    if let Some(t) = infer::get(bytes) {
+        return normalize(t.mime_type());
+    }
+    if let Some(guess) = mime_guess::from_path(Path::new(name)).first_raw() {
+        return normalize(guess);
+    }
+    if !bytes.contains(&0) && std::str::from_utf8(bytes).is_ok() {
+        return "text/plain".into();
+    }
+    mime::APPLICATION_OCTET_STREAM.to_string()
+}
+
+/// A file as recorded once: messages hold a reference to it by `sha256`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileRecord {
+    /// The name it was attached under (a path's file name, or the caller's name).
+    pub name: String,
+    pub content_type: String,
+    pub size: u64,
+    /// Hex SHA-256 of the bytes.
+    pub sha256: String,
+}
+
+impl FileRecord {
+    /// Records `bytes` under `name`, with the caller's content type if any.
+    pub fn new(name: &str, declared: Option<&str>, bytes: &[u8]) -> FileRecord {
+        FileRecord {
+            name: name.to_string(),
+            content_type: content_type_of(declared, name, bytes),
+            size: bytes.len() as u64,
+            sha256: Sha256::digest(bytes)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect(),
+        }
+    }
+
+    pub fn kind(&self) -> FileKind {
+        classify(&self.content_type)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_types_are_normalised() {
+        assert_eq!(normalize("IMAGE/JPG; q=1"), "image/jpeg");
+        assert_eq!(normalize(" Text/Plain; charset=UTF-8 "), "text/plain");
+        assert_eq!(normalize("application/pdf"), "application/pdf");
+        assert_eq!(normalize("nonsense"), "application/octet-stream");
+        assert_eq!(normalize(""), "application/octet-stream");
+    }
+
+    #[test]
+    fn kinds_are_closed() {
+        let cases = [
+            ("image/png", FileKind::Image),
+            ("IMAGE/JPG; q=1", FileKind::Image),
+            ("application/pdf", FileKind::Pdf),
+            ("text/csv", FileKind::Text),
+            ("text/markdown", FileKind::Text),
+            ("application/json", FileKind::Text),
+            ("application/xml", FileKind::Text),
+            ("application/vnd.api+json", FileKind::Text),
+            ("audio/wav", FileKind::Audio),
+            ("audio/x-wav", FileKind::Audio),
+            ("video/mp4", FileKind::Video),
+            ("application/zip", FileKind::Other),
+            ("application/octet-stream", FileKind::Other),
+            ("garbage", FileKind::Other),
+        ];
+        for (ct, kind) in cases {
+            assert_eq!(classify(ct), kind, "{ct}");
+        }
+    }
+
+    #[test]
+    fn the_caller_then_the_bytes_then_the_name_decide() {
+        let png = [
+            0x89, b'P', b'N', b'G', 0x0d, 0x0a, 0x1a, 0x0a, 0, 0, 0, 0x0d,
+        ];
+        let pdf = b"%PDF-1.4\n%...";
+        let gif = b"GIF89a\x01\x00\x01\x00";
+        let wav = b"RIFF\x24\x00\x00\x00WAVEfmt ";
+        assert_eq!(
+            content_type_of(Some("image/jpg"), "x.png", &png),
+            "image/jpeg"
+        );
+        assert_eq!(content_type_of(None, "photo.jpg", &png), "image/png");
+        assert_eq!(content_type_of(None, "doc", pdf), "application/pdf");
+        assert_eq!(content_type_of(None, "a", gif), "image/gif");
+        assert_eq!(classify(&content_type_of(None, "a", wav)), FileKind::Audio);
+        assert_eq!(content_type_of(None, "n.csv", b"a,b\n1,2\n"), "text/csv");
+        assert_eq!(
+            content_type_of(None, "notes", "héllo ✓".as_bytes()),
+            "text/plain"
+        );
+        assert_eq!(
+            content_type_of(None, "blob", &[0, 159, 146, 150, 0, 1]),
+            "application/octet-stream"
+        );
+    }
+
+    #[test]
+    fn a_record_has_size_and_hash() {
+        let r = FileRecord::new("n.csv", None, b"a,b\n");
+        assert_eq!(r.size, 4);
+        assert_eq!(r.sha256.len(), 64);
+        assert_eq!(r.kind(), FileKind::Text);
+    }
+}
