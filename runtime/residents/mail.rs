@@ -171,6 +171,30 @@ impl Mailbox {
         self.lock().queue.extend(mail);
     }
 
+    /// Posts `mail` after `save` has written it down, both under the mailbox's lock, so the order
+    /// of the saved backlog is the order of the queue (a turn's served rows are removed from the
+    /// front of the saved backlog). `save` answers whether the mail is new (`false`: a repeated
+    /// id, acknowledged and not queued again).
+    pub fn post_saved<E>(
+        &self,
+        mail: Mail,
+        save: impl FnOnce(&Mail) -> Result<bool, E>,
+    ) -> Result<Result<(), MailError>, E> {
+        {
+            let mut inbox = self.lock();
+            if inbox.closed {
+                return Ok(Err(MailError::NoRecipient));
+            }
+            if !save(&mail)? {
+                return Ok(Ok(()));
+            }
+            inbox.queue.push_back(mail);
+            inbox.trim();
+        }
+        self.notify.notify_one();
+        Ok(Ok(()))
+    }
+
     /// Takes up to [`HELD`] arrivals, oldest first, with the dropped count.
     pub fn take(&self) -> Batch {
         let mut inbox = self.lock();

@@ -236,41 +236,38 @@ impl Route {
             );
             return Err(MailError::HopLimit);
         }
-        if !resident.spec.persist || self.inner.store.is_none() {
+        let store = match &self.inner.store {
+            Some(store) if resident.spec.persist => store,
             // The common path posts under the table's read lock: no reference count to touch.
-            return match resident.mailbox.post(mail) {
-                Ok(()) => Ok(()),
-                Err(e) => {
-                    let (name, resident) = (resident.spec.name.clone(), resident.clone());
-                    drop(table);
-                    // It has died: evict it, so the next sender learns at once.
-                    self.inner.evict(&name, &resident);
-                    Err(e)
-                }
-            };
-        }
+            _ => {
+                return match resident.mailbox.post(mail) {
+                    Ok(()) => Ok(()),
+                    Err(e) => {
+                        let (name, resident) = (resident.spec.name.clone(), resident.clone());
+                        drop(table);
+                        // It has died: evict it, so the next sender learns at once.
+                        self.inner.evict(&name, &resident);
+                        Err(e)
+                    }
+                };
+            }
+        };
         // Saving takes a while: not under the table's lock.
         let resident = resident.clone();
         drop(table);
-        if let Some(store) = &self.inner.store
-            && !resident.mailbox.is_closed()
-        {
-            match store.push_backlog(&mail.to, &mail) {
-                Ok(true) => {}
-                // Accepted before (the sender restarted): acknowledged, not doubled.
-                Ok(false) => return Ok(()),
-                Err(e) => {
-                    tracing::error!(to = %mail.to, "mail not accepted: cannot save it: {e}");
-                    return Err(MailError::NotSaved);
-                }
-            }
-        }
         let to = mail.to.clone();
-        match resident.mailbox.post(mail) {
-            Ok(()) => Ok(()),
-            Err(e) => {
+        match resident
+            .mailbox
+            .post_saved(mail, |m| store.push_backlog(&m.to, m))
+        {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
                 self.inner.evict(&to, &resident);
                 Err(e)
+            }
+            Err(e) => {
+                tracing::error!(to = %to, "mail not accepted: cannot save it: {e}");
+                Err(MailError::NotSaved)
             }
         }
     }
