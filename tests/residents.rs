@@ -610,3 +610,41 @@ print("the tool ran " .. runs .. " time(s)")
         .collect();
     assert_eq!(roles, ["user", "assistant", "tool"]);
 }
+
+#[test]
+fn a_resident_compacts_across_turns() {
+    // Each answer reports 600 tokens against a 1,000-token window compacted at half: the second
+    // mail's turn summarises first, though it is that turn's first request.
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        let t = texts(body);
+        if t.last().is_some_and(|l| l.starts_with("Summarise")) {
+            Reply::text("summary: one mail so far").usage(10, 5)
+        } else {
+            Reply::text("noted").usage(590, 10)
+        }
+    });
+    let run = styled(&fake, "openai").lua(
+        r#"
+local n = 0
+ai.spawn{ name = "r", provider = "openai", model = "m", context_window = 1000, compact_at = 0.5,
+  deliver_to = function(reply)
+    n = n + 1
+    if n == 2 then ai.stop("done") end
+  end,
+  sources = { function(self)
+    ai.mail{ to = self, source = "t", content = "one", hop = 0 }
+    while ai.residents()[1].conversation < 2 do ai.sleep(2) end
+    ai.mail{ to = self, source = "t", content = "two", hop = 0 }
+  end } }
+print(ai.watch{})
+"#,
+        &[],
+    );
+    assert_eq!(run.ok().stdout, "done\n");
+    let calls = support::model_calls(&fake);
+    assert_eq!(calls.len(), 3, "one mail, the summary, the second mail");
+    assert!(texts(&calls[1]).last().unwrap().starts_with("Summarise"));
+    let last = texts(&calls[2]);
+    assert!(last[0].contains("summary: one mail so far"), "{last:?}");
+}

@@ -51,7 +51,9 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
 
 fn millis(opts: &Table, who: &str, key: &str) -> mlua::Result<Option<Duration>> {
     match opts.get::<Option<f64>>(key) {
-        Ok(Some(ms)) if ms >= 0.0 => Ok(Some(Duration::from_secs_f64(ms / 1000.0))),
+        Ok(Some(ms)) if ms >= 0.0 => Duration::try_from_secs_f64(ms / 1000.0)
+            .map(Some)
+            .map_err(|_| misuse(format!("{who}: {key} = {ms} is too long"))),
         Ok(None) => Ok(None),
         _ => Err(misuse(format!(
             "{who}: {key} must be a number of milliseconds (0 or more)"
@@ -203,12 +205,16 @@ pub fn build_stack(
                 if let Some(func) = *on_transition {
                     let bridge = bridge.clone();
                     b = b.on_transition(move |from, to, info| {
-                        let info = json!({
+                        let mut info = json!({
                             "failures": info.failures,
                             "last_error": info.last_error,
                             "next_probe_ms": info.next_probe_in.map(|d| d.as_millis() as u64),
                             "at_ms": info.at_ms,
                         });
+                        // Absent is nil in Lua, not json.null.
+                        if let Some(map) = info.as_object_mut() {
+                            map.retain(|_, v| !v.is_null());
+                        }
                         bridge.post(func, vec![json!(from.as_str()), json!(to.as_str()), info]);
                     });
                 }

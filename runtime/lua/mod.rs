@@ -251,10 +251,24 @@ async fn run_on_this_thread(
     if let Some(dir) = dir {
         lua.set_app_data(fs::ScriptDir(dir));
     }
-    if let Some(p) = lua.app_data_ref::<residents::Program>() {
-        let _ = route_out.send(p.route.clone());
+    let route = lua
+        .app_data_ref::<residents::Program>()
+        .map(|p| p.route.clone());
+    if let Some(route) = &route {
+        let _ = route_out.send(route.clone());
     }
     drop(route_out);
+    // However the script ends, its route stops: a host waiting for the watch to open (or for
+    // it to end) learns that it never will.
+    struct StopOnEnd(Option<residents_route::Route>);
+    impl Drop for StopOnEnd {
+        fn drop(&mut self) {
+            if let Some(route) = &self.0 {
+                route.stop("the program ended");
+            }
+        }
+    }
+    let _stop_on_end = StopOnEnd(route);
     tokio::task::spawn_local(bridge::serve(lua.clone(), jobs));
     let setup = || -> mlua::Result<(Function, Function, Function, MultiValue)> {
         let arg = lua.create_table()?;

@@ -394,7 +394,10 @@ fn read_policy(t: &Table, who: &str, default: Restart) -> mlua::Result<RestartPo
         _ => return Err(bad(who, "max_restarts must be a count (0 or more)")),
     }
     match t.get::<Option<f64>>("restart_window_ms") {
-        Ok(Some(ms)) if ms > 0.0 => policy.window = Duration::from_secs_f64(ms / 1000.0),
+        Ok(Some(ms)) if ms > 0.0 => {
+            policy.window = Duration::try_from_secs_f64(ms / 1000.0)
+                .map_err(|_| bad(who, format!("restart_window_ms = {ms} is too long")))?
+        }
         Ok(None) => {}
         _ => {
             return Err(bad(
@@ -525,8 +528,8 @@ fn mail(lua: &Lua, opts: Table) -> mlua::Result<MultiValue> {
     let source = text("source")?;
     let content = text("content")?;
     let hop = match opts.get::<Value>("hop")? {
-        Value::Integer(n) if n >= 0 => n as u32,
-        Value::Number(n) if n >= 0.0 && n.fract() == 0.0 => n as u32,
+        Value::Integer(n) if (0..=i64::from(u32::MAX)).contains(&n) => n as u32,
+        Value::Number(n) if n >= 0.0 && n.fract() == 0.0 && n <= f64::from(u32::MAX) => n as u32,
         Value::Nil => {
             return Err(bad(
                 who,
@@ -563,7 +566,17 @@ fn dismiss(lua: &Lua, name: &str) -> mlua::Result<MultiValue> {
     let removed_pending = {
         let mut st = p.state.borrow_mut();
         let before = st.pending.len();
+        let persisted = st
+            .pending
+            .iter()
+            .any(|q| q.spec.name == name && q.spec.persist);
         st.pending.retain(|q| q.spec.name != name);
+        if persisted
+            && let Some(store) = p.route.store()
+            && let Err(e) = store.clear_cell(name)
+        {
+            tracing::error!(ai = %name, "cannot clear its saved conversation: {e}");
+        }
         st.pending.len() != before
     };
     let dismissed = p.route.dismiss(name);
@@ -625,7 +638,12 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
             .get::<Option<Function>>("on_fail")
             .map_err(|_| bad(who, "on_fail must be a function(id, name, err)"))?;
         match opts.get::<Option<f64>>("grace_ms") {
-            Ok(Some(ms)) if ms >= 0.0 => grace = Duration::from_secs_f64(ms / 1000.0),
+            Ok(Some(ms)) if ms >= 0.0 => {
+                // More than a day is "wait for them": the deadline must still be a time.
+                grace = Duration::try_from_secs_f64(ms / 1000.0)
+                    .unwrap_or(Duration::MAX)
+                    .min(Duration::from_secs(86_400))
+            }
             Ok(None) => {}
             _ => return Err(bad(who, "grace_ms must be a number of milliseconds")),
         }
@@ -637,7 +655,12 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
             return Err(bad(who, "the watch runs once per program"));
         }
         st.watch = Watch::Running;
-        let events = p.route.events().expect("the watch takes the events once");
+        let Some(events) = p.route.events() else {
+            return Err(bad(
+                who,
+                "the route's events were taken by the host application: only one watcher can have them",
+            ));
+        };
         let pending = std::mem::take(&mut st.pending);
         drop(st);
         // Everyone registers before the route opens, so no early mail finds a name missing.
@@ -701,8 +724,8 @@ async fn on_event(
     let (f, id, ai, message) = match event {
         RouteEvent::Crashed { id, ai, message } => (on_crash, id, ai, message),
         RouteEvent::Failed { id, ai, message } => {
-            // A failed resident's sources end with it.
-            if id == ai {
+            // A failed resident's sources end with it (unless the name was hired again since).
+            if id == ai && program(lua).route.resident(&ai).is_none() {
                 let p = program(lua);
                 if let Some(handles) = p.state.borrow_mut().sources.remove(&ai) {
                     for h in handles {
@@ -714,6 +737,9 @@ async fn on_event(
         }
         RouteEvent::Gone { ai } => {
             let p = program(lua);
+            if p.route.resident(&ai).is_some() {
+                return; // hired again since: these are the new one's sources
+            }
             if let Some(handles) = p.state.borrow_mut().sources.remove(&ai) {
                 for h in handles {
                     h.abort();

@@ -165,16 +165,9 @@ fn tool_def(lua: &Lua, spec: &Table, who: &str) -> mlua::Result<ToolDef> {
         bridge::unregister(lua, id);
         bad(who, e)
     })?;
-    def.exportable = spec.get::<Option<bool>>("exportable")?.unwrap_or(false);
-    def.idempotent = spec
-        .get::<Option<bool>>("idempotent")
-        .map_err(|_| {
-            bad(
-                who,
-                format!("tool {name}: idempotent must be true or false"),
-            )
-        })?
-        .unwrap_or(false);
+    let who_tool = format!("{who}: tool {name}");
+    def.exportable = super::convert::flag(spec, "exportable", &who_tool)?.unwrap_or(false);
+    def.idempotent = super::convert::flag(spec, "idempotent", &who_tool)?.unwrap_or(false);
     Ok(def)
 }
 

@@ -216,10 +216,14 @@ impl Mailbox {
         inbox.trim();
     }
 
-    /// The batch was served: the outage (if any) is over and its dropped count with it.
-    pub fn served(&self, batch: &Batch) {
+    /// The batch is in the conversation now (its dropped count reported with it). `recovered`:
+    /// its turn succeeded, so the outage (if any) is over and the bound lifts; a turn that failed
+    /// after a step ran keeps holding.
+    pub fn served(&self, batch: &Batch, recovered: bool) {
         let mut inbox = self.lock();
-        inbox.holding = false;
+        if recovered {
+            inbox.holding = false;
+        }
         inbox.dropped = inbox.dropped.saturating_sub(batch.dropped);
     }
 
@@ -290,7 +294,7 @@ mod tests {
         let batch = b.take();
         assert_eq!(batch.mail[0].content, "m6");
         assert_eq!(batch.dropped, 6);
-        b.served(&batch);
+        b.served(&batch, true);
         assert_eq!(b.dropped(), 0);
         // Not holding: nothing is discarded.
         for n in 0..30 {

@@ -31,8 +31,9 @@ pub struct ResidentHooks {
     pub name: String,
     /// Whether the conversation is kept (`persist_conversation`); the audit log is kept anyway.
     pub persist: bool,
-    /// The journal found at a restart, for the first step only.
-    pub journal: Vec<JournalEntry>,
+    /// The journal found at a restart: it answers only the calls of the step it was written
+    /// for (the first commit clears it, as it clears the saved journal).
+    journal: std::sync::Mutex<Vec<JournalEntry>>,
     /// Backlog rows this turn serves, removed at its first commit.
     served: AtomicUsize,
 }
@@ -49,12 +50,16 @@ impl ResidentHooks {
             store,
             name: name.to_string(),
             persist,
-            journal,
+            journal: std::sync::Mutex::new(journal),
             served: AtomicUsize::new(served),
         }
     }
 
     fn commit(&self, messages: &[Message]) {
+        self.journal
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
         if !self.persist {
             return;
         }
@@ -80,7 +85,8 @@ impl TurnHooks for ResidentHooks {
     }
 
     fn recorded(&self, call_id: &str) -> Recorded {
-        match self.journal.iter().find(|e| e.call_id == call_id) {
+        let journal = self.journal.lock().unwrap_or_else(|e| e.into_inner());
+        match journal.iter().find(|e| e.call_id == call_id) {
             Some(JournalEntry {
                 result: Some(r), ..
             }) => Recorded::Finished(r.clone()),

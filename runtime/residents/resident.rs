@@ -261,6 +261,10 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
     // A turn cut short after a step ran (or by a restart): the next attempt continues it even
     // without new mail.
     let mut unfinished = me.mid_turn();
+    // The mail a continued turn serves is the one its first attempt took.
+    let mut serving: Option<Provenance> = None;
+    // The conversation's size as last reported, for compaction across turns.
+    let mut reported_tokens: Option<u64> = None;
     loop {
         if host.stopping() || me.mailbox.is_closed() {
             me.set_state(State::Stopped);
@@ -297,7 +301,12 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
         } else {
             me.mailbox.take()
         };
-        let provenance = Provenance::of(&batch.mail);
+        let provenance = if unfinished {
+            serving.clone()
+        } else {
+            Provenance::of(&batch.mail)
+        };
+        serving = provenance.clone();
         let mut messages = std::mem::take(&mut *me.lock());
         let before = messages.len();
         if batch.dropped > 0 {
@@ -312,6 +321,7 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
         turn.compaction = me.spec.compaction.clone();
         turn.provenance = provenance.clone();
         turn.workspace = me.spec.workspace.clone();
+        turn.reported_tokens = reported_tokens;
         let hooks = host.store().map(|store| {
             let journal =
                 std::mem::take(&mut *me.journal.lock().unwrap_or_else(|e| e.into_inner()));
@@ -336,7 +346,7 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
             if host.stopping() {
                 // Cut off by the stop: keep what happened (a restart resumes it), say nothing.
                 let mut messages = out.messages;
-                if out.steps == 0 && out.compactions == 0 {
+                if out.steps == 0 && out.compactions == 0 && !out.resumed {
                     messages.truncate(before);
                     me.mailbox.put_back(batch);
                 }
@@ -344,7 +354,7 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
                 me.set_state(State::Stopped);
                 return Exit::Normal;
             }
-            let nothing_happened = out.steps == 0 && out.compactions == 0;
+            let nothing_happened = out.steps == 0 && out.compactions == 0 && !out.resumed;
             let mut messages = out.messages;
             let held = if nothing_happened {
                 messages.truncate(before);
@@ -353,7 +363,7 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
                 me.mailbox.len()
             } else {
                 me.commit(messages);
-                me.mailbox.served(&batch);
+                me.mailbox.served(&batch, false);
                 unfinished = true;
                 0
             };
@@ -393,7 +403,8 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
             continue;
         }
         unfinished = false;
-        me.mailbox.served(&batch);
+        reported_tokens = out.reported_tokens;
+        me.mailbox.served(&batch, true);
         let mut messages = out.messages;
         let reply = out.reply;
         if matches!(me.spec.deliver, Deliver::Nobody) && !reply.trim().is_empty() {
@@ -487,6 +498,8 @@ async fn deliver(me: &Resident, d: Delivery) -> Result<(), String> {
             let mut info = serde_json::to_value(&d).unwrap_or(serde_json::Value::Null);
             if let Some(map) = info.as_object_mut() {
                 map.remove("text");
+                // Absent is nil in Lua; JSON null would arrive as a (truthy) json.null.
+                map.retain(|_, v| !v.is_null());
             }
             bridge.call(*func, vec![text, info]).await
         }

@@ -11,6 +11,12 @@ use crate::residents::Mail;
 use crate::residents::middleware::BreakerState;
 use crate::vocab::Message;
 
+thread_local! {
+    /// Set while an update function runs on this thread: the store refuses calls from inside
+    /// it instead of deadlocking on its own lock.
+    static IN_UPDATE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
 #[derive(Default)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
@@ -30,30 +36,39 @@ impl MemoryStore {
         MemoryStore::default()
     }
 
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    fn lock(&self) -> StoreResult<MutexGuard<'_, Inner>> {
+        if IN_UPDATE.with(|c| c.get()) {
+            return Err(StoreError::Value(
+                "the store cannot be used from inside an update function".into(),
+            ));
+        }
+        Ok(self.inner.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
 impl Store for MemoryStore {
     fn get(&self, space: &str, key: &str) -> StoreResult<Option<Value>> {
-        Ok(self.lock().kv.get(&(space.into(), key.into())).cloned())
+        Ok(self.lock()?.kv.get(&(space.into(), key.into())).cloned())
     }
 
     fn set(&self, space: &str, key: &str, value: &Value) -> StoreResult<()> {
-        self.lock()
+        self.lock()?
             .kv
             .insert((space.into(), key.into()), value.clone());
         Ok(())
     }
 
     fn delete(&self, space: &str, key: &str) -> StoreResult<bool> {
-        Ok(self.lock().kv.remove(&(space.into(), key.into())).is_some())
+        Ok(self
+            .lock()?
+            .kv
+            .remove(&(space.into(), key.into()))
+            .is_some())
     }
 
     fn list(&self, space: &str, prefix: &str) -> StoreResult<Vec<String>> {
         Ok(self
-            .lock()
+            .lock()?
             .kv
             .range((space.to_string(), prefix.to_string())..)
             .take_while(|((s, k), _)| s == space && k.starts_with(prefix))
@@ -67,9 +82,12 @@ impl Store for MemoryStore {
         key: &str,
         f: &mut dyn FnMut(Option<Value>) -> Result<Option<Value>, String>,
     ) -> StoreResult<Option<Value>> {
-        let mut inner = self.lock();
+        let mut inner = self.lock()?;
         let k = (space.to_string(), key.to_string());
-        let new = f(inner.kv.get(&k).cloned()).map_err(StoreError::Value)?;
+        IN_UPDATE.with(|c| c.set(true));
+        let new = f(inner.kv.get(&k).cloned());
+        IN_UPDATE.with(|c| c.set(false));
+        let new = new.map_err(StoreError::Value)?;
         match &new {
             Some(v) => inner.kv.insert(k, v.clone()),
             None => inner.kv.remove(&k),
@@ -78,15 +96,15 @@ impl Store for MemoryStore {
     }
 
     fn conversations(&self) -> StoreResult<Vec<String>> {
-        Ok(self.lock().cells.keys().cloned().collect())
+        Ok(self.lock()?.cells.keys().cloned().collect())
     }
 
     fn load_cell(&self, name: &str) -> StoreResult<Option<Cell>> {
-        Ok(self.lock().cells.get(name).cloned())
+        Ok(self.lock()?.cells.get(name).cloned())
     }
 
     fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<bool> {
-        let mut inner = self.lock();
+        let mut inner = self.lock()?;
         if let Some(id) = &mail.id
             && !inner.accepted.insert((name.into(), id.clone()))
         {
@@ -108,7 +126,7 @@ impl Store for MemoryStore {
         served: usize,
         dropped: u64,
     ) -> StoreResult<()> {
-        let mut inner = self.lock();
+        let mut inner = self.lock()?;
         let cell = inner.cells.entry(name.into()).or_default();
         cell.messages = messages.to_vec();
         let served = served.min(cell.backlog.len());
@@ -119,7 +137,7 @@ impl Store for MemoryStore {
     }
 
     fn journal(&self, name: &str, entry: &JournalEntry) -> StoreResult<()> {
-        let mut inner = self.lock();
+        let mut inner = self.lock()?;
         let journal = &mut inner.cells.entry(name.into()).or_default().journal;
         match journal.iter_mut().find(|e| e.call_id == entry.call_id) {
             Some(e) => *e = entry.clone(),
@@ -129,28 +147,28 @@ impl Store for MemoryStore {
     }
 
     fn clear_cell(&self, name: &str) -> StoreResult<bool> {
-        let mut inner = self.lock();
+        let mut inner = self.lock()?;
         inner.accepted.retain(|(n, _)| n != name);
         Ok(inner.cells.remove(name).is_some())
     }
 
     fn breaker(&self, key: &str) -> StoreResult<Option<BreakerState>> {
-        Ok(self.lock().breakers.get(key).cloned())
+        Ok(self.lock()?.breakers.get(key).cloned())
     }
 
     fn save_breaker(&self, key: &str, state: &BreakerState) -> StoreResult<()> {
-        self.lock().breakers.insert(key.into(), state.clone());
+        self.lock()?.breakers.insert(key.into(), state.clone());
         Ok(())
     }
 
     fn audit(&self, entry: &AuditEntry) -> StoreResult<()> {
-        self.lock().audit.push(entry.clone());
+        self.lock()?.audit.push(entry.clone());
         Ok(())
     }
 
     fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
         Ok(self
-            .lock()
+            .lock()?
             .audit
             .iter()
             .filter(|e| filter.resident.as_ref().is_none_or(|r| &e.resident == r))

@@ -36,6 +36,20 @@ impl Window {
         self.unsent_bytes += results.iter().map(|r| r.content.len() + 32).sum::<usize>();
     }
 
+    /// A window that starts from an earlier turn's last report (a resident's conversation goes
+    /// on across turns), with `new_bytes` appended since.
+    pub fn carried(reported: Option<u64>, new_bytes: usize) -> Window {
+        Window {
+            reported_tokens: reported,
+            unsent_bytes: new_bytes,
+        }
+    }
+
+    /// The size of the last request as reported, if any.
+    pub fn reported_tokens(&self) -> Option<u64> {
+        self.reported_tokens
+    }
+
     /// Whether the next request would pass the threshold. Before any report there is nothing
     /// to go on, and nothing to compact either.
     pub fn would_overflow(&self, c: &super::Compaction) -> bool {

@@ -31,6 +31,14 @@ pub struct CallContext<'a> {
 pub const INTERRUPTED: &str = "interrupted by a restart: the call had started but did not \
     finish, and the tool is not marked idempotent, so it was not run again";
 
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// What a call cut off by the end of the program reads.
 pub const CANCELLED: &str = "cancelled: the program ended before the tool finished";
 
@@ -185,12 +193,16 @@ async fn outcome(
     let run: futures::future::BoxFuture<'_, HandlerOutcome> = match &tool.handler {
         Handler::Lua(func) => Box::pin(bridge.call_tool(*func, args, ctx)),
         Handler::Native(f) => {
-            let f = f.clone();
+            // In a task of its own, so a panicking tool fails its call, not the turn.
+            let task = tokio::spawn(f(args));
             Box::pin(async move {
-                match f(args).await {
-                    Ok(Value::String(s)) => HandlerOutcome::Value(s),
-                    Ok(v) => HandlerOutcome::Value(v.to_string()),
-                    Err(e) => HandlerOutcome::Raised(e),
+                // A deadline drops this future: the tool's task ends with it.
+                let _abort = AbortOnDrop(task.abort_handle());
+                match task.await {
+                    Ok(Ok(Value::String(s))) => HandlerOutcome::Value(s),
+                    Ok(Ok(v)) => HandlerOutcome::Value(v.to_string()),
+                    Ok(Err(e)) => HandlerOutcome::Raised(e),
+                    Err(e) => HandlerOutcome::Raised(format!("the tool panicked: {e}")),
                 }
             })
         }

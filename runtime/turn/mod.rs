@@ -53,6 +53,9 @@ pub struct TurnSpec {
     pub workspace: Option<String>,
     /// Told of each step and call as it happens (persistence, the audit log).
     pub hooks: Option<std::sync::Arc<dyn TurnHooks>>,
+    /// The conversation's size as last reported (a resident's previous turn), so a turn whose
+    /// first request would overflow compacts before it, not never.
+    pub reported_tokens: Option<u64>,
 }
 
 /// What a call of the step in flight had done when the program last stopped.
@@ -99,6 +102,7 @@ impl TurnSpec {
             provenance: None,
             workspace: None,
             hooks: None,
+            reported_tokens: None,
         }
     }
 }
@@ -211,4 +215,9 @@ pub struct TurnOutcome {
     pub messages: Vec<Message>,
     pub compactions: u32,
     pub error: Option<TurnError>,
+    /// Whether the turn began by answering calls a restart had cut off (and committed them):
+    /// something happened even if no model call succeeded.
+    pub resumed: bool,
+    /// The size of its last request as the provider reported it (input + output tokens).
+    pub reported_tokens: Option<u64>,
 }

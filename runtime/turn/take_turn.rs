@@ -70,8 +70,19 @@ async fn run(
         messages: Vec::new(),
         compactions: 0,
         error: None,
+        resumed: false,
+        reported_tokens: None,
     };
-    let mut window = compaction::Window::default();
+    // Carried over from the conversation's previous turn: what was reported then, plus what
+    // was appended since (the new mail) at ~4 bytes a token.
+    let appended: usize = req
+        .messages
+        .iter()
+        .rev()
+        .take_while(|m| m.role == Role::User)
+        .map(|m| m.text().len() + 32)
+        .sum();
+    let mut window = compaction::Window::carried(spec.reported_tokens, appended);
     let max_steps = spec.max_steps.max(1);
     let hooks = spec.hooks.clone();
     let cx = |step| CallContext {
@@ -117,6 +128,7 @@ async fn run(
         if let Some(h) = &hooks {
             h.step_done(&req.messages);
         }
+        out.resumed = true;
     }
     for step in 1..=max_steps {
         if spec.compaction.enabled && window.would_overflow(&spec.compaction) {
@@ -125,6 +137,7 @@ async fn run(
                     req.messages = messages;
                     out.compactions += 1;
                     window = compaction::Window::default();
+                    out.reported_tokens = None;
                 }
                 Err(e) => {
                     out.error = Some(TurnError {
@@ -164,6 +177,7 @@ async fn run(
         out.steps = step;
         out.usage.add(&inferred.usage);
         window.reported(&inferred.usage);
+        out.reported_tokens = window.reported_tokens();
         req.messages.push(inferred.message.clone());
         if let Some(h) = &hooks {
             h.inferred(&req.messages);

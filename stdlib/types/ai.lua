@@ -128,7 +128,7 @@ function ai.parallel(...) end
 ---@field name string may contain dots (`notes.search`): reshaped on the wire and mapped back
 ---@field description? string
 ---@field parameters? table a JSON Schema, or the shorthand `{ city = "string", days = "integer?" }` (`?` = optional)
----@field handler fun(args: table, ctx: { call_id: string, name: string, step: integer, ai?: string, origin?: string, hop?: integer }): any (`ai`, `origin`, `hop` in a resident's turn) returns a string, a table (sent as JSON), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
+---@field handler fun(args: table, ctx: { call_id: string, name: string, step: integer, ai?: string, origin?: string, hop?: integer, workspace?: string }): any (`ai`, `origin`, `hop`, `workspace` in a resident's turn) returns a string, a table (sent as JSON), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
 ---@field timeout? number seconds before the call is abandoned (default 120)
 ---@field exportable? boolean may be served by colony's MCP server
 ---@field idempotent? boolean running it twice is harmless: a call cut off by a restart runs again (otherwise it is answered "interrupted by a restart")
@@ -295,9 +295,11 @@ function ai.spawn(opts) end
 ---@field id? string the sender's name for this mail: a resident that keeps its conversation accepts an id once, so a sender that restarted can post it again safely
 
 --- Posts a mail: `true`, or `nil, "no_recipient"` (nobody of that name, it has died, or the
---- watch is not up yet) / `nil, "hop_limit"` (hop above the recipient's max_hop). At most once.
+--- watch is not up yet) / `nil, "hop_limit"` (hop above the recipient's max_hop) / `nil,
+--- "not_saved"` (the recipient keeps its conversation and the store could not write the mail).
+--- At most once.
 ---@param opts ai.MailOptions
----@return true? posted, "no_recipient"|"hop_limit"? err
+---@return true? posted, "no_recipient"|"hop_limit"|"not_saved"? err
 function ai.mail(opts) end
 
 ---@class ai.Provenance

@@ -23,12 +23,12 @@ function store.set(key, value) end
 
 --- Whether the key existed.
 ---@param key string
----@return boolean existed, store.Error? err
+---@return boolean? existed, store.Error? err
 function store.delete(key) end
 
 --- The keys starting with `prefix` (all when nil), in byte order.
 ---@param prefix? string
----@return string[] keys, store.Error? err
+---@return string[]? keys, store.Error? err
 function store.list(prefix) end
 
 --- Atomic read-modify-write: `fn(old)` returns the new value (nil deletes); no other write lands
