@@ -117,3 +117,21 @@ async fn regenerate_embed_cassette() {
     .unwrap();
     assert_eq!(embed::run(runtime).await.unwrap(), EXPECTED);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opened_returns_when_the_script_fails_before_its_watch() {
+    let fake = FakeProvider::start();
+    let runtime = Runtime::with_config(fake_config(&fake), tokio::runtime::Handle::current());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.lua");
+    std::fs::write(&path, "ai.sleep(20) error('oops before the watch')").unwrap();
+    let program = runtime.load(&path, vec![]).unwrap();
+    // The route stops when the script ends, so this returns instead of waiting forever.
+    program.opened().await;
+    assert_eq!(
+        program.mail(colony::residents::Mail::new("x", "t", "hi", 0)),
+        Err(colony::residents::MailError::NoRecipient)
+    );
+    let err = program.join().await.unwrap_err().to_string();
+    assert!(err.contains("oops before the watch"), "{err}");
+}

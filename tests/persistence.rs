@@ -128,10 +128,27 @@ print(ai.watch{})
 
 #[test]
 fn a_step_cut_off_by_a_restart_reuses_finished_results() {
+    cut_off_then_resumed(false);
+}
+
+/// The same, with the first model call after the resumed step failing once (an outage right
+/// after the restart): the resumed results stay committed and no tool runs again.
+#[test]
+fn a_resumed_step_survives_an_outage_after_the_restart() {
+    cut_off_then_resumed(true);
+}
+
+fn cut_off_then_resumed(blip: bool) {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
     let fake = FakeProvider::start();
-    fake.set_responder(|body, _| {
+    let failed_once = Arc::new(AtomicBool::new(!blip));
+    fake.set_responder(move |body, _| {
         let last = body["messages"].as_array().unwrap().last().unwrap().clone();
         if last["role"] == "tool" {
+            if !failed_once.swap(true, Ordering::SeqCst) {
+                return Reply::status(529).header("retry-after-ms", "5");
+            }
             Reply::text("all done")
         } else {
             Reply::tool_calls(vec![
@@ -187,8 +204,13 @@ print(ai.watch{ grace_ms = 0 })
         .ok();
     assert_eq!(second.stdout, "all done\ndone\n");
     let calls = support::model_calls(&fake);
-    assert_eq!(calls.len(), 2, "the step was resumed, not inferred again");
-    let results: Vec<(String, String)> = calls[1]["messages"]
+    let expected = if blip { 3 } else { 2 };
+    assert_eq!(
+        calls.len(),
+        expected,
+        "the step was resumed, not inferred again"
+    );
+    let results: Vec<(String, String)> = calls[calls.len() - 1]["messages"]
         .as_array()
         .unwrap()
         .iter()
@@ -225,15 +247,45 @@ print(ai.watch{ grace_ms = 0 })
         .colony(&["store", &script, "--state", &state, "get", "runs/quick"])
         .ok();
     assert_eq!(quick.stdout.trim(), "1", "quick never ran twice");
+    for (tool, runs) in [("slow", "1"), ("again", "2")] {
+        let got = sb
+            .colony(&[
+                "store",
+                &script,
+                "--state",
+                &state,
+                "get",
+                &format!("runs/{tool}"),
+            ])
+            .ok();
+        assert_eq!(got.stdout.trim(), runs, "{tool}");
+    }
+    // The audit log: quick ok once (first run), slow interrupted once and again ok once (second
+    // run); nothing else.
     let audit = sb.colony(&["audit", &script, "--state", &state]).ok();
-    let outcomes: Vec<&str> = audit
+    let mut rows: Vec<String> = audit
         .stdout
         .lines()
         .skip(1)
-        .map(|l| l.split_whitespace().nth(3).unwrap_or(""))
+        .map(|l| {
+            let tool = ["quick", "slow", "again"]
+                .into_iter()
+                .find(|t| l.split_whitespace().any(|w| w == *t))
+                .unwrap_or("?");
+            let outcome = ["ok", "interrupted", "error"]
+                .into_iter()
+                .find(|o| l.split_whitespace().any(|w| w == *o))
+                .unwrap_or("?");
+            format!("{tool} {outcome}")
+        })
         .collect();
-    assert!(audit.stdout.contains("interrupted"), "{}", audit.stdout);
-    assert!(!outcomes.is_empty(), "{}", audit.stdout);
+    rows.sort();
+    assert_eq!(
+        rows,
+        ["again ok", "quick ok", "slow interrupted"],
+        "{}",
+        audit.stdout
+    );
 }
 
 #[test]

@@ -88,8 +88,24 @@ print("watch ended:", ai.watch{})
             &"a tells b at hop 3 (from b, ctx hop 2): hop_limit",
         ]
     );
-    assert!(
-        run.stdout.contains("reply 3 from a: relayed (hop 2)"),
+    // The replies race (a and b answer in parallel); which AI answered which hop does not.
+    let mut replies: Vec<String> = lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("reply "))
+        .map(|l| {
+            l.split_once(' ')
+                .map(|(_, r)| r.to_string())
+                .unwrap_or_default()
+        })
+        .collect();
+    replies.sort();
+    assert_eq!(
+        replies,
+        [
+            "from a: relayed (hop 0)",
+            "from a: relayed (hop 2)",
+            "from b: relayed (hop 1)"
+        ],
         "{}",
         run.stdout
     );
@@ -647,4 +663,27 @@ print(ai.watch{})
     assert!(texts(&calls[1]).last().unwrap().starts_with("Summarise"));
     let last = texts(&calls[2]);
     assert!(last[0].contains("summary: one mail so far"), "{last:?}");
+}
+
+#[test]
+fn a_name_hired_again_after_a_dismiss_keeps_its_new_sources() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("ok"));
+    let run = styled(&fake, "openai").lua(
+        r#"
+ai.spawn{ name = "keeper", provider = "openai", model = "m" }
+ai.spawn{ name = "a", provider = "openai", model = "m" }
+ai.spawn{ name = "boss", provider = "openai", model = "m", sources = { function()
+  ai.dismiss("a")
+  ai.spawn{ name = "a", provider = "openai", model = "m", sources = { function()
+    for i = 1, 5 do ai.sleep(10) end
+    print("the new source lived")
+    ai.stop("done")
+  end } }
+end } }
+print(ai.watch{})
+"#,
+        &[],
+    );
+    assert_eq!(run.ok().stdout, "the new source lived\ndone\n");
 }

@@ -144,10 +144,11 @@ impl Route {
 
     /// From now on mail is delivered (the watch is up).
     pub fn open(&self) {
-        self.inner.open.send_replace(true);
+        // Accepting first: whoever `opened()` wakes may mail at once.
         if !self.stopping() {
             self.inner.accepting.store(true, Ordering::Release);
         }
+        self.inner.open.send_replace(true);
     }
 
     pub fn is_open(&self) -> bool {
