@@ -5,9 +5,9 @@
 //! pool of its own: they are I/O-bound, and crossing to the core's multi-thread runtime and back
 //! cost two thread wake-ups per call (measured: 1.49x a bare reqwest call instead of 1.10x). Only
 //! the calling coroutine waits, so the script reads as if it were synchronous while others run.
-//! Work that belongs to the core (residents, in later issues) stays on the core and reaches the
-//! VM by message. Each Lua module registers itself from its own
-//! file (`ai`, `json`, `http`, `fs`).
+//! Work that belongs to the core (residents) stays on the core and reaches the VM by message
+//! ([`bridge`]). Each Lua module registers itself from its own file (`ai` in `ai`, `turn`,
+//! `middleware` and `residents`; `json`, `http`, `fs`, `store`).
 //!
 //! Lua cannot wait inside a `table.sort` comparator or a `string.gsub` callback (the C functions
 //! calling them cannot yield): calling `ai.ask` there fails with "attempt to yield across a
@@ -30,6 +30,9 @@ use std::path::{Path, PathBuf};
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
 
 use crate::core::Core;
+use crate::residents::route as residents_route;
+
+pub use residents::HostSetup;
 
 /// A script that failed: the message is already in `file:line: message` form with its traceback.
 #[derive(Debug, thiserror::Error)]
@@ -58,9 +61,6 @@ pub struct Running {
     pub route: residents_route::Route,
     thread: std::thread::JoinHandle<Result<(), ScriptError>>,
 }
-
-use crate::residents::route as residents_route;
-pub use residents::HostSetup;
 
 impl Running {
     /// Waits for the script to end (blocking the calling thread).
