@@ -577,10 +577,10 @@ fn store_level(dir: &Path, dur: Duration, concurrent: bool) -> StoreLevel {
         .collect();
     let tool = timed_loop(dur, |i| {
         let (with_call, with_result) = &steps[i % steps.len()];
-        hooks.inferred(with_call);
+        hooks.inferred(with_call).expect("commit");
         hooks.started(&call);
         hooks.finished(&call, &result, &event);
-        hooks.step_done(with_result);
+        hooks.step_done(with_result).expect("commit");
     });
 
     let mail = Mail::new("inbox", "feed", prose(8, MESSAGE_BYTES), 0);

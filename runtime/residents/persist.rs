@@ -55,19 +55,26 @@ impl ResidentHooks {
         }
     }
 
-    fn commit(&self, messages: &[Message]) {
+    fn commit(&self, messages: &[Message]) -> Result<(), String> {
         self.journal
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clear();
         if !self.persist {
-            return;
+            return Ok(());
         }
         // Discarded arrivals are still in the backlog on disk until the turn that reports them
         // commits, so nothing is counted apart: `dropped` stays 0.
-        let served = self.served.swap(0, Ordering::AcqRel);
-        if let Err(e) = self.store.commit_step(&self.name, messages, served, 0) {
-            tracing::error!(ai = %self.name, "cannot save the conversation: {e}");
+        let served = self.served.load(Ordering::Acquire);
+        match self.store.commit_step(&self.name, messages, served, 0) {
+            Ok(()) => {
+                self.served.store(0, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                tracing::error!(ai = %self.name, "cannot save the conversation: {e}");
+                Err(format!("cannot save the conversation: {e}"))
+            }
         }
     }
 }
@@ -75,13 +82,14 @@ impl ResidentHooks {
 impl ResidentHooks {
     /// Saves the conversation outside a step (the undelivered-text line).
     pub fn save(&self, messages: &[Message]) {
-        self.commit(messages);
+        // Logged by `commit`; the next step's commit writes the whole conversation again.
+        let _ = self.commit(messages);
     }
 }
 
 impl TurnHooks for ResidentHooks {
-    fn inferred(&self, messages: &[Message]) {
-        self.commit(messages);
+    fn inferred(&self, messages: &[Message]) -> Result<(), String> {
+        self.commit(messages)
     }
 
     fn recorded(&self, call_id: &str) -> Recorded {
@@ -128,8 +136,8 @@ impl TurnHooks for ResidentHooks {
         }
     }
 
-    fn step_done(&self, messages: &[Message]) {
-        self.commit(messages);
+    fn step_done(&self, messages: &[Message]) -> Result<(), String> {
+        self.commit(messages)
     }
 }
 

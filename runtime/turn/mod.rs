@@ -73,8 +73,11 @@ pub enum Recorded {
 /// without running a finished tool twice, and what the audit log records. Every method has a
 /// default that does nothing; calls come from the turn's task, in order.
 pub trait TurnHooks: Send + Sync {
-    /// A step's model reply was appended (before any of its calls run).
-    fn inferred(&self, _messages: &[Message]) {}
+    /// A step's model reply was appended (before any of its calls run). An error (the store
+    /// cannot write) ends the turn before the calls run.
+    fn inferred(&self, _messages: &[Message]) -> Result<(), String> {
+        Ok(())
+    }
     /// What the journal says of `call_id` (at the first step after a restart).
     fn recorded(&self, _call_id: &str) -> Recorded {
         Recorded::Nothing
@@ -83,8 +86,11 @@ pub trait TurnHooks: Send + Sync {
     fn started(&self, _call: &ToolCall) {}
     /// A call ended (whether it ran, was refused, or was reused).
     fn finished(&self, _call: &ToolCall, _result: &ToolResult, _event: &ToolEvent) {}
-    /// A step's results were appended (before the next model call).
-    fn step_done(&self, _messages: &[Message]) {}
+    /// A step's results were appended (before the next model call). An error ends the turn
+    /// before the next model call.
+    fn step_done(&self, _messages: &[Message]) -> Result<(), String> {
+        Ok(())
+    }
 }
 
 impl TurnSpec {

@@ -125,10 +125,12 @@ async fn run(
             Role::Tool,
             results.into_iter().map(Part::ToolResult).collect(),
         ));
-        if let Some(h) = &hooks {
-            h.step_done(&req.messages);
-        }
         out.resumed = true;
+        if let Some(h) = &hooks
+            && let Err(e) = h.step_done(&req.messages)
+        {
+            return not_saved(out, req.messages, e);
+        }
     }
     for step in 1..=max_steps {
         if spec.compaction.enabled && window.would_overflow(&spec.compaction) {
@@ -179,10 +181,15 @@ async fn run(
         window.reported(&inferred.usage);
         out.reported_tokens = window.reported_tokens();
         req.messages.push(inferred.message.clone());
-        if let Some(h) = &hooks {
-            h.inferred(&req.messages);
-        }
         let calls = inferred.tool_calls();
+        // The reply must be on disk before its calls run; a final answer runs nothing, so a
+        // failed save of it is only logged (the next commit writes the whole conversation).
+        if let Some(h) = &hooks
+            && let Err(e) = h.inferred(&req.messages)
+            && !calls.is_empty()
+        {
+            return not_saved(out, req.messages, e);
+        }
         if calls.is_empty() {
             out.reply = inferred.text();
             out.stop = inferred.stop;
@@ -231,8 +238,10 @@ async fn run(
             Role::Tool,
             results.into_iter().map(Part::ToolResult).collect(),
         ));
-        if let Some(h) = &hooks {
-            h.step_done(&req.messages);
+        if let Some(h) = &hooks
+            && let Err(e) = h.step_done(&req.messages)
+        {
+            return not_saved(out, req.messages, e);
         }
         if last {
             out.reply = inferred.text();
@@ -242,6 +251,17 @@ async fn run(
         }
     }
     unreachable!("the last step always returns")
+}
+
+/// Ends a turn whose progress could not be saved: nothing more runs until it can be.
+fn not_saved(mut out: TurnOutcome, messages: Vec<Message>, message: String) -> TurnOutcome {
+    out.error = Some(TurnError {
+        kind: "store".into(),
+        message,
+        retry_after: None,
+    });
+    out.messages = messages;
+    out
 }
 
 /// One model call, with text deltas forwarded to the Lua callback in order.

@@ -1,0 +1,200 @@
+//! A persisted resident whose store cannot write: the step's reply cannot be saved, so its
+//! tool calls do not run (a restart could not know they had), and the turn takes the outage
+//! path until the store writes again; then the calls run once.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use colony::config::Config;
+use colony::core::{Ask, Core};
+use colony::lua::bridge::LuaBridge;
+use colony::providers::Providers;
+use colony::providers::replay::Cassette;
+use colony::residents::middleware::{ManualClock, Scripted, SharedInfer};
+use colony::residents::resident::DEFAULT_MAX_HOP;
+use colony::residents::{Deliver, DeliveryKind, Mail, ResidentSpec, Restart, RestartPolicy, Route};
+use colony::store::memory::MemoryStore;
+use colony::store::{AuditEntry, AuditFilter, Cell, JournalEntry, Store, StoreError, StoreResult};
+use colony::turn::{Compaction, ToolDef};
+use colony::vocab::{Inferred, Message, Part, Role, Stop, ToolCall, Usage};
+use serde_json::{Value, json};
+
+/// A store whose `commit_step` fails while `broken` is set.
+struct Flaky {
+    inner: MemoryStore,
+    broken: AtomicBool,
+}
+
+impl Store for Flaky {
+    fn get(&self, s: &str, k: &str) -> StoreResult<Option<Value>> {
+        self.inner.get(s, k)
+    }
+    fn set(&self, s: &str, k: &str, v: &Value) -> StoreResult<()> {
+        self.inner.set(s, k, v)
+    }
+    fn delete(&self, s: &str, k: &str) -> StoreResult<bool> {
+        self.inner.delete(s, k)
+    }
+    fn list(&self, s: &str, p: &str) -> StoreResult<Vec<String>> {
+        self.inner.list(s, p)
+    }
+    fn update(
+        &self,
+        s: &str,
+        k: &str,
+        f: &mut dyn FnMut(Option<Value>) -> Result<Option<Value>, String>,
+    ) -> StoreResult<Option<Value>> {
+        self.inner.update(s, k, f)
+    }
+    fn conversations(&self) -> StoreResult<Vec<String>> {
+        self.inner.conversations()
+    }
+    fn load_cell(&self, n: &str) -> StoreResult<Option<Cell>> {
+        self.inner.load_cell(n)
+    }
+    fn push_backlog(&self, n: &str, m: &Mail) -> StoreResult<bool> {
+        self.inner.push_backlog(n, m)
+    }
+    fn commit_step(&self, n: &str, m: &[Message], served: usize, d: u64) -> StoreResult<()> {
+        if self.broken.load(Ordering::SeqCst) {
+            return Err(StoreError::Io("the disk is full".into()));
+        }
+        self.inner.commit_step(n, m, served, d)
+    }
+    fn journal(&self, n: &str, e: &JournalEntry) -> StoreResult<()> {
+        self.inner.journal(n, e)
+    }
+    fn clear_cell(&self, n: &str) -> StoreResult<bool> {
+        self.inner.clear_cell(n)
+    }
+    fn breaker(&self, k: &str) -> StoreResult<Option<colony::residents::middleware::BreakerState>> {
+        self.inner.breaker(k)
+    }
+    fn save_breaker(
+        &self,
+        k: &str,
+        s: &colony::residents::middleware::BreakerState,
+    ) -> StoreResult<()> {
+        self.inner.save_breaker(k, s)
+    }
+    fn audit(&self, e: &AuditEntry) -> StoreResult<()> {
+        self.inner.audit(e)
+    }
+    fn audit_log(&self, f: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
+        self.inner.audit_log(f)
+    }
+}
+
+fn call() -> Inferred {
+    Inferred {
+        message: Message::new(
+            Role::Assistant,
+            vec![Part::ToolCall(ToolCall {
+                id: "c1".into(),
+                name: "work".into(),
+                arguments: "{}".into(),
+                opaque: None,
+            })],
+        ),
+        stop: Stop::ToolUse,
+        usage: Usage::default(),
+        model: None,
+    }
+}
+
+#[test]
+fn a_step_that_cannot_be_saved_runs_no_tool() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let cassette = Cassette::load(file.path()).unwrap();
+    let core = Core::new(
+        Config::default(),
+        Providers::new(Some(Arc::new(cassette)), None),
+        rt.handle().clone(),
+    );
+    let store = Arc::new(Flaky {
+        inner: MemoryStore::new(),
+        broken: AtomicBool::new(true),
+    });
+    let route = Route::with_store(core, LuaBridge::detached(), Some(store.clone()));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let work = ToolDef::native("work", "Works", json!({}), move |_| {
+        let counted = counted.clone();
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(json!("worked"))
+        }
+    })
+    .unwrap();
+    // The model asks for `work` (that answer cannot be saved); once the store writes again the
+    // resident runs the call it kept and the model answers.
+    let clock = ManualClock::new(0);
+    let answers = vec![
+        Ok(call()),
+        Ok(Inferred {
+            message: Message::assistant("done"),
+            stop: Stop::EndTurn,
+            usage: Usage::default(),
+            model: None,
+        }),
+    ];
+    let stack: SharedInfer = Arc::new(Scripted::new(clock, answers));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    route
+        .spawn(ResidentSpec {
+            name: "r".into(),
+            ask: Ask::default(),
+            tools: vec![work],
+            max_steps: 8,
+            max_hop: DEFAULT_MAX_HOP,
+            compaction: Compaction {
+                enabled: false,
+                ..Compaction::default()
+            },
+            deliver: Deliver::Channel(tx),
+            restart: RestartPolicy::new(Restart::Permanent),
+            stack,
+            persist: true,
+            workspace: None,
+        })
+        .unwrap();
+    route.open();
+    route.mail(Mail::new("r", "t", "go", 0)).unwrap();
+    rt.block_on(async {
+        let first = rx.recv().await.unwrap();
+        assert_eq!(first.kind, DeliveryKind::Outage);
+        assert!(first.text.contains("the disk is full"), "{}", first.text);
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            0,
+            "no tool ran with its call unsaved"
+        );
+        store.broken.store(false, Ordering::SeqCst);
+        let mut kinds = Vec::new();
+        while let Ok(Some(d)) = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await {
+            kinds.push(d.kind);
+            if d.kind == DeliveryKind::Reply {
+                assert_eq!(d.text, "done");
+                break;
+            }
+        }
+        assert_eq!(kinds, [DeliveryKind::Recovered, DeliveryKind::Reply]);
+    });
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "the call ran once, after the save"
+    );
+    let cell = store.load_cell("r").unwrap().unwrap();
+    let roles: Vec<Role> = cell.messages.iter().map(|m| m.role).collect();
+    assert_eq!(
+        roles,
+        [Role::User, Role::Assistant, Role::Tool, Role::Assistant]
+    );
+}
