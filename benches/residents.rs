@@ -24,14 +24,12 @@
 use std::io::Write;
 use std::process::Command;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use colony::config::Config;
-use colony::core::{Ask, Core};
+use colony::core::Ask;
 use colony::lua::bridge::LuaBridge;
-use colony::providers::replay::Cassette;
-use colony::providers::{Endpoint, Providers};
+use colony::providers::Endpoint;
 use colony::residents::mail::Mailbox;
 use colony::residents::middleware::{Infer, OnText, SharedInfer, StepResult};
 use colony::residents::resident::{DEFAULT_MAX_HOP, State};
@@ -40,7 +38,9 @@ use colony::residents::{
 };
 use colony::turn::Compaction;
 use colony::vocab::{InferRequest, Inferred, Message, Part, Role, Stop, Usage};
-use tokio::runtime::Runtime;
+
+mod common;
+use common::{Rt, core, cpu, load, rss, runtime, settle};
 use tokio::sync::{Notify, mpsc};
 
 const SPAWNED: usize = 100_000;
@@ -53,80 +53,6 @@ const ERLANG_PROCESS_KB: f64 = 2.6;
 // ---------------------------------------------------------------------------------------------
 // The runtime, a core that needs no key, and knowing when every task has been polled
 // ---------------------------------------------------------------------------------------------
-
-/// Worker threads parked right now (tokio's park/unpark hooks).
-static PARKED: AtomicUsize = AtomicUsize::new(0);
-
-fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .on_thread_park(|| {
-            PARKED.fetch_add(1, Ordering::SeqCst);
-        })
-        .on_thread_unpark(|| {
-            PARKED.fetch_sub(1, Ordering::SeqCst);
-        })
-        .build()
-        .expect("a tokio runtime")
-}
-
-/// A core whose settings resolve without a key: a replaying one, on an empty cassette that is
-/// never asked (the bench's `Infer` answers instead of the providers).
-fn core(rt: &Runtime) -> Core {
-    let file = tempfile::NamedTempFile::new().expect("a temp file");
-    let cassette = Cassette::load(file.path()).expect("an empty cassette");
-    Core::new(
-        Config::default(),
-        Providers::new(Some(Arc::new(cassette)), None),
-        rt.handle().clone(),
-    )
-}
-
-/// Waits (on the calling thread, which is no worker) until nothing is queued and every worker
-/// has parked, twice in a row: then every spawned or woken task has been polled and is waiting.
-fn settle(rt: &Runtime) {
-    let metrics = rt.metrics();
-    let workers = metrics.num_workers();
-    let quiet = || metrics.global_queue_depth() == 0 && PARKED.load(Ordering::SeqCst) == workers;
-    loop {
-        if quiet() {
-            std::thread::sleep(Duration::from_micros(200));
-            if quiet() {
-                return;
-            }
-        }
-        std::thread::sleep(Duration::from_micros(50));
-    }
-}
-
-/// CPU time (user + system, every thread) this process has used so far; 10 ms resolution.
-fn cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    let after_name = &stat[stat.rfind(')').expect("a stat line") + 2..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks: u64 =
-        fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
-    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
-}
-
-/// The one-minute load average: on a machine with other work, the figures mean less.
-fn load() -> f64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse().ok()))
-        .unwrap_or(f64::NAN)
-}
-
-/// Resident set size of this process, in bytes.
-fn rss() -> usize {
-    let statm = std::fs::read_to_string("/proc/self/statm").expect("/proc/self/statm");
-    let pages: usize = statm
-        .split_whitespace()
-        .nth(1)
-        .and_then(|p| p.parse().ok())
-        .expect("a statm line");
-    pages * 4096
-}
 
 // ---------------------------------------------------------------------------------------------
 // Providers that answer at once
@@ -488,7 +414,7 @@ struct Routed {
 /// `residents` residents, `MAILS` mails posted round robin from this thread; until every mail has
 /// reached the provider. With `reply`, each turn answers "ok" to a channel that a task drains;
 /// without, the model answers blank (nothing delivered, nothing added to the conversation).
-async fn route_mail(rt: &Runtime, residents: usize, reply: bool) -> Routed {
+async fn route_mail(rt: &Rt, residents: usize, reply: bool) -> Routed {
     let counting = Counting::new(if reply { "ok" } else { "" }, MAILS as u64);
     let stack: SharedInfer = counting.clone();
     let route = Route::new(core(rt), LuaBridge::detached());
@@ -555,7 +481,7 @@ async fn route_mail(rt: &Runtime, residents: usize, reply: bool) -> Routed {
     }
 }
 
-async fn throughput(rt: &Runtime) {
+async fn throughput(rt: &Rt) {
     println!(
         "2. Mail routing throughput ({MAILS} mails round robin from one thread outside the runtime; \
          provider answers at once; best of {RUNS})"
@@ -597,7 +523,7 @@ async fn throughput(rt: &Runtime) {
 
 /// `ROUNDS` sequential mails to one idle resident; with `parked`, each waits until both workers
 /// have parked (an idle program), else only until the resident is idle again (back to back).
-async fn mail_to_request(rt: &Runtime, parked: bool) -> Vec<Duration> {
+async fn mail_to_request(rt: &Rt, parked: bool) -> Vec<Duration> {
     let (at_tx, mut at) = mpsc::unbounded_channel::<Instant>();
     let stack: SharedInfer = Arc::new(Stamping { at: at_tx });
     let route = Route::new(core(rt), LuaBridge::detached());
@@ -631,7 +557,7 @@ async fn mail_to_request(rt: &Runtime, parked: bool) -> Vec<Duration> {
     samples
 }
 
-async fn latency(rt: &Runtime) {
+async fn latency(rt: &Rt) {
     println!(
         "3. Latency from Route::mail (ai.mail) to the first provider request ({ROUNDS} sequential \
          rounds, one idle resident, mail posted from a thread outside the runtime)"

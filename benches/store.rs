@@ -44,11 +44,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use colony::config::Config;
-use colony::core::{Ask, Core};
+use colony::core::Ask;
 use colony::lua::bridge::LuaBridge;
-use colony::providers::replay::Cassette;
-use colony::providers::{Endpoint, Providers};
+use colony::providers::Endpoint;
 use colony::residents::middleware::{BreakerState, Infer, OnText, SharedInfer, StepResult};
 use colony::residents::persist::ResidentHooks;
 use colony::residents::resident::{DEFAULT_MAX_HOP, State};
@@ -60,7 +58,9 @@ use colony::vocab::{
     InferRequest, Inferred, Message, Part, Role, Stop, ToolCall, ToolResult, Usage,
 };
 use serde_json::Value;
-use tokio::runtime::Runtime;
+
+mod common;
+use common::{Rt, core, load, runtime, settle};
 use tokio::sync::{Notify, mpsc};
 
 const FSYNCS: usize = 200;
@@ -78,65 +78,6 @@ const MESSAGE_BYTES: usize = 200;
 // ---------------------------------------------------------------------------------------------
 // The runtime, a core that needs no key, and knowing when every task has been polled
 // ---------------------------------------------------------------------------------------------
-
-/// A multi-thread runtime that counts its parked workers.
-struct Rt {
-    rt: Runtime,
-    parked: Arc<AtomicUsize>,
-}
-
-fn runtime() -> Rt {
-    let parked = Arc::new(AtomicUsize::new(0));
-    let (on_park, on_unpark) = (parked.clone(), parked.clone());
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .on_thread_park(move || {
-            on_park.fetch_add(1, Ordering::SeqCst);
-        })
-        .on_thread_unpark(move || {
-            on_unpark.fetch_sub(1, Ordering::SeqCst);
-        })
-        .build()
-        .expect("a tokio runtime");
-    Rt { rt, parked }
-}
-
-/// A core whose settings resolve without a key: a replaying one, on an empty cassette that is
-/// never asked (the bench's `Infer` answers instead of the providers).
-fn core(rt: &Rt) -> Core {
-    let file = tempfile::NamedTempFile::new().expect("a temp file");
-    let cassette = Cassette::load(file.path()).expect("an empty cassette");
-    Core::new(
-        Config::default(),
-        Providers::new(Some(Arc::new(cassette)), None),
-        rt.rt.handle().clone(),
-    )
-}
-
-/// Waits (on the calling thread, which is no worker) until nothing is queued and every worker
-/// has parked, twice in a row: then every spawned or woken task has been polled and is waiting.
-fn settle(rt: &Rt) {
-    let metrics = rt.rt.metrics();
-    let workers = metrics.num_workers();
-    let quiet = || metrics.global_queue_depth() == 0 && rt.parked.load(Ordering::SeqCst) == workers;
-    loop {
-        if quiet() {
-            std::thread::sleep(Duration::from_micros(200));
-            if quiet() {
-                return;
-            }
-        }
-        std::thread::sleep(Duration::from_micros(50));
-    }
-}
-
-/// The one-minute load average: on a machine with other work, the figures mean less.
-fn load() -> f64 {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().and_then(|v| v.parse().ok()))
-        .unwrap_or(f64::NAN)
-}
 
 /// A temporary directory on the disk (the temp dir), or on tmpfs (`/dev/shm`) when there is one.
 fn temp_dir(tmpfs: bool) -> Option<tempfile::TempDir> {

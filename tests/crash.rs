@@ -207,11 +207,7 @@ fn killed_twenty_times_nothing_is_lost_or_done_twice() {
         };
         *kinds.entry(kind).or_insert(0) += 1;
         child.kill().expect("SIGKILL");
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            !out.status.success() || String::from_utf8_lossy(&out.stdout).contains("drained"),
-            "a killed run"
-        );
+        child.wait().unwrap();
     }
     eprintln!("kill points: {kinds:?}");
     // The last start runs until everything is drained.

@@ -106,6 +106,25 @@ impl Program {
     }
 }
 
+impl Program {
+    /// Ends the sources forked for `ai`.
+    fn end_sources(&self, ai: &str) {
+        if let Some(handles) = self.state.borrow_mut().sources.remove(ai) {
+            for h in handles {
+                h.abort();
+            }
+        }
+    }
+
+    /// Ends `ai`'s sources after a report that it is gone, unless the name was hired again
+    /// meanwhile (the sources under that name are then the new resident's).
+    fn end_sources_of_gone(&self, ai: &str) {
+        if self.route.resident(ai).is_none() {
+            self.end_sources(ai);
+        }
+    }
+}
+
 fn program(lua: &Lua) -> mlua::AppDataRef<'_, Program> {
     lua.app_data_ref::<Program>().expect("the VM has a program")
 }
@@ -580,11 +599,7 @@ fn dismiss(lua: &Lua, name: &str) -> mlua::Result<MultiValue> {
         st.pending.len() != before
     };
     let dismissed = p.route.dismiss(name);
-    if let Some(handles) = p.state.borrow_mut().sources.remove(name) {
-        for h in handles {
-            h.abort();
-        }
-    }
+    p.end_sources(name);
     if dismissed || removed_pending {
         Ok(MultiValue::from_iter([Value::Boolean(true)]))
     } else {
@@ -724,27 +739,14 @@ async fn on_event(
     let (f, id, ai, message) = match event {
         RouteEvent::Crashed { id, ai, message } => (on_crash, id, ai, message),
         RouteEvent::Failed { id, ai, message } => {
-            // A failed resident's sources end with it (unless the name was hired again since).
-            if id == ai && program(lua).route.resident(&ai).is_none() {
-                let p = program(lua);
-                if let Some(handles) = p.state.borrow_mut().sources.remove(&ai) {
-                    for h in handles {
-                        h.abort();
-                    }
-                }
+            // A failed resident's sources end with it.
+            if id == ai {
+                program(lua).end_sources_of_gone(&ai);
             }
             (on_fail, id, ai, message)
         }
         RouteEvent::Gone { ai } => {
-            let p = program(lua);
-            if p.route.resident(&ai).is_some() {
-                return; // hired again since: these are the new one's sources
-            }
-            if let Some(handles) = p.state.borrow_mut().sources.remove(&ai) {
-                for h in handles {
-                    h.abort();
-                }
-            }
+            program(lua).end_sources_of_gone(&ai);
             return;
         }
     };

@@ -505,10 +505,3 @@ async fn deliver(me: &Resident, d: Delivery) -> Result<(), String> {
         }
     }
 }
-
-impl Batch {
-    /// Whether the batch holds any mail.
-    pub fn is_empty(&self) -> bool {
-        self.mail.is_empty()
-    }
-}

@@ -8,7 +8,7 @@ use tracing::Instrument;
 use super::compaction;
 use super::dispatch::{CANCELLED, CallContext, run_call};
 use super::tools::narrow;
-use super::{EventKind, StepReport, TurnError, TurnOutcome, TurnSpec};
+use super::{EventKind, StepReport, ToolEvent, TurnError, TurnOutcome, TurnSpec};
 use crate::config::Overrides;
 use crate::core::Core;
 use crate::lua::bridge::{FnId, LuaBridge};
@@ -101,26 +101,9 @@ async fn run(
         _ => Vec::new(),
     };
     if !pending.is_empty() {
-        let cx = cx(0);
-        let runs = pending.iter().map(|c| run_call(&cx, c));
-        let mut results = Vec::with_capacity(pending.len());
-        for (result, event) in join_all(runs).await {
-            results.push(result);
-            out.tool_events.push(event);
-        }
-        if out
-            .tool_events
-            .iter()
-            .any(|e| e.kind == EventKind::Cancelled)
-        {
-            out.error = Some(TurnError {
-                kind: "cancelled".into(),
-                message: CANCELLED.into(),
-                retry_after: None,
-            });
-            out.messages = req.messages;
-            return out;
-        }
+        let Some(results) = run_calls(&cx(0), &pending, &mut out.tool_events).await else {
+            return cancelled(out, req.messages);
+        };
         req.messages.push(Message::new(
             Role::Tool,
             results.into_iter().map(Part::ToolResult).collect(),
@@ -208,29 +191,10 @@ async fn run(
                 })
                 .collect()
         } else {
-            let cx = cx(step);
-            let runs = calls.iter().map(|c| run_call(&cx, c));
-            let mut results = Vec::with_capacity(calls.len());
-            for (result, event) in join_all(runs).await {
-                results.push(result);
-                out.tool_events.push(event);
+            match run_calls(&cx(step), &calls, &mut out.tool_events).await {
+                Some(results) => results,
+                None => return cancelled(out, req.messages),
             }
-            // The program is ending: the step did not finish, so nothing of it is committed
-            // (a restart finds its calls in the journal).
-            if out
-                .tool_events
-                .iter()
-                .any(|e| e.kind == EventKind::Cancelled)
-            {
-                out.error = Some(TurnError {
-                    kind: "cancelled".into(),
-                    message: CANCELLED.into(),
-                    retry_after: None,
-                });
-                out.messages = req.messages;
-                return out;
-            }
-            results
         };
         window.unsent(&results);
         report(bridge, spec.on_step, step, &inferred, &results).await;
@@ -253,15 +217,42 @@ async fn run(
     unreachable!("the last step always returns")
 }
 
-/// Ends a turn whose progress could not be saved: nothing more runs until it can be.
-fn not_saved(mut out: TurnOutcome, messages: Vec<Message>, message: String) -> TurnOutcome {
+/// Runs a step's calls at once; `None` when the program ended while they ran.
+async fn run_calls(
+    cx: &CallContext<'_>,
+    calls: &[ToolCall],
+    events: &mut Vec<ToolEvent>,
+) -> Option<Vec<ToolResult>> {
+    let mut results = Vec::with_capacity(calls.len());
+    let mut cut_off = false;
+    for (result, event) in join_all(calls.iter().map(|c| run_call(cx, c))).await {
+        cut_off |= event.kind == EventKind::Cancelled;
+        results.push(result);
+        events.push(event);
+    }
+    (!cut_off).then_some(results)
+}
+
+/// Ends a turn early with `stop = error` and the transcript so far.
+fn ended(mut out: TurnOutcome, messages: Vec<Message>, kind: &str, message: String) -> TurnOutcome {
     out.error = Some(TurnError {
-        kind: "store".into(),
+        kind: kind.into(),
         message,
         retry_after: None,
     });
     out.messages = messages;
     out
+}
+
+/// The program ended while a step's tools ran: nothing of the step is committed (a restart finds
+/// its calls in the journal).
+fn cancelled(out: TurnOutcome, messages: Vec<Message>) -> TurnOutcome {
+    ended(out, messages, "cancelled", CANCELLED.into())
+}
+
+/// A step's progress could not be saved: nothing more runs until it can be.
+fn not_saved(out: TurnOutcome, messages: Vec<Message>, message: String) -> TurnOutcome {
+    ended(out, messages, "store", message)
 }
 
 /// One model call, with text deltas forwarded to the Lua callback in order.
