@@ -21,6 +21,8 @@ struct Inner {
     providers: Providers,
     handle: tokio::runtime::Handle,
     replaying: bool,
+    /// The program's files by hash, shared by every clone (and every `with_own_client`).
+    files: Arc<crate::files::Library>,
 }
 
 /// The parts of one `ask`: what to send and which use-type's settings to send it with.
@@ -44,6 +46,7 @@ impl Core {
                 providers,
                 handle,
                 replaying,
+                files: Arc::new(crate::files::Library::new()),
             }),
         }
     }
@@ -57,6 +60,7 @@ impl Core {
                 providers: self.inner.providers.with_own_client(),
                 handle: self.inner.handle.clone(),
                 replaying: self.inner.replaying,
+                files: self.inner.files.clone(),
             }),
         }
     }
@@ -71,6 +75,11 @@ impl Core {
 
     pub fn config(&self) -> &Config {
         &self.inner.config
+    }
+
+    /// The program's files: one copy of each attached file, found by its reference.
+    pub fn files(&self) -> &crate::files::Library {
+        &self.inner.files
     }
 
     /// Settings for one request. While a cassette answers, no key or URL is needed: the cassette

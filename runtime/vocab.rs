@@ -89,6 +89,8 @@ pub enum Part {
     },
     ToolCall(ToolCall),
     ToolResult(ToolResult),
+    /// An attached file, by reference. In a tool message it belongs to the result before it.
+    File(FileRef),
 }
 
 impl Part {
@@ -97,6 +99,51 @@ impl Part {
             text: text.into(),
             opaque: None,
         }
+    }
+}
+
+/// A file as a message holds it: recorded once (name, content type, size, content hash) and
+/// referred to by hash. The bytes ride beside the reference in memory, shared, and are never
+/// serialised with the message: a store keeps them once by hash and puts them back on load.
+#[derive(Clone, Serialize, Deserialize)]
+pub struct FileRef {
+    /// The name it was attached under (a path's file name, or the caller's name).
+    pub name: String,
+    /// Normalised (see [`crate::files::normalize`]).
+    pub content_type: String,
+    pub size: u64,
+    /// Hex SHA-256 of the bytes.
+    pub sha256: String,
+    #[serde(skip)]
+    pub data: Option<std::sync::Arc<[u8]>>,
+}
+
+impl FileRef {
+    /// The short handle the model and `view_file` use: the first 12 hex digits of the hash.
+    pub fn handle(&self) -> &str {
+        &self.sha256[..self.sha256.len().min(12)]
+    }
+}
+
+/// Two references are equal when they name the same recorded file; the bytes are the hash's.
+impl PartialEq for FileRef {
+    fn eq(&self, other: &FileRef) -> bool {
+        self.name == other.name
+            && self.content_type == other.content_type
+            && self.size == other.size
+            && self.sha256 == other.sha256
+    }
+}
+
+impl std::fmt::Debug for FileRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FileRef")
+            .field("name", &self.name)
+            .field("content_type", &self.content_type)
+            .field("size", &self.size)
+            .field("sha256", &self.handle())
+            .field("loaded", &self.data.is_some())
+            .finish()
     }
 }
 
@@ -134,6 +181,13 @@ impl Message {
     pub fn tool_calls(&self) -> impl Iterator<Item = &ToolCall> {
         self.parts.iter().filter_map(|p| match p {
             Part::ToolCall(c) => Some(c),
+            _ => None,
+        })
+    }
+
+    pub fn files(&self) -> impl Iterator<Item = &FileRef> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::File(f) => Some(f),
             _ => None,
         })
     }

@@ -88,6 +88,14 @@ pub fn run(args: Args) -> Result<(), Failure> {
                 println!("held mail, not yet served:");
                 for mail in &cell.backlog {
                     println!("  {}", indent(&mail.as_user_text()));
+                    for file in &mail.files {
+                        println!(
+                            "  [attached {} ({}, ref {})]",
+                            file.name,
+                            file.content_type,
+                            file.handle()
+                        );
+                    }
                 }
             }
             if cell.dropped > 0 {
@@ -182,6 +190,13 @@ fn show_message(message: &Message) -> Vec<String> {
                     "returned"
                 },
                 indent(&result.content)
+            )),
+            Part::File(file) => lines.push(format!(
+                "{role} attached {} ({}, {}, ref {})",
+                file.name,
+                file.content_type,
+                crate::files::human_size(file.size),
+                file.handle()
             )),
         }
     }

@@ -1,15 +1,32 @@
-//! Files a program attaches to what it sends a model (DESIGN §6). So far: what a file *is*.
+//! Files a program attaches to what it sends a model (DESIGN §6).
 //!
 //! A file's content type is taken from the caller when given, else sniffed from its bytes
 //! (`infer`), else guessed from its name (`mime_guess`); it is normalised (case and parameters
-//! dropped, `image/jpg` read as `image/jpeg`) and mapped to a closed [`FileKind`], from which each
-//! provider decides the form the file takes on its wire (later work: the per-provider table, the
-//! window, `view_file`, shedding).
+//! dropped, `image/jpg` read as `image/jpeg`) and mapped to a closed [`FileKind`]. A message holds
+//! a [`FileRef`] (recorded once: name, type, size, hash; the bytes shared beside it).
+//!
+//! - [`forms`]: the per-provider table: which kinds and types each API takes, in which form.
+//! - [`window`]: what one request carries: only the newest file-bearing message inlines its
+//!   files; older ones become a reference line, so appending leaves earlier bytes identical.
+//! - [`view`]: the `view_file` tool that re-reads an older file on demand.
+//! - [`shed`]: a call refused because of an attachment is retried with a note in its place.
+//! - [`library`]: the program's files by hash (for `ai.view_file` and histories from Lua).
+
+pub mod forms;
+pub mod library;
+pub mod shed;
+pub mod view;
+pub mod window;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+
+pub use library::Library;
+
+use crate::vocab::FileRef;
 
 /// The closed set of kinds a provider's rules are written against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -112,33 +129,36 @@ pub fn content_type_of(declared: Option<&str>, name: &str, bytes: &[u8]) -> Stri
     mime::APPLICATION_OCTET_STREAM.to_string()
 }
 
-/// A file as recorded once: messages hold a reference to it by `sha256`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileRecord {
-    /// The name it was attached under (a path's file name, or the caller's name).
-    pub name: String,
-    pub content_type: String,
-    pub size: u64,
-    /// Hex SHA-256 of the bytes.
-    pub sha256: String,
+/// Records `bytes` under `name`, with the caller's content type if any: the reference a message
+/// holds, with the bytes beside it.
+pub fn record(name: &str, declared: Option<&str>, bytes: Arc<[u8]>) -> FileRef {
+    FileRef {
+        name: name.to_string(),
+        content_type: content_type_of(declared, name, &bytes),
+        size: bytes.len() as u64,
+        sha256: sha256_hex(&bytes),
+        data: Some(bytes),
+    }
 }
 
-impl FileRecord {
-    /// Records `bytes` under `name`, with the caller's content type if any.
-    pub fn new(name: &str, declared: Option<&str>, bytes: &[u8]) -> FileRecord {
-        FileRecord {
-            name: name.to_string(),
-            content_type: content_type_of(declared, name, bytes),
-            size: bytes.len() as u64,
-            sha256: Sha256::digest(bytes)
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect(),
-        }
-    }
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
 
-    pub fn kind(&self) -> FileKind {
-        classify(&self.content_type)
+/// The kind of a recorded file.
+pub fn kind_of(file: &FileRef) -> FileKind {
+    classify(&file.content_type)
+}
+
+/// A size as people read it: `812 B`, `12.4 KB`, `3.1 MB`.
+pub fn human_size(size: u64) -> String {
+    match size {
+        s if s < 1000 => format!("{s} B"),
+        s if s < 1_000_000 => format!("{:.1} KB", s as f64 / 1e3),
+        s => format!("{:.1} MB", s as f64 / 1e6),
     }
 }
 
@@ -207,9 +227,10 @@ mod tests {
 
     #[test]
     fn a_record_has_size_and_hash() {
-        let r = FileRecord::new("n.csv", None, b"a,b\n");
+        let r = record("n.csv", None, Arc::from(&b"a,b\n"[..]));
         assert_eq!(r.size, 4);
         assert_eq!(r.sha256.len(), 64);
-        assert_eq!(r.kind(), FileKind::Text);
+        assert_eq!(r.handle().len(), 12);
+        assert_eq!(kind_of(&r), FileKind::Text);
     }
 }

@@ -40,6 +40,11 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
         "classify_file",
         lua.create_function(|_, ct: String| Ok(crate::files::classify(&ct).as_str()))?,
     )?;
+    // `file, err = ai.view_file(ref)`: an attached file again, bytes and all.
+    ai.set(
+        "view_file",
+        lua.create_function(|lua, handle: String| super::files::view_file(lua, handle))?,
+    )?;
     // `ai.sleep(ms)`: waits without holding up any other coroutine.
     ai.set(
         "sleep",
@@ -77,12 +82,32 @@ async fn ask(lua: &Lua, history: Value, opts: Option<Table>) -> mlua::Result<Mul
         }
     }
     let core = core(lua);
-    let (req, ep) = match core.prepare(ask) {
+    let (mut req, ep) = match core.prepare(ask) {
         Ok(prepared) => prepared,
         Err(e) => return failure(lua, &e),
     };
-    let result = match stream {
-        None => core.infer(&req, &ep, None).await,
+    let mut result = infer(&core, &req, &ep, stream.as_ref()).await?;
+    // A refusal that names an attachment: once more, with the attachment shed.
+    if let Err(e) = &result
+        && crate::files::shed::shed_named(&mut req.messages, e)
+    {
+        result = infer(&core, &req, &ep, stream.as_ref()).await?;
+    }
+    match result {
+        Ok(inferred) => success(lua, &inferred),
+        Err(e) => failure(lua, &e),
+    }
+}
+
+/// One model call, text deltas handed to `stream` as they arrive.
+async fn infer(
+    core: &Core,
+    req: &crate::vocab::InferRequest,
+    ep: &crate::providers::Endpoint,
+    stream: Option<&Function>,
+) -> mlua::Result<Result<Inferred, crate::providers::ProviderError>> {
+    Ok(match stream {
+        None => core.infer(req, ep, None).await,
         Some(on_text) => {
             // The model call and the Lua callback take turns on this thread: deltas go through
             // a channel so the callback (which may itself wait) runs outside the HTTP read loop.
@@ -103,11 +128,7 @@ async fn ask(lua: &Lua, history: Value, opts: Option<Table>) -> mlua::Result<Mul
             delivered?;
             result
         }
-    };
-    match result {
-        Ok(inferred) => success(lua, &inferred),
-        Err(e) => failure(lua, &e),
-    }
+    })
 }
 
 fn failure(lua: &Lua, e: &crate::providers::ProviderError) -> mlua::Result<MultiValue> {

@@ -25,6 +25,8 @@ pub type FnId = u64;
 pub enum HandlerOutcome {
     /// It returned a value: text as is, a table as JSON.
     Value(String),
+    /// It returned `{ text = ..., files = {...} }`: text with files attached.
+    Attached(String, Vec<crate::vocab::FileRef>),
     /// It returned `nil, err`.
     Refused(String),
     /// It raised an error with a message (a string).
@@ -284,6 +286,20 @@ async fn run_tool(
             Some(err) => HandlerOutcome::Refused(super::describe_error(&err)),
         },
         Value::String(s) => HandlerOutcome::Value(s.to_string_lossy()),
+        // `{ text = "...", files = {...} }`: text with files attached.
+        Value::Table(t) if matches!(t.get::<Value>("files"), Ok(Value::Table(_))) => {
+            let text = match t.get::<Value>("text") {
+                Ok(Value::String(s)) => s.to_string_lossy(),
+                _ => String::new(),
+            };
+            match t
+                .get::<Value>("files")
+                .and_then(|f| super::files::read_files(lua, f, "the result's files"))
+            {
+                Ok(files) => HandlerOutcome::Attached(text, files),
+                Err(e) => HandlerOutcome::Raised(super::plain(&e)),
+            }
+        }
         v @ (Value::Table(_) | Value::Boolean(_) | Value::Integer(_) | Value::Number(_)) => {
             match to_json(lua, v) {
                 Ok(json) => HandlerOutcome::Value(json.to_string()),

@@ -87,7 +87,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
 }
 
 /// `path` as the script means it: absolute as given, relative against the script's folder.
-fn resolve(lua: &Lua, path: &LuaString) -> PathBuf {
+pub fn resolve(lua: &Lua, path: &LuaString) -> PathBuf {
     let path = PathBuf::from(path.to_string_lossy());
     if path.is_absolute() {
         return path;

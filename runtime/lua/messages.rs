@@ -1,6 +1,7 @@
 //! Conversations between Lua and the neutral vocabulary.
 //!
-//! A Lua history is a list of `{ role, content, tool_calls?, tool_call_id?, name?, is_error? }`:
+//! A Lua history is a list of `{ role, content, files?, tool_calls?, tool_call_id?, name?,
+//! is_error? }`:
 //! the shape `ai.ask` takes and `ai.take_turn` both takes and gives back, so a transcript a turn
 //! returns can be sent again as it is. Reasoning that came with tool calls rides on the calls list
 //! (`calls.reasoning`), and provider data on each call (`call.opaque`), so they travel back too.
@@ -8,7 +9,8 @@
 use mlua::{Lua, Table, Value};
 
 use super::convert::{from_json, to_json};
-use crate::vocab::{Message, Opaque, Part, Role, ToolCall, ToolResult};
+use super::files::{files_table, read_files};
+use crate::vocab::{FileRef, Message, Opaque, Part, Role, ToolCall, ToolResult};
 
 /// A history: a string (one user message) or a list of `{ role, content, tool_calls?,
 /// tool_call_id? }`. Consecutive `tool` entries become one message of results.
@@ -53,15 +55,21 @@ pub fn read_history(lua: &Lua, history: Value, who: &str) -> mlua::Result<Vec<Me
                 None => find_call_name(&messages, &call_id).unwrap_or_default(),
             };
             let is_error = entry.get::<Option<bool>>("is_error")?.unwrap_or(false);
-            let result = Part::ToolResult(ToolResult {
+            let mut parts = vec![Part::ToolResult(ToolResult {
                 call_id,
                 name,
                 content,
                 is_error,
-            });
+            })];
+            let files = read_files(
+                lua,
+                entry.get("files")?,
+                &format!("{who}: history[{n}].files"),
+            )?;
+            parts.extend(files.into_iter().map(Part::File));
             match messages.last_mut() {
-                Some(last) if last.role == Role::Tool => last.parts.push(result),
-                _ => messages.push(Message::new(Role::Tool, vec![result])),
+                Some(last) if last.role == Role::Tool => last.parts.extend(parts),
+                _ => messages.push(Message::new(Role::Tool, parts)),
             }
             continue;
         }
@@ -78,6 +86,12 @@ pub fn read_history(lua: &Lua, history: Value, who: &str) -> mlua::Result<Vec<Me
         if !content.is_empty() {
             parts.push(Part::text(content));
         }
+        let files = read_files(
+            lua,
+            entry.get("files")?,
+            &format!("{who}: history[{n}].files"),
+        )?;
+        parts.extend(files.into_iter().map(Part::File));
         if let Some(calls) = calls {
             for (j, call) in calls.sequence_values::<Table>().enumerate() {
                 parts.push(Part::ToolCall(read_call(lua, call?, n, j + 1, who)?));
@@ -174,16 +188,34 @@ pub fn history_table(lua: &Lua, messages: &[Message]) -> mlua::Result<Table> {
     let list = lua.create_table()?;
     for m in messages {
         if m.role == Role::Tool || m.tool_results().next().is_some() {
-            for r in m.tool_results() {
-                let t = lua.create_table()?;
-                t.set("role", "tool")?;
-                t.set("tool_call_id", r.call_id.as_str())?;
-                t.set("name", r.name.as_str())?;
-                t.set("content", r.content.as_str())?;
-                if r.is_error {
-                    t.set("is_error", true)?;
+            // Each result with the files that follow it.
+            let mut last: Option<(Table, Vec<&FileRef>)> = None;
+            for part in &m.parts {
+                match part {
+                    Part::ToolResult(r) => {
+                        if let Some((t, files)) = last.take() {
+                            push_result(lua, &list, t, files)?;
+                        }
+                        let t = lua.create_table()?;
+                        t.set("role", "tool")?;
+                        t.set("tool_call_id", r.call_id.as_str())?;
+                        t.set("name", r.name.as_str())?;
+                        t.set("content", r.content.as_str())?;
+                        if r.is_error {
+                            t.set("is_error", true)?;
+                        }
+                        last = Some((t, Vec::new()));
+                    }
+                    Part::File(f) => {
+                        if let Some((_, files)) = &mut last {
+                            files.push(f);
+                        }
+                    }
+                    _ => {}
                 }
-                list.push(t)?;
+            }
+            if let Some((t, files)) = last {
+                push_result(lua, &list, t, files)?;
             }
             let text = m.text();
             if !text.is_empty() {
@@ -197,10 +229,20 @@ pub fn history_table(lua: &Lua, messages: &[Message]) -> mlua::Result<Table> {
         let t = lua.create_table()?;
         t.set("role", m.role.as_str())?;
         t.set("content", m.text())?;
+        if let Some(files) = files_table(lua, m.files())? {
+            t.set("files", files)?;
+        }
         if let Some(calls) = calls_table(lua, m)? {
             t.set("tool_calls", calls)?;
         }
         list.push(t)?;
     }
     Ok(list)
+}
+
+fn push_result(lua: &Lua, list: &Table, t: Table, files: Vec<&FileRef>) -> mlua::Result<()> {
+    if let Some(files) = files_table(lua, files)? {
+        t.set("files", files)?;
+    }
+    list.push(t)
 }

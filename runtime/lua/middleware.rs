@@ -239,7 +239,9 @@ pub fn build_stack(
                         });
                         Box::pin(async move {
                             match bridge.call_tool(func, info, json!({})).await {
-                                HandlerOutcome::Value(text) => Some(text),
+                                HandlerOutcome::Value(text) | HandlerOutcome::Attached(text, _) => {
+                                    Some(text)
+                                }
                                 HandlerOutcome::Gone => None,
                                 HandlerOutcome::Refused(e)
                                 | HandlerOutcome::Raised(e)

@@ -16,6 +16,7 @@
 pub mod ai;
 pub mod bridge;
 pub mod convert;
+pub mod files;
 pub mod fs;
 pub mod http;
 pub mod json;

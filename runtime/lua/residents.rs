@@ -557,14 +557,7 @@ fn mail(lua: &Lua, opts: Table) -> mlua::Result<MultiValue> {
         }
         _ => return Err(bad(who, "hop must be a whole number (0 or more)")),
     };
-    let files: Vec<String> = match opts.get::<Value>("files")? {
-        Value::Nil => Vec::new(),
-        Value::Table(t) => t
-            .sequence_values::<String>()
-            .collect::<mlua::Result<_>>()
-            .map_err(|_| bad(who, "files must be a list of paths"))?,
-        _ => return Err(bad(who, "files must be a list of paths")),
-    };
+    let files = super::files::read_files(lua, opts.get("files")?, &format!("{who}: files"))?;
     let mut m = Mail::new(to, source, content, hop);
     m.files = files;
     m.id = opts

@@ -54,6 +54,9 @@ impl UserData for ToolValue {
                         ))),
                     };
                 }
+                Handler::ViewFile => {
+                    return Err(bad(&def.spec.name, "view_file runs inside a turn"));
+                }
             };
             let handler = bridge::function(&lua, id)
                 .ok_or_else(|| bad(&def.spec.name, "the handler is gone"))?;
@@ -175,6 +178,7 @@ fn tool_def(lua: &Lua, spec: &Table, who: &str) -> mlua::Result<ToolDef> {
 const TURN_OPTIONS: &[&str] = &[
     "messages",
     "prompt",
+    "files",
     "max_steps",
     "allow",
     "deny",
@@ -220,8 +224,18 @@ async fn run_turn(
         Value::Nil => Vec::new(),
         v => read_history(lua, v, who)?,
     };
+    let files = super::files::read_files(lua, opts.get("files")?, &format!("{who}: files"))?;
     if let Some(prompt) = opts.get::<Option<String>>("prompt")? {
-        messages.push(Message::user(prompt));
+        let mut message = Message::user(prompt);
+        message
+            .parts
+            .extend(files.into_iter().map(crate::vocab::Part::File));
+        messages.push(message);
+    } else if !files.is_empty() {
+        return Err(bad(
+            who,
+            "files ride on the prompt: give a prompt (or put them on a history entry)",
+        ));
     }
     if messages.is_empty() {
         return Err(bad(who, "give a prompt or messages"));

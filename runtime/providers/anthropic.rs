@@ -12,12 +12,14 @@
 //! - Stop reasons: see `stop_from_wire`. Usage: see `apply_usage`; the API does not count
 //!   thinking tokens apart from output tokens, so `reasoning` stays 0.
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use serde_json::{Map, Value, json};
 
 use super::{Assembler, Codec, Endpoint, ProviderError, WireRequest, errors, merge_extra};
 use crate::vocab::{
-    InferRequest, Inferred, Message, Opaque, Part, Role, Stop, Style, ToolCall, ToolChoice,
-    ToolResult, ToolSpec, Usage,
+    FileRef, InferRequest, Inferred, Message, Opaque, Part, Role, Stop, Style, ToolCall,
+    ToolChoice, ToolResult, ToolSpec, Usage,
 };
 
 /// The API version colony speaks; the request and response shapes below are this version's.
@@ -172,7 +174,22 @@ fn wire_messages(messages: &[Message]) -> Vec<Value> {
             Role::User | Role::Tool => "user",
             Role::Assistant => "assistant",
         };
-        let content: Vec<Value> = message.parts.iter().filter_map(block_for).collect();
+        let mut content: Vec<Value> = Vec::with_capacity(message.parts.len());
+        for part in &message.parts {
+            let Some(block) = block_for(part) else {
+                continue;
+            };
+            // A file in a tool message belongs to the result before it: it rides inside that
+            // tool_result's content, which takes image and document blocks.
+            if matches!(part, Part::File(_))
+                && let Some(result) = content.last_mut()
+                && result["type"] == "tool_result"
+            {
+                nest_in_result(result, block);
+                continue;
+            }
+            content.push(block);
+        }
         // The API rejects a message with no content; a message of dropped parts simply vanishes.
         if content.is_empty() {
             continue;
@@ -211,7 +228,31 @@ fn block_for(part: &Part) -> Option<Value> {
         Part::Reasoning { opaque, .. } => reasoning_block(opaque.as_ref()),
         Part::ToolCall(call) => Some(tool_use_block(call)),
         Part::ToolResult(result) => Some(tool_result_block(result)),
+        Part::File(file) => file_block(file),
     }
+}
+
+/// An image block (jpeg, png, gif, webp) or a document block (pdf), base64, under the media
+/// type the file renderer settled on. Anything else was turned into text before the codec.
+fn file_block(file: &FileRef) -> Option<Value> {
+    let data = STANDARD.encode(file.data.as_deref()?);
+    let source = json!({"type": "base64", "media_type": file.content_type, "data": data});
+    Some(if file.content_type == "application/pdf" {
+        json!({"type": "document", "source": source, "title": file.name})
+    } else {
+        json!({"type": "image", "source": source})
+    })
+}
+
+/// Adds `block` to a tool_result's content, turning text content into a text block first.
+fn nest_in_result(result: &mut Value, block: Value) {
+    let mut content = match result.get_mut("content").map(Value::take) {
+        Some(Value::String(text)) => vec![json!({"type": "text", "text": text})],
+        Some(Value::Array(blocks)) => blocks,
+        _ => Vec::new(),
+    };
+    content.push(block);
+    result["content"] = Value::Array(content);
 }
 
 /// A thinking block exactly as it came, when it came from this style. Reasoning without it (or

@@ -57,6 +57,9 @@
 //! `gemini-flash-latest` is not recognised.
 
 use std::collections::{HashMap, HashSet};
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -312,6 +315,10 @@ fn wire_part(part: &Part, history: &History) -> Option<Value> {
         }
         Part::ToolCall(call) => Some(function_call(call)),
         Part::ToolResult(result) => Some(function_response(result, history)),
+        // Only what the file renderer left as a file (a type Gemini documents) reaches here.
+        Part::File(file) => file.data.as_deref().map(|data| {
+            json!({ "inlineData": { "mimeType": file.content_type, "data": STANDARD.encode(data) } })
+        }),
     }
 }
 

@@ -213,6 +213,10 @@ impl Providers {
         on_text: Option<&mut (dyn FnMut(&str) + Send)>,
     ) -> Result<Inferred, ProviderError> {
         let codec = codec(ep.style).expect("live styles have a codec");
+        // Files take the form this provider's API documents (or a note); older ones a reference.
+        let rendered =
+            crate::files::window::render(req, ep.style, crate::files::forms::Reads::default());
+        let req = &*rendered;
         // Anthropic has no native structured output: the schema becomes a forced tool, whose
         // call is turned back into the answer's text below. The other styles' codecs map
         // `response_schema` themselves.

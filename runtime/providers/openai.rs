@@ -36,13 +36,15 @@
 //! Only the first choice is read: colony never asks for `n > 1`, and if `extra` does, the other
 //! choices are dropped.
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
 use reqwest::header::HeaderMap;
 use serde_json::{Map, Value, json};
 
 use super::{Assembler, Codec, Endpoint, ProviderError, WireRequest, errors, merge_extra};
 use crate::vocab::{
-    InferRequest, Inferred, Message, Opaque, Part, ResponseSchema, Role, Stop, Style, ToolCall,
-    ToolChoice, ToolResult, ToolSpec, Usage,
+    FileRef, InferRequest, Inferred, Message, Opaque, Part, ResponseSchema, Role, Stop, Style,
+    ToolCall, ToolChoice, ToolResult, ToolSpec, Usage,
 };
 
 pub struct OpenAi;
@@ -170,7 +172,16 @@ fn messages(req: &InferRequest) -> Vec<Value> {
                 let user_text =
                     !text.is_empty() || (message.role == Role::User && results.is_empty());
                 out.extend(results);
-                if user_text {
+                let images: Vec<Value> = message.files().filter_map(image_part).collect();
+                if !images.is_empty() {
+                    // Content parts: the text, then each image as a data URL.
+                    let mut content = Vec::with_capacity(images.len() + 1);
+                    if !text.is_empty() {
+                        content.push(json!({"type": "text", "text": text}));
+                    }
+                    content.extend(images);
+                    out.push(json!({"role": "user", "content": content}));
+                } else if user_text {
                     out.push(json!({"role": "user", "content": text}));
                 }
             }
@@ -232,6 +243,14 @@ fn add_opaque(wire: &mut Map<String, Value>, opaque: Option<&Opaque>) {
     for (key, value) in fields {
         wire.entry(key.clone()).or_insert_with(|| value.clone());
     }
+}
+
+/// An image the file renderer left as a file (only for an endpoint that reads images) as an
+/// `image_url` content part with a base64 data URL.
+fn image_part(file: &FileRef) -> Option<Value> {
+    let data = STANDARD.encode(file.data.as_deref()?);
+    let url = format!("data:{};base64,{data}", file.content_type);
+    Some(json!({"type": "image_url", "image_url": {"url": url}}))
 }
 
 fn tool_result_out(result: &ToolResult) -> Value {

@@ -43,6 +43,8 @@ pub fn prepare(req: &InferRequest) -> InferRequest {
 
 fn flatten(m: &Message) -> Message {
     let mut text = String::new();
+    // Files the renderer left as files travel as they are, after the text.
+    let mut files = Vec::new();
     for p in &m.parts {
         match p {
             Part::Text { text: t, .. } => text.push_str(t),
@@ -59,6 +61,7 @@ fn flatten(m: &Message) -> Message {
                 ));
             }
             Part::Reasoning { .. } => {}
+            Part::File(f) => files.push(Part::File(f.clone())),
         }
     }
     let role = if m.role == Role::Tool {
@@ -66,7 +69,9 @@ fn flatten(m: &Message) -> Message {
     } else {
         m.role
     };
-    Message::new(role, vec![Part::text(text.trim().to_string())])
+    let mut parts = vec![Part::text(text.trim().to_string())];
+    parts.extend(files);
+    Message::new(role, parts)
 }
 
 /// Finds fenced JSON call blocks in the answer and turns them into tool calls. Text around them is

@@ -12,6 +12,8 @@ use std::sync::{Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
+use crate::vocab::{FileRef, Message, Part};
+
 /// How many arrivals a resident holds while its model cannot be called, and the most one turn
 /// serves at once.
 pub const HELD: usize = 24;
@@ -25,9 +27,9 @@ pub struct Mail {
     pub content: String,
     /// How many relays it has passed through: 0 for a person or a clock.
     pub hop: u32,
-    /// Paths of attached files, named in the user turn.
+    /// Attached files, by reference (a store keeps their bytes beside the backlog).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub files: Vec<String>,
+    pub files: Vec<FileRef>,
     /// The sender's name for this mail. A resident that keeps its conversation accepts an id
     /// once: posting it again (a sender that restarted before it recorded the first answer)
     /// answers `true` without a second copy.
@@ -52,13 +54,18 @@ impl Mail {
         }
     }
 
-    /// The user turn this mail becomes: labelled with its source.
+    /// The user turn's text: labelled with its source.
     pub fn as_user_text(&self) -> String {
-        let mut text = format!("[mail from {}] {}", self.source, self.content);
-        if !self.files.is_empty() {
-            text.push_str(&format!("\n[attached files: {}]", self.files.join(", ")));
-        }
-        text
+        format!("[mail from {}] {}", self.source, self.content)
+    }
+
+    /// The user turn this mail becomes: its text, then its files.
+    pub fn as_user_message(&self) -> Message {
+        let mut message = Message::user(self.as_user_text());
+        message
+            .parts
+            .extend(self.files.iter().cloned().map(Part::File));
+        message
     }
 }
 

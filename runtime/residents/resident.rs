@@ -312,7 +312,7 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
         if batch.dropped > 0 {
             messages.push(Message::user(dropped_marker(batch.dropped)));
         }
-        messages.extend(batch.mail.iter().map(|m| Message::user(m.as_user_text())));
+        messages.extend(batch.mail.iter().map(super::Mail::as_user_message));
         let mut ask = me.spec.ask.clone();
         ask.messages = messages;
         let mut turn = TurnSpec::new(ask);

@@ -191,7 +191,15 @@ impl Route {
         let resident = Arc::new(Resident::new(spec));
         if persist && let Some(store) = &self.inner.store {
             match store.load_cell(&name) {
-                Ok(Some(cell)) => resident.restore(cell),
+                Ok(Some(cell)) => {
+                    // Its files are the program's again: `ai.view_file` finds them.
+                    let files = self.inner.core.files();
+                    files.remember_all(&cell.messages);
+                    for mail in &cell.backlog {
+                        mail.files.iter().for_each(|f| files.remember(f));
+                    }
+                    resident.restore(cell)
+                }
                 Ok(None) => {}
                 Err(e) => return Err(SpawnError::Store(e.to_string())),
             }

@@ -25,7 +25,7 @@ use serde_json::Value;
 use super::{AuditEntry, AuditFilter, Cell, JournalEntry, Store, StoreError, StoreResult};
 use crate::residents::Mail;
 use crate::residents::middleware::BreakerState;
-use crate::vocab::Message;
+use crate::vocab::{FileRef, Message, Part};
 
 /// `PRAGMA application_id` of a colony store ("Coln"): tells our files from other SQLite files.
 pub const APPLICATION_ID: i32 = 0x436f_6c6e;
@@ -85,6 +85,12 @@ const MIGRATIONS: &[&str] = &[
          id   TEXT NOT NULL,
          PRIMARY KEY (name, id)
      ) WITHOUT ROWID;",
+    // 3: the bytes of attached files, once each by content hash (messages and mail hold
+    // references).
+    "CREATE TABLE files (
+         sha256 TEXT PRIMARY KEY,
+         data   BLOB NOT NULL
+     );",
 ];
 
 thread_local! {
@@ -361,6 +367,49 @@ impl Drop for UpdateGuard {
     }
 }
 
+/// Writes the bytes of each file not stored yet (in the caller's transaction, so a message
+/// never refers to bytes that are not on disk).
+fn save_files<'a>(
+    conn: &Connection,
+    files: impl Iterator<Item = &'a FileRef>,
+) -> rusqlite::Result<()> {
+    let mut stmt =
+        conn.prepare_cached("INSERT OR IGNORE INTO files (sha256, data) VALUES (?1, ?2)")?;
+    for file in files {
+        if let Some(data) = file.data.as_deref() {
+            stmt.execute(params![file.sha256, data])?;
+        }
+    }
+    Ok(())
+}
+
+/// Puts the stored bytes back beside each reference (one copy per hash).
+fn load_files<'a>(
+    conn: &Connection,
+    files: impl Iterator<Item = &'a mut FileRef>,
+) -> rusqlite::Result<()> {
+    let mut loaded: std::collections::HashMap<String, std::sync::Arc<[u8]>> = Default::default();
+    let mut stmt = conn.prepare_cached("SELECT data FROM files WHERE sha256 = ?1")?;
+    for file in files {
+        if file.data.is_some() {
+            continue;
+        }
+        if let Some(data) = loaded.get(&file.sha256) {
+            file.data = Some(data.clone());
+            continue;
+        }
+        let data: Option<Vec<u8>> = stmt
+            .query_row(params![file.sha256], |r| r.get(0))
+            .optional()?;
+        if let Some(data) = data {
+            let data: std::sync::Arc<[u8]> = data.into();
+            loaded.insert(file.sha256.clone(), data.clone());
+            file.data = Some(data);
+        }
+    }
+    Ok(())
+}
+
 fn ensure_cell(conn: &Connection, name: &str) -> rusqlite::Result<()> {
     conn.execute(
         "INSERT OR IGNORE INTO cells (name, messages, dropped) VALUES (?1, '[]', 0)",
@@ -507,7 +556,7 @@ impl Store for SqliteStore {
         let Some((messages, dropped)) = row else {
             return Ok(None);
         };
-        let messages: Vec<Message> =
+        let mut messages: Vec<Message> =
             self.decode(format_args!("the conversation of {name:?}"), &messages)?;
 
         let mail: Vec<String> = {
@@ -518,10 +567,19 @@ impl Store for SqliteStore {
                 .and_then(|rows| rows.collect::<rusqlite::Result<Vec<String>>>())
                 .map_err(|e| self.err(e))?
         };
-        let backlog = mail
+        let mut backlog = mail
             .iter()
             .map(|t| self.decode::<Mail>(format_args!("the backlog of {name:?}"), t))
             .collect::<StoreResult<Vec<Mail>>>()?;
+        let refs = messages
+            .iter_mut()
+            .flat_map(|m| m.parts.iter_mut())
+            .filter_map(|p| match p {
+                Part::File(f) => Some(f),
+                _ => None,
+            })
+            .chain(backlog.iter_mut().flat_map(|m| m.files.iter_mut()));
+        load_files(&tx, refs).map_err(|e| self.err(e))?;
 
         let rows: Vec<(String, String, Option<String>)> = {
             let mut stmt = tx
@@ -571,6 +629,7 @@ impl Store for SqliteStore {
             }
         }
         ensure_cell(&tx, name).map_err(|e| self.err(e))?;
+        save_files(&tx, mail.files.iter()).map_err(|e| self.err(e))?;
         tx.execute(
             "INSERT INTO backlog (name, mail) VALUES (?1, ?2)",
             params![name, text],
@@ -594,6 +653,7 @@ impl Store for SqliteStore {
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.err(e))?;
+        save_files(&tx, messages.iter().flat_map(Message::files)).map_err(|e| self.err(e))?;
         tx.execute(
             "INSERT INTO cells (name, messages, dropped) VALUES (?1, ?2, ?3)
              ON CONFLICT (name) DO UPDATE SET messages = excluded.messages,
@@ -1074,7 +1134,11 @@ mod tests {
         store.commit_step("carol", &[], 0, 0).unwrap();
         assert_eq!(store.load_cell("carol").unwrap(), Some(Cell::default()));
         let mut with_files = mail("with files");
-        with_files.files = vec!["a.txt".into()];
+        with_files.files = vec![crate::files::record(
+            "a.txt",
+            None,
+            std::sync::Arc::from(&b"attached"[..]),
+        )];
         with_files.hop = 2;
         // Interleave two names: each keeps its own arrival order.
         for i in 0..20 {
@@ -1088,6 +1152,8 @@ mod tests {
         let mut expected: Vec<Mail> = (0..20).map(|i| mail(&format!("c{i}"))).collect();
         expected.push(with_files);
         assert_eq!(cell.backlog, expected);
+        let attached = &cell.backlog[20].files[0];
+        assert_eq!(attached.data.as_deref(), Some(&b"attached"[..]));
         store.commit_step("carol", &[], 5, 0).unwrap();
         let cell = store.load_cell("carol").unwrap().unwrap();
         assert_eq!(cell.backlog, expected[5..]);
@@ -1144,6 +1210,42 @@ mod tests {
         ];
         store.commit_step("r", &messages, 0, 0).unwrap();
         assert_eq!(store.load_cell("r").unwrap().unwrap().messages, messages);
+    }
+
+    #[test]
+    fn file_bytes_are_stored_once_and_put_back_on_load() {
+        let (_dir, store) = fresh();
+        let file = crate::files::record("n.csv", None, std::sync::Arc::from(&b"a,b\n1,2\n"[..]));
+        let messages = vec![
+            Message::new(
+                Role::User,
+                vec![Part::text("see"), Part::File(file.clone())],
+            ),
+            Message::new(Role::User, vec![Part::File(file.clone())]),
+        ];
+        store.commit_step("r", &messages, 0, 0).unwrap();
+        store.commit_step("r", &messages, 0, 0).unwrap();
+        let stored: i64 = store
+            .conn()
+            .unwrap()
+            .query_row("SELECT count(*) FROM files", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(stored, 1);
+        let text: String = store
+            .conn()
+            .unwrap()
+            .query_row("SELECT messages FROM cells", [], |r| r.get(0))
+            .unwrap();
+        assert!(
+            !text.contains("1,2"),
+            "the conversation holds a reference only: {text}"
+        );
+        let loaded = store.load_cell("r").unwrap().unwrap().messages;
+        assert_eq!(loaded, messages);
+        for m in &loaded {
+            let f = m.files().next().unwrap();
+            assert_eq!(f.data.as_deref(), Some(&b"a,b\n1,2\n"[..]));
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use super::tools::{Handler, ToolDef};
 use super::{EventKind, Recorded, ToolEvent, TurnHooks};
 use crate::lua::bridge::{HandlerOutcome, LuaBridge};
 use crate::residents::mail::Provenance;
-use crate::vocab::{ToolCall, ToolResult};
+use crate::vocab::{FileRef, ToolCall, ToolResult};
 
 /// How much of a result a [`ToolEvent`] keeps; the model always gets all of it.
 const EVENT_OUTCOME_CHARS: usize = 500;
@@ -25,6 +25,16 @@ pub struct CallContext<'a> {
     pub provenance: Option<&'a Provenance>,
     pub workspace: Option<&'a str>,
     pub hooks: Option<&'a dyn TurnHooks>,
+    /// The conversation's files, newest first, for `view_file`.
+    pub files: &'a [FileRef],
+}
+
+/// A call's answer: the result for the model, the event for the caller, and the files the
+/// result carries (they follow it in the conversation).
+pub struct Answer {
+    pub result: ToolResult,
+    pub event: ToolEvent,
+    pub files: Vec<FileRef>,
 }
 
 /// The result given to a call that was cut off by a restart and is not idempotent.
@@ -44,7 +54,7 @@ pub const CANCELLED: &str = "cancelled: the program ended before the tool finish
 
 /// Runs `call` against the offered tools and answers it. A call the journal says finished
 /// before a restart is answered with its recorded result, not run again.
-pub async fn run_call(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, ToolEvent) {
+pub async fn run_call(cx: &CallContext<'_>, call: &ToolCall) -> Answer {
     let recorded = cx
         .hooks
         .map(|h| h.recorded(&call.id))
@@ -62,14 +72,18 @@ pub async fn run_call(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, Too
             outcome: result.content.chars().take(EVENT_OUTCOME_CHARS).collect(),
             duration: std::time::Duration::ZERO,
         };
-        return (result, event);
+        return Answer {
+            result,
+            event,
+            files: Vec::new(),
+        };
     }
     let idempotent = cx
         .tools
         .iter()
         .find(|t| t.spec.name == call.name)
         .is_some_and(|t| t.idempotent);
-    let (result, event) = if recorded == Recorded::Started && !idempotent {
+    let (result, event, files) = if recorded == Recorded::Started && !idempotent {
         let event = ToolEvent {
             step: cx.step,
             call_id: call.id.clone(),
@@ -84,7 +98,7 @@ pub async fn run_call(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, Too
             content: INTERRUPTED.into(),
             is_error: true,
         };
-        (result, event)
+        (result, event, Vec::new())
     } else {
         if let Some(h) = cx.hooks {
             h.started(call);
@@ -97,12 +111,15 @@ pub async fn run_call(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, Too
     {
         h.finished(call, &result, &event);
     }
-    (result, event)
+    Answer {
+        result,
+        event,
+        files,
+    }
 }
 
-async fn run(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, ToolEvent) {
-    let (bridge, tools, pin, step, provenance) =
-        (cx.bridge, cx.tools, cx.pin, cx.step, cx.provenance);
+async fn run(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, ToolEvent, Vec<FileRef>) {
+    let (tools, step) = (cx.tools, cx.step);
     let span = tracing::info_span!(
         "tool",
         gen_ai.operation.name = "execute_tool",
@@ -110,9 +127,7 @@ async fn run(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, ToolEvent) {
         gen_ai.tool.call.id = %call.id,
     );
     let started = Instant::now();
-    let (kind, content) = outcome(bridge, tools, call, pin, step, provenance, cx.workspace)
-        .instrument(span)
-        .await;
+    let (kind, content, files) = outcome(cx, tools, call).instrument(span).await;
     let duration = started.elapsed();
     if kind != EventKind::Ok {
         tracing::debug!(tool = %call.name, kind = ?kind, "tool call failed: {content}");
@@ -131,18 +146,34 @@ async fn run(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, ToolEvent) {
         content,
         is_error: kind != EventKind::Ok,
     };
-    (result, event)
+    (result, event, files)
 }
 
 async fn outcome(
-    bridge: &LuaBridge,
+    cx: &CallContext<'_>,
     tools: &[ToolDef],
     call: &ToolCall,
-    pin: &Map<String, Value>,
-    step: u32,
-    provenance: Option<&Provenance>,
-    workspace: Option<&str>,
-) -> (EventKind, String) {
+) -> (EventKind, String, Vec<FileRef>) {
+    let (kind, text) = match checked(cx, tools, call).await {
+        Ok(Checked::Attached(text, files)) => return (EventKind::Ok, text, files),
+        Ok(Checked::Run(kind, text)) | Err((kind, text)) => (kind, text),
+    };
+    (kind, text, Vec::new())
+}
+
+/// What running a call gave: an outcome, or a result with files.
+enum Checked {
+    Run(EventKind, String),
+    Attached(String, Vec<FileRef>),
+}
+
+async fn checked(
+    cx: &CallContext<'_>,
+    tools: &[ToolDef],
+    call: &ToolCall,
+) -> Result<Checked, (EventKind, String)> {
+    let (bridge, pin, step, provenance, workspace) =
+        (cx.bridge, cx.pin, cx.step, cx.provenance, cx.workspace);
     let Some(tool) = tools.iter().find(|t| t.spec.name == call.name) else {
         let offered: Vec<&str> = tools.iter().map(|t| t.spec.name.as_str()).collect();
         let list = if offered.is_empty() {
@@ -150,18 +181,18 @@ async fn outcome(
         } else {
             offered.join(", ")
         };
-        return (
+        return Err((
             EventKind::UnknownTool,
             format!("unknown tool {:?}: the tools offered are {list}", call.name),
-        );
+        ));
     };
     let mut args = match call.decoded() {
         Ok(v) => v,
         Err(e) => {
-            return (
+            return Err((
                 EventKind::BadArguments,
                 format!("the arguments are not valid JSON ({e}): {}", call.arguments),
-            );
+            ));
         }
     };
     if let Value::Object(map) = &mut args {
@@ -173,13 +204,13 @@ async fn outcome(
     }
     let violations = tool.violations(&args);
     if !violations.is_empty() {
-        return (
+        return Err((
             EventKind::Schema,
             format!(
                 "the arguments do not match the tool's schema: {}",
                 violations.join("; ")
             ),
-        );
+        ));
     }
     let mut ctx = json!({ "call_id": call.id, "name": call.name, "step": step });
     if let Some(p) = provenance {
@@ -191,6 +222,13 @@ async fn outcome(
         ctx["workspace"] = json!(w);
     }
     let run: futures::future::BoxFuture<'_, HandlerOutcome> = match &tool.handler {
+        Handler::ViewFile => {
+            let handle = args.get("ref").and_then(Value::as_str).unwrap_or("");
+            return Ok(match crate::files::view::answer(handle, cx.files) {
+                Ok((text, file)) => Checked::Attached(text, vec![file]),
+                Err(e) => Checked::Run(EventKind::Error, e),
+            });
+        }
         Handler::Lua(func) => Box::pin(bridge.call_tool(*func, args, ctx)),
         Handler::Native(f) => {
             // In a task of its own, so a panicking tool fails its call, not the turn.
@@ -207,19 +245,20 @@ async fn outcome(
             })
         }
     };
-    match tokio::time::timeout(tool.timeout, run).await {
-        Err(_) => (
+    Ok(match tokio::time::timeout(tool.timeout, run).await {
+        Err(_) => Checked::Run(
             EventKind::Deadline,
             format!(
                 "the tool did not finish within its deadline of {} s",
                 tool.timeout.as_secs_f64()
             ),
         ),
-        Ok(HandlerOutcome::Value(text)) => (EventKind::Ok, text),
+        Ok(HandlerOutcome::Value(text)) => Checked::Run(EventKind::Ok, text),
+        Ok(HandlerOutcome::Attached(text, files)) => Checked::Attached(text, files),
         Ok(HandlerOutcome::Refused(message) | HandlerOutcome::Raised(message)) => {
-            (EventKind::Error, message)
+            Checked::Run(EventKind::Error, message)
         }
-        Ok(HandlerOutcome::Thrown(message)) => (EventKind::Thrown, message),
-        Ok(HandlerOutcome::Gone) => (EventKind::Cancelled, CANCELLED.to_string()),
-    }
+        Ok(HandlerOutcome::Thrown(message)) => Checked::Run(EventKind::Thrown, message),
+        Ok(HandlerOutcome::Gone) => Checked::Run(EventKind::Cancelled, CANCELLED.to_string()),
+    })
 }

@@ -6,11 +6,12 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::compaction;
-use super::dispatch::{CANCELLED, CallContext, run_call};
+use super::dispatch::{Answer, CANCELLED, CallContext, run_call};
 use super::tools::narrow;
 use super::{EventKind, StepReport, ToolEvent, TurnError, TurnOutcome, TurnSpec};
 use crate::config::Overrides;
 use crate::core::Core;
+use crate::files;
 use crate::lua::bridge::{FnId, LuaBridge};
 use crate::providers::ProviderError;
 use crate::residents::middleware::DynInfer;
@@ -46,7 +47,7 @@ async fn run(
     bridge: &LuaBridge,
     mut spec: TurnSpec,
 ) -> TurnOutcome {
-    let offered = narrow(&spec.tools, &spec.allow, &spec.deny);
+    let mut offered = narrow(&spec.tools, &spec.allow, &spec.deny);
     // One request for the whole turn: each step appends to its messages and re-resolves only the
     // settings (so a rotated key lands mid-turn); nothing is copied per step.
     let mut req = InferRequest {
@@ -85,15 +86,6 @@ async fn run(
     let mut window = compaction::Window::carried(spec.reported_tokens, appended);
     let max_steps = spec.max_steps.max(1);
     let hooks = spec.hooks.clone();
-    let cx = |step| CallContext {
-        bridge,
-        tools: &offered,
-        pin: &spec.pin,
-        step,
-        provenance: spec.provenance.as_ref(),
-        workspace: spec.workspace.as_deref(),
-        hooks: hooks.as_deref(),
-    };
     // A transcript that ends with calls and no results is a step cut off by a restart: answer
     // its calls first (the journal reuses what finished), then carry on inferring.
     let pending: Vec<ToolCall> = match req.messages.last() {
@@ -101,13 +93,13 @@ async fn run(
         _ => Vec::new(),
     };
     if !pending.is_empty() {
-        let Some(results) = run_calls(&cx(0), &pending, &mut out.tool_events).await else {
+        offer_view_file(&mut offered, &mut req);
+        let held = files::view::files_of(&req.messages);
+        let cx = context(bridge, &spec, 0, &offered, &held);
+        let Some(answers) = run_calls(&cx, &pending, &mut out.tool_events).await else {
             return cancelled(out, req.messages);
         };
-        req.messages.push(Message::new(
-            Role::Tool,
-            results.into_iter().map(Part::ToolResult).collect(),
-        ));
+        req.messages.push(results_message(answers));
         out.resumed = true;
         if let Some(h) = &hooks
             && let Err(e) = h.step_done(&req.messages)
@@ -142,7 +134,8 @@ async fn run(
         if last {
             req.tool_choice = ToolChoice::None;
         }
-        let inferred = match infer(
+        offer_view_file(&mut offered, &mut req);
+        let mut attempt = infer(
             core,
             stack,
             bridge,
@@ -150,8 +143,22 @@ async fn run(
             &mut req,
             spec.on_text,
         )
-        .await
+        .await;
+        // A refusal that names an attachment: once more, with the attachment shed.
+        if let Err(e) = &attempt
+            && files::shed::shed_named(&mut req.messages, e)
         {
+            attempt = infer(
+                core,
+                stack,
+                bridge,
+                &spec.ask.overrides,
+                &mut req,
+                spec.on_text,
+            )
+            .await;
+        }
+        let inferred = match attempt {
             Ok(i) => i,
             Err(e) => {
                 out.error = Some(TurnError::from_provider(&e));
@@ -180,28 +187,33 @@ async fn run(
             out.messages = req.messages;
             return out;
         }
-        let results: Vec<ToolResult> = if last {
-            calls
-                .iter()
-                .map(|c| ToolResult {
-                    call_id: c.id.clone(),
-                    name: c.name.clone(),
-                    content: UNRUN_NOTE.into(),
-                    is_error: true,
-                })
-                .collect()
+        let answered: Message = if last {
+            Message::new(
+                Role::Tool,
+                calls
+                    .iter()
+                    .map(|c| {
+                        Part::ToolResult(ToolResult {
+                            call_id: c.id.clone(),
+                            name: c.name.clone(),
+                            content: UNRUN_NOTE.into(),
+                            is_error: true,
+                        })
+                    })
+                    .collect(),
+            )
         } else {
-            match run_calls(&cx(step), &calls, &mut out.tool_events).await {
-                Some(results) => results,
+            let held = files::view::files_of(&req.messages);
+            let cx = context(bridge, &spec, step, &offered, &held);
+            match run_calls(&cx, &calls, &mut out.tool_events).await {
+                Some(answers) => results_message(answers),
                 None => return cancelled(out, req.messages),
             }
         };
+        let results: Vec<ToolResult> = answered.tool_results().cloned().collect();
         window.unsent(&results);
         report(bridge, spec.on_step, step, &inferred, &results).await;
-        req.messages.push(Message::new(
-            Role::Tool,
-            results.into_iter().map(Part::ToolResult).collect(),
-        ));
+        req.messages.push(answered);
         if let Some(h) = &hooks
             && let Err(e) = h.step_done(&req.messages)
         {
@@ -217,20 +229,63 @@ async fn run(
     unreachable!("the last step always returns")
 }
 
+fn context<'a>(
+    bridge: &'a LuaBridge,
+    spec: &'a TurnSpec,
+    step: u32,
+    offered: &'a [super::ToolDef],
+    files: &'a [crate::vocab::FileRef],
+) -> CallContext<'a> {
+    CallContext {
+        bridge,
+        tools: offered,
+        pin: &spec.pin,
+        step,
+        provenance: spec.provenance.as_ref(),
+        workspace: spec.workspace.as_deref(),
+        hooks: spec.hooks.as_deref(),
+        files,
+    }
+}
+
 /// Runs a step's calls at once; `None` when the program ended while they ran.
 async fn run_calls(
     cx: &CallContext<'_>,
     calls: &[ToolCall],
     events: &mut Vec<ToolEvent>,
-) -> Option<Vec<ToolResult>> {
-    let mut results = Vec::with_capacity(calls.len());
+) -> Option<Vec<Answer>> {
+    let mut answers = Vec::with_capacity(calls.len());
     let mut cut_off = false;
-    for (result, event) in join_all(calls.iter().map(|c| run_call(cx, c))).await {
-        cut_off |= event.kind == EventKind::Cancelled;
-        results.push(result);
-        events.push(event);
+    for mut answer in join_all(calls.iter().map(|c| run_call(cx, c))).await {
+        cut_off |= answer.event.kind == EventKind::Cancelled;
+        events.push(answer.event.clone());
+        answer.files.shrink_to_fit();
+        answers.push(answer);
     }
-    (!cut_off).then_some(results)
+    (!cut_off).then_some(answers)
+}
+
+/// The message of a step's results, each followed by the files it carries.
+fn results_message(answers: Vec<Answer>) -> Message {
+    let mut parts = Vec::with_capacity(answers.len());
+    for answer in answers {
+        parts.push(Part::ToolResult(answer.result));
+        parts.extend(answer.files.into_iter().map(Part::File));
+    }
+    Message::new(Role::Tool, parts)
+}
+
+/// Offers `view_file` from the first request whose conversation holds a file older than the
+/// newest file-bearing message (that one travels as a reference line).
+fn offer_view_file(offered: &mut Vec<super::ToolDef>, req: &mut InferRequest) {
+    if offered.iter().any(|t| t.spec.name == files::view::NAME)
+        || !files::window::has_older_files(&req.messages)
+    {
+        return;
+    }
+    let tool = files::view::tool();
+    req.tools.push(tool.spec.clone());
+    offered.push(tool);
 }
 
 /// Ends a turn early with `stop = error` and the transcript so far.

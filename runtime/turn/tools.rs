@@ -24,6 +24,8 @@ pub enum Handler {
     Lua(FnId),
     /// An async Rust closure, run on the core.
     Native(NativeFn),
+    /// The turn's own `view_file` ([`crate::files::view`]): it reads the conversation's files.
+    ViewFile,
 }
 
 impl std::fmt::Debug for Handler {
@@ -31,6 +33,7 @@ impl std::fmt::Debug for Handler {
         match self {
             Handler::Lua(id) => write!(f, "Lua({id})"),
             Handler::Native(_) => f.write_str("Native"),
+            Handler::ViewFile => f.write_str("ViewFile"),
         }
     }
 }

@@ -1,0 +1,256 @@
+//! The per-provider table (DESIGN §6): the form a file takes on each API's wire, by its kind and
+//! content type, and nothing hopeful. One arm per shape an API documents:
+//!
+//! | kind | Anthropic | Gemini | OpenAI chat |
+//! |---|---|---|---|
+//! | image | image block: jpeg, png, gif, webp | inlineData: png, jpeg, webp, heic, heif | note |
+//! | pdf | document block | inlineData | note |
+//! | text | inlined text | inlined text | inlined text |
+//! | audio, video | note | inlineData, the documented formats | note |
+//! | other | note | note | note |
+//!
+//! A type inside a family but outside an API's list takes the note. An OpenAI-compatible
+//! endpoint whose catalogue entry says it reads images (`images = true`) takes png, jpeg, gif and
+//! webp as `image_url` data URLs.
+
+use super::{FileKind, human_size, kind_of};
+use crate::vocab::{FileRef, Style};
+
+/// How one file travels in one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Form {
+    /// The bytes, base64, under this media type (the API's documented name for the type).
+    Inline { media_type: String },
+    /// Decoded as UTF-8 and inlined as text, capped at [`TEXT_CAP`] code points.
+    Text,
+    /// A one-sentence note that the content is absent.
+    Note,
+}
+
+/// How many code points of a text file are inlined.
+pub const TEXT_CAP: usize = 24_000;
+
+/// What an endpoint reads besides the table's defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Reads {
+    /// An OpenAI-compatible model that documents image input (opted in per catalogue entry).
+    pub images: bool,
+}
+
+/// The form `file` takes on `style`'s wire.
+pub fn form(style: Style, reads: Reads, file: &FileRef) -> Form {
+    let ct = file.content_type.as_str();
+    let kind = kind_of(file);
+    if kind == FileKind::Text {
+        return Form::Text;
+    }
+    let inline = |media_type: &str| Form::Inline {
+        media_type: media_type.to_string(),
+    };
+    match (style, kind) {
+        (Style::Anthropic, FileKind::Image) => match ct {
+            "image/jpeg" | "image/png" | "image/gif" | "image/webp" => inline(ct),
+            _ => Form::Note,
+        },
+        (Style::Anthropic, FileKind::Pdf) => inline(ct),
+        (Style::Gemini, FileKind::Image) => match ct {
+            "image/png" | "image/jpeg" | "image/webp" | "image/heic" | "image/heif" => inline(ct),
+            _ => Form::Note,
+        },
+        (Style::Gemini, FileKind::Pdf) => inline(ct),
+        (Style::Gemini, FileKind::Audio) => match gemini_audio(ct) {
+            Some(media_type) => inline(media_type),
+            None => Form::Note,
+        },
+        (Style::Gemini, FileKind::Video) => match gemini_video(ct) {
+            Some(media_type) => inline(media_type),
+            None => Form::Note,
+        },
+        (Style::Openai, FileKind::Image) if reads.images => match ct {
+            "image/jpeg" | "image/png" | "image/gif" | "image/webp" => inline(ct),
+            _ => Form::Note,
+        },
+        _ => Form::Note,
+    }
+}
+
+/// Gemini's documented audio types (WAV, MP3, AIFF, AAC, OGG Vorbis, FLAC), under the names its
+/// documentation gives them; the registered names of the same formats map onto those.
+fn gemini_audio(ct: &str) -> Option<&'static str> {
+    Some(match ct {
+        "audio/wav" => "audio/wav",
+        "audio/mp3" | "audio/mpeg" => "audio/mp3",
+        "audio/aiff" | "audio/x-aiff" => "audio/aiff",
+        "audio/aac" => "audio/aac",
+        "audio/ogg" => "audio/ogg",
+        "audio/flac" | "audio/x-flac" => "audio/flac",
+        _ => return None,
+    })
+}
+
+/// Gemini's documented video types (mp4, mpeg, mov, avi, x-flv, mpg, webm, wmv, 3gpp).
+fn gemini_video(ct: &str) -> Option<&'static str> {
+    Some(match ct {
+        "video/mp4" => "video/mp4",
+        "video/mpeg" => "video/mpeg",
+        "video/mov" | "video/quicktime" => "video/mov",
+        "video/avi" | "video/x-msvideo" => "video/avi",
+        "video/x-flv" => "video/x-flv",
+        "video/mpg" => "video/mpg",
+        "video/webm" => "video/webm",
+        "video/wmv" | "video/x-ms-wmv" => "video/wmv",
+        "video/3gpp" => "video/3gpp",
+        _ => return None,
+    })
+}
+
+/// The one-sentence note for a file an API cannot read.
+pub fn note(file: &FileRef) -> String {
+    format!(
+        "[file {} ({}, {}): this model's API cannot read {} files, so its content is absent]",
+        file.name,
+        file.content_type,
+        human_size(file.size),
+        file.content_type
+    )
+}
+
+/// A text file inlined: a header naming it, the content (at most [`TEXT_CAP`] code points, with
+/// an explicit marker when cut), and an end line. Invalid UTF-8 is replaced, not refused.
+pub fn inline_text(file: &FileRef, bytes: &[u8]) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let total = text.chars().count();
+    let mut out = format!(
+        "[file {} ({}, {})]\n",
+        file.name,
+        file.content_type,
+        human_size(file.size)
+    );
+    if total > TEXT_CAP {
+        out.extend(text.chars().take(TEXT_CAP));
+        out.push_str(&format!(
+            "\n[truncated: {} has {total} characters; only the first {TEXT_CAP} are shown]",
+            file.name
+        ));
+    } else {
+        out.push_str(&text);
+    }
+    out.push_str(&format!("\n[end of file {}]", file.name));
+    out
+}
+
+/// What an older message's file becomes: a line naming it and how to read it again.
+pub fn reference_line(file: &FileRef) -> String {
+    format!(
+        "[file {} ({}, {}), ref {}: attached earlier and not repeated; call view_file with this \
+         ref to read it again]",
+        file.name,
+        file.content_type,
+        human_size(file.size),
+        file.handle()
+    )
+}
+
+/// A file whose bytes this program no longer has (its store lost them).
+pub fn missing(file: &FileRef) -> String {
+    format!(
+        "[file {} ({}, {}): its content is not available any more]",
+        file.name,
+        file.content_type,
+        human_size(file.size)
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(ct: &str) -> FileRef {
+        FileRef {
+            name: "f".into(),
+            content_type: ct.into(),
+            size: 10,
+            sha256: "0".repeat(64),
+            data: None,
+        }
+    }
+
+    #[test]
+    fn the_table() {
+        let none = Reads::default();
+        let inline = |m: &str| Form::Inline {
+            media_type: m.into(),
+        };
+        let rows: &[(&str, Form, Form, Form)] = &[
+            (
+                "image/png",
+                inline("image/png"),
+                inline("image/png"),
+                Form::Note,
+            ),
+            ("image/gif", inline("image/gif"), Form::Note, Form::Note),
+            ("image/heic", Form::Note, inline("image/heic"), Form::Note),
+            ("image/bmp", Form::Note, Form::Note, Form::Note),
+            (
+                "application/pdf",
+                inline("application/pdf"),
+                inline("application/pdf"),
+                Form::Note,
+            ),
+            ("text/csv", Form::Text, Form::Text, Form::Text),
+            ("application/json", Form::Text, Form::Text, Form::Text),
+            ("audio/wav", Form::Note, inline("audio/wav"), Form::Note),
+            ("audio/mpeg", Form::Note, inline("audio/mp3"), Form::Note),
+            ("audio/midi", Form::Note, Form::Note, Form::Note),
+            ("video/mp4", Form::Note, inline("video/mp4"), Form::Note),
+            (
+                "video/quicktime",
+                Form::Note,
+                inline("video/mov"),
+                Form::Note,
+            ),
+            ("application/zip", Form::Note, Form::Note, Form::Note),
+        ];
+        for (ct, anthropic, gemini, openai) in rows {
+            let f = file(ct);
+            assert_eq!(
+                &form(Style::Anthropic, none, &f),
+                anthropic,
+                "{ct} anthropic"
+            );
+            assert_eq!(&form(Style::Gemini, none, &f), gemini, "{ct} gemini");
+            assert_eq!(&form(Style::Openai, none, &f), openai, "{ct} openai");
+        }
+        let vision = Reads { images: true };
+        assert_eq!(
+            form(Style::Openai, vision, &file("image/webp")),
+            inline("image/webp")
+        );
+        assert_eq!(form(Style::Openai, vision, &file("image/heic")), Form::Note);
+        assert_eq!(
+            form(Style::Openai, vision, &file("application/pdf")),
+            Form::Note
+        );
+    }
+
+    #[test]
+    fn text_is_capped_in_code_points_with_a_marker() {
+        let body = "é".repeat(TEXT_CAP + 5);
+        let f = FileRef {
+            name: "long.txt".into(),
+            content_type: "text/plain".into(),
+            size: body.len() as u64,
+            sha256: "0".repeat(64),
+            data: None,
+        };
+        let out = inline_text(&f, body.as_bytes());
+        assert_eq!(out.matches('é').count(), TEXT_CAP);
+        assert!(out.contains(&format!(
+            "[truncated: long.txt has {} characters; only the first {TEXT_CAP} are shown]",
+            TEXT_CAP + 5
+        )));
+        let short = inline_text(&f, "a,b".as_bytes());
+        assert!(!short.contains("truncated"));
+        assert!(short.contains("\na,b\n[end of file long.txt]"));
+    }
+}

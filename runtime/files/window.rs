@@ -1,0 +1,179 @@
+//! What one request carries of a conversation's files.
+//!
+//! Every step re-sends the whole conversation, so only the newest file-bearing message inlines
+//! its files (in the form [`super::forms`] gives for the provider); older ones become a
+//! [`reference_line`](super::forms::reference_line) that `view_file` can follow. Rendering a
+//! message depends only on the message, the provider and whether it is the newest file-bearing
+//! one, so appending a message without files (a tool call, its result) leaves every earlier byte
+//! of the request identical.
+//!
+//! The conversation itself keeps its references: this renders a copy for the wire, and only
+//! when the request holds a file at all.
+
+use std::borrow::Cow;
+
+use super::forms::{self, Form, Reads};
+use crate::vocab::{FileRef, InferRequest, Message, Part, Role, Style};
+
+/// The message whose files are inlined: the newest one holding any.
+pub fn newest_with_files(messages: &[Message]) -> Option<usize> {
+    messages
+        .iter()
+        .rposition(|m| m.parts.iter().any(|p| matches!(p, Part::File(_))))
+}
+
+/// Whether a file sits in a message older than the newest file-bearing one: `view_file` is
+/// worth offering.
+pub fn has_older_files(messages: &[Message]) -> bool {
+    let Some(newest) = newest_with_files(messages) else {
+        return false;
+    };
+    messages[..newest]
+        .iter()
+        .any(|m| m.parts.iter().any(|p| matches!(p, Part::File(_))))
+}
+
+/// The request as `style`'s wire should see it: borrowed unchanged when it holds no file.
+pub fn render(req: &InferRequest, style: Style, reads: Reads) -> Cow<'_, InferRequest> {
+    let Some(newest) = newest_with_files(&req.messages) else {
+        return Cow::Borrowed(req);
+    };
+    let mut out = req.clone();
+    for (i, message) in out.messages.iter_mut().enumerate() {
+        if message.parts.iter().any(|p| matches!(p, Part::File(_))) {
+            render_message(message, i == newest, style, reads);
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// What one file becomes: still a file (to be inlined by the codec, under its wire media type),
+/// or text.
+enum Rendered {
+    File(FileRef),
+    Text(String),
+}
+
+fn render_file(
+    file: &FileRef,
+    inline: bool,
+    in_results: bool,
+    style: Style,
+    reads: Reads,
+) -> Rendered {
+    if !inline {
+        return Rendered::Text(forms::reference_line(file));
+    }
+    let Some(bytes) = file.data.as_deref() else {
+        return Rendered::Text(forms::missing(file));
+    };
+    match forms::form(style, reads, file) {
+        Form::Text => Rendered::Text(forms::inline_text(file, bytes)),
+        Form::Note => Rendered::Text(forms::note(file)),
+        // OpenAI-style tool results are text only, whatever the model reads elsewhere.
+        Form::Inline { .. } if in_results && style == Style::Openai => {
+            Rendered::Text(forms::note(file))
+        }
+        Form::Inline { media_type } => {
+            let mut wire = file.clone();
+            wire.content_type = media_type;
+            Rendered::File(wire)
+        }
+    }
+}
+
+/// Renders a message's files in place. Text a file becomes joins the text around it with a
+/// blank line; in a message of tool results it joins the result it belongs to (the one before
+/// it), so every style carries it in the result.
+fn render_message(message: &mut Message, inline: bool, style: Style, reads: Reads) {
+    let in_results = message.role == Role::Tool;
+    let parts = std::mem::take(&mut message.parts);
+    let mut out: Vec<Part> = Vec::with_capacity(parts.len());
+    for part in parts {
+        let Part::File(file) = part else {
+            push_joined(&mut out, part);
+            continue;
+        };
+        match render_file(&file, inline, in_results, style, reads) {
+            Rendered::File(wire) => out.push(Part::File(wire)),
+            Rendered::Text(text) => match out.last_mut() {
+                Some(Part::ToolResult(result)) if in_results => {
+                    result.content.push_str("\n\n");
+                    result.content.push_str(&text);
+                }
+                _ => push_joined(&mut out, Part::text(text)),
+            },
+        }
+    }
+    message.parts = out;
+}
+
+/// Pushes `part`, separating it from text just before it by a blank line (styles that join a
+/// message's text parts would otherwise run them together).
+fn push_joined(out: &mut Vec<Part>, part: Part) {
+    let part = match (out.last(), part) {
+        (Some(Part::Text { .. }), Part::Text { text, opaque }) => Part::Text {
+            text: format!("\n\n{text}"),
+            opaque,
+        },
+        (_, part) => part,
+    };
+    out.push(part);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::files::record;
+
+    fn with_file(text: &str, name: &str, bytes: &[u8]) -> Message {
+        Message::new(
+            Role::User,
+            vec![
+                Part::text(text),
+                Part::File(record(name, None, Arc::from(bytes))),
+            ],
+        )
+    }
+
+    #[test]
+    fn only_the_newest_file_bearing_message_inlines() {
+        let req = InferRequest {
+            messages: vec![
+                with_file("one", "a.csv", b"x,y\n1,2\n"),
+                Message::assistant("ok"),
+                with_file("two", "b.csv", b"p,q\n"),
+                Message::assistant("ok"),
+                Message::user("and?"),
+            ],
+            ..Default::default()
+        };
+        assert!(has_older_files(&req.messages));
+        let out = render(&req, Style::Anthropic, Reads::default());
+        let first = out.messages[0].text();
+        let second = out.messages[2].text();
+        assert!(
+            first.contains("ref ") && first.contains("view_file"),
+            "{first}"
+        );
+        assert!(!first.contains("x,y"));
+        assert!(second.contains("\np,q\n"), "{second}");
+        assert_eq!(second.matches("\n\n[file b.csv").count(), 1, "{second}");
+        assert_eq!(out.messages[4], req.messages[4]);
+    }
+
+    #[test]
+    fn a_request_without_files_is_not_copied() {
+        let req = InferRequest {
+            messages: vec![Message::user("hi")],
+            ..Default::default()
+        };
+        assert!(matches!(
+            render(&req, Style::Openai, Reads::default()),
+            Cow::Borrowed(_)
+        ));
+        assert!(!has_older_files(&req.messages));
+    }
+}

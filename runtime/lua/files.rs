@@ -1,0 +1,121 @@
+//! Files between Lua and the core: the `files = {...}` list a history entry, a turn's prompt, a
+//! mail or a tool's result carries, the file tables Lua gets back, and `ai.view_file(ref)`.
+//!
+//! A list entry is a path (`"report.pdf"`, relative to the script's folder), `{ path, name?,
+//! content_type? }`, `{ name, data, content_type? }` (the bytes in a Lua string), or a file
+//! table colony gave back (`{ ref = ... }`, looked up among the program's files). Every file is
+//! recorded once in the core's [`crate::files::Library`].
+
+use mlua::{Lua, Table, Value};
+
+use super::ai::core;
+use super::convert::misuse;
+use crate::vocab::FileRef;
+
+/// The files of `value` (a list as above); `at` names the field in errors.
+pub fn read_files(lua: &Lua, value: Value, at: &str) -> mlua::Result<Vec<FileRef>> {
+    let list = match value {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Table(t) => t,
+        other => {
+            return Err(misuse(format!(
+                "{at} must be a list of files, not a {}",
+                other.type_name()
+            )));
+        }
+    };
+    let mut files = Vec::new();
+    for (i, entry) in list.sequence_values::<Value>().enumerate() {
+        files.push(read_file(lua, entry?, &format!("{at}[{}]", i + 1))?);
+    }
+    Ok(files)
+}
+
+fn read_file(lua: &Lua, entry: Value, at: &str) -> mlua::Result<FileRef> {
+    let library = core(lua);
+    let library = library.files();
+    match entry {
+        Value::String(path) => {
+            let full = super::fs::resolve(lua, &path);
+            let bytes = std::fs::read(&full)
+                .map_err(|e| misuse(format!("{at}: cannot read {}: {e}", full.display())))?;
+            Ok(library.record(&file_name(&full), None, bytes))
+        }
+        Value::Table(t) => {
+            let declared: Option<String> = t.get("content_type")?;
+            if let Some(handle) = t.get::<Option<String>>("ref")? {
+                return library
+                    .find(&handle)
+                    .map_err(|e| misuse(format!("{at}: {e}")));
+            }
+            let name: Option<String> = t.get("name")?;
+            if let Some(path) = t.get::<Option<mlua::LuaString>>("path")? {
+                let full = super::fs::resolve(lua, &path);
+                let bytes = std::fs::read(&full)
+                    .map_err(|e| misuse(format!("{at}: cannot read {}: {e}", full.display())))?;
+                let name = name.unwrap_or_else(|| file_name(&full));
+                return Ok(library.record(&name, declared.as_deref(), bytes));
+            }
+            let Some(data) = t.get::<Option<mlua::LuaString>>("data")? else {
+                return Err(misuse(format!(
+                    "{at} needs a path, data (with a name) or a ref"
+                )));
+            };
+            let name = name.ok_or_else(|| misuse(format!("{at}: data needs a name")))?;
+            Ok(library.record(&name, declared.as_deref(), data.as_bytes().to_vec()))
+        }
+        other => Err(misuse(format!(
+            "{at} must be a path or a table, not a {}",
+            other.type_name()
+        ))),
+    }
+}
+
+fn file_name(path: &std::path::Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| path.display().to_string())
+}
+
+/// A file as Lua sees it: `{ name, content_type, kind, size, ref, sha256 }` (`ref` is what
+/// `view_file` and a `files` list take back).
+pub fn file_table(lua: &Lua, file: &FileRef) -> mlua::Result<Table> {
+    let t = lua.create_table()?;
+    t.set("name", file.name.as_str())?;
+    t.set("content_type", file.content_type.as_str())?;
+    t.set("kind", crate::files::kind_of(file).as_str())?;
+    t.set("size", file.size)?;
+    t.set("ref", file.handle())?;
+    t.set("sha256", file.sha256.as_str())?;
+    Ok(t)
+}
+
+/// A list of file tables, or `None` for no files.
+pub fn files_table<'a>(
+    lua: &Lua,
+    files: impl IntoIterator<Item = &'a FileRef>,
+) -> mlua::Result<Option<Table>> {
+    let list = lua.create_table()?;
+    for f in files {
+        list.push(file_table(lua, f)?)?;
+    }
+    Ok((list.raw_len() > 0).then_some(list))
+}
+
+/// `file, err = ai.view_file(ref)`: the file table plus `data` (its bytes), and `text` for a
+/// text file; `nil, err` for a reference that names no file of this program.
+pub fn view_file(lua: &Lua, handle: String) -> mlua::Result<(Value, Option<String>)> {
+    let found = core(lua).files().find(&handle);
+    let file = match found {
+        Ok(f) => f,
+        Err(e) => return Ok((Value::Nil, Some(e.to_string()))),
+    };
+    let t = file_table(lua, &file)?;
+    if let Some(bytes) = file.data.as_deref() {
+        t.set("data", lua.create_string(bytes)?)?;
+        if crate::files::kind_of(&file) == crate::files::FileKind::Text {
+            t.set("text", String::from_utf8_lossy(bytes).into_owned())?;
+        }
+    }
+    Ok((Value::Table(t), None))
+}
