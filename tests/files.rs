@@ -1,8 +1,514 @@
-//! Files from Lua. So far: `ai.classify_file` (the rest of the files issue is to come).
+//! Files from Lua, through the binary, against the fake provider in each wire style: every
+//! kind of small real file in exactly the form each API documents (or the honest note), the
+//! text cap and its marker, content-type normalisation, the window (only the newest
+//! file-bearing message inlines; `view_file` re-reads an older file; appending a call and its
+//! result leaves every earlier byte of the request identical), and shedding a refused file.
 
 mod support;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use support::fake::{FakeProvider, Reply};
 use support::script::Sandbox;
+use support::{STYLES, model_calls, styled};
+
+/// A 1x1 PNG.
+const PNG: &str = "89504e470d0a1a0a0000000d4948445200000001000000010806000000\
+                   1f15c4890000000a49444154789c63000100000500010d0a2db40000000049454e44ae426082";
+/// A 1x1 GIF.
+const GIF: &str = "474946383961010001008000000000000000ffffff21f90401000000002c\
+                   00000000010001000002024401003b";
+/// The start of a JFIF JPEG (SOI, APP0) and its end (EOI).
+const JPEG: &str = "ffd8ffe000104a46494600010100000100010000ffd9";
+
+fn hex(s: &str) -> Vec<u8> {
+    let s: String = s.chars().filter(|c| !c.is_whitespace()).collect();
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// A WAV: a RIFF header, a 16-bit mono fmt chunk and eight samples.
+fn wav() -> Vec<u8> {
+    let samples = [0u8; 16];
+    let mut w = b"RIFF".to_vec();
+    w.extend((36 + samples.len() as u32).to_le_bytes());
+    w.extend(b"WAVEfmt ");
+    w.extend(16u32.to_le_bytes());
+    w.extend(1u16.to_le_bytes()); // PCM
+    w.extend(1u16.to_le_bytes()); // mono
+    w.extend(8000u32.to_le_bytes());
+    w.extend(16000u32.to_le_bytes());
+    w.extend(2u16.to_le_bytes());
+    w.extend(16u16.to_le_bytes());
+    w.extend(b"data");
+    w.extend((samples.len() as u32).to_le_bytes());
+    w.extend(samples);
+    w
+}
+
+const PDF: &[u8] = b"%PDF-1.4\n1 0 obj <</Type /Catalog /Pages 2 0 R>> endobj\n\
+    2 0 obj <</Type /Pages /Kids [] /Count 0>> endobj\ntrailer <</Root 1 0 R>>\n%%EOF\n";
+const CSV: &[u8] = b"city,temp\nParis,21\nOslo,12\n";
+/// Past the 24,000 code point cap, in two-byte characters.
+const LONG_CHARS: usize = 24_010;
+
+/// Deterministic bytes no sniffer recognises.
+fn blob() -> Vec<u8> {
+    let mut x: u32 = 7;
+    (0..64)
+        .map(|i| {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            if i == 0 { 0 } else { (x >> 16) as u8 }
+        })
+        .collect()
+}
+
+fn handle(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<String>()[..12]
+        .to_string()
+}
+
+/// Writes every test file into the sandbox.
+fn write_files(sb: &Sandbox) {
+    let files: Vec<(&str, Vec<u8>)> = vec![
+        ("a.png", hex(PNG)),
+        ("b.jpg", hex(JPEG)),
+        ("c.gif", hex(GIF)),
+        ("d.pdf", PDF.to_vec()),
+        ("e.csv", CSV.to_vec()),
+        ("long.txt", "ü".repeat(LONG_CHARS).into_bytes()),
+        ("g.wav", wav()),
+        ("blob.bin", blob()),
+    ];
+    for (name, bytes) in files {
+        std::fs::write(sb.path(name), bytes).unwrap();
+    }
+}
+
+/// A sandbox pointed at the fake in `style`, with that style as the `general` provider.
+fn sandbox(fake: &FakeProvider, style: &str) -> Sandbox {
+    let sb = styled(fake, style);
+    sb.write(
+        "config.toml",
+        &format!("[use.general]\nprovider = \"{style}\"\nmodel = \"m\"\n"),
+    );
+    write_files(&sb);
+    sb
+}
+
+const ALL_FILES: &str = r#"{ "a.png", "b.jpg", "c.gif", "d.pdf", "e.csv", "long.txt", "g.wav", "blob.bin",
+  { path = "b.jpg", name = "declared", content_type = "IMAGE/JPG; q=1" } }"#;
+
+fn b64(bytes: &[u8]) -> String {
+    STANDARD.encode(bytes)
+}
+
+fn note(name: &str, ct: &str) -> String {
+    format!("[file {name} ({ct}, ")
+}
+
+fn assert_note(text: &str, name: &str, ct: &str) {
+    let head = note(name, ct);
+    let at = text
+        .find(&head)
+        .unwrap_or_else(|| panic!("no note for {name} in {text}"));
+    let line = text[at..].lines().next().unwrap();
+    assert!(
+        line.ends_with(&format!(
+            "this model's API cannot read {ct} files, so its content is absent]"
+        )),
+        "{line}"
+    );
+}
+
+/// The inlined CSV and the capped text, as every style carries them.
+fn assert_texts(text: &str) {
+    assert!(
+        text.contains(
+            "[file e.csv (text/csv, 27 B)]\ncity,temp\nParis,21\nOslo,12\n\n[end of file e.csv]"
+        ),
+        "{text}"
+    );
+    let long = text
+        .find("[file long.txt (text/plain, ")
+        .expect("the long text is inlined");
+    let long = &text[long..];
+    assert_eq!(
+        long.matches('ü').count(),
+        24_000,
+        "capped at 24,000 code points"
+    );
+    assert!(long.contains(&format!(
+        "\n[truncated: long.txt has {LONG_CHARS} characters; only the first 24000 are shown]\n[end of file long.txt]"
+    )));
+}
+
+fn ask_all(style: &str) -> Value {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("seen"));
+    let run = sandbox(&fake, style)
+        .lua(
+            &format!(
+                r#"local r, err = ai.ask({{ {{ role = "user", content = "look", files = {ALL_FILES} }} }})
+                   print(r or err.message)"#
+            ),
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "seen\n", "{style}: {}", run.stderr);
+    model_calls(&fake).remove(0)
+}
+
+#[test]
+fn anthropic_gets_image_and_document_blocks_and_notes() {
+    let body = ask_all("anthropic");
+    let blocks = body["messages"][0]["content"].as_array().unwrap().clone();
+    let image = |ct: &str, bytes: &[u8]| json!({"type": "image", "source": {"type": "base64", "media_type": ct, "data": b64(bytes)}});
+    assert_eq!(blocks[0], json!({"type": "text", "text": "look"}));
+    assert_eq!(blocks[1], image("image/png", &hex(PNG)));
+    assert_eq!(blocks[2], image("image/jpeg", &hex(JPEG)));
+    assert_eq!(blocks[3], image("image/gif", &hex(GIF)));
+    assert_eq!(
+        blocks[4],
+        json!({"type": "document", "title": "d.pdf",
+               "source": {"type": "base64", "media_type": "application/pdf", "data": b64(PDF)}})
+    );
+    // The caller's `IMAGE/JPG; q=1`, normalised.
+    assert_eq!(blocks.last().unwrap(), &image("image/jpeg", &hex(JPEG)));
+    let text: String = blocks
+        .iter()
+        .filter_map(|b| b["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_texts(&text);
+    assert_note(&text, "g.wav", "audio/wav");
+    assert_note(&text, "blob.bin", "application/octet-stream");
+    assert_eq!(blocks.len(), 10, "{blocks:#?}");
+}
+
+#[test]
+fn gemini_gets_inline_data_for_what_it_documents() {
+    let body = ask_all("gemini");
+    let parts = body["contents"][0]["parts"].as_array().unwrap().clone();
+    let inline =
+        |ct: &str, bytes: &[u8]| json!({"inlineData": {"mimeType": ct, "data": b64(bytes)}});
+    assert_eq!(parts[0], json!({"text": "look"}));
+    assert_eq!(parts[1], inline("image/png", &hex(PNG)));
+    assert_eq!(parts[2], inline("image/jpeg", &hex(JPEG)));
+    assert!(parts.contains(&inline("application/pdf", PDF)));
+    assert!(parts.contains(&inline("audio/wav", &wav())));
+    assert_eq!(parts.last().unwrap(), &inline("image/jpeg", &hex(JPEG)));
+    let text: String = parts
+        .iter()
+        .filter_map(|p| p["text"].as_str())
+        .collect::<Vec<_>>()
+        .join("\n");
+    assert_texts(&text);
+    // GIF is an image Gemini does not list.
+    assert_note(&text, "c.gif", "image/gif");
+    assert_note(&text, "blob.bin", "application/octet-stream");
+    let inlined = parts
+        .iter()
+        .filter(|p| p.get("inlineData").is_some())
+        .count();
+    assert_eq!(inlined, 5, "{parts:#?}");
+}
+
+#[test]
+fn openai_chat_gets_text_and_notes_only() {
+    let body = ask_all("openai");
+    let text = body["messages"][0]["content"]
+        .as_str()
+        .expect("text content")
+        .to_string();
+    assert!(text.starts_with("look\n\n[file a.png"), "{}", &text[..200]);
+    assert_texts(&text);
+    for (name, ct) in [
+        ("a.png", "image/png"),
+        ("b.jpg", "image/jpeg"),
+        ("c.gif", "image/gif"),
+        ("d.pdf", "application/pdf"),
+        ("g.wav", "audio/wav"),
+        ("blob.bin", "application/octet-stream"),
+        ("declared", "image/jpeg"),
+    ] {
+        assert_note(&text, name, ct);
+    }
+    assert!(!text.contains(&b64(&hex(PNG))));
+}
+
+/// The messages (or contents) of a request, as the wire carries them.
+fn conversation(body: &Value) -> &Value {
+    body.get("contents").unwrap_or(&body["messages"])
+}
+
+/// The serialized conversation of `earlier` is a byte prefix of `later`'s, and the tools are
+/// the same.
+fn assert_prefix(style: &str, earlier: &Value, later: &Value) {
+    let a = serde_json::to_string(conversation(earlier)).unwrap();
+    let b = serde_json::to_string(conversation(later)).unwrap();
+    let open = &a[..a.len() - 1];
+    assert!(
+        b.starts_with(open),
+        "{style}: the earlier request is not a prefix:\n{a}\n{b}"
+    );
+    assert!(b.len() > a.len());
+    assert_eq!(earlier["tools"], later["tools"], "{style}");
+}
+
+#[test]
+fn only_the_newest_file_bearing_message_inlines_and_view_file_reads_an_older_one() {
+    for style in STYLES {
+        let fake = FakeProvider::start();
+        let csv = handle(CSV);
+        fake.push(Reply::tool_call("e1", "echo", json!({"text": "hi"})));
+        fake.push(Reply::tool_call("v1", "view_file", json!({"ref": csv})));
+        fake.push(Reply::text("done"));
+        let run = sandbox(&fake, style)
+            .lua(
+                r#"
+local echo = ai.tool{ name = "echo", parameters = { text = "string" },
+  handler = function(args) return args.text end }
+local history = {
+  { role = "user", content = "first", files = { "e.csv" } },
+  { role = "assistant", content = "ok" },
+  { role = "user", content = "second", files = { "d.pdf" } },
+  { role = "assistant", content = "ok" },
+}
+local r = ai.take_turn{ messages = history, prompt = "third", files = { "a.png" }, tools = { echo } }
+print(r.reply, r.stop)
+for _, e in ipairs(r.tool_events) do print(e.name, e.kind, e.outcome) end
+local last = r.messages[#r.messages - 1]
+print(last.role, last.files and last.files[1].name, last.files and last.files[1].ref)
+local f = ai.view_file(last.files[1].ref)
+print(f.name, f.kind, f.content_type, #f.data, f.text == f.data)
+print(ai.view_file("00000000"))
+"#,
+                &[],
+            )
+            .ok();
+        let lines = run.lines();
+        assert_eq!(lines[0], "done\tend_turn", "{style}: {}", run.stdout);
+        assert_eq!(lines[1], "echo\tok\thi", "{style}");
+        assert_eq!(
+            lines[2], "view_file\tok\tThe file e.csv again, attached below.",
+            "{style}"
+        );
+        assert_eq!(lines[3], format!("tool\te.csv\t{csv}"), "{style}");
+        assert_eq!(lines[4], "e.csv\ttext\ttext/csv\t27\ttrue", "{style}");
+        assert_eq!(
+            lines[5], "nil\tno file has the reference \"00000000\"",
+            "{style}"
+        );
+
+        let calls = model_calls(&fake);
+        assert_eq!(calls.len(), 3, "{style}");
+        let first = serde_json::to_string(conversation(&calls[0])).unwrap();
+        // The two older files travel as reference lines; the newest (the PNG) is inlined
+        // where the style reads images, and the CSV's content is absent.
+        assert!(
+            first.contains(&format!(
+                "[file e.csv (text/csv, 27 B), ref {csv}: attached earlier"
+            )),
+            "{style}: {first}"
+        );
+        assert!(
+            first.contains(&format!(
+                "[file d.pdf (application/pdf, {} B), ref {}",
+                PDF.len(),
+                handle(PDF)
+            )),
+            "{style}"
+        );
+        assert!(!first.contains("Paris,21"), "{style}");
+        assert!(!first.contains(&b64(PDF)), "{style}");
+        if style != "openai" {
+            assert!(first.contains(&b64(&hex(PNG))), "{style}");
+        }
+        let tools = serde_json::to_string(&calls[0]["tools"]).unwrap();
+        assert!(
+            tools.contains("view_file"),
+            "{style}: view_file offered: {tools}"
+        );
+        // A call and its result appended: every earlier byte is the same.
+        assert_prefix(style, &calls[0], &calls[1]);
+        // view_file's result carries the CSV: now it is the newest, inlined, and the PNG is a
+        // reference line.
+        let third = serde_json::to_string(conversation(&calls[2])).unwrap();
+        assert!(third.contains("Paris,21"), "{style}: {third}");
+        assert!(
+            third.contains(&format!(
+                "[file a.png (image/png, 67 B), ref {}",
+                handle(&hex(PNG))
+            )),
+            "{style}"
+        );
+        assert!(!third.contains(&b64(&hex(PNG))), "{style}");
+    }
+}
+
+#[test]
+fn a_refused_attachment_is_shed_and_the_call_retried_once() {
+    for style in STYLES {
+        let fake = FakeProvider::start();
+        let message =
+            "messages.0.content.1.image.source.base64.data: image a.png could not be decoded";
+        let body = match style {
+            "anthropic" => {
+                json!({"type": "error", "error": {"type": "invalid_request_error", "message": message}})
+            }
+            "openai" => json!({"error": {"message": message, "type": "invalid_request_error"}}),
+            _ => json!({"error": {"code": 400, "message": message, "status": "INVALID_ARGUMENT"}}),
+        };
+        fake.push(Reply::status(400).body(body.to_string()));
+        fake.push(Reply::text("read the CSV"));
+        let run = sandbox(&fake, style)
+            .lua(
+                r#"local r, err = ai.ask({ { role = "user", content = "look", files = { "a.png", "e.csv" } } })
+                   print(r or err.message)"#,
+                &[],
+            )
+            .ok();
+        assert_eq!(run.stdout, "read the CSV\n", "{style}: {}", run.stderr);
+        let calls = model_calls(&fake);
+        assert_eq!(calls.len(), 2, "{style}: retried once");
+        let retried = serde_json::to_string(conversation(&calls[1])).unwrap();
+        assert!(!retried.contains(&b64(&hex(PNG))), "{style}");
+        assert!(
+            retried.contains("[file a.png (image/png, 67 B) was removed: the provider refused it (API error 400: "),
+            "{style}: {retried}"
+        );
+        assert!(retried.contains("Paris,21"), "{style}: the CSV stays");
+    }
+}
+
+#[test]
+fn a_refusal_that_names_no_file_is_not_retried() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::status(400));
+    fake.push(Reply::text("never"));
+    let run = sandbox(&fake, "anthropic")
+        .lua(
+            r#"local r, err = ai.ask({ { role = "user", content = "look", files = { "e.csv" } } })
+               print(r, err and err.kind)"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "nil\tapi_error\n");
+    assert_eq!(model_calls(&fake).len(), 1);
+}
+
+#[test]
+fn a_resident_keeps_the_shed_form_and_its_files_across_a_restart() {
+    let fake = FakeProvider::start();
+    fake.push(
+        Reply::status(400).body(
+            json!({"type": "error", "error": {"type": "invalid_request_error",
+               "message": "Could not process image"}})
+            .to_string(),
+        ),
+    );
+    fake.push(Reply::text("reviewed"));
+    fake.push(Reply::text("still have the CSV"));
+    let sb = sandbox(&fake, "anthropic");
+    let state = sb.path("state-dir").display().to_string();
+    let script = sb
+        .write(
+            "review.lua",
+            r#"
+local word = ...
+ai.spawn{ name = "reviewer", persist_conversation = true,
+  deliver_to = function(reply, info)
+    if info.kind == "reply" then print(reply) ; ai.stop("done") end
+  end,
+  sources = { function(self)
+    if word == "first" then
+      assert(ai.mail{ to = self, source = "t", content = "review", hop = 0, files = { "a.png", "e.csv" } })
+    else
+      assert(ai.mail{ to = self, source = "t", content = "again?", hop = 0 })
+    end
+  end } }
+ai.watch{}
+"#,
+        )
+        .display()
+        .to_string();
+    let run = sb
+        .colony(&["run", "--state", &state, &script, "first"])
+        .ok();
+    assert_eq!(run.stdout, "reviewed\n", "{}", run.stderr);
+    // The file is gone from the sources' folder: the store has its bytes.
+    std::fs::remove_file(sb.path("e.csv")).unwrap();
+    let run = sb
+        .colony(&["run", "--state", &state, &script, "second"])
+        .ok();
+    assert_eq!(run.stdout, "still have the CSV\n", "{}", run.stderr);
+    let calls = model_calls(&fake);
+    assert_eq!(calls.len(), 3);
+    let after = serde_json::to_string(conversation(&calls[2])).unwrap();
+    assert!(
+        after.contains("[file a.png (image/png, 67 B) was removed"),
+        "{after}"
+    );
+    assert!(!after.contains(&b64(&hex(PNG))));
+    // The CSV's message is the newest file-bearing one: still inlined, from the store.
+    assert!(after.contains("Paris,21"), "{after}");
+    let shown = sb
+        .colony(&[
+            "conversations",
+            &script,
+            "--state",
+            &state,
+            "show",
+            "reviewer",
+        ])
+        .ok();
+    assert!(
+        shown.stdout.contains("user attached e.csv (text/csv, 27 B"),
+        "{}",
+        shown.stdout
+    );
+    assert!(!shown.stdout.contains("attached a.png"), "{}", shown.stdout);
+}
+
+#[test]
+fn bad_file_lists_name_the_field() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake, "openai");
+    let run = sb
+        .lua(
+            r#"ai.ask({ { role = "user", content = "x", files = { "missing.pdf" } } })"#,
+            &[],
+        )
+        .failed();
+    assert!(
+        run.stderr
+            .contains("ai.ask: history[1].files[1]: cannot read "),
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("missing.pdf"), "{}", run.stderr);
+    let run = sb
+        .lua(
+            r#"ai.take_turn{ prompt = "x", files = { { data = "abc" } } }"#,
+            &[],
+        )
+        .failed();
+    assert!(
+        run.stderr
+            .contains("ai.take_turn: files[1]: data needs a name"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(fake.calls(), 0);
+}
 
 #[test]
 fn classify_file_gives_the_closed_kind() {
