@@ -365,3 +365,85 @@ fn the_watcher_carries_on_after_a_restart() {
         ]
     );
 }
+
+// ---- the review ----
+
+const REVIEW_VERDICT: &str = "One figure does not hold: the report counts 412 leaflet orders, \
+    the monthly data adds up to 417. Revenue (1,240,000 EUR) and late invoices (3) match.";
+const REVIEW_OUTPUT: &str = "\
+flagged Leaflet orders: the report says 412, the data says 417 (131 + 136 + 150)
+[reviewer] One figure does not hold: the report counts 412 leaflet orders, the monthly data adds up to 417. Revenue (1,240,000 EUR) and late invoices (3) match.
+reviewed
+";
+
+/// The reviewer, as a model that read both attachments would answer: one flag, then a verdict.
+fn review_reply(body: &Value) -> Reply {
+    let answered = body.to_string().contains("\"tool_result\"");
+    if answered {
+        return Reply::text(REVIEW_VERDICT);
+    }
+    Reply::tool_call(
+        "f1",
+        "flag",
+        json!({"figure": "Leaflet orders", "report_says": "412", "data_says": "417 (131 + 136 + 150)"}),
+    )
+}
+
+/// The review run against the fake in the Anthropic style (which reads PDFs), optionally
+/// recording its cassette.
+fn review_live(fake: &FakeProvider, record: bool) -> Run {
+    let sb = styled(fake, "anthropic");
+    sb.write("config.toml", "[use.general]\nprovider = \"anthropic\"\nmodel = \"claude-test\"\n");
+    let cassette = project_root().join("examples/review.jsonl");
+    let cassette = cassette.display().to_string();
+    let mut args = vec!["run"];
+    if record {
+        args.extend(["--record", &cassette]);
+    }
+    args.push("examples/review.lua");
+    sb.colony(&args).ok()
+}
+
+#[test]
+fn the_review_sends_the_pdf_as_a_document_and_the_csv_as_text() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| review_reply(body));
+    let run = review_live(&fake, false);
+    assert_eq!(run.stdout, REVIEW_OUTPUT);
+    let calls = support::model_calls(&fake);
+    assert_eq!(calls.len(), 2);
+    let blocks = calls[0]["messages"][0]["content"].as_array().unwrap();
+    let pdf = std::fs::read(project_root().join("examples/review/q3-report.pdf")).unwrap();
+    use base64::Engine;
+    let data = base64::engine::general_purpose::STANDARD.encode(&pdf);
+    assert_eq!(
+        blocks[1],
+        json!({"type": "document", "title": "q3-report.pdf",
+               "source": {"type": "base64", "media_type": "application/pdf", "data": data}})
+    );
+    let csv = blocks[2]["text"].as_str().unwrap();
+    assert!(
+        csv.contains("[file q3-figures.csv (text/csv, 108 B)]\nmonth,revenue_eur,"),
+        "{csv}"
+    );
+    assert!(csv.contains("September,440000,150,2"), "{csv}");
+}
+
+#[test]
+fn the_review_replays_offline() {
+    let run = replay("review");
+    assert_eq!(run.stdout, REVIEW_OUTPUT);
+    assert_eq!(run.stderr, "", "no warnings, no cassette misses");
+}
+
+/// `cargo test --test examples_residents -- --ignored regenerate_review_cassette`.
+#[test]
+#[ignore = "writes examples/review.jsonl; run by hand"]
+fn regenerate_review_cassette() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| review_reply(body));
+    let run = review_live(&fake, true);
+    assert_eq!(run.stdout, REVIEW_OUTPUT);
+    assert_eq!(run.stderr, "");
+    assert_eq!(fake.calls(), 2);
+}
