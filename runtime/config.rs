@@ -53,6 +53,10 @@ pub struct UseConfig {
     /// `native`, `text` or `none`: overrides the catalogue's tools level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<String>,
+    /// Whether the model reads images (an OpenAI-compatible vision model): attached images
+    /// go as `image_url` data instead of a note. Overrides the catalogue's entry.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<bool>,
 }
 
 /// The fields `colony config set` accepts, in the order `list` shows them.
@@ -66,6 +70,7 @@ pub const FIELDS: &[&str] = &[
     "temperature",
     "timeout",
     "tools",
+    "images",
 ];
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -211,6 +216,9 @@ impl Config {
                 ToolsLevel::parse(value).ok_or_else(|| bad("expected native, text or none"))?;
                 u.tools = text();
             }
+            "images" => {
+                u.images = Some(value.parse().map_err(|_| bad("expected true or false"))?)
+            }
             _ => {
                 return Err(ConfigError::Invalid(format!(
                     "unknown field {field:?} (fields: {})",
@@ -235,6 +243,7 @@ impl UseConfig {
             "temperature" => self.temperature.map(|v| v.to_string()),
             "timeout" => self.timeout.map(|v| v.to_string()),
             "tools" => self.tools.clone(),
+            "images" => self.images.map(|v| v.to_string()),
             _ => None,
         }
     }
@@ -405,6 +414,9 @@ impl Config {
                 key,
                 tools_level,
                 timeout: Duration::from_secs_f64(timeout.max(0.001)),
+                reads: crate::files::forms::Reads {
+                    images: cfg.images.unwrap_or(entry.images),
+                },
             },
             model: o
                 .model

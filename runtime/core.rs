@@ -88,6 +88,7 @@ impl Core {
         if self.inner.replaying {
             return Ok(Resolved {
                 endpoint: Endpoint {
+                    reads: Default::default(),
                     provider: "replay".into(),
                     style: Style::Replay,
                     base_url: String::new(),

@@ -526,3 +526,33 @@ print()
         .ok();
     assert_eq!(run.stdout, "image pdf text text audio video other other \n");
 }
+
+#[test]
+fn an_openai_compatible_vision_model_opts_in_to_images() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("seen"));
+    let sb = sandbox(&fake, "openai");
+    sb.write(
+        "config.toml",
+        "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\nimages = true\n",
+    );
+    let run = sb
+        .lua(
+            r#"print(ai.ask({ { role = "user", content = "look", files = { "a.png", "d.pdf", "c.gif" } } }))"#,
+            &[],
+        )
+        .ok();
+    assert!(run.stdout.starts_with("seen"), "{}", run.stderr);
+    let body = model_calls(&fake).remove(0);
+    let content = body["messages"][0]["content"].as_array().expect("content parts").clone();
+    assert_eq!(content[0]["type"], "text");
+    let text = content[0]["text"].as_str().unwrap();
+    assert!(text.starts_with("look\n\n"), "{text}");
+    assert_note(text, "d.pdf", "application/pdf");
+    let url = |ct: &str, bytes: &[u8]| {
+        json!({"type": "image_url", "image_url": {"url": format!("data:{ct};base64,{}", b64(bytes))}})
+    };
+    assert_eq!(content[1], url("image/png", &hex(PNG)));
+    assert_eq!(content[2], url("image/gif", &hex(GIF)));
+    assert_eq!(content.len(), 3);
+}

@@ -133,7 +133,7 @@ fn assert_no_opaque(inferred: &Inferred) {
         let opaque = match part {
             Part::Text { opaque, .. } | Part::Reasoning { opaque, .. } => opaque.as_ref(),
             Part::ToolCall(c) => c.opaque.as_ref(),
-            Part::ToolResult(_) => None,
+            Part::ToolResult(_) | Part::File(_) => None,
         };
         assert!(opaque.is_none(), "unexpected opaque data in {part:?}");
         assert!(

@@ -134,6 +134,7 @@ fn reasoning(inferred: &Inferred) -> Vec<(&str, &Value)> {
 
 fn endpoint() -> Endpoint {
     Endpoint {
+        reads: Default::default(),
         provider: "gemini".into(),
         style: Style::Gemini,
         base_url: "https://generativelanguage.googleapis.com/v1beta".into(),

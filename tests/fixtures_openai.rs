@@ -147,6 +147,7 @@ fn assert_no_opaque(inferred: &Inferred) {
             Part::Text { opaque, .. } => assert_eq!(opaque, &None),
             Part::ToolCall(c) => assert_eq!(c.opaque, None),
             Part::ToolResult(_) => panic!("a response holds no tool result"),
+            Part::File(_) => panic!("a response holds no file"),
         }
     }
 }

@@ -108,15 +108,16 @@ fn render_message(message: &mut Message, inline: bool, style: Style, reads: Read
     message.parts = out;
 }
 
-/// Pushes `part`, separating it from text just before it by a blank line (styles that join a
-/// message's text parts would otherwise run them together).
+/// Pushes `part`, separating text from any text before it in the message by a blank line
+/// (styles that join a message's text parts would otherwise run them together).
 fn push_joined(out: &mut Vec<Part>, part: Part) {
-    let part = match (out.last(), part) {
-        (Some(Part::Text { .. }), Part::Text { text, opaque }) => Part::Text {
+    let after_text = out.iter().any(|p| matches!(p, Part::Text { .. }));
+    let part = match part {
+        Part::Text { text, opaque } if after_text => Part::Text {
             text: format!("\n\n{text}"),
             opaque,
         },
-        (_, part) => part,
+        part => part,
     };
     out.push(part);
 }

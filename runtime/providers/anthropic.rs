@@ -675,6 +675,7 @@ mod tests {
 
     fn endpoint(key: Option<&str>) -> Endpoint {
         Endpoint {
+            reads: Default::default(),
             provider: "anthropic".into(),
             style: Style::Anthropic,
             base_url: "https://api.anthropic.com/v1".into(),

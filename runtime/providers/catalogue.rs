@@ -40,6 +40,9 @@ pub struct CatalogueEntry {
     pub tools: ToolsLevel,
     /// Whether a request without a key is still sent (local servers).
     pub key_optional: bool,
+    /// Whether its default models read images where the style's table says a note (an
+    /// OpenAI-compatible entry opting in); `images` in a use-type's config overrides it.
+    pub images: bool,
 }
 
 pub const CATALOGUE: &[CatalogueEntry] = &[
@@ -53,6 +56,7 @@ pub const CATALOGUE: &[CatalogueEntry] = &[
         base_url_env: "ANTHROPIC_BASE_URL",
         tools: ToolsLevel::Native,
         key_optional: false,
+        images: false,
     },
     CatalogueEntry {
         id: "openai",
@@ -64,6 +68,7 @@ pub const CATALOGUE: &[CatalogueEntry] = &[
         base_url_env: "OPENAI_BASE_URL",
         tools: ToolsLevel::Native,
         key_optional: false,
+        images: false,
     },
     CatalogueEntry {
         id: "groq",
@@ -75,6 +80,7 @@ pub const CATALOGUE: &[CatalogueEntry] = &[
         base_url_env: "GROQ_BASE_URL",
         tools: ToolsLevel::Native,
         key_optional: false,
+        images: false,
     },
     CatalogueEntry {
         id: "ollama",
@@ -86,6 +92,7 @@ pub const CATALOGUE: &[CatalogueEntry] = &[
         base_url_env: "OLLAMA_BASE_URL",
         tools: ToolsLevel::Native,
         key_optional: true,
+        images: false,
     },
     CatalogueEntry {
         id: "kimi",
@@ -97,6 +104,7 @@ pub const CATALOGUE: &[CatalogueEntry] = &[
         base_url_env: "MOONSHOT_BASE_URL",
         tools: ToolsLevel::Native,
         key_optional: false,
+        images: false,
     },
     CatalogueEntry {
         id: "gemini",
@@ -108,6 +116,7 @@ pub const CATALOGUE: &[CatalogueEntry] = &[
         base_url_env: "GEMINI_BASE_URL",
         tools: ToolsLevel::Native,
         key_optional: false,
+        images: false,
     },
     CatalogueEntry {
         id: "replay",
@@ -119,6 +128,7 @@ pub const CATALOGUE: &[CatalogueEntry] = &[
         base_url_env: "",
         tools: ToolsLevel::Native,
         key_optional: true,
+        images: false,
     },
 ];
 

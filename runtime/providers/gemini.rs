@@ -1221,6 +1221,7 @@ mod tests {
 
     fn endpoint() -> Endpoint {
         Endpoint {
+            reads: Default::default(),
             provider: "gemini".into(),
             style: Style::Gemini,
             base_url: "https://generativelanguage.googleapis.com/v1beta".into(),

@@ -38,6 +38,8 @@ pub struct Endpoint {
     pub key: Option<String>,
     pub tools_level: ToolsLevel,
     pub timeout: Duration,
+    /// What the model reads beyond the style's file table.
+    pub reads: crate::files::forms::Reads,
 }
 
 impl Endpoint {
@@ -215,7 +217,7 @@ impl Providers {
         let codec = codec(ep.style).expect("live styles have a codec");
         // Files take the form this provider's API documents (or a note); older ones a reference.
         let rendered =
-            crate::files::window::render(req, ep.style, crate::files::forms::Reads::default());
+            crate::files::window::render(req, ep.style, ep.reads);
         let req = &*rendered;
         // Anthropic has no native structured output: the schema becomes a forced tool, whose
         // call is turned back into the answer's text below. The other styles' codecs map

@@ -716,6 +716,7 @@ mod tests {
 
     fn endpoint(key: Option<&str>) -> Endpoint {
         Endpoint {
+            reads: Default::default(),
             provider: "openai".into(),
             style: Style::Openai,
             base_url: "https://api.example.com/v1/".into(),

@@ -364,6 +364,7 @@ mod tests {
     fn anthropic_wire_carries_the_forced_tool() {
         use crate::providers::{Codec, Endpoint, ToolsLevel, anthropic::Anthropic};
         let ep = Endpoint {
+            reads: Default::default(),
             provider: "anthropic".into(),
             style: crate::vocab::Style::Anthropic,
             base_url: "https://api.anthropic.com/v1".into(),

@@ -914,6 +914,7 @@ mod tests {
             ..Default::default()
         };
         let ep = Endpoint {
+            reads: Default::default(),
             provider: "fake".into(),
             style: Style::Replay,
             base_url: String::new(),

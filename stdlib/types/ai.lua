@@ -22,9 +22,28 @@ ai = {}
 ---@field arguments? table the arguments decoded (absent when the text is not valid JSON)
 ---@field opaque? table provider data that must travel back with the call (keep it as is)
 
+--- A file to attach: a path (relative to the script's folder), `{ path, name?, content_type? }`,
+--- `{ name, data, content_type? }` (the bytes in a string), or a file table colony gave back
+--- (`{ ref = ... }`). The content type is the caller's, else sniffed from the bytes, else read
+--- from the name; each provider gets the file in the form its API documents, or a one-line
+--- note that its content is absent. Only the newest file-bearing message inlines its files;
+--- older ones become a reference line the model can follow with the `view_file` tool.
+---@alias ai.FileSpec string|{ path?: string, name?: string, content_type?: string, data?: string, ref?: string }
+
+---@class ai.File a recorded file, as colony gives it back
+---@field name string
+---@field content_type string normalised (`image/jpeg`, `text/csv`...)
+---@field kind "image"|"pdf"|"text"|"audio"|"video"|"other"
+---@field size integer bytes
+---@field ref string the short reference (12 hex digits of the hash) `view_file` takes
+---@field sha256 string
+---@field data? string the bytes (from ai.view_file)
+---@field text? string the bytes as text, for a text file (from ai.view_file)
+
 ---@class ai.Message
 ---@field role ai.Role
 ---@field content? string|table text (a table is sent as JSON); may be absent beside tool_calls
+---@field files? ai.FileSpec[] attached to this entry (on a tool entry: carried by that result); given back as ai.File tables
 ---@field tool_calls? ai.ToolCall[] on an assistant entry: the calls it made (pass the list `ai.ask` returned)
 ---@field tool_call_id? string on a tool entry: the call it answers
 ---@field name? string on a tool entry: the tool's name (found from the call when omitted)
@@ -128,7 +147,7 @@ function ai.parallel(...) end
 ---@field name string may contain dots (`notes.search`): reshaped on the wire and mapped back
 ---@field description? string
 ---@field parameters? table a JSON Schema, or the shorthand `{ city = "string", days = "integer?" }` (`?` = optional)
----@field handler fun(args: table, ctx: { call_id: string, name: string, step: integer, ai?: string, origin?: string, hop?: integer, workspace?: string }): any (`ai`, `origin`, `hop`, `workspace` in a resident's turn) returns a string, a table (sent as JSON), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
+---@field handler fun(args: table, ctx: { call_id: string, name: string, step: integer, ai?: string, origin?: string, hop?: integer, workspace?: string }): any (`ai`, `origin`, `hop`, `workspace` in a resident's turn) returns a string, a table (sent as JSON), `{ text = "...", files = { ai.FileSpec... } }` (text with files attached to the result), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
 ---@field timeout? number seconds before the call is abandoned (default 120)
 ---@field exportable? boolean may be served by colony's MCP server
 ---@field idempotent? boolean running it twice is harmless: a call cut off by a restart runs again (otherwise it is answered "interrupted by a restart")
@@ -142,6 +161,7 @@ function ai.tool(def) end
 ---@class ai.TurnOptions: ai.Options
 ---@field messages? ai.Message[] the conversation so far (yours: nothing is kept between calls)
 ---@field prompt? string appended as a user message
+---@field files? ai.FileSpec[] attached to the prompt
 ---@field tools? (ai.ToolValue|ai.ToolDef|string)[] a string names a tool the embedding application registered
 ---@field max_steps? integer model calls allowed (default 8; `ai.run`: 9). The last one may not call tools.
 ---@field allow? string|string[] offer only tools matching these names or globs (`notes.*`)
@@ -225,6 +245,13 @@ function ai.infer_structured(opts) end
 ---@return "image"|"pdf"|"text"|"audio"|"video"|"other"
 function ai.classify_file(content_type) end
 
+--- A file this program attached (or a resident's restored conversation holds), by the `ref` its
+--- table or reference line shows: `file` with `data` (and `text` for a text file), or `nil, err`.
+---@param ref string at least 8 hex digits of the file's hash
+---@return ai.File|nil file
+---@return string? err
+function ai.view_file(ref) end
+
 -- ---------------------------------------------------------------------------------------------
 -- Residents: the route, spawn, mail, sources, supervision, middleware
 -- ---------------------------------------------------------------------------------------------
@@ -291,7 +318,7 @@ function ai.spawn(opts) end
 ---@field source string who or what sends it: the label the AI reads
 ---@field content string
 ---@field hop integer required: 0 from a person or a clock, ai.inbound_provenance().hop + 1 when relaying
----@field files? string[] paths named in the user turn
+---@field files? ai.FileSpec[] attached to the user turn the mail becomes (a resident that keeps its conversation stores their bytes with the mail)
 ---@field id? string the sender's name for this mail: a resident that keeps its conversation accepts an id once, so a sender that restarted can post it again safely
 
 --- Posts a mail: `true`, or `nil, "no_recipient"` (nobody of that name, it has died, or the
