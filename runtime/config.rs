@@ -216,9 +216,7 @@ impl Config {
                 ToolsLevel::parse(value).ok_or_else(|| bad("expected native, text or none"))?;
                 u.tools = text();
             }
-            "images" => {
-                u.images = Some(value.parse().map_err(|_| bad("expected true or false"))?)
-            }
+            "images" => u.images = Some(value.parse().map_err(|_| bad("expected true or false"))?),
             _ => {
                 return Err(ConfigError::Invalid(format!(
                     "unknown field {field:?} (fields: {})",

@@ -393,7 +393,10 @@ fn review_reply(body: &Value) -> Reply {
 /// recording its cassette.
 fn review_live(fake: &FakeProvider, record: bool) -> Run {
     let sb = styled(fake, "anthropic");
-    sb.write("config.toml", "[use.general]\nprovider = \"anthropic\"\nmodel = \"claude-test\"\n");
+    sb.write(
+        "config.toml",
+        "[use.general]\nprovider = \"anthropic\"\nmodel = \"claude-test\"\n",
+    );
     let cassette = project_root().join("examples/review.jsonl");
     let cassette = cassette.display().to_string();
     let mut args = vec!["run"];

@@ -544,15 +544,66 @@ fn an_openai_compatible_vision_model_opts_in_to_images() {
         .ok();
     assert!(run.stdout.starts_with("seen"), "{}", run.stderr);
     let body = model_calls(&fake).remove(0);
-    let content = body["messages"][0]["content"].as_array().expect("content parts").clone();
+    let content = body["messages"][0]["content"]
+        .as_array()
+        .expect("content parts")
+        .clone();
     assert_eq!(content[0]["type"], "text");
     let text = content[0]["text"].as_str().unwrap();
     assert!(text.starts_with("look\n\n"), "{text}");
     assert_note(text, "d.pdf", "application/pdf");
-    let url = |ct: &str, bytes: &[u8]| {
-        json!({"type": "image_url", "image_url": {"url": format!("data:{ct};base64,{}", b64(bytes))}})
-    };
+    let url = |ct: &str, bytes: &[u8]| json!({"type": "image_url", "image_url": {"url": format!("data:{ct};base64,{}", b64(bytes))}});
     assert_eq!(content[1], url("image/png", &hex(PNG)));
     assert_eq!(content[2], url("image/gif", &hex(GIF)));
     assert_eq!(content.len(), 3);
+}
+
+#[test]
+fn a_tool_result_carries_files() {
+    for style in STYLES {
+        let fake = FakeProvider::start();
+        fake.push(Reply::tool_call("c1", "fetch", json!({})));
+        fake.push(Reply::text("got it"));
+        let run = sandbox(&fake, style)
+            .lua(
+                r#"
+local fetch = ai.tool{ name = "fetch", parameters = {},
+  handler = function() return { text = "the figures and the chart", files = { "e.csv", "a.png" } } end }
+local r = ai.take_turn{ prompt = "fetch them", tools = { fetch } }
+print(r.reply)
+local result = r.messages[3]
+print(result.role, result.content, result.files[1].name, result.files[2].name)
+"#,
+                &[],
+            )
+            .ok();
+        assert_eq!(
+            run.lines(),
+            ["got it", "tool\tthe figures and the chart\te.csv\ta.png"],
+            "{style}: {}",
+            run.stderr
+        );
+        let calls = model_calls(&fake);
+        let second = serde_json::to_string(conversation(&calls[1])).unwrap();
+        assert!(second.contains("the figures and the chart"), "{style}");
+        assert!(
+            second.contains("Paris,21"),
+            "{style}: the CSV rides in the result: {second}"
+        );
+        let png = b64(&hex(PNG));
+        match style {
+            // Inside the tool_result's content, beside its text.
+            "anthropic" => {
+                let result = &calls[1]["messages"][2]["content"][0];
+                assert_eq!(result["type"], "tool_result");
+                assert_eq!(result["content"][1]["source"]["data"], png.as_str());
+            }
+            "gemini" => assert!(second.contains(&png), "{style}"),
+            // Tool messages are text only.
+            _ => {
+                assert!(!second.contains(&png));
+                assert!(second.contains("this model's API cannot read image/png files"));
+            }
+        }
+    }
 }

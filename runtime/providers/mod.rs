@@ -216,8 +216,7 @@ impl Providers {
     ) -> Result<Inferred, ProviderError> {
         let codec = codec(ep.style).expect("live styles have a codec");
         // Files take the form this provider's API documents (or a note); older ones a reference.
-        let rendered =
-            crate::files::window::render(req, ep.style, ep.reads);
+        let rendered = crate::files::window::render(req, ep.style, ep.reads);
         let req = &*rendered;
         // Anthropic has no native structured output: the schema becomes a forced tool, whose
         // call is turned back into the answer's text below. The other styles' codecs map
