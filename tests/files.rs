@@ -607,3 +607,30 @@ print(result.role, result.content, result.files[1].name, result.files[2].name)
         }
     }
 }
+
+#[test]
+fn a_transcript_given_back_keeps_its_files_without_reading_them_again() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("first"));
+    fake.push(Reply::text("second"));
+    let sb = sandbox(&fake, "anthropic");
+    let csv = sb.path("e.csv").display().to_string();
+    let run = sb
+        .lua(
+            &format!(
+                r#"
+local r = ai.take_turn{{ prompt = "read", files = {{ "e.csv" }} }}
+assert(os.remove({csv:?}))                       -- gone from disk: the transcript holds it
+collectgarbage()
+local again = ai.take_turn{{ messages = r.messages, prompt = "again" }}
+print(r.reply, again.reply, again.messages[1].files[1].name)
+"#
+            ),
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "first\tsecond\te.csv\n", "{}", run.stderr);
+    let calls = model_calls(&fake);
+    let second = serde_json::to_string(conversation(&calls[1])).unwrap();
+    assert!(second.contains("Paris,21"), "{second}");
+}

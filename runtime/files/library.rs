@@ -2,7 +2,7 @@
 //! mails and conversations refer to it, and the lookup behind `ai.view_file(ref)` and behind a
 //! Lua history that names a file only by its reference.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use dashmap::DashMap;
 
@@ -11,9 +11,27 @@ use crate::vocab::{FileRef, Message, Part};
 /// The shortest reference `view_file` accepts: 8 hex digits of the hash.
 pub const MIN_HANDLE: usize = 8;
 
+/// Holds each file's bytes weakly: they live as long as a message, a mail or a conversation
+/// refers to them, so a program that attaches files for months does not keep them all.
 #[derive(Default)]
 pub struct Library {
-    by_hash: DashMap<String, FileRef>,
+    by_hash: DashMap<String, Held>,
+}
+
+struct Held {
+    /// The reference without its bytes.
+    file: FileRef,
+    bytes: Weak<[u8]>,
+}
+
+impl Held {
+    fn get(&self) -> Option<FileRef> {
+        let data = self.bytes.upgrade()?;
+        Some(FileRef {
+            data: Some(data),
+            ..self.file.clone()
+        })
+    }
 }
 
 /// Why a reference does not name one file.
@@ -32,21 +50,47 @@ impl Library {
         Library::default()
     }
 
-    /// Records `bytes` under `name` (see [`super::record`]); a file seen before shares its bytes.
+    /// Records `bytes` under `name` (see [`super::record`]); a file held already shares its
+    /// bytes.
     pub fn record(&self, name: &str, declared: Option<&str>, bytes: Vec<u8>) -> FileRef {
         let mut file = super::record(name, declared, Arc::from(bytes));
-        if let Some(known) = self.by_hash.get(&file.sha256) {
-            file.data = known.data.clone();
-        } else {
-            self.by_hash.insert(file.sha256.clone(), file.clone());
+        match self
+            .by_hash
+            .get(&file.sha256)
+            .and_then(|h| h.bytes.upgrade())
+        {
+            Some(shared) => file.data = Some(shared),
+            None => self.hold(&file),
         }
         file
     }
 
+    fn hold(&self, file: &FileRef) {
+        let Some(data) = &file.data else { return };
+        // Entries whose bytes are gone cost a little each: sweep them as the map grows.
+        if self.by_hash.len() >= 1024 && self.by_hash.len().is_power_of_two() {
+            self.by_hash.retain(|_, h| h.bytes.strong_count() > 0);
+        }
+        self.by_hash.insert(
+            file.sha256.clone(),
+            Held {
+                file: FileRef {
+                    data: None,
+                    ..file.clone()
+                },
+                bytes: Arc::downgrade(data),
+            },
+        );
+    }
+
     /// Keeps a file that arrived with its bytes from elsewhere (a stored conversation).
     pub fn remember(&self, file: &FileRef) {
-        if file.data.is_some() && !self.by_hash.contains_key(&file.sha256) {
-            self.by_hash.insert(file.sha256.clone(), file.clone());
+        let held = self
+            .by_hash
+            .get(&file.sha256)
+            .is_some_and(|h| h.bytes.strong_count() > 0);
+        if !held {
+            self.hold(file);
         }
     }
 
@@ -61,14 +105,10 @@ impl Library {
         }
     }
 
-    /// The bytes of the file with this hash, if this program has them.
-    pub fn bytes(&self, sha256: &str) -> Option<Arc<[u8]>> {
-        self.by_hash.get(sha256).and_then(|f| f.data.clone())
-    }
-
-    /// The file a reference (a prefix of its hash, as [`FileRef::handle`] gives) names.
+    /// The file a reference (a prefix of its hash, as [`FileRef::handle`] gives) names, while
+    /// something of this program still holds it.
     pub fn find(&self, handle: &str) -> Result<FileRef, LookupError> {
-        find_in(handle, self.by_hash.iter().map(|e| e.value().clone()))
+        find_in(handle, self.by_hash.iter().filter_map(|e| e.value().get()))
     }
 }
 
@@ -111,5 +151,17 @@ mod tests {
         assert_eq!(lib.find(a.handle()).unwrap().sha256, a.sha256);
         assert_eq!(lib.find("zz"), Err(LookupError::Malformed("zz".into())));
         assert!(matches!(lib.find("00000000"), Err(LookupError::Unknown(_))));
+    }
+
+    #[test]
+    fn bytes_nobody_holds_are_let_go() {
+        let lib = Library::new();
+        let kept = lib.record("kept.txt", None, b"kept".to_vec());
+        let gone = lib
+            .record("gone.txt", None, b"gone".to_vec())
+            .handle()
+            .to_string();
+        assert!(lib.find(kept.handle()).is_ok());
+        assert!(matches!(lib.find(&gone), Err(LookupError::Unknown(_))));
     }
 }

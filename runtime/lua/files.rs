@@ -42,6 +42,9 @@ fn read_file(lua: &Lua, entry: Value, at: &str) -> mlua::Result<FileRef> {
             Ok(library.record(&file_name(&full), None, bytes))
         }
         Value::Table(t) => {
+            if let Ok(held) = t.get::<mlua::UserDataRef<Held>>(HELD) {
+                return Ok(held.0.clone());
+            }
             let declared: Option<String> = t.get("content_type")?;
             if let Some(handle) = t.get::<Option<String>>("ref")? {
                 return library
@@ -77,10 +80,21 @@ fn file_name(path: &std::path::Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
+/// The field of a file table that holds the file itself: the bytes live as long as a Lua table
+/// (a history the script keeps) refers to them, and come back without being read or hashed again.
+const HELD: &str = "_file";
+
+struct Held(FileRef);
+
+impl mlua::UserData for Held {}
+
 /// A file as Lua sees it: `{ name, content_type, kind, size, ref, sha256 }` (`ref` is what
 /// `view_file` and a `files` list take back).
 pub fn file_table(lua: &Lua, file: &FileRef) -> mlua::Result<Table> {
     let t = lua.create_table()?;
+    if file.data.is_some() {
+        t.set(HELD, Held(file.clone()))?;
+    }
     t.set("name", file.name.as_str())?;
     t.set("content_type", file.content_type.as_str())?;
     t.set("kind", crate::files::kind_of(file).as_str())?;
