@@ -116,7 +116,7 @@ async fn infer(
                 let mut send = move |t: &str| {
                     let _ = tx.send(t.to_string());
                 };
-                core.infer(&req, &ep, Some(&mut send)).await
+                core.infer(req, ep, Some(&mut send)).await
             };
             let deliver = async {
                 while let Some(delta) = rx.recv().await {
