@@ -118,6 +118,7 @@ impl Core {
             stop_sequences: ask.stop_sequences,
             extra: ask.extra,
             response_schema: None,
+            files_from: None,
         };
         let ep = self.settle(&ask.overrides, &mut req)?;
         Ok((req, ep))

@@ -116,6 +116,10 @@ pub struct FileRef {
     pub sha256: String,
     #[serde(skip)]
     pub data: Option<std::sync::Arc<[u8]>>,
+    /// Why the provider refused it, once it has: it travels as a note saying so from then on
+    /// (the conversation keeps the reference, so it still marks where the file was).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shed: Option<String>,
 }
 
 impl FileRef {
@@ -132,6 +136,7 @@ impl PartialEq for FileRef {
             && self.content_type == other.content_type
             && self.size == other.size
             && self.sha256 == other.sha256
+            && self.shed == other.shed
     }
 }
 
@@ -336,6 +341,11 @@ pub struct InferRequest {
     /// native form where it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub response_schema: Option<ResponseSchema>,
+    /// The first message whose files travel inlined (a turn fixes it at its start, so what the
+    /// turn appends never changes earlier bytes); `None`: the newest file-bearing message.
+    /// Not part of what is fingerprinted: the messages say which files there are.
+    #[serde(skip)]
+    pub files_from: Option<usize>,
 }
 
 /// A JSON Schema the answer's text must match, with a name (OpenAI requires one).

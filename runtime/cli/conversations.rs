@@ -192,11 +192,15 @@ fn show_message(message: &Message) -> Vec<String> {
                 indent(&result.content)
             )),
             Part::File(file) => lines.push(format!(
-                "{role} attached {} ({}, {}, ref {})",
+                "{role} attached {} ({}, {}, ref {}){}",
                 file.name,
                 file.content_type,
                 crate::files::human_size(file.size),
-                file.handle()
+                file.handle(),
+                match &file.shed {
+                    Some(reason) => format!(": shed, the provider refused it ({reason})"),
+                    None => String::new(),
+                }
             )),
         }
     }

@@ -139,15 +139,25 @@ pub fn inline_text(file: &FileRef, bytes: &[u8]) -> String {
     out
 }
 
-/// What an older message's file becomes: a line naming it and how to read it again.
+/// What an older message's file becomes: a line naming it and its ref (the `view_file` tool,
+/// when a turn offers it, takes the ref).
 pub fn reference_line(file: &FileRef) -> String {
     format!(
-        "[file {} ({}, {}), ref {}: attached earlier and not repeated; call view_file with this \
-         ref to read it again]",
+        "[file {} ({}, {}), ref {}: attached earlier, not repeated here]",
         file.name,
         file.content_type,
         human_size(file.size),
         file.handle()
+    )
+}
+
+/// What a file the provider refused becomes (see [`super::shed`]).
+pub fn shed_note(file: &FileRef, reason: &str) -> String {
+    format!(
+        "[file {} ({}, {}) was removed: the provider refused it ({reason})]",
+        file.name,
+        file.content_type,
+        human_size(file.size),
     )
 }
 
@@ -172,6 +182,7 @@ mod tests {
             size: 10,
             sha256: "0".repeat(64),
             data: None,
+            shed: None,
         }
     }
 
@@ -242,6 +253,7 @@ mod tests {
             size: body.len() as u64,
             sha256: "0".repeat(64),
             data: None,
+            shed: None,
         };
         let out = inline_text(&f, body.as_bytes());
         assert_eq!(out.matches('é').count(), TEXT_CAP);

@@ -37,11 +37,11 @@ impl Held {
 /// Why a reference does not name one file.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum LookupError {
-    #[error("{0:?} is not a file reference (at least {MIN_HANDLE} hex digits of its hash)")]
+    #[error("{0} is not a file reference (at least {MIN_HANDLE} hex digits of its hash)")]
     Malformed(String),
-    #[error("no file has the reference {0:?}")]
+    #[error("no file has the reference {0}")]
     Unknown(String),
-    #[error("the reference {0:?} names more than one file: give more of its digits")]
+    #[error("the reference {0} names more than one file: give more of its digits")]
     Ambiguous(String),
 }
 

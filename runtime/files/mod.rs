@@ -138,6 +138,7 @@ pub fn record(name: &str, declared: Option<&str>, bytes: Arc<[u8]>) -> FileRef {
         size: bytes.len() as u64,
         sha256: sha256_hex(&bytes),
         data: Some(bytes),
+        shed: None,
     }
 }
 

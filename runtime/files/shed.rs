@@ -1,19 +1,30 @@
 //! Shedding: when a provider refuses a call because of an attachment (a 400, or a 413, whose
-//! error names the file, its type or its size), the call is retried once with that attachment
-//! replaced by a note saying it was removed and why. The note replaces the file in the
-//! conversation itself, so a resident keeps the shed form and never sends the file again.
+//! error names the file, its type, its size in bytes, or its kind when only one file of that
+//! kind was sent), the call is retried once with that attachment shed: the reference stays in
+//! the conversation, marked with why, and travels as a note saying it was removed. A resident
+//! keeps the shed form; the message still holds a file, so the window does not move.
+//!
+//! Only files the request carried as attachments (inlined in the provider's own form, not as
+//! text or a note) can be what a provider refused, and a name counts only as a whole word.
 
-use super::{FileKind, human_size, kind_of};
+use super::forms::{self, Form, Reads};
+use super::{FileKind, kind_of};
 use crate::providers::ProviderError;
-use crate::vocab::{FileRef, Message, Part};
+use crate::vocab::{FileRef, InferRequest, Part, Style};
 
 /// How much of the provider's message the note keeps.
 const REASON_CHARS: usize = 300;
 
-/// The attachments a refusal names, as (message, part) positions: files of the newest
-/// file-bearing message (the only ones whose content was sent). Empty when the error is not a
-/// refusal of the request, or names none of them.
-pub fn culprits(messages: &[Message], err: &ProviderError) -> Vec<(usize, usize)> {
+/// The shortest file name matched on its own: shorter ones (`a`, `x.y`) are everywhere.
+const MIN_NAME: usize = 4;
+
+/// The attachments a refusal names, as (message, part) positions.
+pub fn culprits(
+    req: &InferRequest,
+    err: &ProviderError,
+    style: Style,
+    reads: Reads,
+) -> Vec<(usize, usize)> {
     let ProviderError::Api {
         status: 400 | 413,
         message,
@@ -22,29 +33,30 @@ pub fn culprits(messages: &[Message], err: &ProviderError) -> Vec<(usize, usize)
     else {
         return Vec::new();
     };
-    let Some(newest) = super::window::newest_with_files(messages) else {
-        return Vec::new();
-    };
     let said = format!("{message}\n{body}").to_lowercase();
-    let files: Vec<(usize, &FileRef)> = messages[newest]
-        .parts
-        .iter()
-        .enumerate()
-        .filter_map(|(i, p)| match p {
-            Part::File(f) => Some((i, f)),
-            _ => None,
-        })
-        .collect();
-    let named = |f: &FileRef| {
-        let name = f.name.to_lowercase();
-        (!name.is_empty() && said.contains(&name))
+    let from = super::window::window_start(req);
+    let mut sent: Vec<(usize, usize, &FileRef, String)> = Vec::new();
+    for (m, message) in req.messages.iter().enumerate().skip(from) {
+        for (p, part) in message.parts.iter().enumerate() {
+            if let Part::File(f) = part
+                && f.shed.is_none()
+                && f.data.is_some()
+                && let Form::Inline { media_type } = forms::form(style, reads, f)
+            {
+                sent.push((m, p, f, media_type));
+            }
+        }
+    }
+    let named = |f: &FileRef, wire: &str| {
+        (f.name.chars().count() >= MIN_NAME && word_in(&said, &f.name.to_lowercase()))
             || said.contains(&f.content_type)
-            || (f.size >= 1000 && said.contains(&f.size.to_string()))
+            || said.contains(wire)
+            || said.contains(&format!("{} bytes", f.size))
     };
-    let mut found: Vec<(usize, usize)> = files
+    let mut found: Vec<(usize, usize)> = sent
         .iter()
-        .filter(|(_, f)| named(f))
-        .map(|(i, _)| (newest, *i))
+        .filter(|(_, _, f, wire)| named(f, wire))
+        .map(|(m, p, _, _)| (*m, *p))
         .collect();
     if found.is_empty() {
         // "The PDF specified was not valid", "Unable to process input image": the kind named,
@@ -59,41 +71,44 @@ pub fn culprits(messages: &[Message], err: &ProviderError) -> Vec<(usize, usize)
                 FileKind::Pdf => "pdf",
                 other => other.as_str(),
             };
-            let of_kind: Vec<usize> = files
+            let of_kind: Vec<(usize, usize)> = sent
                 .iter()
-                .filter(|(_, f)| kind_of(f) == kind)
-                .map(|(i, _)| *i)
+                .filter(|(_, _, f, _)| kind_of(f) == kind)
+                .map(|(m, p, _, _)| (*m, *p))
                 .collect();
-            if of_kind.len() == 1 && said.contains(word) {
-                found.push((newest, of_kind[0]));
+            if of_kind.len() == 1 && word_in(&said, word) {
+                found.push(of_kind[0]);
             }
         }
     }
     found
 }
 
-/// Replaces each named attachment with the note saying it was removed and why.
-pub fn shed(messages: &mut [Message], at: &[(usize, usize)], err: &ProviderError) {
+/// Whether `word` occurs in `text` with no letter or digit right before or after it.
+fn word_in(text: &str, word: &str) -> bool {
+    !word.is_empty()
+        && text.match_indices(word).any(|(at, _)| {
+            let before = text[..at].chars().next_back();
+            let after = text[at + word.len()..].chars().next();
+            !before.is_some_and(char::is_alphanumeric) && !after.is_some_and(char::is_alphanumeric)
+        })
+}
+
+/// Marks each named attachment as shed, with why.
+pub fn shed(req: &mut InferRequest, at: &[(usize, usize)], err: &ProviderError) {
     let reason: String = err.to_string().chars().take(REASON_CHARS).collect();
     for &(m, p) in at {
-        if let Some(Part::File(file)) = messages.get(m).and_then(|msg| msg.parts.get(p)) {
-            let note = format!(
-                "[file {} ({}, {}) was removed: the provider refused it ({})]",
-                file.name,
-                file.content_type,
-                human_size(file.size),
-                reason.trim()
-            );
-            messages[m].parts[p] = Part::text(note);
+        if let Some(Part::File(file)) = req.messages.get_mut(m).and_then(|msg| msg.parts.get_mut(p))
+        {
+            file.shed = Some(reason.trim().to_string());
         }
     }
 }
 
-/// Sheds what `err` names from `messages`; whether anything was shed (and the call is worth
-/// one more try).
-pub fn shed_named(messages: &mut [Message], err: &ProviderError) -> bool {
-    let at = culprits(messages, err);
-    shed(messages, &at, err);
+/// Sheds what `err` names; whether anything was shed (and the call is worth one more try).
+pub fn shed_named(req: &mut InferRequest, err: &ProviderError, style: Style, reads: Reads) -> bool {
+    let at = culprits(req, err, style, reads);
+    shed(req, &at, err);
     if !at.is_empty() {
         tracing::warn!("a file was refused by the provider and shed: {err}");
     }
@@ -106,7 +121,7 @@ mod tests {
 
     use super::*;
     use crate::files::record;
-    use crate::vocab::Role;
+    use crate::vocab::{Message, Role};
 
     fn api(status: u16, message: &str) -> ProviderError {
         ProviderError::Api {
@@ -116,59 +131,112 @@ mod tests {
         }
     }
 
-    fn conversation() -> Vec<Message> {
-        vec![Message::new(
-            Role::User,
-            vec![
-                Part::text("look"),
-                Part::File(record(
-                    "chart.png",
-                    None,
-                    Arc::from(&b"\x89PNG\r\n\x1a\n...."[..]),
-                )),
-                Part::File(record("notes.csv", None, Arc::from(&b"a,b\n"[..]))),
+    fn request() -> InferRequest {
+        InferRequest {
+            messages: vec![
+                Message::new(
+                    Role::User,
+                    vec![Part::File(record(
+                        "older.png",
+                        None,
+                        Arc::from(&b"\x89PNG\r\n\x1a\nold"[..]),
+                    ))],
+                ),
+                Message::assistant("ok"),
+                Message::new(
+                    Role::User,
+                    vec![
+                        Part::text("look"),
+                        Part::File(record(
+                            "chart.png",
+                            None,
+                            Arc::from(&b"\x89PNG\r\n\x1a\n...."[..]),
+                        )),
+                        Part::File(record("notes.csv", None, Arc::from(&b"a,b\n"[..]))),
+                    ],
+                ),
             ],
-        )]
+            ..Default::default()
+        }
+    }
+
+    fn culprits_of(message: &str) -> Vec<(usize, usize)> {
+        culprits(
+            &request(),
+            &api(400, message),
+            Style::Anthropic,
+            Reads::default(),
+        )
     }
 
     #[test]
     fn a_refusal_naming_the_file_sheds_it_only() {
-        let mut m = conversation();
+        let mut req = request();
         let err = api(400, "Could not process image chart.png");
-        assert_eq!(culprits(&m, &err), vec![(0, 1)]);
-        assert!(shed_named(&mut m, &err));
-        let text = m[0].text();
+        assert!(shed_named(
+            &mut req,
+            &err,
+            Style::Anthropic,
+            Reads::default()
+        ));
+        let shed = req.messages[2].files().next().unwrap();
+        assert_eq!(shed.name, "chart.png");
         assert!(
-            text.contains("[file chart.png (image/png, 12 B) was removed"),
-            "{text}"
+            shed.shed
+                .as_deref()
+                .unwrap()
+                .contains("Could not process image chart.png")
         );
-        assert_eq!(m[0].files().count(), 1);
+        assert_eq!(
+            req.messages[2].files().filter(|f| f.shed.is_some()).count(),
+            1
+        );
+        // The message still holds its files: the window stays where it was.
+        assert_eq!(
+            super::super::window::newest_with_files(&req.messages),
+            Some(2)
+        );
     }
 
     #[test]
     fn the_type_or_the_kind_names_it_too() {
-        let m = conversation();
-        assert_eq!(
-            culprits(&m, &api(400, "unsupported MIME type image/png")),
-            vec![(0, 1)]
-        );
-        assert_eq!(
-            culprits(&m, &api(400, "Unable to process input image")),
-            vec![(0, 1)]
-        );
+        assert_eq!(culprits_of("unsupported MIME type image/png"), vec![(2, 1)]);
+        assert_eq!(culprits_of("Unable to process input image"), vec![(2, 1)]);
     }
 
     #[test]
-    fn other_refusals_shed_nothing() {
-        let m = conversation();
-        assert!(culprits(&m, &api(400, "max_tokens is too large")).is_empty());
-        assert!(culprits(&m, &api(401, "chart.png")).is_empty());
+    fn only_attachments_of_the_window_and_whole_words_count() {
+        // The CSV went as text: a provider cannot have refused it as an attachment.
+        assert!(culprits_of("notes.csv is malformed").is_empty());
+        // The older PNG went as a reference line.
+        assert!(culprits_of("older.png is too large").is_empty());
+        assert!(culprits_of("max_tokens: 8192 > 4096").is_empty());
+        assert!(culprits_of("xchart.pngx").is_empty());
+        assert!(
+            culprits(
+                &request(),
+                &api(401, "chart.png"),
+                Style::Anthropic,
+                Reads::default()
+            )
+            .is_empty()
+        );
         let outage = ProviderError::Provider {
             status: Some(500),
             message: "chart.png".into(),
             transient: true,
             retry_after: None,
         };
-        assert!(culprits(&m, &outage).is_empty());
+        assert!(culprits(&request(), &outage, Style::Anthropic, Reads::default()).is_empty());
+        // OpenAI chat got only notes: nothing to shed.
+        assert!(
+            culprits(
+                &request(),
+                &api(400, "chart.png"),
+                Style::Openai,
+                Reads::default()
+            )
+            .is_empty()
+        );
     }
 }

@@ -2,10 +2,12 @@
 //!
 //! Every step re-sends the whole conversation, so only the newest file-bearing message inlines
 //! its files (in the form [`super::forms`] gives for the provider); older ones become a
-//! [`reference_line`](super::forms::reference_line) that `view_file` can follow. Rendering a
-//! message depends only on the message, the provider and whether it is the newest file-bearing
-//! one, so appending a message without files (a tool call, its result) leaves every earlier byte
-//! of the request identical.
+//! [`reference_line`](super::forms::reference_line) that `view_file` can follow. A turn fixes
+//! where its window starts ([`InferRequest::files_from`], see [`turn_window`]): files its steps
+//! append (a tool's result, `view_file`'s answer) are inlined where they are and nothing before
+//! them changes, so appending a call or a result leaves every earlier byte of the request
+//! identical. Rendering a message depends only on the message, the provider and which side of
+//! the window it is on.
 //!
 //! The conversation itself keeps its references: this renders a copy for the wire, and only
 //! when the request holds a file at all.
@@ -22,26 +24,46 @@ pub fn newest_with_files(messages: &[Message]) -> Option<usize> {
         .rposition(|m| m.parts.iter().any(|p| matches!(p, Part::File(_))))
 }
 
-/// Whether a file sits in a message older than the newest file-bearing one: `view_file` is
-/// worth offering.
-pub fn has_older_files(messages: &[Message]) -> bool {
-    let Some(newest) = newest_with_files(messages) else {
-        return false;
-    };
-    messages[..newest]
+fn has_files(m: &Message) -> bool {
+    m.parts.iter().any(|p| matches!(p, Part::File(_)))
+}
+
+/// Where a turn's window starts, fixed for the whole turn: the first file-bearing message of
+/// the turn's new input (the trailing user messages: a prompt, or a resident's batch of mail),
+/// else the newest file-bearing message before it, else the end (only what the turn appends).
+pub fn turn_window(messages: &[Message]) -> usize {
+    let input = messages
         .iter()
-        .any(|m| m.parts.iter().any(|p| matches!(p, Part::File(_))))
+        .rposition(|m| m.role != Role::User)
+        .map_or(0, |i| i + 1);
+    if let Some(first) = messages[input..].iter().position(has_files) {
+        return input + first;
+    }
+    newest_with_files(messages).unwrap_or(messages.len())
+}
+
+/// The first message whose files are inlined in `req`.
+pub fn window_start(req: &InferRequest) -> usize {
+    req.files_from
+        .or_else(|| newest_with_files(&req.messages))
+        .unwrap_or(req.messages.len())
+}
+
+/// Whether a file sits before the window (a reference line): `view_file` is worth offering.
+pub fn has_older_files(messages: &[Message], from: usize) -> bool {
+    messages[..from.min(messages.len())].iter().any(has_files)
 }
 
 /// The request as `style`'s wire should see it: borrowed unchanged when it holds no file.
 pub fn render(req: &InferRequest, style: Style, reads: Reads) -> Cow<'_, InferRequest> {
-    let Some(newest) = newest_with_files(&req.messages) else {
+    if newest_with_files(&req.messages).is_none() {
         return Cow::Borrowed(req);
-    };
+    }
+    let from = window_start(req);
     let mut out = req.clone();
     for (i, message) in out.messages.iter_mut().enumerate() {
-        if message.parts.iter().any(|p| matches!(p, Part::File(_))) {
-            render_message(message, i == newest, style, reads);
+        if has_files(message) {
+            render_message(message, i >= from, style, reads);
         }
     }
     Cow::Owned(out)
@@ -61,6 +83,9 @@ fn render_file(
     style: Style,
     reads: Reads,
 ) -> Rendered {
+    if let Some(reason) = &file.shed {
+        return Rendered::Text(forms::shed_note(file, reason));
+    }
     if !inline {
         return Rendered::Text(forms::reference_line(file));
     }
@@ -151,12 +176,12 @@ mod tests {
             ],
             ..Default::default()
         };
-        assert!(has_older_files(&req.messages));
+        assert!(has_older_files(&req.messages, window_start(&req)));
         let out = render(&req, Style::Anthropic, Reads::default());
         let first = out.messages[0].text();
         let second = out.messages[2].text();
         assert!(
-            first.contains("ref ") && first.contains("view_file"),
+            first.contains("ref ") && first.contains("attached earlier"),
             "{first}"
         );
         assert!(!first.contains("x,y"));
@@ -175,6 +200,18 @@ mod tests {
             render(&req, Style::Openai, Reads::default()),
             Cow::Borrowed(_)
         ));
-        assert!(!has_older_files(&req.messages));
+        assert!(!has_older_files(&req.messages, window_start(&req)));
+    }
+
+    #[test]
+    fn a_turn_window_starts_at_its_first_new_file() {
+        let older = with_file("one", "a.csv", b"x");
+        let a = Message::assistant("ok");
+        let mut m = vec![older.clone(), a.clone(), Message::user("mail 1")];
+        m.push(with_file("mail 2", "b.csv", b"y"));
+        m.push(with_file("mail 3", "c.csv", b"z"));
+        assert_eq!(turn_window(&m), 3, "both mails of the batch inline");
+        assert_eq!(turn_window(&[older, a, Message::user("hi")]), 0);
+        assert_eq!(turn_window(&[Message::user("hi")]), 1);
     }
 }

@@ -43,7 +43,13 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     // `file, err = ai.view_file(ref)`: an attached file again, bytes and all.
     ai.set(
         "view_file",
-        lua.create_function(|lua, handle: String| super::files::view_file(lua, handle))?,
+        lua.create_function(|lua, handle: Value| match handle {
+            Value::String(s) => super::files::view_file(lua, s.to_string_lossy()),
+            other => Err(misuse(format!(
+                "ai.view_file: ref must be a string (a file table's ref), not {}",
+                other.type_name()
+            ))),
+        })?,
     )?;
     // `ai.sleep(ms)`: waits without holding up any other coroutine.
     ai.set(
@@ -89,7 +95,7 @@ async fn ask(lua: &Lua, history: Value, opts: Option<Table>) -> mlua::Result<Mul
     let mut result = infer(&core, &req, &ep, stream.as_ref()).await?;
     // A refusal that names an attachment: once more, with the attachment shed.
     if let Err(e) = &result
-        && crate::files::shed::shed_named(&mut req.messages, e)
+        && crate::files::shed::shed_named(&mut req, e, ep.style, ep.reads)
     {
         result = infer(&core, &req, &ep, stream.as_ref()).await?;
     }

@@ -286,12 +286,13 @@ async fn run_tool(
             Some(err) => HandlerOutcome::Refused(super::describe_error(&err)),
         },
         Value::String(s) => HandlerOutcome::Value(s.to_string_lossy()),
-        // `{ text = "...", files = {...} }`: text with files attached.
-        Value::Table(t) if matches!(t.get::<Value>("files"), Ok(Value::Table(_))) => {
-            let text = match t.get::<Value>("text") {
-                Ok(Value::String(s)) => s.to_string_lossy(),
-                _ => String::new(),
-            };
+        // `{ text = "...", files = {...} }` and nothing else: text with files attached (any
+        // other table, a listing with a `files` field say, is a value sent as JSON).
+        Value::Table(t) if is_attached(&t) => {
+            let text = t
+                .get::<mlua::LuaString>("text")
+                .map(|s| s.to_string_lossy())
+                .unwrap_or_default();
             match t
                 .get::<Value>("files")
                 .and_then(|f| super::files::read_files(lua, f, "the result's files"))
@@ -314,6 +315,21 @@ async fn run_tool(
             other.type_name()
         )),
     }
+}
+
+/// Whether a returned table is the text-with-files form: a string `text`, a table `files`, and
+/// no other key.
+fn is_attached(t: &mlua::Table) -> bool {
+    let mut keys = 0;
+    for pair in t.pairs::<Value, Value>() {
+        let Ok((k, v)) = pair else { return false };
+        match (k, v) {
+            (Value::String(k), Value::String(_)) if k == "text" => keys |= 1,
+            (Value::String(k), Value::Table(_)) if k == "files" => keys |= 2,
+            _ => return false,
+        }
+    }
+    keys == 3
 }
 
 /// A thrown value as text: a table is shown as JSON where it can be.

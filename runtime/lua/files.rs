@@ -42,8 +42,8 @@ fn read_file(lua: &Lua, entry: Value, at: &str) -> mlua::Result<FileRef> {
             Ok(library.record(&file_name(&full), None, bytes))
         }
         Value::Table(t) => {
-            if let Ok(held) = t.get::<mlua::UserDataRef<Held>>(HELD) {
-                return Ok(held.0.clone());
+            if let Some(file) = held(lua, &t)? {
+                return Ok(file);
             }
             let declared: Option<String> = t.get("content_type")?;
             if let Some(handle) = t.get::<Option<String>>("ref")? {
@@ -80,20 +80,43 @@ fn file_name(path: &std::path::Path) -> String {
         .unwrap_or_else(|| path.display().to_string())
 }
 
-/// The field of a file table that holds the file itself: the bytes live as long as a Lua table
-/// (a history the script keeps) refers to them, and come back without being read or hashed again.
-const HELD: &str = "_file";
+/// Where each file table's file is kept: a table with weak keys, file table -> the file. The
+/// bytes live as long as the script keeps the table (a history it holds), come back without
+/// being read or hashed again, and the table itself stays plain data (`json.encode`,
+/// `store.set` take it).
+const HELD: &str = "colony.files.held";
 
 struct Held(FileRef);
 
 impl mlua::UserData for Held {}
+
+fn held_map(lua: &Lua) -> mlua::Result<Table> {
+    if let Ok(map) = lua.named_registry_value::<Table>(HELD) {
+        return Ok(map);
+    }
+    let map = lua.create_table()?;
+    let meta = lua.create_table()?;
+    meta.set("__mode", "k")?;
+    map.set_metatable(Some(meta))?;
+    lua.set_named_registry_value(HELD, &map)?;
+    Ok(map)
+}
+
+fn held(lua: &Lua, t: &Table) -> mlua::Result<Option<FileRef>> {
+    Ok(held_map(lua)?
+        .raw_get::<Option<mlua::UserDataRef<Held>>>(t)?
+        .map(|h| h.0.clone()))
+}
 
 /// A file as Lua sees it: `{ name, content_type, kind, size, ref, sha256 }` (`ref` is what
 /// `view_file` and a `files` list take back).
 pub fn file_table(lua: &Lua, file: &FileRef) -> mlua::Result<Table> {
     let t = lua.create_table()?;
     if file.data.is_some() {
-        t.set(HELD, Held(file.clone()))?;
+        held_map(lua)?.raw_set(&t, Held(file.clone()))?;
+    }
+    if let Some(reason) = &file.shed {
+        t.set("shed", reason.as_str())?;
     }
     t.set("name", file.name.as_str())?;
     t.set("content_type", file.content_type.as_str())?;

@@ -86,11 +86,14 @@ pub fn read_history(lua: &Lua, history: Value, who: &str) -> mlua::Result<Vec<Me
         if !content.is_empty() {
             parts.push(Part::text(content));
         }
-        let files = read_files(
-            lua,
-            entry.get("files")?,
-            &format!("{who}: history[{n}].files"),
-        )?;
+        let files = entry.get::<Value>("files")?;
+        if !matches!(files, Value::Nil) && role != Role::User {
+            return Err(bad(format!(
+                "history[{n}].files: only user and tool entries carry files, not {}",
+                role.as_str()
+            )));
+        }
+        let files = read_files(lua, files, &format!("{who}: history[{n}].files"))?;
         parts.extend(files.into_iter().map(Part::File));
         if let Some(calls) = calls {
             for (j, call) in calls.sequence_values::<Table>().enumerate() {

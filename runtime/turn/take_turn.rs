@@ -50,10 +50,14 @@ async fn run(
     let mut offered = narrow(&spec.tools, &spec.allow, &spec.deny);
     // One request for the whole turn: each step appends to its messages and re-resolves only the
     // settings (so a rotated key lands mid-turn); nothing is copied per step.
+    let messages = std::mem::take(&mut spec.ask.messages);
     let mut req = InferRequest {
         model: String::new(),
         system: spec.ask.system.take(),
-        messages: std::mem::take(&mut spec.ask.messages),
+        // The window is fixed for the whole turn: what its steps append never changes what
+        // went before (see files::window).
+        files_from: Some(files::window::turn_window(&messages)),
+        messages,
         tools: offered.iter().map(|t| t.spec.clone()).collect(),
         tool_choice: spec.ask.tool_choice.clone(),
         max_tokens: None,
@@ -92,8 +96,8 @@ async fn run(
         Some(m) if m.role == Role::Assistant => m.tool_calls().cloned().collect(),
         _ => Vec::new(),
     };
+    offer_view_file(&mut offered, &mut req, &spec.deny);
     if !pending.is_empty() {
-        offer_view_file(&mut offered, &mut req);
         let held = files::view::files_of(&req.messages);
         let cx = context(bridge, &spec, 0, &offered, &held);
         let Some(answers) = run_calls(&cx, &pending, &mut out.tool_events).await else {
@@ -111,7 +115,9 @@ async fn run(
         if spec.compaction.enabled && window.would_overflow(&spec.compaction) {
             match compaction::compact(core, stack, &spec, &req, &mut out.usage).await {
                 Ok(messages) => {
+                    req.files_from = Some(files::window::turn_window(&messages));
                     req.messages = messages;
+                    offer_view_file(&mut offered, &mut req, &spec.deny);
                     out.compactions += 1;
                     window = compaction::Window::default();
                     out.reported_tokens = None;
@@ -134,7 +140,6 @@ async fn run(
         if last {
             req.tool_choice = ToolChoice::None;
         }
-        offer_view_file(&mut offered, &mut req);
         let mut attempt = infer(
             core,
             stack,
@@ -146,7 +151,13 @@ async fn run(
         .await;
         // A refusal that names an attachment: once more, with the attachment shed.
         if let Err(e) = &attempt
-            && files::shed::shed_named(&mut req.messages, e)
+            && let Ok(resolved) = core.resolve(&spec.ask.overrides)
+            && files::shed::shed_named(
+                &mut req,
+                e,
+                resolved.endpoint.style,
+                resolved.endpoint.reads,
+            )
         {
             attempt = infer(
                 core,
@@ -256,10 +267,9 @@ async fn run_calls(
 ) -> Option<Vec<Answer>> {
     let mut answers = Vec::with_capacity(calls.len());
     let mut cut_off = false;
-    for mut answer in join_all(calls.iter().map(|c| run_call(cx, c))).await {
+    for answer in join_all(calls.iter().map(|c| run_call(cx, c))).await {
         cut_off |= answer.event.kind == EventKind::Cancelled;
         events.push(answer.event.clone());
-        answer.files.shrink_to_fit();
         answers.push(answer);
     }
     (!cut_off).then_some(answers)
@@ -275,15 +285,20 @@ fn results_message(answers: Vec<Answer>) -> Message {
     Message::new(Role::Tool, parts)
 }
 
-/// Offers `view_file` from the first request whose conversation holds a file older than the
-/// newest file-bearing message (that one travels as a reference line).
-fn offer_view_file(offered: &mut Vec<super::ToolDef>, req: &mut InferRequest) {
+/// Offers `view_file` for the whole turn when its conversation holds a file before the window
+/// (a reference line), unless the turn denies it or has a tool of that name. Decided at the
+/// start (and after a compaction), never mid-turn: the tools sent must not change.
+fn offer_view_file(offered: &mut Vec<super::ToolDef>, req: &mut InferRequest, deny: &[String]) {
+    let from = files::window::window_start(req);
     if offered.iter().any(|t| t.spec.name == files::view::NAME)
-        || !files::window::has_older_files(&req.messages)
+        || !files::window::has_older_files(&req.messages, from)
     {
         return;
     }
     let tool = files::view::tool();
+    if narrow(std::slice::from_ref(&tool), &[], deny).is_empty() {
+        return;
+    }
     req.tools.push(tool.spec.clone());
     offered.push(tool);
 }
