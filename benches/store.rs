@@ -520,7 +520,7 @@ fn store_level(dir: &Path, dur: Duration, concurrent: bool) -> StoreLevel {
         let (with_call, with_result) = &steps[i % steps.len()];
         hooks.inferred(with_call).expect("commit");
         hooks.started(&call);
-        hooks.finished(&call, &result, &event);
+        hooks.finished(&call, &result, &[], &event);
         hooks.step_done(with_result).expect("commit");
     });
 

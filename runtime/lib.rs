@@ -19,7 +19,9 @@
 //! - [`embed`]: colony inside a Rust application: a `Runtime` with native tools, `Program`s to
 //!   mail and hear from.
 //! - [`files`]: what a file is (content type from the caller, its bytes or its name; the closed
-//!   kind each provider's rules are written against).
+//!   kind), `forms` (the per-provider table), `window` (only the newest file-bearing message
+//!   inlines), `view` (the `view_file` tool), `shed` (a refused attachment becomes a note),
+//!   `library` (the program's files by hash).
 //! - [`store`]: the durable store behind the `Store` trait (key-value workspaces, persisted
 //!   conversations with their backlog and journal, breaker states, the audit log); `sqlite` is
 //!   the embedded default, `state_dir` a program's state directory and its single-process lock.

@@ -72,6 +72,7 @@ fn fill_conversations(dir: &Path) {
                 call_id: "c9".into(),
                 tool: "fetch".into(),
                 result: None,
+                files: Vec::new(),
             },
         )
         .unwrap();

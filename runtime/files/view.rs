@@ -5,7 +5,7 @@
 
 use serde_json::json;
 
-use super::library::find_in;
+use super::library::{LookupError, find_in};
 use crate::turn::{Handler, ToolDef};
 use crate::vocab::{FileRef, Message, Part};
 
@@ -46,8 +46,8 @@ pub fn files_of(messages: &[Message]) -> Vec<FileRef> {
 }
 
 /// The answer to `view_file{ ref }`: a line naming the file, and the file itself.
-pub fn answer(handle: &str, files: &[FileRef]) -> Result<(String, FileRef), String> {
-    let file = find_in(handle, files.iter().cloned()).map_err(|e| e.to_string())?;
+pub fn answer(handle: &str, files: &[FileRef]) -> Result<(String, FileRef), LookupError> {
+    let file = find_in(handle, files.iter().cloned())?;
     Ok((
         format!("The file {} again, attached below.", file.name),
         file,

@@ -28,13 +28,42 @@ pub struct Mail {
     /// How many relays it has passed through: 0 for a person or a clock.
     pub hop: u32,
     /// Attached files, by reference (a store keeps their bytes beside the backlog).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[serde(
+        default,
+        skip_serializing_if = "Vec::is_empty",
+        deserialize_with = "files_or_paths"
+    )]
     pub files: Vec<FileRef>,
     /// The sender's name for this mail. A resident that keeps its conversation accepts an id
     /// once: posting it again (a sender that restarted before it recorded the first answer)
     /// answers `true` without a second copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+}
+
+/// Mail a store kept before files were recorded held their paths: such a path comes back as a
+/// reference without bytes, which travels as a note that its content is not available.
+fn files_or_paths<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<FileRef>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Entry {
+        File(FileRef),
+        Path(String),
+    }
+    Ok(Vec::<Entry>::deserialize(d)?
+        .into_iter()
+        .map(|e| match e {
+            Entry::File(f) => f,
+            Entry::Path(path) => FileRef {
+                content_type: crate::files::content_type_of(None, &path, &[]),
+                name: path,
+                size: 0,
+                sha256: String::new(),
+                data: None,
+                shed: None,
+            },
+        })
+        .collect())
 }
 
 impl Mail {
@@ -325,5 +354,21 @@ mod tests {
         b.source = "z".into();
         let p = Provenance::of(&[a, b]).unwrap();
         assert_eq!((p.origin.as_str(), p.hop), ("z", 3));
+    }
+}
+
+#[cfg(test)]
+mod files_tests {
+    use super::*;
+
+    #[test]
+    fn mail_stored_with_paths_still_loads() {
+        let old = r#"{"to":"r","source":"t","content":"see","hop":0,"files":["notes/a.txt"]}"#;
+        let mail: Mail = serde_json::from_str(old).unwrap();
+        assert_eq!(mail.files[0].name, "notes/a.txt");
+        assert_eq!(mail.files[0].content_type, "text/plain");
+        assert!(mail.files[0].data.is_none());
+        let text = crate::files::forms::missing(&mail.files[0]);
+        assert!(text.contains("its content is not available"), "{text}");
     }
 }

@@ -23,7 +23,7 @@ use sha2::{Digest, Sha256};
 use super::middleware::{BreakerState, BreakerStore};
 use crate::store::{AuditEntry, JournalEntry, Store};
 use crate::turn::{Recorded, ToolEvent, TurnHooks};
-use crate::vocab::{Message, ToolCall, ToolResult};
+use crate::vocab::{FileRef, Message, ToolCall, ToolResult};
 
 /// The hooks of one resident's turn.
 pub struct ResidentHooks {
@@ -96,8 +96,10 @@ impl TurnHooks for ResidentHooks {
         let journal = self.journal.lock().unwrap_or_else(|e| e.into_inner());
         match journal.iter().find(|e| e.call_id == call_id) {
             Some(JournalEntry {
-                result: Some(r), ..
-            }) => Recorded::Finished(r.clone()),
+                result: Some(r),
+                files,
+                ..
+            }) => Recorded::Finished(r.clone(), files.clone()),
             Some(_) => Recorded::Started,
             None => Recorded::Nothing,
         }
@@ -111,13 +113,14 @@ impl TurnHooks for ResidentHooks {
             call_id: call.id.clone(),
             tool: call.name.clone(),
             result: None,
+            files: Vec::new(),
         };
         if let Err(e) = self.store.journal(&self.name, &entry) {
             tracing::error!(ai = %self.name, "cannot journal a call: {e}");
         }
     }
 
-    fn finished(&self, call: &ToolCall, result: &ToolResult, event: &ToolEvent) {
+    fn finished(&self, call: &ToolCall, result: &ToolResult, files: &[FileRef], event: &ToolEvent) {
         // The audit line first: a call the journal records as finished is always audited (a
         // restart reuses its result without running or auditing it again).
         let entry = audit_entry(&self.name, call, event);
@@ -129,6 +132,7 @@ impl TurnHooks for ResidentHooks {
                 call_id: call.id.clone(),
                 tool: call.name.clone(),
                 result: Some(result.clone()),
+                files: files.to_vec(),
             };
             if let Err(e) = self.store.journal(&self.name, &entry) {
                 tracing::error!(ai = %self.name, "cannot journal a call: {e}");

@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use crate::residents::Mail;
 use crate::residents::middleware::BreakerState;
-use crate::vocab::{Message, ToolResult};
+use crate::vocab::{FileRef, Message, ToolResult};
 
 /// Why the store could not do something. The message names the file and what is wrong.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -78,6 +78,9 @@ pub struct JournalEntry {
     pub tool: String,
     /// `None` while it runs; the result once it finished.
     pub result: Option<ToolResult>,
+    /// The files the result carries (a store keeps their bytes).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<FileRef>,
 }
 
 /// One line of the audit log.

@@ -90,7 +90,8 @@ const MIGRATIONS: &[&str] = &[
     "CREATE TABLE files (
          sha256 TEXT PRIMARY KEY,
          data   BLOB NOT NULL
-     );",
+     );
+     ALTER TABLE journal ADD COLUMN files TEXT;",
 ];
 
 thread_local! {
@@ -373,11 +374,15 @@ fn save_files<'a>(
     conn: &Connection,
     files: impl Iterator<Item = &'a FileRef>,
 ) -> rusqlite::Result<()> {
-    let mut stmt =
-        conn.prepare_cached("INSERT OR IGNORE INTO files (sha256, data) VALUES (?1, ?2)")?;
+    let mut known = conn.prepare_cached("SELECT 1 FROM files WHERE sha256 = ?1")?;
+    let mut insert = conn.prepare_cached("INSERT INTO files (sha256, data) VALUES (?1, ?2)")?;
     for file in files {
-        if let Some(data) = file.data.as_deref() {
-            stmt.execute(params![file.sha256, data])?;
+        let Some(data) = file.data.as_deref() else {
+            continue;
+        };
+        // Asked first so a step does not hand SQLite every attachment's bytes again.
+        if !known.exists(params![file.sha256])? {
+            insert.execute(params![file.sha256, data])?;
         }
     }
     Ok(())
@@ -581,29 +586,40 @@ impl Store for SqliteStore {
             .chain(backlog.iter_mut().flat_map(|m| m.files.iter_mut()));
         load_files(&tx, refs).map_err(|e| self.err(e))?;
 
-        let rows: Vec<(String, String, Option<String>)> = {
+        let rows: Vec<(String, String, Option<String>, Option<String>)> = {
             let mut stmt = tx
                 .prepare_cached(
-                    "SELECT call_id, tool, result FROM journal WHERE name = ?1 ORDER BY rowid",
+                    "SELECT call_id, tool, result, files FROM journal WHERE name = ?1 ORDER BY rowid",
                 )
                 .map_err(|e| self.err(e))?;
-            stmt.query_map(params![name], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
-                .map_err(|e| self.err(e))?
-        };
-        let journal = rows
-            .into_iter()
-            .map(|(call_id, tool, result)| {
-                let result = result
-                    .map(|t| self.decode(format_args!("the journal of {name:?}"), &t))
-                    .transpose()?;
-                Ok(JournalEntry {
-                    call_id,
-                    tool,
-                    result,
-                })
+            stmt.query_map(params![name], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(|e| self.err(e))?
+        };
+        let mut journal = rows
+            .into_iter()
+            .map(
+                |(call_id, tool, result, files): (_, _, Option<String>, Option<String>)| {
+                    let result = result
+                        .map(|t| self.decode(format_args!("the journal of {name:?}"), &t))
+                        .transpose()?;
+                    let files = files
+                        .map(|t| self.decode(format_args!("the journal of {name:?}"), &t))
+                        .transpose()?
+                        .unwrap_or_default();
+                    Ok(JournalEntry {
+                        call_id,
+                        tool,
+                        result,
+                        files,
+                    })
+                },
+            )
             .collect::<StoreResult<Vec<JournalEntry>>>()?;
+        load_files(&tx, journal.iter_mut().flat_map(|e| e.files.iter_mut()))
+            .map_err(|e| self.err(e))?;
         tx.commit().map_err(|e| self.err(e))?;
         Ok(Some(Cell {
             messages,
@@ -680,14 +696,19 @@ impl Store for SqliteStore {
             .as_ref()
             .map(|r| encode(&self.path, r))
             .transpose()?;
+        let files = (!entry.files.is_empty())
+            .then(|| encode(&self.path, &entry.files))
+            .transpose()?;
         let mut conn = self.conn()?;
         let tx = conn.transaction().map_err(|e| self.err(e))?;
         ensure_cell(&tx, name).map_err(|e| self.err(e))?;
+        save_files(&tx, entry.files.iter()).map_err(|e| self.err(e))?;
         tx.execute(
-            "INSERT INTO journal (name, call_id, tool, result) VALUES (?1, ?2, ?3, ?4)
+            "INSERT INTO journal (name, call_id, tool, result, files) VALUES (?1, ?2, ?3, ?4, ?5)
              ON CONFLICT (name, call_id) DO UPDATE SET tool = excluded.tool,
-                                                       result = excluded.result",
-            params![name, entry.call_id, entry.tool, result],
+                                                       result = excluded.result,
+                                                       files = excluded.files",
+            params![name, entry.call_id, entry.tool, result, files],
         )
         .map_err(|e| self.err(e))?;
         tx.commit().map_err(|e| self.err(e))
@@ -1071,6 +1092,7 @@ mod tests {
                     call_id: "c1".into(),
                     tool: "read".into(),
                     result: None,
+                    files: Vec::new(),
                 },
             )
             .unwrap();
@@ -1081,6 +1103,7 @@ mod tests {
                     call_id: "c1".into(),
                     tool: "read".into(),
                     result: None,
+                    files: Vec::new(),
                 },
             )
             .unwrap();
@@ -1167,6 +1190,7 @@ mod tests {
             call_id: id.into(),
             tool: "read".into(),
             result: None,
+            files: Vec::new(),
         };
         store.journal("a", &start("c2")).unwrap();
         store.journal("a", &start("c1")).unwrap();
@@ -1174,6 +1198,7 @@ mod tests {
             call_id: "c2".into(),
             tool: "read".into(),
             result: Some(result("c2", "contents ✓")),
+            files: Vec::new(),
         };
         store.journal("a", &finished).unwrap();
         let cell = store.load_cell("a").unwrap().unwrap();
@@ -1249,6 +1274,26 @@ mod tests {
     }
 
     #[test]
+    fn a_journaled_result_keeps_its_files() {
+        let (_dir, store) = fresh();
+        let file = crate::files::record(
+            "chart.png",
+            None,
+            std::sync::Arc::from(&b"\x89PNG\r\n\x1a\nx"[..]),
+        );
+        let entry = JournalEntry {
+            call_id: "c1".into(),
+            tool: "plot".into(),
+            result: Some(result("c1", "the chart")),
+            files: vec![file.clone()],
+        };
+        store.journal("r", &entry).unwrap();
+        let cell = store.load_cell("r").unwrap().unwrap();
+        assert_eq!(cell.journal, vec![entry]);
+        assert_eq!(cell.journal[0].files[0].data, file.data);
+    }
+
+    #[test]
     fn a_mail_id_is_accepted_once_until_the_cell_is_cleared() {
         let (_dir, store) = fresh();
         let mut m = mail("one");
@@ -1286,6 +1331,7 @@ mod tests {
                     call_id: "c".into(),
                     tool: "t".into(),
                     result: None,
+                    files: Vec::new(),
                 },
             )
             .unwrap();

@@ -6,7 +6,8 @@
 //! transcript is one user message (a preamble, the summary, the user's latest request) followed by
 //! the last tool round verbatim (the assistant's calls and their results, never one without the
 //! other), with its reasoning blocks dropped since their signatures vouch for a context that is
-//! gone.
+//! gone. Files survive it: the latest request's ride on the new first message, every other
+//! compacted file on a message before it (sent as reference lines `view_file` can follow).
 
 use tracing::Instrument;
 
@@ -87,26 +88,52 @@ pub async fn compact(
     Ok(rebuild(messages, summary.trim()))
 }
 
+/// What precedes the files a compaction kept from before its summary.
+pub const EARLIER_FILES: &str = "[colony] Files attached earlier in this conversation:";
+
 /// The compacted transcript: preamble, summary and latest request, then the last tool round.
 pub fn rebuild(messages: &[Message], summary: &str) -> Vec<Message> {
     let latest = latest_request(messages);
     let mut text = format!("{PREAMBLE}\n\n{summary}");
-    if let Some(latest) = latest {
+    if let Some((_, latest)) = &latest {
         text.push_str(&format!("\n\nThe user's latest request: {latest}"));
     }
-    let mut out = vec![Message::user(text)];
-    out.extend(last_tool_round(messages));
+    let round = last_tool_round(messages);
+    let kept_from = messages.len() - round.len();
+    let latest_at = latest.as_ref().map(|(at, _)| *at);
+    let files_of = |m: &Message| m.files().cloned().map(Part::File).collect::<Vec<_>>();
+    let earlier: Vec<Part> = messages[..kept_from]
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| Some(*i) != latest_at)
+        .flat_map(|(_, m)| files_of(m))
+        .collect();
+    let mut out = Vec::new();
+    if !earlier.is_empty() {
+        let mut parts = vec![Part::text(EARLIER_FILES)];
+        parts.extend(earlier);
+        out.push(Message::new(Role::User, parts));
+    }
+    let mut first = Message::user(text);
+    if let Some(at) = latest_at.filter(|at| *at < kept_from) {
+        first.parts.extend(files_of(&messages[at]));
+    }
+    out.push(first);
+    out.extend(round);
     out
 }
 
-/// The text of the newest user message that a person (not colony) wrote.
-fn latest_request(messages: &[Message]) -> Option<String> {
+/// The newest user message that a person (not colony) wrote: where it is, and its text.
+fn latest_request(messages: &[Message]) -> Option<(usize, String)> {
     messages
         .iter()
+        .enumerate()
         .rev()
-        .filter(|m| m.role == Role::User)
-        .map(|m| m.text())
-        .find(|t| !t.trim().is_empty() && !t.starts_with("[colony]") && !t.starts_with(PREAMBLE))
+        .filter(|(_, m)| m.role == Role::User)
+        .map(|(i, m)| (i, m.text()))
+        .find(|(_, t)| {
+            !t.trim().is_empty() && !t.starts_with("[colony]") && !t.starts_with(PREAMBLE)
+        })
 }
 
 /// The newest assistant message with calls and the results that answer it, reasoning dropped.
@@ -188,6 +215,31 @@ mod tests {
         assert_eq!(out[1].parts.len(), 2, "reasoning dropped");
         assert_eq!(out[1].tool_calls().next().unwrap().id, "b");
         assert_eq!(out[2], result("b"));
+    }
+
+    #[test]
+    fn rebuild_keeps_every_file() {
+        use std::sync::Arc;
+        let file =
+            |name: &str| Part::File(crate::files::record(name, None, Arc::from(name.as_bytes())));
+        let messages = vec![
+            Message::new(Role::User, vec![Part::text("first"), file("a.csv")]),
+            Message::assistant("ok"),
+            Message::new(Role::User, vec![Part::text("second"), file("b.csv")]),
+            Message::new(Role::Assistant, vec![call("c")]),
+            Message::new(
+                Role::Tool,
+                vec![result("c").parts[0].clone(), file("c.csv")],
+            ),
+        ];
+        let out = rebuild(&messages, "SUMMARY");
+        let names = |m: &Message| m.files().map(|f| f.name.clone()).collect::<Vec<_>>();
+        assert_eq!(out.len(), 4);
+        assert_eq!(out[0].text(), EARLIER_FILES);
+        assert_eq!(names(&out[0]), ["a.csv"]);
+        assert!(out[1].text().ends_with("The user's latest request: second"));
+        assert_eq!(names(&out[1]), ["b.csv"]);
+        assert_eq!(names(&out[3]), ["c.csv"], "the last round is kept whole");
     }
 
     #[test]

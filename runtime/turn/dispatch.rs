@@ -59,7 +59,7 @@ pub async fn run_call(cx: &CallContext<'_>, call: &ToolCall) -> Answer {
         .hooks
         .map(|h| h.recorded(&call.id))
         .unwrap_or(Recorded::Nothing);
-    if let Recorded::Finished(result) = recorded {
+    if let Recorded::Finished(result, files) = recorded {
         let event = ToolEvent {
             step: cx.step,
             call_id: call.id.clone(),
@@ -75,7 +75,7 @@ pub async fn run_call(cx: &CallContext<'_>, call: &ToolCall) -> Answer {
         return Answer {
             result,
             event,
-            files: Vec::new(),
+            files,
         };
     }
     let idempotent = cx
@@ -109,7 +109,7 @@ pub async fn run_call(cx: &CallContext<'_>, call: &ToolCall) -> Answer {
     if let Some(h) = cx.hooks
         && event.kind != EventKind::Cancelled
     {
-        h.finished(call, &result, &event);
+        h.finished(call, &result, &files, &event);
     }
     Answer {
         result,
@@ -226,7 +226,7 @@ async fn checked(
             let handle = args.get("ref").and_then(Value::as_str).unwrap_or("");
             return Ok(match crate::files::view::answer(handle, cx.files) {
                 Ok((text, file)) => Checked::Attached(text, vec![file]),
-                Err(e) => Checked::Run(EventKind::Error, e),
+                Err(e) => Checked::Run(EventKind::Error, e.to_string()),
             });
         }
         Handler::Lua(func) => Box::pin(bridge.call_tool(*func, args, ctx)),

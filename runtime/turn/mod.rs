@@ -29,7 +29,7 @@ pub use tools::{Handler, ToolDef};
 use crate::core::Ask;
 use crate::lua::bridge::FnId;
 use crate::residents::mail::Provenance;
-use crate::vocab::{Message, Stop, ToolCall, ToolResult, Usage};
+use crate::vocab::{FileRef, Message, Stop, ToolCall, ToolResult, Usage};
 
 /// Everything one turn needs. `ask.messages` is the transcript so far (the prompt included);
 /// `ask.tools` is ignored in favour of `tools`.
@@ -65,8 +65,8 @@ pub enum Recorded {
     Nothing,
     /// It started and did not finish: run it again only if the tool is idempotent.
     Started,
-    /// It finished: its result is reused, the tool is not run again.
-    Finished(ToolResult),
+    /// It finished: its result (and the files it carried) is reused, the tool is not run again.
+    Finished(ToolResult, Vec<FileRef>),
 }
 
 /// A turn's observer: what a persisted resident writes down so that a restart resumes the turn
@@ -85,7 +85,14 @@ pub trait TurnHooks: Send + Sync {
     /// A call is about to run.
     fn started(&self, _call: &ToolCall) {}
     /// A call ended (whether it ran, was refused, or was reused).
-    fn finished(&self, _call: &ToolCall, _result: &ToolResult, _event: &ToolEvent) {}
+    fn finished(
+        &self,
+        _call: &ToolCall,
+        _result: &ToolResult,
+        _files: &[FileRef],
+        _event: &ToolEvent,
+    ) {
+    }
     /// A step's results were appended (before the next model call). An error ends the turn
     /// before the next model call.
     fn step_done(&self, _messages: &[Message]) -> Result<(), String> {

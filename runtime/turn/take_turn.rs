@@ -115,7 +115,10 @@ async fn run(
         if spec.compaction.enabled && window.would_overflow(&spec.compaction) {
             match compaction::compact(core, stack, &spec, &req, &mut out.usage).await {
                 Ok(messages) => {
-                    req.files_from = Some(files::window::turn_window(&messages));
+                    // The latest request's files (or the last round's) inline; the earlier
+                    // ones the compaction kept are reference lines.
+                    req.files_from =
+                        Some(files::window::newest_with_files(&messages).unwrap_or(messages.len()));
                     req.messages = messages;
                     offer_view_file(&mut offered, &mut req, &spec.deny);
                     out.compactions += 1;

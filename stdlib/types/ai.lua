@@ -39,11 +39,12 @@ ai = {}
 ---@field sha256 string
 ---@field data? string the bytes (from ai.view_file)
 ---@field text? string the bytes as text, for a text file (from ai.view_file)
+---@field shed? string why the provider refused it (it travels as a note saying it was removed)
 
 ---@class ai.Message
 ---@field role ai.Role
 ---@field content? string|table text (a table is sent as JSON); may be absent beside tool_calls
----@field files? ai.FileSpec[] attached to this entry (on a tool entry: carried by that result); given back as ai.File tables
+---@field files? ai.FileSpec[] on a user entry, attached to it; on a tool entry, carried by that result; given back as ai.File tables (plain data: they encode and store, and a decoded copy finds its file by ref while the program holds it)
 ---@field tool_calls? ai.ToolCall[] on an assistant entry: the calls it made (pass the list `ai.ask` returned)
 ---@field tool_call_id? string on a tool entry: the call it answers
 ---@field name? string on a tool entry: the tool's name (found from the call when omitted)
