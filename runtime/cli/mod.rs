@@ -11,6 +11,7 @@ mod run;
 mod scripts;
 mod state;
 mod store;
+mod wizard;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
