@@ -182,6 +182,15 @@ async fn readline(lua: &Lua, prompt: String) -> mlua::Result<MultiValue> {
 /// for the rest of the run, so a front end that offers this ends on its own terms (a second
 /// Ctrl-C at its prompt, say).
 async fn interruptible(lua: &Lua, f: Function, args: MultiValue) -> mlua::Result<MultiValue> {
+    // Listening before `f` starts: a Ctrl-C the moment it begins is not lost.
+    #[cfg(unix)]
+    let interrupted = {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut sigint = signal(SignalKind::interrupt())
+            .map_err(|e| mlua::Error::runtime(format!("term.interruptible: {e}")))?;
+        async move { sigint.recv().await }
+    };
+    #[cfg(not(unix))]
     let interrupted = tokio::signal::ctrl_c();
     tokio::select! {
         result = f.call_async::<MultiValue>(args) => {
