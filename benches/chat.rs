@@ -51,7 +51,11 @@ fn chat(core: &Core, state: &StateDir, messages: usize) -> Duration {
             core.clone(),
             "chat",
             source.as_bytes().to_vec(),
-            vec!["--provider=openai".into(), "--".into(), "And tomorrow?".into()],
+            vec![
+                "--provider=openai".into(),
+                "--".into(),
+                "And tomorrow?".into(),
+            ],
             host,
         )
         .expect("the chat runs");
@@ -84,7 +88,11 @@ fn markdown() -> String {
     let mut md = REPLY.to_string();
     md.push_str("| stop | first tram | last tram |\n|---|---|---|\n");
     for i in 0..20 {
-        md.push_str(&format!("| Stop number {i} | 06:{:02} | 01:{:02} |\n", i * 2, 45 - i));
+        md.push_str(&format!(
+            "| Stop number {i} | 06:{:02} | 01:{:02} |\n",
+            i * 2,
+            45 - i
+        ));
     }
     md.push_str("\n```lua\nlocal turn = ai.take_turn{ prompt = \"hi\" }\nprint(turn.reply)\n```\n");
     md
@@ -114,19 +122,24 @@ fn main() {
     chat(&core, &state, 2);
     ask(&core);
 
-    println!("colony chat, one exchange against the fake provider (openai style, streamed; {EXCHANGES} runs, best of 3)");
+    // The chat prints each reply as a user would see it; the figures are printed together at
+    // the end, below them.
+    let mut figures = vec![format!(
+        "colony chat, one exchange against the fake provider (openai style, streamed; {EXCHANGES} runs, best of 3)"
+    )];
     let best = |f: &dyn Fn() -> Duration| (0..3).map(|_| f()).min().unwrap();
     let per = |d: Duration| d.as_secs_f64() * 1e3 / EXCHANGES as f64;
     let floor = per(best(&|| ask(&core)));
-    println!("bare ai.ask in a fresh VM        {floor:>7.2} ms/exchange");
+    figures.push(format!(
+        "bare ai.ask in a fresh VM        {floor:>7.2} ms/exchange"
+    ));
     for messages in [0, 20, 200, 1000] {
         let ms = per(best(&|| chat(&core, &state, messages)));
-        println!(
+        figures.push(format!(
             "chat, {messages:>4} messages before     {ms:>7.2} ms/exchange  (+{:.2} ms over the floor)",
             ms - floor
-        );
+        ));
     }
-
     let md = markdown();
     let renders = 2000;
     let started = Instant::now();
@@ -134,8 +147,12 @@ fn main() {
         std::hint::black_box(colony::lua::term::render(&md, 100));
     }
     let us = started.elapsed().as_secs_f64() * 1e6 / renders as f64;
-    println!(
+    figures.push(format!(
         "term.render of a {}-line reply (20-row table, code block) at 100 columns: {us:.0} us",
         md.lines().count()
-    );
+    ));
+    println!();
+    for line in figures {
+        println!("{line}");
+    }
 }

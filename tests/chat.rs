@@ -307,3 +307,62 @@ fn scripts_lists_and_prints_the_front_ends() {
     );
     sb.colony(&["scripts", "cat", "nope"]).failed();
 }
+
+#[test]
+fn interactive_commands() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let data = sb.write("data.csv", "a,b\n1,2\n");
+    let out = sb.path("chat.md");
+    fake.push(Reply::text("It has **two** columns."));
+    fake.push(Reply::text("Code answer."));
+    let mut pty = Pty::start(&sb, &["chat"], &[]);
+    pty.expect("chat> ");
+    pty.send_line("/tools on read_file");
+    pty.expect("read_file on");
+    pty.send_line("/tools");
+    pty.expect("[on]  read_file");
+    pty.expect("[off] fetch");
+    pty.send_line("/attach /no/such.csv");
+    pty.expect("no such file: /no/such.csv");
+    pty.send_line(&format!("/attach {}", data.display()));
+    pty.expect("attached");
+    pty.send_line("/model claude-fake-2");
+    pty.expect("model claude-fake-2");
+    pty.send_line("How many columns?");
+    pty.expect("columns.");
+    pty.expect("chat> ");
+    pty.send_line(&format!("/save {}", out.display()));
+    pty.expect("saved to");
+    pty.send_line("/use code");
+    pty.expect("use-type code (0 messages so far)");
+    pty.expect("code> ");
+    pty.send_line("Anything");
+    pty.expect("Code answer.");
+    pty.expect("code> ");
+    pty.send_line("/bogus");
+    pty.expect("unknown command /bogus");
+    pty.send_line("/exit");
+    let (code, shown) = pty.finish();
+    assert_eq!(code, 0, "{shown}");
+
+    let calls = model_calls(&fake);
+    assert_eq!(calls[0]["model"], "claude-fake-2");
+    assert_eq!(calls[0]["tools"][0]["name"], "read_file");
+    assert_eq!(
+        transcript(&calls[1]),
+        ["user: Anything"],
+        "code has its own"
+    );
+    let saved = std::fs::read_to_string(&out).unwrap();
+    assert!(saved.starts_with("# colony chat (chat)"), "{saved}");
+    assert!(saved.contains("## You\n\nHow many columns?"), "{saved}");
+    assert!(
+        saved.contains(&format!("*attached: {}*", data.display())),
+        "{saved}"
+    );
+    assert!(
+        saved.contains("## Assistant\n\nIt has **two** columns."),
+        "{saved}"
+    );
+}
