@@ -306,6 +306,7 @@ local HELP = [[
 /attach PATH  attach a file to the next message
 /save FILE    write the conversation as Markdown
 /history      print the conversation        /exit         leave (so do Ctrl-C and Ctrl-D)]]
+local errors = 0
 if term.is_tty("stdin") then
   note(dim("colony chat (" .. use .. ", " .. #messages .. " messages so far): /help for commands"))
 end
@@ -376,6 +377,10 @@ while true do
       messages = updated
       save(use, messages)
       pending = {}
+    else
+      errors = errors + 1
     end
   end
 end
+-- Fed from a pipe, a failed exchange is the run's failure too.
+if errors > 0 and not term.is_tty("stdin") then os.exit(1) end

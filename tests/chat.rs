@@ -381,3 +381,39 @@ fn an_attached_file_reaches_the_request() {
     let body = model_calls(&fake)[0].to_string();
     assert!(body.contains("Lisbon,1234"), "{body}");
 }
+
+#[test]
+fn piped_lines_are_a_conversation_and_a_failure_fails_the_run() {
+    use std::io::Write;
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    fake.push(Reply::text("One."));
+    fake.push(Reply::text("Two."));
+    fake.push(Reply::status(400));
+    let mut child = sb
+        .command(&["chat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"First\nSecond\nThird\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "One.\nTwo.\n");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("(the question was not added to the conversation)"),
+        "{stderr}"
+    );
+    let calls = model_calls(&fake);
+    assert_eq!(transcript(&calls[1]).len(), 3);
+    assert_eq!(transcript(&calls[2]).len(), 5);
+    let history = sb.colony(&["chat", "--history"]).ok();
+    assert!(!history.stdout.contains("Third"), "{}", history.stdout);
+}
