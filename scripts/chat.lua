@@ -156,16 +156,11 @@ local function short(text, n)
   return text
 end
 
--- One line per call: its name, its arguments (shortened) and how it went.
-local function show_calls(report)
-  local results = {}
-  for _, r in ipairs(report.results or {}) do results[r.call_id] = r end
-  for _, c in ipairs(report.calls or {}) do
-    local r = results[c.id]
-    local outcome = "not run"
-    if r then outcome = r.is_error and ("error: " .. short(r.content, 60)) or "ok" end
-    io.write(dim("  ⚙ " .. c.name .. " " .. short(c.arguments, 60) .. " → " .. outcome), "\n")
-  end
+-- One line per call as it ends: its name, its arguments (shortened) and how it went.
+local function show_call(event)
+  local outcome = event.ok and "ok" or (event.kind .. ": " .. short(event.outcome, 60))
+  io.write(dim("  ⚙ " .. event.name .. " " .. short(event.arguments, 60) .. " → " .. outcome), "\n")
+  io.flush()
 end
 
 local function print_history(messages)
@@ -235,14 +230,18 @@ local function exchange(use, messages, text, files)
       io.write(delta)
       io.flush()
     end,
+    on_tool = function(event)
+      stop_spinner()
+      if shown ~= "" then
+        if shown:sub(-1) ~= "\n" then io.write("\n") end
+        shown = ""
+      end
+      show_call(event)
+    end,
     on_step = function(report)
       stop_spinner()
-      if #(report.calls or {}) > 0 then
-        if shown ~= "" and shown:sub(-1) ~= "\n" then io.write("\n") end
-        shown = ""
-        show_calls(report)
-        spinner = term.spinner("thinking")
-      end
+      -- A step that called tools is followed by another: wait for it as for the first.
+      if #(report.calls or {}) > 0 then spinner = term.spinner("thinking") end
     end,
   }
   local ok, turn = term.interruptible(function() return ai.take_turn(opts) end)

@@ -101,7 +101,8 @@ async fn run(
         _ => Vec::new(),
     };
     if !pending.is_empty() {
-        let Some(results) = run_calls(&cx(0), &pending, &mut out.tool_events).await else {
+        let Some(results) = run_calls(&cx(0), &pending, spec.on_tool, &mut out.tool_events).await
+        else {
             return cancelled(out, req.messages);
         };
         req.messages.push(Message::new(
@@ -191,7 +192,7 @@ async fn run(
                 })
                 .collect()
         } else {
-            match run_calls(&cx(step), &calls, &mut out.tool_events).await {
+            match run_calls(&cx(step), &calls, spec.on_tool, &mut out.tool_events).await {
                 Some(results) => results,
                 None => return cancelled(out, req.messages),
             }
@@ -217,15 +218,33 @@ async fn run(
     unreachable!("the last step always returns")
 }
 
-/// Runs a step's calls at once; `None` when the program ended while they ran.
+/// Runs a step's calls at once, telling `on_tool` of each as it ends; `None` when the program
+/// ended while they ran.
 async fn run_calls(
     cx: &CallContext<'_>,
     calls: &[ToolCall],
+    on_tool: Option<FnId>,
     events: &mut Vec<ToolEvent>,
 ) -> Option<Vec<ToolResult>> {
     let mut results = Vec::with_capacity(calls.len());
     let mut cut_off = false;
-    for (result, event) in join_all(calls.iter().map(|c| run_call(cx, c))).await {
+    let each = calls.iter().map(|c| async move {
+        let (result, event) = run_call(cx, c).await;
+        if let Some(func) = on_tool
+            && event.kind != EventKind::Cancelled
+        {
+            let mut value = serde_json::to_value(&event).unwrap_or(Value::Null);
+            if let Value::Object(map) = &mut value {
+                map.insert("arguments".into(), Value::String(c.arguments.clone()));
+                map.insert("ok".into(), Value::Bool(event.kind == EventKind::Ok));
+            }
+            if let Err(e) = cx.bridge.callback(func, value).await {
+                tracing::warn!("on_tool failed: {e}");
+            }
+        }
+        (result, event)
+    });
+    for (result, event) in join_all(each).await {
         cut_off |= event.kind == EventKind::Cancelled;
         results.push(result);
         events.push(event);
