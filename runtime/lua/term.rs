@@ -90,8 +90,12 @@ pub fn styled() -> bool {
     std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
 }
 
-/// Columns and rows of the terminal (80 x 24 when there is none).
+/// Columns and rows of the terminal stdout writes to (80 x 24 when it writes elsewhere: a
+/// process with a controlling terminal but piped output is laid out for no screen in particular).
 fn size() -> (usize, usize) {
+    if !std::io::stdout().is_terminal() {
+        return (80, 24);
+    }
     termimad::crossterm::terminal::size()
         .ok()
         .filter(|(w, h)| *w > 0 && *h > 0)

@@ -15,7 +15,7 @@ function term.is_tty(stream) end
 ---@return boolean
 function term.styled() end
 
---- The terminal's width in columns (80 when there is no terminal).
+--- The width in columns of the terminal stdout writes to (80 when stdout is not a terminal).
 ---@return integer
 function term.width() end
 
