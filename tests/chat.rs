@@ -320,30 +320,37 @@ fn interactive_commands() {
     fake.push(Reply::text("Code answer."));
     let mut pty = Pty::start(&sb, &["chat"], &[]);
     pty.expect("chat> ");
-    pty.send_line("/tools on read_file");
-    pty.expect("read_file on");
-    pty.send_line("/tools");
-    pty.expect("[on]  read_file");
-    pty.expect("[off] fetch");
-    pty.send_line("/attach /no/such.csv");
-    pty.expect("no such file: /no/such.csv");
-    pty.send_line(&format!("/attach {}", data.display()));
-    pty.expect("attached");
-    pty.send_line("/model claude-fake-2");
-    pty.expect("model claude-fake-2");
-    pty.send_line("How many columns?");
-    pty.expect("columns.");
-    pty.expect("chat> ");
-    pty.send_line(&format!("/save {}", out.display()));
-    pty.expect("saved to");
-    pty.send_line("/use code");
-    pty.expect("use-type code (0 messages so far)");
-    pty.expect("code> ");
-    pty.send_line("Anything");
-    pty.expect("Code answer.");
-    pty.expect("code> ");
-    pty.send_line("/bogus");
-    pty.expect("unknown command /bogus");
+    // Each line goes in once the prompt is back: the editor puts the terminal in raw mode as it
+    // starts, and input typed before that may be flushed.
+    let mut say = |line: &str, shows: &[&str], prompt: &str| {
+        pty.send_line(line);
+        for s in shows {
+            pty.expect(s);
+        }
+        pty.expect(prompt);
+    };
+    say("/tools on read_file", &["read_file on"], "chat> ");
+    say("/tools", &["[on]  read_file", "[off] fetch"], "chat> ");
+    say(
+        "/attach /no/such.csv",
+        &["no such file: /no/such.csv"],
+        "chat> ",
+    );
+    say(
+        &format!("/attach {}", data.display()),
+        &["attached"],
+        "chat> ",
+    );
+    say("/model claude-fake-2", &["model claude-fake-2"], "chat> ");
+    say("How many columns?", &["columns."], "chat> ");
+    say(&format!("/save {}", out.display()), &["saved to"], "chat> ");
+    say(
+        "/use code",
+        &["use-type code (0 messages so far)"],
+        "code> ",
+    );
+    say("Anything", &["Code answer."], "code> ");
+    say("/bogus", &["unknown command /bogus"], "code> ");
     pty.send_line("/exit");
     let (code, shown) = pty.finish();
     assert_eq!(code, 0, "{shown}");
