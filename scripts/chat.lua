@@ -56,11 +56,26 @@ local function load(use)
   return saved
 end
 
+-- Only attachments named by path are kept: a file table a turn hands back refers to this
+-- run's copy of the file, which the next run does not have.
+local function by_path(files)
+  local kept = {}
+  for _, f in ipairs(files) do
+    if type(f) == "string" then
+      kept[#kept + 1] = f
+    elseif type(f) == "table" and type(f.path) == "string" then
+      kept[#kept + 1] = f.path
+    end
+  end
+  return #kept > 0 and kept or nil
+end
+
 local function save(use, messages)
   local out = {}
   for i, m in ipairs(messages) do
     local copy = {}
     for k, v in pairs(m) do copy[k] = v end
+    if m.files then copy.files = by_path(m.files) end
     if m.tool_calls and m.tool_calls.reasoning then
       local calls = {}
       for j, c in ipairs(m.tool_calls) do calls[j] = c end
@@ -244,8 +259,15 @@ local function exchange(use, messages, text, files)
       if #(report.calls or {}) > 0 then spinner = term.spinner("thinking") end
     end,
   }
-  local ok, turn = term.interruptible(function() return ai.take_turn(opts) end)
+  -- A misuse the turn raises (an attached file that has since gone, say) is reported like a
+  -- failed call rather than ending the chat.
+  local ok, done, turn = term.interruptible(function() return pcall(ai.take_turn, opts) end)
   stop_spinner()
+  if ok and not done then
+    if shown ~= "" then io.write("\n") end
+    note("colony chat: " .. tostring(turn) .. " (the question was not added to the conversation)")
+    return messages, "error"
+  end
   if not ok then
     if shown ~= "" then io.write("\n") end
     history[#history + 1] = { role = "assistant", content = shown .. "\n\n[interrupted by the user]" }
@@ -264,12 +286,14 @@ local function exchange(use, messages, text, files)
   end
   if not (shown ~= "" and shown:sub(-1) == "\n") then io.write("\n") end
   io.flush()
-  -- The question keeps its attachments in the saved conversation, whether or not the
-  -- transcript the turn hands back carries them.
+  -- The messages sent keep their attachments as they were given (by path), whatever the
+  -- transcript the turn hands back carries for them.
   local out = turn.messages
-  local asked = out[#messages + 1]
-  if entry.files and asked and asked.role == "user" and asked.content == text then
-    asked.files = asked.files or entry.files
+  for i, sent in ipairs(history) do
+    local back = out[i]
+    if back and back.role == sent.role and back.content == sent.content then
+      back.files = sent.files
+    end
   end
   return out
 end

@@ -426,3 +426,34 @@ fn piped_lines_are_a_conversation_and_a_failure_fails_the_run() {
     let history = sb.colony(&["chat", "--history"]).ok();
     assert!(!history.stdout.contains("Third"), "{}", history.stdout);
 }
+
+#[test]
+fn a_turn_that_raises_is_reported_and_the_conversation_kept() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    // A conversation the turn refuses, written into the chat's store as a program would.
+    let chat_state = sb.state_home().join("colony").join("chat");
+    let bad = sb.write(
+        "bad.lua",
+        r#"store.set("conversation/chat", { { role = "narrator", content = "Once upon a time" } })"#,
+    );
+    sb.colony(&[
+        "run",
+        "--state",
+        &chat_state.display().to_string(),
+        &bad.display().to_string(),
+    ])
+    .ok();
+    let run = sb.colony(&["chat", "Go on"]).failed();
+    assert!(
+        run.stderr.contains("history[1].role = \"narrator\"")
+            && run
+                .stderr
+                .contains("(the question was not added to the conversation)"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(model_calls(&fake).len(), 0);
+    let history = sb.colony(&["chat", "--history"]).ok();
+    assert!(!history.stdout.contains("Go on"), "{}", history.stdout);
+}
