@@ -43,29 +43,8 @@ pub const SCRIPTS: &[Shipped] = &[
     },
 ];
 
-/// The example programs, in `examples/` (`tests/ask_helper.rs` checks this list against the folder).
-pub const EXAMPLES: &[Shipped] = &[
-    Shipped {
-        file: "embed.lua",
-        source: include_str!("../examples/embed.lua"),
-    },
-    Shipped {
-        file: "newsroom.lua",
-        source: include_str!("../examples/newsroom.lua"),
-    },
-    Shipped {
-        file: "quickstart.lua",
-        source: include_str!("../examples/quickstart.lua"),
-    },
-    Shipped {
-        file: "tools.lua",
-        source: include_str!("../examples/tools.lua"),
-    },
-    Shipped {
-        file: "watcher.lua",
-        source: include_str!("../examples/watcher.lua"),
-    },
-];
+/// The example programs, `examples/*.lua` in name order (listed by `build.rs`).
+pub const EXAMPLES: &[Shipped] = include!(concat!(env!("OUT_DIR"), "/examples.rs"));
 
 /// The script called `name` (with or without `.lua`).
 pub fn script(name: &str) -> Option<&'static Shipped> {
