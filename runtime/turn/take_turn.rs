@@ -230,18 +230,7 @@ async fn run_calls(
     let mut cut_off = false;
     let each = calls.iter().map(|c| async move {
         let (result, event) = run_call(cx, c).await;
-        if let Some(func) = on_tool
-            && event.kind != EventKind::Cancelled
-        {
-            let mut value = serde_json::to_value(&event).unwrap_or(Value::Null);
-            if let Value::Object(map) = &mut value {
-                map.insert("arguments".into(), Value::String(c.arguments.clone()));
-                map.insert("ok".into(), Value::Bool(event.kind == EventKind::Ok));
-            }
-            if let Err(e) = cx.bridge.callback(func, value).await {
-                tracing::warn!("on_tool failed: {e}");
-            }
-        }
+        tell_tool(cx.bridge, on_tool, c, &event).await;
         (result, event)
     });
     for (result, event) in join_all(each).await {
@@ -250,6 +239,23 @@ async fn run_calls(
         events.push(event);
     }
     (!cut_off).then_some(results)
+}
+
+/// Tells `on_tool` that `call` ended: its event, its arguments and whether it went well. A call
+/// cut off by the end of the program is not told of (nothing is listening any more).
+async fn tell_tool(bridge: &LuaBridge, on_tool: Option<FnId>, call: &ToolCall, event: &ToolEvent) {
+    let Some(func) = on_tool else { return };
+    if event.kind == EventKind::Cancelled {
+        return;
+    }
+    let mut value = serde_json::to_value(event).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut value {
+        map.insert("arguments".into(), Value::String(call.arguments.clone()));
+        map.insert("ok".into(), Value::Bool(event.kind == EventKind::Ok));
+    }
+    if let Err(e) = bridge.callback(func, value).await {
+        tracing::warn!("on_tool failed: {e}");
+    }
 }
 
 /// Ends a turn early with `stop = error` and the transcript so far.
