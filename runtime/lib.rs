@@ -32,6 +32,9 @@
 //!   `ai.with_*` values; `bridge`: the core's way into the VM.
 //!   `http`: `get`/`post`/`request` on the program's pooled client; a 404 is a response, not `err`.
 //!   `fs`: `read`/`write`/`list`/`stat`/`exists` on tokio::fs, relative to the script's folder.
+//!   `term`: the terminal for front ends (line editor, Markdown rendering, spinner, Ctrl-C that
+//!   cancels a call in flight); `colony`: colony's own commands, scripts, examples and config.
+//! - [`shipped`]: the Lua front ends (`scripts/`) and example programs compiled into the binary.
 //! - [`cli`]: the `colony` command, one file per subcommand.
 //!
 //! The Lua VM runs on a thread of its own; its async functions suspend only the calling coroutine,
@@ -46,6 +49,7 @@ pub mod lua;
 pub mod providers;
 pub mod residents;
 pub mod secrets;
+pub mod shipped;
 pub mod store;
 pub mod turn;
 pub mod vocab;

@@ -1,5 +1,10 @@
--- colony ask: one question, one answer, streamed as it arrives.
+-- ask.lua: the helper; one question about colony, answered from this machine's facts (`colony ask`).
+--
 -- Usage (through the binary): colony ask [--use=USE] [--provider=P] [--model=M] -- QUESTION
+-- The model is grounded with what colony knows of itself here: its commands, the scripts and
+-- examples shipped in the binary, the providers and which keys are set, the use-types
+-- configured, and the MCP servers and cached tools. One-shot and not persisted; use-type
+-- `helper` unless --use says otherwise.
 local opts = { use = "helper" }
 local question
 for i = 1, #arg do
@@ -13,13 +18,96 @@ for i = 1, #arg do
 end
 assert(question and question ~= "", "colony ask: no question given")
 
+-- An example's opening comment (up to its first blank comment line) and the tools it defines.
+local function describe(example)
+  local lines = {}
+  for line in (example.source .. "\n"):gmatch("(.-)\n") do
+    local text = line:match("^%-%-%s?(.*)$")
+    if not text or text == "" then break end
+    lines[#lines + 1] = text
+  end
+  local about = table.concat(lines, " "):gsub("^[%w_%./]+%.lua:%s*", "")
+  local tools = {}
+  for name in example.source:gmatch('name%s*=%s*"([^"]+)"%s*,%s*description%s*=') do
+    tools[#tools + 1] = name
+  end
+  return about, tools
+end
+
+local function world()
+  local out = {}
+  local function add(s) out[#out + 1] = s end
+  add("colony " .. colony.version .. ": a runtime in which Lua programs host AIs.")
+  add("")
+  add("Commands (`colony COMMAND --help` for each):")
+  for _, c in ipairs(colony.commands()) do
+    add("- colony " .. c.name .. ": " .. c.about)
+  end
+  add("")
+  add("Front-end scripts compiled in (`colony scripts cat NAME` prints one to copy and change):")
+  for _, s in ipairs(colony.scripts()) do
+    add("- " .. s.name .. ": " .. s.summary)
+  end
+  add("")
+  add("Example programs shipped in examples/ (each runs offline on its cassette, e.g. "
+    .. "`colony run --replay examples/NAME.jsonl examples/NAME.lua`; its opening comment says how):")
+  for _, e in ipairs(colony.examples()) do
+    local about, tools = describe(e)
+    local line = "- " .. e.file .. ": " .. about
+    if #tools > 0 then
+      line = line .. " Tools it defines: " .. table.concat(tools, ", ") .. "."
+    else
+      line = line .. " It defines no Lua tools."
+    end
+    add(line)
+  end
+  add("")
+  add("Providers (a key in the environment, or in the config):")
+  for _, p in ipairs(ai.providers()) do
+    local key = "no key needed"
+    if p.key_env and p.key_env ~= "" then
+      key = os.getenv(p.key_env) and (p.key_env .. " is set") or (p.key_env .. " is not set")
+    end
+    add("- " .. p.id .. " (" .. p.name .. ", default model " .. p.default_model .. "): " .. key)
+  end
+  add("")
+  local uses = colony.config()
+  if #uses == 0 then
+    add("Configured use-types: none (`colony config` walks through setting them).")
+  else
+    add("Configured use-types (`colony config list`):")
+    for _, u in ipairs(uses) do
+      add("- " .. u.use .. ": provider " .. (u.provider or "(default)") .. ", model "
+        .. (u.model or "(default)"))
+    end
+  end
+  add("")
+  local servers = (mcp and mcp.servers) and mcp.servers() or {}
+  local cached = (mcp and mcp.cached_tools) and mcp.cached_tools() or {}
+  if #servers == 0 then
+    add("MCP servers: none configured.")
+  else
+    add("MCP servers:")
+    for _, s in ipairs(servers) do add("- " .. tostring(s.name or s)) end
+  end
+  if #cached == 0 then
+    add("Cached MCP tools: none.")
+  else
+    add("Cached MCP tools:")
+    for _, t in ipairs(cached) do add("- " .. tostring(t.name) .. ": " .. tostring(t.description or "")) end
+  end
+  return table.concat(out, "\n")
+end
+
 local streamed = false
 opts.stream = function(delta)
   streamed = true
   io.write(delta)
   io.flush()
 end
-opts.system = "You are colony's helper. Answer briefly and concretely."
+opts.system = "You are colony's helper, answering a user of colony on their own machine. "
+  .. "Answer briefly and concretely from the facts below first, naming the exact commands, "
+  .. "scripts and example files; say so when something is not among them.\n\n" .. world()
 
 local reply, err = ai.ask({ { role = "user", content = question } }, opts)
 if not reply then

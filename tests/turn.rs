@@ -381,6 +381,38 @@ fn on_step_and_streaming_in_a_turn() {
 }
 
 #[test]
+fn on_tool_hears_each_call_as_it_ends_before_the_step_report() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_calls(vec![
+        ("c1", "weather_current", json!({"city": "Oslo"})),
+        ("c2", "refuses", json!({})),
+    ]));
+    fake.push(Reply::text("Done."));
+    let run = sandbox(&fake, "anthropic")
+        .lua(
+            &script(
+                r#"local r = ai.take_turn{ prompt = "w", tools = { weather, refuses },
+                     on_tool = function(e) print("tool", e.step, e.call_id, e.name, e.arguments, e.ok, e.kind, e.outcome) end,
+                     on_step = function(s) print("step", s.step) end }"#,
+            ),
+            &[],
+        )
+        .ok();
+    let mut lines = run.lines();
+    // The two calls run at once: either may end first.
+    lines[..2].sort();
+    assert_eq!(
+        lines,
+        [
+            "tool\t1\tc1\tweather.current\t{\"city\":\"Oslo\"}\ttrue\tok\t{\"city\":\"Oslo\",\"sky\":\"clear\",\"step\":1}",
+            "tool\t1\tc2\trefuses\t{}\tfalse\terror\tno such file",
+            "step\t1",
+            "step\t2",
+        ]
+    );
+}
+
+#[test]
 fn ai_run_returns_text_and_tools() {
     let fake = FakeProvider::start();
     fake.push(Reply::tool_call(

@@ -3,9 +3,6 @@
 
 use super::{Cassettes, Failure, build_core};
 
-/// The script behind `colony ask`, compiled in.
-pub const SCRIPT: &str = include_str!("../../scripts/ask.lua");
-
 /// Ask a model one question (use-type `helper` unless --use says otherwise).
 #[derive(clap::Args)]
 pub struct Args {
@@ -39,7 +36,11 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     crate::lua::run_source(
         core,
         "scripts/ask.lua",
-        SCRIPT.as_bytes().to_vec(),
+        crate::shipped::script("ask")
+            .expect("ask.lua is shipped")
+            .source
+            .as_bytes()
+            .to_vec(),
         script_args,
     )
     .map_err(|e| Failure::run(e.0))

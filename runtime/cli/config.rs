@@ -1,4 +1,5 @@
-//! `colony config get|set|list|test`: the per-use-type settings in the config file.
+//! `colony config get|set|list|test`: the per-use-type settings in the config file; with no
+//! action, the walk through them ([`super::wizard`]).
 
 use std::time::Instant;
 
@@ -6,14 +7,17 @@ use clap::Subcommand;
 
 use super::{Cassettes, Failure, build_core};
 use crate::config::{self, Config, FIELDS, Overrides};
-use crate::core::Ask;
+use crate::core::{Ask, Core};
 use crate::vocab::Message;
 
 /// Read and change the settings of each use-type (chat, code, helper, general, ...).
+///
+/// With no action, walks through choosing a provider and a model for each use-type (keys from
+/// the environment, or typed once and kept in the file with mode 0600), then tries each.
 #[derive(clap::Args)]
 pub struct Args {
     #[command(subcommand)]
-    action: Action,
+    action: Option<Action>,
 }
 
 #[derive(Subcommand)]
@@ -41,7 +45,10 @@ fn load() -> Result<Config, Failure> {
 }
 
 pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
-    match args.action {
+    let Some(action) = args.action else {
+        return super::wizard::run(handle).await;
+    };
+    match action {
         Action::Get { use_type, field } => {
             let cfg = load()?;
             let table = cfg.for_use(&use_type);
@@ -101,6 +108,20 @@ fn print_table(name: &str, table: &config::UseConfig) {
 
 async fn test(use_type: &str, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     let core = build_core(&Cassettes::default(), handle)?;
+    match round_trip(&core, use_type).await {
+        Ok(line) => {
+            println!("ok: {line}");
+            Ok(())
+        }
+        Err(line) => Err(Failure::run(format!(
+            "colony config test {use_type}: {line}"
+        ))),
+    }
+}
+
+/// Sends the one-word question with `use_type`'s settings: who answered, with which model, how
+/// fast and what (`Ok`), or who failed and why (`Err`).
+pub async fn round_trip(core: &Core, use_type: &str) -> Result<String, String> {
     let ask = Ask {
         overrides: Overrides {
             use_type: Some(use_type.to_string()),
@@ -110,27 +131,22 @@ async fn test(use_type: &str, handle: &tokio::runtime::Handle) -> Result<(), Fai
         messages: vec![Message::user("Reply with the single word: ok")],
         ..Default::default()
     };
-    let (req, ep) = core
-        .prepare(ask)
-        .map_err(|e| Failure::input(format!("colony config test {use_type}: {e}")))?;
+    let (req, ep) = core.prepare(ask).map_err(|e| e.to_string())?;
     let started = Instant::now();
     let result = core.infer(&req, &ep, None).await;
     let ms = started.elapsed().as_millis();
     match result {
-        Ok(inferred) => {
-            println!(
-                "ok: {} answered with model {} in {ms} ms: {:?}",
-                ep.provider,
-                inferred.model.as_deref().unwrap_or(&req.model),
-                inferred.text().trim()
-            );
-            Ok(())
-        }
-        Err(e) => Err(Failure::run(format!(
-            "colony config test {use_type}: {} with model {} failed after {ms} ms: {e} ({})",
+        Ok(inferred) => Ok(format!(
+            "{} answered with model {} in {ms} ms: {:?}",
+            ep.provider,
+            inferred.model.as_deref().unwrap_or(&req.model),
+            inferred.text().trim()
+        )),
+        Err(e) => Err(format!(
+            "{} with model {} failed after {ms} ms: {e} ({})",
             ep.provider,
             req.model,
             e.kind()
-        ))),
+        )),
     }
 }

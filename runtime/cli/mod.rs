@@ -2,13 +2,16 @@
 
 mod ask;
 mod audit;
+mod chat;
 mod config;
 mod conversations;
 mod models;
 mod providers;
 mod run;
+mod scripts;
 mod state;
 mod store;
+mod wizard;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -38,6 +41,8 @@ struct Cli {
 enum Command {
     Run(run::Args),
     Ask(ask::Args),
+    Chat(chat::Args),
+    Scripts(scripts::Args),
     Providers(providers::Args),
     Models(models::Args),
     Config(config::Args),
@@ -97,6 +102,8 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Run(args) => run::run(args, rt.handle()),
         Command::Ask(args) => ask::run(args, rt.handle()),
+        Command::Chat(args) => chat::run(args, rt.handle()),
+        Command::Scripts(args) => scripts::run(args),
         Command::Providers(args) => providers::run(args),
         Command::Models(args) => rt.block_on(models::run(args, rt.handle())),
         Command::Config(args) => rt.block_on(config::run(args, rt.handle())),
@@ -112,6 +119,20 @@ pub fn main() -> ExitCode {
             ExitCode::from(f.code)
         }
     }
+}
+
+/// Each subcommand's name and one-line description, as `colony --help` lists them.
+pub fn commands() -> Vec<(String, String)> {
+    use clap::CommandFactory;
+    Cli::command()
+        .get_subcommands()
+        .map(|c| {
+            (
+                c.get_name().to_string(),
+                c.get_about().map(|a| a.to_string()).unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 fn init_logging() {

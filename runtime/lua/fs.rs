@@ -1,4 +1,4 @@
-//! The `fs` module: `fs.read`, `fs.write`, `fs.list`, `fs.stat`, `fs.exists`.
+//! The `fs` module: `fs.read`, `fs.write`, `fs.list`, `fs.stat`, `fs.exists`, `fs.absolute`.
 //!
 //! A relative path resolves against the folder of the running script ([`ScriptDir`], set when
 //! the VM runs a file), or the current directory for sources that are not files. All calls use
@@ -81,6 +81,19 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
         lua.create_async_function(|lua, path: LuaString| async move {
             let path = resolve(&lua, &path);
             Ok(tokio::fs::try_exists(&path).await.unwrap_or(false))
+        })?,
+    )?;
+    // `fs.absolute(path)`: the path the other calls would use, made absolute (not resolved
+    // through symlinks, and the file need not exist), for handing a path to something that
+    // runs elsewhere (a file attached to a message).
+    fs.set(
+        "absolute",
+        lua.create_function(|lua, path: LuaString| {
+            let path = resolve(lua, &path);
+            Ok(std::path::absolute(&path)
+                .unwrap_or(path)
+                .display()
+                .to_string())
         })?,
     )?;
     Ok(fs)

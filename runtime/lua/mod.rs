@@ -7,7 +7,8 @@
 //! the calling coroutine waits, so the script reads as if it were synchronous while others run.
 //! Work that belongs to the core (residents) stays on the core and reaches the VM by message
 //! ([`bridge`]). Each Lua module registers itself from its own file (`ai` in `ai`, `turn`,
-//! `middleware` and `residents`; `json`, `http`, `fs`, `store`).
+//! `middleware` and `residents`; `json`, `http`, `fs`, `store`; `term` for front ends on a terminal;
+//! `colony` for what a script may know of colony itself).
 //!
 //! Lua cannot wait inside a `table.sort` comparator or a `string.gsub` callback (the C functions
 //! calling them cannot yield): calling `ai.ask` there fails with "attempt to yield across a
@@ -15,6 +16,7 @@
 
 pub mod ai;
 pub mod bridge;
+pub mod colony;
 pub mod convert;
 pub mod files;
 pub mod fs;
@@ -24,6 +26,7 @@ pub mod messages;
 pub mod middleware;
 pub mod residents;
 pub mod store;
+pub mod term;
 pub mod turn;
 
 use std::path::{Path, PathBuf};
@@ -53,7 +56,18 @@ pub fn run_source(
     source: Vec<u8>,
     args: Vec<String>,
 ) -> Result<(), ScriptError> {
-    start(core, name, source, args, None, HostSetup::default())?.join()
+    run_source_with(core, name, source, args, HostSetup::default())
+}
+
+/// [`run_source`] with what the host lends the program (a front end's own store, say).
+pub fn run_source_with(
+    core: Core,
+    name: &str,
+    source: Vec<u8>,
+    args: Vec<String>,
+    host: HostSetup,
+) -> Result<(), ScriptError> {
+    start(core, name, source, args, None, host)?.join()
 }
 
 /// A program running on its own Lua thread.
@@ -177,7 +191,11 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     let http = http::register(&lua)?;
     let fs = fs::register(&lua)?;
     let store = store::register(&lua)?;
+    let term = term::register(&lua)?;
+    let colony = colony::register(&lua)?;
     let globals = lua.globals();
+    globals.set("term", term.clone())?;
+    globals.set("colony", colony.clone())?;
     globals.set("store", store.clone())?;
     globals.set("json", json.clone())?;
     globals.set("ai", ai.clone())?;
@@ -194,6 +212,8 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     preload.set("http", constant(&lua, http)?)?;
     preload.set("fs", constant(&lua, fs)?)?;
     preload.set("store", constant(&lua, store)?)?;
+    preload.set("term", constant(&lua, term)?)?;
+    preload.set("colony", constant(&lua, colony)?)?;
     Ok((lua, jobs))
 }
 

@@ -184,6 +184,7 @@ const TURN_OPTIONS: &[&str] = &[
     "deny",
     "pin",
     "on_step",
+    "on_tool",
     "compact",
     "context_window",
     "compact_at",
@@ -269,6 +270,11 @@ async fn run_turn(
         let id = bridge::register(lua, f);
         registered.ids.push(id);
         spec.on_step = Some(id);
+    }
+    if let Some(f) = opts.get::<Option<Function>>("on_tool")? {
+        let id = bridge::register(lua, f);
+        registered.ids.push(id);
+        spec.on_tool = Some(id);
     }
     // A script's own tool calls go to the audit log too, as `script`.
     if let Some(store) = lua.app_data_ref::<super::store::ProgramStore>() {

@@ -28,10 +28,15 @@ pub const STORE_FILE: &str = "store.sqlite3";
 /// home is `$XDG_STATE_HOME`, else `~/.local/state` (else the temp directory, on a machine with
 /// no home).
 pub fn default_for(script: &Path) -> PathBuf {
-    let home = dirs::state_dir()
+    default_under(&state_home(), script)
+}
+
+/// The user's state home: `$XDG_STATE_HOME`, else `~/.local/state` (else the temp directory, on
+/// a machine with no home). colony's own state lives in its `colony` folder.
+pub fn state_home() -> PathBuf {
+    dirs::state_dir()
         .or_else(|| dirs::home_dir().map(|h| h.join(".local").join("state")))
-        .unwrap_or_else(std::env::temp_dir);
-    default_under(&home, script)
+        .unwrap_or_else(std::env::temp_dir)
 }
 
 /// [`default_for`] with the state home given: `<state_home>/colony/<stem>-<hash>`.

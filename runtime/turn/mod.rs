@@ -47,6 +47,8 @@ pub struct TurnSpec {
     pub on_text: Option<FnId>,
     /// Called after each step with the step's report.
     pub on_step: Option<FnId>,
+    /// Called as each tool call ends, with its [`ToolEvent`] and its arguments.
+    pub on_tool: Option<FnId>,
     /// The mail a resident's turn serves: its tools see the sender and the hop.
     pub provenance: Option<Provenance>,
     /// The workspace its tools' `store.*` calls see (a resident's `workspace`).
@@ -112,6 +114,7 @@ impl TurnSpec {
             compaction: Compaction::default(),
             on_text: None,
             on_step: None,
+            on_tool: None,
             provenance: None,
             workspace: None,
             hooks: None,

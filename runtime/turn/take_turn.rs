@@ -100,7 +100,8 @@ async fn run(
     if !pending.is_empty() {
         let held = files::view::files_of(&req.messages);
         let cx = context(bridge, &spec, 0, &offered, &held);
-        let Some(answers) = run_calls(&cx, &pending, &mut out.tool_events).await else {
+        let Some(answers) = run_calls(&cx, &pending, spec.on_tool, &mut out.tool_events).await
+        else {
             return cancelled(out, req.messages);
         };
         req.messages.push(results_message(answers));
@@ -219,7 +220,7 @@ async fn run(
         } else {
             let held = files::view::files_of(&req.messages);
             let cx = context(bridge, &spec, step, &offered, &held);
-            match run_calls(&cx, &calls, &mut out.tool_events).await {
+            match run_calls(&cx, &calls, spec.on_tool, &mut out.tool_events).await {
                 Some(answers) => results_message(answers),
                 None => return cancelled(out, req.messages),
             }
@@ -262,15 +263,22 @@ fn context<'a>(
     }
 }
 
-/// Runs a step's calls at once; `None` when the program ended while they ran.
+/// Runs a step's calls at once, telling `on_tool` of each as it ends; `None` when the program
+/// ended while they ran.
 async fn run_calls(
     cx: &CallContext<'_>,
     calls: &[ToolCall],
+    on_tool: Option<FnId>,
     events: &mut Vec<ToolEvent>,
 ) -> Option<Vec<Answer>> {
     let mut answers = Vec::with_capacity(calls.len());
     let mut cut_off = false;
-    for answer in join_all(calls.iter().map(|c| run_call(cx, c))).await {
+    let each = calls.iter().map(|c| async move {
+        let answer = run_call(cx, c).await;
+        tell_tool(cx.bridge, on_tool, c, &answer.event).await;
+        answer
+    });
+    for answer in join_all(each).await {
         cut_off |= answer.event.kind == EventKind::Cancelled;
         events.push(answer.event.clone());
         answers.push(answer);
@@ -304,6 +312,23 @@ fn offer_view_file(offered: &mut Vec<super::ToolDef>, req: &mut InferRequest, de
     }
     req.tools.push(tool.spec.clone());
     offered.push(tool);
+}
+
+/// Tells `on_tool` that `call` ended: its event, its arguments and whether it went well. A call
+/// cut off by the end of the program is not told of (nothing is listening any more).
+async fn tell_tool(bridge: &LuaBridge, on_tool: Option<FnId>, call: &ToolCall, event: &ToolEvent) {
+    let Some(func) = on_tool else { return };
+    if event.kind == EventKind::Cancelled {
+        return;
+    }
+    let mut value = serde_json::to_value(event).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut value {
+        map.insert("arguments".into(), Value::String(call.arguments.clone()));
+        map.insert("ok".into(), Value::Bool(event.kind == EventKind::Ok));
+    }
+    if let Err(e) = bridge.callback(func, value).await {
+        tracing::warn!("on_tool failed: {e}");
+    }
 }
 
 /// Ends a turn early with `stop = error` and the transcript so far.

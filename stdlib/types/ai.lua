@@ -169,6 +169,7 @@ function ai.tool(def) end
 ---@field deny? string|string[] never offer tools matching these
 ---@field pin? table arguments overwritten before any handler runs, for every tool whose schema has them
 ---@field on_step? fun(step: { step: integer, text: string, calls: table[], results: table[], usage: ai.Usage })
+---@field on_tool? fun(event: ai.ToolCallEnded) called as each tool call ends (a step's calls run at once, so in any order), before the step's `on_step`
 ---@field compact? "client"|"off" summarise the transcript when it nears the window (default "client")
 ---@field context_window? integer tokens (default 200000)
 ---@field compact_at? number fraction of the window (default 0.8)
@@ -189,6 +190,9 @@ function ai.tool(def) end
 ---@field ok boolean
 ---@field outcome string what the model got back (first 500 characters)
 ---@field duration_ms number
+
+---@class ai.ToolCallEnded: ai.ToolEvent
+---@field arguments string the arguments as the model sent them (JSON text)
 
 ---@class ai.TurnResult
 ---@field reply string the final text

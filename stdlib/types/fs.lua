@@ -44,4 +44,11 @@ function fs.stat(path) end
 ---@return boolean
 function fs.exists(path) end
 
+--- `path` resolved as the other calls resolve it, made absolute (symlinks are not followed and
+--- the file need not exist): for handing a path to something that does not share this folder,
+--- such as a file attached to a message (`files = { fs.absolute("notes.csv") }`).
+---@param path string
+---@return string
+function fs.absolute(path) end
+
 return fs

@@ -101,7 +101,9 @@ impl Sandbox {
         p
     }
 
-    fn command(&self, args: &[&str]) -> Command {
+    /// `colony ARGS...` as a command in the sandbox's environment, not yet started (for a
+    /// pseudo-terminal to run).
+    pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_colony"));
         cmd.args(args).current_dir(project_root());
         for k in SCRUBBED {

@@ -1,0 +1,110 @@
+//! `colony chat [QUESTION]`: the multi-turn chat client, the Lua script `scripts/chat.lua` on the
+//! public API. This file only parses the command line, opens the chat's state directory and hands
+//! both to the script.
+
+use std::path::PathBuf;
+
+use super::{Cassettes, Failure, build_core};
+use crate::lua::HostSetup;
+use crate::store::state_dir::{self, StateDir};
+
+/// Chat with a configured model, with tools, streaming and Markdown.
+///
+/// One conversation is kept per use-type in $XDG_STATE_HOME/colony/chat, so `colony chat` later continues it. With no QUESTION it is
+/// interactive: /new, /use NAME, /model NAME, /tools, /attach PATH, /save FILE, /history, /exit.
+/// Ctrl-C cancels the reply in flight (the conversation is kept); Ctrl-C at the prompt exits.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    cassettes: Cassettes,
+    /// The use-type whose settings answer, and whose conversation is continued.
+    #[arg(long = "use", value_name = "USE", default_value = "chat")]
+    use_type: String,
+    /// Override the provider (e.g. anthropic, openai, gemini, groq, ollama, kimi).
+    #[arg(long)]
+    provider: Option<String>,
+    /// Override the model.
+    #[arg(long)]
+    model: Option<String>,
+    /// Start a new conversation (the use-type's previous one is discarded).
+    #[arg(long)]
+    new: bool,
+    /// Print the conversation and exit.
+    #[arg(long, conflicts_with_all = ["new", "clear", "question"])]
+    history: bool,
+    /// Delete the conversation and exit.
+    #[arg(long, conflicts_with_all = ["new", "question"])]
+    clear: bool,
+    /// Attach a file to the first message (repeatable).
+    #[arg(long = "file", value_name = "PATH")]
+    files: Vec<PathBuf>,
+    /// Enable a built-in tool (read_file, list_dir, fetch), kept enabled for later chats;
+    /// `/tools` lists them.
+    #[arg(long = "tool", value_name = "NAME")]
+    tools: Vec<String>,
+    /// The question (interactive when absent).
+    #[arg(num_args = 0..)]
+    question: Vec<String>,
+}
+
+pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
+    let mut script_args = vec![format!("--use={}", args.use_type)];
+    if let Some(p) = args.provider {
+        script_args.push(format!("--provider={p}"));
+    }
+    if let Some(m) = args.model {
+        script_args.push(format!("--model={m}"));
+    }
+    for (flag, on) in [
+        ("--new", args.new),
+        ("--history", args.history),
+        ("--clear", args.clear),
+    ] {
+        if on {
+            script_args.push(flag.into());
+        }
+    }
+    // Attachments travel as absolute paths: whatever reads them later need not know our cwd.
+    for file in &args.files {
+        if !file.is_file() {
+            return Err(Failure::input(format!(
+                "colony chat: --file {}: no such file",
+                file.display()
+            )));
+        }
+        let absolute = std::path::absolute(file).unwrap_or_else(|_| file.clone());
+        script_args.push(format!("--file={}", absolute.display()));
+    }
+    for tool in &args.tools {
+        script_args.push(format!("--tool={tool}"));
+    }
+    if !args.question.is_empty() {
+        script_args.push("--".into());
+        script_args.push(args.question.join(" "));
+    }
+    let core = build_core(&args.cassettes, handle)?;
+    let state =
+        StateDir::open(&chat_dir()).map_err(|e| Failure::run(format!("colony chat: {e}")))?;
+    let host = HostSetup {
+        store: Some(state.dyn_store()),
+        ..HostSetup::default()
+    };
+    let source = crate::shipped::script("chat")
+        .expect("chat.lua is shipped")
+        .source;
+    let result = crate::lua::run_source_with(
+        core,
+        "scripts/chat.lua",
+        source.as_bytes().to_vec(),
+        script_args,
+        host,
+    )
+    .map_err(|e| Failure::run(e.0));
+    drop(state);
+    result
+}
+
+/// Where the chats live: `<state home>/colony/chat`, one store for every use-type.
+pub fn chat_dir() -> PathBuf {
+    state_dir::state_home().join("colony").join("chat")
+}

@@ -1,0 +1,304 @@
+//! The `term` module: what a front end needs from the terminal. `term.is_tty`, `term.styled`,
+//! `term.width`, `term.readline` (a line editor with history), `term.render` (Markdown for the
+//! terminal), `term.erase` (take back text just streamed), `term.spinner` and
+//! `term.interruptible` (Ctrl-C cancels a call in flight instead of the program).
+//!
+//! The line editor is rustyline and the Markdown renderer termimad: both are well kept, and
+//! neither a line editor nor a table layout is something to write again by hand.
+
+use std::io::{IsTerminal, Write};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mlua::{Function, Lua, MultiValue, Table, UserData, UserDataMethods, Value};
+use rustyline::error::ReadlineError;
+
+use super::convert::misuse;
+
+/// The program's line editor, made on first use and kept, so its history spans every prompt.
+#[derive(Clone)]
+struct Editor(Arc<Mutex<rustyline::DefaultEditor>>);
+
+pub fn register(lua: &Lua) -> mlua::Result<Table> {
+    let term = lua.create_table()?;
+    term.set(
+        "is_tty",
+        lua.create_function(|_, which: Option<String>| {
+            Ok(match which.as_deref().unwrap_or("stdout") {
+                "stdout" => std::io::stdout().is_terminal(),
+                "stdin" => std::io::stdin().is_terminal(),
+                "stderr" => std::io::stderr().is_terminal(),
+                other => {
+                    return Err(misuse(format!(
+                        "term.is_tty: {other:?} is not stdin, stdout or stderr"
+                    )));
+                }
+            })
+        })?,
+    )?;
+    term.set("styled", lua.create_function(|_, ()| Ok(styled()))?)?;
+    term.set("width", lua.create_function(|_, ()| Ok(size().0))?)?;
+    term.set(
+        "render",
+        lua.create_function(|_, (text, opts): (Value, Option<Table>)| {
+            let Value::String(text) = text else {
+                return Err(misuse("term.render: the Markdown must be a string"));
+            };
+            let width = match &opts {
+                Some(o) => o
+                    .get::<Option<usize>>("width")
+                    .map_err(|_| misuse("term.render: width must be a number of columns"))?,
+                None => None,
+            };
+            Ok(render(
+                &text.to_string_lossy(),
+                width.unwrap_or_else(|| size().0),
+            ))
+        })?,
+    )?;
+    term.set(
+        "erase",
+        lua.create_function(|_, text: mlua::LuaString| Ok(erase(&text.to_string_lossy())))?,
+    )?;
+    term.set(
+        "readline",
+        lua.create_async_function(|lua, prompt: Option<String>| async move {
+            readline(&lua, prompt.unwrap_or_default()).await
+        })?,
+    )?;
+    term.set(
+        "spinner",
+        lua.create_function(|_, label: Option<String>| Ok(Spinner::start(label)))?,
+    )?;
+    term.set(
+        "interruptible",
+        lua.create_async_function(|lua, (f, args): (Value, MultiValue)| async move {
+            let Value::Function(f) = f else {
+                return Err(misuse(
+                    "term.interruptible: the first argument must be a function",
+                ));
+            };
+            interruptible(&lua, f, args).await
+        })?,
+    )?;
+    Ok(term)
+}
+
+/// Whether output may carry colour and layout: stdout is a terminal and `NO_COLOR` is not set
+/// (<https://no-color.org>: any non-empty value).
+pub fn styled() -> bool {
+    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
+/// Columns and rows of the terminal stdout writes to (80 x 24 when it writes elsewhere: a
+/// process with a controlling terminal but piped output is laid out for no screen in particular).
+fn size() -> (usize, usize) {
+    if !std::io::stdout().is_terminal() {
+        return (80, 24);
+    }
+    termimad::crossterm::terminal::size()
+        .ok()
+        .filter(|(w, h)| *w > 0 && *h > 0)
+        .map(|(w, h)| (w as usize, h as usize))
+        .unwrap_or((80, 24))
+}
+
+/// `text` laid out for a terminal `width` columns wide: headings, lists, code blocks and tables
+/// (whose columns are aligned), with ANSI styles.
+pub fn render(text: &str, width: usize) -> String {
+    let skin = termimad::MadSkin::default();
+    termimad::FmtText::from(&skin, text, Some(width.max(20))).to_string()
+}
+
+/// Moves the cursor back to where `text` began (it was written from the start of a line, at
+/// the terminal's current width) and clears from there down. False, and nothing done, when
+/// `text` is taller than the screen: the top of it has scrolled away and cannot be reached.
+fn erase(text: &str) -> bool {
+    let (cols, rows) = size();
+    let used: usize = text
+        .split('\n')
+        .map(|line| {
+            let w = unicode_width::UnicodeWidthStr::width(line);
+            w.div_ceil(cols).max(1)
+        })
+        .sum();
+    if used > rows {
+        return false;
+    }
+    let mut out = std::io::stdout().lock();
+    let up = used - 1;
+    let _ = if up > 0 {
+        write!(out, "\r\x1b[{up}A\x1b[J")
+    } else {
+        write!(out, "\r\x1b[J")
+    };
+    let _ = out.flush();
+    true
+}
+
+/// `line = term.readline(prompt)`: `nil, "interrupted"` on Ctrl-C, `nil, "eof"` on Ctrl-D or the
+/// end of input. The editor runs on a blocking thread so the VM's other coroutines go on.
+async fn readline(lua: &Lua, prompt: String) -> mlua::Result<MultiValue> {
+    let editor = match lua.app_data_ref::<Editor>() {
+        Some(e) => e.clone(),
+        None => {
+            let made = rustyline::DefaultEditor::new()
+                .map_err(|e| mlua::Error::runtime(format!("term.readline: {e}")))?;
+            let e = Editor(Arc::new(Mutex::new(made)));
+            lua.set_app_data(e.clone());
+            e
+        }
+    };
+    let read = tokio::task::spawn_blocking(move || {
+        let mut ed = editor.0.lock().unwrap_or_else(|p| p.into_inner());
+        let line = ed.readline(&prompt);
+        if let Ok(l) = &line
+            && !l.trim().is_empty()
+        {
+            let _ = ed.add_history_entry(l.as_str());
+        }
+        line
+    })
+    .await
+    .map_err(|e| mlua::Error::runtime(format!("term.readline: {e}")))?;
+    let answer = |v: Value| Ok(MultiValue::from_iter([v]));
+    match read {
+        Ok(line) => answer(Value::String(lua.create_string(line)?)),
+        Err(ReadlineError::Interrupted) => Ok(MultiValue::from_iter([
+            Value::Nil,
+            Value::String(lua.create_string("interrupted")?),
+        ])),
+        Err(ReadlineError::Eof) => Ok(MultiValue::from_iter([
+            Value::Nil,
+            Value::String(lua.create_string("eof")?),
+        ])),
+        Err(e) => Ok(MultiValue::from_iter([
+            Value::Nil,
+            Value::String(lua.create_string(format!("io_error: {e}"))?),
+        ])),
+    }
+}
+
+/// `ok, ... = term.interruptible(f, ...)`: runs `f(...)`; Ctrl-C while it runs cancels it (its
+/// coroutine is dropped, with the model call or tool it was waiting on) and answers
+/// `false, "interrupted"`. Otherwise `true` and what `f` returned. Outside such a call Ctrl-C
+/// still ends the program as usual until the first one is made; after it, SIGINT is caught
+/// for the rest of the run, so a front end that offers this ends on its own terms (a second
+/// Ctrl-C at its prompt, say).
+async fn interruptible(lua: &Lua, f: Function, args: MultiValue) -> mlua::Result<MultiValue> {
+    // Listening before `f` starts: a Ctrl-C the moment it begins is not lost.
+    #[cfg(unix)]
+    let interrupted = {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut sigint = signal(SignalKind::interrupt())
+            .map_err(|e| mlua::Error::runtime(format!("term.interruptible: {e}")))?;
+        async move { sigint.recv().await }
+    };
+    #[cfg(not(unix))]
+    let interrupted = tokio::signal::ctrl_c();
+    tokio::select! {
+        result = f.call_async::<MultiValue>(args) => {
+            let mut out = result?;
+            out.push_front(Value::Boolean(true));
+            Ok(out)
+        }
+        _ = interrupted => Ok(MultiValue::from_iter([
+            Value::Boolean(false),
+            Value::String(lua.create_string("interrupted")?),
+        ])),
+    }
+}
+
+/// A spinner with the time elapsed, on stderr while it is a terminal (nothing otherwise).
+/// `s:stop()` clears it; so does dropping it.
+struct Spinner {
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Spinner {
+    fn start(label: Option<String>) -> Spinner {
+        if !std::io::stderr().is_terminal() {
+            return Spinner { task: None };
+        }
+        let label = label.unwrap_or_else(|| "waiting".into());
+        let task = tokio::task::spawn_local(async move {
+            const FRAMES: [char; 10] = ['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
+            let started = Instant::now();
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            for frame in FRAMES.iter().cycle() {
+                tick.tick().await;
+                let secs = started.elapsed().as_secs_f64();
+                let mut err = std::io::stderr().lock();
+                let _ = write!(err, "\r\x1b[2K{frame} {label} {secs:.1}s");
+                let _ = err.flush();
+            }
+        });
+        Spinner { task: Some(task) }
+    }
+
+    fn stop(&mut self) {
+        if let Some(task) = self.task.take() {
+            task.abort();
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
+        }
+    }
+}
+
+impl Drop for Spinner {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl UserData for Spinner {
+    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
+        methods.add_method_mut("stop", |_, this, ()| {
+            this.stop();
+            Ok(())
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Strips ANSI escape sequences (CSI ... letter), leaving the text a terminal shows.
+    fn visible(s: &str) -> String {
+        let mut out = String::new();
+        let mut chars = s.chars().peekable();
+        while let Some(c) = chars.next() {
+            if c == '\x1b' && chars.peek() == Some(&'[') {
+                chars.next();
+                for c in chars.by_ref() {
+                    if c.is_ascii_alphabetic() {
+                        break;
+                    }
+                }
+            } else {
+                out.push(c);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_table_renders_with_its_columns_aligned() {
+        let md = "| name | size |\n|---|---|\n| a | 1 |\n| longer name | 12345 |\n";
+        let text = visible(&render(md, 60));
+        let rows: Vec<&str> = text.lines().filter(|l| l.contains('│')).collect();
+        assert!(rows.len() >= 3, "{text}");
+        let bars = |l: &str| -> Vec<usize> {
+            l.chars()
+                .enumerate()
+                .filter(|(_, c)| *c == '│')
+                .map(|(i, _)| i)
+                .collect()
+        };
+        for r in &rows {
+            assert_eq!(bars(r), bars(rows[0]), "{text}");
+        }
+    }
+}

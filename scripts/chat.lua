@@ -1,0 +1,409 @@
+-- chat.lua: a multi-turn chat client with tools, streaming and Markdown (`colony chat`).
+--
+-- Usage (through the binary): colony chat [--use=USE] [--provider=P] [--model=M] [--new]
+--   [--history] [--clear] [--file=PATH]... [--tool=NAME]... [-- QUESTION]
+-- The binary gives it a store of its own ($XDG_STATE_HOME/colony/chat): one conversation per
+-- use-type (`conversation/<use>`) and the tools the user enabled (`tools`). Everything here is
+-- the public Lua API: copy it (`colony scripts cat chat > mine.lua`) and change what you like.
+
+local settings = { use = "chat" } -- provider and model may join
+local new, show_history, clear = false, false, false
+local attachments, enable = {}, {}
+local question
+for i = 1, #arg do
+  local a = arg[i]
+  if a == "--" then
+    question = table.concat(arg, " ", i + 1)
+    break
+  end
+  local k, v = a:match("^%-%-(%w+)=(.*)$")
+  if k == "file" then
+    attachments[#attachments + 1] = v
+  elseif k == "tool" then
+    enable[#enable + 1] = v
+  elseif k then
+    settings[k] = v
+  elseif a == "--new" then
+    new = true
+  elseif a == "--history" then
+    show_history = true
+  elseif a == "--clear" then
+    clear = true
+  end
+end
+
+local styled = term.styled()
+local SYSTEM = "You are a helpful assistant in a terminal chat. Be concise; use Markdown "
+  .. "(lists, tables, fenced code) when it makes an answer clearer."
+
+-- Styles for the lines the client itself writes (tool calls, notes); plain when not styled.
+local function dim(s) return styled and ("\27[2m" .. s .. "\27[0m") or s end
+local function note(s) io.stderr:write(s, "\n") end
+
+-- The conversation, kept in the store. A calls list may carry the model's reasoning under a
+-- string key, which JSON cannot hold beside the list: it is kept beside it instead.
+local function conversation_key(use) return "conversation/" .. use end
+
+local function load(use)
+  local saved, err = store.get(conversation_key(use))
+  if err then error("colony chat: cannot read the conversation: " .. tostring(err), 0) end
+  saved = saved or {}
+  for _, m in ipairs(saved) do
+    if m.tool_calls and m.reasoning then
+      m.tool_calls.reasoning, m.reasoning = m.reasoning, nil
+    end
+  end
+  return saved
+end
+
+-- Only attachments named by path are kept: a file table a turn hands back refers to this
+-- run's copy of the file, which the next run does not have.
+local function by_path(files)
+  local kept = {}
+  for _, f in ipairs(files) do
+    if type(f) == "string" then
+      kept[#kept + 1] = f
+    elseif type(f) == "table" and type(f.path) == "string" then
+      kept[#kept + 1] = f.path
+    end
+  end
+  return #kept > 0 and kept or nil
+end
+
+local function save(use, messages)
+  local out = {}
+  for i, m in ipairs(messages) do
+    local copy = {}
+    for k, v in pairs(m) do copy[k] = v end
+    if m.files then copy.files = by_path(m.files) end
+    if m.tool_calls and m.tool_calls.reasoning then
+      local calls = {}
+      for j, c in ipairs(m.tool_calls) do calls[j] = c end
+      copy.tool_calls, copy.reasoning = calls, m.tool_calls.reasoning
+    end
+    out[i] = copy
+  end
+  local ok, err = store.set(conversation_key(use), out)
+  if not ok then note("colony chat: the conversation could not be saved: " .. tostring(err)) end
+end
+
+-- Tools the user may enable. They are off until asked for (`--tool NAME`, `/tools on NAME`),
+-- since each lets the model reach something on this machine or the network.
+local LIMIT = 20000
+local function capped(text)
+  if #text > LIMIT then return text:sub(1, LIMIT) .. "\n[truncated]" end
+  return text
+end
+
+local builtin = {
+  read_file = ai.tool{
+    name = "read_file",
+    description = "Read a text file on the user's machine (a path relative to where the chat started, or absolute).",
+    parameters = { path = "string" },
+    handler = function(args)
+      local text, err = fs.read(args.path)
+      if not text then return nil, tostring(err) end
+      return capped(text)
+    end,
+  },
+  list_dir = ai.tool{
+    name = "list_dir",
+    description = "List the names in a folder on the user's machine.",
+    parameters = { path = "string" },
+    handler = function(args)
+      local names, err = fs.list(args.path)
+      if not names then return nil, tostring(err) end
+      return table.concat(names, "\n")
+    end,
+  },
+  fetch = ai.tool{
+    name = "fetch",
+    description = "Fetch a URL over HTTP(S) and return its status and body.",
+    parameters = { url = "string" },
+    handler = function(args)
+      local resp, err = http.get(args.url, { timeout = 20 })
+      if not resp then return nil, tostring(err) end
+      return "HTTP " .. resp.status .. "\n" .. capped(resp.body or "")
+    end,
+  },
+}
+local builtin_names = { "read_file", "list_dir", "fetch" }
+
+local enabled = {}
+for _, name in ipairs(store.get("tools") or {}) do enabled[name] = true end
+
+local function set_tool(name, on)
+  if not builtin[name] then
+    return false, "no tool " .. name .. " (tools: " .. table.concat(builtin_names, ", ") .. ")"
+  end
+  enabled[name] = on or nil
+  local list = {}
+  for _, n in ipairs(builtin_names) do
+    if enabled[n] then list[#list + 1] = n end
+  end
+  store.set("tools", json.array(list))
+  return true
+end
+
+for _, name in ipairs(enable) do
+  local ok, err = set_tool(name, true)
+  if not ok then error("colony chat: --tool " .. err, 0) end
+end
+
+-- MCP tools come from the MCP client's cache once it is there.
+local function cached_tools()
+  if mcp and mcp.cached_tools then return mcp.cached_tools() or {} end
+  return {}
+end
+
+local function offered_tools()
+  local list = {}
+  for _, name in ipairs(builtin_names) do
+    if enabled[name] then list[#list + 1] = builtin[name] end
+  end
+  for _, t in ipairs(cached_tools()) do list[#list + 1] = t end
+  return list
+end
+
+local function short(text, n)
+  text = (text or ""):gsub("%s+", " ")
+  if #text > n then return text:sub(1, n - 1) .. "…" end
+  return text
+end
+
+-- One line per call as it ends: its name, its arguments (shortened) and how it went.
+local function show_call(event)
+  local outcome = event.ok and "ok" or (event.kind .. ": " .. short(event.outcome, 60))
+  io.write(dim("  ⚙ " .. event.name .. " " .. short(event.arguments, 60) .. " → " .. outcome), "\n")
+  io.flush()
+end
+
+local function print_history(messages)
+  if #messages == 0 then
+    print("(no conversation yet)")
+    return
+  end
+  for _, m in ipairs(messages) do
+    if m.role == "user" then
+      print("> " .. (m.content or ""):gsub("\n", "\n> "))
+      for _, f in ipairs(m.files or {}) do print(dim("  [attached " .. (type(f) == "table" and (f.path or f.name) or f) .. "]")) end
+    elseif m.role == "assistant" then
+      if m.content and m.content ~= "" then print(m.content) end
+      for _, c in ipairs(m.tool_calls or {}) do print(dim("  ⚙ " .. c.name .. " " .. short(c.args, 60))) end
+    end
+    if m.role ~= "tool" then print() end
+  end
+end
+
+local function transcript(use, messages)
+  local out = { "# colony chat (" .. use .. ")", "" }
+  for _, m in ipairs(messages) do
+    if m.role == "user" then
+      out[#out + 1] = "## You"
+      out[#out + 1] = ""
+      out[#out + 1] = m.content or ""
+      for _, f in ipairs(m.files or {}) do
+        out[#out + 1] = "*attached: " .. (type(f) == "table" and (f.path or f.name) or f) .. "*"
+      end
+      out[#out + 1] = ""
+    elseif m.role == "assistant" then
+      for _, c in ipairs(m.tool_calls or {}) do
+        out[#out + 1] = "> tool `" .. c.name .. "` " .. short(c.args, 200)
+        out[#out + 1] = ""
+      end
+      if m.content and m.content ~= "" then
+        out[#out + 1] = "## Assistant"
+        out[#out + 1] = ""
+        out[#out + 1] = m.content
+        out[#out + 1] = ""
+      end
+    end
+  end
+  return table.concat(out, "\n")
+end
+
+-- One exchange: the question goes out with the whole history; the reply streams in, then is
+-- rendered as Markdown over what streamed. Ctrl-C cancels it; the history keeps the question
+-- and what had arrived, marked as interrupted.
+local function exchange(use, messages, text, files)
+  local entry = { role = "user", content = text }
+  if files and #files > 0 then entry.files = files end
+  local history = {}
+  for i, m in ipairs(messages) do history[i] = m end
+  history[#history + 1] = entry
+
+  local shown, spinner = "", term.spinner("thinking")
+  local function stop_spinner()
+    if spinner then spinner:stop(); spinner = nil end
+  end
+  local opts = {
+    messages = history, system = SYSTEM, tools = offered_tools(),
+    use = use, provider = settings.provider, model = settings.model,
+    stream = function(delta)
+      stop_spinner()
+      shown = shown .. delta
+      io.write(delta)
+      io.flush()
+    end,
+    on_tool = function(event)
+      stop_spinner()
+      if shown ~= "" then
+        if shown:sub(-1) ~= "\n" then io.write("\n") end
+        shown = ""
+      end
+      show_call(event)
+    end,
+    on_step = function(report)
+      stop_spinner()
+      -- A step that called tools is followed by another: wait for it as for the first.
+      if #(report.calls or {}) > 0 then spinner = term.spinner("thinking") end
+    end,
+  }
+  -- A misuse the turn raises (an attached file that has since gone, say) is reported like a
+  -- failed call rather than ending the chat.
+  local ok, done, turn = term.interruptible(function() return pcall(ai.take_turn, opts) end)
+  stop_spinner()
+  if ok and not done then
+    if shown ~= "" then io.write("\n") end
+    note("colony chat: " .. tostring(turn) .. " (the question was not added to the conversation)")
+    return messages, "error"
+  end
+  if not ok then
+    if shown ~= "" then io.write("\n") end
+    history[#history + 1] = { role = "assistant", content = shown .. "\n\n[interrupted by the user]" }
+    note(dim("[interrupted: the conversation is kept; Ctrl-C at the prompt exits]"))
+    return history, "interrupted"
+  end
+  if turn.error then
+    if shown ~= "" then io.write("\n") end
+    note("colony chat: " .. tostring(turn.error) .. " (the question was not added to the conversation)")
+    return messages, "error"
+  end
+  if styled and turn.reply ~= "" and shown == turn.reply and term.erase(shown) then
+    io.write(term.render(turn.reply))
+  elseif shown == "" then
+    io.write(turn.reply)
+  end
+  if not (shown ~= "" and shown:sub(-1) == "\n") then io.write("\n") end
+  io.flush()
+  -- The messages sent keep their attachments as they were given (by path), whatever the
+  -- transcript the turn hands back carries for them.
+  local out = turn.messages
+  for i, sent in ipairs(history) do
+    local back = out[i]
+    if back and back.role == sent.role and back.content == sent.content then
+      back.files = sent.files
+    end
+  end
+  return out
+end
+
+local use = settings.use
+if clear then
+  store.delete(conversation_key(use))
+  print("conversation " .. use .. " cleared")
+  return
+end
+local messages = load(use)
+if show_history then
+  print_history(messages)
+  return
+end
+if new then
+  messages = {}
+  save(use, messages)
+end
+
+local pending = attachments
+if question and question ~= "" then
+  local updated, failed = exchange(use, messages, question, pending)
+  if failed ~= "error" then save(use, updated) end
+  if failed then os.exit(failed == "interrupted" and 130 or 1) end
+  return
+end
+
+-- Interactive.
+local HELP = [[
+/new          start a new conversation      /use NAME     switch use-type (and conversation)
+/model NAME   use another model             /tools [on|off NAME]  list or switch tools
+/attach PATH  attach a file to the next message
+/save FILE    write the conversation as Markdown
+/history      print the conversation        /exit         leave (so do Ctrl-C and Ctrl-D)]]
+local errors = 0
+if term.is_tty("stdin") then
+  note(dim("colony chat (" .. use .. ", " .. #messages .. " messages so far): /help for commands"))
+end
+while true do
+  local line, why = term.readline(use .. "> ")
+  if not line then
+    if why == "interrupted" or why == "eof" then break end
+    error("colony chat: " .. tostring(why), 0)
+  end
+  local command, rest = line:match("^/(%S+)%s*(.-)%s*$")
+  if command == "exit" or command == "quit" then
+    break
+  elseif command == "help" then
+    print(HELP)
+  elseif command == "new" then
+    messages = {}
+    save(use, messages)
+    print(dim("new conversation (" .. use .. ")"))
+  elseif command == "use" then
+    if rest == "" then
+      print(use)
+    else
+      use = rest
+      messages = load(use)
+      print(dim("use-type " .. use .. " (" .. #messages .. " messages so far)"))
+    end
+  elseif command == "model" then
+    if rest == "" then
+      print(settings.model or "(the use-type's model)")
+    else
+      settings.model = rest
+      print(dim("model " .. rest))
+    end
+  elseif command == "tools" then
+    local switch, name = rest:match("^(%a+)%s+(%S+)$")
+    if switch == "on" or switch == "off" then
+      local ok, err = set_tool(name, switch == "on")
+      print(ok and dim(name .. " " .. switch) or err)
+    else
+      for _, n in ipairs(builtin_names) do
+        print((enabled[n] and "[on]  " or "[off] ") .. n .. "  " .. builtin[n].description)
+      end
+      for _, t in ipairs(cached_tools()) do
+        print("[mcp] " .. (t.name or "?") .. "  " .. short(t.description, 60))
+      end
+    end
+  elseif command == "attach" then
+    if rest == "" or not fs.exists(rest) then
+      print("no such file: " .. rest)
+    else
+      pending[#pending + 1] = fs.absolute(rest)
+      print(dim("attached " .. rest .. " to the next message"))
+    end
+  elseif command == "save" then
+    if rest == "" then
+      print("/save FILE")
+    else
+      local ok, err = fs.write(rest, transcript(use, messages))
+      print(ok and dim("saved to " .. rest) or tostring(err))
+    end
+  elseif command == "history" then
+    print_history(messages)
+  elseif command then
+    print("unknown command /" .. command .. " (/help lists them)")
+  elseif line:match("%S") then
+    local updated, failed = exchange(use, messages, line, pending)
+    if failed ~= "error" then
+      messages = updated
+      save(use, messages)
+      pending = {}
+    else
+      errors = errors + 1
+    end
+  end
+end
+-- Fed from a pipe, a failed exchange is the run's failure too.
+if errors > 0 and not term.is_tty("stdin") then os.exit(1) end

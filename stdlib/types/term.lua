@@ -1,0 +1,66 @@
+---@meta term
+-- LuaLS definitions for colony's `term` module (also `require("term")`): the terminal, for
+-- front ends such as `colony chat` (`colony scripts cat chat` shows them in use).
+
+---@class term
+term = {}
+
+--- Whether a standard stream is a terminal.
+---@param stream? "stdout"|"stdin"|"stderr" default "stdout"
+---@return boolean
+function term.is_tty(stream) end
+
+--- Whether output may carry colour and layout: stdout is a terminal and `NO_COLOR` is not set.
+--- A front end prints plain text otherwise.
+---@return boolean
+function term.styled() end
+
+--- The width in columns of the terminal stdout writes to (80 when stdout is not a terminal).
+---@return integer
+function term.width() end
+
+---@class term.RenderOptions
+---@field width? integer columns (default: the terminal's)
+
+--- Markdown laid out for the terminal, with ANSI styles: headings, emphasis, lists, fenced code
+--- blocks and tables (columns aligned). Returns the text; the caller writes it.
+---@param markdown string
+---@param opts? term.RenderOptions
+---@return string
+function term.render(markdown, opts) end
+
+--- Takes back `text` that was just written to stdout from the start of a line: moves the cursor
+--- to where it began and clears the screen below, so a rendering can be written over it. Returns
+--- false (and does nothing) when `text` is taller than the screen.
+---@param text string
+---@return boolean erased
+function term.erase(text) end
+
+--- Reads a line with a line editor (arrows, history of this run's lines, Ctrl-R). Only the
+--- calling coroutine waits. `nil, "interrupted"` on Ctrl-C, `nil, "eof"` on Ctrl-D or the end
+--- of piped input.
+---@param prompt? string
+---@return string? line, "interrupted"|"eof"|string? why
+function term.readline(prompt) end
+
+---@class term.Spinner
+local Spinner = {}
+
+--- Clears the spinner (also done when it is collected).
+function Spinner:stop() end
+
+--- A spinner with the seconds elapsed, on stderr while stderr is a terminal (nothing otherwise),
+--- until `:stop()`.
+---@param label? string default "waiting"
+---@return term.Spinner
+function term.spinner(label) end
+
+--- Runs `f(...)` so that Ctrl-C cancels it instead of ending the program: the call is dropped
+--- where it waits (a model call, a tool) and `false, "interrupted"` comes back; otherwise `true`
+--- and what `f` returned. After the first call, Ctrl-C no longer ends the program by itself for
+--- the rest of the run: a front end ends on its own terms (`colony chat` at its prompt).
+---@param f fun(...): ...
+---@return boolean ok, ... results, or "interrupted"
+function term.interruptible(f, ...) end
+
+return term

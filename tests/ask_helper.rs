@@ -1,0 +1,121 @@
+//! `colony ask`, the helper: its request is grounded in this machine's facts (colony's commands,
+//! the scripts and examples shipped, the providers and keys, the configured use-types), checked
+//! on the request body the fake provider received, and replayed from a cassette.
+
+mod support;
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+use support::fake::{FakeProvider, Reply};
+use support::model_calls;
+use support::script::{Sandbox, project_root};
+
+const QUESTION: &str = "which examples use tools?";
+const ANSWER: &str = "Five of them: quickstart.lua (weather.current), tools.lua (weather.forecast, \
+    picnic.packing_list), newsroom.lua (tell, file_story), watcher.lua (notify) and embed.lua \
+    (units.dozens).";
+
+fn cassette() -> PathBuf {
+    project_root().join("tests/data/ask/which_examples.jsonl")
+}
+
+/// The example programs in the repository's `examples/` folder, as the binary should know them.
+fn examples_on_disk() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(project_root().join("examples"))
+        .expect("examples/")
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().to_string_lossy().into_owned();
+            name.ends_with(".lua").then_some(name)
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// The grounding lines naming the shipped examples, in order.
+fn example_lines(system: &str) -> Vec<String> {
+    system
+        .lines()
+        .skip_while(|l| !l.starts_with("Example programs shipped"))
+        .skip(1)
+        .take_while(|l| l.starts_with("- "))
+        .map(str::to_string)
+        .collect()
+}
+
+fn check_grounding(system: &str) {
+    let lines = example_lines(system);
+    let named: Vec<String> = lines
+        .iter()
+        .map(|l| l[2..].split(':').next().unwrap().to_string())
+        .collect();
+    assert_eq!(
+        named,
+        examples_on_disk(),
+        "every shipped example, and only those:\n{system}"
+    );
+    let tools = lines.iter().find(|l| l.starts_with("- tools.lua")).unwrap();
+    assert!(
+        tools.contains("Tools it defines: weather.forecast, picnic.packing_list."),
+        "{tools}"
+    );
+    for command in [
+        "colony chat:",
+        "colony ask:",
+        "colony scripts:",
+        "colony run:",
+    ] {
+        assert!(system.contains(command), "{command} missing:\n{system}");
+    }
+    assert!(
+        system.contains("- chat: a multi-turn chat client"),
+        "{system}"
+    );
+    assert!(system.contains("ANTHROPIC_API_KEY is set"), "{system}");
+    assert!(system.contains("OPENAI_API_KEY is not set"), "{system}");
+    assert!(system.contains("Cached MCP tools: none."), "{system}");
+}
+
+#[test]
+fn the_request_is_grounded_with_the_shipped_examples() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text(ANSWER));
+    let sb = support::styled(&fake, "anthropic");
+    sb.colony(&["config", "set", "code", "provider", "openai"])
+        .ok();
+    let run = sb.colony(&["ask", QUESTION]).ok();
+    assert_eq!(run.stdout.trim(), ANSWER);
+    let body = &model_calls(&fake)[0];
+    let system = body["system"].as_str().expect("a system prompt");
+    check_grounding(system);
+    assert!(system.contains("- code: provider openai"), "{system}");
+    assert_eq!(body["messages"][0]["content"][0]["text"], QUESTION);
+}
+
+#[test]
+fn answers_from_its_cassette() {
+    let sb = Sandbox::new().env("ANTHROPIC_API_KEY", "test-key-anthropic-0123456789");
+    let path = cassette().display().to_string();
+    // A cassette miss here means the grounding changed (a new command, script or example):
+    // regenerate the cassette (below) and look at what changed in it.
+    let run = sb.colony(&["ask", "--replay", &path, QUESTION]).ok();
+    assert_eq!(run.stdout.trim(), ANSWER);
+    // The replayed request is the grounded one: replay answers only a request it holds.
+    let line = std::fs::read_to_string(cassette()).unwrap();
+    let recorded: Value = serde_json::from_str(line.lines().next().unwrap()).unwrap();
+    check_grounding(recorded["request"]["system"].as_str().unwrap());
+}
+
+/// Rewrites the cassette against the fake provider (after a change to the grounding, the
+/// commands or the examples): `cargo test --test ask_helper -- --ignored regenerate`.
+#[test]
+#[ignore]
+fn regenerate() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text(ANSWER));
+    let sb: Sandbox = support::styled(&fake, "anthropic");
+    let _ = std::fs::remove_file(cassette());
+    let path = cassette().display().to_string();
+    sb.colony(&["ask", "--record", &path, QUESTION]).ok();
+}

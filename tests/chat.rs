@@ -1,0 +1,457 @@
+//! `colony chat` as a person uses it: through a pseudo-terminal against the fake provider (a
+//! conversation continued across invocations, a tool call shown, Ctrl-C during a slow stream,
+//! the Markdown rendering), and piped (plain output).
+
+mod support;
+
+use serde_json::{Value, json};
+use support::fake::{FakeProvider, Reply};
+use support::model_calls;
+use support::pty::{Pty, visible};
+use support::script::Sandbox;
+
+fn sandbox(fake: &FakeProvider) -> Sandbox {
+    support::styled(fake, "anthropic")
+}
+
+/// The texts of a request's messages, as `role: text` (tool calls and results by name).
+fn transcript(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .expect("messages")
+        .iter()
+        .flat_map(|m| {
+            let role = m["role"].as_str().unwrap_or("?").to_string();
+            m["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(move |part| match part["type"].as_str() {
+                    Some("text") => format!("{role}: {}", part["text"].as_str().unwrap_or("")),
+                    Some("tool_use") => format!("{role}: call {}", part["name"]),
+                    Some("tool_result") => format!("{role}: result"),
+                    other => format!("{role}: {other:?}"),
+                })
+        })
+        .collect()
+}
+
+#[test]
+fn a_conversation_continues_across_two_invocations() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    fake.push(Reply::text("Paris is the capital of France."));
+    let mut first = Pty::start(&sb, &["chat", "What is the capital of France?"], &[]);
+    first.expect("capital of France.");
+    let (code, _) = first.finish();
+    assert_eq!(code, 0);
+
+    fake.push(Reply::text("About two million people."));
+    let mut second = Pty::start(&sb, &["chat", "How many people live there?"], &[]);
+    second.expect("two million");
+    let (code, _) = second.finish();
+    assert_eq!(code, 0);
+
+    let calls = model_calls(&fake);
+    assert_eq!(calls.len(), 2);
+    assert_eq!(
+        transcript(&calls[1]),
+        [
+            "user: What is the capital of France?",
+            "assistant: Paris is the capital of France.",
+            "user: How many people live there?",
+        ]
+    );
+    // Streamed: the chat asked for a stream.
+    assert_eq!(calls[1]["stream"], json!(true));
+
+    let history = sb.colony(&["chat", "--history"]).ok();
+    assert!(
+        history.stdout.contains("> How many people live there?")
+            && history.stdout.contains("About two million people."),
+        "{}",
+        history.stdout
+    );
+
+    // Another use-type keeps its own conversation; --new and --clear start afresh.
+    fake.push(Reply::text("fn main() {}"));
+    sb.colony(&["chat", "--use", "code", "Smallest Rust program?"])
+        .ok();
+    assert_eq!(transcript(&model_calls(&fake)[2]).len(), 1);
+    sb.colony(&["chat", "--clear"]).ok();
+    let history = sb.colony(&["chat", "--history"]).ok();
+    assert_eq!(history.stdout.trim(), "(no conversation yet)");
+    let code_history = sb.colony(&["chat", "--use", "code", "--history"]).ok();
+    assert!(code_history.stdout.contains("fn main() {}"));
+    fake.push(Reply::text("Fresh."));
+    sb.colony(&["chat", "--use", "code", "--new", "Hello"]).ok();
+    assert_eq!(transcript(&model_calls(&fake)[3]), ["user: Hello"]);
+}
+
+#[test]
+fn a_tool_call_is_shown_as_it_happens() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let notes = sb.write("notes.txt", "buy bread");
+    let notes = notes.display().to_string();
+    let missing = sb.path("missing.txt").display().to_string();
+    fake.push(Reply::tool_calls(vec![
+        ("toolu_1", "read_file", json!({ "path": notes })),
+        ("toolu_2", "read_file", json!({ "path": missing })),
+    ]));
+    fake.push(Reply::text("Your notes say: buy bread."));
+    let mut pty = Pty::start(
+        &sb,
+        &["chat", "--tool", "read_file", "What do my notes say?"],
+        &[],
+    );
+    pty.expect("buy bread.");
+    let (code, shown) = pty.finish();
+    assert_eq!(code, 0, "{shown}");
+    let shown = visible(&shown);
+    let mut lines: Vec<&str> = shown.lines().filter(|l| l.contains("⚙")).collect();
+    assert_eq!(lines.len(), 2, "{shown}");
+    // The two calls run at once and are shown as each ends, in either order.
+    lines.sort_by_key(|l| l.contains("missing.txt"));
+    assert!(
+        lines[0].contains("read_file")
+            && lines[0].contains("notes.txt")
+            && lines[0].ends_with("→ ok"),
+        "{shown}"
+    );
+    assert!(
+        lines[1].contains("missing.txt") && lines[1].contains("→ error: not_found"),
+        "{shown}"
+    );
+    // The tool was offered and its result went back.
+    let calls = model_calls(&fake);
+    assert_eq!(calls[0]["tools"][0]["name"], "read_file");
+    assert!(calls[1].to_string().contains("buy bread"));
+    // Enabled once, it stays enabled.
+    fake.push(Reply::text("ok"));
+    sb.colony(&["chat", "again"]).ok();
+    assert_eq!(model_calls(&fake)[2]["tools"][0]["name"], "read_file");
+}
+
+#[test]
+fn ctrl_c_during_a_slow_stream_keeps_the_history_and_a_second_exits() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    fake.push(Reply::text("Hello there."));
+    sb.colony(&["chat", "Hi"]).ok();
+
+    // Interactive: the slow reply is cut off by Ctrl-C, the prompt comes back, the next
+    // question carries the whole history, and Ctrl-C at the prompt ends the chat.
+    let words: Vec<String> = (1..=200).map(|i| format!("word{i}")).collect();
+    fake.push(Reply::text(words.join(" ")).stream_delay(100));
+    let mut pty = Pty::start(&sb, &["chat"], &[]);
+    pty.expect("chat> ");
+    pty.send_line("Tell me a long story");
+    pty.expect("word3");
+    pty.ctrl_c();
+    pty.expect("[interrupted");
+    pty.expect("chat> ");
+    fake.push(Reply::text("Shorter then."));
+    pty.send_line("Shorter please");
+    pty.expect("Shorter then.");
+    pty.expect("chat> ");
+    pty.ctrl_c();
+    let (code, shown) = pty.finish();
+    assert_eq!(code, 0, "{shown}");
+    assert!(
+        !visible(&shown).contains("word200"),
+        "the stream was cut off"
+    );
+
+    let calls = model_calls(&fake);
+    let last = transcript(calls.last().unwrap());
+    assert_eq!(last.len(), 5, "{last:?}");
+    assert_eq!(last[0], "user: Hi");
+    assert_eq!(last[1], "assistant: Hello there.");
+    assert_eq!(last[2], "user: Tell me a long story");
+    assert!(
+        last[3].starts_with("assistant: word1 word2 word3")
+            && last[3].ends_with("[interrupted by the user]"),
+        "{last:?}"
+    );
+    assert_eq!(last[4], "user: Shorter please");
+    let history = sb.colony(&["chat", "--history"]).ok();
+    assert!(
+        history.stdout.contains("Shorter then."),
+        "{}",
+        history.stdout
+    );
+}
+
+#[test]
+fn one_shot_ctrl_c_saves_the_question_and_exits_130() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let words: Vec<String> = (1..=200).map(|i| format!("w{i}")).collect();
+    fake.push(Reply::text(words.join(" ")).stream_delay(100));
+    let mut pty = Pty::start(&sb, &["chat", "Count slowly"], &[]);
+    pty.expect("w2");
+    pty.ctrl_c();
+    let (code, shown) = pty.finish();
+    assert_eq!(code, 130, "{shown}");
+    let history = sb.colony(&["chat", "--history"]).ok();
+    assert!(
+        history.stdout.contains("> Count slowly")
+            && history.stdout.contains("[interrupted by the user]"),
+        "{}",
+        history.stdout
+    );
+}
+
+const MARKDOWN: &str = "# Sizes\n\n| name | size |\n|---|---|\n| a | 1 |\n| longer name | 12345 |\n\n```rust\nfn main() {}\n```\n";
+
+#[test]
+fn plain_text_when_piped_or_no_color() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    fake.push(Reply::text(MARKDOWN));
+    let run = sb.colony(&["chat", "Sizes?"]).ok();
+    assert_eq!(run.stdout, MARKDOWN, "exactly the reply, no styling");
+
+    fake.push(Reply::text(MARKDOWN));
+    let mut pty = Pty::start(&sb, &["chat", "Sizes again?"], &[("NO_COLOR", "1")]);
+    pty.expect("fn main() {}");
+    let (code, shown) = pty.finish();
+    assert_eq!(code, 0);
+    assert!(shown.contains("| longer name | 12345 |"), "{shown:?}");
+    assert!(!shown.contains('│'), "not rendered: {shown:?}");
+}
+
+#[test]
+fn a_reply_renders_as_markdown_with_the_table_aligned() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    fake.push(Reply::text(MARKDOWN));
+    let pty = Pty::start(&sb, &["chat", "Sizes?"], &[]);
+    let (code, shown) = pty.finish();
+    assert_eq!(code, 0, "{shown}");
+    // What streamed is erased (cursor up, clear below) and the rendering is written over it.
+    let (_, rendered) = shown
+        .rsplit_once("\x1b[J")
+        .unwrap_or_else(|| panic!("nothing was erased: {shown:?}"));
+    let text = visible(rendered).replace('\r', "");
+    assert!(!text.contains("|---|"), "{text}");
+    assert!(!text.contains("```"), "{text}");
+    assert!(text.contains("fn main() {}"), "{text}");
+    assert!(
+        text.contains("Sizes") && !text.contains("# Sizes"),
+        "{text}"
+    );
+    let rows: Vec<&str> = text.lines().filter(|l| l.contains('│')).collect();
+    assert_eq!(rows.len(), 3, "header and two rows: {text}");
+    let bars = |l: &str| -> Vec<usize> {
+        l.chars()
+            .enumerate()
+            .filter(|(_, c)| *c == '│')
+            .map(|(i, _)| i)
+            .collect()
+    };
+    for r in &rows {
+        assert_eq!(bars(r), bars(rows[0]), "columns aligned:\n{text}");
+        assert_eq!(bars(r).len(), 3, "{text}");
+    }
+    assert!(rows[2].contains("longer name") && rows[2].contains("12345"));
+}
+
+#[test]
+fn attachments_are_checked_and_passed_on() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let run = sb
+        .colony(&["chat", "--file", "/no/such/file.png", "Look"])
+        .failed();
+    assert!(
+        run.stderr
+            .contains("--file /no/such/file.png: no such file"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(model_calls(&fake).len(), 0);
+    let file = sb.write("n.csv", "a,b\n1,2\n");
+    fake.push(Reply::text("Two columns."));
+    sb.colony(&[
+        "chat",
+        "--file",
+        &file.display().to_string(),
+        "What is in it?",
+    ])
+    .ok();
+    // The message carries the file (as `files`, by absolute path) in the saved conversation.
+    let history = sb.colony(&["chat", "--history"]).ok();
+    assert!(
+        history
+            .stdout
+            .contains(&format!("[attached {}]", file.display())),
+        "{}",
+        history.stdout
+    );
+}
+
+#[test]
+fn scripts_lists_and_prints_the_front_ends() {
+    let sb = Sandbox::new();
+    let list = sb.colony(&["scripts"]).ok();
+    let names: Vec<&str> = list
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(names, ["ask", "chat"]);
+    let chat = sb.colony(&["scripts", "cat", "chat"]).ok();
+    assert_eq!(
+        chat.stdout,
+        std::fs::read_to_string(support::script::project_root().join("scripts/chat.lua")).unwrap()
+    );
+    sb.colony(&["scripts", "cat", "nope"]).failed();
+}
+
+#[test]
+fn interactive_commands() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let data = sb.write("data.csv", "a,b\n1,2\n");
+    let out = sb.path("chat.md");
+    fake.push(Reply::text("It has **two** columns."));
+    fake.push(Reply::text("Code answer."));
+    let mut pty = Pty::start(&sb, &["chat"], &[]);
+    pty.expect("chat> ");
+    // Each line goes in once the prompt is back: the editor puts the terminal in raw mode as it
+    // starts, and input typed before that may be flushed.
+    let mut say = |line: &str, shows: &[&str], prompt: &str| {
+        pty.send_line(line);
+        for s in shows {
+            pty.expect(s);
+        }
+        pty.expect(prompt);
+    };
+    say("/tools on read_file", &["read_file on"], "chat> ");
+    say("/tools", &["[on]  read_file", "[off] fetch"], "chat> ");
+    say(
+        "/attach /no/such.csv",
+        &["no such file: /no/such.csv"],
+        "chat> ",
+    );
+    say(
+        &format!("/attach {}", data.display()),
+        &["attached"],
+        "chat> ",
+    );
+    say("/model claude-fake-2", &["model claude-fake-2"], "chat> ");
+    say("How many columns?", &["columns."], "chat> ");
+    say(&format!("/save {}", out.display()), &["saved to"], "chat> ");
+    say(
+        "/use code",
+        &["use-type code (0 messages so far)"],
+        "code> ",
+    );
+    say("Anything", &["Code answer."], "code> ");
+    say("/bogus", &["unknown command /bogus"], "code> ");
+    pty.send_line("/exit");
+    let (code, shown) = pty.finish();
+    assert_eq!(code, 0, "{shown}");
+
+    let calls = model_calls(&fake);
+    assert_eq!(calls[0]["model"], "claude-fake-2");
+    assert_eq!(calls[0]["tools"][0]["name"], "read_file");
+    assert_eq!(
+        transcript(&calls[1]),
+        ["user: Anything"],
+        "code has its own"
+    );
+    let saved = std::fs::read_to_string(&out).unwrap();
+    assert!(saved.starts_with("# colony chat (chat)"), "{saved}");
+    assert!(saved.contains("## You\n\nHow many columns?"), "{saved}");
+    assert!(
+        saved.contains(&format!("*attached: {}*", data.display())),
+        "{saved}"
+    );
+    assert!(
+        saved.contains("## Assistant\n\nIt has **two** columns."),
+        "{saved}"
+    );
+}
+
+/// An attachment's content reaches the model (a CSV: inlined as text in every style).
+#[test]
+fn an_attached_file_reaches_the_request() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let file = sb.write("n.csv", "city,visitors\nLisbon,1234\n");
+    fake.push(Reply::text("Lisbon."));
+    sb.colony(&["chat", "--file", &file.display().to_string(), "Which city?"])
+        .ok();
+    let body = model_calls(&fake)[0].to_string();
+    assert!(body.contains("Lisbon,1234"), "{body}");
+}
+
+#[test]
+fn piped_lines_are_a_conversation_and_a_failure_fails_the_run() {
+    use std::io::Write;
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    fake.push(Reply::text("One."));
+    fake.push(Reply::text("Two."));
+    fake.push(Reply::status(400));
+    let mut child = sb
+        .command(&["chat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"First\nSecond\nThird\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "One.\nTwo.\n");
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("(the question was not added to the conversation)"),
+        "{stderr}"
+    );
+    let calls = model_calls(&fake);
+    assert_eq!(transcript(&calls[1]).len(), 3);
+    assert_eq!(transcript(&calls[2]).len(), 5);
+    let history = sb.colony(&["chat", "--history"]).ok();
+    assert!(!history.stdout.contains("Third"), "{}", history.stdout);
+}
+
+#[test]
+fn a_turn_that_raises_is_reported_and_the_conversation_kept() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    // A conversation the turn refuses, written into the chat's store as a program would.
+    let chat_state = sb.state_home().join("colony").join("chat");
+    let bad = sb.write(
+        "bad.lua",
+        r#"store.set("conversation/chat", { { role = "narrator", content = "Once upon a time" } })"#,
+    );
+    sb.colony(&[
+        "run",
+        "--state",
+        &chat_state.display().to_string(),
+        &bad.display().to_string(),
+    ])
+    .ok();
+    let run = sb.colony(&["chat", "Go on"]).failed();
+    assert!(
+        run.stderr.contains("history[1].role = \"narrator\"")
+            && run
+                .stderr
+                .contains("(the question was not added to the conversation)"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(model_calls(&fake).len(), 0);
+    let history = sb.colony(&["chat", "--history"]).ok();
+    assert!(!history.stdout.contains("Go on"), "{}", history.stdout);
+}
