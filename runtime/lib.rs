@@ -41,6 +41,7 @@ pub mod core;
 pub mod embed;
 pub mod files;
 pub mod lua;
+pub mod mcp;
 pub mod providers;
 pub mod residents;
 pub mod secrets;
