@@ -10,6 +10,9 @@
 //! [use.code]
 //! provider = "openai"
 //! key_env = "WORK_OPENAI_KEY"
+//!
+//! [mcp.docs]                          # MCP servers by name (`colony mcp add`)
+//! url = "https://example.org/mcp"
 //! ```
 //!
 //! A setting resolves in this order: the call's overrides, the use-type's table (falling back to
@@ -73,6 +76,9 @@ pub const FIELDS: &[&str] = &[
 pub struct Config {
     #[serde(default, rename = "use")]
     pub uses: BTreeMap<String, UseConfig>,
+    /// MCP servers by name (`[mcp.docs] url = "..."`, `[mcp.fs] command = "..."`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp: BTreeMap<String, crate::mcp::spec::ServerConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -44,7 +44,7 @@ async fn the_basics(conn: &Connection, roots: &str) {
     assert_eq!(conn.version().await.as_deref(), Some("2025-11-25"));
     let tools = conn.list_tools().await.unwrap();
     let names: Vec<&str> = tools.iter().map(|t| t.name.as_str()).collect();
-    for want in ["echo", "add", "fail", "sleep", "roots", "die"] {
+    for want in ["echo", "add", "fail", "sleep", "roots", "die", "meet"] {
         assert!(names.contains(&want), "{want} missing from {names:?}");
     }
     let add = tools.iter().find(|t| t.name == "add").unwrap();
@@ -131,7 +131,7 @@ async fn a_session_expired_by_a_restart_is_reinitialised() {
     // The new server does not know our session: it answers 404 and we initialise again.
     let out = conn.call("echo", json!({"text": "two"}), LONG).await.unwrap();
     assert!(out.text.contains("two"), "{}", out.text);
-    assert_eq!(conn.list_tools().await.unwrap().len(), 6);
+    assert_eq!(conn.list_tools().await.unwrap().len(), 7);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -139,7 +139,7 @@ async fn paging_follows_next_cursor() {
     let env = [("FILLER_TOOLS", "120"), ("PAGE_SIZE", "7")];
     let conn = Connection::open(stdio(&env, &[])).await.unwrap();
     let tools = conn.list_tools().await.unwrap();
-    assert_eq!(tools.len(), 126, "6 tools and 120 fillers, 7 a page");
+    assert_eq!(tools.len(), 127, "7 tools and 120 fillers, 7 a page");
     assert!(tools.iter().any(|t| t.name == "filler_119"));
     conn.close().await;
 

@@ -7,7 +7,7 @@
 //! the calling coroutine waits, so the script reads as if it were synchronous while others run.
 //! Work that belongs to the core (residents) stays on the core and reaches the VM by message
 //! ([`bridge`]). Each Lua module registers itself from its own file (`ai` in `ai`, `turn`,
-//! `middleware` and `residents`; `json`, `http`, `fs`, `store`).
+//! `middleware` and `residents`; `json`, `http`, `fs`, `store`, `mcp`).
 //!
 //! Lua cannot wait inside a `table.sort` comparator or a `string.gsub` callback (the C functions
 //! calling them cannot yield): calling `ai.ask` there fails with "attempt to yield across a
@@ -19,6 +19,7 @@ pub mod convert;
 pub mod fs;
 pub mod http;
 pub mod json;
+pub mod mcp;
 pub mod messages;
 pub mod middleware;
 pub mod residents;
@@ -176,7 +177,9 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     let http = http::register(&lua)?;
     let fs = fs::register(&lua)?;
     let store = store::register(&lua)?;
+    let mcp = mcp::register(&lua)?;
     let globals = lua.globals();
+    globals.set("mcp", mcp.clone())?;
     globals.set("store", store.clone())?;
     globals.set("json", json.clone())?;
     globals.set("ai", ai.clone())?;
@@ -193,6 +196,7 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     preload.set("http", constant(&lua, http)?)?;
     preload.set("fs", constant(&lua, fs)?)?;
     preload.set("store", constant(&lua, store)?)?;
+    preload.set("mcp", constant(&lua, mcp)?)?;
     Ok((lua, jobs))
 }
 

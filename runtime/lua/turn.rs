@@ -81,22 +81,22 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     ai.set(
         "take_turn",
         lua.create_async_function(|lua, opts: Table| async move {
-            let outcome = run_turn(&lua, opts, "ai.take_turn", 8).await?;
-            turn_table(&lua, outcome, "reply", "tool_events")
+            let (outcome, servers) = run_turn(&lua, opts, "ai.take_turn", 8).await?;
+            turn_table(&lua, outcome, servers, "reply", "tool_events")
         })?,
     )?;
     ai.set(
         "infer_with_tools",
         lua.create_async_function(|lua, opts: Table| async move {
-            let outcome = run_turn(&lua, opts, "ai.infer_with_tools", 8).await?;
-            turn_table(&lua, outcome, "reply", "tool_events")
+            let (outcome, servers) = run_turn(&lua, opts, "ai.infer_with_tools", 8).await?;
+            turn_table(&lua, outcome, servers, "reply", "tool_events")
         })?,
     )?;
     ai.set(
         "run",
         lua.create_async_function(|lua, opts: Table| async move {
-            let outcome = run_turn(&lua, opts, "ai.run", 9).await?;
-            turn_table(&lua, outcome, "text", "tools")
+            let (outcome, servers) = run_turn(&lua, opts, "ai.run", 9).await?;
+            turn_table(&lua, outcome, servers, "text", "tools")
         })?,
     )?;
     ai.set(
@@ -206,16 +206,11 @@ async fn run_turn(
     opts: Table,
     who: &str,
     default_steps: u32,
-) -> mlua::Result<TurnOutcome> {
+) -> mlua::Result<(TurnOutcome, Option<Vec<crate::mcp::toolset::ServerReport>>)> {
     let tools_value = opts.get::<Value>("tools")?;
     // `read_ask` reads the shared options; the turn's tools are read below, handlers and all.
     let (mut ask, stream) = read_ask(lua, Some(opts.clone()), who, TURN_OPTIONS)?;
-    if !matches!(opts.get::<Value>("mcp")?, Value::Nil) {
-        return Err(bad(
-            who,
-            "mcp servers are not supported yet (they arrive with the MCP client)",
-        ));
-    }
+    let servers = read_servers(lua, opts.get::<Value>("mcp")?, who)?;
     let mut messages: Vec<Message> = match opts.get::<Value>("messages")? {
         Value::Nil => Vec::new(),
         v => read_history(lua, v, who)?,
@@ -273,9 +268,76 @@ async fn run_turn(
         .app_data_ref::<LuaBridge>()
         .expect("the VM has a bridge")
         .clone();
+    // Every server at once; one that fails is reported and the turn goes on with the others.
+    let opened = if servers.is_empty() {
+        None
+    } else {
+        let mut taken = spec.tools.iter().map(|t| t.spec.name.clone()).collect();
+        Some(crate::mcp::toolset::open(servers, &mut taken).await)
+    };
+    if let Some(o) = &opened {
+        spec.tools.extend(o.tools.iter().cloned());
+    }
     let outcome = turn::take_turn(&core, &core, &bridge, spec).await;
     drop(registered);
-    Ok(outcome)
+    let reports = match opened {
+        Some(o) => {
+            o.close().await;
+            Some(o.servers)
+        }
+        None => None,
+    };
+    Ok((outcome, reports))
+}
+
+/// `mcp = { { name, url } | { name, command, args, env, cwd } | "configured-name", ... }`.
+pub(crate) fn read_servers(
+    lua: &Lua,
+    value: Value,
+    who: &str,
+) -> mlua::Result<Vec<crate::mcp::ServerSpec>> {
+    let list = match value {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Table(t) => t,
+        other => {
+            return Err(bad(
+                who,
+                format!("mcp must be a list of servers, not {}", other.type_name()),
+            ));
+        }
+    };
+    let mut specs: Vec<crate::mcp::ServerSpec> = Vec::new();
+    for (i, v) in list.sequence_values::<Value>().enumerate() {
+        let spec = super::mcp::read_spec(lua, v?, &format!("{who}: mcp[{}]", i + 1))?;
+        if specs.iter().any(|s| s.name == spec.name) {
+            return Err(bad(who, format!("mcp: two servers are named {:?}", spec.name)));
+        }
+        specs.push(spec);
+    }
+    Ok(specs)
+}
+
+/// The `servers` field of a turn's result: how each MCP server fared.
+pub(crate) fn servers_table(
+    lua: &Lua,
+    reports: &[crate::mcp::toolset::ServerReport],
+) -> mlua::Result<Table> {
+    let list = lua.create_table()?;
+    for r in reports {
+        let row = lua.create_table()?;
+        row.set("name", r.name.as_str())?;
+        row.set("phase", r.phase)?;
+        if let Some(v) = &r.version {
+            row.set("version", v.as_str())?;
+        }
+        if let Some(e) = &r.error {
+            row.set("error", error_table(lua, e.kind(), &e.to_string())?)?;
+        }
+        row.set("tools", lua.create_sequence_from(r.tools.iter().map(String::as_str))?)?;
+        row.set("dropped", lua.create_sequence_from(r.dropped.iter().map(String::as_str))?)?;
+        list.push(row)?;
+    }
+    Ok(list)
 }
 
 /// The turn's tools: `ai.tool` values as they are, inline tables made into tools whose handler
@@ -395,8 +457,17 @@ pub fn usage_table(lua: &Lua, u: &Usage) -> mlua::Result<Table> {
 
 /// A turn's outcome as a Lua table. `take_turn` names the reply `reply` and the events
 /// `tool_events`; `ai.run` names them `text` and `tools`.
-fn turn_table(lua: &Lua, o: TurnOutcome, reply_key: &str, events_key: &str) -> mlua::Result<Table> {
+fn turn_table(
+    lua: &Lua,
+    o: TurnOutcome,
+    servers: Option<Vec<crate::mcp::toolset::ServerReport>>,
+    reply_key: &str,
+    events_key: &str,
+) -> mlua::Result<Table> {
     let t = lua.create_table()?;
+    if let Some(servers) = &servers {
+        t.set("servers", servers_table(lua, servers)?)?;
+    }
     t.set(reply_key, o.reply)?;
     t.set("stop", o.stop.as_str())?;
     t.set("steps", o.steps)?;

@@ -65,6 +65,23 @@ async def sleep(seconds: float) -> str:
     return "slept"
 
 
+_arrived = 0
+_all_here = asyncio.Event()
+
+
+@server.tool(description="Wait until n calls of meet are running at once (10 s at most)")
+async def meet(n: int) -> str:
+    global _arrived
+    _arrived += 1
+    if _arrived >= n:
+        _all_here.set()
+    try:
+        await asyncio.wait_for(_all_here.wait(), 10)
+        return "met"
+    except asyncio.TimeoutError:
+        return "alone"
+
+
 @server.tool(description="Exit the process at once (a crash)")
 def die() -> str:
     os._exit(3)
