@@ -155,3 +155,25 @@ fn the_mcp_module_connects_lists_and_calls() {
         lines[7]
     );
 }
+
+#[test]
+fn a_resident_spawned_with_servers_calls_their_tools() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "py__add", json!({"a": 4, "b": 5})));
+    fake.push(Reply::text("nine"));
+    let script = format!(
+        r#"local name, servers = ai.spawn{{ name = "clerk", mcp = {{ {py}, {{ name = "gone", command = "sh", args = {{ "-c", "exit 1" }} }} }},
+             deliver_to = function(reply) print("clerk: " .. reply) ; ai.stop("done") end,
+             sources = {{ function(self) assert(ai.mail{{ to = self, source = "desk", content = "add 4 and 5", hop = 0 }}) end }} }}
+           for _, s in ipairs(servers) do print("server", s.name, s.phase, #s.tools) end
+           print("watch ended:", ai.watch{{}})"#,
+        py = py_stdio("py"),
+    );
+    let run = sandbox(&fake).lua(&script, &[]).ok();
+    assert_eq!(
+        run.lines(),
+        ["server\tpy\tready\t7", "server\tgone\terror\t0", "clerk: nine", "watch ended:\tdone"]
+    );
+    let second = model_calls(&fake)[1].to_string();
+    assert!(second.contains(r#"{\"sum\":9.0}"#), "{second}");
+}
