@@ -143,6 +143,12 @@ impl Config {
                 secrets::register(k);
             }
         }
+        // An MCP server's headers usually carry a token.
+        for server in config.mcp.values() {
+            for v in server.headers.values() {
+                secrets::register(v);
+            }
+        }
         Ok(config)
     }
 
