@@ -177,3 +177,65 @@ fn a_resident_spawned_with_servers_calls_their_tools() {
     let second = model_calls(&fake)[1].to_string();
     assert!(second.contains(r#"{\"sum\":9.0}"#), "{second}");
 }
+
+#[test]
+fn dynamic_mcp_connects_allowed_servers_from_the_next_step_on() {
+    let web = mcp::python_http(mcp::free_port(), &[]);
+    let url = web.url();
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_calls(vec![
+        ("c1", "mcp_connect", json!({"name": "web", "server": url})),
+        ("c2", "mcp_connect", json!({"name": "sly", "server": format!("{url}x")})),
+        ("c3", "mcp_connect", json!({"name": "other", "server": "elsewhere"})),
+    ]));
+    fake.push(Reply::tool_calls(vec![
+        ("c4", "web__echo", json!({"text": "dyn"})),
+        ("c5", "mcp_connect", json!({"name": "local", "server": "py"})),
+    ]));
+    fake.push(Reply::tool_calls(vec![
+        ("c6", "local__add", json!({"a": 1, "b": 1})),
+        ("c7", "mcp_disconnect", json!({"name": "web"})),
+    ]));
+    fake.push(Reply::text("done"));
+    let sb = sandbox(&fake);
+    sb.write(
+        "config.toml",
+        &format!(
+            "[use.general]\nprovider = \"anthropic\"\n\n[mcp.py]\ncommand = \"{}\"\nargs = [\"{}\", \"stdio\"]\n",
+            mcp::python().display(),
+            mcp::server_script().display()
+        ),
+    );
+    let script = format!(
+        r#"local r = ai.take_turn{{ prompt = "go", dynamic_mcp = {{ "{url}", "py" }} }}
+           print("reply", r.reply)
+           for _, e in ipairs(r.tool_events) do print("event", e.name, e.kind, e.outcome) end
+           for _, s in ipairs(r.dynamic_mcp) do print("live", s.name, s.server, #s.tools) end"#
+    );
+    let run = sb.lua(&script, &[]).ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "reply\tdone", "{}", run.stdout);
+    let events: Vec<Vec<&str>> = lines[1..8].iter().map(|l| l.splitn(4, '\t').collect()).collect();
+    assert_eq!(events[0][1..3], ["mcp_connect", "ok"]);
+    assert!(events[0][3].contains("web__echo"), "{:?}", events[0]);
+    assert_eq!(events[1][1..3], ["mcp_connect", "error"]);
+    assert!(events[1][3].contains("is not allowed"), "{:?}", events[1]);
+    assert_eq!(events[2][1..3], ["mcp_connect", "error"]);
+    assert!(events[2][3].contains("is not allowed"), "{:?}", events[2]);
+    assert_eq!(events[3][1..], ["web__echo", "ok", r#"{"result":"dyn"}"#]);
+    assert_eq!(events[4][1..3], ["mcp_connect", "ok"]);
+    assert_eq!(events[5][1..], ["local__add", "ok", r#"{"sum":2.0}"#]);
+    assert_eq!(events[6][1..3], ["mcp_disconnect", "ok"]);
+    assert_eq!(lines[8], "live\tlocal\tpy\t7");
+    assert_eq!(lines.len(), 9);
+
+    let offered: Vec<Vec<String>> = model_calls(&fake).iter().map(tool_names).collect();
+    assert_eq!(offered[0], ["mcp_connect", "mcp_disconnect"]);
+    assert_eq!(offered[1].len(), 2 + 7);
+    assert!(offered[1].contains(&"web__echo".to_string()));
+    assert_eq!(offered[2].len(), 2 + 7 + 7);
+    assert!(offered[2].contains(&"local__add".to_string()));
+    // Disconnected in step 3: web's tools are gone from step 4.
+    assert!(!offered[3].iter().any(|n| n.starts_with("web__")), "{:?}", offered[3]);
+    assert!(offered[3].contains(&"local__add".to_string()));
+}

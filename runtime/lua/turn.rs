@@ -185,7 +185,15 @@ const TURN_OPTIONS: &[&str] = &[
     "compact_at",
     "compact_prompt",
     "mcp",
+    "dynamic_mcp",
 ];
+
+/// What a turn reports of its MCP servers besides the outcome.
+#[derive(Default)]
+pub(crate) struct McpReport {
+    servers: Option<Vec<crate::mcp::toolset::ServerReport>>,
+    dynamic: Option<Vec<crate::mcp::dynamic::LiveServer>>,
+}
 
 /// Unregisters a turn's callbacks however the turn ends.
 struct Registered<'a> {
@@ -206,11 +214,12 @@ async fn run_turn(
     opts: Table,
     who: &str,
     default_steps: u32,
-) -> mlua::Result<(TurnOutcome, Option<Vec<crate::mcp::toolset::ServerReport>>)> {
+) -> mlua::Result<(TurnOutcome, McpReport)> {
     let tools_value = opts.get::<Value>("tools")?;
     // `read_ask` reads the shared options; the turn's tools are read below, handlers and all.
     let (mut ask, stream) = read_ask(lua, Some(opts.clone()), who, TURN_OPTIONS)?;
     let servers = read_servers(lua, opts.get::<Value>("mcp")?, who)?;
+    let dynamic_allow = names(&opts, "dynamic_mcp", who)?;
     let mut messages: Vec<Message> = match opts.get::<Value>("messages")? {
         Value::Nil => Vec::new(),
         v => read_history(lua, v, who)?,
@@ -278,16 +287,30 @@ async fn run_turn(
     if let Some(o) = &opened {
         spec.tools.extend(o.tools.iter().cloned());
     }
+    let dynamic = if dynamic_allow.is_empty() {
+        None
+    } else {
+        let reserved = spec.tools.iter().map(|t| t.spec.name.clone()).collect();
+        let set = crate::mcp::dynamic::DynamicSet::new(
+            dynamic_allow,
+            core.config().mcp.clone(),
+            reserved,
+        );
+        spec.dynamic = Some(set.clone());
+        Some(set)
+    };
     let outcome = turn::take_turn(&core, &core, &bridge, spec).await;
     drop(registered);
-    let reports = match opened {
-        Some(o) => {
-            o.close().await;
-            Some(o.servers)
-        }
-        None => None,
-    };
-    Ok((outcome, reports))
+    let mut report = McpReport::default();
+    if let Some(o) = opened {
+        o.close().await;
+        report.servers = Some(o.servers);
+    }
+    if let Some(d) = dynamic {
+        report.dynamic = Some(d.live());
+        d.close().await;
+    }
+    Ok((outcome, report))
 }
 
 /// `mcp = { { name, url } | { name, command, args, env, cwd } | "configured-name", ... }`.
@@ -460,13 +483,28 @@ pub fn usage_table(lua: &Lua, u: &Usage) -> mlua::Result<Table> {
 fn turn_table(
     lua: &Lua,
     o: TurnOutcome,
-    servers: Option<Vec<crate::mcp::toolset::ServerReport>>,
+    mcp: McpReport,
     reply_key: &str,
     events_key: &str,
 ) -> mlua::Result<Table> {
     let t = lua.create_table()?;
-    if let Some(servers) = &servers {
+    if let Some(servers) = &mcp.servers {
         t.set("servers", servers_table(lua, servers)?)?;
+    }
+    if let Some(live) = &mcp.dynamic {
+        let list = lua.create_table()?;
+        for l in live {
+            let row = lua.create_table()?;
+            row.set("name", l.name.as_str())?;
+            row.set("server", l.server.as_str())?;
+            if let Some(v) = &l.version {
+                row.set("version", v.as_str())?;
+            }
+            row.set("tools", lua.create_sequence_from(l.tools.iter().map(String::as_str))?)?;
+            row.set("dropped", lua.create_sequence_from(l.dropped.iter().map(String::as_str))?)?;
+            list.push(row)?;
+        }
+        t.set("dynamic_mcp", list)?;
     }
     t.set(reply_key, o.reply)?;
     t.set("stop", o.stop.as_str())?;

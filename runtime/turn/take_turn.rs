@@ -46,7 +46,10 @@ async fn run(
     bridge: &LuaBridge,
     mut spec: TurnSpec,
 ) -> TurnOutcome {
-    let offered = narrow(&spec.tools, &spec.allow, &spec.deny);
+    let mut offered = match &spec.dynamic {
+        None => narrow(&spec.tools, &spec.allow, &spec.deny),
+        Some(_) => narrow(&with_dynamic(&spec), &spec.allow, &spec.deny),
+    };
     // One request for the whole turn: each step appends to its messages and re-resolves only the
     // settings (so a rotated key lands mid-turn); nothing is copied per step.
     let mut req = InferRequest {
@@ -85,15 +88,7 @@ async fn run(
     let mut window = compaction::Window::carried(spec.reported_tokens, appended);
     let max_steps = spec.max_steps.max(1);
     let hooks = spec.hooks.clone();
-    let cx = |step| CallContext {
-        bridge,
-        tools: &offered,
-        pin: &spec.pin,
-        step,
-        provenance: spec.provenance.as_ref(),
-        workspace: spec.workspace.as_deref(),
-        hooks: hooks.as_deref(),
-    };
+
     // A transcript that ends with calls and no results is a step cut off by a restart: answer
     // its calls first (the journal reuses what finished), then carry on inferring.
     let pending: Vec<ToolCall> = match req.messages.last() {
@@ -101,7 +96,7 @@ async fn run(
         _ => Vec::new(),
     };
     if !pending.is_empty() {
-        let Some(results) = run_calls(&cx(0), &pending, &mut out.tool_events).await else {
+        let Some(results) = run_calls(&call_context(bridge, &spec, hooks.as_deref(), &offered, 0), &pending, &mut out.tool_events).await else {
             return cancelled(out, req.messages);
         };
         req.messages.push(Message::new(
@@ -116,6 +111,11 @@ async fn run(
         }
     }
     for step in 1..=max_steps {
+        // Tools a dynamic source added (or took away) during the last step count from this one.
+        if spec.dynamic.is_some() && step > 1 {
+            offered = narrow(&with_dynamic(&spec), &spec.allow, &spec.deny);
+            req.tools = offered.iter().map(|t| t.spec.clone()).collect();
+        }
         if spec.compaction.enabled && window.would_overflow(&spec.compaction) {
             match compaction::compact(core, stack, &spec, &req, &mut out.usage).await {
                 Ok(messages) => {
@@ -191,7 +191,7 @@ async fn run(
                 })
                 .collect()
         } else {
-            match run_calls(&cx(step), &calls, &mut out.tool_events).await {
+            match run_calls(&call_context(bridge, &spec, hooks.as_deref(), &offered, step), &calls, &mut out.tool_events).await {
                 Some(results) => results,
                 None => return cancelled(out, req.messages),
             }
@@ -215,6 +215,33 @@ async fn run(
         }
     }
     unreachable!("the last step always returns")
+}
+
+fn call_context<'a>(
+    bridge: &'a LuaBridge,
+    spec: &'a TurnSpec,
+    hooks: Option<&'a dyn super::TurnHooks>,
+    offered: &'a [super::tools::ToolDef],
+    step: u32,
+) -> CallContext<'a> {
+    CallContext {
+        bridge,
+        tools: offered,
+        pin: &spec.pin,
+        step,
+        provenance: spec.provenance.as_ref(),
+        workspace: spec.workspace.as_deref(),
+        hooks,
+    }
+}
+
+/// The turn's own tools and, when it has a dynamic source, what that source offers now.
+fn with_dynamic(spec: &TurnSpec) -> Vec<super::tools::ToolDef> {
+    let mut tools = spec.tools.clone();
+    if let Some(d) = &spec.dynamic {
+        tools.extend(d.current());
+    }
+    tools
 }
 
 /// Runs a step's calls at once; `None` when the program ended while they ran.
