@@ -18,6 +18,10 @@
 //!   `middleware` (`Infer`, context, breaker, retries).
 //! - [`embed`]: colony inside a Rust application: a `Runtime` with native tools, `Program`s to
 //!   mail and hear from.
+//! - [`mcp`]: the MCP client on `rmcp`: server `spec`s (config, Lua, `mcpServers` files), a
+//!   `session` per server (Streamable HTTP or stdio; paging, deadlines with `notifications/cancelled`,
+//!   re-initialising, restarting a dead child), `naming` (`<server>__<tool>`), `result` shaping,
+//!   `toolset` (a turn's servers at once, reported), `dynamic` (`mcp_connect`), the tool `cache`.
 //! - [`files`]: what a file is (content type from the caller, its bytes or its name; the closed
 //!   kind each provider's rules are written against).
 //! - [`store`]: the durable store behind the `Store` trait (key-value workspaces, persisted
@@ -30,6 +34,8 @@
 //!   `ai.with_*` values; `bridge`: the core's way into the VM.
 //!   `http`: `get`/`post`/`request` on the program's pooled client; a 404 is a response, not `err`.
 //!   `fs`: `read`/`write`/`list`/`stat`/`exists` on tokio::fs, relative to the script's folder.
+//!   `mcp`: `connect`/`tools`/`call`/`close`/`servers`/`cached_tools`, and the server specs that
+//!   `mcp = {...}` on turns and residents shares.
 //! - [`cli`]: the `colony` command, one file per subcommand.
 //!
 //! The Lua VM runs on a thread of its own; its async functions suspend only the calling coroutine,
