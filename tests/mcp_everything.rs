@@ -108,3 +108,28 @@ fn over_streamable_http() {
     let server = format!(r#"{{ name = "everything", url = "{}" }}"#, http.url());
     through_a_turn(&server);
 }
+
+#[test]
+fn a_typescript_server_restarted_answers_400_and_is_reinitialised() {
+    let port = mcp::free_port();
+    let mut first = mcp::everything_http(port);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let spec = colony::mcp::ServerSpec {
+            name: "everything".into(),
+            transport: colony::mcp::Transport::Http {
+                url: first.url(),
+                headers: Default::default(),
+            },
+            roots: Vec::new(),
+        };
+        let conn = colony::mcp::Connection::open(spec).await.unwrap();
+        let long = std::time::Duration::from_secs(60);
+        let out = conn.call("echo", json!({"message": "one"}), long).await.unwrap();
+        assert_eq!(out.text, "Echo: one");
+        first.kill();
+        let _second = mcp::everything_http(port);
+        let out = conn.call("echo", json!({"message": "two"}), long).await.unwrap();
+        assert_eq!(out.text, "Echo: two");
+    });
+}

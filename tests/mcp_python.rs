@@ -191,3 +191,22 @@ async fn servers_that_cannot_be_reached_fail_with_connect_errors() {
     let e = Connection::open(spec).await.err().unwrap();
     assert!(e.to_string().contains("cannot start"), "{e}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn close_waits_for_answers_in_flight_before_closing_stdin() {
+    // The Python SDK's server drops requests still running when its stdin closes: a close that
+    // did not wait would fail this call.
+    let conn = std::sync::Arc::new(Connection::open(stdio(&[], &[])).await.unwrap());
+    let calling = {
+        let conn = conn.clone();
+        tokio::spawn(async move { conn.call("sleep", json!({"seconds": 1}), LONG).await })
+    };
+    // Wait until the call is on its way (the server answers ping only once it has read it all).
+    while conn.version().await.is_none() {
+        tokio::task::yield_now().await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    conn.close().await;
+    let out = calling.await.unwrap().unwrap();
+    assert!(out.text.contains("slept"), "{}", out.text);
+}

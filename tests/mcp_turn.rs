@@ -239,3 +239,23 @@ fn dynamic_mcp_connects_allowed_servers_from_the_next_step_on() {
     assert!(!offered[3].iter().any(|n| n.starts_with("web__")), "{:?}", offered[3]);
     assert!(offered[3].contains(&"local__add".to_string()));
 }
+
+#[test]
+fn a_childs_stderr_goes_to_the_log_under_the_servers_name() {
+    let fake = FakeProvider::start();
+    let script = format!(
+        r#"local conn = assert(mcp.connect({py}))
+           mcp.close(conn)"#,
+        py = py_stdio("scribe"),
+    );
+    let run = sandbox(&fake)
+        .env("RUST_LOG", "colony::mcp=info")
+        .lua(&script, &[])
+        .ok();
+    let line = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("colony-test server starting"))
+        .unwrap_or_else(|| panic!("no stderr line in the log:\n{}", run.stderr));
+    assert!(line.contains("server=scribe"), "{line}");
+}
