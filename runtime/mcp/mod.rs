@@ -5,6 +5,8 @@
 //!   one is read from the config file, a Lua table or a Claude Desktop / `.mcp.json` file.
 //! - [`session`]: one live connection on `rmcp` (handshake, paging `tools/list`, `tools/call` with
 //!   a deadline and `notifications/cancelled`, re-initialising a dead session, restarting a dead child).
+//! - [`http_client`]: rmcp's HTTP client, reading the TypeScript SDK's 400 for a dead session as
+//!   the 404 the spec asks for.
 //! - [`handler`]: our side of the protocol: `ping`, `roots/list`, the server's log lines.
 //! - [`naming`]: `<server>__<tool>` names that every provider accepts, and which are dropped.
 //! - [`result`]: a `tools/call` result as the text a model reads.
@@ -15,6 +17,7 @@
 pub mod cache;
 pub mod dynamic;
 pub mod handler;
+pub mod http_client;
 pub mod naming;
 pub mod result;
 pub mod session;

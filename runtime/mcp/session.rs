@@ -6,7 +6,7 @@
 //! `notifications/cancelled` sent when a request's timeout passes. Around it, this file adds what
 //! rmcp leaves to its user: refusing a revision we do not speak, paging `tools/list` with a cap, a
 //! dead child reported and restarted on next use, a server that answers a dead session with 400
-//! (the TypeScript SDK does) re-initialised once, and a shutdown that waits for answers in flight
+//! (the TypeScript SDK does) re-initialised once (`http_client`), and a shutdown that waits for answers in flight
 //! before closing stdin (the Python SDK's server drops requests still running when stdin closes).
 
 use std::collections::HashMap;
@@ -339,7 +339,10 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
                 custom.insert(name, value);
             }
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
-            let transport = StreamableHttpClientTransport::with_client(reqwest::Client::new(), config);
+            let transport = StreamableHttpClientTransport::with_client(
+                super::http_client::SessionAware(reqwest::Client::new()),
+                config,
+            );
             handler.serve(transport).await.map_err(|e| failed(e.to_string()))?
         }
         Transport::Stdio {
