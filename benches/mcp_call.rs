@@ -48,7 +48,9 @@ fn main() {
         let conn = Connection::open(spec).await.expect("connect");
         let deadline = Duration::from_secs(30);
         for _ in 0..WARMUP {
-            conn.call("echo", json!({"text": "warm"}), deadline).await.expect("call");
+            conn.call("echo", json!({"text": "warm"}), deadline)
+                .await
+                .expect("call");
         }
         let mut times = Vec::with_capacity(CALLS);
         for i in 0..CALLS {
@@ -82,7 +84,9 @@ fn main() {
         serde_json::from_slice(&out.stdout).expect("the Python client's latencies");
     let (c50, c99) = summary(colony_ms);
     let (p50, p99) = summary(python_ms);
-    println!("tools/call over loopback Streamable HTTP, Python SDK server, {CALLS} calls after {WARMUP} warm-up, one session");
+    println!(
+        "tools/call over loopback Streamable HTTP, Python SDK server, {CALLS} calls after {WARMUP} warm-up, one session"
+    );
     println!("{:<22}{:>10}{:>10}", "client", "p50 ms", "p99 ms");
     println!("{:<22}{c50:>10.3}{c99:>10.3}", "colony (rmcp)");
     println!("{:<22}{p50:>10.3}{p99:>10.3}", "Python SDK client");

@@ -19,11 +19,31 @@ fn add_list_test_del_and_import() {
     let sb = Sandbox::new();
     let time = time_server();
     let run = sb
-        .colony(&["mcp", "add", "time", "--env", "TZ=UTC", "--", &time, "--local-timezone", "UTC"])
+        .colony(&[
+            "mcp",
+            "add",
+            "time",
+            "--env",
+            "TZ=UTC",
+            "--",
+            &time,
+            "--local-timezone",
+            "UTC",
+        ])
         .ok();
-    assert_eq!(run.stdout.trim(), format!("time: {time} --local-timezone UTC"));
-    sb.colony(&["mcp", "add", "docs", "https://example.org/mcp", "--header", "Authorization: Bearer s3cret-token-value"])
-        .ok();
+    assert_eq!(
+        run.stdout.trim(),
+        format!("time: {time} --local-timezone UTC")
+    );
+    sb.colony(&[
+        "mcp",
+        "add",
+        "docs",
+        "https://example.org/mcp",
+        "--header",
+        "Authorization: Bearer s3cret-token-value",
+    ])
+    .ok();
     let list = sb.colony(&["mcp", "list"]).ok();
     assert_eq!(
         list.lines(),
@@ -37,19 +57,36 @@ fn add_list_test_del_and_import() {
 
     let test = sb.colony(&["mcp", "test", "time"]).ok();
     let lines = test.lines();
-    assert!(lines[0].starts_with("time: MCP 2025-11-25 (mcp-time "), "{}", test.stdout);
+    assert!(
+        lines[0].starts_with("time: MCP 2025-11-25 (mcp-time "),
+        "{}",
+        test.stdout
+    );
     assert!(lines[0].ends_with(", 2 tools"), "{}", test.stdout);
-    assert!(lines[1].starts_with("  get_current_time\t"), "{}", test.stdout);
+    assert!(
+        lines[1].starts_with("  get_current_time\t"),
+        "{}",
+        test.stdout
+    );
     assert!(lines[2].starts_with("  convert_time\t"), "{}", test.stdout);
 
     sb.colony(&["mcp", "del", "docs"]).ok();
     let failed = sb.colony(&["mcp", "test", "docs"]).failed();
-    assert!(failed.stderr.contains("no server named \"docs\""), "{}", failed.stderr);
+    assert!(
+        failed.stderr.contains("no server named \"docs\""),
+        "{}",
+        failed.stderr
+    );
 
     // A failing server: reported, exit status 1.
-    sb.colony(&["mcp", "add", "quits", "--", "sh", "-c", "exit 1"]).ok();
+    sb.colony(&["mcp", "add", "quits", "--", "sh", "-c", "exit 1"])
+        .ok();
     let failed = sb.colony(&["mcp", "test", "quits"]).failed();
-    assert!(failed.stderr.contains("quits: cannot connect"), "{}", failed.stderr);
+    assert!(
+        failed.stderr.contains("quits: cannot connect"),
+        "{}",
+        failed.stderr
+    );
 
     let file = sb.write(
         "claude_desktop_config.json",
@@ -57,14 +94,31 @@ fn add_list_test_del_and_import() {
              "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]},
              "remote": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"X-Team": "a"}}}}"#,
     );
-    let import = sb.colony(&["mcp", "import", &file.display().to_string()]).ok();
+    let import = sb
+        .colony(&["mcp", "import", &file.display().to_string()])
+        .ok();
     assert_eq!(import.lines(), ["imported fs", "imported remote"]);
     let list = sb.colony(&["mcp", "list"]).ok();
-    assert!(list.stdout.contains("fs\tstdio\tnpx -y @modelcontextprotocol/server-filesystem /tmp"), "{}", list.stdout);
-    assert!(list.stdout.contains("remote\thttp\thttp://127.0.0.1:9/mcp"), "{}", list.stdout);
+    assert!(
+        list.stdout
+            .contains("fs\tstdio\tnpx -y @modelcontextprotocol/server-filesystem /tmp"),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        list.stdout.contains("remote\thttp\thttp://127.0.0.1:9/mcp"),
+        "{}",
+        list.stdout
+    );
     let bad = sb.write("bad.json", r#"{"servers": {}}"#);
-    let failed = sb.colony(&["mcp", "import", &bad.display().to_string()]).failed();
-    assert!(failed.stderr.contains("no \"mcpServers\""), "{}", failed.stderr);
+    let failed = sb
+        .colony(&["mcp", "import", &bad.display().to_string()])
+        .failed();
+    assert!(
+        failed.stderr.contains("no \"mcpServers\""),
+        "{}",
+        failed.stderr
+    );
 }
 
 #[test]
@@ -108,16 +162,42 @@ fn the_tool_cache_is_refreshed_listed_offered_and_cleared() {
     let list = sb.colony(&["tools", "list"]).ok();
     assert_eq!(list.stdout.trim(), "no tool cache (colony tools refresh)");
 
-    sb.colony(&["mcp", "add", "time", "--", &time_server(), "--local-timezone", "UTC"]).ok();
-    sb.colony(&["mcp", "add", "down", "http://127.0.0.1:9/mcp"]).ok();
+    sb.colony(&[
+        "mcp",
+        "add",
+        "time",
+        "--",
+        &time_server(),
+        "--local-timezone",
+        "UTC",
+    ])
+    .ok();
+    sb.colony(&["mcp", "add", "down", "http://127.0.0.1:9/mcp"])
+        .ok();
     let refresh = sb.colony(&["tools", "refresh"]).ok();
     let lines = refresh.lines();
-    assert!(lines[0].starts_with("down: error: down: cannot connect"), "{}", refresh.stdout);
+    assert!(
+        lines[0].starts_with("down: error: down: cannot connect"),
+        "{}",
+        refresh.stdout
+    );
     assert_eq!(lines[1], "time: 2 tools");
     let list = sb.colony(&["tools", "list"]).ok();
-    assert!(list.lines()[0].starts_with("down: error:"), "{}", list.stdout);
-    assert!(list.lines()[1].starts_with("time__get_current_time\t"), "{}", list.stdout);
-    assert!(list.lines()[2].starts_with("time__convert_time\t"), "{}", list.stdout);
+    assert!(
+        list.lines()[0].starts_with("down: error:"),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        list.lines()[1].starts_with("time__get_current_time\t"),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        list.lines()[2].starts_with("time__convert_time\t"),
+        "{}",
+        list.stdout
+    );
 
     // The cached tools go straight into a turn; the server starts on the first call.
     fake.push(Reply::tool_call(
@@ -136,11 +216,22 @@ fn the_tool_cache_is_refreshed_listed_offered_and_cleared() {
         .ok();
     assert_eq!(run.stdout.trim(), "2\t08:30 it is.\tok");
     let first = &model_calls(&fake)[0];
-    let offered: Vec<&str> = first["tools"].as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    let offered: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
     assert_eq!(offered, ["time__get_current_time", "time__convert_time"]);
     let second = model_calls(&fake)[1].to_string();
     assert!(second.contains("08:30:00"), "{second}");
 
-    assert_eq!(sb.colony(&["tools", "clear"]).ok().stdout.trim(), "tool cache cleared");
-    assert_eq!(sb.lua("print(#mcp.cached_tools())", &[]).ok().stdout.trim(), "0");
+    assert_eq!(
+        sb.colony(&["tools", "clear"]).ok().stdout.trim(),
+        "tool cache cleared"
+    );
+    assert_eq!(
+        sb.lua("print(#mcp.cached_tools())", &[]).ok().stdout.trim(),
+        "0"
+    );
 }

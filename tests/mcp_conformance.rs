@@ -40,7 +40,8 @@ fn scenario(name: &str) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        out.status.success() && (stdout.contains("OVERALL: PASSED") || stderr.contains("OVERALL: PASSED")),
+        out.status.success()
+            && (stdout.contains("OVERALL: PASSED") || stderr.contains("OVERALL: PASSED")),
         "conformance scenario {name} failed ({}); `unshare -n` needs root\nstdout:\n{stdout}\nstderr:\n{stderr}",
         out.status
     );

@@ -41,15 +41,24 @@ fn listed_raw() -> BTreeSet<String> {
     for line in out.lines() {
         let msg: Value = serde_json::from_str(&line.unwrap()).unwrap();
         if msg["id"] == 1 {
-            send(&mut stdin, json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
-            send(&mut stdin, json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+            send(
+                &mut stdin,
+                json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            );
+            send(
+                &mut stdin,
+                json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+            );
         } else if msg["id"] == 2 {
             for t in msg["result"]["tools"].as_array().unwrap() {
                 names.insert(t["name"].as_str().unwrap().to_string());
             }
             break;
         } else if msg["method"] == "roots/list" {
-            send(&mut stdin, json!({"jsonrpc": "2.0", "id": msg["id"], "result": {"roots": []}}));
+            send(
+                &mut stdin,
+                json!({"jsonrpc": "2.0", "id": msg["id"], "result": {"roots": []}}),
+            );
         }
     }
     let _ = child.kill();
@@ -87,7 +96,11 @@ fn through_a_turn(server: &str) {
     assert_eq!(ours, raw, "every tool the server lists is offered");
     let events: Vec<&&str> = lines.iter().filter(|l| l.starts_with("event\t")).collect();
     assert_eq!(*events[0], "event\teverything__echo\tok\tEcho: hello there");
-    assert!(events[1].starts_with("event\teverything__get-sum\tok\t"), "{}", events[1]);
+    assert!(
+        events[1].starts_with("event\teverything__get-sum\tok\t"),
+        "{}",
+        events[1]
+    );
     assert!(events[1].contains("42"), "{}", events[1]);
     let offered = model_calls(&fake)[0]["tools"].as_array().unwrap().len();
     assert_eq!(offered, raw.len());
@@ -125,11 +138,17 @@ fn a_typescript_server_restarted_answers_400_and_is_reinitialised() {
         };
         let conn = colony::mcp::Connection::open(spec).await.unwrap();
         let long = std::time::Duration::from_secs(60);
-        let out = conn.call("echo", json!({"message": "one"}), long).await.unwrap();
+        let out = conn
+            .call("echo", json!({"message": "one"}), long)
+            .await
+            .unwrap();
         assert_eq!(out.text, "Echo: one");
         first.kill();
         let _second = mcp::everything_http(port);
-        let out = conn.call("echo", json!({"message": "two"}), long).await.unwrap();
+        let out = conn
+            .call("echo", json!({"message": "two"}), long)
+            .await
+            .unwrap();
         assert_eq!(out.text, "Echo: two");
     });
 }

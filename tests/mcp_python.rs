@@ -19,7 +19,10 @@ fn stdio(env: &[(&str, &str)], roots: &[&str]) -> ServerSpec {
         transport: Transport::Stdio {
             command: mcp::python().display().to_string(),
             args: vec![mcp::server_script().display().to_string(), "stdio".into()],
-            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             cwd: None,
         },
         roots: roots.iter().map(|r| r.to_string()).collect(),
@@ -50,12 +53,18 @@ async fn the_basics(conn: &Connection, roots: &str) {
     let add = tools.iter().find(|t| t.name == "add").unwrap();
     assert_eq!(add.input_schema["properties"]["a"]["type"], "number");
 
-    let out = conn.call("add", json!({"a": 2, "b": 3.5}), LONG).await.unwrap();
+    let out = conn
+        .call("add", json!({"a": 2, "b": 3.5}), LONG)
+        .await
+        .unwrap();
     assert_eq!(out.structured, Some(json!({"sum": 5.5})));
     assert_eq!(out.text, r#"{"sum":5.5}"#);
     assert!(!out.is_error);
 
-    let out = conn.call("fail", json!({"message": "it broke"}), LONG).await.unwrap();
+    let out = conn
+        .call("fail", json!({"message": "it broke"}), LONG)
+        .await
+        .unwrap();
     assert!(out.is_error, "{out:?}");
     assert!(out.text.contains("it broke"), "{}", out.text);
 
@@ -65,7 +74,9 @@ async fn the_basics(conn: &Connection, roots: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stdio_handshake_list_call_error_and_roots() {
-    let conn = Connection::open(stdio(&[], &["file:///tmp/project"])).await.unwrap();
+    let conn = Connection::open(stdio(&[], &["file:///tmp/project"]))
+        .await
+        .unwrap();
     the_basics(&conn, "file:///tmp/project").await;
     conn.close().await;
 }
@@ -97,9 +108,16 @@ async fn deadline_cancels(conn: &Connection, log: &PathBuf) {
         .unwrap_err();
     assert!(matches!(e, McpError::Timeout { .. }), "{e}");
     assert_eq!(e.kind(), "timeout");
-    assert_eq!(wait_for(log, "cancelled"), "cancelled\n", "the server never saw notifications/cancelled");
+    assert_eq!(
+        wait_for(log, "cancelled"),
+        "cancelled\n",
+        "the server never saw notifications/cancelled"
+    );
     // The session is still good.
-    let out = conn.call("echo", json!({"text": "after"}), LONG).await.unwrap();
+    let out = conn
+        .call("echo", json!({"text": "after"}), LONG)
+        .await
+        .unwrap();
     assert!(out.text.contains("after"), "{}", out.text);
 }
 
@@ -108,7 +126,9 @@ async fn a_call_past_its_deadline_is_cancelled_on_the_server() {
     let dir = tempfile::tempdir().unwrap();
     let log = dir.path().join("cancel.log");
     let log_s = log.display().to_string();
-    let conn = Connection::open(stdio(&[("CANCEL_LOG", &log_s)], &[])).await.unwrap();
+    let conn = Connection::open(stdio(&[("CANCEL_LOG", &log_s)], &[]))
+        .await
+        .unwrap();
     deadline_cancels(&conn, &log).await;
     conn.close().await;
 
@@ -124,12 +144,18 @@ async fn a_session_expired_by_a_restart_is_reinitialised() {
     let port = mcp::free_port();
     let mut server = mcp::python_http(port, &[]);
     let conn = Connection::open(http(&server.url())).await.unwrap();
-    let out = conn.call("echo", json!({"text": "one"}), LONG).await.unwrap();
+    let out = conn
+        .call("echo", json!({"text": "one"}), LONG)
+        .await
+        .unwrap();
     assert!(out.text.contains("one"));
     server.kill();
     let _again = mcp::python_http(port, &[]);
     // The new server does not know our session: it answers 404 and we initialise again.
-    let out = conn.call("echo", json!({"text": "two"}), LONG).await.unwrap();
+    let out = conn
+        .call("echo", json!({"text": "two"}), LONG)
+        .await
+        .unwrap();
     assert!(out.text.contains("two"), "{}", out.text);
     assert_eq!(conn.list_tools().await.unwrap().len(), 7);
 }
@@ -155,7 +181,10 @@ async fn a_child_that_dies_is_reported_and_restarted_on_next_use() {
     let conn = Connection::open(stdio(&[], &[])).await.unwrap();
     let e = conn.call("die", json!({}), LONG).await.unwrap_err();
     assert_eq!(e.kind(), "closed", "{e}");
-    let out = conn.call("echo", json!({"text": "back"}), LONG).await.unwrap();
+    let out = conn
+        .call("echo", json!({"text": "back"}), LONG)
+        .await
+        .unwrap();
     assert!(out.text.contains("back"), "{}", out.text);
     conn.close().await;
 }
@@ -163,7 +192,10 @@ async fn a_child_that_dies_is_reported_and_restarted_on_next_use() {
 #[tokio::test(flavor = "multi_thread")]
 async fn servers_that_cannot_be_reached_fail_with_connect_errors() {
     let port = mcp::free_port();
-    let e = Connection::open(http(&format!("http://127.0.0.1:{port}/mcp"))).await.err().unwrap();
+    let e = Connection::open(http(&format!("http://127.0.0.1:{port}/mcp")))
+        .await
+        .err()
+        .unwrap();
     assert_eq!(e.kind(), "connect_error", "{e}");
     let spec = ServerSpec {
         name: "gone".into(),

@@ -28,7 +28,11 @@ fn py_stdio(name: &str) -> String {
 fn tool_names(body: &Value) -> Vec<String> {
     body["tools"]
         .as_array()
-        .map(|a| a.iter().map(|t| t["name"].as_str().unwrap().to_string()).collect())
+        .map(|a| {
+            a.iter()
+                .map(|t| t["name"].as_str().unwrap().to_string())
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -68,7 +72,10 @@ fn a_turn_with_servers_over_both_transports_and_two_that_fail() {
     assert_eq!(lines[2], "server\tweb\tready\t2025-11-25\t7\t-");
     assert_eq!(lines[3], "server\tdown\terror\t-\t0\tconnect_error");
     assert_eq!(lines[4], "server\tquits\terror\t-\t0\tconnect_error");
-    let events: Vec<Vec<&str>> = lines[5..].iter().map(|l| l.splitn(4, '\t').collect()).collect();
+    let events: Vec<Vec<&str>> = lines[5..]
+        .iter()
+        .map(|l| l.splitn(4, '\t').collect())
+        .collect();
     assert_eq!(events[0][1..], ["py__add", "ok", r#"{"sum":3.0}"#]);
     assert_eq!(events[1][1..], ["web__echo", "ok", r#"{"result":"hello"}"#]);
     assert_eq!(events[2][1..3], ["py__fail", "error"]);
@@ -81,7 +88,11 @@ fn a_turn_with_servers_over_both_transports_and_two_that_fail() {
     let offered = tool_names(&calls[0]);
     assert!(offered.contains(&"py__add".to_string()), "{offered:?}");
     assert!(offered.contains(&"web__echo".to_string()), "{offered:?}");
-    assert!(!offered.iter().any(|n| n.starts_with("down__") || n.starts_with("quits__")));
+    assert!(
+        !offered
+            .iter()
+            .any(|n| n.starts_with("down__") || n.starts_with("quits__"))
+    );
     assert_eq!(offered.len(), 14);
     let second = calls[1].to_string();
     assert!(second.contains("no luck"), "{second}");
@@ -143,7 +154,10 @@ fn the_mcp_module_connects_lists_and_calls() {
     let run = sandbox(&fake).lua(&script, &[]).ok();
     let lines = run.lines();
     assert_eq!(lines[0], "name\tpy");
-    assert_eq!(lines[1], "tools\tpy__add,py__die,py__echo,py__fail,py__meet,py__roots,py__sleep");
+    assert_eq!(
+        lines[1],
+        "tools\tpy__add,py__die,py__echo,py__fail,py__meet,py__roots,py__sleep"
+    );
     assert_eq!(lines[2], "call\t{\"result\":\"hi\"}");
     assert_eq!(lines[3], "table\t{\"sum\":3.0}\t3.0\tfalse");
     assert_eq!(lines[4], "fail\tnil\ttool_error\ttrue");
@@ -172,7 +186,12 @@ fn a_resident_spawned_with_servers_calls_their_tools() {
     let run = sandbox(&fake).lua(&script, &[]).ok();
     assert_eq!(
         run.lines(),
-        ["server\tpy\tready\t7", "server\tgone\terror\t0", "clerk: nine", "watch ended:\tdone"]
+        [
+            "server\tpy\tready\t7",
+            "server\tgone\terror\t0",
+            "clerk: nine",
+            "watch ended:\tdone"
+        ]
     );
     let second = model_calls(&fake)[1].to_string();
     assert!(second.contains(r#"{\"sum\":9.0}"#), "{second}");
@@ -185,12 +204,24 @@ fn dynamic_mcp_connects_allowed_servers_from_the_next_step_on() {
     let fake = FakeProvider::start();
     fake.push(Reply::tool_calls(vec![
         ("c1", "mcp_connect", json!({"name": "web", "server": url})),
-        ("c2", "mcp_connect", json!({"name": "sly", "server": format!("{url}x")})),
-        ("c3", "mcp_connect", json!({"name": "other", "server": "elsewhere"})),
+        (
+            "c2",
+            "mcp_connect",
+            json!({"name": "sly", "server": format!("{url}x")}),
+        ),
+        (
+            "c3",
+            "mcp_connect",
+            json!({"name": "other", "server": "elsewhere"}),
+        ),
     ]));
     fake.push(Reply::tool_calls(vec![
         ("c4", "web__echo", json!({"text": "dyn"})),
-        ("c5", "mcp_connect", json!({"name": "local", "server": "py"})),
+        (
+            "c5",
+            "mcp_connect",
+            json!({"name": "local", "server": "py"}),
+        ),
     ]));
     fake.push(Reply::tool_calls(vec![
         ("c6", "local__add", json!({"a": 1, "b": 1})),
@@ -215,7 +246,10 @@ fn dynamic_mcp_connects_allowed_servers_from_the_next_step_on() {
     let run = sb.lua(&script, &[]).ok();
     let lines = run.lines();
     assert_eq!(lines[0], "reply\tdone", "{}", run.stdout);
-    let events: Vec<Vec<&str>> = lines[1..8].iter().map(|l| l.splitn(4, '\t').collect()).collect();
+    let events: Vec<Vec<&str>> = lines[1..8]
+        .iter()
+        .map(|l| l.splitn(4, '\t').collect())
+        .collect();
     assert_eq!(events[0][1..3], ["mcp_connect", "ok"]);
     assert!(events[0][3].contains("web__echo"), "{:?}", events[0]);
     assert_eq!(events[1][1..3], ["mcp_connect", "error"]);
@@ -236,7 +270,11 @@ fn dynamic_mcp_connects_allowed_servers_from_the_next_step_on() {
     assert_eq!(offered[2].len(), 2 + 7 + 7);
     assert!(offered[2].contains(&"local__add".to_string()));
     // Disconnected in step 3: web's tools are gone from step 4.
-    assert!(!offered[3].iter().any(|n| n.starts_with("web__")), "{:?}", offered[3]);
+    assert!(
+        !offered[3].iter().any(|n| n.starts_with("web__")),
+        "{:?}",
+        offered[3]
+    );
     assert!(offered[3].contains(&"local__add".to_string()));
 }
 

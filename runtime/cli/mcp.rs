@@ -61,8 +61,12 @@ fn pairs(items: &[String], sep: char, what: &str) -> Result<BTreeMap<String, Str
     items
         .iter()
         .map(|item| match item.split_once(sep) {
-            Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim_start().to_string())),
-            _ => Err(Failure::input(format!("colony mcp add: {what} {item:?} is not NAME{sep}VALUE"))),
+            Some((k, v)) if !k.trim().is_empty() => {
+                Ok((k.trim().to_string(), v.trim_start().to_string()))
+            }
+            _ => Err(Failure::input(format!(
+                "colony mcp add: {what} {item:?} is not NAME{sep}VALUE"
+            ))),
         })
         .collect()
 }
@@ -79,10 +83,14 @@ pub async fn run(args: Args) -> Result<(), Failure> {
         } => {
             let config = if let Some(url) = url {
                 if !command.is_empty() {
-                    return Err(Failure::input("colony mcp add: give a URL or -- COMMAND ARGS..., not both"));
+                    return Err(Failure::input(
+                        "colony mcp add: give a URL or -- COMMAND ARGS..., not both",
+                    ));
                 }
                 if !env.is_empty() || cwd.is_some() {
-                    return Err(Failure::input("colony mcp add: --env and --cwd are for a command, not a URL"));
+                    return Err(Failure::input(
+                        "colony mcp add: --env and --cwd are for a command, not a URL",
+                    ));
                 }
                 ServerConfig {
                     url: Some(url),
@@ -91,10 +99,14 @@ pub async fn run(args: Args) -> Result<(), Failure> {
                 }
             } else {
                 if command.is_empty() {
-                    return Err(Failure::input("colony mcp add: give a URL or -- COMMAND ARGS..."));
+                    return Err(Failure::input(
+                        "colony mcp add: give a URL or -- COMMAND ARGS...",
+                    ));
                 }
                 if !headers.is_empty() {
-                    return Err(Failure::input("colony mcp add: --header is for a URL, not a command"));
+                    return Err(Failure::input(
+                        "colony mcp add: --header is for a URL, not a command",
+                    ));
                 }
                 ServerConfig {
                     command: Some(command[0].clone()),
@@ -117,7 +129,9 @@ pub async fn run(args: Args) -> Result<(), Failure> {
         Action::Del { name } => {
             let mut cfg = load()?;
             if cfg.mcp.remove(&name).is_none() {
-                return Err(Failure::input(format!("colony mcp del: no server named {name:?}")));
+                return Err(Failure::input(format!(
+                    "colony mcp del: no server named {name:?}"
+                )));
             }
             save(&cfg)?;
             println!("removed {name}");
@@ -126,7 +140,9 @@ pub async fn run(args: Args) -> Result<(), Failure> {
         Action::List => {
             let cfg = load()?;
             if cfg.mcp.is_empty() {
-                println!("no MCP servers configured (colony mcp add NAME URL | colony mcp add NAME -- COMMAND ARGS...)");
+                println!(
+                    "no MCP servers configured (colony mcp add NAME URL | colony mcp add NAME -- COMMAND ARGS...)"
+                );
             }
             for (name, config) in &cfg.mcp {
                 match config.clone().into_spec(name) {
@@ -144,10 +160,9 @@ pub async fn run(args: Args) -> Result<(), Failure> {
         }
         Action::Test { name } => {
             let cfg = load()?;
-            let config = cfg
-                .mcp
-                .get(&name)
-                .ok_or_else(|| Failure::input(format!("colony mcp test: no server named {name:?}")))?;
+            let config = cfg.mcp.get(&name).ok_or_else(|| {
+                Failure::input(format!("colony mcp test: no server named {name:?}"))
+            })?;
             let spec = config
                 .clone()
                 .into_spec(&name)
@@ -172,10 +187,12 @@ pub async fn run(args: Args) -> Result<(), Failure> {
             Ok(())
         }
         Action::Import { file } => {
-            let text = std::fs::read_to_string(&file)
-                .map_err(|e| Failure::input(format!("colony mcp import: {}: {e}", file.display())))?;
-            let servers = import_mcp_servers(&text)
-                .map_err(|e| Failure::input(format!("colony mcp import: {}: {e}", file.display())))?;
+            let text = std::fs::read_to_string(&file).map_err(|e| {
+                Failure::input(format!("colony mcp import: {}: {e}", file.display()))
+            })?;
+            let servers = import_mcp_servers(&text).map_err(|e| {
+                Failure::input(format!("colony mcp import: {}: {e}", file.display()))
+            })?;
             let mut cfg = load()?;
             for (name, config) in &servers {
                 cfg.mcp.insert(name.clone(), config.clone());

@@ -84,7 +84,10 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
                 }
                 if let Some(command) = &config.command {
                     row.set("command", command.as_str())?;
-                    row.set("args", lua.create_sequence_from(config.args.iter().map(String::as_str))?)?;
+                    row.set(
+                        "args",
+                        lua.create_sequence_from(config.args.iter().map(String::as_str))?,
+                    )?;
                 }
                 list.push(row)?;
             }
@@ -94,7 +97,9 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     m.set(
         "cached_tools",
         lua.create_function(|lua, ()| match cache::load() {
-            Ok(Some(c)) => tool_list(lua, cache::tools(&c)).map(|mut v| v.pop_front().unwrap_or(Value::Nil)),
+            Ok(Some(c)) => {
+                tool_list(lua, cache::tools(&c)).map(|mut v| v.pop_front().unwrap_or(Value::Nil))
+            }
             Ok(None) => Ok(Value::Table(lua.create_table()?)),
             Err(e) => {
                 tracing::warn!("the MCP tool cache cannot be read: {e}");
@@ -107,7 +112,9 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
 
 fn opened(lua: &Lua, r: Result<Arc<Connection>, McpError>) -> mlua::Result<MultiValue> {
     match r {
-        Ok(conn) => Ok(MultiValue::from_iter([Value::UserData(lua.create_userdata(ConnValue(conn))?)])),
+        Ok(conn) => Ok(MultiValue::from_iter([Value::UserData(
+            lua.create_userdata(ConnValue(conn))?,
+        )])),
         Err(e) => fail(lua, &e),
     }
 }
@@ -143,12 +150,16 @@ fn conn_arg(v: &Value, who: &str) -> mlua::Result<Arc<Connection>> {
 /// A configured server by name.
 pub fn named(lua: &Lua, name: &str) -> Result<ServerSpec, McpError> {
     let config = core(lua).config().mcp.get(name).cloned().ok_or_else(|| {
-        McpError::Config(format!("no MCP server named {name:?} is configured (colony mcp add)"))
+        McpError::Config(format!(
+            "no MCP server named {name:?} is configured (colony mcp add)"
+        ))
     })?;
     config.into_spec(name)
 }
 
-const SPEC_FIELDS: &[&str] = &["name", "url", "headers", "command", "args", "env", "cwd", "roots"];
+const SPEC_FIELDS: &[&str] = &[
+    "name", "url", "headers", "command", "args", "env", "cwd", "roots",
+];
 
 /// `mcp.connect(url_or_spec, opts?)`: a URL (opts may give `name`, `headers`, `roots`), or a table.
 fn connect_spec(lua: &Lua, target: Value, opts: Option<Table>) -> mlua::Result<ServerSpec> {
@@ -211,22 +222,27 @@ pub fn read_spec(lua: &Lua, v: Value, who: &str) -> mlua::Result<ServerSpec> {
         map.remove("name");
         // An empty Lua table reads as an array: these are maps.
         for key in ["headers", "env"] {
-            if map.get(key).is_some_and(|v| v.as_array().is_some_and(Vec::is_empty)) {
+            if map
+                .get(key)
+                .is_some_and(|v| v.as_array().is_some_and(Vec::is_empty))
+            {
                 map.remove(key);
             }
         }
     }
-    let config: ServerConfig = serde_json::from_value(fields)
-        .map_err(|e| misuse(format!("{who}: server {name}: {e}")))?;
-    config.into_spec(&name).map_err(|e| misuse(format!("{who}: {e}")))
+    let config: ServerConfig =
+        serde_json::from_value(fields).map_err(|e| misuse(format!("{who}: server {name}: {e}")))?;
+    config
+        .into_spec(&name)
+        .map_err(|e| misuse(format!("{who}: {e}")))
 }
 
 /// A name for a server given without one: the URL's host, or the command's file name.
 fn default_name(json: &serde_json::Value) -> String {
-    if let Some(url) = json.get("url").and_then(|v| v.as_str()) {
-        if let Ok(u) = reqwest::Url::parse(url) {
-            return naming::sanitize(u.host_str().unwrap_or("mcp"));
-        }
+    if let Some(url) = json.get("url").and_then(|v| v.as_str())
+        && let Ok(u) = reqwest::Url::parse(url)
+    {
+        return naming::sanitize(u.host_str().unwrap_or("mcp"));
     }
     if let Some(cmd) = json.get("command").and_then(|v| v.as_str()) {
         let stem = std::path::Path::new(cmd)
@@ -248,9 +264,11 @@ async fn call(lua: &Lua, args: MultiValue) -> mlua::Result<MultiValue> {
         Value::Table(t) => {
             check_fields(&t, who, &["conn", "name", "args", "timeout"])?;
             let conn = conn_arg(&t.get::<Value>("conn")?, who)?;
-            let name: String = t
-                .get("name")
-                .map_err(|_| misuse(format!("{who}: name must be a string (the server's tool name)")))?;
+            let name: String = t.get("name").map_err(|_| {
+                misuse(format!(
+                    "{who}: name must be a string (the server's tool name)"
+                ))
+            })?;
             let timeout = t
                 .get::<Option<f64>>("timeout")
                 .map_err(|_| misuse(format!("{who}: timeout is seconds (a number)")))?;
@@ -260,7 +278,11 @@ async fn call(lua: &Lua, args: MultiValue) -> mlua::Result<MultiValue> {
             let conn = conn_arg(&conn, who)?;
             let name = match it.next() {
                 Some(Value::String(s)) => s.to_string_lossy(),
-                _ => return Err(misuse(format!("{who}: name must be a string (the server's tool name)"))),
+                _ => {
+                    return Err(misuse(format!(
+                        "{who}: name must be a string (the server's tool name)"
+                    )));
+                }
             };
             (conn, name, it.next().unwrap_or(Value::Nil), None, false)
         }
@@ -271,7 +293,12 @@ async fn call(lua: &Lua, args: MultiValue) -> mlua::Result<MultiValue> {
             serde_json::Value::Array(a) if a.is_empty() => serde_json::json!({}),
             v => v,
         },
-        other => return Err(misuse(format!("{who}: args must be a table, not {}", other.type_name()))),
+        other => {
+            return Err(misuse(format!(
+                "{who}: args must be a table, not {}",
+                other.type_name()
+            )));
+        }
     };
     let deadline = match timeout {
         Some(s) => Duration::from_secs_f64(s.max(0.001)),
@@ -296,5 +323,7 @@ async fn call(lua: &Lua, args: MultiValue) -> mlua::Result<MultiValue> {
             Value::Table(error_table(lua, "tool_error", &out.text)?),
         ]));
     }
-    Ok(MultiValue::from_iter([Value::String(lua.create_string(&out.text)?)]))
+    Ok(MultiValue::from_iter([Value::String(
+        lua.create_string(&out.text)?,
+    )]))
 }

@@ -333,7 +333,10 @@ pub(crate) fn read_servers(
     for (i, v) in list.sequence_values::<Value>().enumerate() {
         let spec = super::mcp::read_spec(lua, v?, &format!("{who}: mcp[{}]", i + 1))?;
         if specs.iter().any(|s| s.name == spec.name) {
-            return Err(bad(who, format!("mcp: two servers are named {:?}", spec.name)));
+            return Err(bad(
+                who,
+                format!("mcp: two servers are named {:?}", spec.name),
+            ));
         }
         specs.push(spec);
     }
@@ -356,8 +359,14 @@ pub(crate) fn servers_table(
         if let Some(e) = &r.error {
             row.set("error", error_table(lua, e.kind(), &e.to_string())?)?;
         }
-        row.set("tools", lua.create_sequence_from(r.tools.iter().map(String::as_str))?)?;
-        row.set("dropped", lua.create_sequence_from(r.dropped.iter().map(String::as_str))?)?;
+        row.set(
+            "tools",
+            lua.create_sequence_from(r.tools.iter().map(String::as_str))?,
+        )?;
+        row.set(
+            "dropped",
+            lua.create_sequence_from(r.dropped.iter().map(String::as_str))?,
+        )?;
         list.push(row)?;
     }
     Ok(list)
@@ -500,8 +509,14 @@ fn turn_table(
             if let Some(v) = &l.version {
                 row.set("version", v.as_str())?;
             }
-            row.set("tools", lua.create_sequence_from(l.tools.iter().map(String::as_str))?)?;
-            row.set("dropped", lua.create_sequence_from(l.dropped.iter().map(String::as_str))?)?;
+            row.set(
+                "tools",
+                lua.create_sequence_from(l.tools.iter().map(String::as_str))?,
+            )?;
+            row.set(
+                "dropped",
+                lua.create_sequence_from(l.dropped.iter().map(String::as_str))?,
+            )?;
             list.push(row)?;
         }
         t.set("dynamic_mcp", list)?;

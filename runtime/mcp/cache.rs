@@ -62,7 +62,8 @@ pub fn load() -> Result<Option<Cache>, McpError> {
 pub fn save(cache: &Cache) -> Result<(), McpError> {
     let p = path();
     if let Some(dir) = p.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| McpError::Config(format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir)
+            .map_err(|e| McpError::Config(format!("{}: {e}", dir.display())))?;
     }
     let text = serde_json::to_string_pretty(cache).expect("the cache is JSON");
     let tmp = p.with_extension("json.tmp");
@@ -143,7 +144,10 @@ pub fn tools(cache: &Cache) -> Vec<ToolDef> {
         let names: Vec<String> = listed.iter().map(|t| t.name.clone()).collect();
         let (kept, _) = naming::assign(name, &names, &mut taken);
         for (public, original) in kept {
-            let t = listed.iter().find(|t| t.name == original).expect("kept from listed");
+            let t = listed
+                .iter()
+                .find(|t| t.name == original)
+                .expect("kept from listed");
             out.push(toolset::tool_def(conn.clone(), &public, t));
         }
     }

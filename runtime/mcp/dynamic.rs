@@ -70,8 +70,15 @@ impl DynamicSet {
     /// The spec for `server` if the allowlist accepts it.
     fn allowed(&self, name: &str, server: &str) -> Result<ServerSpec, String> {
         if server.contains("://") {
-            if !self.allow.iter().any(|p| p.contains("://") && under_prefix(p, server)) {
-                return Err(format!("{server} is not allowed (allowed: {})", self.allow.join(", ")));
+            if !self
+                .allow
+                .iter()
+                .any(|p| p.contains("://") && under_prefix(p, server))
+            {
+                return Err(format!(
+                    "{server} is not allowed (allowed: {})",
+                    self.allow.join(", ")
+                ));
             }
             let config = ServerConfig {
                 url: Some(server.to_string()),
@@ -80,7 +87,10 @@ impl DynamicSet {
             return config.into_spec(name).map_err(|e| e.to_string());
         }
         if !self.allow.iter().any(|a| a == server) {
-            return Err(format!("{server} is not allowed (allowed: {})", self.allow.join(", ")));
+            return Err(format!(
+                "{server} is not allowed (allowed: {})",
+                self.allow.join(", ")
+            ));
         }
         let config = self
             .configured
@@ -94,10 +104,14 @@ impl DynamicSet {
             return Err("name must not be empty".into());
         }
         if self.live.lock().unwrap().contains_key(name) {
-            return Err(format!("{name} is already connected (mcp_disconnect it first)"));
+            return Err(format!(
+                "{name} is already connected (mcp_disconnect it first)"
+            ));
         }
         let spec = self.allowed(name, server)?;
-        let conn = Connection::open(spec).await.map_err(|e: McpError| e.to_string())?;
+        let conn = Connection::open(spec)
+            .await
+            .map_err(|e: McpError| e.to_string())?;
         let listed = match conn.list_tools().await {
             Ok(l) => l,
             Err(e) => {
@@ -129,7 +143,14 @@ impl DynamicSet {
             if map.contains_key(name) {
                 Some(conn)
             } else {
-                map.insert(name.to_string(), Live { conn, tools, report: live });
+                map.insert(
+                    name.to_string(),
+                    Live {
+                        conn,
+                        tools,
+                        report: live,
+                    },
+                );
                 None
             }
         };
@@ -153,12 +174,19 @@ impl DynamicSet {
 
     /// The servers connected now.
     pub fn live(&self) -> Vec<LiveServer> {
-        self.live.lock().unwrap().values().map(|l| l.report.clone()).collect()
+        self.live
+            .lock()
+            .unwrap()
+            .values()
+            .map(|l| l.report.clone())
+            .collect()
     }
 
     /// Ends every session the model opened.
     pub async fn close(&self) {
-        let all: Vec<Live> = std::mem::take(&mut *self.live.lock().unwrap()).into_values().collect();
+        let all: Vec<Live> = std::mem::take(&mut *self.live.lock().unwrap())
+            .into_values()
+            .collect();
         futures::future::join_all(all.iter().map(|l| l.conn.close())).await;
     }
 }
@@ -223,19 +251,40 @@ mod tests {
 
     #[test]
     fn url_prefixes_stop_at_a_path_boundary() {
-        assert!(under_prefix("https://a.example/mcp", "https://a.example/mcp"));
-        assert!(under_prefix("https://a.example/mcp", "https://a.example/mcp/x"));
-        assert!(under_prefix("https://a.example/mcp/", "https://a.example/mcp/x"));
-        assert!(!under_prefix("https://a.example/mcp", "https://a.example/mcpx"));
-        assert!(!under_prefix("https://a.example/mcp", "https://a.example.evil/mcp"));
-        assert!(!under_prefix("https://a.example/mcp", "http://a.example/mcp"));
+        assert!(under_prefix(
+            "https://a.example/mcp",
+            "https://a.example/mcp"
+        ));
+        assert!(under_prefix(
+            "https://a.example/mcp",
+            "https://a.example/mcp/x"
+        ));
+        assert!(under_prefix(
+            "https://a.example/mcp/",
+            "https://a.example/mcp/x"
+        ));
+        assert!(!under_prefix(
+            "https://a.example/mcp",
+            "https://a.example/mcpx"
+        ));
+        assert!(!under_prefix(
+            "https://a.example/mcp",
+            "https://a.example.evil/mcp"
+        ));
+        assert!(!under_prefix(
+            "https://a.example/mcp",
+            "http://a.example/mcp"
+        ));
     }
 
     #[test]
     fn the_allowlist_refuses_what_it_does_not_name() {
         let configured = BTreeMap::from([(
             "fs".to_string(),
-            ServerConfig { command: Some("true".into()), ..ServerConfig::default() },
+            ServerConfig {
+                command: Some("true".into()),
+                ..ServerConfig::default()
+            },
         )]);
         let set = DynamicSet::new(
             vec!["https://a.example/mcp".into(), "fs".into()],
@@ -243,9 +292,17 @@ mod tests {
             HashSet::new(),
         );
         assert!(set.allowed("x", "https://a.example/mcp/tools").is_ok());
-        assert!(set.allowed("x", "https://a.example/mcpx").unwrap_err().contains("not allowed"));
+        assert!(
+            set.allowed("x", "https://a.example/mcpx")
+                .unwrap_err()
+                .contains("not allowed")
+        );
         assert!(set.allowed("x", "fs").is_ok());
-        assert!(set.allowed("x", "other").unwrap_err().contains("not allowed"));
+        assert!(
+            set.allowed("x", "other")
+                .unwrap_err()
+                .contains("not allowed")
+        );
         let names: Vec<String> = set.current().into_iter().map(|t| t.spec.name).collect();
         assert_eq!(names, ["mcp_connect", "mcp_disconnect"]);
     }

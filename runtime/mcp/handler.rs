@@ -7,8 +7,8 @@
 
 use rmcp::ClientHandler;
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, ListRootsResult, LoggingMessageNotificationParam,
-    ProtocolVersion, Root,
+    ClientCapabilities, ClientConfig, Implementation, ListRootsResult,
+    LoggingMessageNotificationParam, ProtocolVersion, Root,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 

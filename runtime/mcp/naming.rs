@@ -28,13 +28,16 @@ pub enum Dropped {
     Clash,
 }
 
+/// The tools kept, as `(namespaced, original)`, and those left out with why.
+pub type Assigned = (Vec<(String, String)>, Vec<(String, Dropped)>);
+
 /// Assigns names to `tools` of `server`, skipping those in `taken` (which grows). Returns
 /// `(namespaced, original)` pairs kept and the originals dropped.
 pub fn assign(
     server: &str,
     tools: &[String],
     taken: &mut std::collections::HashSet<String>,
-) -> (Vec<(String, String)>, Vec<(String, Dropped)>) {
+) -> Assigned {
     let mut kept = Vec::new();
     let mut dropped = Vec::new();
     for tool in tools {
@@ -77,7 +80,10 @@ mod tests {
         );
         assert_eq!(
             dropped,
-            vec![("a_b".to_string(), Dropped::Clash), (long, Dropped::TooLong)]
+            vec![
+                ("a_b".to_string(), Dropped::Clash),
+                (long, Dropped::TooLong)
+            ]
         );
     }
 }

@@ -62,14 +62,19 @@ mod tests {
 
     #[test]
     fn structured_content_wins_then_blocks_join() {
-        let r = shape(&json!({"content": [{"type": "text", "text": "{\"a\":1}"}], "structuredContent": {"a": 1}}));
+        let r = shape(
+            &json!({"content": [{"type": "text", "text": "{\"a\":1}"}], "structuredContent": {"a": 1}}),
+        );
         assert_eq!(r.text, "{\"a\":1}");
         assert_eq!(r.structured, Some(json!({"a": 1})));
         let r = shape(&json!({"content": [
             {"type": "text", "text": "one"},
             {"type": "image", "data": "AAA", "mimeType": "image/png"},
             {"type": "text", "text": "two"}]}));
-        assert_eq!(r.text, "one\n{\"data\":\"AAA\",\"mimeType\":\"image/png\",\"type\":\"image\"}\ntwo");
+        assert_eq!(
+            r.text,
+            "one\n{\"data\":\"AAA\",\"mimeType\":\"image/png\",\"type\":\"image\"}\ntwo"
+        );
         assert!(!r.is_error);
         let r = shape(&json!({"content": [{"type": "text", "text": "bad"}], "isError": true}));
         assert!(r.is_error);

@@ -16,8 +16,8 @@ use std::time::Duration;
 
 use rmcp::ServiceExt;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientRequest, ListToolsRequest, PaginatedRequestParams,
-    ServerResult,
+    CallToolRequest, CallToolRequestParams, ClientRequest, ListToolsRequest,
+    PaginatedRequestParams, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, RoleClient, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -119,7 +119,10 @@ impl Connection {
             .await
             .map_err(|_| McpError::Connect {
                 server: self.spec.name.clone(),
-                message: format!("no initialize result within {} s", CONNECT_TIMEOUT.as_secs()),
+                message: format!(
+                    "no initialize result within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                ),
             })??;
         let peer = fresh.service.peer().clone();
         *live = Some(fresh);
@@ -159,7 +162,9 @@ impl Connection {
             let req = ClientRequest::ListToolsRequest(ListToolsRequest::with_param(params));
             let answer = self.request(&peer, req, LIST_TIMEOUT).await?;
             let ServerResult::ListToolsResult(page) = answer else {
-                return Err(Failure::Final(self.closed("tools/list got an answer of another kind")));
+                return Err(Failure::Final(
+                    self.closed("tools/list got an answer of another kind"),
+                ));
             };
             for t in page.tools {
                 tools.push(ListedTool {
@@ -179,7 +184,12 @@ impl Connection {
     }
 
     /// Calls `tool` with `args`; past `deadline` the server is told to cancel it.
-    pub async fn call(&self, tool: &str, args: Value, deadline: Duration) -> Result<CallOutput, McpError> {
+    pub async fn call(
+        &self,
+        tool: &str,
+        args: Value,
+        deadline: Duration,
+    ) -> Result<CallOutput, McpError> {
         let _guard = self.enter();
         let arguments = match args {
             Value::Object(map) => map,
@@ -194,7 +204,8 @@ impl Connection {
         let mut retried = false;
         loop {
             let peer = self.peer().await?;
-            let params = CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.clone());
+            let params =
+                CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.clone());
             let req = ClientRequest::CallToolRequest(CallToolRequest::new(params));
             match self.request(&peer, req, deadline).await {
                 Ok(ServerResult::CallToolResult(r)) => {
@@ -338,12 +349,16 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
                     .map_err(|e| failed(format!("header {k:?}: {e}")))?;
                 custom.insert(name, value);
             }
-            let config = StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
+            let config =
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
             let transport = StreamableHttpClientTransport::with_client(
                 super::http_client::SessionAware(reqwest::Client::new()),
                 config,
             );
-            handler.serve(transport).await.map_err(|e| failed(e.to_string()))?
+            handler
+                .serve(transport)
+                .await
+                .map_err(|e| failed(e.to_string()))?
         }
         Transport::Stdio {
             command,
@@ -369,7 +384,10 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
                     }
                 });
             }
-            handler.serve(transport).await.map_err(|e| failed(e.to_string()))?
+            handler
+                .serve(transport)
+                .await
+                .map_err(|e| failed(e.to_string()))?
         }
     };
     let version = service

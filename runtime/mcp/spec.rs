@@ -130,12 +130,10 @@ impl ServerSpec {
     pub fn describe(&self) -> String {
         match &self.transport {
             Transport::Http { url, .. } => url.clone(),
-            Transport::Stdio { command, args, .. } => {
-                std::iter::once(command.as_str())
-                    .chain(args.iter().map(String::as_str))
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            }
+            Transport::Stdio { command, args, .. } => std::iter::once(command.as_str())
+                .chain(args.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
         }
     }
 }
@@ -155,8 +153,8 @@ fn check_url(name: &str, url: &str) -> Result<(), McpError> {
 
 /// The `mcpServers` object of a Claude Desktop config or a `.mcp.json`, as named configs.
 pub fn import_mcp_servers(text: &str) -> Result<BTreeMap<String, ServerConfig>, McpError> {
-    let value: serde_json::Value = serde_json::from_str(text)
-        .map_err(|e| McpError::Config(format!("not JSON: {e}")))?;
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| McpError::Config(format!("not JSON: {e}")))?;
     let Some(servers) = value.get("mcpServers").and_then(|v| v.as_object()) else {
         return Err(McpError::Config(
             "no \"mcpServers\" object in the file".into(),
@@ -185,11 +183,18 @@ mod tests {
         }}"#;
         let servers = import_mcp_servers(text).unwrap();
         let fs = servers["fs"].clone().into_spec("fs").unwrap();
-        assert_eq!(fs.describe(), "npx -y @modelcontextprotocol/server-filesystem /tmp");
+        assert_eq!(
+            fs.describe(),
+            "npx -y @modelcontextprotocol/server-filesystem /tmp"
+        );
         let docs = servers["docs"].clone().into_spec("docs").unwrap();
-        assert!(matches!(docs.transport, Transport::Http { ref headers, .. } if headers["Authorization"] == "Bearer x"));
-        let e = import_mcp_servers(r#"{"mcpServers": {"old": {"type": "sse", "url": "http://x/sse"}}}"#)
-            .unwrap_err();
+        assert!(
+            matches!(docs.transport, Transport::Http { ref headers, .. } if headers["Authorization"] == "Bearer x")
+        );
+        let e = import_mcp_servers(
+            r#"{"mcpServers": {"old": {"type": "sse", "url": "http://x/sse"}}}"#,
+        )
+        .unwrap_err();
         assert!(e.to_string().contains("old HTTP+SSE"), "{e}");
         assert!(import_mcp_servers("{}").is_err());
     }

