@@ -242,3 +242,48 @@ async fn close_waits_for_answers_in_flight_before_closing_stdin() {
     let out = calling.await.unwrap().unwrap();
     assert!(out.text.contains("slept"), "{}", out.text);
 }
+
+fn raw(version: &str) -> ServerSpec {
+    ServerSpec {
+        name: "raw".into(),
+        transport: Transport::Stdio {
+            command: "python3".into(),
+            args: vec![mcp::server_script()
+                .with_file_name("raw_server.py")
+                .display()
+                .to_string()],
+            env: BTreeMap::from([("ANSWER_VERSION".into(), version.into())]),
+            cwd: None,
+        },
+        roots: vec!["file:///work/here".into()],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_wire_with_a_hand_written_server() {
+    // Notifications and stray progress before the initialize result do not break the handshake;
+    // an older revision the server answers is spoken.
+    let conn = Connection::open(raw("2025-03-26")).await.unwrap();
+    assert_eq!(conn.version().await.as_deref(), Some("2025-03-26"));
+    let tools = conn.list_tools().await.unwrap();
+    assert_eq!(tools[0].name, "received");
+    let out = conn.call("received", json!({}), LONG).await.unwrap();
+    let sent: Vec<serde_json::Value> = serde_json::from_str(&out.text).unwrap();
+    assert_eq!(sent[0]["method"], "initialize");
+    assert_eq!(sent[0]["params"]["protocolVersion"], "2025-11-25", "we ask for the newest");
+    assert_eq!(sent[1]["method"], "notifications/initialized");
+    let answer = |id: serde_json::Value| {
+        sent.iter()
+            .find(|m| m["id"] == id && m.get("method").is_none())
+            .unwrap_or_else(|| panic!("no answer to {id} in {sent:?}"))
+            .clone()
+    };
+    assert_eq!(answer(json!(0))["result"], json!({"roots": [{"uri": "file:///work/here"}]}));
+    assert_eq!(answer(json!("server-ping"))["result"], json!({}));
+    conn.close().await;
+
+    // A revision we do not speak is refused.
+    let e = Connection::open(raw("2024-11-05")).await.err().unwrap();
+    assert_eq!(e.kind(), "unsupported_version", "{e}");
+    assert!(e.to_string().contains("2024-11-05"), "{e}");
+}
