@@ -70,6 +70,28 @@ fn add_list_test_del_and_import() {
     );
     assert!(lines[2].starts_with("  convert_time\t"), "{}", test.stdout);
 
+    // The same servers from Lua.
+    let lua = sb
+        .lua(
+            r#"for _, s in ipairs(mcp.servers()) do print(s.name, s.url or s.command, s.args and #s.args or "-") end
+               local conn = assert(mcp.connect_named("time"))
+               print("tools", #assert(mcp.tools(conn)))
+               mcp.close(conn)
+               local none, err = mcp.connect_named("nope")
+               print("nope", none, err.kind)"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        lua.lines(),
+        [
+            "docs\thttps://example.org/mcp\t-".to_string(),
+            format!("time\t{time}\t2"),
+            "tools\t2".to_string(),
+            "nope\tnil\tconfig".to_string(),
+        ]
+    );
+
     sb.colony(&["mcp", "del", "docs"]).ok();
     let failed = sb.colony(&["mcp", "test", "docs"]).failed();
     assert!(

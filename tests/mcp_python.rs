@@ -248,10 +248,12 @@ fn raw(version: &str) -> ServerSpec {
         name: "raw".into(),
         transport: Transport::Stdio {
             command: "python3".into(),
-            args: vec![mcp::server_script()
-                .with_file_name("raw_server.py")
-                .display()
-                .to_string()],
+            args: vec![
+                mcp::server_script()
+                    .with_file_name("raw_server.py")
+                    .display()
+                    .to_string(),
+            ],
             env: BTreeMap::from([("ANSWER_VERSION".into(), version.into())]),
             cwd: None,
         },
@@ -270,7 +272,10 @@ async fn the_wire_with_a_hand_written_server() {
     let out = conn.call("received", json!({}), LONG).await.unwrap();
     let sent: Vec<serde_json::Value> = serde_json::from_str(&out.text).unwrap();
     assert_eq!(sent[0]["method"], "initialize");
-    assert_eq!(sent[0]["params"]["protocolVersion"], "2025-11-25", "we ask for the newest");
+    assert_eq!(
+        sent[0]["params"]["protocolVersion"], "2025-11-25",
+        "we ask for the newest"
+    );
     assert_eq!(sent[1]["method"], "notifications/initialized");
     let answer = |id: serde_json::Value| {
         sent.iter()
@@ -278,7 +283,10 @@ async fn the_wire_with_a_hand_written_server() {
             .unwrap_or_else(|| panic!("no answer to {id} in {sent:?}"))
             .clone()
     };
-    assert_eq!(answer(json!(0))["result"], json!({"roots": [{"uri": "file:///work/here"}]}));
+    assert_eq!(
+        answer(json!(0))["result"],
+        json!({"roots": [{"uri": "file:///work/here"}]})
+    );
     assert_eq!(answer(json!("server-ping"))["result"], json!({}));
     conn.close().await;
 
