@@ -10,6 +10,9 @@
 //! [use.code]
 //! provider = "openai"
 //! key_env = "WORK_OPENAI_KEY"
+//!
+//! [mcp.docs]                          # MCP servers by name (`colony mcp add`)
+//! url = "https://example.org/mcp"
 //! ```
 //!
 //! A setting resolves in this order: the call's overrides, the use-type's table (falling back to
@@ -78,6 +81,9 @@ pub const FIELDS: &[&str] = &[
 pub struct Config {
     #[serde(default, rename = "use")]
     pub uses: BTreeMap<String, UseConfig>,
+    /// MCP servers by name (`[mcp.docs] url = "..."`, `[mcp.fs] command = "..."`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub mcp: BTreeMap<String, crate::mcp::spec::ServerConfig>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -140,6 +146,12 @@ impl Config {
             }
             if let Some(k) = &u.key {
                 secrets::register(k);
+            }
+        }
+        // An MCP server's headers usually carry a token.
+        for server in config.mcp.values() {
+            for v in server.headers.values() {
+                secrets::register(v);
             }
         }
         Ok(config)

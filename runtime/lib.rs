@@ -18,6 +18,10 @@
 //!   `middleware` (`Infer`, context, breaker, retries).
 //! - [`embed`]: colony inside a Rust application: a `Runtime` with native tools, `Program`s to
 //!   mail and hear from.
+//! - [`mcp`]: the MCP client on `rmcp`: server `spec`s (config, Lua, `mcpServers` files), a
+//!   `session` per server (Streamable HTTP or stdio; paging, deadlines with `notifications/cancelled`,
+//!   re-initialising, restarting a dead child), `naming` (`<server>__<tool>`), `result` shaping,
+//!   `toolset` (a turn's servers at once, reported), `dynamic` (`mcp_connect`), the tool `cache`.
 //! - [`files`]: what a file is (content type from the caller, its bytes or its name; the closed
 //!   kind), `forms` (the per-provider table), `window` (only the newest file-bearing message
 //!   inlines), `view` (the `view_file` tool), `shed` (a refused attachment becomes a note),
@@ -35,6 +39,8 @@
 //!   `term`: the terminal for front ends (line editor, Markdown rendering, spinner, Ctrl-C that
 //!   cancels a call in flight); `colony`: colony's own commands, scripts, examples and config.
 //! - [`shipped`]: the Lua front ends (`scripts/`) and example programs compiled into the binary.
+//!   `mcp`: `connect`/`tools`/`call`/`close`/`servers`/`cached_tools`, and the server specs that
+//!   `mcp = {...}` on turns and residents shares.
 //! - [`cli`]: the `colony` command, one file per subcommand.
 //!
 //! The Lua VM runs on a thread of its own; its async functions suspend only the calling coroutine,
@@ -46,6 +52,7 @@ pub mod core;
 pub mod embed;
 pub mod files;
 pub mod lua;
+pub mod mcp;
 pub mod providers;
 pub mod residents;
 pub mod secrets;

@@ -34,6 +34,7 @@ fn fake_config(fake: &FakeProvider) -> Config {
     };
     Config {
         uses: BTreeMap::from([("general".to_string(), general)]),
+        ..Config::default()
     }
 }
 

@@ -5,12 +5,14 @@ mod audit;
 mod chat;
 mod config;
 mod conversations;
+mod mcp;
 mod models;
 mod providers;
 mod run;
 mod scripts;
 mod state;
 mod store;
+mod tools;
 mod wizard;
 
 use std::path::PathBuf;
@@ -50,6 +52,8 @@ enum Command {
     Conversations(conversations::Args),
     Store(store::Args),
     Audit(audit::Args),
+    Mcp(mcp::Args),
+    Tools(tools::Args),
 }
 
 /// Where model calls go: `--replay` answers from a cassette, `--record` writes one.
@@ -111,6 +115,8 @@ pub fn main() -> ExitCode {
         Command::Conversations(args) => conversations::run(args),
         Command::Store(args) => store::run(args),
         Command::Audit(args) => audit::run(args),
+        Command::Mcp(args) => rt.block_on(mcp::run(args)),
+        Command::Tools(args) => rt.block_on(tools::run(args)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

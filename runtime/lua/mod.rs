@@ -7,7 +7,7 @@
 //! the calling coroutine waits, so the script reads as if it were synchronous while others run.
 //! Work that belongs to the core (residents) stays on the core and reaches the VM by message
 //! ([`bridge`]). Each Lua module registers itself from its own file (`ai` in `ai`, `turn`,
-//! `middleware` and `residents`; `json`, `http`, `fs`, `store`; `term` for front ends on a terminal;
+//! `middleware` and `residents`; `json`, `http`, `fs`, `store`, `mcp`; `term` for front ends on a terminal;
 //! `colony` for what a script may know of colony itself).
 //!
 //! Lua cannot wait inside a `table.sort` comparator or a `string.gsub` callback (the C functions
@@ -22,6 +22,7 @@ pub mod files;
 pub mod fs;
 pub mod http;
 pub mod json;
+pub mod mcp;
 pub mod messages;
 pub mod middleware;
 pub mod residents;
@@ -193,9 +194,11 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     let store = store::register(&lua)?;
     let term = term::register(&lua)?;
     let colony = colony::register(&lua)?;
+    let mcp = mcp::register(&lua)?;
     let globals = lua.globals();
     globals.set("term", term.clone())?;
     globals.set("colony", colony.clone())?;
+    globals.set("mcp", mcp.clone())?;
     globals.set("store", store.clone())?;
     globals.set("json", json.clone())?;
     globals.set("ai", ai.clone())?;
@@ -214,6 +217,7 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     preload.set("store", constant(&lua, store)?)?;
     preload.set("term", constant(&lua, term)?)?;
     preload.set("colony", constant(&lua, colony)?)?;
+    preload.set("mcp", constant(&lua, mcp)?)?;
     Ok((lua, jobs))
 }
 

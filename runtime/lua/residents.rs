@@ -142,7 +142,20 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     )?;
     ai.set(
         "spawn",
-        lua.create_function(|lua, opts: Table| spawn(lua, opts))?,
+        // Async only to open `mcp` servers first: without them the future is ready at once and
+        // nothing yields.
+        lua.create_async_function(|lua, opts: Table| async move {
+            let servers = super::turn::read_servers(&lua, opts.get::<Value>("mcp")?, "ai.spawn")?;
+            if servers.is_empty() {
+                return Ok((spawn(&lua, opts, Vec::new())?, Value::Nil));
+            }
+            let mut taken = std::collections::HashSet::new();
+            // The resident keeps its connections for the life of the program (its tools hold them).
+            let opened = crate::mcp::toolset::open(servers, &mut taken).await;
+            let name = spawn(&lua, opts, opened.tools)?;
+            let report = super::turn::servers_table(&lua, &opened.servers)?;
+            Ok((name, Value::Table(report)))
+        })?,
     )?;
     ai.set(
         "mail",
@@ -237,11 +250,12 @@ const SPAWN_FIELDS: &[&str] = &[
     "context_window",
     "compact_at",
     "compact_prompt",
+    "mcp",
 ];
 
 /// `ai.spawn{ name, system?, tools?, sources?, deliver_to?, max_steps?, middleware?, restart?,
-/// max_hop?, use / provider / model ... }` → the name.
-fn spawn(lua: &Lua, opts: Table) -> mlua::Result<String> {
+/// max_hop?, mcp?, use / provider / model ... }` → the name, and with `mcp` the servers' report.
+fn spawn(lua: &Lua, opts: Table, mcp_tools: Vec<crate::turn::ToolDef>) -> mlua::Result<String> {
     let who = "ai.spawn";
     let name: String = opts
         .get::<Option<String>>("name")
@@ -269,7 +283,8 @@ fn spawn(lua: &Lua, opts: Table) -> mlua::Result<String> {
         ));
     }
     let mut inline = Vec::new();
-    let tools = read_tools(lua, tools_value, who, &mut inline)?;
+    let mut tools = read_tools(lua, tools_value, who, &mut inline)?;
+    tools.extend(mcp_tools);
     let restart = read_policy(&opts, who, Restart::Permanent)?;
     let max_steps = positive(&opts, who, "max_steps")?.unwrap_or(8);
     let max_hop = match opts.get::<Option<f64>>("max_hop") {

@@ -54,6 +54,19 @@ impl UserData for ToolValue {
                         ))),
                     };
                 }
+                Handler::Attaching(f) => {
+                    let run = f(json);
+                    return match core(&lua).handle().spawn(run).await {
+                        Ok(Ok((text, _files))) => Ok(MultiValue::from_iter([Value::String(
+                            lua.create_string(&text)?,
+                        )])),
+                        Ok(Err(e)) => Err(mlua::Error::runtime(e)),
+                        Err(e) => Err(mlua::Error::runtime(format!(
+                            "tool {} panicked: {e}",
+                            def.spec.name
+                        ))),
+                    };
+                }
                 Handler::ViewFile => {
                     return Err(bad(&def.spec.name, "view_file runs inside a turn"));
                 }
@@ -84,22 +97,22 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     ai.set(
         "take_turn",
         lua.create_async_function(|lua, opts: Table| async move {
-            let outcome = run_turn(&lua, opts, "ai.take_turn", 8).await?;
-            turn_table(&lua, outcome, "reply", "tool_events")
+            let (outcome, servers) = run_turn(&lua, opts, "ai.take_turn", 8).await?;
+            turn_table(&lua, outcome, servers, "reply", "tool_events")
         })?,
     )?;
     ai.set(
         "infer_with_tools",
         lua.create_async_function(|lua, opts: Table| async move {
-            let outcome = run_turn(&lua, opts, "ai.infer_with_tools", 8).await?;
-            turn_table(&lua, outcome, "reply", "tool_events")
+            let (outcome, servers) = run_turn(&lua, opts, "ai.infer_with_tools", 8).await?;
+            turn_table(&lua, outcome, servers, "reply", "tool_events")
         })?,
     )?;
     ai.set(
         "run",
         lua.create_async_function(|lua, opts: Table| async move {
-            let outcome = run_turn(&lua, opts, "ai.run", 9).await?;
-            turn_table(&lua, outcome, "text", "tools")
+            let (outcome, servers) = run_turn(&lua, opts, "ai.run", 9).await?;
+            turn_table(&lua, outcome, servers, "text", "tools")
         })?,
     )?;
     ai.set(
@@ -190,7 +203,15 @@ const TURN_OPTIONS: &[&str] = &[
     "compact_at",
     "compact_prompt",
     "mcp",
+    "dynamic_mcp",
 ];
+
+/// What a turn reports of its MCP servers besides the outcome.
+#[derive(Default)]
+pub(crate) struct McpReport {
+    servers: Option<Vec<crate::mcp::toolset::ServerReport>>,
+    dynamic: Option<Vec<crate::mcp::dynamic::LiveServer>>,
+}
 
 /// Unregisters a turn's callbacks however the turn ends.
 struct Registered<'a> {
@@ -211,16 +232,12 @@ async fn run_turn(
     opts: Table,
     who: &str,
     default_steps: u32,
-) -> mlua::Result<TurnOutcome> {
+) -> mlua::Result<(TurnOutcome, McpReport)> {
     let tools_value = opts.get::<Value>("tools")?;
     // `read_ask` reads the shared options; the turn's tools are read below, handlers and all.
     let (mut ask, stream) = read_ask(lua, Some(opts.clone()), who, TURN_OPTIONS)?;
-    if !matches!(opts.get::<Value>("mcp")?, Value::Nil) {
-        return Err(bad(
-            who,
-            "mcp servers are not supported yet (they arrive with the MCP client)",
-        ));
-    }
+    let servers = read_servers(lua, opts.get::<Value>("mcp")?, who)?;
+    let dynamic_allow = names(&opts, "dynamic_mcp", who)?;
     let mut messages: Vec<Message> = match opts.get::<Value>("messages")? {
         Value::Nil => Vec::new(),
         v => read_history(lua, v, who)?,
@@ -293,9 +310,99 @@ async fn run_turn(
         .app_data_ref::<LuaBridge>()
         .expect("the VM has a bridge")
         .clone();
+    // Every server at once; one that fails is reported and the turn goes on with the others.
+    let opened = if servers.is_empty() {
+        None
+    } else {
+        let mut taken = spec.tools.iter().map(|t| t.spec.name.clone()).collect();
+        Some(crate::mcp::toolset::open(servers, &mut taken).await)
+    };
+    if let Some(o) = &opened {
+        spec.tools.extend(o.tools.iter().cloned());
+    }
+    let dynamic = if dynamic_allow.is_empty() {
+        None
+    } else {
+        let reserved = spec.tools.iter().map(|t| t.spec.name.clone()).collect();
+        let set = crate::mcp::dynamic::DynamicSet::new(
+            dynamic_allow,
+            core.config().mcp.clone(),
+            reserved,
+        );
+        spec.dynamic = Some(set.clone());
+        Some(set)
+    };
     let outcome = turn::take_turn(&core, &core, &bridge, spec).await;
     drop(registered);
-    Ok(outcome)
+    let mut report = McpReport::default();
+    if let Some(o) = opened {
+        o.close().await;
+        report.servers = Some(o.servers);
+    }
+    if let Some(d) = dynamic {
+        report.dynamic = Some(d.live());
+        d.close().await;
+    }
+    Ok((outcome, report))
+}
+
+/// `mcp = { { name, url } | { name, command, args, env, cwd } | "configured-name", ... }`.
+pub(crate) fn read_servers(
+    lua: &Lua,
+    value: Value,
+    who: &str,
+) -> mlua::Result<Vec<crate::mcp::ServerSpec>> {
+    let list = match value {
+        Value::Nil => return Ok(Vec::new()),
+        Value::Table(t) => t,
+        other => {
+            return Err(bad(
+                who,
+                format!("mcp must be a list of servers, not {}", other.type_name()),
+            ));
+        }
+    };
+    let mut specs: Vec<crate::mcp::ServerSpec> = Vec::new();
+    for (i, v) in list.sequence_values::<Value>().enumerate() {
+        let spec = super::mcp::read_spec(lua, v?, &format!("{who}: mcp[{}]", i + 1))?;
+        if specs.iter().any(|s| s.name == spec.name) {
+            return Err(bad(
+                who,
+                format!("mcp: two servers are named {:?}", spec.name),
+            ));
+        }
+        specs.push(spec);
+    }
+    Ok(specs)
+}
+
+/// The `servers` field of a turn's result: how each MCP server fared.
+pub(crate) fn servers_table(
+    lua: &Lua,
+    reports: &[crate::mcp::toolset::ServerReport],
+) -> mlua::Result<Table> {
+    let list = lua.create_table()?;
+    for r in reports {
+        let row = lua.create_table()?;
+        row.set("name", r.name.as_str())?;
+        row.set("phase", r.phase)?;
+        if let Some(v) = &r.version {
+            row.set("version", v.as_str())?;
+        }
+        if let Some(e) = &r.error {
+            row.set("error", error_table(lua, e.kind(), &e.to_string())?)?;
+        }
+        row.set(
+            "tools",
+            lua.create_sequence_from(r.tools.iter().map(String::as_str))?,
+        )?;
+        row.set(
+            "dropped",
+            lua.create_sequence_from(r.dropped.iter().map(String::as_str))?,
+        )?;
+        list.push(row)?;
+    }
+    Ok(list)
 }
 
 /// The turn's tools: `ai.tool` values as they are, inline tables made into tools whose handler
@@ -415,8 +522,38 @@ pub fn usage_table(lua: &Lua, u: &Usage) -> mlua::Result<Table> {
 
 /// A turn's outcome as a Lua table. `take_turn` names the reply `reply` and the events
 /// `tool_events`; `ai.run` names them `text` and `tools`.
-fn turn_table(lua: &Lua, o: TurnOutcome, reply_key: &str, events_key: &str) -> mlua::Result<Table> {
+fn turn_table(
+    lua: &Lua,
+    o: TurnOutcome,
+    mcp: McpReport,
+    reply_key: &str,
+    events_key: &str,
+) -> mlua::Result<Table> {
     let t = lua.create_table()?;
+    if let Some(servers) = &mcp.servers {
+        t.set("servers", servers_table(lua, servers)?)?;
+    }
+    if let Some(live) = &mcp.dynamic {
+        let list = lua.create_table()?;
+        for l in live {
+            let row = lua.create_table()?;
+            row.set("name", l.name.as_str())?;
+            row.set("server", l.server.as_str())?;
+            if let Some(v) = &l.version {
+                row.set("version", v.as_str())?;
+            }
+            row.set(
+                "tools",
+                lua.create_sequence_from(l.tools.iter().map(String::as_str))?,
+            )?;
+            row.set(
+                "dropped",
+                lua.create_sequence_from(l.dropped.iter().map(String::as_str))?,
+            )?;
+            list.push(row)?;
+        }
+        t.set("dynamic_mcp", list)?;
+    }
     t.set(reply_key, o.reply)?;
     t.set("stop", o.stop.as_str())?;
     t.set("steps", o.steps)?;

@@ -230,6 +230,19 @@ async fn checked(
             });
         }
         Handler::Lua(func) => Box::pin(bridge.call_tool(*func, args, ctx)),
+        Handler::Attaching(f) => {
+            // Like a native tool, in a task of its own; its files ride with the result.
+            let task = tokio::spawn(f(args));
+            Box::pin(async move {
+                let _abort = AbortOnDrop(task.abort_handle());
+                match task.await {
+                    Ok(Ok((text, files))) if files.is_empty() => HandlerOutcome::Value(text),
+                    Ok(Ok((text, files))) => HandlerOutcome::Attached(text, files),
+                    Ok(Err(e)) => HandlerOutcome::Raised(e),
+                    Err(e) => HandlerOutcome::Raised(format!("the tool panicked: {e}")),
+                }
+            })
+        }
         Handler::Native(f) => {
             // In a task of its own, so a panicking tool fails its call, not the turn.
             let task = tokio::spawn(f(args));

@@ -58,6 +58,13 @@ pub struct TurnSpec {
     /// The conversation's size as last reported (a resident's previous turn), so a turn whose
     /// first request would overflow compacts before it, not never.
     pub reported_tokens: Option<u64>,
+    /// Tools that may change between steps (MCP servers connected by the model mid-turn).
+    pub dynamic: Option<std::sync::Arc<dyn DynamicTools>>,
+}
+
+/// A source of tools read again before every step: what one step adds, the next one offers.
+pub trait DynamicTools: Send + Sync {
+    fn current(&self) -> Vec<ToolDef>;
 }
 
 /// What a call of the step in flight had done when the program last stopped.
@@ -119,6 +126,7 @@ impl TurnSpec {
             workspace: None,
             hooks: None,
             reported_tokens: None,
+            dynamic: None,
         }
     }
 }

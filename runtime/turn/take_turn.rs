@@ -47,7 +47,10 @@ async fn run(
     bridge: &LuaBridge,
     mut spec: TurnSpec,
 ) -> TurnOutcome {
-    let mut offered = narrow(&spec.tools, &spec.allow, &spec.deny);
+    let mut offered = match &spec.dynamic {
+        None => narrow(&spec.tools, &spec.allow, &spec.deny),
+        Some(_) => narrow(&with_dynamic(&spec), &spec.allow, &spec.deny),
+    };
     // One request for the whole turn: each step appends to its messages and re-resolves only the
     // settings (so a rotated key lands mid-turn); nothing is copied per step.
     let messages = std::mem::take(&mut spec.ask.messages);
@@ -113,6 +116,12 @@ async fn run(
         }
     }
     for step in 1..=max_steps {
+        // Tools a dynamic source added (or took away) during the last step count from this one.
+        if spec.dynamic.is_some() && step > 1 {
+            offered = narrow(&with_dynamic(&spec), &spec.allow, &spec.deny);
+            req.tools = offered.iter().map(|t| t.spec.clone()).collect();
+            offer_view_file(&mut offered, &mut req, &spec.deny);
+        }
         if spec.compaction.enabled && window.would_overflow(&spec.compaction) {
             match compaction::compact(core, stack, &spec, &req, &mut out.usage).await {
                 Ok(messages) => {
@@ -261,6 +270,15 @@ fn context<'a>(
         hooks: spec.hooks.as_deref(),
         files,
     }
+}
+
+/// The turn's own tools and, when it has a dynamic source, what that source offers now.
+fn with_dynamic(spec: &TurnSpec) -> Vec<super::tools::ToolDef> {
+    let mut tools = spec.tools.clone();
+    if let Some(d) = &spec.dynamic {
+        tools.extend(d.current());
+    }
+    tools
 }
 
 /// Runs a step's calls at once, telling `on_tool` of each as it ends; `None` when the program

@@ -17,6 +17,13 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(120);
 /// an error message out. An embedding application registers these beside a program's Lua tools.
 pub type NativeFn = Arc<dyn Fn(Value) -> BoxFuture<'static, Result<Value, String>> + Send + Sync>;
 
+/// A tool written in Rust whose result may carry files (an MCP server's images and resources).
+pub type AttachingFn = Arc<
+    dyn Fn(Value) -> BoxFuture<'static, Result<(String, Vec<crate::vocab::FileRef>), String>>
+        + Send
+        + Sync,
+>;
+
 /// What runs a call.
 #[derive(Clone)]
 pub enum Handler {
@@ -24,6 +31,8 @@ pub enum Handler {
     Lua(FnId),
     /// An async Rust closure, run on the core.
     Native(NativeFn),
+    /// An async Rust closure whose result carries files, run on the core.
+    Attaching(AttachingFn),
     /// The turn's own `view_file` ([`crate::files::view`]): it reads the conversation's files.
     ViewFile,
 }
@@ -33,6 +42,7 @@ impl std::fmt::Debug for Handler {
         match self {
             Handler::Lua(id) => write!(f, "Lua({id})"),
             Handler::Native(_) => f.write_str("Native"),
+            Handler::Attaching(_) => f.write_str("Attaching"),
             Handler::ViewFile => f.write_str("ViewFile"),
         }
     }

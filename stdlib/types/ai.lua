@@ -174,6 +174,8 @@ function ai.tool(def) end
 ---@field context_window? integer tokens (default 200000)
 ---@field compact_at? number fraction of the window (default 0.8)
 ---@field compact_prompt? string
+---@field mcp? (mcp.ServerSpec|string)[] MCP servers opened (all at once) for this turn, their tools offered as `<server>__<tool>`; a string names a configured server. Closed when the turn ends.
+---@field dynamic_mcp? string[] URL prefixes and configured server names the model may connect itself, through the `mcp_connect{ name, server }` and `mcp_disconnect{ name }` tools (new tools from the next step on)
 
 ---@class ai.Usage
 ---@field input integer every prompt token, cached ones included
@@ -203,6 +205,8 @@ function ai.tool(def) end
 ---@field messages ai.Message[] the whole transcript, valid to send again (built when first read, so `pairs` lists it only after)
 ---@field compactions integer
 ---@field error? ai.Error why the turn ended early (with stop = "error")
+---@field servers? mcp.ServerReport[] with `mcp`: how each server fared (one that failed has phase "error" and the turn went on without it)
+---@field dynamic_mcp? mcp.LiveServer[] with `dynamic_mcp`: the servers the model had connected when the turn ended
 
 --- One model turn: infer, run the calls the model asks for (a step's calls at once), feed the
 --- results back, repeat until it answers without calls or `max_steps` is reached.
@@ -224,6 +228,8 @@ function ai.infer_with_tools(opts) end
 ---@field tools ai.ToolEvent[]
 ---@field messages ai.Message[] built when first read
 ---@field error? ai.Error
+---@field servers? mcp.ServerReport[] with `mcp`
+---@field dynamic_mcp? mcp.LiveServer[] with `dynamic_mcp`
 
 --- The agent loop as one call (max_steps 9 by default).
 ---@param opts ai.TurnOptions
@@ -309,6 +315,7 @@ function ai.route(opts) end
 ---@field compact_prompt? string
 ---@field workspace? string the store namespace its tools and sources see
 ---@field persist_conversation? boolean keep its conversation, backlog and the turn in flight in the store across restarts
+---@field mcp? (mcp.ServerSpec|string)[] MCP servers opened before the AI is hired; their tools join its own for the life of the program
 
 --- Hires an AI as a resident: its own conversation and mailbox, each mail a user turn labelled
 --- with its source ("[mail from SOURCE] content"), each turn a `take_turn`, a non-empty reply to
@@ -316,6 +323,7 @@ function ai.route(opts) end
 --- watch, at once.
 ---@param opts ai.SpawnOptions
 ---@return string name
+---@return mcp.ServerReport[]? servers with `mcp`: how each server fared
 function ai.spawn(opts) end
 
 ---@class ai.MailOptions

@@ -4,6 +4,7 @@
 #![allow(dead_code, unused_imports)]
 
 pub mod fake;
+pub mod mcp;
 pub mod pty;
 pub mod script;
 

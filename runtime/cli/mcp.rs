@@ -1,0 +1,207 @@
+//! `colony mcp add|del|list|test|import`: the MCP servers configured by name (`[mcp.NAME]` in the
+//! config file), which `mcp = { "NAME" }`, `mcp.connect_named` and `colony tools refresh` use.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use clap::Subcommand;
+
+use super::Failure;
+use crate::config::Config;
+use crate::mcp::spec::{ServerConfig, import_mcp_servers};
+use crate::mcp::{Connection, Transport};
+
+/// Configure MCP servers by name, and check that they answer.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(Subcommand)]
+enum Action {
+    /// Add (or replace) a server: `colony mcp add NAME URL` or `colony mcp add NAME -- COMMAND ARGS...`.
+    Add {
+        name: String,
+        /// An HTTP header for every request, `Name: value` (e.g. `Authorization: Bearer ...`).
+        #[arg(long = "header", value_name = "NAME: VALUE")]
+        headers: Vec<String>,
+        /// An environment variable for the command, `NAME=value`.
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+        /// The command's working directory.
+        #[arg(long)]
+        cwd: Option<String>,
+        /// The server's URL (Streamable HTTP).
+        url: Option<String>,
+        /// After `--`: the command that starts the server (stdio), and its arguments.
+        #[arg(last = true, value_name = "COMMAND")]
+        command: Vec<String>,
+    },
+    /// Remove a server.
+    Del { name: String },
+    /// Print every configured server.
+    List,
+    /// Connect to a server and print the revision it speaks and its tools.
+    Test { name: String },
+    /// Add the servers of a Claude Desktop config or a `.mcp.json` (its `mcpServers` object).
+    Import { file: PathBuf },
+}
+
+fn load() -> Result<Config, Failure> {
+    Config::load().map_err(|e| Failure::input(format!("colony mcp: {e}")))
+}
+
+fn save(cfg: &Config) -> Result<(), Failure> {
+    cfg.save_to(&crate::config::path())
+        .map_err(|e| Failure::run(format!("colony mcp: {e}")))
+}
+
+fn pairs(items: &[String], sep: char, what: &str) -> Result<BTreeMap<String, String>, Failure> {
+    items
+        .iter()
+        .map(|item| match item.split_once(sep) {
+            Some((k, v)) if !k.trim().is_empty() => {
+                Ok((k.trim().to_string(), v.trim_start().to_string()))
+            }
+            _ => Err(Failure::input(format!(
+                "colony mcp add: {what} {item:?} is not NAME{sep}VALUE"
+            ))),
+        })
+        .collect()
+}
+
+pub async fn run(args: Args) -> Result<(), Failure> {
+    match args.action {
+        Action::Add {
+            name,
+            headers,
+            env,
+            cwd,
+            url,
+            command,
+        } => {
+            let config = if let Some(url) = url {
+                if !command.is_empty() {
+                    return Err(Failure::input(
+                        "colony mcp add: give a URL or -- COMMAND ARGS..., not both",
+                    ));
+                }
+                if !env.is_empty() || cwd.is_some() {
+                    return Err(Failure::input(
+                        "colony mcp add: --env and --cwd are for a command, not a URL",
+                    ));
+                }
+                ServerConfig {
+                    url: Some(url),
+                    headers: pairs(&headers, ':', "header")?,
+                    ..ServerConfig::default()
+                }
+            } else {
+                if command.is_empty() {
+                    return Err(Failure::input(
+                        "colony mcp add: give a URL or -- COMMAND ARGS...",
+                    ));
+                }
+                if !headers.is_empty() {
+                    return Err(Failure::input(
+                        "colony mcp add: --header is for a URL, not a command",
+                    ));
+                }
+                ServerConfig {
+                    command: Some(command[0].clone()),
+                    args: command[1..].to_vec(),
+                    env: pairs(&env, '=', "env")?,
+                    cwd,
+                    ..ServerConfig::default()
+                }
+            };
+            let spec = config
+                .clone()
+                .into_spec(&name)
+                .map_err(|e| Failure::input(format!("colony mcp add: {e}")))?;
+            let mut cfg = load()?;
+            cfg.mcp.insert(name.clone(), config);
+            save(&cfg)?;
+            println!("{name}: {}", spec.describe());
+            Ok(())
+        }
+        Action::Del { name } => {
+            let mut cfg = load()?;
+            if cfg.mcp.remove(&name).is_none() {
+                return Err(Failure::input(format!(
+                    "colony mcp del: no server named {name:?}"
+                )));
+            }
+            save(&cfg)?;
+            println!("removed {name}");
+            Ok(())
+        }
+        Action::List => {
+            let cfg = load()?;
+            if cfg.mcp.is_empty() {
+                println!(
+                    "no MCP servers configured (colony mcp add NAME URL | colony mcp add NAME -- COMMAND ARGS...)"
+                );
+            }
+            for (name, config) in &cfg.mcp {
+                match config.clone().into_spec(name) {
+                    Ok(spec) => {
+                        let kind = match spec.transport {
+                            Transport::Http { .. } => "http",
+                            Transport::Stdio { .. } => "stdio",
+                        };
+                        println!("{name}\t{kind}\t{}", spec.describe());
+                    }
+                    Err(e) => println!("{name}\tinvalid\t{e}"),
+                }
+            }
+            Ok(())
+        }
+        Action::Test { name } => {
+            let cfg = load()?;
+            let config = cfg.mcp.get(&name).ok_or_else(|| {
+                Failure::input(format!("colony mcp test: no server named {name:?}"))
+            })?;
+            let spec = config
+                .clone()
+                .into_spec(&name)
+                .map_err(|e| Failure::input(format!("colony mcp test: {e}")))?;
+            let conn = Connection::open(spec)
+                .await
+                .map_err(|e| Failure::run(format!("colony mcp test: {e}")))?;
+            let tools = conn.list_tools().await;
+            let version = conn.version().await.unwrap_or_default();
+            let server = conn
+                .server_info()
+                .await
+                .map(|(n, v)| format!(" ({n} {v})").replace(" )", ")"))
+                .unwrap_or_default();
+            conn.close().await;
+            let tools = tools.map_err(|e| Failure::run(format!("colony mcp test: {e}")))?;
+            println!("{name}: MCP {version}{server}, {} tools", tools.len());
+            for t in tools {
+                let first = t.description.lines().next().unwrap_or("");
+                println!("  {}\t{first}", t.name);
+            }
+            Ok(())
+        }
+        Action::Import { file } => {
+            let text = std::fs::read_to_string(&file).map_err(|e| {
+                Failure::input(format!("colony mcp import: {}: {e}", file.display()))
+            })?;
+            let servers = import_mcp_servers(&text).map_err(|e| {
+                Failure::input(format!("colony mcp import: {}: {e}", file.display()))
+            })?;
+            let mut cfg = load()?;
+            for (name, config) in &servers {
+                cfg.mcp.insert(name.clone(), config.clone());
+            }
+            save(&cfg)?;
+            for name in servers.keys() {
+                println!("imported {name}");
+            }
+            Ok(())
+        }
+    }
+}

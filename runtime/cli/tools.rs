@@ -1,0 +1,76 @@
+//! `colony tools refresh|list|clear`: the cache of every configured MCP server's tools. While it
+//! exists, `colony ask` (and the chat client) offer those tools (`mcp.cached_tools()`).
+
+use clap::Subcommand;
+
+use super::Failure;
+use crate::config::Config;
+use crate::mcp::{cache, naming};
+
+/// Keep a cache of the configured MCP servers' tools, offered by `colony ask`.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(subcommand)]
+    action: Action,
+}
+
+#[derive(Subcommand)]
+enum Action {
+    /// List every configured server's tools now and keep them in the cache.
+    Refresh,
+    /// Print the cached tools, as the model will see them.
+    List,
+    /// Delete the cache (no MCP tools are offered automatically any more).
+    Clear,
+}
+
+fn failed(e: impl std::fmt::Display) -> Failure {
+    Failure::run(format!("colony tools: {e}"))
+}
+
+pub async fn run(args: Args) -> Result<(), Failure> {
+    match args.action {
+        Action::Refresh => {
+            let cfg = Config::load().map_err(|e| Failure::input(format!("colony tools: {e}")))?;
+            if cfg.mcp.is_empty() {
+                return Err(Failure::input(
+                    "colony tools refresh: no MCP servers configured (colony mcp add)",
+                ));
+            }
+            let fresh = cache::refresh(&cfg.mcp).await;
+            cache::save(&fresh).map_err(failed)?;
+            for (name, server) in &fresh.servers {
+                match &server.error {
+                    Some(e) => println!("{name}: error: {e}"),
+                    None => println!("{name}: {} tools", server.tools.len()),
+                }
+            }
+            println!("cached in {}", cache::path().display());
+            Ok(())
+        }
+        Action::List => {
+            let Some(c) = cache::load().map_err(failed)? else {
+                println!("no tool cache (colony tools refresh)");
+                return Ok(());
+            };
+            for (name, server) in &c.servers {
+                if let Some(e) = &server.error {
+                    println!("{name}: error: {e}");
+                }
+                for t in &server.tools {
+                    let first = t.description.lines().next().unwrap_or("");
+                    println!("{}\t{first}", naming::namespaced(name, &t.name));
+                }
+            }
+            Ok(())
+        }
+        Action::Clear => {
+            if cache::clear().map_err(failed)? {
+                println!("tool cache cleared");
+            } else {
+                println!("no tool cache");
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,332 @@
+//! The `mcp` module: `mcp.connect`, `mcp.connect_named`, `mcp.tools`, `mcp.call`, `mcp.servers`,
+//! `mcp.close`, `mcp.cached_tools`; and the reading of server specs that `ai.take_turn`'s
+//! `mcp = {...}` shares.
+//!
+//! A connection is a userdata holding the shared [`Connection`]; its tools are `ai.tool` values
+//! (native handlers), so they go into `tools = {...}` of any turn, resident or `ai.ask`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use mlua::{Lua, MultiValue, Table, UserData, UserDataFields, Value};
+
+use super::ai::core;
+use super::convert::{check_fields, error_table, from_json, misuse, to_json};
+use super::turn::ToolValue;
+use crate::mcp::spec::ServerConfig;
+use crate::mcp::{Connection, McpError, ServerSpec, cache, naming, toolset};
+
+/// `mcp.connect`'s answer.
+pub struct ConnValue(pub Arc<Connection>);
+
+impl UserData for ConnValue {
+    fn add_fields<F: UserDataFields<Self>>(fields: &mut F) {
+        fields.add_field_method_get("name", |_, c| Ok(c.0.name().to_string()));
+    }
+}
+
+pub fn register(lua: &Lua) -> mlua::Result<Table> {
+    let m = lua.create_table()?;
+    m.set(
+        "connect",
+        lua.create_async_function(|lua, (target, opts): (Value, Option<Table>)| async move {
+            let spec = connect_spec(&lua, target, opts)?;
+            opened(&lua, Connection::open(spec).await)
+        })?,
+    )?;
+    m.set(
+        "connect_named",
+        lua.create_async_function(|lua, name: Value| async move {
+            let Value::String(name) = name else {
+                return Err(misuse("mcp.connect_named: name must be a string"));
+            };
+            let name = name.to_string_lossy();
+            match named(&lua, &name) {
+                Ok(spec) => opened(&lua, Connection::open(spec).await),
+                Err(e) => fail(&lua, &e),
+            }
+        })?,
+    )?;
+    m.set(
+        "tools",
+        lua.create_async_function(|lua, conn: Value| async move {
+            let conn = conn_arg(&conn, "mcp.tools")?;
+            match conn.list_tools().await {
+                Ok(listed) => {
+                    let mut taken = std::collections::HashSet::new();
+                    let (tools, _) = toolset::adopt(&conn, &listed, &mut taken).await;
+                    tool_list(&lua, tools)
+                }
+                Err(e) => fail(&lua, &e),
+            }
+        })?,
+    )?;
+    m.set(
+        "call",
+        lua.create_async_function(|lua, args: MultiValue| async move { call(&lua, args).await })?,
+    )?;
+    m.set(
+        "close",
+        lua.create_async_function(|_, conn: Value| async move {
+            conn_arg(&conn, "mcp.close")?.close().await;
+            Ok(())
+        })?,
+    )?;
+    m.set(
+        "servers",
+        lua.create_function(|lua, ()| {
+            let list = lua.create_table()?;
+            for (name, config) in &core(lua).config().mcp {
+                let row = lua.create_table()?;
+                row.set("name", name.as_str())?;
+                if let Some(url) = &config.url {
+                    row.set("url", url.as_str())?;
+                }
+                if let Some(command) = &config.command {
+                    row.set("command", command.as_str())?;
+                    row.set(
+                        "args",
+                        lua.create_sequence_from(config.args.iter().map(String::as_str))?,
+                    )?;
+                }
+                list.push(row)?;
+            }
+            Ok(list)
+        })?,
+    )?;
+    m.set(
+        "cached_tools",
+        lua.create_function(|lua, ()| match cache::load() {
+            Ok(Some(c)) => {
+                tool_list(lua, cache::tools(&c)).map(|mut v| v.pop_front().unwrap_or(Value::Nil))
+            }
+            Ok(None) => Ok(Value::Table(lua.create_table()?)),
+            Err(e) => {
+                tracing::warn!("the MCP tool cache cannot be read: {e}");
+                Ok(Value::Table(lua.create_table()?))
+            }
+        })?,
+    )?;
+    Ok(m)
+}
+
+fn opened(lua: &Lua, r: Result<Arc<Connection>, McpError>) -> mlua::Result<MultiValue> {
+    match r {
+        Ok(conn) => Ok(MultiValue::from_iter([Value::UserData(
+            lua.create_userdata(ConnValue(conn))?,
+        )])),
+        Err(e) => fail(lua, &e),
+    }
+}
+
+fn fail(lua: &Lua, e: &McpError) -> mlua::Result<MultiValue> {
+    Ok(MultiValue::from_iter([
+        Value::Nil,
+        Value::Table(error_table(lua, e.kind(), &e.to_string())?),
+    ]))
+}
+
+fn tool_list(lua: &Lua, tools: Vec<crate::turn::ToolDef>) -> mlua::Result<MultiValue> {
+    let list = lua.create_table()?;
+    for t in tools {
+        list.push(lua.create_userdata(ToolValue(t))?)?;
+    }
+    Ok(MultiValue::from_iter([Value::Table(list)]))
+}
+
+fn conn_arg(v: &Value, who: &str) -> mlua::Result<Arc<Connection>> {
+    match v {
+        Value::UserData(ud) => ud
+            .borrow::<ConnValue>()
+            .map(|c| c.0.clone())
+            .map_err(|_| misuse(format!("{who}: conn must be a connection from mcp.connect"))),
+        other => Err(misuse(format!(
+            "{who}: conn must be a connection from mcp.connect, not {}",
+            other.type_name()
+        ))),
+    }
+}
+
+/// A configured server by name.
+pub fn named(lua: &Lua, name: &str) -> Result<ServerSpec, McpError> {
+    let config = core(lua).config().mcp.get(name).cloned().ok_or_else(|| {
+        McpError::Config(format!(
+            "no MCP server named {name:?} is configured (colony mcp add)"
+        ))
+    })?;
+    config.into_spec(name)
+}
+
+const SPEC_FIELDS: &[&str] = &[
+    "name", "url", "headers", "command", "args", "env", "cwd", "roots",
+];
+
+/// `mcp.connect(url_or_spec, opts?)`: a URL (opts may give `name`, `headers`, `roots`), or a table.
+fn connect_spec(lua: &Lua, target: Value, opts: Option<Table>) -> mlua::Result<ServerSpec> {
+    let who = "mcp.connect";
+    match target {
+        Value::String(url) => {
+            let url = url.to_string_lossy();
+            let spec = lua.create_table()?;
+            if let Some(o) = &opts {
+                check_fields(o, who, &["name", "headers", "roots"])?;
+                for pair in o.pairs::<Value, Value>() {
+                    let (k, v) = pair?;
+                    spec.set(k, v)?;
+                }
+            }
+            spec.set("url", url)?;
+            read_spec(lua, Value::Table(spec), who)
+        }
+        Value::Table(t) => {
+            if let Some(o) = opts {
+                check_fields(&o, who, &["name"])?;
+                if let Some(n) = o.get::<Option<String>>("name")? {
+                    t.set("name", n)?;
+                }
+            }
+            read_spec(lua, Value::Table(t), who)
+        }
+        other => Err(misuse(format!(
+            "{who}: expected a URL or a table {{ command, args, env, cwd }}, not {}",
+            other.type_name()
+        ))),
+    }
+}
+
+/// One server as Lua describes it: a table `{ name?, url, headers? }` or `{ name?, command,
+/// args?, env?, cwd? }` (with `roots?`), or a string naming a configured server.
+pub fn read_spec(lua: &Lua, v: Value, who: &str) -> mlua::Result<ServerSpec> {
+    let t = match v {
+        Value::String(name) => {
+            let name = name.to_string_lossy();
+            return named(lua, &name).map_err(|e| misuse(format!("{who}: {e}")));
+        }
+        Value::Table(t) => t,
+        other => {
+            return Err(misuse(format!(
+                "{who}: a server is a table {{ name, url }} or {{ name, command, args }}, or a configured name, not {}",
+                other.type_name()
+            )));
+        }
+    };
+    check_fields(&t, who, SPEC_FIELDS)?;
+    let json = to_json(lua, Value::Table(t.clone()))?;
+    let name = match json.get("name") {
+        Some(serde_json::Value::String(n)) => n.clone(),
+        Some(_) => return Err(misuse(format!("{who}: name must be a string"))),
+        None => default_name(&json),
+    };
+    let mut fields = json.clone();
+    if let Some(map) = fields.as_object_mut() {
+        map.remove("name");
+        // An empty Lua table reads as an array: these are maps.
+        for key in ["headers", "env"] {
+            if map
+                .get(key)
+                .is_some_and(|v| v.as_array().is_some_and(Vec::is_empty))
+            {
+                map.remove(key);
+            }
+        }
+    }
+    let config: ServerConfig =
+        serde_json::from_value(fields).map_err(|e| misuse(format!("{who}: server {name}: {e}")))?;
+    config
+        .into_spec(&name)
+        .map_err(|e| misuse(format!("{who}: {e}")))
+}
+
+/// A name for a server given without one: the URL's host, or the command's file name.
+fn default_name(json: &serde_json::Value) -> String {
+    if let Some(url) = json.get("url").and_then(|v| v.as_str())
+        && let Ok(u) = reqwest::Url::parse(url)
+    {
+        return naming::sanitize(u.host_str().unwrap_or("mcp"));
+    }
+    if let Some(cmd) = json.get("command").and_then(|v| v.as_str()) {
+        let stem = std::path::Path::new(cmd)
+            .file_stem()
+            .map(|s| s.to_string_lossy().to_string())
+            .unwrap_or_else(|| "mcp".into());
+        return naming::sanitize(&stem);
+    }
+    "mcp".into()
+}
+
+/// `text, err = mcp.call(conn, name, args)`, or `result, err = mcp.call{ conn, name, args,
+/// timeout? }` with `result = { text, structured, is_error }`.
+async fn call(lua: &Lua, args: MultiValue) -> mlua::Result<MultiValue> {
+    let who = "mcp.call";
+    let mut it = args.into_iter();
+    let first = it.next().unwrap_or(Value::Nil);
+    let (conn, name, call_args, timeout, table_form) = match first {
+        Value::Table(t) => {
+            check_fields(&t, who, &["conn", "name", "args", "timeout"])?;
+            let conn = conn_arg(&t.get::<Value>("conn")?, who)?;
+            let name: String = t.get("name").map_err(|_| {
+                misuse(format!(
+                    "{who}: name must be a string (the server's tool name)"
+                ))
+            })?;
+            let timeout = t
+                .get::<Option<f64>>("timeout")
+                .map_err(|_| misuse(format!("{who}: timeout is seconds (a number)")))?;
+            (conn, name, t.get::<Value>("args")?, timeout, true)
+        }
+        conn => {
+            let conn = conn_arg(&conn, who)?;
+            let name = match it.next() {
+                Some(Value::String(s)) => s.to_string_lossy(),
+                _ => {
+                    return Err(misuse(format!(
+                        "{who}: name must be a string (the server's tool name)"
+                    )));
+                }
+            };
+            (conn, name, it.next().unwrap_or(Value::Nil), None, false)
+        }
+    };
+    let call_args = match call_args {
+        Value::Nil => serde_json::json!({}),
+        v @ Value::Table(_) => match to_json(lua, v)? {
+            serde_json::Value::Array(a) if a.is_empty() => serde_json::json!({}),
+            v => v,
+        },
+        other => {
+            return Err(misuse(format!(
+                "{who}: args must be a table, not {}",
+                other.type_name()
+            )));
+        }
+    };
+    let deadline = match timeout {
+        Some(s) => Duration::from_secs_f64(s.max(0.001)),
+        None => toolset::deadline_for(&call_args),
+    };
+    let out = match conn.call(&name, call_args, deadline).await {
+        Ok(out) => out,
+        Err(e) => return fail(lua, &e),
+    };
+    if table_form {
+        let t = lua.create_table()?;
+        t.set("text", out.text.as_str())?;
+        if let Some(s) = &out.structured {
+            t.set("structured", from_json(lua, s)?)?;
+        }
+        t.set("is_error", out.is_error)?;
+        if let Some(files) = super::files::files_table(lua, &out.files)? {
+            t.set("files", files)?;
+        }
+        return Ok(MultiValue::from_iter([Value::Table(t)]));
+    }
+    if out.is_error {
+        return Ok(MultiValue::from_iter([
+            Value::Nil,
+            Value::Table(error_table(lua, "tool_error", &out.text)?),
+        ]));
+    }
+    Ok(MultiValue::from_iter([Value::String(
+        lua.create_string(&out.text)?,
+    )]))
+}

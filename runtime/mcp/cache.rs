@@ -1,0 +1,155 @@
+//! The tool cache behind `colony tools refresh | list | clear`: every configured server's tools as
+//! last listed, so `colony ask` (and the chat client) can offer them without starting every server
+//! first. Tools from the cache connect to their server on first call.
+//!
+//! It is a JSON file beside the config file (`tools-cache.json`), so `COLONY_CONFIG` moves both.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::session::ListedTool;
+use super::spec::ServerConfig;
+use super::{Connection, McpError, naming, toolset};
+use crate::turn::ToolDef;
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Cache {
+    pub servers: BTreeMap<String, CachedServer>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CachedServer {
+    /// The server as configured when listed (a changed config is listed again by `refresh`).
+    pub config: ServerConfig,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default)]
+    pub tools: Vec<CachedTool>,
+    /// Why it could not be listed, if it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct CachedTool {
+    pub name: String,
+    #[serde(default)]
+    pub description: String,
+    #[serde(rename = "inputSchema")]
+    pub input_schema: Value,
+}
+
+pub fn path() -> PathBuf {
+    crate::config::path().with_file_name("tools-cache.json")
+}
+
+/// The cache, or `None` when there is none.
+pub fn load() -> Result<Option<Cache>, McpError> {
+    let p = path();
+    match std::fs::read_to_string(&p) {
+        Ok(text) => serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| McpError::Config(format!("{}: {e}", p.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(McpError::Config(format!("{}: {e}", p.display()))),
+    }
+}
+
+pub fn save(cache: &Cache) -> Result<(), McpError> {
+    let p = path();
+    if let Some(dir) = p.parent() {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| McpError::Config(format!("{}: {e}", dir.display())))?;
+    }
+    let text = serde_json::to_string_pretty(cache).expect("the cache is JSON");
+    let tmp = p.with_extension("json.tmp");
+    std::fs::write(&tmp, text)
+        .and_then(|()| std::fs::rename(&tmp, &p))
+        .map_err(|e| McpError::Config(format!("{}: {e}", p.display())))
+}
+
+pub fn clear() -> Result<bool, McpError> {
+    match std::fs::remove_file(path()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(McpError::Config(format!("{}: {e}", path().display()))),
+    }
+}
+
+/// Lists every server at once and builds a fresh cache (a server that fails keeps its error).
+pub async fn refresh(servers: &BTreeMap<String, ServerConfig>) -> Cache {
+    let listed = futures::future::join_all(servers.iter().map(|(name, config)| async move {
+        let result = async {
+            let conn = Connection::open(config.clone().into_spec(name)?).await?;
+            let tools = conn.list_tools().await;
+            let version = conn.version().await;
+            conn.close().await;
+            Ok::<_, McpError>((version, tools?))
+        }
+        .await;
+        (name.clone(), config.clone(), result)
+    }))
+    .await;
+    let mut cache = Cache::default();
+    for (name, config, result) in listed {
+        let entry = match result {
+            Ok((version, tools)) => CachedServer {
+                config,
+                version,
+                tools: tools
+                    .into_iter()
+                    .map(|t| CachedTool {
+                        name: t.name,
+                        description: t.description,
+                        input_schema: t.input_schema,
+                    })
+                    .collect(),
+                error: None,
+            },
+            Err(e) => CachedServer {
+                config,
+                version: None,
+                tools: Vec::new(),
+                error: Some(e.to_string()),
+            },
+        };
+        cache.servers.insert(name, entry);
+    }
+    cache
+}
+
+/// The cached tools as turn tools, named `<server>__<tool>`; each server is connected on the
+/// first call of one of its tools.
+pub fn tools(cache: &Cache) -> Vec<ToolDef> {
+    let mut taken = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for (name, server) in &cache.servers {
+        let Ok(spec) = server.config.clone().into_spec(name) else {
+            continue;
+        };
+        let conn: Arc<Connection> = Connection::new(spec);
+        let listed: Vec<ListedTool> = server
+            .tools
+            .iter()
+            .map(|t| ListedTool {
+                name: t.name.clone(),
+                description: t.description.clone(),
+                input_schema: t.input_schema.clone(),
+            })
+            .collect();
+        let names: Vec<String> = listed.iter().map(|t| t.name.clone()).collect();
+        let (kept, _) = naming::assign(name, &names, &mut taken);
+        for (public, original) in kept {
+            let t = listed
+                .iter()
+                .find(|t| t.name == original)
+                .expect("kept from listed");
+            out.push(toolset::tool_def(conn.clone(), &public, t));
+        }
+    }
+    out
+}

@@ -1,0 +1,406 @@
+//! One live connection to a server, on `rmcp`.
+//!
+//! rmcp does the wire: the handshake (tolerating notifications before the initialize result), JSON
+//! or SSE answers over Streamable HTTP with `Mcp-Session-Id` and `MCP-Protocol-Version`, a 404 for
+//! the session answered by re-initialising once, one JSON message a line over stdio, and the
+//! `notifications/cancelled` sent when a request's timeout passes. Around it, this file adds what
+//! rmcp leaves to its user: refusing a revision we do not speak, paging `tools/list` with a cap, a
+//! dead child reported and restarted on next use, a server that answers a dead session with 400
+//! (the TypeScript SDK does) re-initialised once (`http_client`), and a shutdown that waits for answers in flight
+//! before closing stdin (the Python SDK's server drops requests still running when stdin closes).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientRequest, ListToolsRequest,
+    PaginatedRequestParams, ServerResult,
+};
+use rmcp::service::{PeerRequestOptions, RoleClient, RunningService, ServiceError};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use serde_json::Value;
+use tokio::io::AsyncBufReadExt;
+use tokio::sync::{Mutex, Notify};
+
+use super::handler::Handler;
+use super::result::{CallOutput, shape};
+use super::{McpError, REVISIONS, ServerSpec, Transport};
+
+/// At most this many `tools/list` pages are read (a server that pages forever is cut off).
+pub const MAX_PAGES: usize = 50;
+
+/// How long the handshake may take (a child that starts slowly, a far server).
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a `tools/list` page may take.
+const LIST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How long a shutdown waits for answers in flight before closing anyway.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+type Service = RunningService<RoleClient, Handler>;
+
+struct Live {
+    service: Service,
+    version: String,
+}
+
+/// A server we talk to. Cheap to share (`Arc`); calls run concurrently on one session. The
+/// session is opened on first use and again after it died.
+pub struct Connection {
+    spec: ServerSpec,
+    live: Mutex<Option<Live>>,
+    inflight: AtomicUsize,
+    drained: Notify,
+}
+
+/// A server's tool as listed: its own name and the JSON it was listed with.
+#[derive(Debug, Clone)]
+pub struct ListedTool {
+    pub name: String,
+    pub description: String,
+    pub input_schema: Value,
+}
+
+impl Connection {
+    pub fn new(spec: ServerSpec) -> Arc<Connection> {
+        Arc::new(Connection {
+            spec,
+            live: Mutex::new(None),
+            inflight: AtomicUsize::new(0),
+            drained: Notify::new(),
+        })
+    }
+
+    /// Opens the connection now (rather than on first use): the handshake's errors surface here.
+    pub async fn open(spec: ServerSpec) -> Result<Arc<Connection>, McpError> {
+        let conn = Connection::new(spec);
+        conn.peer().await?;
+        Ok(conn)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    pub fn spec(&self) -> &ServerSpec {
+        &self.spec
+    }
+
+    /// The revision the server answered, once connected.
+    pub async fn version(&self) -> Option<String> {
+        self.live.lock().await.as_ref().map(|l| l.version.clone())
+    }
+
+    /// The server's name and version from its initialize result.
+    pub async fn server_info(&self) -> Option<(String, String)> {
+        let live = self.live.lock().await;
+        let info = live.as_ref()?.service.peer_info()?;
+        let imp = info.server_info.as_ref()?;
+        Some((imp.name.clone(), imp.version.clone()))
+    }
+
+    /// The live session's peer, connecting (or reconnecting after a death) first.
+    async fn peer(&self) -> Result<rmcp::Peer<RoleClient>, McpError> {
+        let mut live = self.live.lock().await;
+        if let Some(l) = live.as_ref() {
+            if !l.service.is_closed() && !l.service.peer().is_transport_closed() {
+                return Ok(l.service.peer().clone());
+            }
+            tracing::warn!(target: "colony::mcp", server = %self.spec.name,
+                "the connection closed (a child that exited, a server that went away); reconnecting");
+            *live = None;
+        }
+        let fresh = tokio::time::timeout(CONNECT_TIMEOUT, connect(&self.spec))
+            .await
+            .map_err(|_| McpError::Connect {
+                server: self.spec.name.clone(),
+                message: format!(
+                    "no initialize result within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                ),
+            })??;
+        let peer = fresh.service.peer().clone();
+        *live = Some(fresh);
+        Ok(peer)
+    }
+
+    /// Forgets the session so the next use opens a new one.
+    async fn reset(&self) {
+        if let Some(mut l) = self.live.lock().await.take() {
+            let _ = l.service.close_with_timeout(Duration::from_secs(2)).await;
+        }
+    }
+
+    /// Every tool the server lists, following `nextCursor` for at most [`MAX_PAGES`] pages.
+    pub async fn list_tools(&self) -> Result<Vec<ListedTool>, McpError> {
+        let _guard = self.enter();
+        let mut retried = false;
+        loop {
+            match self.list_pages().await {
+                Err(Failure::Retry(e)) if !retried && self.is_http() => {
+                    tracing::info!(target: "colony::mcp", server = %self.spec.name, "re-initialising after: {e}");
+                    retried = true;
+                    self.reset().await;
+                }
+                Err(f) => return Err(f.into_error()),
+                Ok(tools) => return Ok(tools),
+            }
+        }
+    }
+
+    async fn list_pages(&self) -> Result<Vec<ListedTool>, Failure> {
+        let peer = self.peer().await.map_err(Failure::Final)?;
+        let mut tools = Vec::new();
+        let mut cursor: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let params = PaginatedRequestParams::default().with_cursor(cursor.take());
+            let req = ClientRequest::ListToolsRequest(ListToolsRequest::with_param(params));
+            let answer = self.request(&peer, req, LIST_TIMEOUT).await?;
+            let ServerResult::ListToolsResult(page) = answer else {
+                return Err(Failure::Final(
+                    self.closed("tools/list got an answer of another kind"),
+                ));
+            };
+            for t in page.tools {
+                tools.push(ListedTool {
+                    name: t.name.to_string(),
+                    description: t.description.map(|d| d.to_string()).unwrap_or_default(),
+                    input_schema: Value::Object((*t.input_schema).clone()),
+                });
+            }
+            match page.next_cursor {
+                Some(c) if !c.is_empty() => cursor = Some(c),
+                _ => return Ok(tools),
+            }
+        }
+        tracing::warn!(target: "colony::mcp", server = %self.spec.name,
+            "tools/list still had more after {MAX_PAGES} pages; the rest is left out");
+        Ok(tools)
+    }
+
+    /// Calls `tool` with `args`; past `deadline` the server is told to cancel it.
+    pub async fn call(
+        &self,
+        tool: &str,
+        args: Value,
+        deadline: Duration,
+    ) -> Result<CallOutput, McpError> {
+        let _guard = self.enter();
+        let arguments = match args {
+            Value::Object(map) => map,
+            Value::Null => Default::default(),
+            other => {
+                return Err(McpError::Config(format!(
+                    "{}: arguments of {tool} must be an object, not {other}",
+                    self.spec.name
+                )));
+            }
+        };
+        let mut retried = false;
+        loop {
+            let peer = self.peer().await?;
+            let params =
+                CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.clone());
+            let req = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+            match self.request(&peer, req, deadline).await {
+                Ok(ServerResult::CallToolResult(r)) => {
+                    let json = serde_json::to_value(&r).unwrap_or(Value::Null);
+                    return Ok(shape(&json));
+                }
+                Ok(_) => return Err(self.closed("tools/call got an answer of another kind")),
+                Err(Failure::Retry(e)) if !retried && self.is_http() => {
+                    tracing::info!(target: "colony::mcp", server = %self.spec.name, "re-initialising after: {e}");
+                    retried = true;
+                    self.reset().await;
+                }
+                Err(f) => {
+                    let e = f.into_error();
+                    if matches!(e, McpError::Closed { .. }) {
+                        // A child that died: reported now, restarted on next use.
+                        tracing::warn!(target: "colony::mcp", server = %self.spec.name, "{e}");
+                        self.reset().await;
+                    }
+                    return Err(e);
+                }
+            }
+        }
+    }
+
+    async fn request(
+        &self,
+        peer: &rmcp::Peer<RoleClient>,
+        req: ClientRequest,
+        timeout: Duration,
+    ) -> Result<ServerResult, Failure> {
+        let sent = peer
+            .send_request_with_option(req, PeerRequestOptions::with_timeout(timeout))
+            .await;
+        let answer = match sent {
+            Ok(handle) => handle.await_response().await,
+            Err(e) => Err(e),
+        };
+        answer.map_err(|e| self.failure(e, timeout))
+    }
+
+    fn failure(&self, e: ServiceError, timeout: Duration) -> Failure {
+        let server = self.spec.name.clone();
+        match e {
+            ServiceError::McpError(data) => Failure::Final(McpError::Rpc {
+                server,
+                code: data.code.0,
+                message: data.message.to_string(),
+            }),
+            ServiceError::Timeout { .. } => Failure::Final(McpError::Timeout {
+                server,
+                seconds: timeout.as_secs_f64(),
+            }),
+            // The POST itself failed (a dead session answered 400, a server restarted): the
+            // request was refused, not run, so one retry on a fresh session is safe.
+            ServiceError::TransportSend(e) => Failure::Retry(McpError::Closed {
+                server,
+                message: e.to_string(),
+            }),
+            other => Failure::Final(McpError::Closed {
+                server,
+                message: other.to_string(),
+            }),
+        }
+    }
+
+    fn closed(&self, message: &str) -> McpError {
+        McpError::Closed {
+            server: self.spec.name.clone(),
+            message: message.into(),
+        }
+    }
+
+    fn is_http(&self) -> bool {
+        matches!(self.spec.transport, Transport::Http { .. })
+    }
+
+    fn enter(&self) -> InFlight<'_> {
+        self.inflight.fetch_add(1, Ordering::SeqCst);
+        InFlight(self)
+    }
+
+    /// Waits (a while) for answers in flight, then ends the session: over stdio, stdin is closed,
+    /// then SIGTERM, then SIGKILL (rmcp's `graceful_shutdown`); over HTTP the session is dropped.
+    pub async fn close(&self) {
+        let drain = async {
+            loop {
+                let notified = self.drained.notified();
+                if self.inflight.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
+        if let Some(mut l) = self.live.lock().await.take() {
+            let _ = l.service.close().await;
+        }
+    }
+}
+
+struct InFlight<'a>(&'a Connection);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if self.0.inflight.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.0.drained.notify_waiters();
+        }
+    }
+}
+
+enum Failure {
+    Retry(McpError),
+    Final(McpError),
+}
+
+impl Failure {
+    fn into_error(self) -> McpError {
+        match self {
+            Failure::Retry(e) | Failure::Final(e) => e,
+        }
+    }
+}
+
+async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
+    let handler = Handler {
+        server: spec.name.clone(),
+        roots: spec.roots.clone(),
+    };
+    let failed = |message: String| McpError::Connect {
+        server: spec.name.clone(),
+        message,
+    };
+    let service = match &spec.transport {
+        Transport::Http { url, headers } => {
+            let mut custom = HashMap::new();
+            for (k, v) in headers {
+                let name = reqwest::header::HeaderName::from_bytes(k.as_bytes())
+                    .map_err(|e| failed(format!("header {k:?}: {e}")))?;
+                let value = reqwest::header::HeaderValue::from_str(v)
+                    .map_err(|e| failed(format!("header {k:?}: {e}")))?;
+                custom.insert(name, value);
+            }
+            let config =
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
+            let transport = StreamableHttpClientTransport::with_client(
+                super::http_client::SessionAware(reqwest::Client::new()),
+                config,
+            );
+            handler
+                .serve(transport)
+                .await
+                .map_err(|e| failed(e.to_string()))?
+        }
+        Transport::Stdio {
+            command,
+            args,
+            env,
+            cwd,
+        } => {
+            let mut cmd = tokio::process::Command::new(command);
+            cmd.args(args).envs(env);
+            if let Some(dir) = cwd {
+                cmd.current_dir(dir);
+            }
+            let (transport, stderr) = TokioChildProcess::builder(cmd)
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .map_err(|e| failed(format!("cannot start {command}: {e}")))?;
+            if let Some(stderr) = stderr {
+                let server = spec.name.clone();
+                tokio::spawn(async move {
+                    let mut lines = tokio::io::BufReader::new(stderr).lines();
+                    while let Ok(Some(line)) = lines.next_line().await {
+                        tracing::info!(target: "colony::mcp::stderr", server = %server, "{line}");
+                    }
+                });
+            }
+            handler
+                .serve(transport)
+                .await
+                .map_err(|e| failed(e.to_string()))?
+        }
+    };
+    let version = service
+        .peer_info()
+        .map(|i| i.protocol_version.to_string())
+        .unwrap_or_default();
+    if !REVISIONS.contains(&version.as_str()) {
+        let mut service = service;
+        let _ = service.close().await;
+        return Err(McpError::UnsupportedVersion {
+            server: spec.name.clone(),
+            version,
+        });
+    }
+    Ok(Live { service, version })
+}

@@ -1,0 +1,201 @@
+//! What an MCP server is, wherever it was described: the config file's `[mcp.NAME]` tables, a Lua
+//! `mcp.connect` argument, a turn's `mcp = {...}` list, or the `mcpServers` object of a Claude
+//! Desktop config or a `.mcp.json`.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use super::McpError;
+
+/// How to reach a server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transport {
+    /// Streamable HTTP at `url`, with extra headers on every request (a bearer token, say).
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
+    /// A child process speaking one JSON message a line on stdin/stdout.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        env: BTreeMap<String, String>,
+        cwd: Option<PathBuf>,
+    },
+}
+
+/// A named server. The name prefixes its tools and labels its log lines.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSpec {
+    pub name: String,
+    pub transport: Transport,
+    /// What `roots/list` answers (URIs such as `file:///home/me/project`).
+    pub roots: Vec<String>,
+}
+
+/// One server as the config file (and the `mcpServers` files) write it: `url` (with optional
+/// `headers`) or `command` (with optional `args`, `env`, `cwd`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServerConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roots: Vec<String>,
+    /// Claude Desktop and `.mcp.json` write `"type": "http"` / `"stdio"` / `"sse"`; kept so an
+    /// imported entry round-trips, and used only to refuse the old SSE transport.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+}
+
+impl ServerConfig {
+    pub fn into_spec(self, name: &str) -> Result<ServerSpec, McpError> {
+        let transport = match (self.url, self.command) {
+            (Some(_), Some(_)) => {
+                return Err(McpError::Config(format!(
+                    "server {name}: give a url or a command, not both"
+                )));
+            }
+            (Some(url), None) => {
+                if self.kind.as_deref() == Some("sse") {
+                    return Err(McpError::Config(format!(
+                        "server {name}: the old HTTP+SSE transport is not supported (Streamable HTTP is)"
+                    )));
+                }
+                check_url(name, &url)?;
+                Transport::Http {
+                    url,
+                    headers: self.headers,
+                }
+            }
+            (None, Some(command)) => Transport::Stdio {
+                command,
+                args: self.args,
+                env: self.env,
+                cwd: self.cwd.map(PathBuf::from),
+            },
+            (None, None) => {
+                return Err(McpError::Config(format!(
+                    "server {name}: needs a url or a command"
+                )));
+            }
+        };
+        Ok(ServerSpec {
+            name: name.to_string(),
+            transport,
+            roots: self.roots,
+        })
+    }
+}
+
+impl ServerSpec {
+    /// The config-file form of this spec (what `colony mcp add` writes).
+    pub fn to_config(&self) -> ServerConfig {
+        let mut c = ServerConfig {
+            roots: self.roots.clone(),
+            ..ServerConfig::default()
+        };
+        match &self.transport {
+            Transport::Http { url, headers } => {
+                c.url = Some(url.clone());
+                c.headers = headers.clone();
+            }
+            Transport::Stdio {
+                command,
+                args,
+                env,
+                cwd,
+            } => {
+                c.command = Some(command.clone());
+                c.args = args.clone();
+                c.env = env.clone();
+                c.cwd = cwd.as_ref().map(|p| p.display().to_string());
+            }
+        }
+        c
+    }
+
+    /// A one-line description for listings: the URL, or the command line.
+    pub fn describe(&self) -> String {
+        match &self.transport {
+            Transport::Http { url, .. } => url.clone(),
+            Transport::Stdio { command, args, .. } => std::iter::once(command.as_str())
+                .chain(args.iter().map(String::as_str))
+                .collect::<Vec<_>>()
+                .join(" "),
+        }
+    }
+}
+
+fn check_url(name: &str, url: &str) -> Result<(), McpError> {
+    match reqwest::Url::parse(url) {
+        Ok(u) if u.scheme() == "http" || u.scheme() == "https" => Ok(()),
+        Ok(u) => Err(McpError::Config(format!(
+            "server {name}: {url} is not an http(s) URL (scheme {})",
+            u.scheme()
+        ))),
+        Err(e) => Err(McpError::Config(format!(
+            "server {name}: {url} is not a URL: {e}"
+        ))),
+    }
+}
+
+/// The `mcpServers` object of a Claude Desktop config or a `.mcp.json`, as named configs.
+pub fn import_mcp_servers(text: &str) -> Result<BTreeMap<String, ServerConfig>, McpError> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| McpError::Config(format!("not JSON: {e}")))?;
+    let Some(servers) = value.get("mcpServers").and_then(|v| v.as_object()) else {
+        return Err(McpError::Config(
+            "no \"mcpServers\" object in the file".into(),
+        ));
+    };
+    let mut out = BTreeMap::new();
+    for (name, entry) in servers {
+        let config: ServerConfig = serde_json::from_value(entry.clone())
+            .map_err(|e| McpError::Config(format!("server {name}: {e}")))?;
+        // Checked now, so a bad entry is refused before anything is written.
+        config.clone().into_spec(name)?;
+        out.insert(name.clone(), config);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn imports_claude_desktop_and_mcp_json_entries() {
+        let text = r#"{"mcpServers": {
+            "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"], "env": {"A": "1"}},
+            "docs": {"type": "http", "url": "https://example.org/mcp", "headers": {"Authorization": "Bearer x"}}
+        }}"#;
+        let servers = import_mcp_servers(text).unwrap();
+        let fs = servers["fs"].clone().into_spec("fs").unwrap();
+        assert_eq!(
+            fs.describe(),
+            "npx -y @modelcontextprotocol/server-filesystem /tmp"
+        );
+        let docs = servers["docs"].clone().into_spec("docs").unwrap();
+        assert!(
+            matches!(docs.transport, Transport::Http { ref headers, .. } if headers["Authorization"] == "Bearer x")
+        );
+        let e = import_mcp_servers(
+            r#"{"mcpServers": {"old": {"type": "sse", "url": "http://x/sse"}}}"#,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("old HTTP+SSE"), "{e}");
+        assert!(import_mcp_servers("{}").is_err());
+    }
+}

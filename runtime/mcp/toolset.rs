@@ -1,0 +1,208 @@
+//! A turn's MCP servers: all opened and listed at once, their tools made into turn tools named
+//! `<server>__<tool>`, and a report per server (a server that fails is reported and skipped; the
+//! turn goes on with the others).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::naming::{self, Dropped};
+use super::session::ListedTool;
+use super::{Connection, McpError, ServerSpec};
+use crate::turn::{Handler, ToolDef};
+
+/// A `tools/call`'s deadline when the call does not ask for more.
+pub const CALL_DEADLINE: Duration = Duration::from_secs(120);
+
+/// The most a call's own `timeoutMs` / `waitMs` argument adds to [`CALL_DEADLINE`].
+pub const MAX_EXTRA: Duration = Duration::from_secs(600);
+
+/// How one server fared when the turn started.
+#[derive(Debug, Clone)]
+pub struct ServerReport {
+    pub name: String,
+    /// `ready` or `error`.
+    pub phase: &'static str,
+    pub error: Option<McpError>,
+    /// The revision the server answered.
+    pub version: Option<String>,
+    /// The names its tools are offered under.
+    pub tools: Vec<String>,
+    /// Its tools left out: the name was over 64 characters or clashed with another.
+    pub dropped: Vec<String>,
+}
+
+/// The servers of a turn, open, and their tools.
+pub struct Opened {
+    pub tools: Vec<ToolDef>,
+    pub servers: Vec<ServerReport>,
+    pub connections: Vec<Arc<Connection>>,
+}
+
+impl Opened {
+    /// Ends every session (children get stdin closed, then SIGTERM, then SIGKILL).
+    pub async fn close(&self) {
+        futures::future::join_all(self.connections.iter().map(|c| c.close())).await;
+    }
+}
+
+/// The deadline of one call: [`CALL_DEADLINE`] plus its own `timeoutMs` or `waitMs` argument, up
+/// to [`MAX_EXTRA`] more (a tool that waits on purpose says how long).
+pub fn deadline_for(args: &Value) -> Duration {
+    let extra = ["timeoutMs", "waitMs"]
+        .iter()
+        .find_map(|k| args.get(*k).and_then(Value::as_f64))
+        .filter(|ms| ms.is_finite() && *ms > 0.0)
+        .map(|ms| Duration::from_secs_f64(ms / 1000.0).min(MAX_EXTRA))
+        .unwrap_or_default();
+    CALL_DEADLINE + extra
+}
+
+/// Opens every server at once; `taken` holds the names already offered (the turn's own tools),
+/// so an MCP tool cannot shadow one.
+pub async fn open(specs: Vec<ServerSpec>, taken: &mut HashSet<String>) -> Opened {
+    let opened = futures::future::join_all(specs.into_iter().map(|spec| async move {
+        let name = spec.name.clone();
+        let result = async {
+            let conn = Connection::open(spec).await?;
+            match conn.list_tools().await {
+                Ok(tools) => Ok((conn, tools)),
+                Err(e) => {
+                    conn.close().await;
+                    Err(e)
+                }
+            }
+        }
+        .await;
+        (name, result)
+    }))
+    .await;
+    let mut out = Opened {
+        tools: Vec::new(),
+        servers: Vec::new(),
+        connections: Vec::new(),
+    };
+    for (name, result) in opened {
+        match result {
+            Ok((conn, listed)) => {
+                let (tools, report) = adopt(&conn, &listed, taken).await;
+                out.tools.extend(tools);
+                out.servers.push(report);
+                out.connections.push(conn);
+            }
+            Err(e) => {
+                tracing::warn!(target: "colony::mcp", server = %name, "not offered: {e}");
+                out.servers.push(ServerReport {
+                    name,
+                    phase: "error",
+                    error: Some(e),
+                    version: None,
+                    tools: Vec::new(),
+                    dropped: Vec::new(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// Names a connected server's tools and makes them turn tools.
+pub async fn adopt(
+    conn: &Arc<Connection>,
+    listed: &[ListedTool],
+    taken: &mut HashSet<String>,
+) -> (Vec<ToolDef>, ServerReport) {
+    let originals: Vec<String> = listed.iter().map(|t| t.name.clone()).collect();
+    let (kept, dropped) = naming::assign(conn.name(), &originals, taken);
+    let mut tools = Vec::new();
+    for (public, original) in &kept {
+        let t = listed
+            .iter()
+            .find(|t| &t.name == original)
+            .expect("kept from listed");
+        tools.push(tool_def(conn.clone(), public, t));
+    }
+    let report = ServerReport {
+        name: conn.name().to_string(),
+        phase: "ready",
+        error: None,
+        version: conn.version().await,
+        tools: kept.into_iter().map(|(public, _)| public).collect(),
+        dropped: dropped
+            .into_iter()
+            .map(|(name, why)| {
+                tracing::info!(target: "colony::mcp", server = %conn.name(), tool = %name,
+                    "tool left out: {}", match why { Dropped::TooLong => "its name is too long", Dropped::Clash => "its name clashes" });
+                name
+            })
+            .collect(),
+    };
+    (tools, report)
+}
+
+/// One server tool as a turn tool. The turn's own deadline is set past the longest a call may
+/// ask for: the call's deadline is enforced here, where passing it sends `notifications/cancelled`.
+pub fn tool_def(conn: Arc<Connection>, public: &str, listed: &ListedTool) -> ToolDef {
+    let tool = listed.name.clone();
+    let run = move |args: Value| {
+        let conn = conn.clone();
+        let tool = tool.clone();
+        async move {
+            let deadline = deadline_for(&args);
+            match conn.call(&tool, args, deadline).await {
+                Ok(out) if out.is_error => Err(out.text),
+                Ok(out) => Ok((out.text, out.files)),
+                Err(e) => Err(e.to_string()),
+            }
+        }
+    };
+    let schema = match &listed.input_schema {
+        Value::Object(m) if !m.is_empty() => listed.input_schema.clone(),
+        _ => json!({"type": "object"}),
+    };
+    let native: crate::turn::tools::AttachingFn = Arc::new(move |args| Box::pin(run(args)));
+    let timeout = Some(CALL_DEADLINE + MAX_EXTRA + Duration::from_secs(5));
+    // A schema our validator cannot compile still lets the server judge the arguments.
+    ToolDef::new(
+        public,
+        &listed.description,
+        schema,
+        timeout,
+        Handler::Attaching(native.clone()),
+    )
+    .or_else(|_| {
+        ToolDef::new(
+            public,
+            &listed.description,
+            json!({"type": "object"}),
+            timeout,
+            Handler::Attaching(native),
+        )
+    })
+    .expect("an object schema and a sanitised name always make a tool")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deadlines_grow_with_the_calls_own_wait_up_to_a_cap() {
+        assert_eq!(deadline_for(&json!({})), CALL_DEADLINE);
+        assert_eq!(
+            deadline_for(&json!({"timeoutMs": 30000})),
+            Duration::from_secs(150)
+        );
+        assert_eq!(
+            deadline_for(&json!({"waitMs": 1500})),
+            Duration::from_millis(121_500)
+        );
+        assert_eq!(
+            deadline_for(&json!({"timeoutMs": 10_000_000})),
+            CALL_DEADLINE + MAX_EXTRA
+        );
+        assert_eq!(deadline_for(&json!({"timeoutMs": -5})), CALL_DEADLINE);
+    }
+}

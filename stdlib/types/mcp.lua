@@ -1,0 +1,94 @@
+---@meta mcp
+-- LuaLS definitions for colony's `mcp` module (also `require("mcp")`): tools that live in MCP
+-- servers, over Streamable HTTP or stdio (revisions 2025-03-26, 2025-06-18, 2025-11-25).
+--
+-- A connection's tools are `ai.tool` values named `<server>__<tool>`: they go into `tools = {...}`
+-- of `ai.take_turn`, `ai.run`, `ai.spawn` and `ai.ask` like any other. Failures are `nil, err` with
+-- `err.kind` one of "connect_error", "unsupported_version", "rpc_error", "timeout", "closed",
+-- "config", and "tool_error" for a result the server flagged `isError`.
+
+---@class mcp
+mcp = {}
+
+---@class mcp.ServerSpec
+---@field name? string prefixes its tools and labels its log lines (default: the URL's host or the command's file name)
+---@field url? string Streamable HTTP endpoint, e.g. "http://127.0.0.1:8000/mcp"
+---@field headers? table<string, string> sent on every request (a bearer token, say)
+---@field command? string a program speaking MCP on stdin/stdout (its stderr goes to the log)
+---@field args? string[]
+---@field env? table<string, string>
+---@field cwd? string
+---@field roots? string[] what `roots/list` answers (URIs such as "file:///home/me/project")
+
+---@class mcp.Connection
+---@field name string
+
+---@class mcp.ServerReport
+---@field name string
+---@field phase "ready"|"error"
+---@field version? string the MCP revision the server answered
+---@field error? ai.Error why it is not offered
+---@field tools string[] the names its tools are offered under
+---@field dropped string[] its tools left out: the name was over 64 characters or clashed
+
+---@class mcp.LiveServer
+---@field name string
+---@field server string the URL or configured name it was connected as
+---@field version? string
+---@field tools string[]
+---@field dropped string[]
+
+---@class mcp.CallResult
+---@field text string `structuredContent` as JSON when present, else the content blocks joined by newlines
+---@field structured? any the `structuredContent` value
+---@field is_error boolean the server flagged the result as an error
+
+---@class mcp.CallOptions
+---@field conn mcp.Connection
+---@field name string the tool's own name (not namespaced)
+---@field args? table
+---@field timeout? number seconds (default 120, plus the call's own `timeoutMs` / `waitMs` up to 600 more)
+
+---@class mcp.ServerEntry
+---@field name string
+---@field url? string
+---@field command? string
+---@field args? string[]
+
+--- Connects (handshake included): a URL, or a table `{ command, args, env, cwd }`.
+---@param target string|mcp.ServerSpec
+---@param opts? { name?: string, headers?: table<string, string>, roots?: string[] }
+---@return mcp.Connection? conn, ai.Error? err
+function mcp.connect(target, opts) end
+
+--- Connects to a server configured by name (`colony mcp add`).
+---@param name string
+---@return mcp.Connection? conn, ai.Error? err
+function mcp.connect_named(name) end
+
+--- The server's tools (every page), as `ai.tool` values named `<server>__<tool>`.
+---@param conn mcp.Connection
+---@return ai.ToolValue[]? tools, ai.Error? err
+function mcp.tools(conn) end
+
+--- Calls a tool: `mcp.call(conn, name, args)` returns the text (an `isError` result is
+--- `nil, { kind = "tool_error" }`); `mcp.call{ conn, name, args, timeout? }` returns the table form.
+---@overload fun(opts: mcp.CallOptions): mcp.CallResult?, ai.Error?
+---@param conn mcp.Connection
+---@param name string
+---@param args? table
+---@return string? text, ai.Error? err
+function mcp.call(conn, name, args) end
+
+--- Ends the session after answers in flight (stdio: stdin closed, then SIGTERM, then SIGKILL).
+---@param conn mcp.Connection
+function mcp.close(conn) end
+
+--- The servers in the config file.
+---@return mcp.ServerEntry[]
+function mcp.servers() end
+
+--- The tools of `colony tools refresh`'s cache, ready for `tools = {...}`; each server starts on
+--- the first call of one of its tools. An empty list when there is no cache.
+---@return ai.ToolValue[]
+function mcp.cached_tools() end

@@ -1,0 +1,259 @@
+//! `colony mcp ...` and `colony tools ...` through the binary, with `mcp-server-time` (PyPI) and
+//! the Python test server as the configured servers; `mcp-server-time` driven from Lua with
+//! `mcp.connect`; `mcp.cached_tools()` offering the cached tools, connecting on first call.
+
+mod support;
+
+use serde_json::json;
+use support::fake::{FakeProvider, Reply};
+use support::mcp;
+use support::model_calls;
+use support::script::Sandbox;
+
+fn time_server() -> String {
+    mcp::time_server().display().to_string()
+}
+
+#[test]
+fn add_list_test_del_and_import() {
+    let sb = Sandbox::new();
+    let time = time_server();
+    let run = sb
+        .colony(&[
+            "mcp",
+            "add",
+            "time",
+            "--env",
+            "TZ=UTC",
+            "--",
+            &time,
+            "--local-timezone",
+            "UTC",
+        ])
+        .ok();
+    assert_eq!(
+        run.stdout.trim(),
+        format!("time: {time} --local-timezone UTC")
+    );
+    sb.colony(&[
+        "mcp",
+        "add",
+        "docs",
+        "https://example.org/mcp",
+        "--header",
+        "Authorization: Bearer s3cret-token-value",
+    ])
+    .ok();
+    let list = sb.colony(&["mcp", "list"]).ok();
+    assert_eq!(
+        list.lines(),
+        [
+            "docs\thttp\thttps://example.org/mcp".to_string(),
+            format!("time\tstdio\t{time} --local-timezone UTC")
+        ]
+    );
+    let config = std::fs::read_to_string(sb.path("config.toml")).unwrap();
+    assert!(config.contains("[mcp.time.env]\nTZ = \"UTC\""), "{config}");
+
+    let test = sb.colony(&["mcp", "test", "time"]).ok();
+    let lines = test.lines();
+    assert!(
+        lines[0].starts_with("time: MCP 2025-11-25 (mcp-time "),
+        "{}",
+        test.stdout
+    );
+    assert!(lines[0].ends_with(", 2 tools"), "{}", test.stdout);
+    assert!(
+        lines[1].starts_with("  get_current_time\t"),
+        "{}",
+        test.stdout
+    );
+    assert!(lines[2].starts_with("  convert_time\t"), "{}", test.stdout);
+
+    // The same servers from Lua.
+    let lua = sb
+        .lua(
+            r#"for _, s in ipairs(mcp.servers()) do print(s.name, s.url or s.command, s.args and #s.args or "-") end
+               local conn = assert(mcp.connect_named("time"))
+               print("tools", #assert(mcp.tools(conn)))
+               mcp.close(conn)
+               local none, err = mcp.connect_named("nope")
+               print("nope", none, err.kind)"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        lua.lines(),
+        [
+            "docs\thttps://example.org/mcp\t-".to_string(),
+            format!("time\t{time}\t2"),
+            "tools\t2".to_string(),
+            "nope\tnil\tconfig".to_string(),
+        ]
+    );
+
+    sb.colony(&["mcp", "del", "docs"]).ok();
+    let failed = sb.colony(&["mcp", "test", "docs"]).failed();
+    assert!(
+        failed.stderr.contains("no server named \"docs\""),
+        "{}",
+        failed.stderr
+    );
+
+    // A failing server: reported, exit status 1.
+    sb.colony(&["mcp", "add", "quits", "--", "sh", "-c", "exit 1"])
+        .ok();
+    let failed = sb.colony(&["mcp", "test", "quits"]).failed();
+    assert!(
+        failed.stderr.contains("quits: cannot connect"),
+        "{}",
+        failed.stderr
+    );
+
+    let file = sb.write(
+        "claude_desktop_config.json",
+        r#"{"mcpServers": {
+             "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]},
+             "remote": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"X-Team": "a"}}}}"#,
+    );
+    let import = sb
+        .colony(&["mcp", "import", &file.display().to_string()])
+        .ok();
+    assert_eq!(import.lines(), ["imported fs", "imported remote"]);
+    let list = sb.colony(&["mcp", "list"]).ok();
+    assert!(
+        list.stdout
+            .contains("fs\tstdio\tnpx -y @modelcontextprotocol/server-filesystem /tmp"),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        list.stdout.contains("remote\thttp\thttp://127.0.0.1:9/mcp"),
+        "{}",
+        list.stdout
+    );
+    let bad = sb.write("bad.json", r#"{"servers": {}}"#);
+    let failed = sb
+        .colony(&["mcp", "import", &bad.display().to_string()])
+        .failed();
+    assert!(
+        failed.stderr.contains("no \"mcpServers\""),
+        "{}",
+        failed.stderr
+    );
+}
+
+#[test]
+fn the_time_server_from_lua() {
+    let sb = Sandbox::new();
+    let script = format!(
+        r#"local conn, err = mcp.connect{{ command = "{time}", args = {{ "--local-timezone", "UTC" }} }}
+           assert(conn, err and err.message)
+           print("name", conn.name)
+           local tools = assert(mcp.tools(conn))
+           for _, t in ipairs(tools) do print("tool", t.name) end
+           local text, err = mcp.call(conn, "convert_time", {{ source_timezone = "UTC", time = "12:00", target_timezone = "Asia/Tokyo" }})
+           assert(text, err and err.message)
+           local r = json.decode(text)
+           print("tokyo", r.target.timezone, r.target.datetime:match("T(%d%d:%d%d)"))
+           local bad, err = mcp.call(conn, "get_current_time", {{ timezone = "Not/AZone" }})
+           print("bad", bad, err.kind)
+           mcp.close(conn)"#,
+        time = time_server()
+    );
+    let run = sb.lua(&script, &[]).ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "name\tmcp-server-time",
+            "tool\tmcp-server-time__get_current_time",
+            "tool\tmcp-server-time__convert_time",
+            "tokyo\tAsia/Tokyo\t21:00",
+            "bad\tnil\ttool_error"
+        ]
+    );
+}
+
+#[test]
+fn the_tool_cache_is_refreshed_listed_offered_and_cleared() {
+    let fake = FakeProvider::start();
+    let sb = support::styled(&fake, "anthropic");
+    sb.write("config.toml", "[use.general]\nprovider = \"anthropic\"\n");
+    let lua_without = sb.lua("print(#mcp.cached_tools())", &[]).ok();
+    assert_eq!(lua_without.stdout.trim(), "0", "no cache: no tools");
+    let list = sb.colony(&["tools", "list"]).ok();
+    assert_eq!(list.stdout.trim(), "no tool cache (colony tools refresh)");
+
+    sb.colony(&[
+        "mcp",
+        "add",
+        "time",
+        "--",
+        &time_server(),
+        "--local-timezone",
+        "UTC",
+    ])
+    .ok();
+    sb.colony(&["mcp", "add", "down", "http://127.0.0.1:9/mcp"])
+        .ok();
+    let refresh = sb.colony(&["tools", "refresh"]).ok();
+    let lines = refresh.lines();
+    assert!(
+        lines[0].starts_with("down: error: down: cannot connect"),
+        "{}",
+        refresh.stdout
+    );
+    assert_eq!(lines[1], "time: 2 tools");
+    let list = sb.colony(&["tools", "list"]).ok();
+    assert!(
+        list.lines()[0].starts_with("down: error:"),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        list.lines()[1].starts_with("time__get_current_time\t"),
+        "{}",
+        list.stdout
+    );
+    assert!(
+        list.lines()[2].starts_with("time__convert_time\t"),
+        "{}",
+        list.stdout
+    );
+
+    // The cached tools go straight into a turn; the server starts on the first call.
+    fake.push(Reply::tool_call(
+        "c1",
+        "time__convert_time",
+        json!({"source_timezone": "UTC", "time": "08:30", "target_timezone": "UTC"}),
+    ));
+    fake.push(Reply::text("08:30 it is."));
+    let run = sb
+        .lua(
+            r#"local tools = mcp.cached_tools()
+               local r = ai.take_turn{ prompt = "time?", tools = tools }
+               print(#tools, r.reply, r.tool_events[1].kind)"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout.trim(), "2\t08:30 it is.\tok");
+    let first = &model_calls(&fake)[0];
+    let offered: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, ["time__get_current_time", "time__convert_time"]);
+    let second = model_calls(&fake)[1].to_string();
+    assert!(second.contains("08:30:00"), "{second}");
+
+    assert_eq!(
+        sb.colony(&["tools", "clear"]).ok().stdout.trim(),
+        "tool cache cleared"
+    );
+    assert_eq!(
+        sb.lua("print(#mcp.cached_tools())", &[]).ok().stdout.trim(),
+        "0"
+    );
+}

@@ -1,0 +1,299 @@
+//! MCP servers in turns, from Lua through the binary, against the fake provider: `mcp = {...}` on
+//! `ai.take_turn` and `ai.run` (servers opened at once, tools namespaced, a step's calls run in
+//! parallel, structured / `isError` results, failed servers reported while the run goes on), and
+//! the `mcp` module (`mcp.connect`, `mcp.tools`, `mcp.call`).
+
+mod support;
+
+use serde_json::{Value, json};
+use support::fake::{FakeProvider, Reply};
+use support::script::Sandbox;
+use support::{mcp, model_calls};
+
+fn sandbox(fake: &FakeProvider) -> Sandbox {
+    let sb = support::styled(fake, "anthropic");
+    sb.write("config.toml", "[use.general]\nprovider = \"anthropic\"\n");
+    sb
+}
+
+/// The Lua table for the Python test server over stdio.
+fn py_stdio(name: &str) -> String {
+    format!(
+        r#"{{ name = "{name}", command = "{}", args = {{ "{}", "stdio" }} }}"#,
+        mcp::python().display(),
+        mcp::server_script().display()
+    )
+}
+
+fn tool_names(body: &Value) -> Vec<String> {
+    body["tools"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|t| t["name"].as_str().unwrap().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_turn_with_servers_over_both_transports_and_two_that_fail() {
+    let web = mcp::python_http(mcp::free_port(), &[]);
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_calls(vec![
+        ("c1", "py__add", json!({"a": 1, "b": 2})),
+        ("c2", "web__echo", json!({"text": "hello"})),
+        ("c3", "py__fail", json!({"message": "no luck"})),
+        ("c4", "py__meet", json!({"n": 2})),
+        ("c5", "web__meet", json!({"n": 1})),
+        ("c6", "py__meet", json!({"n": 2})),
+    ]));
+    fake.push(Reply::text("All done."));
+    let dead_port = mcp::free_port();
+    let script = format!(
+        r#"local r = ai.take_turn{{ prompt = "go", mcp = {{
+              {py},
+              {{ name = "web", url = "{url}", headers = {{ Authorization = "Bearer t" }} }},
+              {{ name = "down", url = "http://127.0.0.1:{dead_port}/mcp" }},
+              {{ name = "quits", command = "sh", args = {{ "-c", "exit 1" }} }},
+           }} }}
+           print("reply", r.reply)
+           for _, s in ipairs(r.servers) do
+             print("server", s.name, s.phase, s.version or "-", #s.tools, s.error and s.error.kind or "-")
+           end
+           for _, e in ipairs(r.tool_events) do print("event", e.name, e.kind, e.outcome) end"#,
+        py = py_stdio("py"),
+        url = web.url(),
+    );
+    let run = sandbox(&fake).lua(&script, &[]).ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "reply\tAll done.", "{}", run.stdout);
+    assert_eq!(lines[1], "server\tpy\tready\t2025-11-25\t7\t-");
+    assert_eq!(lines[2], "server\tweb\tready\t2025-11-25\t7\t-");
+    assert_eq!(lines[3], "server\tdown\terror\t-\t0\tconnect_error");
+    assert_eq!(lines[4], "server\tquits\terror\t-\t0\tconnect_error");
+    let events: Vec<Vec<&str>> = lines[5..]
+        .iter()
+        .map(|l| l.splitn(4, '\t').collect())
+        .collect();
+    assert_eq!(events[0][1..], ["py__add", "ok", r#"{"sum":3.0}"#]);
+    assert_eq!(events[1][1..], ["web__echo", "ok", r#"{"result":"hello"}"#]);
+    assert_eq!(events[2][1..3], ["py__fail", "error"]);
+    assert!(events[2][3].contains("no luck"), "{:?}", events[2]);
+    // Both py__meet calls were running at once: each waited for the other.
+    assert_eq!(events[3][3], r#"{"result":"met"}"#);
+    assert_eq!(events[5][3], r#"{"result":"met"}"#);
+
+    let calls = model_calls(&fake);
+    let offered = tool_names(&calls[0]);
+    assert!(offered.contains(&"py__add".to_string()), "{offered:?}");
+    assert!(offered.contains(&"web__echo".to_string()), "{offered:?}");
+    assert!(
+        !offered
+            .iter()
+            .any(|n| n.starts_with("down__") || n.starts_with("quits__"))
+    );
+    assert_eq!(offered.len(), 14);
+    let second = calls[1].to_string();
+    assert!(second.contains("no luck"), "{second}");
+}
+
+#[test]
+fn ai_run_takes_configured_servers_by_name() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "py__echo", json!({"text": "named"})));
+    fake.push(Reply::text("ok"));
+    let sb = sandbox(&fake);
+    sb.write(
+        "config.toml",
+        &format!(
+            "[use.general]\nprovider = \"anthropic\"\n\n[mcp.py]\ncommand = \"{}\"\nargs = [\"{}\", \"stdio\"]\n",
+            mcp::python().display(),
+            mcp::server_script().display()
+        ),
+    );
+    let run = sb
+        .lua(
+            r#"local r = ai.run{ prompt = "go", mcp = { "py" } }
+               print(r.text, r.servers[1].name, r.servers[1].phase)
+               for _, e in ipairs(r.tools) do print(e.name, e.kind, e.outcome) end"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.lines()[0], "ok\tpy\tready");
+    assert_eq!(run.lines()[1], "py__echo\tok\t{\"result\":\"named\"}");
+}
+
+#[test]
+fn the_mcp_module_connects_lists_and_calls() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "py__add", json!({"a": 20, "b": 22})));
+    fake.push(Reply::text("42"));
+    let script = format!(
+        r#"local conn = assert(mcp.connect({py}))
+           print("name", conn.name)
+           local tools = assert(mcp.tools(conn))
+           local names = {{}}
+           for _, t in ipairs(tools) do names[#names + 1] = t.name end
+           table.sort(names)
+           print("tools", table.concat(names, ","))
+           print("call", mcp.call(conn, "echo", {{ text = "hi" }}))
+           local r = mcp.call{{ conn = conn, name = "add", args = {{ a = 1, b = 2 }} }}
+           print("table", r.text, r.structured.sum, r.is_error)
+           local none, err = mcp.call(conn, "fail", {{ message = "nope" }})
+           print("fail", none, err.kind, err.message:find("nope") ~= nil)
+           local turn = ai.take_turn{{ prompt = "add", tools = tools }}
+           print("turn", turn.reply, turn.tool_events[1].outcome)
+           mcp.close(conn)
+           local bad, err2 = mcp.connect("http://127.0.0.1:{port}/mcp")
+           print("bad", bad, err2.kind)
+           print("misuse", pcall(mcp.call, "not a conn", "x", {{}}))"#,
+        py = py_stdio("py"),
+        port = mcp::free_port(),
+    );
+    let run = sandbox(&fake).lua(&script, &[]).ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "name\tpy");
+    assert_eq!(
+        lines[1],
+        "tools\tpy__add,py__die,py__echo,py__fail,py__meet,py__roots,py__sleep"
+    );
+    assert_eq!(lines[2], "call\t{\"result\":\"hi\"}");
+    assert_eq!(lines[3], "table\t{\"sum\":3.0}\t3.0\tfalse");
+    assert_eq!(lines[4], "fail\tnil\ttool_error\ttrue");
+    assert_eq!(lines[5], "turn\t42\t{\"sum\":42.0}");
+    assert_eq!(lines[6], "bad\tnil\tconnect_error");
+    assert!(
+        lines[7].starts_with("misuse\tfalse\tmcp.call: conn must be a connection"),
+        "{}",
+        lines[7]
+    );
+}
+
+#[test]
+fn a_resident_spawned_with_servers_calls_their_tools() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "py__add", json!({"a": 4, "b": 5})));
+    fake.push(Reply::text("nine"));
+    let script = format!(
+        r#"local name, servers = ai.spawn{{ name = "clerk", mcp = {{ {py}, {{ name = "gone", command = "sh", args = {{ "-c", "exit 1" }} }} }},
+             deliver_to = function(reply) print("clerk: " .. reply) ; ai.stop("done") end,
+             sources = {{ function(self) assert(ai.mail{{ to = self, source = "desk", content = "add 4 and 5", hop = 0 }}) end }} }}
+           for _, s in ipairs(servers) do print("server", s.name, s.phase, #s.tools) end
+           print("watch ended:", ai.watch{{}})"#,
+        py = py_stdio("py"),
+    );
+    let run = sandbox(&fake).lua(&script, &[]).ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "server\tpy\tready\t7",
+            "server\tgone\terror\t0",
+            "clerk: nine",
+            "watch ended:\tdone"
+        ]
+    );
+    let second = model_calls(&fake)[1].to_string();
+    assert!(second.contains(r#"{\"sum\":9.0}"#), "{second}");
+}
+
+#[test]
+fn dynamic_mcp_connects_allowed_servers_from_the_next_step_on() {
+    let web = mcp::python_http(mcp::free_port(), &[]);
+    let url = web.url();
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_calls(vec![
+        ("c1", "mcp_connect", json!({"name": "web", "server": url})),
+        (
+            "c2",
+            "mcp_connect",
+            json!({"name": "sly", "server": format!("{url}x")}),
+        ),
+        (
+            "c3",
+            "mcp_connect",
+            json!({"name": "other", "server": "elsewhere"}),
+        ),
+    ]));
+    fake.push(Reply::tool_calls(vec![
+        ("c4", "web__echo", json!({"text": "dyn"})),
+        (
+            "c5",
+            "mcp_connect",
+            json!({"name": "local", "server": "py"}),
+        ),
+    ]));
+    fake.push(Reply::tool_calls(vec![
+        ("c6", "local__add", json!({"a": 1, "b": 1})),
+        ("c7", "mcp_disconnect", json!({"name": "web"})),
+    ]));
+    fake.push(Reply::text("done"));
+    let sb = sandbox(&fake);
+    sb.write(
+        "config.toml",
+        &format!(
+            "[use.general]\nprovider = \"anthropic\"\n\n[mcp.py]\ncommand = \"{}\"\nargs = [\"{}\", \"stdio\"]\n",
+            mcp::python().display(),
+            mcp::server_script().display()
+        ),
+    );
+    let script = format!(
+        r#"local r = ai.take_turn{{ prompt = "go", dynamic_mcp = {{ "{url}", "py" }} }}
+           print("reply", r.reply)
+           for _, e in ipairs(r.tool_events) do print("event", e.name, e.kind, e.outcome) end
+           for _, s in ipairs(r.dynamic_mcp) do print("live", s.name, s.server, #s.tools) end"#
+    );
+    let run = sb.lua(&script, &[]).ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "reply\tdone", "{}", run.stdout);
+    let events: Vec<Vec<&str>> = lines[1..8]
+        .iter()
+        .map(|l| l.splitn(4, '\t').collect())
+        .collect();
+    assert_eq!(events[0][1..3], ["mcp_connect", "ok"]);
+    assert!(events[0][3].contains("web__echo"), "{:?}", events[0]);
+    assert_eq!(events[1][1..3], ["mcp_connect", "error"]);
+    assert!(events[1][3].contains("is not allowed"), "{:?}", events[1]);
+    assert_eq!(events[2][1..3], ["mcp_connect", "error"]);
+    assert!(events[2][3].contains("is not allowed"), "{:?}", events[2]);
+    assert_eq!(events[3][1..], ["web__echo", "ok", r#"{"result":"dyn"}"#]);
+    assert_eq!(events[4][1..3], ["mcp_connect", "ok"]);
+    assert_eq!(events[5][1..], ["local__add", "ok", r#"{"sum":2.0}"#]);
+    assert_eq!(events[6][1..3], ["mcp_disconnect", "ok"]);
+    assert_eq!(lines[8], "live\tlocal\tpy\t7");
+    assert_eq!(lines.len(), 9);
+
+    let offered: Vec<Vec<String>> = model_calls(&fake).iter().map(tool_names).collect();
+    assert_eq!(offered[0], ["mcp_connect", "mcp_disconnect"]);
+    assert_eq!(offered[1].len(), 2 + 7);
+    assert!(offered[1].contains(&"web__echo".to_string()));
+    assert_eq!(offered[2].len(), 2 + 7 + 7);
+    assert!(offered[2].contains(&"local__add".to_string()));
+    // Disconnected in step 3: web's tools are gone from step 4.
+    assert!(
+        !offered[3].iter().any(|n| n.starts_with("web__")),
+        "{:?}",
+        offered[3]
+    );
+    assert!(offered[3].contains(&"local__add".to_string()));
+}
+
+#[test]
+fn a_childs_stderr_goes_to_the_log_under_the_servers_name() {
+    let fake = FakeProvider::start();
+    let script = format!(
+        r#"local conn = assert(mcp.connect({py}))
+           mcp.close(conn)"#,
+        py = py_stdio("scribe"),
+    );
+    let run = sandbox(&fake)
+        .env("RUST_LOG", "colony::mcp=info")
+        .lua(&script, &[])
+        .ok();
+    let line = run
+        .stderr
+        .lines()
+        .find(|l| l.contains("colony-test server starting"))
+        .unwrap_or_else(|| panic!("no stderr line in the log:\n{}", run.stderr));
+    assert!(line.contains("server=scribe"), "{line}");
+}

@@ -1,0 +1,24 @@
+-- The client the MCP conformance suite drives (`conformance client --command "colony run THIS"`):
+-- it appends its mock server's URL and names the scenario in MCP_CONFORMANCE_SCENARIO.
+local url = assert(arg[1], "the conformance harness passes the server URL")
+local scenario = os.getenv("MCP_CONFORMANCE_SCENARIO") or ""
+local conn, err = mcp.connect(url, { name = "conformance" })
+if not conn then
+  io.stderr:write("connect failed: ", tostring(err), "\n")
+  os.exit(1)
+end
+local tools, lerr = mcp.tools(conn)
+if not tools then
+  io.stderr:write("tools/list failed: ", tostring(lerr), "\n")
+  os.exit(1)
+end
+for _, t in ipairs(tools) do print("tool", t.name) end
+if scenario == "tools_call" then
+  print("add_numbers", mcp.call(conn, "add_numbers", { a = 5, b = 3 }))
+elseif scenario == "sse-retry" then
+  for _, t in ipairs(tools) do
+    local name = t.name:gsub("^conformance__", "")
+    print(name, mcp.call(conn, name, {}))
+  end
+end
+mcp.close(conn)
