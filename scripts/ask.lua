@@ -109,7 +109,25 @@ opts.system = "You are colony's helper, answering a user of colony on their own 
   .. "Answer briefly and concretely from the facts below first, naming the exact commands, "
   .. "scripts and example files; say so when something is not among them.\n\n" .. world()
 
-local reply, err = ai.ask({ { role = "user", content = question } }, opts)
+-- With a tool cache (`colony tools refresh`), the cached MCP tools are offered: the answer is a
+-- turn that may call them (each server starts on its first call); without, one plain call.
+local cached = (mcp and mcp.cached_tools) and mcp.cached_tools() or {}
+local reply, err
+if #cached > 0 then
+  opts.prompt = question
+  opts.tools = cached
+  opts.on_tool = function(event)
+    io.stderr:write("[tool] ", event.name, " ", event.ok and "ok" or ("error: " .. tostring(event.outcome)), "\n")
+  end
+  local turn = ai.take_turn(opts)
+  if turn.stop == "error" then
+    err = turn.error and turn.error.message or "the turn failed"
+  else
+    reply = turn.reply
+  end
+else
+  reply, err = ai.ask({ { role = "user", content = question } }, opts)
+end
 if not reply then
   io.stderr:write("colony ask: ", tostring(err), "\n")
   os.exit(1)

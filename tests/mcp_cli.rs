@@ -248,6 +248,31 @@ fn the_tool_cache_is_refreshed_listed_offered_and_cleared() {
     let second = model_calls(&fake)[1].to_string();
     assert!(second.contains("08:30:00"), "{second}");
 
+    // `colony ask` offers the cached tools by itself.
+    fake.push(Reply::tool_call(
+        "c2",
+        "time__get_current_time",
+        json!({"timezone": "UTC"}),
+    ));
+    fake.push(Reply::text("It is morning in UTC."));
+    let ask = sb.colony(&["ask", "what time is it in UTC?"]).ok();
+    assert_eq!(ask.stdout.trim(), "It is morning in UTC.", "{}", ask.stderr);
+    assert!(
+        ask.stderr.contains("[tool] time__get_current_time ok"),
+        "{}",
+        ask.stderr
+    );
+    let calls = model_calls(&fake);
+    let asked = &calls[2];
+    let offered: Vec<&str> = asked["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(offered, ["time__get_current_time", "time__convert_time"]);
+    assert!(calls[3].to_string().contains("\"timezone\""), "the call's result went back");
+
     assert_eq!(
         sb.colony(&["tools", "clear"]).ok().stdout.trim(),
         "tool cache cleared"
