@@ -28,7 +28,7 @@ enum Action {
         field: Option<String>,
     },
     /// Set one field of a use-type (an empty value clears it). Fields: provider, model, key,
-    /// key_env, base_url, max_tokens, temperature, timeout, tools.
+    /// key_env, base_url, max_tokens, temperature, timeout, tools, images.
     Set {
         use_type: String,
         field: String,

@@ -7,7 +7,7 @@ use super::Failure;
 use crate::config::Config;
 use crate::mcp::{cache, naming};
 
-/// Keep a cache of the configured MCP servers' tools, offered by `colony ask`.
+/// Keep a cache of the configured MCP servers' tools, offered by `colony ask` and `colony chat`.
 #[derive(clap::Args)]
 pub struct Args {
     #[command(subcommand)]
