@@ -194,8 +194,15 @@ fn the_tool_cache_is_refreshed_listed_offered_and_cleared() {
         "UTC",
     ])
     .ok();
-    sb.colony(&["mcp", "add", "down", "http://127.0.0.1:9/mcp"])
-        .ok();
+    sb.colony(&[
+        "mcp",
+        "add",
+        "down",
+        "http://127.0.0.1:9/mcp",
+        "--header",
+        "Authorization: Bearer s3cret-token",
+    ])
+    .ok();
     let refresh = sb.colony(&["tools", "refresh"]).ok();
     let lines = refresh.lines();
     assert!(
@@ -271,7 +278,35 @@ fn the_tool_cache_is_refreshed_listed_offered_and_cleared() {
         .map(|t| t["name"].as_str().unwrap())
         .collect();
     assert_eq!(offered, ["time__get_current_time", "time__convert_time"]);
-    assert!(calls[3].to_string().contains("\"timezone\""), "the call's result went back");
+    assert!(
+        calls[3].to_string().contains("\"timezone\""),
+        "the call's result went back"
+    );
+
+    // The cache holds no part of a server's config (a header may be a token), and only its
+    // owner may read it.
+    let cache = sb.path("tools-cache.json");
+    let text = std::fs::read_to_string(&cache).unwrap();
+    assert!(!text.contains("s3cret-token"), "{text}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600);
+    }
+    // A server deleted since the refresh offers nothing.
+    sb.colony(&["mcp", "del", "time"]).ok();
+    assert_eq!(
+        sb.lua("print(#mcp.cached_tools())", &[]).ok().stdout.trim(),
+        "0"
+    );
+    let list = sb.colony(&["tools", "list"]).ok();
+    assert!(
+        list.stdout
+            .contains("time: deleted or changed since the cache was made (colony tools refresh)"),
+        "{}",
+        list.stdout
+    );
 
     assert_eq!(
         sb.colony(&["tools", "clear"]).ok().stdout.trim(),
@@ -281,4 +316,28 @@ fn the_tool_cache_is_refreshed_listed_offered_and_cleared() {
         sb.lua("print(#mcp.cached_tools())", &[]).ok().stdout.trim(),
         "0"
     );
+}
+
+#[test]
+fn a_local_server_does_not_inherit_the_providers_keys() {
+    let fake = FakeProvider::start();
+    let sb = support::styled(&fake, "openai");
+    let seen = sb.path("env.txt");
+    let script = format!(
+        r#"local conn, err = mcp.connect{{ command = "sh", args = {{ "-c", "env > {}" }}, env = {{ MINE = "kept" }} }}
+           print(conn == nil)"#,
+        seen.display()
+    );
+    let run = sb.lua(&script, &[]).ok();
+    assert_eq!(
+        run.stdout.trim(),
+        "true",
+        "the command speaks no MCP: {}",
+        run.stderr
+    );
+    let env = std::fs::read_to_string(&seen).unwrap();
+    assert!(env.contains("MINE=kept"), "{env}");
+    assert!(env.lines().any(|l| l.starts_with("PATH=")), "{env}");
+    assert!(!env.contains("OPENAI_API_KEY"), "{env}");
+    assert!(!env.contains("test-key-openai"), "{env}");
 }

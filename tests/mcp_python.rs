@@ -233,14 +233,21 @@ async fn close_waits_for_answers_in_flight_before_closing_stdin() {
         let conn = conn.clone();
         tokio::spawn(async move { conn.call("sleep", json!({"seconds": 1}), LONG).await })
     };
-    // Wait until the call is on its way (the server answers ping only once it has read it all).
-    while conn.version().await.is_none() {
+    // Wait until the call is in flight: close must then wait for its answer.
+    while conn.in_flight() == 0 {
         tokio::task::yield_now().await;
     }
-    tokio::time::sleep(Duration::from_millis(200)).await;
     conn.close().await;
     let out = calling.await.unwrap().unwrap();
     assert!(out.text.contains("slept"), "{}", out.text);
+    // A closed connection refuses calls instead of starting the server again.
+    let again = conn.call("echo", json!({"text": "x"}), LONG).await;
+    assert!(
+        again
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("closed")),
+        "{again:?}"
+    );
 }
 
 fn raw(version: &str) -> ServerSpec {

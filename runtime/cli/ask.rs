@@ -4,6 +4,10 @@
 use super::{Cassettes, Failure, build_core};
 
 /// Ask a model one question (use-type `helper` unless --use says otherwise).
+///
+/// The model is grounded in this machine's colony: its commands, shipped scripts and examples,
+/// providers, use-types and MCP servers. When a tool cache exists (`colony tools refresh`), the
+/// cached MCP tools are offered, and the model may call them (starting their servers).
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]

@@ -22,6 +22,7 @@ pub struct Args {
 enum Action {
     /// Add (or replace) a server: `colony mcp add NAME URL` or `colony mcp add NAME -- COMMAND ARGS...`.
     Add {
+        /// The server's name: its tools are offered as `NAME__tool`.
         name: String,
         /// An HTTP header for every request, `Name: value` (e.g. `Authorization: Bearer ...`).
         #[arg(long = "header", value_name = "NAME: VALUE")]
@@ -39,11 +40,17 @@ enum Action {
         command: Vec<String>,
     },
     /// Remove a server.
-    Del { name: String },
+    Del {
+        /// The server's name.
+        name: String,
+    },
     /// Print every configured server.
     List,
     /// Connect to a server and print the revision it speaks and its tools.
-    Test { name: String },
+    Test {
+        /// The server's name.
+        name: String,
+    },
     /// Add the servers of a Claude Desktop config or a `.mcp.json` (its `mcpServers` object).
     Import { file: PathBuf },
 }

@@ -46,6 +46,11 @@ pub async fn run(args: Args) -> Result<(), Failure> {
                 }
             }
             println!("cached in {}", cache::path().display());
+            if fresh.servers.values().all(|s| s.error.is_some()) {
+                return Err(Failure::run(
+                    "colony tools refresh: no server could be listed",
+                ));
+            }
             Ok(())
         }
         Action::List => {
@@ -53,7 +58,15 @@ pub async fn run(args: Args) -> Result<(), Failure> {
                 println!("no tool cache (colony tools refresh)");
                 return Ok(());
             };
-            for (name, server) in &c.servers {
+            let cfg = Config::load().map_err(|e| Failure::input(format!("colony tools: {e}")))?;
+            for name in c.servers.keys() {
+                if cache::current(&c, &cfg.mcp).all(|(n, _, _)| n != name) {
+                    println!(
+                        "{name}: deleted or changed since the cache was made (colony tools refresh)"
+                    );
+                }
+            }
+            for (name, server, _) in cache::current(&c, &cfg.mcp) {
                 if let Some(e) = &server.error {
                     println!("{name}: error: {e}");
                 }

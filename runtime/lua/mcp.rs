@@ -98,7 +98,9 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
         "cached_tools",
         lua.create_function(|lua, ()| match cache::load() {
             Ok(Some(c)) => {
-                tool_list(lua, cache::tools(&c)).map(|mut v| v.pop_front().unwrap_or(Value::Nil))
+                let core = super::ai::core(lua);
+                tool_list(lua, cache::tools(&c, &core.config().mcp))
+                    .map(|mut v| v.pop_front().unwrap_or(Value::Nil))
             }
             Ok(None) => Ok(Value::Table(lua.create_table()?)),
             Err(e) => {
@@ -301,7 +303,10 @@ async fn call(lua: &Lua, args: MultiValue) -> mlua::Result<MultiValue> {
         }
     };
     let deadline = match timeout {
-        Some(s) => Duration::from_secs_f64(s.max(0.001)),
+        // Capped at the longest a call may ask for (and NaN or infinity is not a panic).
+        Some(s) => Duration::try_from_secs_f64(s.max(0.001))
+            .unwrap_or(Duration::MAX)
+            .min(toolset::CALL_DEADLINE + toolset::MAX_EXTRA),
         None => toolset::deadline_for(&call_args),
     };
     let out = match conn.call(&name, call_args, deadline).await {

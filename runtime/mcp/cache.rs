@@ -3,6 +3,9 @@
 //! first. Tools from the cache connect to their server on first call.
 //!
 //! It is a JSON file beside the config file (`tools-cache.json`), so `COLONY_CONFIG` moves both.
+//! It holds no part of a server's config (headers and env may hold secrets), only a fingerprint
+//! of it: a server deleted or changed since the cache was made offers nothing until the next
+//! refresh, and tools connect with the config as it is now.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -23,8 +26,8 @@ pub struct Cache {
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct CachedServer {
-    /// The server as configured when listed (a changed config is listed again by `refresh`).
-    pub config: ServerConfig,
+    /// SHA-256 of the server's config when it was listed.
+    pub fingerprint: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub version: Option<String>,
     #[serde(default)]
@@ -59,7 +62,25 @@ pub fn load() -> Result<Option<Cache>, McpError> {
     }
 }
 
+/// The fingerprint of a server's config, as the cache keeps it.
+pub fn fingerprint(config: &ServerConfig) -> String {
+    let json = serde_json::to_string(config).expect("a server config is JSON");
+    crate::files::sha256_hex(json.as_bytes())
+}
+
+/// The cached servers whose config is still the one they were listed with, paired with it.
+pub fn current<'a>(
+    cache: &'a Cache,
+    configured: &'a BTreeMap<String, ServerConfig>,
+) -> impl Iterator<Item = (&'a String, &'a CachedServer, &'a ServerConfig)> {
+    cache.servers.iter().filter_map(|(name, server)| {
+        let config = configured.get(name)?;
+        (fingerprint(config) == server.fingerprint).then_some((name, server, config))
+    })
+}
+
 pub fn save(cache: &Cache) -> Result<(), McpError> {
+    use std::io::Write;
     let p = path();
     if let Some(dir) = p.parent() {
         std::fs::create_dir_all(dir)
@@ -67,7 +88,13 @@ pub fn save(cache: &Cache) -> Result<(), McpError> {
     }
     let text = serde_json::to_string_pretty(cache).expect("the cache is JSON");
     let tmp = p.with_extension("json.tmp");
-    std::fs::write(&tmp, text)
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(text.as_bytes()))
         .and_then(|()| std::fs::rename(&tmp, &p))
         .map_err(|e| McpError::Config(format!("{}: {e}", p.display())))
 }
@@ -91,14 +118,14 @@ pub async fn refresh(servers: &BTreeMap<String, ServerConfig>) -> Cache {
             Ok::<_, McpError>((version, tools?))
         }
         .await;
-        (name.clone(), config.clone(), result)
+        (name.clone(), fingerprint(config), result)
     }))
     .await;
     let mut cache = Cache::default();
-    for (name, config, result) in listed {
+    for (name, fingerprint, result) in listed {
         let entry = match result {
             Ok((version, tools)) => CachedServer {
-                config,
+                fingerprint,
                 version,
                 tools: tools
                     .into_iter()
@@ -111,7 +138,7 @@ pub async fn refresh(servers: &BTreeMap<String, ServerConfig>) -> Cache {
                 error: None,
             },
             Err(e) => CachedServer {
-                config,
+                fingerprint,
                 version: None,
                 tools: Vec::new(),
                 error: Some(e.to_string()),
@@ -122,13 +149,13 @@ pub async fn refresh(servers: &BTreeMap<String, ServerConfig>) -> Cache {
     cache
 }
 
-/// The cached tools as turn tools, named `<server>__<tool>`; each server is connected on the
-/// first call of one of its tools.
-pub fn tools(cache: &Cache) -> Vec<ToolDef> {
+/// The cached tools of the servers still configured as they were, as turn tools named
+/// `<server>__<tool>`; each server is connected on the first call of one of its tools.
+pub fn tools(cache: &Cache, configured: &BTreeMap<String, ServerConfig>) -> Vec<ToolDef> {
     let mut taken = std::collections::HashSet::new();
     let mut out = Vec::new();
-    for (name, server) in &cache.servers {
-        let Ok(spec) = server.config.clone().into_spec(name) else {
+    for (name, server, config) in current(cache, configured) {
+        let Ok(spec) = config.clone().into_spec(name) else {
             continue;
         };
         let conn: Arc<Connection> = Connection::new(spec);

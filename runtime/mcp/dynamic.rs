@@ -39,14 +39,29 @@ pub struct DynamicSet {
     own: Mutex<Vec<ToolDef>>,
 }
 
-/// Whether `url` is under `prefix`: equal, or continuing it after a `/` (or a `?`).
+/// Whether `url` is under `prefix`: the same scheme, host and port, and the prefix's path
+/// segments leading the URL's, compared after parsing (so `.../mcp/../admin` and its
+/// percent-encoded forms are judged by where they lead, and `.../mcpx` is not under `.../mcp`).
+/// A URL with credentials in it is never under a prefix.
 pub fn under_prefix(prefix: &str, url: &str) -> bool {
-    let prefix = prefix.trim_end_matches('/');
-    match url.strip_prefix(prefix) {
-        Some("") => true,
-        Some(rest) => rest.starts_with('/') || rest.starts_with('?'),
-        None => false,
+    let (Ok(prefix), Ok(url)) = (reqwest::Url::parse(prefix), reqwest::Url::parse(url)) else {
+        return false;
+    };
+    if prefix.scheme() != url.scheme()
+        || prefix.host_str() != url.host_str()
+        || prefix.port_or_known_default() != url.port_or_known_default()
+        || !url.username().is_empty()
+        || url.password().is_some()
+    {
+        return false;
     }
+    let segments = |u: &reqwest::Url| -> Vec<String> {
+        u.path_segments()
+            .map(|s| s.filter(|p| !p.is_empty()).map(str::to_string).collect())
+            .unwrap_or_default()
+    };
+    let (want, got) = (segments(&prefix), segments(&url));
+    got.len() >= want.len() && got[..want.len()] == want[..]
 }
 
 impl DynamicSet {
@@ -274,6 +289,20 @@ mod tests {
         assert!(!under_prefix(
             "https://a.example/mcp",
             "http://a.example/mcp"
+        ));
+        for escape in [
+            "https://a.example/mcp/../admin",
+            "https://a.example/mcp/%2e%2e/admin",
+            "https://a.example/mcp/%2E%2E/admin",
+            "https://a.example/mcp/./../admin",
+            "https://user:pw@a.example/mcp",
+            "https://a.example:8443/mcp",
+        ] {
+            assert!(!under_prefix("https://a.example/mcp", escape), "{escape}");
+        }
+        assert!(under_prefix(
+            "https://a.example/mcp",
+            "https://a.example:443/mcp/x?y=1"
         ));
     }
 

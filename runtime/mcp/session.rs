@@ -56,6 +56,8 @@ pub struct Connection {
     live: Mutex<Option<Live>>,
     inflight: AtomicUsize,
     drained: Notify,
+    /// Set by `close`: a closed connection refuses calls instead of starting the server again.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// A server's tool as listed: its own name and the JSON it was listed with.
@@ -73,6 +75,7 @@ impl Connection {
             live: Mutex::new(None),
             inflight: AtomicUsize::new(0),
             drained: Notify::new(),
+            closed: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -91,6 +94,11 @@ impl Connection {
         &self.spec
     }
 
+    /// How many calls are waiting for their answers.
+    pub fn in_flight(&self) -> usize {
+        self.inflight.load(Ordering::SeqCst)
+    }
+
     /// The revision the server answered, once connected.
     pub async fn version(&self) -> Option<String> {
         self.live.lock().await.as_ref().map(|l| l.version.clone())
@@ -106,6 +114,9 @@ impl Connection {
 
     /// The live session's peer, connecting (or reconnecting after a death) first.
     async fn peer(&self) -> Result<rmcp::Peer<RoleClient>, McpError> {
+        if self.closed.load(Ordering::SeqCst) {
+            return Err(self.closed("the connection was closed (mcp.close)"));
+        }
         let mut live = self.live.lock().await;
         if let Some(l) = live.as_ref() {
             if !l.service.is_closed() && !l.service.peer().is_transport_closed() {
@@ -259,12 +270,21 @@ impl Connection {
                 server,
                 seconds: timeout.as_secs_f64(),
             }),
-            // The POST itself failed (a dead session answered 400, a server restarted): the
-            // request was refused, not run, so one retry on a fresh session is safe.
-            ServiceError::TransportSend(e) => Failure::Retry(McpError::Closed {
-                server,
-                message: e.to_string(),
-            }),
+            // No connection could be made (a server restarting): the request never reached it,
+            // so one retry on a fresh session is safe. Any other failed POST (a 5xx from a proxy
+            // after the tool ran, a body cut off) may have run the tool: not sent again. A dead
+            // session (404, or the 400 some servers send) is re-initialised by rmcp itself.
+            ServiceError::TransportSend(e) => {
+                let closed = McpError::Closed {
+                    server,
+                    message: innermost(&e),
+                };
+                if never_reached(&e) {
+                    Failure::Retry(closed)
+                } else {
+                    Failure::Final(closed)
+                }
+            }
             other => Failure::Final(McpError::Closed {
                 server,
                 message: other.to_string(),
@@ -301,6 +321,8 @@ impl Connection {
             }
         };
         let _ = tokio::time::timeout(DRAIN_TIMEOUT, drain).await;
+        // After the calls in flight (they may still be connecting): from now on, refused.
+        self.closed.store(true, Ordering::SeqCst);
         if let Some(mut l) = self.live.lock().await.take() {
             let _ = l.service.close().await;
         }
@@ -358,7 +380,7 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
             handler
                 .serve(transport)
                 .await
-                .map_err(|e| failed(e.to_string()))?
+                .map_err(|e| failed(innermost(&e)))?
         }
         Transport::Stdio {
             command,
@@ -367,7 +389,19 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
             cwd,
         } => {
             let mut cmd = tokio::process::Command::new(command);
-            cmd.args(args).envs(env);
+            // Like the official SDKs: a server gets a safe few variables and its own `env`, not
+            // colony's whole environment (which holds the providers' keys).
+            cmd.args(args).env_clear();
+            for var in INHERITED_ENV {
+                if let Some(v) = std::env::var_os(var) {
+                    cmd.env(var, v);
+                }
+            }
+            cmd.envs(env);
+            // A group of its own: Ctrl-C at colony's terminal (which cancels a chat's turn) must
+            // not reach the servers; colony ends them itself.
+            #[cfg(unix)]
+            cmd.process_group(0);
             if let Some(dir) = cwd {
                 cmd.current_dir(dir);
             }
@@ -387,7 +421,7 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
             handler
                 .serve(transport)
                 .await
-                .map_err(|e| failed(e.to_string()))?
+                .map_err(|e| failed(innermost(&e)))?
         }
     };
     let version = service
@@ -403,4 +437,37 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
         });
     }
     Ok(Live { service, version })
+}
+
+/// The variables a stdio server inherits from colony (the MCP SDKs' default list).
+const INHERITED_ENV: &[&str] = &[
+    "HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER", "LANG", "TMPDIR",
+];
+
+/// Whether a failed send never reached the server (the connection could not be made).
+fn never_reached(e: &(dyn std::error::Error + 'static)) -> bool {
+    let cause = innermost(e).to_lowercase();
+    [
+        "connection refused",
+        "failed to lookup address",
+        "dns error",
+        "no route to host",
+    ]
+    .iter()
+    .any(|m| cause.contains(m))
+}
+
+/// The deepest cause of an error, which says what happened (the outer layers of the SDK's errors
+/// name its own types).
+fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    let text = cause.to_string();
+    if text.trim().is_empty() {
+        e.to_string()
+    } else {
+        text
+    }
 }

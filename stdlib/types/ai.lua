@@ -188,7 +188,7 @@ function ai.tool(def) end
 ---@field step integer
 ---@field name string
 ---@field call_id string
----@field kind "ok"|"error"|"thrown"|"bad_arguments"|"schema"|"deadline"|"unknown_tool"
+---@field kind "ok"|"error"|"thrown"|"bad_arguments"|"schema"|"deadline"|"unknown_tool"|"interrupted"|"cancelled"
 ---@field ok boolean
 ---@field outcome string what the model got back (first 500 characters)
 ---@field duration_ms number

@@ -42,6 +42,7 @@ mcp = {}
 ---@field text string `structuredContent` as JSON when present, else the content blocks joined by newlines
 ---@field structured? any the `structuredContent` value
 ---@field is_error boolean the server flagged the result as an error
+---@field files? ai.File[] the images, audio and embedded resources of the result, as files
 
 ---@class mcp.CallOptions
 ---@field conn mcp.Connection
