@@ -180,6 +180,10 @@ impl Config {
                 use std::os::unix::fs::OpenOptionsExt;
                 opts.mode(0o600);
             }
+            // A temp file left by a crash keeps its mode when opened: start from none, so the
+            // key is never written into a file others can read.
+            let _ = std::fs::remove_file(&tmp);
+            opts.create_new(true);
             let mut f = opts.open(&tmp)?;
             f.write_all(text.as_bytes())?;
             f.sync_all()?;
@@ -313,7 +317,7 @@ fn env(name: &str) -> Option<String> {
 }
 
 /// The environment variables that may carry a provider's key, in the order they are read.
-fn key_vars(entry: &CatalogueEntry) -> Vec<&'static str> {
+pub fn key_vars(entry: &CatalogueEntry) -> Vec<&'static str> {
     match entry.id {
         "gemini" => vec!["GEMINI_API_KEY", "GOOGLE_API_KEY"],
         _ if entry.key_env.is_empty() => vec![],

@@ -174,8 +174,11 @@ end
 -- One line per call as it ends: its name, its arguments (shortened) and how it went.
 local function show_call(event)
   local outcome = event.ok and "ok" or (event.kind .. ": " .. short(event.outcome, 60))
-  io.write(dim("  ⚙ " .. event.name .. " " .. short(event.arguments, 60) .. " → " .. outcome), "\n")
-  io.flush()
+  local line = dim("  ⚙ " .. event.name .. " " .. short(event.arguments, 60) .. " → " .. outcome) .. "\n"
+  -- On a terminal beside the reply; piped, on stderr, so stdout is the answer alone.
+  local out = term.styled() and io.stdout or io.stderr
+  out:write(line)
+  out:flush()
 end
 
 local function print_history(messages)
@@ -228,8 +231,29 @@ end
 local function exchange(use, messages, text, files)
   local entry = { role = "user", content = text }
   if files and #files > 0 then entry.files = files end
+  -- An attachment saved by path that has gone since is sent as a line saying so, so the
+  -- conversation can go on without it.
   local history = {}
-  for i, m in ipairs(messages) do history[i] = m end
+  for i, m in ipairs(messages) do
+    local present, gone = {}, {}
+    for _, f in ipairs(m.files or {}) do
+      if type(f) ~= "string" or fs.exists(f) then
+        present[#present + 1] = f
+      else
+        gone[#gone + 1] = f
+      end
+    end
+    if #gone > 0 then
+      local copy = {}
+      for k, v in pairs(m) do copy[k] = v end
+      copy.files = #present > 0 and present or nil
+      copy.content = (m.content or "") .. "\n\n[attached " .. table.concat(gone, ", ")
+        .. ": no longer available]"
+      history[i] = copy
+    else
+      history[i] = m
+    end
+  end
   history[#history + 1] = entry
 
   local shown, spinner = "", term.spinner("thinking")
@@ -265,7 +289,9 @@ local function exchange(use, messages, text, files)
   stop_spinner()
   if ok and not done then
     if shown ~= "" then io.write("\n") end
-    note("colony chat: " .. tostring(turn) .. " (the question was not added to the conversation)")
+    -- The message alone: Lua's traceback says nothing to a person chatting.
+    local why = tostring(turn):gsub("\nstack traceback:.*$", "")
+    note("colony chat: " .. why .. " (the question was not added to the conversation)")
     return messages, "error"
   end
   if not ok then
@@ -354,6 +380,8 @@ while true do
     else
       use = rest
       messages = load(use)
+      -- The model and provider chosen for the old use-type are not the new one's.
+      settings.model, settings.provider = nil, nil
       print(dim("use-type " .. use .. " (" .. #messages .. " messages so far)"))
     end
   elseif command == "model" then

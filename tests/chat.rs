@@ -387,6 +387,14 @@ fn an_attached_file_reaches_the_request() {
         .ok();
     let body = model_calls(&fake)[0].to_string();
     assert!(body.contains("Lisbon,1234"), "{body}");
+    // The file gone, the conversation goes on: the attachment is named as no longer there.
+    std::fs::remove_file(&file).unwrap();
+    fake.push(Reply::text("Still Lisbon."));
+    let run = sb.colony(&["chat", "And now?"]).ok();
+    assert_eq!(run.stdout.trim(), "Still Lisbon.", "{}", run.stderr);
+    let body = model_calls(&fake)[1].to_string();
+    assert!(body.contains("no longer available"), "{body}");
+    assert!(!body.contains("Lisbon,1234"), "{body}");
 }
 
 #[test]
@@ -449,6 +457,13 @@ fn a_turn_that_raises_is_reported_and_the_conversation_kept() {
                 .stderr
                 .contains("(the question was not added to the conversation)"),
         "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("traceback"), "{}", run.stderr);
+    assert_eq!(
+        run.stderr.lines().filter(|l| !l.trim().is_empty()).count(),
+        1,
+        "one line: {}",
         run.stderr
     );
     assert_eq!(model_calls(&fake).len(), 0);

@@ -78,3 +78,38 @@ fn the_wizard_writes_the_config_and_reports_the_round_trips() {
     assert_eq!(posts[1].header("authorization"), Some(bearer.as_str()));
     assert_eq!(posts[1].body["model"], "gpt-4.1-mini");
 }
+
+#[test]
+fn choosing_another_provider_leaves_the_old_ones_key_behind() {
+    let fake = FakeProvider::start();
+    let sb = support::styled(&fake, "openai");
+    sb.write(
+        "config.toml",
+        "[use.general]\nprovider = \"anthropic\"\nkey = \"sk-ant-OLD-0123456789\"\n",
+    );
+    fake.push(Reply::text("ok"));
+    let mut pty = Pty::start(&sb, &["config"], &[]);
+    pty.expect("general: provider [anthropic]: ");
+    pty.send_line("openai");
+    pty.expect("key: from OPENAI_API_KEY");
+    pty.expect("general: model (a number or a name) [");
+    pty.send_line("");
+    for use_type in ["chat", "code", "helper"] {
+        pty.expect(&format!("{use_type}: provider [-]: "));
+        pty.send_line("-");
+    }
+    pty.expect("general: ok: openai answered");
+    let (code, shown) = pty.finish();
+    assert_eq!(code, 0, "{shown}");
+    let text = std::fs::read_to_string(sb.path("config.toml")).unwrap();
+    assert!(!text.contains("sk-ant-OLD"), "{text}");
+    for r in fake.requests() {
+        let auth = r.header("authorization").unwrap_or_default().to_string();
+        assert!(
+            !auth.contains("sk-ant-OLD"),
+            "{} {}: {auth}",
+            r.method,
+            r.path
+        );
+    }
+}

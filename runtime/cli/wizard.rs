@@ -94,8 +94,11 @@ impl Prompter {
 fn key_status(e: &CatalogueEntry) -> String {
     if e.key_env.is_empty() || e.key_optional {
         "no key needed".into()
-    } else if std::env::var_os(e.key_env).is_some_and(|v| !v.is_empty()) {
-        format!("{} is set", e.key_env)
+    } else if let Some(var) = crate::config::key_vars(e)
+        .into_iter()
+        .find(|v| std::env::var_os(v).is_some_and(|x| !x.is_empty()))
+    {
+        format!("{var} is set")
     } else {
         format!("{} is not set", e.key_env)
     }
@@ -114,15 +117,15 @@ pub async fn run(handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         "colony config: a provider and a model for each use-type, saved in {}",
         path.display()
     );
-    println!(
-        "Enter keeps the value in [brackets]; \"-\" leaves a use-type unset (it falls back to general)."
-    );
+    println!("Enter keeps the value in [brackets]; \"-\" skips a use-type (what it has is kept).");
     println!();
     println!("Providers:");
     for e in choosable() {
         println!("  {:10} {:24} {}", e.id, e.name, key_status(e));
     }
     let mut chosen = Vec::new();
+    // A key typed once serves every use-type that picks the same provider in this walk.
+    let mut typed_keys: std::collections::HashMap<&str, String> = Default::default();
     for use_type in USES {
         println!();
         let current = cfg.uses.get(*use_type).cloned().unwrap_or_default();
@@ -154,17 +157,29 @@ pub async fn run(handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         let Some(entry) = entry else { continue };
         let mut key = None;
         let same_provider = current.provider.as_deref() == Some(entry.id);
+        if !same_provider {
+            // Another provider: nothing of the old one's table (its key, base URL, tools
+            // level) may travel to the new one.
+            cfg.uses.insert(use_type.to_string(), Default::default());
+        }
         if entry.key_env.is_empty() || entry.key_optional {
         } else if key_status(entry).ends_with("is set") {
-            println!("  key: from {}", entry.key_env);
+            println!(
+                "  key: from {}",
+                key_status(entry).trim_end_matches(" is set")
+            );
         } else if same_provider && (current.key.is_some() || current.key_env.is_some()) {
             println!("  key: as the config has it");
+        } else if let Some(k) = typed_keys.get(entry.id) {
+            println!("  key: the one typed above for {}", entry.id);
+            key = Some(k.clone());
         } else {
             let typed = p.ask_secret(&format!(
                 "  key for {} (kept in the config file, mode 0600; Enter to skip): ",
                 entry.id
             ))?;
             if !typed.is_empty() {
+                typed_keys.insert(entry.id, typed.clone());
                 key = Some(typed);
             }
         }

@@ -112,8 +112,12 @@ pub fn render(text: &str, width: usize) -> String {
 
 /// Moves the cursor back to where `text` began (it was written from the start of a line, at
 /// the terminal's current width) and clears from there down. False, and nothing done, when
-/// `text` is taller than the screen: the top of it has scrolled away and cannot be reached.
+/// stdout is not a terminal, or `text` is taller than the screen (the top of it has scrolled
+/// away and cannot be reached).
 fn erase(text: &str) -> bool {
+    if !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        return false;
+    }
     let (cols, rows) = size();
     let used: usize = text
         .split('\n')

@@ -89,7 +89,9 @@ pub fn save(cache: &Cache) -> Result<(), McpError> {
     let text = serde_json::to_string_pretty(cache).expect("the cache is JSON");
     let tmp = p.with_extension("json.tmp");
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    // A fresh file (a stale one keeps its mode when opened).
+    let _ = std::fs::remove_file(&tmp);
+    options.write(true).create_new(true);
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     options
