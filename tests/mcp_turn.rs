@@ -56,6 +56,7 @@ fn a_turn_with_servers_over_both_transports_and_two_that_fail() {
               {{ name = "web", url = "{url}", headers = {{ Authorization = "Bearer t" }} }},
               {{ name = "down", url = "http://127.0.0.1:{dead_port}/mcp" }},
               {{ name = "quits", command = "sh", args = {{ "-c", "exit 1" }} }},
+              "not-configured",
            }} }}
            print("reply", r.reply)
            for _, s in ipairs(r.servers) do
@@ -72,7 +73,8 @@ fn a_turn_with_servers_over_both_transports_and_two_that_fail() {
     assert_eq!(lines[2], "server\tweb\tready\t2025-11-25\t7\t-");
     assert_eq!(lines[3], "server\tdown\terror\t-\t0\tconnect_error");
     assert_eq!(lines[4], "server\tquits\terror\t-\t0\tconnect_error");
-    let events: Vec<Vec<&str>> = lines[5..]
+    assert_eq!(lines[5], "server\tnot-configured\terror\t-\t0\tconfig");
+    let events: Vec<Vec<&str>> = lines[6..]
         .iter()
         .map(|l| l.splitn(4, '\t').collect())
         .collect();

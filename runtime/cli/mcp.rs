@@ -157,6 +157,7 @@ pub async fn run(args: Args) -> Result<(), Failure> {
                         let kind = match spec.transport {
                             Transport::Http { .. } => "http",
                             Transport::Stdio { .. } => "stdio",
+                            Transport::Unavailable { .. } => "unavailable",
                         };
                         println!("{name}\t{kind}\t{}", spec.describe());
                     }

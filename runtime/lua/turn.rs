@@ -364,7 +364,21 @@ pub(crate) fn read_servers(
     };
     let mut specs: Vec<crate::mcp::ServerSpec> = Vec::new();
     for (i, v) in list.sequence_values::<Value>().enumerate() {
-        let spec = super::mcp::read_spec(lua, v?, &format!("{who}: mcp[{}]", i + 1))?;
+        let spec = match v? {
+            // A configured name that is not (or no longer) configured fails like a server that
+            // does not answer: reported in `servers`, and the turn goes on with the others.
+            Value::String(name) => {
+                let name = name.to_string_lossy();
+                super::mcp::named(lua, &name).unwrap_or_else(|e| crate::mcp::ServerSpec {
+                    name: name.clone(),
+                    transport: crate::mcp::Transport::Unavailable {
+                        reason: e.to_string(),
+                    },
+                    roots: Vec::new(),
+                })
+            }
+            v => super::mcp::read_spec(lua, v, &format!("{who}: mcp[{}]", i + 1))?,
+        };
         if specs.iter().any(|s| s.name == spec.name) {
             return Err(bad(
                 who,

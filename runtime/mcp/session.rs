@@ -362,6 +362,7 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
         message,
     };
     let service = match &spec.transport {
+        Transport::Unavailable { reason } => return Err(McpError::Config(reason.clone())),
         Transport::Http { url, headers } => {
             let mut custom = HashMap::new();
             for (k, v) in headers {

@@ -24,6 +24,10 @@ pub enum Transport {
         env: BTreeMap<String, String>,
         cwd: Option<PathBuf>,
     },
+    /// A server named in a turn's `mcp` list that cannot be reached as given (a configured
+    /// name that is not configured, say): opening it fails with `reason`, so the turn reports
+    /// it with the others and goes on.
+    Unavailable { reason: String },
 }
 
 /// A named server. The name prefixes its tools and labels its log lines.
@@ -122,6 +126,7 @@ impl ServerSpec {
                 c.env = env.clone();
                 c.cwd = cwd.as_ref().map(|p| p.display().to_string());
             }
+            Transport::Unavailable { .. } => {}
         }
         c
     }
@@ -134,6 +139,7 @@ impl ServerSpec {
                 .chain(args.iter().map(String::as_str))
                 .collect::<Vec<_>>()
                 .join(" "),
+            Transport::Unavailable { reason } => reason.clone(),
         }
     }
 }
