@@ -17,11 +17,9 @@ use std::borrow::Cow;
 use super::forms::{self, Form, Reads};
 use crate::vocab::{FileRef, InferRequest, Message, Part, Role, Style};
 
-/// The message whose files are inlined: the newest one holding any.
+/// The newest message holding a file.
 pub fn newest_with_files(messages: &[Message]) -> Option<usize> {
-    messages
-        .iter()
-        .rposition(|m| m.parts.iter().any(|p| matches!(p, Part::File(_))))
+    messages.iter().rposition(has_files)
 }
 
 fn has_files(m: &Message) -> bool {
