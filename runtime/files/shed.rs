@@ -37,6 +37,10 @@ pub fn culprits(
     let from = super::window::window_start(req);
     let mut sent: Vec<(usize, usize, &FileRef, String)> = Vec::new();
     for (m, message) in req.messages.iter().enumerate().skip(from) {
+        // OpenAI-style tool messages carry text only: their files went as notes.
+        if style == Style::Openai && message.role == crate::vocab::Role::Tool {
+            continue;
+        }
         for (p, part) in message.parts.iter().enumerate() {
             if let Part::File(f) = part
                 && f.shed.is_none()
