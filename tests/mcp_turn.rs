@@ -178,10 +178,11 @@ fn a_resident_spawned_with_servers_calls_their_tools() {
     fake.push(Reply::tool_call("c1", "py__add", json!({"a": 4, "b": 5})));
     fake.push(Reply::text("nine"));
     let script = format!(
-        r#"local name, servers = ai.spawn{{ name = "clerk", mcp = {{ {py}, {{ name = "gone", command = "sh", args = {{ "-c", "exit 1" }} }} }},
+        r#"local own = ai.tool{{ name = "py__echo", parameters = {{}}, handler = function() return "mine" end }}
+           local name, servers = ai.spawn{{ name = "clerk", tools = {{ own }}, mcp = {{ {py}, {{ name = "gone", command = "sh", args = {{ "-c", "exit 1" }} }} }},
              deliver_to = function(reply) print("clerk: " .. reply) ; ai.stop("done") end,
              sources = {{ function(self) assert(ai.mail{{ to = self, source = "desk", content = "add 4 and 5", hop = 0 }}) end }} }}
-           for _, s in ipairs(servers) do print("server", s.name, s.phase, #s.tools) end
+           for _, s in ipairs(servers) do print("server", s.name, s.phase, #s.tools, table.concat(s.dropped or {{}}, ",")) end
            print("watch ended:", ai.watch{{}})"#,
         py = py_stdio("py"),
     );
@@ -189,8 +190,9 @@ fn a_resident_spawned_with_servers_calls_their_tools() {
     assert_eq!(
         run.lines(),
         [
-            "server\tpy\tready\t7",
-            "server\tgone\terror\t0",
+            // The server's echo would clash with the resident's own tool: left out.
+            "server\tpy\tready\t6\techo",
+            "server\tgone\terror\t0\t",
             "clerk: nine",
             "watch ended:\tdone"
         ]

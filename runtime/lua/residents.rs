@@ -149,7 +149,8 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
             if servers.is_empty() {
                 return Ok((spawn(&lua, opts, Vec::new())?, Value::Nil));
             }
-            let mut taken = std::collections::HashSet::new();
+            // An MCP tool may not take the name of one of the resident's own tools.
+            let mut taken = own_tool_names(&opts);
             // The resident keeps its connections for the life of the program (its tools hold them).
             let opened = crate::mcp::toolset::open(servers, &mut taken).await;
             let name = spawn(&lua, opts, opened.tools)?;
@@ -765,4 +766,22 @@ async fn on_event(
     {
         tracing::warn!("a watch callback failed: {}", super::raised_message(&e));
     }
+}
+
+/// The names of the tools an `ai.spawn` table lists (tool values, definitions, or names).
+fn own_tool_names(opts: &Table) -> std::collections::HashSet<String> {
+    use mlua::ObjectLike;
+    let Ok(Value::Table(tools)) = opts.get::<Value>("tools") else {
+        return Default::default();
+    };
+    tools
+        .sequence_values::<Value>()
+        .flatten()
+        .filter_map(|v| match v {
+            Value::String(s) => Some(s.to_string_lossy()),
+            Value::Table(t) => t.get::<Option<String>>("name").ok().flatten(),
+            Value::UserData(u) => u.get::<Option<String>>("name").ok().flatten(),
+            _ => None,
+        })
+        .collect()
 }
