@@ -341,3 +341,24 @@ fn a_local_server_does_not_inherit_the_providers_keys() {
     assert!(!env.contains("OPENAI_API_KEY"), "{env}");
     assert!(!env.contains("test-key-openai"), "{env}");
 }
+
+#[test]
+fn servers_a_program_keeps_open_are_shut_down_in_order_when_it_ends() {
+    let fake = FakeProvider::start();
+    let sb = support::styled(&fake, "openai");
+    let log = sb.path("eof.txt");
+    let raw = mcp::server_script().with_file_name("raw_server.py");
+    // The script never calls mcp.close: the end of the program closes the server's stdin (the
+    // hand-written server notes that it saw it) instead of killing it.
+    let script = format!(
+        r#"local conn = assert(mcp.connect{{ command = "python3", args = {{ "{}" }},
+             env = {{ ANSWER_VERSION = "2025-11-25", EOF_LOG = "{}" }} }})
+           print(#mcp.tools(conn))"#,
+        raw.display(),
+        log.display()
+    );
+    let run = sb.lua(&script, &[]).ok();
+    assert_eq!(run.stdout.trim(), "1", "{}", run.stderr);
+    let seen = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(seen, "stdin closed\n", "the server was killed, not closed");
+}

@@ -99,8 +99,9 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
         lua.create_function(|lua, ()| match cache::load() {
             Ok(Some(c)) => {
                 let core = super::ai::core(lua);
-                tool_list(lua, cache::tools(&c, &core.config().mcp))
-                    .map(|mut v| v.pop_front().unwrap_or(Value::Nil))
+                let (tools, conns) = cache::tools(&c, &core.config().mcp);
+                hold(lua, &conns);
+                tool_list(lua, tools).map(|mut v| v.pop_front().unwrap_or(Value::Nil))
             }
             Ok(None) => Ok(Value::Table(lua.create_table()?)),
             Err(e) => {
@@ -112,7 +113,40 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     Ok(m)
 }
 
+/// The connections a program opened beyond one turn (`mcp.connect`, `ai.spawn`'s servers, the
+/// cached tools'), held weakly: when the script ends, those still alive are shut down in order
+/// (answers in flight awaited, stdin closed, then SIGTERM, then SIGKILL) instead of killed.
+#[derive(Default)]
+pub struct ProgramConnections(std::sync::Mutex<Vec<std::sync::Weak<Connection>>>);
+
+/// Remembers `conns` for the end of the program.
+pub fn hold<'a>(lua: &Lua, conns: impl IntoIterator<Item = &'a Arc<Connection>>) {
+    if lua.app_data_ref::<ProgramConnections>().is_none() {
+        lua.set_app_data(ProgramConnections::default());
+    }
+    if let Some(held) = lua.app_data_ref::<ProgramConnections>() {
+        let mut list = held.0.lock().unwrap_or_else(|e| e.into_inner());
+        list.retain(|w| w.strong_count() > 0);
+        list.extend(conns.into_iter().map(Arc::downgrade));
+    }
+}
+
+/// Shuts down every connection the program still holds (the end of the script).
+pub async fn close_all(lua: &Lua) {
+    let conns: Vec<Arc<Connection>> = match lua.app_data_ref::<ProgramConnections>() {
+        Some(held) => {
+            let list = held.0.lock().unwrap_or_else(|e| e.into_inner());
+            list.iter().filter_map(std::sync::Weak::upgrade).collect()
+        }
+        None => return,
+    };
+    futures::future::join_all(conns.iter().map(|c| c.close())).await;
+}
+
 fn opened(lua: &Lua, r: Result<Arc<Connection>, McpError>) -> mlua::Result<MultiValue> {
+    if let Ok(conn) = &r {
+        hold(lua, [conn]);
+    }
     match r {
         Ok(conn) => Ok(MultiValue::from_iter([Value::UserData(
             lua.create_userdata(ConnValue(conn))?,

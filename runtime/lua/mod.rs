@@ -333,10 +333,10 @@ async fn run_on_this_thread(
     call_args.push_back(Value::Function(main));
     call_args.push_back(Value::Function(handler));
     call_args.extend(varargs);
-    let result: MultiValue = runner
-        .call_async(call_args)
-        .await
-        .map_err(|e| ScriptError(plain(&e)))?;
+    let result = runner.call_async::<MultiValue>(call_args).await;
+    // The MCP servers the program kept open are shut down in order, not killed.
+    mcp::close_all(&lua).await;
+    let result = result.map_err(|e| ScriptError(plain(&e)))?;
     let mut values = result.into_iter();
     match values.next() {
         Some(Value::Boolean(true)) => Ok(()),

@@ -153,6 +153,7 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
             let mut taken = own_tool_names(&opts);
             // The resident keeps its connections for the life of the program (its tools hold them).
             let opened = crate::mcp::toolset::open(servers, &mut taken).await;
+            super::mcp::hold(&lua, &opened.connections);
             let name = spawn(&lua, opts, opened.tools)?;
             let report = super::turn::servers_table(&lua, &opened.servers)?;
             Ok((name, Value::Table(report)))

@@ -152,15 +152,21 @@ pub async fn refresh(servers: &BTreeMap<String, ServerConfig>) -> Cache {
 }
 
 /// The cached tools of the servers still configured as they were, as turn tools named
-/// `<server>__<tool>`; each server is connected on the first call of one of its tools.
-pub fn tools(cache: &Cache, configured: &BTreeMap<String, ServerConfig>) -> Vec<ToolDef> {
+/// `<server>__<tool>`, and their connections (for shutting them down); each server is connected
+/// on the first call of one of its tools.
+pub fn tools(
+    cache: &Cache,
+    configured: &BTreeMap<String, ServerConfig>,
+) -> (Vec<ToolDef>, Vec<Arc<Connection>>) {
     let mut taken = std::collections::HashSet::new();
     let mut out = Vec::new();
+    let mut conns = Vec::new();
     for (name, server, config) in current(cache, configured) {
         let Ok(spec) = config.clone().into_spec(name) else {
             continue;
         };
         let conn: Arc<Connection> = Connection::new(spec);
+        conns.push(conn.clone());
         let listed: Vec<ListedTool> = server
             .tools
             .iter()
@@ -180,5 +186,5 @@ pub fn tools(cache: &Cache, configured: &BTreeMap<String, ServerConfig>) -> Vec<
             out.push(toolset::tool_def(conn.clone(), &public, t));
         }
     }
-    out
+    (out, conns)
 }

@@ -48,3 +48,12 @@ while True:
         send({"jsonrpc": "2.0", "id": pending_call, "result": {
             "content": [{"type": "text", "text": json.dumps(received)}]}})
         pending_call = None
+
+# A client that shuts down in order closes stdin, then waits for the server to exit: say so
+# where the test can see it, a moment later (a client that only killed us, or left us behind,
+# has exited by then).
+if os.environ.get("EOF_LOG"):
+    import time
+    time.sleep(1)
+    with open(os.environ["EOF_LOG"], "w") as log:
+        log.write("stdin closed\n")
