@@ -77,8 +77,14 @@ local function world()
   else
     add("Configured use-types (`colony config list`):")
     for _, u in ipairs(uses) do
+      local key = ""
+      if u.key_stored then
+        key = ", key stored in the config"
+      elseif u.key_env then
+        key = ", key from " .. u.key_env
+      end
       add("- " .. u.use .. ": provider " .. (u.provider or "(default)") .. ", model "
-        .. (u.model or "(default)"))
+        .. (u.model or "(default)") .. key)
     end
   end
   add("")

@@ -12,9 +12,9 @@ use support::model_calls;
 use support::script::{Sandbox, project_root};
 
 const QUESTION: &str = "which examples use tools?";
-const ANSWER: &str = "Five of them: quickstart.lua (weather.current), tools.lua (weather.forecast, \
-    picnic.packing_list), newsroom.lua (tell, file_story), watcher.lua (notify) and embed.lua \
-    (units.dozens).";
+const ANSWER: &str = "Six of them: quickstart.lua (weather.current), tools.lua (weather.forecast, \
+    picnic.packing_list), newsroom.lua (tell, file_story), watcher.lua (notify), review.lua \
+    (flag) and embed.lua (units.dozens).";
 
 fn cassette() -> PathBuf {
     project_root().join("tests/data/ask/which_examples.jsonl")
@@ -84,12 +84,21 @@ fn the_request_is_grounded_with_the_shipped_examples() {
     let sb = support::styled(&fake, "anthropic");
     sb.colony(&["config", "set", "code", "provider", "openai"])
         .ok();
+    sb.colony(&["config", "set", "code", "key", "sk-stored-0123456789"])
+        .ok();
     let run = sb.colony(&["ask", QUESTION]).ok();
     assert_eq!(run.stdout.trim(), ANSWER);
     let body = &model_calls(&fake)[0];
     let system = body["system"].as_str().expect("a system prompt");
     check_grounding(system);
-    assert!(system.contains("- code: provider openai"), "{system}");
+    assert!(
+        system.contains("- code: provider openai, model (default), key stored in the config"),
+        "{system}"
+    );
+    assert!(
+        !body.to_string().contains("sk-stored"),
+        "the key itself is never sent"
+    );
     assert_eq!(body["messages"][0]["content"][0]["text"], QUESTION);
 }
 
