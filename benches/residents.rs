@@ -40,7 +40,7 @@ use colony::turn::Compaction;
 use colony::vocab::{InferRequest, Inferred, Message, Part, Role, Stop, Usage};
 
 mod common;
-use common::{Rt, core, cpu, load, rss, runtime, settle};
+use common::{Rt, core, cpu, delivery_counter, load, rss, runtime, settle};
 use tokio::sync::{Notify, mpsc};
 
 const SPAWNED: usize = 100_000;
@@ -419,14 +419,7 @@ async fn route_mail(rt: &Rt, residents: usize, reply: bool) -> Routed {
     let stack: SharedInfer = counting.clone();
     let route = Route::new(core(rt), LuaBridge::detached());
     route.open();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Delivery>();
-    let drained = tokio::spawn(async move {
-        let mut n = 0u64;
-        while rx.recv().await.is_some() {
-            n += 1;
-        }
-        n
-    });
+    let (tx, drained) = delivery_counter();
     let names: Vec<String> = (0..residents).map(name).collect();
     for n in &names {
         let deliver = if reply {

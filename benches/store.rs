@@ -50,7 +50,7 @@ use colony::providers::Endpoint;
 use colony::residents::middleware::{BreakerState, Infer, OnText, SharedInfer, StepResult};
 use colony::residents::persist::ResidentHooks;
 use colony::residents::resident::{DEFAULT_MAX_HOP, State};
-use colony::residents::{Deliver, Delivery, Mail, ResidentSpec, Restart, RestartPolicy, Route};
+use colony::residents::{Deliver, Mail, ResidentSpec, Restart, RestartPolicy, Route};
 use colony::store::state_dir::{STORE_FILE, StateDir};
 use colony::store::{AuditEntry, AuditFilter, Cell, JournalEntry, Store, StoreResult};
 use colony::turn::{Compaction, EventKind, ToolEvent, TurnHooks};
@@ -60,8 +60,8 @@ use colony::vocab::{
 use serde_json::Value;
 
 mod common;
-use common::{Rt, core, load, runtime, settle};
-use tokio::sync::{Notify, mpsc};
+use common::{Rt, core, delivery_counter, load, runtime, settle};
+use tokio::sync::Notify;
 
 const FSYNCS: usize = 200;
 /// How long each store-level loop runs on the disk (on tmpfs: a quarter of it).
@@ -613,14 +613,7 @@ async fn end_to_end(rt: &Rt, dir: &Path, residents: usize, per: usize) -> E2e {
         Some(counted.clone() as Arc<dyn Store>),
     );
     route.open();
-    let (tx, mut rx) = mpsc::unbounded_channel::<Delivery>();
-    let drained = tokio::spawn(async move {
-        let mut n = 0u64;
-        while rx.recv().await.is_some() {
-            n += 1;
-        }
-        n
-    });
+    let (tx, drained) = delivery_counter();
     let names: Vec<String> = (0..residents).map(name).collect();
     for n in &names {
         route

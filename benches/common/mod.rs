@@ -98,3 +98,20 @@ pub fn rss() -> usize {
         .expect("a statm line");
     pages * 4096
 }
+
+/// A `Deliver::Channel` sender and the task counting what arrives on it (its result once every
+/// sender is gone).
+pub fn delivery_counter() -> (
+    tokio::sync::mpsc::UnboundedSender<colony::residents::Delivery>,
+    tokio::task::JoinHandle<u64>,
+) {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let drained = tokio::spawn(async move {
+        let mut n = 0u64;
+        while rx.recv().await.is_some() {
+            n += 1;
+        }
+        n
+    });
+    (tx, drained)
+}

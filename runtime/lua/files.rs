@@ -36,9 +36,7 @@ fn read_file(lua: &Lua, entry: Value, at: &str) -> mlua::Result<FileRef> {
     let library = library.files();
     match entry {
         Value::String(path) => {
-            let full = super::fs::resolve(lua, &path);
-            let bytes = std::fs::read(&full)
-                .map_err(|e| misuse(format!("{at}: cannot read {}: {e}", full.display())))?;
+            let (full, bytes) = read_path(lua, &path, at)?;
             Ok(library.record(&file_name(&full), None, bytes))
         }
         Value::Table(t) => {
@@ -53,9 +51,7 @@ fn read_file(lua: &Lua, entry: Value, at: &str) -> mlua::Result<FileRef> {
             }
             let name: Option<String> = t.get("name")?;
             if let Some(path) = t.get::<Option<mlua::LuaString>>("path")? {
-                let full = super::fs::resolve(lua, &path);
-                let bytes = std::fs::read(&full)
-                    .map_err(|e| misuse(format!("{at}: cannot read {}: {e}", full.display())))?;
+                let (full, bytes) = read_path(lua, &path, at)?;
                 let name = name.unwrap_or_else(|| file_name(&full));
                 return Ok(library.record(&name, declared.as_deref(), bytes));
             }
@@ -72,6 +68,18 @@ fn read_file(lua: &Lua, entry: Value, at: &str) -> mlua::Result<FileRef> {
             other.type_name()
         ))),
     }
+}
+
+/// The bytes at `path` (relative to the script's folder), or a misuse error naming `at`.
+fn read_path(
+    lua: &Lua,
+    path: &mlua::LuaString,
+    at: &str,
+) -> mlua::Result<(std::path::PathBuf, Vec<u8>)> {
+    let full = super::fs::resolve(lua, path);
+    let bytes = std::fs::read(&full)
+        .map_err(|e| misuse(format!("{at}: cannot read {}: {e}", full.display())))?;
+    Ok((full, bytes))
 }
 
 fn file_name(path: &std::path::Path) -> String {

@@ -41,41 +41,35 @@ impl UserData for ToolValue {
                     ),
                 ));
             }
-            let id = match &def.handler {
-                Handler::Lua(id) => *id,
-                Handler::Native(f) => {
-                    let run = f(json);
-                    return match core(&lua).handle().spawn(run).await {
-                        Ok(Ok(v)) => Ok(MultiValue::from_iter([from_json(&lua, &v)?])),
-                        Ok(Err(e)) => Err(mlua::Error::runtime(e)),
-                        Err(e) => Err(mlua::Error::runtime(format!(
-                            "tool {} panicked: {e}",
-                            def.spec.name
-                        ))),
-                    };
+            let run = match &def.handler {
+                Handler::Lua(id) => {
+                    let handler = bridge::function(&lua, *id)
+                        .ok_or_else(|| bad(&def.spec.name, "the handler is gone"))?;
+                    let ctx = lua.create_table()?;
+                    ctx.set("name", def.spec.name.as_str())?;
+                    return handler.call_async::<MultiValue>((args, ctx)).await;
                 }
+                Handler::Native(f) => f(json),
+                // Called directly, a tool answers its text (the files are for a model).
                 Handler::Attaching(f) => {
                     let run = f(json);
-                    return match core(&lua).handle().spawn(run).await {
-                        Ok(Ok((text, _files))) => Ok(MultiValue::from_iter([Value::String(
-                            lua.create_string(&text)?,
-                        )])),
-                        Ok(Err(e)) => Err(mlua::Error::runtime(e)),
-                        Err(e) => Err(mlua::Error::runtime(format!(
-                            "tool {} panicked: {e}",
-                            def.spec.name
-                        ))),
-                    };
+                    Box::pin(async move {
+                        run.await
+                            .map(|(text, _files)| serde_json::Value::String(text))
+                    })
                 }
                 Handler::ViewFile => {
                     return Err(bad(&def.spec.name, "view_file runs inside a turn"));
                 }
             };
-            let handler = bridge::function(&lua, id)
-                .ok_or_else(|| bad(&def.spec.name, "the handler is gone"))?;
-            let ctx = lua.create_table()?;
-            ctx.set("name", def.spec.name.as_str())?;
-            handler.call_async::<MultiValue>((args, ctx)).await
+            match core(&lua).handle().spawn(run).await {
+                Ok(Ok(v)) => Ok(MultiValue::from_iter([from_json(&lua, &v)?])),
+                Ok(Err(e)) => Err(mlua::Error::runtime(e)),
+                Err(e) => Err(mlua::Error::runtime(format!(
+                    "tool {} panicked: {e}",
+                    def.spec.name
+                ))),
+            }
         });
     }
 
@@ -406,14 +400,8 @@ pub(crate) fn servers_table(
         if let Some(e) = &r.error {
             row.set("error", error_table(lua, e.kind(), &e.to_string())?)?;
         }
-        row.set(
-            "tools",
-            lua.create_sequence_from(r.tools.iter().map(String::as_str))?,
-        )?;
-        row.set(
-            "dropped",
-            lua.create_sequence_from(r.dropped.iter().map(String::as_str))?,
-        )?;
+        set_names(lua, &row, "tools", &r.tools)?;
+        set_names(lua, &row, "dropped", &r.dropped)?;
         list.push(row)?;
     }
     Ok(list)
@@ -556,14 +544,8 @@ fn turn_table(
             if let Some(v) = &l.version {
                 row.set("version", v.as_str())?;
             }
-            row.set(
-                "tools",
-                lua.create_sequence_from(l.tools.iter().map(String::as_str))?,
-            )?;
-            row.set(
-                "dropped",
-                lua.create_sequence_from(l.dropped.iter().map(String::as_str))?,
-            )?;
+            set_names(lua, &row, "tools", &l.tools)?;
+            set_names(lua, &row, "dropped", &l.dropped)?;
             list.push(row)?;
         }
         t.set("dynamic_mcp", list)?;
@@ -681,4 +663,12 @@ async fn parallel(fns: MultiValue) -> mlua::Result<MultiValue> {
     }
     let results = futures::future::join_all(calls).await;
     results.into_iter().collect::<mlua::Result<MultiValue>>()
+}
+
+/// `row[key]` = the names as a Lua list (a server's tools, or those it left out).
+fn set_names(lua: &Lua, row: &Table, key: &str, names: &[String]) -> mlua::Result<()> {
+    row.set(
+        key,
+        lua.create_sequence_from(names.iter().map(String::as_str))?,
+    )
 }

@@ -230,33 +230,15 @@ async fn checked(
             });
         }
         Handler::Lua(func) => Box::pin(bridge.call_tool(*func, args, ctx)),
-        Handler::Attaching(f) => {
-            // Like a native tool, in a task of its own; its files ride with the result.
-            let task = tokio::spawn(f(args));
-            Box::pin(async move {
-                let _abort = AbortOnDrop(task.abort_handle());
-                match task.await {
-                    Ok(Ok((text, files))) if files.is_empty() => HandlerOutcome::Value(text),
-                    Ok(Ok((text, files))) => HandlerOutcome::Attached(text, files),
-                    Ok(Err(e)) => HandlerOutcome::Raised(e),
-                    Err(e) => HandlerOutcome::Raised(format!("the tool panicked: {e}")),
-                }
+        Handler::Attaching(f) => in_task(f(args), |(text, files)| {
+            HandlerOutcome::Attached(text, files)
+        }),
+        Handler::Native(f) => in_task(f(args), |v| {
+            HandlerOutcome::Value(match v {
+                Value::String(s) => s,
+                v => v.to_string(),
             })
-        }
-        Handler::Native(f) => {
-            // In a task of its own, so a panicking tool fails its call, not the turn.
-            let task = tokio::spawn(f(args));
-            Box::pin(async move {
-                // A deadline drops this future: the tool's task ends with it.
-                let _abort = AbortOnDrop(task.abort_handle());
-                match task.await {
-                    Ok(Ok(Value::String(s))) => HandlerOutcome::Value(s),
-                    Ok(Ok(v)) => HandlerOutcome::Value(v.to_string()),
-                    Ok(Err(e)) => HandlerOutcome::Raised(e),
-                    Err(e) => HandlerOutcome::Raised(format!("the tool panicked: {e}")),
-                }
-            })
-        }
+        }),
     };
     Ok(match tokio::time::timeout(tool.timeout, run).await {
         Err(_) => Checked::Run(
@@ -273,5 +255,22 @@ async fn checked(
         }
         Ok(HandlerOutcome::Thrown(message)) => Checked::Run(EventKind::Thrown, message),
         Ok(HandlerOutcome::Gone) => Checked::Run(EventKind::Cancelled, CANCELLED.to_string()),
+    })
+}
+
+/// Runs a Rust tool in a task of its own, so a panicking tool fails its call, not the turn. A
+/// deadline drops the returned future: the tool's task ends with it.
+fn in_task<T: Send + 'static>(
+    run: futures::future::BoxFuture<'static, Result<T, String>>,
+    done: fn(T) -> HandlerOutcome,
+) -> futures::future::BoxFuture<'static, HandlerOutcome> {
+    let task = tokio::spawn(run);
+    Box::pin(async move {
+        let _abort = AbortOnDrop(task.abort_handle());
+        match task.await {
+            Ok(Ok(v)) => done(v),
+            Ok(Err(e)) => HandlerOutcome::Raised(e),
+            Err(e) => HandlerOutcome::Raised(format!("the tool panicked: {e}")),
+        }
     })
 }

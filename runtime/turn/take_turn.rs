@@ -101,7 +101,7 @@ async fn run(
     };
     offer_view_file(&mut offered, &mut req, &spec.deny);
     if !pending.is_empty() {
-        let held = files::view::files_of(&req.messages);
+        let held = viewable(&offered, &req.messages);
         let cx = context(bridge, &spec, 0, &offered, &held);
         let Some(answers) = run_calls(&cx, &pending, spec.on_tool, &mut out.tool_events).await
         else {
@@ -227,7 +227,7 @@ async fn run(
                     .collect(),
             )
         } else {
-            let held = files::view::files_of(&req.messages);
+            let held = viewable(&offered, &req.messages);
             let cx = context(bridge, &spec, step, &offered, &held);
             match run_calls(&cx, &calls, spec.on_tool, &mut out.tool_events).await {
                 Some(answers) => results_message(answers),
@@ -312,6 +312,19 @@ fn results_message(answers: Vec<Answer>) -> Message {
         parts.extend(answer.files.into_iter().map(Part::File));
     }
     Message::new(Role::Tool, parts)
+}
+
+/// The conversation's files, for `view_file`: gathered only when the turn offers it (a step
+/// of a turn without files does not walk the conversation for them).
+fn viewable(offered: &[super::ToolDef], messages: &[Message]) -> Vec<crate::vocab::FileRef> {
+    if offered
+        .iter()
+        .any(|t| matches!(t.handler, super::Handler::ViewFile))
+    {
+        files::view::files_of(messages)
+    } else {
+        Vec::new()
+    }
 }
 
 /// Offers `view_file` for the whole turn when its conversation holds a file before the window
