@@ -53,6 +53,10 @@ pub struct UseConfig {
     /// Seconds before a model call is abandoned (default 600).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout: Option<f64>,
+    /// The most of a model's answer read, in bytes (default 64 MiB); past it a call fails with
+    /// a `fetch_error` naming the limit, instead of reading an endless body into memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_response_bytes: Option<u64>,
     /// `native`, `text` or `none`: overrides the catalogue's tools level.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tools: Option<String>,
@@ -72,6 +76,7 @@ pub const FIELDS: &[&str] = &[
     "max_tokens",
     "temperature",
     "timeout",
+    "max_response_bytes",
     "tools",
     "images",
 ];
@@ -148,9 +153,9 @@ impl Config {
                 secrets::register(k);
             }
         }
-        // An MCP server's headers usually carry a token.
+        // An MCP server's headers and env usually carry a token.
         for server in config.mcp.values() {
-            for v in server.headers.values() {
+            for v in server.headers.values().chain(server.env.values()) {
                 secrets::register(v);
             }
         }
@@ -227,7 +232,18 @@ impl Config {
                 u.max_tokens = Some(value.parse().map_err(|_| bad("not a whole number"))?)
             }
             "temperature" => u.temperature = Some(value.parse().map_err(|_| bad("not a number"))?),
-            "timeout" => u.timeout = Some(value.parse().map_err(|_| bad("not seconds"))?),
+            "timeout" => {
+                let secs: f64 = value.parse().map_err(|_| bad("not seconds"))?;
+                crate::duration::seconds(secs).map_err(|e| bad(&e.to_string()))?;
+                u.timeout = Some(secs);
+            }
+            "max_response_bytes" => {
+                let n: u64 = value.parse().map_err(|_| bad("not a whole number of bytes"))?;
+                if n == 0 {
+                    return Err(bad("must be at least 1"));
+                }
+                u.max_response_bytes = Some(n);
+            }
             "tools" => {
                 ToolsLevel::parse(value).ok_or_else(|| bad("expected native, text or none"))?;
                 u.tools = text();
@@ -256,6 +272,7 @@ impl UseConfig {
             "max_tokens" => self.max_tokens.map(|v| v.to_string()),
             "temperature" => self.temperature.map(|v| v.to_string()),
             "timeout" => self.timeout.map(|v| v.to_string()),
+            "max_response_bytes" => self.max_response_bytes.map(|v| v.to_string()),
             "tools" => self.tools.clone(),
             "images" => self.images.map(|v| v.to_string()),
             _ => None,
@@ -420,6 +437,9 @@ impl Config {
             .and_then(ToolsLevel::parse)
             .unwrap_or(entry.tools);
         let timeout = o.timeout.or(cfg.timeout).unwrap_or(600.0);
+        let timeout = crate::duration::seconds(timeout).map_err(|e| {
+            ProviderError::Config(format!("timeout for the {use_type} use-type: {e}"))
+        })?;
         Ok(Resolved {
             endpoint: Endpoint {
                 provider: entry.id.to_string(),
@@ -427,7 +447,11 @@ impl Config {
                 base_url,
                 key,
                 tools_level,
-                timeout: Duration::from_secs_f64(timeout.max(0.001)),
+                timeout: timeout.max(Duration::from_millis(1)),
+                max_response_bytes: cfg
+                    .max_response_bytes
+                    .unwrap_or(crate::providers::body::DEFAULT_MAX_RESPONSE_BYTES)
+                    .max(1),
                 reads: crate::files::forms::Reads {
                     images: cfg.images.unwrap_or(entry.images),
                 },

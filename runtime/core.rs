@@ -95,6 +95,7 @@ impl Core {
                     key: None,
                     tools_level: ToolsLevel::Native,
                     timeout: std::time::Duration::from_secs(600),
+                    max_response_bytes: crate::providers::body::DEFAULT_MAX_RESPONSE_BYTES,
                 },
                 model: o.model.clone().unwrap_or_else(|| "replay".into()),
                 max_tokens: o.max_tokens,

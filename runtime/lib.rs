@@ -11,6 +11,8 @@
 //!   `Providers::infer` is the one call that reaches a model.
 //! - [`config`]: settings by use-type (`chat`, `code`, `helper`, `general`) from the TOML config,
 //!   the environment and the catalogue, resolved into an endpoint for each request.
+//! - [`duration`]: the one reading of every duration colony is given (numbers and text), with
+//!   a clear error for negative, NaN or absurd values and a documented maximum.
 //! - [`core`]: what a program talks to: the config, the providers and the multi-thread runtime,
 //!   with `Core::prepare` (overrides to a neutral request and an endpoint) and `Core::infer`.
 //! - [`residents`]: AIs hosted as residents: the `route` (table, nursery, stop), each
@@ -49,6 +51,7 @@
 pub mod cli;
 pub mod config;
 pub mod core;
+pub mod duration;
 pub mod embed;
 pub mod files;
 pub mod lua;

@@ -141,6 +141,7 @@ fn endpoint() -> Endpoint {
         key: Some("test-key".into()),
         tools_level: ToolsLevel::Native,
         timeout: Duration::from_secs(10),
+        max_response_bytes: colony::providers::body::DEFAULT_MAX_RESPONSE_BYTES,
     }
 }
 

@@ -55,7 +55,8 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     ai.set(
         "sleep",
         lua.create_async_function(|_, ms: f64| async move {
-            tokio::time::sleep(std::time::Duration::from_secs_f64(ms.max(0.0) / 1000.0)).await;
+            let wait = super::convert::millis_option("ai.sleep", "ms", ms)?;
+            tokio::time::sleep(wait).await;
             Ok(())
         })?,
     )?;
@@ -222,7 +223,9 @@ pub fn read_ask(
         model: text("model")?,
         key: text("key")?,
         base_url: text("base_url")?,
-        timeout: number("timeout")?,
+        timeout: number("timeout")?
+            .map(|s| super::convert::seconds_option(who, "timeout", s).map(|_| s))
+            .transpose()?,
         max_tokens: number("max_tokens")?.map(|n| n.max(1.0) as u32),
         temperature: number("temperature")?,
     };

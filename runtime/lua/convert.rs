@@ -97,6 +97,17 @@ pub fn misuse(message: impl Into<String>) -> mlua::Error {
     mlua::Error::external(Misuse(message.into()))
 }
 
+/// `key = value` seconds from a script, read by [`crate::duration::seconds`]: a negative, NaN or
+/// absurd value (`math.huge`) is a misuse naming the function and the option.
+pub fn seconds_option(who: &str, key: &str, value: f64) -> mlua::Result<std::time::Duration> {
+    crate::duration::seconds(value).map_err(|e| misuse(format!("{who}: {key}: {e}")))
+}
+
+/// `key = value` milliseconds from a script, as [`seconds_option`].
+pub fn millis_option(who: &str, key: &str, value: f64) -> mlua::Result<std::time::Duration> {
+    crate::duration::millis(value).map_err(|e| misuse(format!("{who}: {key}: {e}")))
+}
+
 #[derive(Debug)]
 struct Misuse(String);
 

@@ -5,6 +5,15 @@
 //! only the calling coroutine. A response of any status is a response (`resp.status` says which);
 //! only a failure to get one (a refused connection, a timeout, a bad URL) is `nil, err` with
 //! `err.kind = "fetch_error"`, its message naming the method and the URL, redacted of keys.
+//!
+//! Limits: a request gives up after `timeout` seconds ([`DEFAULT_TIMEOUT`]), redirects included,
+//! and reads at most `max_bytes` of the body ([`DEFAULT_MAX_BYTES`]); past either it is a
+//! `fetch_error` naming the limit.
+//!
+//! Redirects (at most [`MAX_REDIRECTS`]) are followed here rather than by reqwest, because a
+//! redirect that leaves the origin must not carry what the script sent: every header the script
+//! set (an `Authorization`, an `X-Api-Key`) is dropped from then on, and no `Referer` is ever
+//! sent (it would carry the original URL, `?key=` and all).
 
 use std::time::Duration;
 
@@ -45,17 +54,34 @@ struct Request {
     url: String,
     headers: Vec<(String, String)>,
     body: Option<Body>,
-    timeout: Option<Duration>,
+    timeout: Duration,
+    max_bytes: u64,
 }
 
+/// How long a request may take when the script does not say.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+/// The most of a body read when the script does not say: 32 MiB.
+pub const DEFAULT_MAX_BYTES: u64 = 32 << 20;
+/// Redirects followed before the request fails.
+const MAX_REDIRECTS: usize = 10;
+
+#[derive(Clone)]
 enum Body {
     Bytes(Vec<u8>),
     Json(serde_json::Value),
 }
 
 /// Options of `http.get` and `http.post`; `http.request` also takes `method` and `url`.
-const OPTIONS: &[&str] = &["headers", "body", "json", "timeout"];
-const REQUEST_FIELDS: &[&str] = &["method", "url", "headers", "body", "json", "timeout"];
+const OPTIONS: &[&str] = &["headers", "body", "json", "timeout", "max_bytes"];
+const REQUEST_FIELDS: &[&str] = &[
+    "method",
+    "url",
+    "headers",
+    "body",
+    "json",
+    "timeout",
+    "max_bytes",
+];
 
 fn read_request(
     lua: &Lua,
@@ -168,12 +194,27 @@ fn read_request(
         _ => return Err(bad("give body or json, not both".into())),
     };
     let timeout = match get("timeout")? {
-        Value::Nil => None,
-        Value::Integer(n) if n > 0 => Some(Duration::from_secs(n as u64)),
-        Value::Number(n) if n > 0.0 && n.is_finite() => Some(Duration::from_secs_f64(n)),
+        Value::Nil => DEFAULT_TIMEOUT,
+        Value::Integer(n) if n > 0 => super::convert::seconds_option(who, "timeout", n as f64)?,
+        Value::Number(n) if n > 0.0 => super::convert::seconds_option(who, "timeout", n)?,
         other => {
             return Err(bad(format!(
                 "timeout must be a positive number of seconds, not {}",
+                match other {
+                    Value::Integer(n) => n.to_string(),
+                    Value::Number(n) => n.to_string(),
+                    v => v.type_name().to_string(),
+                }
+            )));
+        }
+    };
+    let max_bytes = match get("max_bytes")? {
+        Value::Nil => DEFAULT_MAX_BYTES,
+        Value::Integer(n) if n > 0 => n as u64,
+        Value::Number(n) if n >= 1.0 && n.fract() == 0.0 && n < u64::MAX as f64 => n as u64,
+        other => {
+            return Err(bad(format!(
+                "max_bytes must be a whole number of bytes above 0, not {}",
                 match other {
                     Value::Integer(n) => n.to_string(),
                     Value::Number(n) => n.to_string(),
@@ -188,6 +229,7 @@ fn read_request(
         headers,
         body,
         timeout,
+        max_bytes,
     })
 }
 
@@ -216,28 +258,23 @@ async fn fetch(lua: &Lua, req: Request) -> mlua::Result<MultiValue> {
         Ok(u) => return failed(format!("unsupported scheme {:?}", u.scheme())),
         Err(e) => return failed(format!("bad URL: {e}")),
     };
-    let client = super::ai::core(lua).providers().http().clone();
-    let mut builder = client.request(req.method.clone(), url);
-    for (name, value) in &req.headers {
-        builder = builder.header(name.as_str(), value.as_str());
-    }
-    builder = match &req.body {
-        None => builder,
-        Some(Body::Bytes(b)) => builder.body(b.clone()),
-        Some(Body::Json(v)) => builder.json(v),
+    let client = client(lua);
+    let answer = tokio::time::timeout(req.timeout, send(&client, &req, url)).await;
+    let (response, body) = match answer {
+        Err(_elapsed) => {
+            return failed(format!(
+                "timed out after {} s",
+                req.timeout.as_secs_f64()
+            ));
+        }
+        Ok(Err(detail)) => return failed(detail),
+        Ok(Ok(answer)) => answer,
     };
-    if let Some(t) = req.timeout {
-        builder = builder.timeout(t);
-    }
-    let response = match builder.send().await {
-        Ok(r) => r,
-        Err(e) => return failed(describe(&e, req.timeout)),
-    };
-    let status = response.status().as_u16();
+    let status = response.status;
     let headers = lua.create_table()?;
-    for name in response.headers().keys() {
+    for name in response.headers.keys() {
         let joined = response
-            .headers()
+            .headers
             .get_all(name)
             .iter()
             .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
@@ -246,10 +283,6 @@ async fn fetch(lua: &Lua, req: Request) -> mlua::Result<MultiValue> {
         // `HeaderName`s are lowercase already.
         headers.set(name.as_str(), joined)?;
     }
-    let body = match response.bytes().await {
-        Ok(b) => b,
-        Err(e) => return failed(describe(&e, req.timeout)),
-    };
     let body = lua.create_string(&body)?;
     let resp = lua.create_table()?;
     resp.set("status", status)?;
@@ -266,14 +299,107 @@ async fn fetch(lua: &Lua, req: Request) -> mlua::Result<MultiValue> {
     Ok(MultiValue::from_iter([Value::Table(resp)]))
 }
 
-/// A reqwest error without its URL (the caller names it) and with its causes.
-fn describe(e: &reqwest::Error, timeout: Option<Duration>) -> String {
-    if e.is_timeout() {
-        return match timeout {
-            Some(t) => format!("timed out after {} s", t.as_secs_f64()),
-            None => "timed out".into(),
-        };
+/// The status and headers of the final answer (after redirects).
+struct Head {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+}
+
+/// The script's HTTP client: no automatic redirects (see the module's doc), no `Referer`. One
+/// per Lua VM, so its connections are driven by the VM's own runtime.
+fn client(lua: &Lua) -> reqwest::Client {
+    struct ScriptClient(reqwest::Client);
+    if let Some(c) = lua.app_data_ref::<ScriptClient>() {
+        return c.0.clone();
     }
+    let client = reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(90))
+        .redirect(reqwest::redirect::Policy::none())
+        .referer(false)
+        .build()
+        .expect("the HTTP client builds");
+    lua.set_app_data(ScriptClient(client.clone()));
+    client
+}
+
+/// Sends `req` to `url`, following redirects, and reads the final body up to `max_bytes`.
+async fn send(
+    client: &reqwest::Client,
+    req: &Request,
+    mut url: reqwest::Url,
+) -> Result<(Head, bytes::Bytes), String> {
+    let origin = url.origin();
+    let mut method = req.method.clone();
+    let mut body = req.body.clone();
+    let mut own_headers = true;
+    let mut hops = 0;
+    let response = loop {
+        let mut builder = client.request(method.clone(), url.clone());
+        if own_headers {
+            for (name, value) in &req.headers {
+                builder = builder.header(name.as_str(), value.as_str());
+            }
+        }
+        builder = match &body {
+            None => builder,
+            Some(Body::Bytes(b)) => builder.body(b.clone()),
+            Some(Body::Json(v)) => builder.json(v),
+        };
+        let response = builder.send().await.map_err(|e| describe(&e))?;
+        let status = response.status();
+        let location = response
+            .headers()
+            .get(reqwest::header::LOCATION)
+            .and_then(|v| v.to_str().ok());
+        let (true, Some(location)) = (status.is_redirection(), location) else {
+            break response;
+        };
+        if status == reqwest::StatusCode::NOT_MODIFIED {
+            break response;
+        }
+        hops += 1;
+        if hops > MAX_REDIRECTS {
+            return Err(format!("more than {MAX_REDIRECTS} redirects"));
+        }
+        let next = url
+            .join(location)
+            .map_err(|e| format!("redirected to a bad URL {location:?}: {e}"))?;
+        if !matches!(next.scheme(), "http" | "https") {
+            return Err(format!(
+                "redirected to unsupported scheme {:?}",
+                next.scheme()
+            ));
+        }
+        // 303, and 301/302 after a POST (as browsers do), turn into a GET without a body;
+        // 307 and 308 repeat the request as it was.
+        let to_get = status == reqwest::StatusCode::SEE_OTHER
+            || (matches!(status.as_u16(), 301 | 302) && method == reqwest::Method::POST);
+        if to_get {
+            method = reqwest::Method::GET;
+            body = None;
+        }
+        if next.origin() != origin {
+            own_headers = false;
+        }
+        url = next;
+    };
+    let head = Head {
+        status: response.status().as_u16(),
+        headers: response.headers().clone(),
+    };
+    let body = crate::providers::body::read(response, req.max_bytes)
+        .await
+        .map_err(|e| match e {
+            crate::providers::body::BodyError::TooLarge(_) => {
+                format!("{e}; pass max_bytes to read more")
+            }
+            crate::providers::body::BodyError::Transport(e) => describe(&e),
+        })?;
+    Ok((head, body))
+}
+
+/// A reqwest error without its URL (the caller names it) and with its causes.
+fn describe(e: &reqwest::Error) -> String {
     let mut text = String::new();
     let mut source: Option<&dyn std::error::Error> = Some(e);
     while let Some(s) = source {

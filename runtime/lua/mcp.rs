@@ -337,9 +337,9 @@ async fn call(lua: &Lua, args: MultiValue) -> mlua::Result<MultiValue> {
         }
     };
     let deadline = match timeout {
-        // Capped at the longest a call may ask for (and NaN or infinity is not a panic).
-        Some(s) => Duration::try_from_secs_f64(s.max(0.001))
-            .unwrap_or(Duration::MAX)
+        // Capped at the longest a call may ask for.
+        Some(s) => super::convert::seconds_option(who, "timeout", s)?
+            .max(Duration::from_millis(1))
             .min(toolset::CALL_DEADLINE + toolset::MAX_EXTRA),
         None => toolset::deadline_for(&call_args),
     };

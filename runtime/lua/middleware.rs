@@ -51,11 +51,9 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
 
 fn millis(opts: &Table, who: &str, key: &str) -> mlua::Result<Option<Duration>> {
     match opts.get::<Option<f64>>(key) {
-        Ok(Some(ms)) if ms >= 0.0 => Duration::try_from_secs_f64(ms / 1000.0)
-            .map(Some)
-            .map_err(|_| misuse(format!("{who}: {key} = {ms} is too long"))),
+        Ok(Some(ms)) => super::convert::millis_option(who, key, ms).map(Some),
         Ok(None) => Ok(None),
-        _ => Err(misuse(format!(
+        Err(_) => Err(misuse(format!(
             "{who}: {key} must be a number of milliseconds (0 or more)"
         ))),
     }

@@ -431,8 +431,7 @@ fn read_policy(t: &Table, who: &str, default: Restart) -> mlua::Result<RestartPo
     }
     match t.get::<Option<f64>>("restart_window_ms") {
         Ok(Some(ms)) if ms > 0.0 => {
-            policy.window = Duration::try_from_secs_f64(ms / 1000.0)
-                .map_err(|_| bad(who, format!("restart_window_ms = {ms} is too long")))?
+            policy.window = super::convert::millis_option(who, "restart_window_ms", ms)?
         }
         Ok(None) => {}
         _ => {
@@ -665,8 +664,7 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
         match opts.get::<Option<f64>>("grace_ms") {
             Ok(Some(ms)) if ms >= 0.0 => {
                 // More than a day is "wait for them": the deadline must still be a time.
-                grace = Duration::try_from_secs_f64(ms / 1000.0)
-                    .unwrap_or(Duration::MAX)
+                grace = super::convert::millis_option(who, "grace_ms", ms)?
                     .min(Duration::from_secs(86_400))
             }
             Ok(None) => {}

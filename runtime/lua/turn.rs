@@ -5,7 +5,6 @@
 //! callbacks are reached through the VM's [`LuaBridge`], each in its own coroutine, so the calls
 //! of one step run concurrently.
 
-use std::time::Duration;
 
 use mlua::{
     Function, Lua, MetaMethod, MultiValue, Table, UserData, UserDataFields, UserDataMethods, Value,
@@ -155,7 +154,9 @@ fn tool_def(lua: &Lua, spec: &Table, who: &str) -> mlua::Result<ToolDef> {
         v => to_json(lua, v)?,
     };
     let timeout = match spec.get::<Option<f64>>("timeout") {
-        Ok(t) => t.map(|s| Duration::from_secs_f64(s.max(0.0))),
+        Ok(t) => t
+            .map(|s| super::convert::seconds_option(who, &format!("tool {name}: timeout"), s))
+            .transpose()?,
         Err(_) => {
             return Err(bad(
                 who,

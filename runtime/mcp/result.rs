@@ -21,12 +21,17 @@ pub struct CallOutput {
     pub is_error: bool,
 }
 
-/// Shapes a `CallToolResult` (as JSON, so this does not depend on the SDK's types).
+/// Shapes a `CallToolResult` (as JSON, so this does not depend on the SDK's types). A secret
+/// the server was given (its `env`, its headers) that it echoes is `[redacted]` here, before the
+/// model, a log, a cassette or the store can see it.
 pub fn shape(result: &Value) -> CallOutput {
     let structured = result
         .get("structuredContent")
         .filter(|v| !v.is_null())
-        .cloned();
+        .map(|v| {
+            let text = crate::secrets::redact(&v.to_string());
+            serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text))
+        });
     let is_error = result
         .get("isError")
         .and_then(Value::as_bool)
@@ -46,7 +51,7 @@ pub fn shape(result: &Value) -> CallOutput {
     }
     let text = match &structured {
         Some(v) => v.to_string(),
-        None => texts.join("\n"),
+        None => crate::secrets::redact(&texts.join("\n")),
     };
     CallOutput {
         text,

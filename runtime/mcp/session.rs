@@ -361,6 +361,14 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
         server: spec.name.clone(),
         message,
     };
+    // A server's headers and `env` values are how it is given its tokens: each is a secret,
+    // scrubbed from its stderr lines, its results, logs, cassettes and the store.
+    match &spec.transport {
+        Transport::Http { headers: values, .. } | Transport::Stdio { env: values, .. } => {
+            values.values().for_each(|v| crate::secrets::register(v));
+        }
+        Transport::Unavailable { .. } => {}
+    }
     let service = match &spec.transport {
         Transport::Unavailable { reason } => return Err(McpError::Config(reason.clone())),
         Transport::Http { url, headers } => {
@@ -415,6 +423,7 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
                 tokio::spawn(async move {
                     let mut lines = tokio::io::BufReader::new(stderr).lines();
                     while let Ok(Some(line)) = lines.next_line().await {
+                        let line = crate::secrets::redact(&line);
                         tracing::info!(target: "colony::mcp::stderr", server = %server, "{line}");
                     }
                 });

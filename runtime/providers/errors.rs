@@ -11,10 +11,6 @@ use serde_json::Value;
 
 use crate::secrets;
 
-/// The longest server-requested wait colony honours; like the OpenAI SDK, anything longer is
-/// treated as "not soon" rather than slept through.
-pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(120);
-
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ProviderError {
     /// Bad settings found before any request: unknown provider, missing key, bad base URL.
@@ -202,15 +198,14 @@ pub fn classify(status: u16, headers: &HeaderMap, body: &str) -> ProviderError {
     let retry_after = retry_after_header(headers).or(read.retry_after);
     match status {
         401 | 403 => ProviderError::Auth { status, message },
-        408 | 409 | 429 | 500..=599 => {
-            let transient = !read.exhausted && retry_after.is_none_or(|d| d <= MAX_RETRY_AFTER);
-            ProviderError::Provider {
-                status: Some(status),
-                message,
-                transient,
-                retry_after: retry_after.filter(|d| *d <= MAX_RETRY_AFTER),
-            }
-        }
+        // However long the server asks to wait, the failure is still one that passes: the wait
+        // is the caller's to cap (`with_retries`' `cap_ms`, a resident's outage backoff).
+        408 | 409 | 429 | 500..=599 => ProviderError::Provider {
+            status: Some(status),
+            message,
+            transient: !read.exhausted,
+            retry_after,
+        },
         _ if read.code.contains("overloaded") => ProviderError::Provider {
             status: Some(status),
             message,
@@ -261,15 +256,24 @@ pub fn classify_stream_error(payload: &Value) -> ProviderError {
     }
 }
 
-/// `retry-after-ms` (milliseconds), then `retry-after` (seconds, or an HTTP date, which is ignored).
+/// `retry-after-ms` (milliseconds), then `retry-after`: seconds, or an HTTP date (RFC 9110
+/// §10.2.3), read as the time left until then. A value that is no duration (negative, absurd,
+/// unreadable) is ignored.
 pub fn retry_after_header(headers: &HeaderMap) -> Option<Duration> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
-        return Some(Duration::from_secs_f64(ms.max(0.0) / 1000.0));
+        return crate::duration::millis(ms).ok();
     }
-    get("retry-after")
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .map(|s| Duration::from_secs_f64(s.max(0.0)))
+    let value = get("retry-after")?.trim();
+    if let Ok(secs) = value.parse::<f64>() {
+        return crate::duration::seconds(secs).ok();
+    }
+    // The HTTP-date form: the wait is until then (a date already past means "now").
+    let when = httpdate::parse_http_date(value).ok()?;
+    Some(
+        when.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
 }
 
 /// Durations as providers write them: `47s`, `0.5s`, `84ms`, `6m0s`, `1h2m3s`.
@@ -302,7 +306,10 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
     if !number.is_empty() {
         return None;
     }
-    any.then(|| Duration::from_secs_f64(total))
+    if !any {
+        return None;
+    }
+    crate::duration::seconds(total).ok()
 }
 
 /// OpenAI's "Please try again in 84ms" / "in 1.5s".

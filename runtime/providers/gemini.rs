@@ -1228,6 +1228,7 @@ mod tests {
             key: Some(KEY.into()),
             tools_level: ToolsLevel::Native,
             timeout: Duration::from_secs(30),
+            max_response_bytes: crate::providers::body::DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 

@@ -6,6 +6,7 @@
 //! this module only neutral types exist.
 
 pub mod anthropic;
+pub mod body;
 pub mod catalogue;
 pub mod errors;
 pub mod gemini;
@@ -38,6 +39,8 @@ pub struct Endpoint {
     pub key: Option<String>,
     pub tools_level: ToolsLevel,
     pub timeout: Duration,
+    /// The most of an answer read (`max_response_bytes`): past it the call is a `fetch_error`.
+    pub max_response_bytes: u64,
     /// What the model reads beyond the style's file table.
     pub reads: crate::files::forms::Reads,
 }
@@ -137,8 +140,81 @@ pub fn merge_extra(body: &mut Value, extra: Option<&Value>) {
 fn new_client() -> reqwest::Client {
     reqwest::Client::builder()
         .pool_idle_timeout(Duration::from_secs(90))
+        .redirect(same_origin_redirects())
+        // A Referer would carry the original URL, and with it a `?key=` (Gemini).
+        .referer(false)
         .build()
         .expect("the HTTP client builds")
+}
+
+/// Redirects a model call follows: within the origin it was sent to, at most ten. A redirect to
+/// another host (or port, or scheme) would carry the key headers (`x-api-key`, `x-goog-api-key`)
+/// there, so it is refused, naming where it pointed.
+fn same_origin_redirects() -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(|attempt| {
+        let origin = attempt.previous().first().map(reqwest::Url::origin);
+        if origin.is_some_and(|o| o != attempt.url().origin()) {
+            let to = crate::secrets::redact(attempt.url().as_str());
+            attempt.error(format!(
+                "the provider redirected to another host ({to}); colony does not send a key there"
+            ))
+        } else if attempt.previous().len() > 10 {
+            attempt.error("more than 10 redirects")
+        } else {
+            attempt.follow()
+        }
+    })
+}
+
+/// The most of an error answer read: its message is all colony keeps of it.
+const MAX_ERROR_BODY: u64 = 1 << 20;
+
+/// A failure to read an answer's body, as the call's error: past the limit a `fetch_error`
+/// naming it, a timeout saying so, anything else as [`ProviderError::fetch`].
+pub(crate) fn body_failure(e: body::BodyError, ep: &Endpoint) -> ProviderError {
+    match e {
+        body::BodyError::TooLarge(_) => ProviderError::Fetch(format!(
+            "{e}; raise max_response_bytes in the use-type to read more"
+        )),
+        body::BodyError::Transport(e) => transport_failure(&e, ep),
+    }
+}
+
+/// A request that got no (whole) answer; a timeout names the timeout that ran out.
+fn transport_failure(e: &reqwest::Error, ep: &Endpoint) -> ProviderError {
+    if e.is_timeout() {
+        return ProviderError::Fetch(format!(
+            "timed out after {} s (the use-type's timeout)",
+            ep.timeout.as_secs_f64()
+        ));
+    }
+    ProviderError::fetch(e)
+}
+
+/// A whole answer the codec could not read, classified as the same fault streamed would be: a
+/// body whose JSON ends early was cut off (a `fetch_error`, as a stream that ends before its
+/// end marker), and an error object in a 200 answer is the error it names (as an `error` event
+/// in a stream).
+fn whole_body_fault(e: ProviderError, body: &[u8]) -> ProviderError {
+    if !matches!(e, ProviderError::Parse(_)) {
+        return e;
+    }
+    match serde_json::from_slice::<Value>(body) {
+        Err(json) if json.is_eof() => ProviderError::Fetch(format!(
+            "the answer ended early ({} bytes, its JSON cut off)",
+            body.len()
+        )),
+        Ok(value) if value.get("error").is_some_and(|e| !e.is_null()) => {
+            let mut e = errors::classify_stream_error(&value);
+            if let ProviderError::Provider { message, .. } | ProviderError::Api { message, .. } =
+                &mut e
+            {
+                *message = message.replacen("mid-stream:", "in a 200 answer:", 1);
+            }
+            e
+        }
+        _ => e,
+    }
 }
 
 /// Calls models: over HTTP, from a cassette, or over HTTP while recording one.
@@ -274,21 +350,26 @@ impl Providers {
             .json(&wire.body)
             .send()
             .await
-            .map_err(|e| ProviderError::fetch(&e))?;
+            .map_err(|e| transport_failure(&e, ep))?;
         let status = response.status().as_u16();
         if !(200..300).contains(&status) {
             let headers = response.headers().clone();
-            let body = response.text().await.unwrap_or_default();
-            return Err(errors::classify(status, &headers, &body));
+            let body = body::read(response, MAX_ERROR_BODY.min(ep.max_response_bytes))
+                .await
+                .unwrap_or_default();
+            return Err(errors::classify(
+                status,
+                &headers,
+                &String::from_utf8_lossy(&body),
+            ));
         }
         match on_text {
-            Some(on_text) => sse::assemble(response, codec.assembler(), on_text).await,
+            Some(on_text) => sse::assemble(response, codec.assembler(), on_text, ep).await,
             None => {
-                let body = response
-                    .bytes()
+                let body = body::read(response, ep.max_response_bytes)
                     .await
-                    .map_err(|e| ProviderError::fetch(&e))?;
-                codec.parse(&body)
+                    .map_err(|e| body_failure(e, ep))?;
+                codec.parse(&body).map_err(|e| whole_body_fault(e, &body))
             }
         }
     }
@@ -303,13 +384,13 @@ impl Providers {
         for (k, v) in &wire.headers {
             builder = builder.header(k, v);
         }
-        let response = builder.send().await.map_err(|e| ProviderError::fetch(&e))?;
+        let response = builder.send().await.map_err(|e| transport_failure(&e, ep))?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
-        let body = response
-            .text()
+        let body = body::read(response, ep.max_response_bytes)
             .await
-            .map_err(|e| ProviderError::fetch(&e))?;
+            .map_err(|e| body_failure(e, ep))?;
+        let body = String::from_utf8_lossy(&body);
         if !(200..300).contains(&status) {
             return Err(errors::classify(status, &headers, &body));
         }

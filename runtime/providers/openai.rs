@@ -723,6 +723,7 @@ mod tests {
             key: key.map(str::to_string),
             tools_level: ToolsLevel::Native,
             timeout: Duration::from_secs(30),
+            max_response_bytes: crate::providers::body::DEFAULT_MAX_RESPONSE_BYTES,
         }
     }
 

@@ -5,29 +5,33 @@
 use eventsource_stream::Eventsource;
 use futures::{Stream, StreamExt};
 
-use super::{Assembler, ProviderError};
+use super::{Assembler, Endpoint, ProviderError, body};
 use crate::vocab::Inferred;
 
-/// Reads a streamed HTTP response to its end.
+/// Reads a streamed HTTP response to its end, or to `ep`'s `max_response_bytes`. A failure to
+/// read reads as it would for a whole body ([`super::body_failure`]): the same fault is the same
+/// error, streamed or not.
 pub async fn assemble(
     response: reqwest::Response,
     assembler: Box<dyn Assembler>,
     on_text: &mut (dyn FnMut(&str) + Send),
+    ep: &Endpoint,
 ) -> Result<Inferred, ProviderError> {
-    let bytes = response.bytes_stream();
+    let bytes = body::stream(response, ep.max_response_bytes)
+        .map(|chunk| chunk.map_err(|e| super::body_failure(e, ep)));
     assemble_stream(bytes, assembler, on_text).await
 }
 
-/// The same over any byte stream: used by the fixture tests and the benchmarks on recorded bytes.
-pub async fn assemble_stream<S, B, E>(
+/// The same over any byte stream (a transport failure already a [`ProviderError`]): used by the
+/// fixture tests and the benchmarks on recorded bytes.
+pub async fn assemble_stream<S, B>(
     bytes: S,
     mut assembler: Box<dyn Assembler>,
     on_text: &mut (dyn FnMut(&str) + Send),
 ) -> Result<Inferred, ProviderError>
 where
-    S: Stream<Item = Result<B, E>> + Unpin,
+    S: Stream<Item = Result<B, ProviderError>> + Unpin,
     B: AsRef<[u8]>,
-    E: std::fmt::Display,
 {
     let mut events = bytes.eventsource();
     while let Some(event) = events.next().await {
@@ -38,12 +42,7 @@ where
                 }
                 assembler.event(&event.event, &event.data, &mut |t| on_text(t))?;
             }
-            Err(eventsource_stream::EventStreamError::Transport(e)) => {
-                return Err(ProviderError::Fetch(format!(
-                    "the stream broke off: {}",
-                    crate::secrets::redact(&e.to_string())
-                )));
-            }
+            Err(eventsource_stream::EventStreamError::Transport(e)) => return Err(e),
             Err(e) => return Err(ProviderError::Parse(format!("bad SSE: {e}"))),
         }
     }
@@ -56,7 +55,7 @@ pub fn assemble_bytes(
     assembler: Box<dyn Assembler>,
 ) -> (Result<Inferred, ProviderError>, Vec<String>) {
     let mut deltas = Vec::new();
-    let chunks = futures::stream::iter([Ok::<_, std::convert::Infallible>(bytes.to_vec())]);
+    let chunks = futures::stream::iter([Ok::<_, ProviderError>(bytes.to_vec())]);
     let result = futures::executor::block_on(assemble_stream(chunks, assembler, &mut |t: &str| {
         deltas.push(t.to_string())
     }));

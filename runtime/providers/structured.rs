@@ -371,6 +371,7 @@ mod tests {
             key: None,
             tools_level: ToolsLevel::Native,
             timeout: std::time::Duration::from_secs(30),
+            max_response_bytes: crate::providers::body::DEFAULT_MAX_RESPONSE_BYTES,
         };
         let req = schema_req(person());
         let body = Anthropic.request(&prepare(&req), &ep, false).body;

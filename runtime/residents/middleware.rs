@@ -921,6 +921,7 @@ mod tests {
             key: None,
             tools_level: ToolsLevel::Native,
             timeout: Duration::from_secs(60),
+            max_response_bytes: crate::providers::body::DEFAULT_MAX_RESPONSE_BYTES,
         };
         (req, ep)
     }
