@@ -405,6 +405,26 @@ fn a_damaged_store_is_refused_and_untouched() {
 }
 
 #[test]
+fn an_empty_store_file_is_refused_and_untouched() {
+    let (sb, script, state) = setup();
+    std::fs::create_dir_all(&state).unwrap();
+    let db = state.join(STORE_FILE);
+    std::fs::write(&db, b"").unwrap();
+    let run = sb.colony(&["store", &s(&script), "list"]).failed();
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "colony store: {} is empty (0 bytes): a colony store is never empty once opened, so \
+             its contents were lost or it is not a store; it was left as it is (remove it to \
+             start afresh)\n",
+            s(&db)
+        )
+    );
+    assert_eq!(std::fs::read(&db).unwrap(), b"");
+}
+
+#[test]
 fn no_state_yet_is_an_error_that_creates_nothing() {
     let (sb, script, state) = setup();
     let run = sb.colony(&["audit", &s(&script)]).failed();

@@ -30,6 +30,68 @@ pub enum Form {
 /// How many code points of a text file are inlined.
 pub const TEXT_CAP: usize = 24_000;
 
+/// What one API takes inline, as its documentation states: the most bytes of one file of a
+/// kind, and of all the files of one request together (base64 makes each a third larger on
+/// the wire, which the documented request limits count; these are raw bytes, with room).
+///
+/// - Anthropic: a request is at most 32 MB; an image at most 5 MB.
+/// - Gemini: inline data up to 100 MB a request; a PDF at most 50 MB.
+/// - OpenAI chat: images up to 50 MB of payload a request, 20 MB each.
+///
+/// A file over either becomes a note saying so ([`too_large`]) instead of a request the
+/// provider refuses after colony has built and sent hundreds of megabytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SizeLimits {
+    pub file: u64,
+    pub request: u64,
+}
+
+const MB: u64 = 1_000_000;
+
+/// The documented limits for `kind` on `style`'s wire (raw bytes, base64 accounted for).
+pub fn size_limits(style: Style, kind: FileKind) -> SizeLimits {
+    // Raw bytes whose base64 fits in `wire` bytes.
+    let raw = |wire: u64| wire / 4 * 3;
+    match (style, kind) {
+        (Style::Anthropic, FileKind::Image) => SizeLimits {
+            file: raw(5 * MB),
+            request: raw(32 * MB),
+        },
+        (Style::Anthropic, _) => SizeLimits {
+            file: raw(32 * MB),
+            request: raw(32 * MB),
+        },
+        (Style::Gemini, FileKind::Pdf) => SizeLimits {
+            file: 50 * MB,
+            request: raw(100 * MB),
+        },
+        (Style::Gemini, _) => SizeLimits {
+            file: raw(100 * MB),
+            request: raw(100 * MB),
+        },
+        _ => SizeLimits {
+            file: 20 * MB,
+            request: raw(50 * MB),
+        },
+    }
+}
+
+/// A file too large for the API to take: a note saying so, with the limit it passed.
+pub fn too_large(file: &FileRef, limit: u64, per_request: bool) -> String {
+    format!(
+        "[file {} ({}, {}): larger than this model's API takes ({} {}), so its content is absent]",
+        file.name,
+        file.content_type,
+        human_size(file.size),
+        human_size(limit),
+        if per_request {
+            "for all the files of one request"
+        } else {
+            "for one file"
+        }
+    )
+}
+
 /// What an endpoint reads besides the table's defaults.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Reads {

@@ -59,9 +59,12 @@ pub fn render(req: &InferRequest, style: Style, reads: Reads) -> Cow<'_, InferRe
     }
     let from = window_start(req);
     let mut out = req.clone();
-    for (i, message) in out.messages.iter_mut().enumerate() {
+    // Bytes inlined so far, newest first: when the request's budget runs out, the newest
+    // files are the ones that still travel.
+    let mut inlined = 0u64;
+    for (i, message) in out.messages.iter_mut().enumerate().rev() {
         if has_files(message) {
-            render_message(message, i >= from, style, reads);
+            render_message(message, i >= from, style, reads, &mut inlined);
         }
     }
     Cow::Owned(out)
@@ -80,6 +83,7 @@ fn render_file(
     in_results: bool,
     style: Style,
     reads: Reads,
+    inlined: &mut u64,
 ) -> Rendered {
     if let Some(reason) = &file.shed {
         return Rendered::Text(forms::shed_note(file, reason));
@@ -98,6 +102,14 @@ fn render_file(
             Rendered::Text(forms::note(file))
         }
         Form::Inline { media_type } => {
+            let limits = forms::size_limits(style, super::kind_of(file));
+            if file.size > limits.file {
+                return Rendered::Text(forms::too_large(file, limits.file, false));
+            }
+            if *inlined + file.size > limits.request {
+                return Rendered::Text(forms::too_large(file, limits.request, true));
+            }
+            *inlined += file.size;
             let mut wire = file.clone();
             wire.content_type = media_type;
             Rendered::File(wire)
@@ -108,7 +120,13 @@ fn render_file(
 /// Renders a message's files in place. Text a file becomes joins the text around it with a
 /// blank line; in a message of tool results it joins the result it belongs to (the one before
 /// it), so every style carries it in the result.
-fn render_message(message: &mut Message, inline: bool, style: Style, reads: Reads) {
+fn render_message(
+    message: &mut Message,
+    inline: bool,
+    style: Style,
+    reads: Reads,
+    inlined: &mut u64,
+) {
     let in_results = message.role == Role::Tool;
     let parts = std::mem::take(&mut message.parts);
     let mut out: Vec<Part> = Vec::with_capacity(parts.len());
@@ -117,7 +135,7 @@ fn render_message(message: &mut Message, inline: bool, style: Style, reads: Read
             push_joined(&mut out, part);
             continue;
         };
-        match render_file(&file, inline, in_results, style, reads) {
+        match render_file(&file, inline, in_results, style, reads, inlined) {
             Rendered::File(wire) => out.push(Part::File(wire)),
             Rendered::Text(text) => match out.last_mut() {
                 Some(Part::ToolResult(result)) if in_results => {

@@ -137,7 +137,19 @@ async fn list(dir: &Path) -> std::io::Result<Vec<String>> {
 }
 
 /// Writes `bytes` to a temporary file in `path`'s folder, then renames it over `path`.
+///
+/// A rename replaces a file whatever its mode, so a read-only target is refused here
+/// (`permission_denied`), as a write in place would be.
 async fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    if let Ok(meta) = tokio::fs::metadata(path).await
+        && meta.is_file()
+        && meta.permissions().readonly()
+    {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "the file is read-only",
+        ));
+    }
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let name = path
         .file_name()

@@ -287,7 +287,17 @@ fn check_header(path: &Path) -> StoreResult<()> {
         .take(16)
         .read_to_end(&mut head)
         .map_err(|e| StoreError::Io(format!("{}: cannot read it: {e}", path.display())))?;
-    if head.is_empty() || head.as_slice() == SQLITE_HEADER {
+    if head.is_empty() {
+        // A store colony opened holds at least its header (switching to WAL mode writes it), so
+        // an empty file is one whose contents were lost (truncated, a failed copy) or not a
+        // store at all: starting afresh in it would lose the program's state without a word.
+        return Err(StoreError::Damaged(format!(
+            "{} is empty (0 bytes): a colony store is never empty once opened, so its contents \
+             were lost or it is not a store; it was left as it is (remove it to start afresh)",
+            path.display()
+        )));
+    }
+    if head.as_slice() == SQLITE_HEADER {
         return Ok(());
     }
     Err(StoreError::Damaged(format!(

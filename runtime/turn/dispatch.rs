@@ -13,8 +13,29 @@ use crate::lua::bridge::{HandlerOutcome, LuaBridge};
 use crate::residents::mail::Provenance;
 use crate::vocab::{FileRef, ToolCall, ToolResult};
 
-/// How much of a result a [`ToolEvent`] keeps; the model always gets all of it.
+/// How much of a result a [`ToolEvent`] keeps; the model gets up to [`MAX_RESULT_CHARS`].
 const EVENT_OUTCOME_CHARS: usize = 500;
+
+/// The most of one tool result the model reads, in characters: a tool that answers megabytes
+/// (a whole file, a database dump) would otherwise fill the context and the bill at every step.
+/// The script's `on_step` still sees the whole result.
+pub const MAX_RESULT_CHARS: usize = 100_000;
+
+/// A result as the model reads it: at most [`MAX_RESULT_CHARS`] characters, and when cut, a
+/// marker saying how much was left out.
+pub fn for_the_model(mut result: ToolResult) -> ToolResult {
+    let Some((cut_at, _)) = result.content.char_indices().nth(MAX_RESULT_CHARS) else {
+        return result;
+    };
+    let total = result.content.chars().count();
+    result.content.truncate(cut_at);
+    result.content.push_str(&format!(
+        "\n[colony: the result was cut here: {} of its {total} characters were left out \
+         (a tool result is at most {MAX_RESULT_CHARS} characters for the model)]",
+        total - MAX_RESULT_CHARS
+    ));
+    result
+}
 
 /// What a call runs with besides the call itself.
 pub struct CallContext<'a> {

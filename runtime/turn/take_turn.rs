@@ -211,6 +211,9 @@ async fn run(
             out.messages = req.messages;
             return out;
         }
+        // The results whole, for the script (`on_step`); the message holds them as the model
+        // reads them (see `dispatch::for_the_model`).
+        let mut whole: Option<Vec<ToolResult>> = None;
         let answered: Message = if last {
             Message::new(
                 Role::Tool,
@@ -230,13 +233,17 @@ async fn run(
             let held = viewable(&offered, &req.messages);
             let cx = context(bridge, &spec, step, &offered, &held);
             match run_calls(&cx, &calls, spec.on_tool, &mut out.tool_events).await {
-                Some(answers) => results_message(answers),
+                Some(answers) => {
+                    whole = Some(answers.iter().map(|a| a.result.clone()).collect());
+                    results_message(answers)
+                }
                 None => return cancelled(out, req.messages),
             }
         };
         let results: Vec<ToolResult> = answered.tool_results().cloned().collect();
         window.unsent(&results);
-        report(bridge, spec.on_step, step, &inferred, &results).await;
+        let whole = whole.unwrap_or(results);
+        report(bridge, spec.on_step, step, &inferred, &whole).await;
         req.messages.push(answered);
         if let Some(h) = &hooks
             && let Err(e) = h.step_done(&req.messages)
@@ -308,7 +315,7 @@ async fn run_calls(
 fn results_message(answers: Vec<Answer>) -> Message {
     let mut parts = Vec::with_capacity(answers.len());
     for answer in answers {
-        parts.push(Part::ToolResult(answer.result));
+        parts.push(Part::ToolResult(super::dispatch::for_the_model(answer.result)));
         parts.extend(answer.files.into_iter().map(Part::File));
     }
     Message::new(Role::Tool, parts)
