@@ -41,6 +41,9 @@ fn from_f64(value: f64, per_second: f64, unit: &str) -> Result<Duration, Duratio
     let shown = || {
         if value.is_infinite() {
             format!("{}inf", if value < 0.0 { "-" } else { "" })
+        } else if value.abs() >= 1e15 {
+            // `1e300`, not three hundred digits.
+            format!("{value:e} {unit}")
         } else {
             format!("{value} {unit}")
         }

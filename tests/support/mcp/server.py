@@ -103,6 +103,9 @@ for i in range(FILLER):
 
 if __name__ == "__main__":
     print("colony-test server starting", file=sys.stderr, flush=True)
+    # ECHO_ENV names a variable whose value the server logs, as careless servers do with tokens.
+    if os.environ.get("ECHO_ENV"):
+        print("token is " + os.environ.get(os.environ["ECHO_ENV"], ""), file=sys.stderr, flush=True)
     if sys.argv[1] == "stdio":
         server.run("stdio")
     else:

@@ -1,0 +1,589 @@
+//! The defects probing found (issue 13), each through the binary against servers on loopback:
+//! endless bodies end at a limit, keys stay home on a redirect, absurd durations are errors and
+//! not panics, both forms of Retry-After are waited, MCP `env` values are secrets, oversized
+//! attachments and tool results are cut, and the same fault reads the same streamed or not.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::response::Response;
+use serde_json::json;
+use support::fake::{FakeProvider, Reply};
+use support::script::Sandbox;
+use support::{STYLES, model_calls, styled};
+
+/// Serves `app` on `127.0.0.1` (a free port) on its own thread; returns its root URL.
+fn serve(app: Router) -> String {
+    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("server runtime");
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            axum::serve(listener, app).await.expect("serve");
+        });
+    });
+    format!("http://{}", rx.recv().expect("the server started"))
+}
+
+/// A body that never ends: the same 64 KiB chunk forever (SSE comment lines when `sse`).
+fn endless(sse: bool) -> Body {
+    let line = if sse { ": padding " } else { "{\"padding\": \"" };
+    let chunk = Bytes::from(format!("{line}{}\n", "x".repeat(64 * 1024 - line.len() - 1)));
+    Body::from_stream(futures::stream::repeat_with(move || {
+        Ok::<_, std::io::Error>(chunk.clone())
+    }))
+}
+
+/// A server answering every request with an endless 200 body (SSE when the request streams).
+fn endless_server() -> String {
+    serve(Router::new().fallback(|uri: Uri, body: Bytes| async move {
+        let text = String::from_utf8_lossy(&body);
+        let sse = text.contains("\"stream\":true") || uri.path().contains("stream");
+        let mut resp = Response::new(endless(sse));
+        let ct = if sse {
+            "text/event-stream"
+        } else {
+            "application/json"
+        };
+        resp.headers_mut()
+            .insert("content-type", ct.parse().unwrap());
+        resp
+    }))
+}
+
+fn version(style: &str) -> &'static str {
+    if style == "gemini" { "v1beta" } else { "v1" }
+}
+
+/// A sandbox whose `general` use-type is `style` at `root/<style>/<version>`, with a key.
+fn pointed_at(root: &str, style: &str, extra: &str) -> Sandbox {
+    let sb = Sandbox::new();
+    sb.write(
+        "config.toml",
+        &format!(
+            "[use.general]\nprovider = \"{style}\"\nmodel = \"m\"\nkey = \"planted-key-0123456789\"\n\
+             base_url = \"{root}/{style}/{}\"\n{extra}",
+            version(style)
+        ),
+    );
+    sb
+}
+
+#[test]
+fn an_endless_model_answer_ends_at_max_response_bytes_in_every_style_streamed_or_not() {
+    let root = endless_server();
+    for style in STYLES {
+        let sb = pointed_at(&root, style, "max_response_bytes = 1048576\n");
+        let run = sb
+            .lua(
+                r#"local r, err = ai.ask("hi")
+                   print(err.kind, err.message)
+                   r, err = ai.ask("hi", { stream = function() end })
+                   print(err.kind, err.message)"#,
+                &[],
+            )
+            .ok();
+        let want = "fetch_error\trequest failed: the answer is larger than the limit of 1048576 \
+                    bytes (1 MiB); raise max_response_bytes in the use-type to read more";
+        assert_eq!(run.lines(), [want, want], "{style}: {}", run.stderr);
+    }
+}
+
+#[test]
+fn an_endless_http_body_ends_at_max_bytes_or_32_mib() {
+    let root = endless_server();
+    let run = Sandbox::new()
+        .lua(
+            &format!(
+                r#"local r, err = http.get("{root}/big", {{ max_bytes = 100000 }})
+                   print(r, err.kind, err.message)
+                   r, err = http.get("{root}/big")
+                   print(r, err.kind, err.message)"#
+            ),
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        [
+            format!(
+                "nil\tfetch_error\tGET {root}/big: the answer is larger than the limit of 100000 \
+                 bytes; pass max_bytes to read more"
+            ),
+            format!(
+                "nil\tfetch_error\tGET {root}/big: the answer is larger than the limit of \
+                 33554432 bytes (32 MiB); pass max_bytes to read more"
+            )
+        ]
+    );
+}
+
+/// What a server saw: each request's path and headers.
+type Seen = Arc<Mutex<Vec<(String, HeaderMap)>>>;
+
+/// A server that records every request and answers `answer`.
+fn recording(answer: &'static str) -> (String, Seen) {
+    let seen: Seen = Arc::default();
+    let log = seen.clone();
+    let root = serve(Router::new().fallback(move |uri: Uri, headers: HeaderMap| {
+        let log = log.clone();
+        async move {
+            log.lock().unwrap().push((uri.to_string(), headers));
+            answer
+        }
+    }));
+    (root, seen)
+}
+
+/// A server that answers every request with a 307 to `to` + the request's path and query.
+fn redirecting(to: String) -> String {
+    serve(Router::new().fallback(move |uri: Uri| {
+        let to = to.clone();
+        async move {
+            let target = format!("{to}{}", uri.path_and_query().unwrap());
+            Response::builder()
+                .status(StatusCode::TEMPORARY_REDIRECT)
+                .header("location", target)
+                .body(Body::empty())
+                .unwrap()
+        }
+    }))
+}
+
+#[test]
+fn a_provider_redirect_to_another_host_carries_no_key_there() {
+    let (other, seen) = recording("{}");
+    let root = redirecting(other.clone());
+    for style in STYLES {
+        let run = pointed_at(&root, style, "")
+            .lua(
+                r#"local r, err = ai.ask("hi")
+                   print(err.kind, err.message)"#,
+                &[],
+            )
+            .ok();
+        let line = run.stdout.trim_end();
+        assert!(
+            line.starts_with("fetch_error\trequest failed: "),
+            "{style}: {line}"
+        );
+        assert!(
+            line.contains(&format!(
+                "the provider redirected to another host ({other}/{style}/"
+            )),
+            "{style}: {line}"
+        );
+        assert!(!run.stdout.contains("planted-key"), "{style}");
+    }
+    assert!(seen.lock().unwrap().is_empty(), "the other host was called");
+}
+
+#[test]
+fn http_drops_the_scripts_headers_and_any_referer_when_a_redirect_leaves_the_origin() {
+    let (other, seen) = recording("elsewhere");
+    let root = redirecting(other.clone());
+    let run = Sandbox::new()
+        .lua(
+            &format!(
+                r#"local h = {{ ["X-Api-Key"] = "planted-0123456789", Authorization = "Bearer planted" }}
+                   local r = assert(http.get("{root}/data?key=planted-query", {{ headers = h }}))
+                   print(r.status, r.body)"#
+            ),
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "200\telsewhere\n", "{}", run.stderr);
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen.len(), 1);
+    let (path, headers) = &seen[0];
+    assert_eq!(path, "/data?key=planted-query");
+    for name in ["x-api-key", "authorization", "referer"] {
+        assert!(headers.get(name).is_none(), "{name} reached the other host");
+    }
+}
+
+#[test]
+fn http_keeps_the_scripts_headers_on_a_redirect_within_the_origin() {
+    // `/first` redirects to `/second` on the same server, which records what it got.
+    let seen: Seen = Arc::default();
+    let log = seen.clone();
+    let root = serve(Router::new().fallback(move |uri: Uri, headers: HeaderMap| {
+        let log = log.clone();
+        async move {
+            if uri.path() == "/first" {
+                return Response::builder()
+                    .status(StatusCode::TEMPORARY_REDIRECT)
+                    .header("location", "/second")
+                    .body(Body::empty())
+                    .unwrap();
+            }
+            log.lock().unwrap().push((uri.to_string(), headers));
+            Response::new(Body::from("here"))
+        }
+    }));
+    let run = Sandbox::new()
+        .lua(
+            &format!(
+                r#"local r = assert(http.get("{root}/first", {{ headers = {{ ["X-Api-Key"] = "k-0123456789" }} }}))
+                   print(r.status, r.body)"#
+            ),
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "200\there\n");
+    let seen = seen.lock().unwrap();
+    assert_eq!(seen[0].0, "/second");
+    assert_eq!(
+        seen[0].1.get("x-api-key").unwrap().to_str().unwrap(),
+        "k-0123456789"
+    );
+}
+
+#[test]
+fn absurd_durations_are_clear_errors_not_panics() {
+    let fake = FakeProvider::start();
+    let root = fake.url();
+    let script = format!(
+        r#"local function try(what, f)
+             local ok, e = pcall(f)
+             print(what, ok, (tostring(e):match("[^\n]*")))  -- the message, not the traceback
+           end
+           try("ask", function() return ai.ask("hi", {{ timeout = math.huge }}) end)
+           try("sleep", function() ai.sleep(math.huge) end)
+           try("sleep_nan", function() ai.sleep(0/0) end)
+           try("tool", function() return ai.tool{{ name = "t", parameters = {{}}, timeout = math.huge,
+             handler = function() end }} end)
+           try("http", function() return http.get("{root}/stats", {{ timeout = 1e300 }}) end)"#
+    );
+    let run = styled(&fake, "openai").lua(&script, &[]).ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "ask\tfalse\tai.ask: timeout: inf is longer than the maximum of 365 days (31536000 s)",
+            "sleep\tfalse\tai.sleep: ms: inf is longer than the maximum of 365 days (31536000 s)",
+            "sleep_nan\tfalse\tai.sleep: ms: NaN is not a duration",
+            "tool\tfalse\tai.tool: tool t: timeout: inf is longer than the maximum of 365 days (31536000 s)",
+            "http\tfalse\thttp.get: timeout: 1e300 s is longer than the maximum of 365 days (31536000 s)",
+        ],
+        "{}",
+        run.stderr
+    );
+    for (value, message) in [
+        ("inf", "inf is longer than the maximum of 365 days (31536000 s)"),
+        (
+            "1e300",
+            "1e300 s is longer than the maximum of 365 days (31536000 s)",
+        ),
+        ("-1", "-1 s is negative; a duration is 0 or more"),
+    ] {
+        let sb = styled(&fake, "openai");
+        sb.write(
+            "config.toml",
+            &format!("[use.general]\nprovider = \"openai\"\ntimeout = {value}\n"),
+        );
+        let run = sb
+            .lua(
+                r#"local r, err = ai.ask("hi") print(err.kind, err.message)"#,
+                &[],
+            )
+            .ok();
+        assert_eq!(
+            run.stdout,
+            format!("config_error\ttimeout for the general use-type: {message}\n"),
+            "{value}"
+        );
+        let ask = sb.colony(&["ask", "hi"]);
+        assert_eq!(ask.code, 1, "{value}: {}", ask.stderr);
+        // `colony ask` reads the `helper` use-type, which falls back to `general`.
+        assert_eq!(
+            ask.stderr,
+            format!("colony ask: config_error: timeout for the helper use-type: {message}\n"),
+            "{value}"
+        );
+    }
+    assert_eq!(fake.calls(), 0);
+}
+
+/// Runs one resident whose first call meets a 429 with `header = value`, with retries that
+/// wait only what the provider asks (`base_ms = 0`) up to `cap_ms`; returns the `wait_ms` the
+/// retry logged and what was delivered.
+fn retried_after(header: &str, value: &str, cap_ms: u64) -> (Vec<u64>, String) {
+    let fake = FakeProvider::start();
+    fake.push(Reply::status(429).header(header, value));
+    fake.push(Reply::text("answered"));
+    let run = styled(&fake, "openai")
+        .env("RUST_LOG", "colony::residents::middleware=debug")
+        .lua(
+            &format!(
+                r#"ai.spawn{{ name = "w", provider = "openai", model = "m",
+                     middleware = {{ ai.with_retries{{ attempts = 2, base_ms = 0, cap_ms = {cap_ms} }} }},
+                     deliver_to = function(reply) print(reply) ai.stop("done") end,
+                     sources = {{ function(self) ai.mail{{ to = self, source = "t", content = "hi", hop = 0 }} end }} }}
+                   print(ai.watch{{}})"#
+            ),
+            &[],
+        )
+        .ok();
+    assert_eq!(fake.calls(), 2, "{}", run.stderr);
+    let waits = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("retrying after a transient failure"))
+        .map(|l| {
+            let at = l.find("wait_ms=").expect("wait_ms logged") + "wait_ms=".len();
+            let digits: String = l[at..].chars().take_while(char::is_ascii_digit).collect();
+            digits.parse().unwrap()
+        })
+        .collect();
+    (waits, run.stdout)
+}
+
+#[test]
+fn retry_after_in_seconds_is_waited() {
+    let (waits, out) = retried_after("retry-after", "1", 60_000);
+    assert_eq!(waits, [1000]);
+    assert_eq!(out, "answered\ndone\n");
+}
+
+#[test]
+fn a_long_retry_after_stays_transient_and_is_capped_by_the_middleware() {
+    let (waits, out) = retried_after("retry-after", "300", 1000);
+    assert_eq!(waits, [1000]);
+    assert_eq!(out, "answered\ndone\n");
+}
+
+#[test]
+fn retry_after_as_an_http_date_is_waited() {
+    let when = std::time::SystemTime::now() + std::time::Duration::from_secs(3);
+    let (waits, out) = retried_after("retry-after", &httpdate::fmt_http_date(when), 60_000);
+    assert_eq!(waits.len(), 1);
+    // The date has whole seconds: the wait is what was left of the three, so above zero.
+    assert!((1..=3000).contains(&waits[0]), "{waits:?}");
+    assert_eq!(out, "answered\ndone\n");
+}
+
+#[test]
+fn a_retry_after_is_reported_on_the_error() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::status(429).header("retry-after", "300"));
+    let run = styled(&fake, "anthropic")
+        .lua(
+            r#"local r, err = ai.ask("hi", { provider = "anthropic" })
+               print(err.kind, err.transient, err.retry_after)"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "provider_error\ttrue\t300.0\n");
+}
+
+#[test]
+fn an_mcp_servers_env_values_appear_nowhere() {
+    const TOKEN: &str = "planted-mcp-token-0123456789";
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "envy__echo", json!({"text": "hello"})));
+    fake.push(Reply::text("done"));
+    let sb = styled(&fake, "openai").env("RUST_LOG", "colony::mcp=info");
+    sb.write(
+        "config.toml",
+        &format!(
+            "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\n\n[mcp.envy]\ncommand = \"{}\"\n\
+             args = [\"{}\", \"stdio\"]\nenv = {{ SECRET_TOKEN = \"{TOKEN}\", ECHO_ENV = \"SECRET_TOKEN\" }}\n",
+            support::mcp::python().display(),
+            support::mcp::server_script().display()
+        ),
+    );
+    let cassette = sb.path("run.jsonl");
+    let state = sb.path("state-dir");
+    let run = sb
+        .lua(
+            r#"local r = ai.take_turn{ prompt = "go", mcp = { "envy" } }
+               store.set("turn", r.messages)
+               print(r.reply)"#,
+            &[
+                "--record",
+                &cassette.display().to_string(),
+                "--state",
+                &state.display().to_string(),
+            ],
+        )
+        .ok();
+    assert_eq!(run.stdout, "done\n");
+    // The server did log it, redacted.
+    assert!(
+        run.stderr.contains("token is [redacted]"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains(TOKEN), "{}", run.stderr);
+    let mut files = vec![std::fs::read(&cassette).unwrap()];
+    for entry in std::fs::read_dir(&state).unwrap() {
+        files.push(std::fs::read(entry.unwrap().path()).unwrap_or_default());
+    }
+    for bytes in files {
+        assert!(!String::from_utf8_lossy(&bytes).contains(TOKEN));
+    }
+    let sent = serde_json::to_string(&model_calls(&fake)).unwrap();
+    assert!(!sent.contains(TOKEN));
+}
+
+#[test]
+fn an_attachment_past_the_providers_size_becomes_a_note() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("read"));
+    let sb = styled(&fake, "anthropic");
+    sb.write(
+        "config.toml",
+        "[use.general]\nprovider = \"anthropic\"\nmodel = \"m\"\n",
+    );
+    // 25 MB: under Anthropic's 32 MB request only before base64, so over what it takes.
+    let mut pdf = b"%PDF-1.4\n".to_vec();
+    pdf.resize(25_000_000, b' ');
+    std::fs::write(sb.path("big.pdf"), &pdf).unwrap();
+    let run = sb
+        .lua(
+            r#"local r, err = ai.ask({ { role = "user", content = "look", files = { "big.pdf" } } })
+               print(r or err.message)"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "read\n", "{}", run.stderr);
+    let sent = serde_json::to_string(&model_calls(&fake)[0]).unwrap();
+    assert!(sent.len() < 100_000, "the PDF was sent: {} bytes", sent.len());
+    assert!(
+        sent.contains(
+            "[file big.pdf (application/pdf, 25.0 MB): larger than this model's API takes \
+             (24.0 MB for one file), so its content is absent]"
+        ),
+        "{sent}"
+    );
+}
+
+#[test]
+fn a_long_tool_result_is_capped_for_the_model_and_whole_for_the_script() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "dump", json!({})));
+    fake.push(Reply::text("seen"));
+    let run = styled(&fake, "openai")
+        .lua(
+            r#"local dump = ai.tool{ name = "dump", parameters = {},
+                 handler = function() return string.rep("y", 1000000) end }
+               local r = ai.take_turn{ prompt = "go", tools = { dump }, provider = "openai", model = "m",
+                 on_step = function(s) if s.results[1] then print("whole", #s.results[1].content) end end }
+               print(r.reply)"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "whole\t1000000\nseen\n", "{}", run.stderr);
+    let calls = model_calls(&fake);
+    assert_eq!(calls.len(), 2);
+    let sent = serde_json::to_string(&calls[1]).unwrap();
+    assert!(sent.len() < 200_000, "{} bytes sent", sent.len());
+    let result = calls[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(result.starts_with(&"y".repeat(100_000)));
+    assert!(
+        result.ends_with(
+            "\n[colony: the result was cut here: 900000 of its 1000000 characters were left out \
+             (a tool result is at most 100000 characters for the model)]"
+        ),
+        "{}",
+        &result[100_000..]
+    );
+}
+
+#[test]
+fn a_truncated_body_and_an_error_in_a_200_classify_alike_streamed_or_not() {
+    for style in STYLES {
+        let fake = FakeProvider::start();
+        // Cut: a whole body whose JSON stops half-way; a stream cut before its end.
+        fake.push(Reply::malformed());
+        fake.push(Reply::drop_mid_stream("Hello there, a long answer"));
+        let overloaded = match style {
+            "anthropic" => json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+            _ => json!({"error": {"message": "Overloaded", "type": "overloaded_error", "code": "overloaded_error"}}),
+        };
+        fake.push(Reply::status(200).body(overloaded.to_string()));
+        fake.push(Reply::stream_error("overloaded_error", "Overloaded"));
+        let run = styled(&fake, style)
+            .lua(
+                &format!(
+                    r#"local function show(r, err) print(err.kind, err.transient) end
+                       show(ai.ask("a", {{ provider = "{style}" }}))
+                       show(ai.ask("b", {{ provider = "{style}", stream = function() end }}))
+                       show(ai.ask("c", {{ provider = "{style}" }}))
+                       show(ai.ask("d", {{ provider = "{style}", stream = function() end }}))"#
+                ),
+                &[],
+            )
+            .ok();
+        assert_eq!(
+            run.lines(),
+            [
+                "fetch_error\ttrue",
+                "fetch_error\ttrue",
+                "provider_error\ttrue",
+                "provider_error\ttrue"
+            ],
+            "{style}: {}",
+            run.stderr
+        );
+    }
+}
+
+#[test]
+fn a_streaming_timeout_says_it_timed_out() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("slow words come one by one").stream_delay(2000));
+    let sb = styled(&fake, "openai");
+    sb.write(
+        "config.toml",
+        "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\ntimeout = 0.5\n",
+    );
+    let run = sb
+        .lua(
+            r#"local r, err = ai.ask("hi", { stream = function() end })
+               print(err.kind, err.message)"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.stdout,
+        "fetch_error\trequest failed: timed out after 0.5 s (the use-type's timeout)\n"
+    );
+}
+
+#[test]
+fn fs_write_on_a_read_only_file_is_permission_denied() {
+    let sb = Sandbox::new();
+    let file = sb.write("locked.txt", "keep me");
+    let mut perms = std::fs::metadata(&file).unwrap().permissions();
+    perms.set_readonly(true);
+    std::fs::set_permissions(&file, perms).unwrap();
+    let run = sb
+        .lua(
+            r#"local ok, err = fs.write("locked.txt", "new")
+               print(ok, err.kind)"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "nil\tpermission_denied\n");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
+}
