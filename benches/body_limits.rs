@@ -22,8 +22,15 @@ fn endless_server() -> String {
     let app = Router::new().fallback(|uri: Uri, body: Bytes| async move {
         let sse = String::from_utf8_lossy(&body).contains("\"stream\":true")
             || uri.path().contains("stream");
-        let line = if sse { ": padding " } else { "{\"padding\": \"" };
-        let chunk = Bytes::from(format!("{line}{}\n", "x".repeat(64 * 1024 - line.len() - 1)));
+        let line = if sse {
+            ": padding "
+        } else {
+            "{\"padding\": \""
+        };
+        let chunk = Bytes::from(format!(
+            "{line}{}\n",
+            "x".repeat(64 * 1024 - line.len() - 1)
+        ));
         let body = Body::from_stream(futures::stream::repeat_with(move || {
             Ok::<_, std::io::Error>(chunk.clone())
         }));
@@ -33,7 +40,8 @@ fn endless_server() -> String {
         } else {
             "application/json"
         };
-        resp.headers_mut().insert("content-type", ct.parse().unwrap());
+        resp.headers_mut()
+            .insert("content-type", ct.parse().unwrap());
         resp
     });
     let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();

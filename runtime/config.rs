@@ -238,7 +238,9 @@ impl Config {
                 u.timeout = Some(secs);
             }
             "max_response_bytes" => {
-                let n: u64 = value.parse().map_err(|_| bad("not a whole number of bytes"))?;
+                let n: u64 = value
+                    .parse()
+                    .map_err(|_| bad("not a whole number of bytes"))?;
                 if n == 0 {
                     return Err(bad("must be at least 1"));
                 }

@@ -23,7 +23,9 @@ pub enum DurationError {
     NotANumber,
     #[error("{0} is longer than the maximum of 365 days (31536000 s)")]
     TooLong(String),
-    #[error("{0:?} is not a duration (write seconds, or a number with h, m, s or ms: 90, 1.5s, 250ms, 2m, 1h30m)")]
+    #[error(
+        "{0:?} is not a duration (write seconds, or a number with h, m, s or ms: 90, 1.5s, 250ms, 2m, 1h30m)"
+    )]
     Unreadable(String),
 }
 

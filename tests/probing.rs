@@ -38,8 +38,15 @@ fn serve(app: Router) -> String {
 
 /// A body that never ends: the same 64 KiB chunk forever (SSE comment lines when `sse`).
 fn endless(sse: bool) -> Body {
-    let line = if sse { ": padding " } else { "{\"padding\": \"" };
-    let chunk = Bytes::from(format!("{line}{}\n", "x".repeat(64 * 1024 - line.len() - 1)));
+    let line = if sse {
+        ": padding "
+    } else {
+        "{\"padding\": \""
+    };
+    let chunk = Bytes::from(format!(
+        "{line}{}\n",
+        "x".repeat(64 * 1024 - line.len() - 1)
+    ));
     Body::from_stream(futures::stream::repeat_with(move || {
         Ok::<_, std::io::Error>(chunk.clone())
     }))
@@ -280,7 +287,10 @@ fn absurd_durations_are_clear_errors_not_panics() {
         run.stderr
     );
     for (value, message) in [
-        ("inf", "inf is longer than the maximum of 365 days (31536000 s)"),
+        (
+            "inf",
+            "inf is longer than the maximum of 365 days (31536000 s)",
+        ),
         (
             "1e300",
             "1e300 s is longer than the maximum of 365 days (31536000 s)",
@@ -391,7 +401,11 @@ fn a_retry_after_is_reported_on_the_error() {
 fn an_mcp_servers_env_values_appear_nowhere() {
     const TOKEN: &str = "planted-mcp-token-0123456789";
     let fake = FakeProvider::start();
-    fake.push(Reply::tool_call("c1", "envy__echo", json!({"text": "hello"})));
+    fake.push(Reply::tool_call(
+        "c1",
+        "envy__echo",
+        json!({"text": "hello"}),
+    ));
     fake.push(Reply::text("done"));
     let sb = styled(&fake, "openai").env("RUST_LOG", "colony::mcp=info");
     sb.write(
@@ -420,11 +434,7 @@ fn an_mcp_servers_env_values_appear_nowhere() {
         .ok();
     assert_eq!(run.stdout, "done\n");
     // The server did log it, redacted.
-    assert!(
-        run.stderr.contains("token is [redacted]"),
-        "{}",
-        run.stderr
-    );
+    assert!(run.stderr.contains("token is [redacted]"), "{}", run.stderr);
     assert!(!run.stderr.contains(TOKEN), "{}", run.stderr);
     let mut files = vec![std::fs::read(&cassette).unwrap()];
     for entry in std::fs::read_dir(&state).unwrap() {
@@ -459,7 +469,11 @@ fn an_attachment_past_the_providers_size_becomes_a_note() {
         .ok();
     assert_eq!(run.stdout, "read\n", "{}", run.stderr);
     let sent = serde_json::to_string(&model_calls(&fake)[0]).unwrap();
-    assert!(sent.len() < 100_000, "the PDF was sent: {} bytes", sent.len());
+    assert!(
+        sent.len() < 100_000,
+        "the PDF was sent: {} bytes",
+        sent.len()
+    );
     assert!(
         sent.contains(
             "[file big.pdf (application/pdf, 25.0 MB): larger than this model's API takes \
@@ -517,8 +531,12 @@ fn a_truncated_body_and_an_error_in_a_200_classify_alike_streamed_or_not() {
         fake.push(Reply::malformed());
         fake.push(Reply::drop_mid_stream("Hello there, a long answer"));
         let overloaded = match style {
-            "anthropic" => json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
-            _ => json!({"error": {"message": "Overloaded", "type": "overloaded_error", "code": "overloaded_error"}}),
+            "anthropic" => {
+                json!({"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+            }
+            _ => {
+                json!({"error": {"message": "Overloaded", "type": "overloaded_error", "code": "overloaded_error"}})
+            }
         };
         fake.push(Reply::status(200).body(overloaded.to_string()));
         fake.push(Reply::stream_error("overloaded_error", "Overloaded"));

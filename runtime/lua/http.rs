@@ -262,10 +262,7 @@ async fn fetch(lua: &Lua, req: Request) -> mlua::Result<MultiValue> {
     let answer = tokio::time::timeout(req.timeout, send(&client, &req, url)).await;
     let (response, body) = match answer {
         Err(_elapsed) => {
-            return failed(format!(
-                "timed out after {} s",
-                req.timeout.as_secs_f64()
-            ));
+            return failed(format!("timed out after {} s", req.timeout.as_secs_f64()));
         }
         Ok(Err(detail)) => return failed(detail),
         Ok(Ok(answer)) => answer,

@@ -5,7 +5,6 @@
 //! callbacks are reached through the VM's [`LuaBridge`], each in its own coroutine, so the calls
 //! of one step run concurrently.
 
-
 use mlua::{
     Function, Lua, MetaMethod, MultiValue, Table, UserData, UserDataFields, UserDataMethods, Value,
 };

@@ -364,7 +364,10 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
     // A server's headers and `env` values are how it is given its tokens: each is a secret,
     // scrubbed from its stderr lines, its results, logs, cassettes and the store.
     match &spec.transport {
-        Transport::Http { headers: values, .. } | Transport::Stdio { env: values, .. } => {
+        Transport::Http {
+            headers: values, ..
+        }
+        | Transport::Stdio { env: values, .. } => {
             values.values().for_each(|v| crate::secrets::register(v));
         }
         Transport::Unavailable { .. } => {}

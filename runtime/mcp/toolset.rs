@@ -54,8 +54,13 @@ pub fn deadline_for(args: &Value) -> Duration {
     let extra = ["timeoutMs", "waitMs"]
         .iter()
         .find_map(|k| args.get(*k).and_then(Value::as_f64))
+        .filter(|ms| *ms > 0.0)
         // The model wrote this number: an absurd one is capped, not refused.
-        .map(|ms| crate::duration::millis(ms).unwrap_or(MAX_EXTRA).min(MAX_EXTRA))
+        .map(|ms| {
+            crate::duration::millis(ms)
+                .unwrap_or(MAX_EXTRA)
+                .min(MAX_EXTRA)
+        })
         .unwrap_or_default();
     CALL_DEADLINE + extra
 }

@@ -57,22 +57,24 @@ pub fn stream(
     limit: u64,
 ) -> impl Stream<Item = Result<Bytes, BodyError>> + Unpin + Send {
     // The state: bytes seen so far, or `None` once the limit was passed (the stream then ends).
-    let counted = response.bytes_stream().scan(Some(0u64), move |seen, chunk| {
-        let item = match (seen.as_mut(), chunk) {
-            (None, _) => None,
-            (Some(_), Err(e)) => Some(Err(BodyError::Transport(e))),
-            (Some(n), Ok(bytes)) => {
-                *n = n.saturating_add(bytes.len() as u64);
-                if *n > limit {
-                    *seen = None;
-                    Some(Err(BodyError::TooLarge(limit)))
-                } else {
-                    Some(Ok(bytes))
+    let counted = response
+        .bytes_stream()
+        .scan(Some(0u64), move |seen, chunk| {
+            let item = match (seen.as_mut(), chunk) {
+                (None, _) => None,
+                (Some(_), Err(e)) => Some(Err(BodyError::Transport(e))),
+                (Some(n), Ok(bytes)) => {
+                    *n = n.saturating_add(bytes.len() as u64);
+                    if *n > limit {
+                        *seen = None;
+                        Some(Err(BodyError::TooLarge(limit)))
+                    } else {
+                        Some(Ok(bytes))
+                    }
                 }
-            }
-        };
-        std::future::ready(item)
-    });
+            };
+            std::future::ready(item)
+        });
     Box::pin(counted)
 }
 

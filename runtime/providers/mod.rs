@@ -384,7 +384,10 @@ impl Providers {
         for (k, v) in &wire.headers {
             builder = builder.header(k, v);
         }
-        let response = builder.send().await.map_err(|e| transport_failure(&e, ep))?;
+        let response = builder
+            .send()
+            .await
+            .map_err(|e| transport_failure(&e, ep))?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let body = body::read(response, ep.max_response_bytes)

@@ -1525,12 +1525,15 @@ mod tests {
     }
 
     #[test]
-    fn an_empty_file_becomes_a_store() {
+    fn an_empty_file_is_refused_and_left_untouched() {
+        // A store colony opened is never empty: an empty file lost its contents (or never was
+        // a store), and starting afresh in it would lose the program's state silently.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store.sqlite3");
         std::fs::write(&path, b"").unwrap();
-        let store = SqliteStore::open(&path).unwrap();
-        store.set("", "k", &json!([])).unwrap();
-        assert_eq!(store.get("", "k").unwrap(), Some(json!([])));
+        let err = SqliteStore::open(&path).unwrap_err();
+        assert_eq!(err.kind(), "damaged", "{err}");
+        assert!(err.to_string().contains("is empty (0 bytes)"), "{err}");
+        assert_eq!(std::fs::read(&path).unwrap(), b"");
     }
 }

@@ -315,7 +315,9 @@ async fn run_calls(
 fn results_message(answers: Vec<Answer>) -> Message {
     let mut parts = Vec::with_capacity(answers.len());
     for answer in answers {
-        parts.push(Part::ToolResult(super::dispatch::for_the_model(answer.result)));
+        parts.push(Part::ToolResult(super::dispatch::for_the_model(
+            answer.result,
+        )));
         parts.extend(answer.files.into_iter().map(Part::File));
     }
     Message::new(Role::Tool, parts)
