@@ -335,9 +335,10 @@ fn each_error_class() {
             overloaded.starts_with("provider_error\ttrue\tnil\t503"),
             "{style}: {overloaded}"
         );
+        // A whole body whose JSON stops half-way was cut off, as a stream that ends early is.
         let malformed = error_of(style, Reply::malformed(), false);
         assert!(
-            malformed.starts_with("parse_error\tfalse"),
+            malformed.starts_with("fetch_error\ttrue"),
             "{style}: {malformed}"
         );
         let dropped = error_of(style, Reply::drop_mid_stream("partial answer here"), true);

@@ -61,7 +61,7 @@ ai = {}
 ---@field model? string
 ---@field key? string the API key (prefer the environment or the config's key_env)
 ---@field base_url? string any OpenAI-compatible endpoint works with provider `openai`
----@field timeout? number seconds (default 600)
+---@field timeout? number seconds (default 600; at most 31536000, a year: `math.huge` or a negative value raises an error)
 ---@field max_tokens? integer Anthropic requires one: 4096 when unset
 ---@field temperature? number
 ---@field system? string system prompt
@@ -76,7 +76,7 @@ ai = {}
 ---@field message string
 ---@field transient boolean worth retrying unchanged
 ---@field status? integer the HTTP status, when there was one
----@field retry_after? number seconds the provider asked to wait
+---@field retry_after? number seconds the provider asked to wait (its `retry-after` in seconds or as an HTTP date, `retry-after-ms`, or a wait named in the body); a long one leaves the error transient
 
 --- Asks a model. `history` is a string (one user message) or a list of messages.
 --- Returns the reply text; on failure `nil, err`. The third value lists the calls the model asked
@@ -123,7 +123,8 @@ ai.fetchModels = ai.models
 ---@return string? reply, ai.Error? err
 function ai.infer(prompt, opts) end
 
---- Waits `ms` milliseconds; other coroutines (tools, sources) run meanwhile.
+--- Waits `ms` milliseconds; other coroutines (tools, sources) run meanwhile. A negative, NaN or
+--- absurd `ms` (more than a year, `math.huge`) raises an error.
 ---@param ms number
 function ai.sleep(ms) end
 
@@ -149,7 +150,7 @@ function ai.parallel(...) end
 ---@field description? string
 ---@field parameters? table a JSON Schema, or the shorthand `{ city = "string", days = "integer?" }` (`?` = optional)
 ---@field handler fun(args: table, ctx: { call_id: string, name: string, step: integer, ai?: string, origin?: string, hop?: integer, workspace?: string }): any (`ai`, `origin`, `hop`, `workspace` in a resident's turn) returns a string, a table (sent as JSON), `{ text = "...", files = { ai.FileSpec... } }` (text with files attached to the result), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
----@field timeout? number seconds before the call is abandoned (default 120)
+---@field timeout? number seconds before the call is abandoned (default 120; at most a year)
 ---@field exportable? boolean may be served by colony's MCP server
 ---@field idempotent? boolean running it twice is harmless: a call cut off by a restart runs again (otherwise it is answered "interrupted by a restart")
 
@@ -168,7 +169,7 @@ function ai.tool(def) end
 ---@field allow? string|string[] offer only tools matching these names or globs (`notes.*`)
 ---@field deny? string|string[] never offer tools matching these
 ---@field pin? table arguments overwritten before any handler runs, for every tool whose schema has them
----@field on_step? fun(step: { step: integer, text: string, calls: table[], results: table[], usage: ai.Usage })
+---@field on_step? fun(step: { step: integer, text: string, calls: table[], results: table[], usage: ai.Usage }) `results` are whole; the model reads each cut to 100,000 characters, with a marker
 ---@field on_tool? fun(event: ai.ToolCallEnded) called as each tool call ends (a step's calls run at once, so in any order), before the step's `on_step`
 ---@field compact? "client"|"off" summarise the transcript when it nears the window (default "client")
 ---@field context_window? integer tokens (default 200000)

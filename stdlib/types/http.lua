@@ -1,9 +1,12 @@
 ---@meta http
 -- LuaLS definitions for colony's `http` module (also `require("http")`).
 --
--- Every call waits without blocking other coroutines, on the program's own connection pool (shared
--- with its model calls). A response of any status is a response: only a failure to get one (a
--- refused connection, a timeout, a bad URL) is `nil, err` with `err.kind == "fetch_error"`.
+-- Every call waits without blocking other coroutines, on the Lua thread's own connection pool. A
+-- response of any status is a response: only a failure to get one (a refused connection, a
+-- timeout, a bad URL, a body past `max_bytes`) is `nil, err` with `err.kind == "fetch_error"`.
+--
+-- Redirects (at most 10) are followed; one that leaves the origin (another scheme, host or port)
+-- drops every header the script set, and no `Referer` is ever sent.
 
 ---@class http
 http = {}
@@ -12,7 +15,8 @@ http = {}
 ---@field headers? table<string, string|number> request headers
 ---@field body? string the request body as is
 ---@field json? any a Lua value sent as a JSON body, with `content-type: application/json`
----@field timeout? number seconds for the whole exchange (default: none)
+---@field timeout? number seconds for the whole exchange, redirects and body included (default 30; at most 31536000, a year; `math.huge` is an error)
+---@field max_bytes? integer the most of the body read, in bytes (default 33554432, 32 MiB); past it the call is a `fetch_error` naming the limit
 
 ---@class http.Request: http.Options
 ---@field url string
@@ -27,16 +31,16 @@ http = {}
 
 ---@class http.Error
 ---@field kind "fetch_error"
----@field message string the method and URL (keys redacted) and what went wrong
+---@field message string the method and URL (keys redacted) and what went wrong (`timed out after 30 s`, `the answer is larger than the limit of 33554432 bytes (32 MiB); pass max_bytes to read more`)
 ---@field url string the URL, keys redacted
 
---- A GET request. `opts` takes `headers`, `body`, `json` and `timeout`.
+--- A GET request. `opts` takes `headers`, `body`, `json`, `timeout` and `max_bytes`.
 ---@param url string
 ---@param opts? http.Options
 ---@return http.Response? resp, http.Error? err
 function http.get(url, opts) end
 
---- A POST request. `opts` takes `headers`, `body`, `json` and `timeout`.
+--- A POST request. `opts` takes `headers`, `body`, `json`, `timeout` and `max_bytes`.
 ---@param url string
 ---@param opts? http.Options
 ---@return http.Response? resp, http.Error? err
