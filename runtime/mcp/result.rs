@@ -30,7 +30,7 @@ pub fn shape(result: &Value) -> CallOutput {
         .filter(|v| !v.is_null())
         .map(|v| {
             let text = crate::secrets::redact(&v.to_string());
-            serde_json::from_str(&text).unwrap_or_else(|_| Value::String(text))
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
         });
     let is_error = result
         .get("isError")
@@ -117,6 +117,18 @@ pub fn content_to_file(block: &Value, n: usize) -> Option<FileRef> {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn a_secret_the_server_was_given_is_redacted_from_its_result() {
+        crate::secrets::register("server-token-0123456789");
+        let r =
+            shape(&json!({"content": [{"type": "text", "text": "token server-token-0123456789"}]}));
+        assert_eq!(r.text, "token [redacted]");
+        let r =
+            shape(&json!({"content": [], "structuredContent": {"t": "server-token-0123456789"}}));
+        assert_eq!(r.structured, Some(json!({"t": "[redacted]"})));
+        assert_eq!(r.text, r#"{"t":"[redacted]"}"#);
+    }
 
     #[test]
     fn structured_content_wins_then_blocks_join() {

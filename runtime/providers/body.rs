@@ -27,9 +27,9 @@ pub enum BodyError {
 pub fn describe_limit(limit: u64) -> String {
     const MIB: u64 = 1 << 20;
     const KIB: u64 = 1 << 10;
-    if limit >= MIB && limit % MIB == 0 {
+    if limit >= MIB && limit.is_multiple_of(MIB) {
         format!("{limit} bytes ({} MiB)", limit / MIB)
-    } else if limit >= KIB && limit % KIB == 0 {
+    } else if limit >= KIB && limit.is_multiple_of(KIB) {
         format!("{limit} bytes ({} KiB)", limit / KIB)
     } else {
         format!("{limit} bytes")
