@@ -36,7 +36,8 @@
 //!   registers itself from its own file and only translates between Lua values and the core.
 //!   `residents`: `ai.route`/`spawn`/`mail`/`watch` and the sources; `middleware`: the
 //!   `ai.with_*` values; `bridge`: the core's way into the VM.
-//!   `http`: `get`/`post`/`request` on the program's pooled client; a 404 is a response, not `err`.
+//!   `http`: `get`/`post`/`request` on the VM's pooled client, with a timeout, a body limit and
+//!   redirects that leave the origin stripped of the script's headers; a 404 is a response, not `err`.
 //!   `fs`: `read`/`write`/`list`/`stat`/`exists` on tokio::fs, relative to the script's folder.
 //!   `term`: the terminal for front ends (line editor, Markdown rendering, spinner, Ctrl-C that
 //!   cancels a call in flight); `colony`: colony's own commands, scripts, examples and config.

@@ -1,7 +1,7 @@
 //! The `http` module: `http.get`, `http.post`, `http.request`.
 //!
-//! Requests go through the program's own HTTP client (`Providers::http`), so they share a
-//! connection pool with the script's model calls. Every call is an async function: it suspends
+//! Requests go through the VM's own HTTP client (one pool for the script's requests; model calls
+//! have theirs, whose redirect rules differ). Every call is an async function: it suspends
 //! only the calling coroutine. A response of any status is a response (`resp.status` says which);
 //! only a failure to get one (a refused connection, a timeout, a bad URL) is `nil, err` with
 //! `err.kind = "fetch_error"`, its message naming the method and the URL, redacted of keys.
