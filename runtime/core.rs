@@ -268,7 +268,9 @@ impl LiveConfig {
                 self.generation.fetch_add(1, Ordering::AcqRel) + 1
             }
             Err(e) => {
-                tracing::warn!("the config file changed but cannot be used (the settings before it stay): {e}");
+                tracing::warn!(
+                    "the config file changed but cannot be used (the settings before it stay): {e}"
+                );
                 self.generation.load(Ordering::Acquire)
             }
         }

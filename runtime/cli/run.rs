@@ -12,8 +12,8 @@ use std::time::Duration;
 use super::{Cassettes, Failure, build_core};
 use crate::lua::HostSetup;
 use crate::residents::{Route, Settled};
-use crate::turn::TurnError;
 use crate::store::state_dir::{self, StateDir};
+use crate::turn::TurnError;
 
 /// Run a Lua program. Its arguments reach it as `arg` (and `...`).
 ///
@@ -102,13 +102,22 @@ const TIMED_OUT: u8 = 124;
 fn blocked_failure(blocked: &[(String, TurnError)]) -> Failure {
     let mut message = String::new();
     for (name, e) in blocked {
-        message.push_str(&format!("colony: blocked: {name}: {}: {}\n", e.kind, e.message));
+        message.push_str(&format!(
+            "colony: blocked: {name}: {}: {}\n",
+            e.kind, e.message
+        ));
     }
     message.push_str(
         "colony: nothing else could run, so the program ended. The blocked residents' mail is \
-         kept (in the state directory when they keep their conversation); fix the setting named \
-         above and run again (a running program reads the config file again when it changes).",
+         kept (in the state directory when they keep their conversation).",
     );
+    let fix = if blocked.iter().all(|(_, e)| e.kind == "cassette_miss") {
+        " The cassette holds another run: record it again with --record."
+    } else {
+        " Fix the setting named above and run again (a program that runs on reads the config \
+         file again when it changes)."
+    };
+    message.push_str(fix);
     Failure {
         message,
         code: BLOCKED,

@@ -708,7 +708,13 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
         check_fields(
             opts,
             who,
-            &["on_crash", "on_fail", "on_blocked", "grace_ms", "until_idle"],
+            &[
+                "on_crash",
+                "on_fail",
+                "on_blocked",
+                "grace_ms",
+                "until_idle",
+            ],
         )?;
         hooks.on_crash = opts
             .get::<Option<Function>>("on_crash")
@@ -770,7 +776,8 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
             Some(event) = events.recv() => on_event(lua, event, &hooks).await,
             // Idle or blocked with nothing left to bring mail: the program has ended by itself.
             _ = route.changed(), if until_idle => {
-                route.settle();
+                // Hooks first: on_blocked may unblock the resident it is told of.
+                route.settle_when(|| events.is_empty());
             }
         }
     };

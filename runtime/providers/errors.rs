@@ -365,7 +365,8 @@ mod tests {
             let e = classify(status, &h, "{}");
             assert!(e.is_transient() && !e.is_permanent(), "{status}");
         }
-        let overloaded = r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        let overloaded =
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
         assert!(!classify(400, &h, overloaded).is_permanent());
         assert!(!ProviderError::Fetch("connection refused".into()).is_permanent());
         assert!(ProviderError::CassetteMiss("no exchange".into()).is_permanent());

@@ -33,6 +33,7 @@ use tokio::sync::mpsc;
 use super::mail::{Batch, HELD, Mailbox, Provenance, dropped_marker};
 use super::middleware::SharedInfer;
 use super::persist::ResidentHooks;
+use super::route::RouteEvent;
 use super::supervision::{Exit, RestartPolicy};
 use crate::core::Ask;
 use crate::lua::bridge::{FnId, LuaBridge};
@@ -231,7 +232,10 @@ impl Resident {
 
     /// The error that blocked it, while it is blocked.
     pub fn blocked_by(&self) -> Option<TurnError> {
-        self.blocked.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.blocked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Lets a blocked resident try again now (its settings were changed some other way than the
@@ -250,9 +254,13 @@ impl Resident {
         was
     }
 
-    fn block(&self, error: TurnError) {
-        *self.blocked.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+    /// Blocks it, and `announce`s it under the same lock: whoever sees it blocked
+    /// ([`Resident::blocked_by`]) knows the announcement has been made.
+    fn block(&self, error: TurnError, announce: impl FnOnce(&TurnError)) {
+        let mut slot = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
         self.set_state(State::Blocked);
+        announce(&error);
+        *slot = Some(error);
     }
 
     /// Whether it is waiting with nothing to do: idle with no mail and no turn to finish.
@@ -301,10 +309,11 @@ pub(crate) trait Host: Send + Sync {
     /// A resident took up work (or left a wait): whatever concluded the program had settled
     /// must look again.
     fn stirred(&self);
-    /// A resident went idle or blocked: the program may have settled.
+    /// A resident went idle or blocked (its notice out, its event reported): the program may
+    /// have settled.
     fn settling(&self);
-    /// `name` is blocked by `error` (its notice has gone out).
-    fn blocked(&self, name: &str, error: &TurnError);
+    /// Reports an event to the route's watcher.
+    fn report(&self, event: RouteEvent);
 }
 
 /// The resident's outage, while it lasts.
@@ -466,10 +475,14 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
                 outage = None;
                 // Read before the notice: a fix saved while it goes out is a change.
                 let generation = host.core().refresh_config();
+                let then = if host.core().is_replaying() {
+                    "a cassette's answers do not change, so the run ends"
+                } else {
+                    "it tries again when the config file changes or ai.unblock is called"
+                };
                 tracing::warn!(
                     ai = %me.spec.name,
-                    "blocked: {}: {} (its mail is kept; it tries again when the config file \
-                     changes or ai.unblock is called)",
+                    "blocked: {}: {} (its mail is kept; {then})",
                     error.kind,
                     error.message
                 );
@@ -488,9 +501,14 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
                 if let Err(e) = Box::pin(deliver(me, notice)).await {
                     return Exit::Crashed(e);
                 }
-                me.block(error.clone());
+                me.block(error.clone(), |error| {
+                    host.report(RouteEvent::Blocked {
+                        ai: me.spec.name.clone(),
+                        error: error.clone(),
+                    })
+                });
                 blocked = Some(generation);
-                host.blocked(&me.spec.name, error);
+                host.settling();
                 continue;
             }
             let wait = |backoff: Duration| {

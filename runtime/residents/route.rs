@@ -157,20 +157,8 @@ impl Host for Inner {
         self.quiet.notify_one();
     }
 
-    fn blocked(&self, name: &str, error: &TurnError) {
-        let _ = self.events.send(RouteEvent::Blocked {
-            ai: name.into(),
-            error: error.clone(),
-        });
-        if self.core.is_replaying() {
-            // A cassette's answers never change: nothing will unblock it, so the run ends now.
-            let settled = Settled::Blocked(vec![(name.to_string(), error.clone())]);
-            if self.stop_with(&settled.reason()) {
-                *lock(&self.settled) = Some(settled);
-            }
-        } else {
-            self.quiet.notify_one();
-        }
+    fn report(&self, event: RouteEvent) {
+        let _ = self.events.send(event);
     }
 }
 
@@ -424,24 +412,49 @@ impl Route {
     /// `None`. The activity count, read before and after the look, catches a mail or a start
     /// of work that raced with it.
     pub fn settle(&self) -> Option<Settled> {
+        self.settle_when(|| true)
+    }
+
+    /// [`Route::settle`], if `heard()` still holds once the program is found settled: a watcher
+    /// that calls hooks on [`Route::events`] passes "no event waiting", so a resident's block is
+    /// told to `on_blocked` (which may unblock it) before it can end the program. Until then it
+    /// looks again at the next [`Route::changed`].
+    pub fn settle_when(&self, heard: impl FnOnce() -> bool) -> Option<Settled> {
         let inner = &self.inner;
-        if !self.is_open() || self.stopping() || inner.listeners.load(Ordering::SeqCst) > 0 {
+        if !self.is_open() || self.stopping() {
+            return None;
+        }
+        // A cassette's answers never change: one blocked resident ends a replayed run at once,
+        // whatever else is still going.
+        let replaying = inner.core.is_replaying();
+        let listening = || inner.listeners.load(Ordering::SeqCst) > 0;
+        if listening() && !replaying {
             return None;
         }
         let before = inner.activity.load(Ordering::SeqCst);
         let mut blocked = Vec::new();
+        let mut at_rest = true;
         for e in read(&inner.table).values() {
             let r = &e.resident;
             if let Some(error) = r.blocked_by() {
                 blocked.push((r.name().to_string(), error));
             } else if !r.at_rest() {
-                return None;
+                at_rest = false;
+                if !replaying {
+                    return None;
+                }
             }
         }
-        if inner.listeners.load(Ordering::SeqCst) > 0
-            || inner.activity.load(Ordering::SeqCst) != before
-        {
+        let ends_now = replaying && !blocked.is_empty();
+        if !ends_now && (!at_rest || listening()) {
+            return None;
+        }
+        if !ends_now && inner.activity.load(Ordering::SeqCst) != before {
             // Something happened meanwhile: look again.
+            inner.quiet.notify_one();
+            return None;
+        }
+        if !heard() {
             inner.quiet.notify_one();
             return None;
         }
