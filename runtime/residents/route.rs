@@ -481,7 +481,8 @@ impl Route {
         *lock(&self.inner.grace)
     }
 
-    /// How the program ended, if it settled (or a replayed run's resident was blocked).
+    /// How the program ended, if it settled (a replayed run settles as soon as a resident is
+    /// blocked).
     pub fn settled(&self) -> Option<Settled> {
         lock(&self.inner.settled).clone()
     }
