@@ -263,9 +263,10 @@ impl Resident {
         *slot = Some(error);
     }
 
-    /// Whether it is waiting with nothing to do: idle with no mail and no turn to finish.
+    /// Whether it is waiting with nothing to do: idle with no mail and no turn to finish (one
+    /// restored mid-turn is idle only until its task starts).
     pub(crate) fn at_rest(&self) -> bool {
-        self.state() == State::Idle && self.mailbox.is_empty()
+        self.state() == State::Idle && self.mailbox.is_empty() && !self.mid_turn()
     }
 
     /// Resumes from a saved cell: its conversation, its backlog, its journal.
