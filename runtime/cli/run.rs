@@ -130,7 +130,7 @@ fn blocked_failure(blocked: &[(String, TurnError)]) -> Failure {
 async fn end_after(limit: Duration, route: Route, timed_out: Arc<AtomicBool>) {
     tokio::time::sleep(limit).await;
     timed_out.store(true, Ordering::Release);
-    tracing::warn!("--max-time: {} elapsed, stopping", humane(limit));
+    tracing::info!("--max-time: {} elapsed, stopping", humane(limit));
     route.stop("max-time");
     tokio::time::sleep(route.grace() + Duration::from_secs(1)).await;
     eprintln!(
