@@ -2,11 +2,13 @@
 //! that does the waiting. It is `Send + Sync` and cheap to clone; the Lua thread holds one and
 //! hands work to it by spawning onto [`Core::handle`].
 
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
 use tracing::Instrument;
 
-use crate::config::{Config, Overrides, Resolved};
+use crate::config::{Config, ConfigError, Overrides, Resolved};
 use crate::providers::{Endpoint, ProviderError, Providers, ToolsLevel};
 use crate::vocab::{InferRequest, Inferred, Message, Style};
 
@@ -17,7 +19,8 @@ pub struct Core {
 }
 
 struct Inner {
-    config: Config,
+    /// Shared by every clone (and every `with_own_client`): a reload reaches them all.
+    config: Arc<LiveConfig>,
     providers: Providers,
     handle: tokio::runtime::Handle,
     replaying: bool,
@@ -39,10 +42,24 @@ pub struct Ask {
 
 impl Core {
     pub fn new(config: Config, providers: Providers, handle: tokio::runtime::Handle) -> Core {
+        Core::build(LiveConfig::fixed(config), providers, handle)
+    }
+
+    /// A core whose config is the file at `path`, read now and again whenever
+    /// [`Core::refresh_config`] finds it changed on disk.
+    pub fn from_config_file(
+        path: &Path,
+        providers: Providers,
+        handle: tokio::runtime::Handle,
+    ) -> Result<Core, ConfigError> {
+        Ok(Core::build(LiveConfig::load(path)?, providers, handle))
+    }
+
+    fn build(config: LiveConfig, providers: Providers, handle: tokio::runtime::Handle) -> Core {
         let replaying = providers.is_replaying();
         Core {
             inner: Arc::new(Inner {
-                config,
+                config: Arc::new(config),
                 providers,
                 handle,
                 replaying,
@@ -73,8 +90,22 @@ impl Core {
         &self.inner.providers
     }
 
-    pub fn config(&self) -> &Config {
-        &self.inner.config
+    /// The config as last read.
+    pub fn config(&self) -> Arc<Config> {
+        self.inner.config.current()
+    }
+
+    /// Re-reads the config file if it changed on disk since it was last read, and answers the
+    /// config's generation: a new one means the settings may have changed. A file that no
+    /// longer parses is reported once and the settings before it stay. Cheap (one `stat`) when
+    /// nothing changed; a core without a file always answers 0.
+    pub fn refresh_config(&self) -> u64 {
+        self.inner.config.refresh()
+    }
+
+    /// Whether model calls are answered from a cassette (whose answers no setting changes).
+    pub fn is_replaying(&self) -> bool {
+        self.inner.replaying
     }
 
     /// The program's files: one copy of each attached file, found by its reference.
@@ -103,7 +134,7 @@ impl Core {
                 use_type: o.use_type.clone().unwrap_or_else(|| "general".into()),
             });
         }
-        self.inner.config.resolve(o)
+        self.inner.config.current().resolve(o)
     }
 
     /// Resolves settings and builds the neutral request.
@@ -165,5 +196,84 @@ impl Core {
             Err(e) => tracing::debug!(kind = e.kind(), error = %e, "inference failed"),
         }
         result
+    }
+}
+
+/// The config a program resolves against and the file it came from. A running program re-reads
+/// the file when asked ([`Core::refresh_config`]: a blocked resident asks once a second), so a
+/// key or a provider fixed on disk reaches it without a restart. Polling the file's `stat` was
+/// chosen over a file-system watcher (the `notify` crate): it is only done while a resident is
+/// blocked, costs one system call, needs no new dependency, and sees an editor's
+/// write-and-rename, a network file system and a file created later alike.
+struct LiveConfig {
+    current: RwLock<Arc<Config>>,
+    file: Option<PathBuf>,
+    /// The file as last seen, and the generation (bumped by each successful re-read).
+    seen: Mutex<Option<Stamp>>,
+    generation: AtomicU64,
+}
+
+/// What tells a changed file from the one read: its modification time, size and inode (`None`:
+/// there was no file).
+type Stamp = Option<(std::time::SystemTime, u64, u64)>;
+
+fn stamp(path: &Path) -> Stamp {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some((meta.modified().ok()?, meta.len(), meta.ino()))
+}
+
+impl LiveConfig {
+    fn fixed(config: Config) -> LiveConfig {
+        LiveConfig {
+            current: RwLock::new(Arc::new(config)),
+            file: None,
+            seen: Mutex::new(None),
+            generation: AtomicU64::new(0),
+        }
+    }
+
+    fn load(path: &Path) -> Result<LiveConfig, ConfigError> {
+        // Stamped before reading: a change made while it is read is seen at the next refresh.
+        let seen = stamp(path);
+        let config = Config::load_from(path)?;
+        Ok(LiveConfig {
+            current: RwLock::new(Arc::new(config)),
+            file: Some(path.to_path_buf()),
+            seen: Mutex::new(Some(seen)),
+            generation: AtomicU64::new(0),
+        })
+    }
+
+    fn current(&self) -> Arc<Config> {
+        self.current
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn refresh(&self) -> u64 {
+        let Some(path) = &self.file else {
+            return self.generation.load(Ordering::Acquire);
+        };
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let now = stamp(path);
+        if seen.as_ref() == Some(&now) {
+            return self.generation.load(Ordering::Acquire);
+        }
+        *seen = Some(now);
+        match Config::load_from(path) {
+            Ok(config) => {
+                *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
+                tracing::info!(path = %path.display(), "the config file changed: read it again");
+                self.generation.fetch_add(1, Ordering::AcqRel) + 1
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "the config file changed but cannot be used (the settings before it stay): {e}"
+                );
+                self.generation.load(Ordering::Acquire)
+            }
+        }
     }
 }

@@ -149,6 +149,8 @@ impl Runtime {
             tools: self.tools.clone(),
             deliveries: Some(tx),
             store: self.store.clone(),
+            // The application mails in: the program's watch runs until it is stopped.
+            mails_in: true,
         };
         let running = crate::lua::start_file(self.core.clone(), path.as_ref(), args, host)?;
         Ok(Program {

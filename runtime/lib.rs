@@ -13,11 +13,13 @@
 //!   the environment and the catalogue, resolved into an endpoint for each request.
 //! - [`duration`]: the one reading of every duration colony is given (numbers and text), with
 //!   a clear error for negative, NaN or absurd values and a documented maximum.
-//! - [`core`]: what a program talks to: the config, the providers and the multi-thread runtime,
-//!   with `Core::prepare` (overrides to a neutral request and an endpoint) and `Core::infer`.
-//! - [`residents`]: AIs hosted as residents: the `route` (table, nursery, stop), each
-//!   `resident`'s loop and outage path, `mail` and the mailbox, `supervision` (restart policies),
-//!   `middleware` (`Infer`, context, breaker, retries).
+//! - [`core`]: what a program talks to: the config (read again when its file changes), the
+//!   providers and the multi-thread runtime, with `Core::prepare` (overrides to a neutral
+//!   request and an endpoint) and `Core::infer`.
+//! - [`residents`]: AIs hosted as residents: the `route` (table, nursery, stop, settling when
+//!   all is idle or blocked), each `resident`'s loop, outage path and blocked state, `mail` and
+//!   the mailbox, `supervision` (restart policies), `middleware` (`Infer`, context, breaker,
+//!   retries).
 //! - [`embed`]: colony inside a Rust application: a `Runtime` with native tools, `Program`s to
 //!   mail and hear from.
 //! - [`mcp`]: the MCP client on `rmcp`: server `spec`s (config, Lua, `mcpServers` files), a

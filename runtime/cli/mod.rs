@@ -155,8 +155,6 @@ fn init_logging() {
 
 /// The core for one command: the config file, and the cassette options.
 pub fn build_core(cassettes: &Cassettes, handle: &tokio::runtime::Handle) -> Result<Core, Failure> {
-    let config =
-        crate::config::Config::load().map_err(|e| Failure::input(format!("colony: {e}")))?;
     let replay = match &cassettes.replay {
         Some(path) => Some(Arc::new(
             replay::Cassette::load(path).map_err(|e| Failure::input(format!("colony: {e}")))?,
@@ -169,9 +167,12 @@ pub fn build_core(cassettes: &Cassettes, handle: &tokio::runtime::Handle) -> Res
         )),
         None => None,
     };
-    Ok(Core::new(
-        config,
+    // The file is read again when it changes on disk: a program blocked on a bad setting is
+    // served once it is fixed.
+    Core::from_config_file(
+        &crate::config::path(),
         Providers::new(replay, record),
         handle.clone(),
-    ))
+    )
+    .map_err(|e| Failure::input(format!("colony: {e}")))
 }

@@ -1,10 +1,19 @@
 //! `colony run FILE.lua [ARGS...]`: run a program.
+//!
+//! Exit status: 0 when the program ends (its watch stopped, or it settled with every resident
+//! idle), 1 when the script raised, 2 for bad input, 3 when its watch ended because residents
+//! are blocked (each named on stderr with its error), 124 when `--max-time` ended it.
 
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use super::{Cassettes, Failure, build_core};
 use crate::lua::HostSetup;
+use crate::residents::{Route, Settled};
 use crate::store::state_dir::{self, StateDir};
+use crate::turn::TurnError;
 
 /// Run a Lua program. Its arguments reach it as `arg` (and `...`).
 ///
@@ -20,6 +29,10 @@ pub struct Args {
     /// `colony state`; with --replay, a fresh temporary one, since a cassette replays a fresh start).
     #[arg(long, value_name = "DIR")]
     state: Option<PathBuf>,
+    /// End the run after this long (`90`, `90s`, `5m`, `1h30m`): the watch stops as on
+    /// `ai.stop`, turns in flight get its grace period, and colony exits with status 124.
+    #[arg(long, value_name = "DURATION", value_parser = parse_max_time)]
+    max_time: Option<Duration>,
     /// The program to run.
     file: PathBuf,
     /// Arguments for the program.
@@ -51,10 +64,101 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     };
     let running =
         crate::lua::start_file(core, &args.file, args.args, host).map_err(|e| Failure::run(e.0))?;
+    let route = running.route.clone();
+    let timed_out = Arc::new(AtomicBool::new(false));
+    let timer = args
+        .max_time
+        .map(|limit| handle.spawn(end_after(limit, route.clone(), timed_out.clone())));
     let result = running.join().map_err(|e| Failure::run(e.0));
+    if let Some(timer) = timer {
+        timer.abort();
+    }
     drop(state);
     if let Some(tmp) = scratch {
         let _ = std::fs::remove_dir_all(tmp);
     }
-    result
+    result?;
+    if let Some(Settled::Blocked(blocked)) = route.settled() {
+        return Err(blocked_failure(&blocked));
+    }
+    if timed_out.load(Ordering::Acquire) {
+        return Err(Failure {
+            message: format!(
+                "colony: the run was ended by --max-time ({})",
+                humane(args.max_time.unwrap_or_default())
+            ),
+            code: TIMED_OUT,
+        });
+    }
+    Ok(())
 }
+
+/// The exit status of a run whose watch ended because residents are blocked.
+const BLOCKED: u8 = 3;
+/// The exit status of a run `--max-time` ended (as timeout(1)'s).
+const TIMED_OUT: u8 = 124;
+
+/// Each blocked resident and its error, and what to do about it.
+fn blocked_failure(blocked: &[(String, TurnError)]) -> Failure {
+    let mut message = String::new();
+    for (name, e) in blocked {
+        message.push_str(&format!(
+            "colony: blocked: {name}: {}: {}\n",
+            e.kind, e.message
+        ));
+    }
+    message.push_str(
+        "colony: nothing else could run, so the program ended. The blocked residents' mail is \
+         kept (in the state directory when they keep their conversation).",
+    );
+    let fix = if blocked.iter().all(|(_, e)| e.kind == "cassette_miss") {
+        " The cassette holds another run: record it again with --record."
+    } else {
+        " Fix the setting named above and run again (a program that runs on reads the config \
+         file again when it changes)."
+    };
+    message.push_str(fix);
+    Failure {
+        message,
+        code: BLOCKED,
+    }
+}
+
+/// `--max-time`: stops the program after `limit`; if it has not ended within the watch's grace
+/// after that (a script that never reached `ai.watch`, a turn that outlasts it), ends the
+/// process.
+async fn end_after(limit: Duration, route: Route, timed_out: Arc<AtomicBool>) {
+    tokio::time::sleep(limit).await;
+    timed_out.store(true, Ordering::Release);
+    tracing::info!("--max-time: {} elapsed, stopping", humane(limit));
+    route.stop("max-time");
+    tokio::time::sleep(route.grace() + Duration::from_secs(1)).await;
+    eprintln!(
+        "colony: --max-time: the program did not end within {} of being stopped",
+        humane(route.grace())
+    );
+    std::process::exit(i32::from(TIMED_OUT));
+}
+
+fn humane(d: Duration) -> String {
+    format!("{:.1} s", d.as_secs_f64())
+}
+
+/// `90` (seconds), or a number with units: `90s`, `500ms`, `5m`, `1h30m`.
+fn parse_max_time(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let parsed = match text.parse::<f64>() {
+        Ok(secs) if secs.is_finite() && secs >= 0.0 => Duration::try_from_secs_f64(secs).ok(),
+        Ok(_) => None,
+        Err(_) => crate::providers::errors::parse_duration(text),
+    };
+    match parsed {
+        Some(d) if !d.is_zero() && d <= MAX_TIME_LIMIT => Ok(d),
+        _ => Err(format!(
+            "{text:?} is not a duration (seconds, or with units: 90s, 5m, 1h30m; more than 0 \
+             and at most 365 days)"
+        )),
+    }
+}
+
+const MAX_TIME_LIMIT: Duration = Duration::from_secs(365 * 86_400);

@@ -4,8 +4,8 @@
 //! The route and the residents live on the core ([`crate::residents`]); this file reads the
 //! script's tables into specs, and runs what must stay on the Lua thread: sources (each a local
 //! task under its own restart policy, named `<ai>/source/<n>`) and the watch loop, which calls
-//! `on_crash` / `on_fail` and ends on `ai.stop`, when every resident is gone, or on
-//! SIGINT/SIGTERM.
+//! `on_crash` / `on_fail` / `on_blocked` and ends on `ai.stop`, when every resident is gone, when
+//! the program has settled (idle or blocked, [`crate::residents::Settled`]), or on SIGINT/SIGTERM.
 //!
 //! Residents spawned before `ai.watch` wait in a list and register, in order, when the watch
 //! comes up; mail posted before that answers `no_recipient`.
@@ -29,7 +29,7 @@ use crate::residents::resident::DEFAULT_MAX_HOP;
 use crate::residents::route::supervise_exit;
 use crate::residents::supervision::{Decision, Exit, Supervisor};
 use crate::residents::{
-    Deliver, Delivery, Mail, ResidentSpec, Restart, RestartPolicy, Route, RouteEvent,
+    Deliver, Delivery, Listener, Mail, ResidentSpec, Restart, RestartPolicy, Route, RouteEvent,
 };
 use crate::turn::ToolDef;
 
@@ -41,6 +41,9 @@ pub struct HostSetup {
     pub deliveries: Option<mpsc::UnboundedSender<Delivery>>,
     /// The program's durable store (its state directory's); `None`: one in memory.
     pub store: Option<std::sync::Arc<dyn crate::store::Store>>,
+    /// The application mails the program's residents from outside: the watch does not end
+    /// when they are all idle.
+    pub mails_in: bool,
 }
 
 /// The host's tools, by name, in the VM's app data.
@@ -52,6 +55,8 @@ pub struct Program {
     /// The core the residents use (the shared pool, not the Lua thread's own).
     core: Core,
     state: RefCell<State>,
+    /// Held for an embedding application that mails in ([`HostSetup::mails_in`]).
+    _host: Option<Listener>,
 }
 
 struct State {
@@ -89,8 +94,10 @@ impl Program {
         host: &HostSetup,
         store: std::sync::Arc<dyn crate::store::Store>,
     ) -> Program {
+        let route = Route::with_store(core.clone(), bridge, Some(store));
         Program {
-            route: Route::with_store(core.clone(), bridge, Some(store)),
+            _host: host.mails_in.then(|| route.listen()),
+            route,
             core,
             state: RefCell::new(State {
                 route_opened: false,
@@ -168,6 +175,21 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
         lua.create_function(|lua, name: String| dismiss(lua, &name))?,
     )?;
     ai.set("residents", lua.create_function(|lua, ()| residents(lua))?)?;
+    ai.set(
+        "unblock",
+        lua.create_function(|lua, name: String| {
+            let answer = match program(lua).route.unblock(&name) {
+                Some(was) => Value::Boolean(was),
+                None => {
+                    return Ok(MultiValue::from_iter([
+                        Value::Nil,
+                        Value::String(lua.create_string("no_recipient")?),
+                    ]));
+                }
+            };
+            Ok(MultiValue::from_iter([answer]))
+        })?,
+    )?;
     ai.set(
         "stop",
         lua.create_function(|lua, reason: Option<String>| {
@@ -514,7 +536,8 @@ fn hire(p: &Program, spec: ResidentSpec, sources: Vec<Source>) -> Result<(), Str
         .enumerate()
         .map(|(i, s)| {
             let id = format!("{name}/source/{}", i + 1);
-            let run = run_source(p.route.clone(), id, name.clone(), s);
+            // Listening from now: the program cannot settle before the source has run.
+            let run = run_source(p.route.clone(), p.route.listen(), id, name.clone(), s);
             match &workspace {
                 Some(w) => tokio::task::spawn_local(super::store::WORKSPACE.scope(w.clone(), run)),
                 None => tokio::task::spawn_local(run),
@@ -526,8 +549,9 @@ fn hire(p: &Program, spec: ResidentSpec, sources: Vec<Source>) -> Result<(), Str
     Ok(())
 }
 
-/// One source under its restart policy. `self` is the AI's name.
-async fn run_source(route: Route, id: String, ai: String, source: Source) {
+/// One source under its restart policy. `self` is the AI's name. While it runs it may mail:
+/// `_listening` is dropped when it ends (or is aborted).
+async fn run_source(route: Route, _listening: Listener, id: String, ai: String, source: Source) {
     let mut supervisor = Supervisor::new(source.policy);
     loop {
         let exit = match source.func.call_async::<()>(ai.as_str()).await {
@@ -619,8 +643,9 @@ fn dismiss(lua: &Lua, name: &str) -> mlua::Result<MultiValue> {
     }
 }
 
-/// `ai.residents()` → `{ { name, state, conversation, held, dropped, restarts }, ... }`, spawned
-/// ones not yet registered (before the watch) with state `pending`.
+/// `ai.residents()` → `{ { name, state, conversation, held, dropped, restarts, error? }, ... }`
+/// (`error` while blocked), spawned ones not yet registered (before the watch) with state
+/// `pending`.
 fn residents(lua: &Lua) -> mlua::Result<Table> {
     let p = program(lua);
     let list = lua.create_table()?;
@@ -632,6 +657,9 @@ fn residents(lua: &Lua) -> mlua::Result<Table> {
         t.set("held", r.held)?;
         t.set("dropped", r.dropped)?;
         t.set("restarts", r.restarts)?;
+        if let Some(e) = &r.error {
+            t.set("error", turn_error(lua, e)?)?;
+        }
         list.push(t)?;
     }
     for q in &p.state.borrow().pending {
@@ -647,20 +675,56 @@ fn residents(lua: &Lua) -> mlua::Result<Table> {
     Ok(list)
 }
 
-/// `reason = ai.watch{ on_crash?, on_fail?, grace_ms? }`.
+/// A blocked resident's error as the Lua API's errors are: `{ kind, message, status?,
+/// transient = false }`, `tostring` giving `kind: message`.
+fn turn_error(lua: &Lua, e: &crate::turn::TurnError) -> mlua::Result<Table> {
+    let t = super::convert::error_table(lua, &e.kind, &e.message)?;
+    t.set("transient", false)?;
+    if let Some(status) = e.status {
+        t.set("status", status)?;
+    }
+    Ok(t)
+}
+
+/// The watch's callbacks.
+struct Hooks {
+    on_crash: Option<Function>,
+    on_fail: Option<Function>,
+    on_blocked: Option<Function>,
+}
+
+/// `reason = ai.watch{ on_crash?, on_fail?, on_blocked?, grace_ms?, until_idle? }`.
 async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
     let who = "ai.watch";
-    let mut on_crash = None;
-    let mut on_fail = None;
-    let mut grace = Duration::from_secs(10);
+    let mut hooks = Hooks {
+        on_crash: None,
+        on_fail: None,
+        on_blocked: None,
+    };
+    let mut grace = crate::residents::route::DEFAULT_GRACE;
+    let mut until_idle = true;
     if let Some(opts) = &opts {
-        check_fields(opts, who, &["on_crash", "on_fail", "grace_ms"])?;
-        on_crash = opts
+        check_fields(
+            opts,
+            who,
+            &[
+                "on_crash",
+                "on_fail",
+                "on_blocked",
+                "grace_ms",
+                "until_idle",
+            ],
+        )?;
+        hooks.on_crash = opts
             .get::<Option<Function>>("on_crash")
             .map_err(|_| bad(who, "on_crash must be a function(id, name, message)"))?;
-        on_fail = opts
+        hooks.on_fail = opts
             .get::<Option<Function>>("on_fail")
             .map_err(|_| bad(who, "on_fail must be a function(id, name, err)"))?;
+        hooks.on_blocked = opts
+            .get::<Option<Function>>("on_blocked")
+            .map_err(|_| bad(who, "on_blocked must be a function(name, err)"))?;
+        until_idle = flag(opts, "until_idle", who)?.unwrap_or(true);
         match opts.get::<Option<f64>>("grace_ms") {
             Ok(Some(ms)) if ms >= 0.0 => {
                 // More than a day is "wait for them": the deadline must still be a time.
@@ -686,6 +750,7 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
         };
         let pending = std::mem::take(&mut st.pending);
         drop(st);
+        p.route.set_grace(grace);
         // Everyone registers before the route opens, so no early mail finds a name missing.
         // Their sources, forked here, first run once this function waits.
         for q in pending {
@@ -706,8 +771,11 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
             reason = route.stopped() => break reason,
             _ = terminate.recv() => route.stop("SIGTERM"),
             _ = interrupt.recv() => route.stop("SIGINT"),
-            Some(event) = events.recv() => {
-                on_event(lua, event, on_crash.as_ref(), on_fail.as_ref()).await;
+            Some(event) = events.recv() => on_event(lua, event, &hooks).await,
+            // Idle or blocked with nothing left to bring mail: the program has ended by itself.
+            _ = route.changed(), if until_idle => {
+                // Hooks first: on_blocked may unblock the resident it is told of.
+                route.settle_when(|| events.is_empty());
             }
         }
     };
@@ -728,7 +796,7 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
     }
     // Failures reported while stopping still reach the callbacks.
     while let Ok(event) = events.try_recv() {
-        on_event(lua, event, on_crash.as_ref(), on_fail.as_ref()).await;
+        on_event(lua, event, &hooks).await;
     }
     Ok(reason)
 }
@@ -738,23 +806,30 @@ fn signal(kind: tokio::signal::unix::SignalKind) -> mlua::Result<tokio::signal::
         .map_err(|e| mlua::Error::runtime(format!("ai.watch: cannot listen for signals: {e}")))
 }
 
-async fn on_event(
-    lua: &Lua,
-    event: RouteEvent,
-    on_crash: Option<&Function>,
-    on_fail: Option<&Function>,
-) {
+async fn on_event(lua: &Lua, event: RouteEvent, hooks: &Hooks) {
     let (f, id, ai, message) = match event {
-        RouteEvent::Crashed { id, ai, message } => (on_crash, id, ai, message),
+        RouteEvent::Crashed { id, ai, message } => (hooks.on_crash.as_ref(), id, ai, message),
         RouteEvent::Failed { id, ai, message } => {
             // A failed resident's sources end with it.
             if id == ai {
                 program(lua).end_sources_of_gone(&ai);
             }
-            (on_fail, id, ai, message)
+            (hooks.on_fail.as_ref(), id, ai, message)
         }
         RouteEvent::Gone { ai } => {
             program(lua).end_sources_of_gone(&ai);
+            return;
+        }
+        RouteEvent::Blocked { ai, error } => {
+            if let Some(f) = &hooks.on_blocked {
+                let told = match turn_error(lua, &error) {
+                    Ok(err) => f.call_async::<()>((ai.as_str(), err)).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = told {
+                    tracing::warn!("a watch callback failed: {}", super::raised_message(&e));
+                }
+            }
             return;
         }
     };

@@ -68,6 +68,21 @@ impl ProviderError {
         }
     }
 
+    /// Waiting will not help: the request or the settings behind it must change first (a key
+    /// refused, a request refused as it stands, a model or provider that is not there, a
+    /// cassette without this request). A resident with such an error is blocked, not in an
+    /// outage. Neither this nor [`ProviderError::is_transient`]: an answer that could not be
+    /// read, a quota that clears only later; those are waited out like an outage.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            ProviderError::Config(_)
+                | ProviderError::Auth { .. }
+                | ProviderError::Api { .. }
+                | ProviderError::CassetteMiss(_)
+        )
+    }
+
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             ProviderError::Provider { retry_after, .. } => *retry_after,
@@ -345,6 +360,24 @@ mod tests {
         assert_eq!(parse_duration("0.5s"), Some(Duration::from_millis(500)));
         assert_eq!(parse_duration("soon"), None);
         assert_eq!(parse_duration("12"), None);
+    }
+
+    #[test]
+    fn waiting_helps_or_the_settings_must_change() {
+        let h = HeaderMap::new();
+        for status in [401, 403, 400, 404] {
+            assert!(classify(status, &h, "{}").is_permanent(), "{status}");
+        }
+        for status in [429, 500, 503, 529] {
+            let e = classify(status, &h, "{}");
+            assert!(e.is_transient() && !e.is_permanent(), "{status}");
+        }
+        let overloaded =
+            r#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#;
+        assert!(!classify(400, &h, overloaded).is_permanent());
+        assert!(!ProviderError::Fetch("connection refused".into()).is_permanent());
+        assert!(ProviderError::CassetteMiss("no exchange".into()).is_permanent());
+        assert!(ProviderError::Config("no provider".into()).is_permanent());
     }
 
     #[test]

@@ -252,6 +252,17 @@ impl Mailbox {
         inbox.trim();
     }
 
+    /// Puts back a batch whose turn cannot be served until the resident's settings change (it
+    /// is blocked), ahead of what arrived since. Nothing is discarded: a blocked resident loses
+    /// no mail, however long it waits.
+    pub fn keep(&self, batch: Batch) {
+        let mut inbox = self.lock();
+        for m in batch.mail.into_iter().rev() {
+            inbox.queue.push_front(m);
+        }
+        inbox.holding = false;
+    }
+
     /// The batch is in the conversation now (its dropped count reported with it). `recovered`:
     /// its turn succeeded, so the outage (if any) is over and the bound lifts; a turn that failed
     /// after a step ran keeps holding.

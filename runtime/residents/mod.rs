@@ -1,9 +1,10 @@
 //! Hosting AIs as residents (DESIGN §1, §5).
 //!
 //! - [`route`]: the table of addressable AIs, the nursery their tasks run in, the stop and the
-//!   shutdown grace. What an embedding application drives.
+//!   shutdown grace, and settling (idle or blocked, nothing to bring mail). What an embedding
+//!   application drives.
 //! - [`resident`]: one resident's loop (mailbox ▸ backlog ▸ `take_turn` ▸ deliver), the outage
-//!   path, and where replies go ([`resident::Deliver`]).
+//!   path and the blocked state, and where replies go ([`resident::Deliver`]).
 //! - [`mail`]: mail, provenance, the mailbox (which is also the held backlog).
 //! - [`persist`]: what a resident writes to the store as its turns go (conversation, journal,
 //!   audit), in the order that makes a restart safe.
@@ -24,5 +25,5 @@ pub mod supervision;
 
 pub use mail::{Mail, MailError, Mailbox, Provenance};
 pub use resident::{Deliver, Delivery, DeliveryKind, Resident, ResidentInfo, ResidentSpec};
-pub use route::{Route, RouteEvent, SpawnError};
+pub use route::{Listener, Route, RouteEvent, Settled, SpawnError};
 pub use supervision::{Restart, RestartPolicy};

@@ -13,6 +13,15 @@
 //! a dropped marker derived from the count. One notice goes out on the way into the outage and
 //! one on the way out. A failure after a step already ran (tools ran, so the turn cannot be
 //! repeated) commits what happened and the next attempt continues from it.
+//!
+//! **Blocked.** A failure that waiting cannot cure (a key refused, a request refused as it
+//! stands, no provider configured, a cassette without the request:
+//! [`crate::providers::ProviderError::is_permanent`]) does not take the outage path: retrying
+//! every minute would hang the program for nothing. The resident is *blocked*: its arrivals are
+//! kept, all of them (and stay saved when it keeps its conversation), one notice
+//! ([`DeliveryKind::Blocked`]) goes out, the route is told, and it tries again only when its
+//! settings could have changed: the config file changed on disk (looked at once a second while
+//! blocked) or [`Resident::unblock`] (`ai.unblock`).
 
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -24,12 +33,13 @@ use tokio::sync::mpsc;
 use super::mail::{Batch, HELD, Mailbox, Provenance, dropped_marker};
 use super::middleware::SharedInfer;
 use super::persist::ResidentHooks;
+use super::route::RouteEvent;
 use super::supervision::{Exit, RestartPolicy};
 use crate::core::Ask;
 use crate::lua::bridge::{FnId, LuaBridge};
 use crate::store::{Cell, JournalEntry, Store};
 use crate::turn::TurnHooks;
-use crate::turn::{Compaction, ToolDef, TurnOutcome, TurnSpec, take_turn};
+use crate::turn::{Compaction, ToolDef, TurnError, TurnOutcome, TurnSpec, take_turn};
 use crate::vocab::{Message, Stop, Usage};
 
 /// The default `max_hop`: a mail that has been relayed more often than this is refused.
@@ -82,6 +92,8 @@ pub enum DeliveryKind {
     Outage,
     /// The model answers again.
     Recovered,
+    /// The model cannot be called until the settings change: arrivals are kept.
+    Blocked,
 }
 
 /// One reply or notice from a resident.
@@ -96,8 +108,11 @@ pub struct Delivery {
     pub stop: Option<&'static str>,
     pub steps: u32,
     pub usage: Usage,
-    /// For a notice: the error that began the outage.
+    /// For a notice: the error that began the outage (or blocked the resident).
     pub error: Option<String>,
+    /// For a blocked notice: the error, classified (`deliver_to` reads it as `info.error`).
+    #[serde(skip)]
+    pub blocked: Option<TurnError>,
     /// Arrivals held (outage) or discarded (recovery).
     pub held: usize,
     pub dropped: u64,
@@ -112,6 +127,8 @@ pub enum State {
     Outage,
     Restarting,
     Stopped,
+    /// A permanent failure: waiting for its settings to change.
+    Blocked,
 }
 
 impl State {
@@ -122,6 +139,7 @@ impl State {
             State::Outage => "outage",
             State::Restarting => "restarting",
             State::Stopped => "stopped",
+            State::Blocked => "blocked",
         }
     }
 
@@ -131,6 +149,7 @@ impl State {
             1 => State::Busy,
             2 => State::Outage,
             3 => State::Restarting,
+            5 => State::Blocked,
             _ => State::Stopped,
         }
     }
@@ -147,6 +166,9 @@ pub struct Resident {
     conversation_len: AtomicUsize,
     state: AtomicU8,
     restarts: AtomicU32,
+    /// Why it is blocked, while it is.
+    blocked: Mutex<Option<TurnError>>,
+    unblocked: tokio::sync::Notify,
 }
 
 /// A snapshot for `ai.residents()`.
@@ -160,6 +182,8 @@ pub struct ResidentInfo {
     pub held: usize,
     pub dropped: u64,
     pub restarts: u32,
+    /// While blocked: the error that blocked it.
+    pub error: Option<TurnError>,
 }
 
 impl Resident {
@@ -172,6 +196,8 @@ impl Resident {
             conversation_len: AtomicUsize::new(0),
             state: AtomicU8::new(State::Idle as u8),
             restarts: AtomicU32::new(0),
+            blocked: Mutex::new(None),
+            unblocked: tokio::sync::Notify::new(),
         }
     }
 
@@ -200,7 +226,47 @@ impl Resident {
             held: self.mailbox.len(),
             dropped: self.mailbox.dropped(),
             restarts: self.restarts.load(Ordering::Relaxed),
+            error: self.blocked_by(),
         }
+    }
+
+    /// The error that blocked it, while it is blocked.
+    pub fn blocked_by(&self) -> Option<TurnError> {
+        self.blocked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Lets a blocked resident try again now (its settings were changed some other way than the
+    /// config file). Answers whether it was blocked. From here on it counts as busy.
+    pub fn unblock(&self) -> bool {
+        let was = self
+            .blocked
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .is_some();
+        if was {
+            self.set_state(State::Busy);
+            self.unblocked.notify_one();
+        }
+        was
+    }
+
+    /// Blocks it, and `announce`s it under the same lock: whoever sees it blocked
+    /// ([`Resident::blocked_by`]) knows the announcement has been made.
+    fn block(&self, error: TurnError, announce: impl FnOnce(&TurnError)) {
+        let mut slot = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
+        self.set_state(State::Blocked);
+        announce(&error);
+        *slot = Some(error);
+    }
+
+    /// Whether it is waiting with nothing to do: idle with no mail and no turn to finish (one
+    /// restored mid-turn is idle only until its task starts).
+    pub(crate) fn at_rest(&self) -> bool {
+        self.state() == State::Idle && self.mailbox.is_empty() && !self.mid_turn()
     }
 
     /// Resumes from a saved cell: its conversation, its backlog, its journal.
@@ -241,14 +307,24 @@ pub(crate) trait Host: Send + Sync {
     fn bridge(&self) -> &LuaBridge;
     fn stopping(&self) -> bool;
     fn store(&self) -> Option<&Arc<dyn Store>>;
+    /// A resident took up work (or left a wait): whatever concluded the program had settled
+    /// must look again.
+    fn stirred(&self);
+    /// A resident went idle or blocked (its notice out, its event reported): the program may
+    /// have settled.
+    fn settling(&self);
+    /// Reports an event to the route's watcher.
+    fn report(&self, event: RouteEvent);
 }
 
 /// The resident's outage, while it lasts.
 struct Outage {
-    since: Instant,
     retry_at: tokio::time::Instant,
     backoff: Duration,
 }
+
+/// How often a blocked resident looks at the config file.
+const CONFIG_POLL: Duration = Duration::from_secs(1);
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -258,6 +334,10 @@ const MAX_WAIT: Duration = Duration::from_secs(600);
 /// (its delivery raised). A restart calls this again with the same [`Resident`].
 pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
     let mut outage: Option<Outage> = None;
+    // Blocked: the config's generation when it was, so a re-read file lets it try again.
+    let mut blocked: Option<u64> = None;
+    // Since when the model could not be called (an outage or a block), for the recovery notice.
+    let mut trouble_since: Option<Instant> = None;
     // A turn cut short after a step ran (or by a restart): the next attempt continues it even
     // without new mail.
     let mut unfinished = me.mid_turn();
@@ -270,7 +350,25 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
             me.set_state(State::Stopped);
             return Exit::Normal;
         }
-        if let Some(o) = &outage {
+        if let Some(generation) = blocked {
+            // Mail arriving meanwhile is kept; only a change of settings is worth a new try.
+            while me.blocked_by().is_some() && !host.stopping() && !me.mailbox.is_closed() {
+                tokio::select! {
+                    _ = me.unblocked.notified() => {}
+                    _ = me.mailbox.notified() => {}
+                    _ = tokio::time::sleep(CONFIG_POLL) => {
+                        if host.core().refresh_config() != generation {
+                            me.unblock();
+                        }
+                    }
+                }
+            }
+            if host.stopping() || me.mailbox.is_closed() {
+                continue;
+            }
+            blocked = None;
+            tracing::info!(ai = %me.spec.name, "unblocked: trying again");
+        } else if let Some(o) = &outage {
             me.set_state(State::Outage);
             // Mail arriving meanwhile is held, not a reason to call a model that is down.
             let wake = tokio::time::sleep_until(o.retry_at);
@@ -290,10 +388,12 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
             }
         } else if me.mailbox.is_empty() && !unfinished {
             me.set_state(State::Idle);
+            host.settling();
             me.mailbox.notified().await;
             continue;
         }
         me.set_state(State::Busy);
+        host.stirred();
         // A turn to finish comes first: new mail after calls that have no results yet would
         // break the transcript, so it waits for the next turn.
         let batch = if unfinished {
@@ -359,7 +459,11 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
             let held = if nothing_happened {
                 messages.truncate(before);
                 me.commit(messages);
-                me.mailbox.put_back(batch);
+                if error.permanent {
+                    me.mailbox.keep(batch);
+                } else {
+                    me.mailbox.put_back(batch);
+                }
                 me.mailbox.len()
             } else {
                 me.commit(messages);
@@ -367,6 +471,47 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
                 unfinished = true;
                 0
             };
+            trouble_since.get_or_insert_with(Instant::now);
+            if error.permanent {
+                outage = None;
+                // Read before the notice: a fix saved while it goes out is a change.
+                let generation = host.core().refresh_config();
+                let then = if host.core().is_replaying() {
+                    "a cassette's answers do not change, so the run ends"
+                } else {
+                    "it tries again when the config file changes or ai.unblock is called"
+                };
+                tracing::warn!(
+                    ai = %me.spec.name,
+                    "blocked: {}: {} (its mail is kept; {then})",
+                    error.kind,
+                    error.message
+                );
+                let notice = Delivery {
+                    text: format!(
+                        "[colony] {} is blocked: {}: {}. Its {held} waiting arrival(s) are kept; \
+                         it tries again when the config file changes or ai.unblock({:?}) is \
+                         called.",
+                        me.spec.name, error.kind, error.message, me.spec.name
+                    ),
+                    error: Some(error.message.clone()),
+                    blocked: Some(error.clone()),
+                    held,
+                    ..delivery(me, DeliveryKind::Blocked, provenance.as_ref(), None)
+                };
+                if let Err(e) = Box::pin(deliver(me, notice)).await {
+                    return Exit::Crashed(e);
+                }
+                me.block(error.clone(), |error| {
+                    host.report(RouteEvent::Blocked {
+                        ai: me.spec.name.clone(),
+                        error: error.clone(),
+                    })
+                });
+                blocked = Some(generation);
+                host.settling();
+                continue;
+            }
             let wait = |backoff: Duration| {
                 error
                     .retry_after
@@ -381,7 +526,6 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
                 None => {
                     tracing::warn!(ai = %me.spec.name, error = %error.message, "outage: holding arrivals");
                     outage = Some(Outage {
-                        since: Instant::now(),
                         retry_at: tokio::time::Instant::now() + wait(FIRST_BACKOFF),
                         backoff: FIRST_BACKOFF,
                     });
@@ -414,13 +558,14 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
             }
         }
         me.commit(messages);
-        if let Some(o) = outage.take() {
+        outage = None;
+        if let Some(since) = trouble_since.take() {
             let notice = Delivery {
                 text: format!(
                     "[colony] {} reaches its model again after {:.1} s; {} held arrivals were \
                      served{}.",
                     me.spec.name,
-                    o.since.elapsed().as_secs_f64(),
+                    since.elapsed().as_secs_f64(),
                     batch.mail.len(),
                     if batch.dropped > 0 {
                         format!(" ({} older ones were dropped)", batch.dropped)
@@ -468,6 +613,7 @@ fn delivery(
         steps: 0,
         usage: Usage::default(),
         error: None,
+        blocked: None,
         held: 0,
         dropped: 0,
     }
@@ -477,7 +623,8 @@ fn delivery(
 async fn deliver(me: &Resident, d: Delivery) -> Result<(), String> {
     match &me.spec.deliver {
         Deliver::Nobody => {
-            if d.kind != DeliveryKind::Reply {
+            // A block is logged where it happens.
+            if !matches!(d.kind, DeliveryKind::Reply | DeliveryKind::Blocked) {
                 tracing::warn!(ai = %d.ai, "{}", d.text);
             }
             Ok(())
@@ -498,6 +645,11 @@ async fn deliver(me: &Resident, d: Delivery) -> Result<(), String> {
             let mut info = serde_json::to_value(&d).unwrap_or(serde_json::Value::Null);
             if let Some(map) = info.as_object_mut() {
                 map.remove("text");
+                if let Some(error) = &d.blocked {
+                    // A blocked notice's error is a table, as the Lua API's errors are.
+                    let error = serde_json::to_value(error).unwrap_or(serde_json::Value::Null);
+                    map.insert("error".into(), error);
+                }
                 // Absent is nil in Lua; JSON null would arrive as a (truthy) json.null.
                 map.retain(|_, v| !v.is_null());
             }

@@ -7,10 +7,17 @@
 //!
 //! Mail is at-most-once: a mailbox that has closed (its resident died or was dismissed) refuses
 //! it, and the route evicts the name.
+//!
+//! **Settling.** A program whose residents are all idle (nothing waiting) or blocked, with no
+//! turn in flight and nothing that could still bring mail (a [`Listener`]: a source, an
+//! embedding application), has nothing left to do: [`Route::settle`] stops it, and
+//! [`Route::settled`] says how it ended ([`Settled`]). Residents report going idle or blocked
+//! ([`Route::changed`] wakes), and an activity count, bumped after every mail and every start of
+//! work, tells a check that raced with a change to look again.
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -24,6 +31,10 @@ use super::supervision::{Decision, Exit, Supervisor};
 use crate::core::Core;
 use crate::lua::bridge::LuaBridge;
 use crate::store::Store;
+use crate::turn::TurnError;
+
+/// How long turns in flight may finish after a stop, unless the watch says otherwise.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(10);
 
 /// What the route reports as it happens.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +53,30 @@ pub enum RouteEvent {
     },
     /// A resident left the table (dismissed, failed or stopped): its sources should end.
     Gone { ai: String },
+    /// A resident cannot be served until its settings change (its notice has gone out).
+    Blocked { ai: String, error: TurnError },
+}
+
+/// How a program that ran out of things to do ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Settled {
+    /// Every resident idle, nothing waiting, nothing that could bring mail.
+    Idle,
+    /// As idle, but these residents (in name order) are blocked, each by its error.
+    Blocked(Vec<(String, TurnError)>),
+}
+
+impl Settled {
+    /// What the watch returns: `idle`, or `blocked: <name>: <kind>: <message>` (the first).
+    pub fn reason(&self) -> String {
+        match self {
+            Settled::Idle => "idle".into(),
+            Settled::Blocked(list) => match list.first() {
+                Some((name, e)) => format!("blocked: {name}: {}: {}", e.kind, e.message),
+                None => "blocked".into(),
+            },
+        }
+    }
 }
 
 /// Why a resident could not be hired.
@@ -84,6 +119,17 @@ struct Inner {
     /// Whether the table has ever held a resident (an empty route that never had one is not
     /// "every resident gone").
     ever: AtomicBool,
+    /// Bumped after every mail posted and every start of work: see [`Route::settle`].
+    activity: AtomicU64,
+    /// Told when a resident goes idle or blocked, or something leaves: the program may have
+    /// settled. One waiter (the watch): a notice given while it is busy is kept for it.
+    quiet: Notify,
+    /// What could still bring mail ([`Listener`]s alive).
+    listeners: AtomicUsize,
+    /// How the program ended, if it settled.
+    settled: Mutex<Option<Settled>>,
+    /// The grace its watch gives turns in flight after a stop.
+    grace: Mutex<Duration>,
 }
 
 impl Host for Inner {
@@ -101,6 +147,29 @@ impl Host for Inner {
 
     fn store(&self) -> Option<&Arc<dyn Store>> {
         self.store.as_ref()
+    }
+
+    fn stirred(&self) {
+        self.activity.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn settling(&self) {
+        self.quiet.notify_one();
+    }
+
+    fn report(&self, event: RouteEvent) {
+        let _ = self.events.send(event);
+    }
+}
+
+/// Something that may still bring mail (a source, an embedding application, a listener): while
+/// one is alive the program has not settled. Dropping it says it is done.
+pub struct Listener(Arc<Inner>);
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        self.0.listeners.fetch_sub(1, Ordering::SeqCst);
+        self.0.quiet.notify_one();
     }
 }
 
@@ -130,6 +199,11 @@ impl Route {
                 tasks: AtomicUsize::new(0),
                 tasks_done: Notify::new(),
                 ever: AtomicBool::new(false),
+                activity: AtomicU64::new(0),
+                quiet: Notify::new(),
+                listeners: AtomicUsize::new(0),
+                settled: Mutex::new(None),
+                grace: Mutex::new(DEFAULT_GRACE),
             }),
         }
     }
@@ -222,6 +296,7 @@ impl Route {
             },
         );
         self.inner.ever.store(true, Ordering::Release);
+        self.inner.stirred();
         Ok(resident)
     }
 
@@ -250,7 +325,10 @@ impl Route {
             // The common path posts under the table's read lock: no reference count to touch.
             _ => {
                 return match resident.mailbox.post(mail) {
-                    Ok(()) => Ok(()),
+                    Ok(()) => {
+                        self.inner.stirred();
+                        Ok(())
+                    }
                     Err(e) => {
                         let (name, resident) = (resident.spec.name.clone(), resident.clone());
                         drop(table);
@@ -269,7 +347,10 @@ impl Route {
             .mailbox
             .post_saved(mail, |m| store.push_backlog(&m.to, m))
         {
-            Ok(Ok(())) => Ok(()),
+            Ok(Ok(())) => {
+                self.inner.stirred();
+                Ok(())
+            }
             Ok(Err(e)) => {
                 self.inner.evict(&to, &resident);
                 Err(e)
@@ -297,7 +378,113 @@ impl Route {
         entry.task.abort();
         self.report(RouteEvent::Gone { ai: name.into() });
         self.inner.check_all_gone();
+        self.inner.quiet.notify_one();
         true
+    }
+
+    /// Lets the blocked resident `name` try again now. `None`: no such resident; `Some(false)`:
+    /// it was not blocked.
+    pub fn unblock(&self, name: &str) -> Option<bool> {
+        let resident = self.resident(name)?;
+        let was = resident.unblock();
+        if was {
+            self.inner.stirred();
+        }
+        Some(was)
+    }
+
+    /// Registers something that may still bring mail: until the [`Listener`] is dropped, the
+    /// program does not settle.
+    pub fn listen(&self) -> Listener {
+        self.inner.listeners.fetch_add(1, Ordering::SeqCst);
+        self.inner.stirred();
+        Listener(self.inner.clone())
+    }
+
+    /// Waits until the program may have settled (a resident went idle or blocked, a listener
+    /// or a resident left); then [`Route::settle`] says whether it has.
+    pub async fn changed(&self) {
+        self.inner.quiet.notified().await
+    }
+
+    /// If the program has settled (every resident at rest or blocked, no listener, no mail
+    /// waiting, no turn in flight), stops it with [`Settled::reason`] and answers how; else
+    /// `None`. The activity count, read before and after the look, catches a mail or a start
+    /// of work that raced with it.
+    pub fn settle(&self) -> Option<Settled> {
+        self.settle_when(|| true)
+    }
+
+    /// [`Route::settle`], if `heard()` still holds once the program is found settled: a watcher
+    /// that calls hooks on [`Route::events`] passes "no event waiting", so a resident's block is
+    /// told to `on_blocked` (which may unblock it) before it can end the program. Until then it
+    /// looks again at the next [`Route::changed`].
+    pub fn settle_when(&self, heard: impl FnOnce() -> bool) -> Option<Settled> {
+        let inner = &self.inner;
+        if !self.is_open() || self.stopping() {
+            return None;
+        }
+        // A cassette's answers never change: one blocked resident ends a replayed run at once,
+        // whatever else is still going.
+        let replaying = inner.core.is_replaying();
+        let listening = || inner.listeners.load(Ordering::SeqCst) > 0;
+        if listening() && !replaying {
+            return None;
+        }
+        let before = inner.activity.load(Ordering::SeqCst);
+        let mut blocked = Vec::new();
+        let mut at_rest = true;
+        for e in read(&inner.table).values() {
+            let r = &e.resident;
+            if let Some(error) = r.blocked_by() {
+                blocked.push((r.name().to_string(), error));
+            } else if !r.at_rest() {
+                at_rest = false;
+                if !replaying {
+                    return None;
+                }
+            }
+        }
+        let ends_now = replaying && !blocked.is_empty();
+        if !ends_now && (!at_rest || listening()) {
+            return None;
+        }
+        if !ends_now && inner.activity.load(Ordering::SeqCst) != before {
+            // Something happened meanwhile: look again.
+            inner.quiet.notify_one();
+            return None;
+        }
+        if !heard() {
+            inner.quiet.notify_one();
+            return None;
+        }
+        blocked.sort_by(|a, b| a.0.cmp(&b.0));
+        let settled = if blocked.is_empty() {
+            Settled::Idle
+        } else {
+            Settled::Blocked(blocked)
+        };
+        if !inner.stop_with(&settled.reason()) {
+            return None;
+        }
+        *lock(&inner.settled) = Some(settled.clone());
+        Some(settled)
+    }
+
+    /// Records the grace the watch will give turns in flight after a stop (for whoever stops
+    /// it from outside and must wait that long).
+    pub fn set_grace(&self, grace: Duration) {
+        *lock(&self.inner.grace) = grace;
+    }
+
+    pub fn grace(&self) -> Duration {
+        *lock(&self.inner.grace)
+    }
+
+    /// How the program ended, if it settled (a replayed run settles as soon as a resident is
+    /// blocked).
+    pub fn settled(&self) -> Option<Settled> {
+        lock(&self.inner.settled).clone()
     }
 
     /// The live residents, in name order.
@@ -328,7 +515,7 @@ impl Route {
     /// Asks everything to stop: no new turns start, mail is refused, idle residents end. The
     /// first reason given is the one kept.
     pub fn stop(&self, reason: impl Into<String>) {
-        self.inner.stop_with(&reason.into());
+        let _ = self.inner.stop_with(&reason.into());
     }
 
     pub fn stopping(&self) -> bool {
@@ -389,6 +576,7 @@ impl Inner {
         if removed {
             let _ = self.events.send(RouteEvent::Gone { ai: name.into() });
             self.check_all_gone();
+            self.quiet.notify_one();
         }
     }
 
@@ -399,7 +587,8 @@ impl Inner {
         }
     }
 
-    fn stop_with(&self, reason: &str) {
+    /// Stops with `reason` unless already stopping; answers whether this was the first stop.
+    fn stop_with(&self, reason: &str) -> bool {
         let first = self.reason.send_if_modified(|r| {
             if r.is_none() {
                 *r = Some(reason.to_string());
@@ -416,6 +605,7 @@ impl Inner {
                 e.resident.mailbox.wake();
             }
         }
+        first
     }
 }
 

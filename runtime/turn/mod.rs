@@ -210,12 +210,20 @@ pub struct StepReport {
 }
 
 /// Why a turn ended early, beside `stop = "error"`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
 pub struct TurnError {
     pub kind: String,
     pub message: String,
     /// How long the provider (or an open breaker) asked to wait before trying again.
+    #[serde(skip)]
     pub retry_after: Option<Duration>,
+    /// The HTTP status of the model call that failed, when there was one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    /// Trying again cannot help until the settings change
+    /// ([`crate::providers::ProviderError::is_permanent`]): a resident is blocked, not in an outage.
+    #[serde(skip)]
+    pub permanent: bool,
 }
 
 impl TurnError {
@@ -224,6 +232,8 @@ impl TurnError {
             kind: e.kind().to_string(),
             message: e.to_string(),
             retry_after: e.retry_after(),
+            status: e.status(),
+            permanent: e.is_permanent(),
         }
     }
 }

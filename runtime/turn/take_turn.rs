@@ -137,9 +137,8 @@ async fn run(
                 }
                 Err(e) => {
                     out.error = Some(TurnError {
-                        kind: e.kind().to_string(),
                         message: format!("compaction failed: {e}"),
-                        retry_after: e.retry_after(),
+                        ..TurnError::from_provider(&e)
                     });
                     out.messages = req.messages;
                     return out;
@@ -376,7 +375,7 @@ fn ended(mut out: TurnOutcome, messages: Vec<Message>, kind: &str, message: Stri
     out.error = Some(TurnError {
         kind: kind.into(),
         message,
-        retry_after: None,
+        ..TurnError::default()
     });
     out.messages = messages;
     out

@@ -289,14 +289,14 @@ function ai.route(opts) end
 
 ---@class ai.DeliveryInfo
 ---@field ai string the resident
----@field kind "reply"|"outage"|"recovered" a reply, or a notice on the way into / out of an outage
+---@field kind "reply"|"outage"|"recovered"|"blocked" a reply; a notice on the way into / out of an outage (or a block); "blocked": the model cannot be called until the settings change
 ---@field origin? string the sender of the mail the turn served (the newest, if several)
 ---@field hop integer
 ---@field stop? string
 ---@field steps integer
 ---@field usage ai.Usage
----@field error? string for an outage notice: why the model cannot be called
----@field held integer arrivals held (outage) or served (recovered)
+---@field error? string|ai.BlockedError for an outage notice, why the model cannot be called (a string); for a blocked one, the error as a table
+---@field held integer arrivals held (outage, blocked) or served (recovered)
 ---@field dropped integer older arrivals the bound of 24 discarded
 
 ---@class ai.SpawnOptions: ai.Options
@@ -359,23 +359,45 @@ function ai.dismiss(name) end
 
 ---@class ai.ResidentInfo
 ---@field name string
----@field state "idle"|"busy"|"outage"|"restarting"|"stopped"|"pending"
+---@field state "idle"|"busy"|"outage"|"blocked"|"restarting"|"stopped"|"pending"
 ---@field conversation integer messages in its stored conversation
----@field held integer arrivals waiting
+---@field held integer arrivals waiting (all of them kept while blocked)
 ---@field dropped integer older arrivals discarded in the current outage
 ---@field restarts integer
+---@field error? ai.BlockedError while blocked: why
 
 ---@return ai.ResidentInfo[]
 function ai.residents() end
 
+--- Why a resident is blocked: a failure that waiting cannot cure. `tostring(err)` reads
+--- `kind: message` (in `on_blocked` and `ai.residents()`; `deliver_to`'s `info.error` is a plain table).
+---@class ai.BlockedError
+---@field kind "auth_error"|"api_error"|"config_error"|"cassette_miss" a key refused (401/403), a request refused as it stands (400, 404 ...), no provider or key configured, a cassette without the request
+---@field message string
+---@field status? integer the HTTP status, when there was one
+---@field transient false
+
+--- Lets a blocked resident try again now (after the script fixed what blocked it some way the
+--- config file does not show). A blocked resident also tries again by itself when the config
+--- file changes on disk.
+---@param name string
+---@return boolean? was_blocked true: it tries again; false: it was not blocked; nil, "no_recipient": no such resident (or the watch is not up)
+---@return "no_recipient"? err
+function ai.unblock(name) end
+
 ---@class ai.WatchOptions
 ---@field on_crash? fun(id: string, name: string, message: string) a resident (id = its name) or a source (id = "<name>/source/<n>") raised
 ---@field on_fail? fun(id: string, name: string, err: string) past its restart intensity: not started again
+---@field on_blocked? fun(name: string, err: ai.BlockedError) a resident is blocked (after its notice went to deliver_to); it may call ai.unblock(name)
 ---@field grace_ms? number how long turns in flight may finish after a stop (default 10000)
+---@field until_idle? boolean default true: end once every resident is idle or blocked, every source has finished and no turn is in flight; false: run until a stop (an application that mails in from outside)
 
 --- Registers the spawned residents, forks their sources, and runs them until `ai.stop(reason)`,
---- every resident is gone, or SIGINT/SIGTERM. Then no new turn starts, sources end, turns in
---- flight get `grace_ms` to finish. Returns the reason ("SIGTERM", "every resident is gone", ...).
+--- every resident is gone, SIGINT/SIGTERM, or (`until_idle`) the program has settled: every
+--- resident idle or blocked, every source finished, no turn in flight. Then no new turn starts,
+--- sources end, turns in flight get `grace_ms` to finish. Returns the reason: `ai.stop`'s,
+--- "idle", "blocked: <name>: <kind>: <message>" (`colony run` then exits with status 3),
+--- "max-time" (`colony run --max-time`), "SIGTERM", "every resident is gone", ...
 ---@param opts? ai.WatchOptions
 ---@return string reason
 function ai.watch(opts) end

@@ -1,0 +1,373 @@
+//! A resident that cannot succeed is blocked, and `colony run` ends instead of hanging: through
+//! the binary, against the fake provider on loopback (or a cassette). Every run carries
+//! `--max-time` only as a guard against hanging: the tests assert that it did not fire (exit
+//! status 3 or 0, not 124), except the one about `--max-time` itself.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use support::fake::{FakeProvider, Reply};
+use support::script::{Run, Sandbox};
+use support::styled;
+
+/// Longer than any of these runs needs; a run still going then is a hang.
+const GUARD: &str = "120";
+
+/// A resident that keeps its conversation, mailed once by a source that then ends. Its notices
+/// and replies, `on_blocked` and `ai.residents()` are printed; then what the watch returned.
+const ONE_MAIL: &str = r#"
+ai.route{ model = "m" }
+ai.spawn{ name = "worker", persist_conversation = true,
+  deliver_to = function(reply, info)
+    if info.kind == "blocked" then
+      print(("notice: blocked, %s, status %s, %d held"):format(info.error.kind, tostring(info.error.status), info.held))
+    else
+      print(info.kind .. ": " .. reply)
+    end
+  end,
+  sources = { function(self) assert(ai.mail{ to = self, source = "desk", content = "first", hop = 0 }) end } }
+local reason = ai.watch{ on_blocked = function(name, err)
+  print(("on_blocked: %s %s"):format(name, err.kind))
+  for _, r in ipairs(ai.residents()) do
+    print(("residents: %s %s %s, %d held"):format(r.name, r.state, r.error and r.error.kind or "-", r.held))
+  end
+end }
+print("watch ended: " .. reason)
+"#;
+
+/// Runs `source` with `--state DIR --max-time GUARD` (and `extra`), in `sandbox`.
+fn run(sandbox: &Sandbox, source: &str, extra: &[&str]) -> Run {
+    let state = sandbox.path("state-dir").display().to_string();
+    let mut args = vec!["--state", state.as_str(), "--max-time", GUARD];
+    args.extend_from_slice(extra);
+    sandbox.lua(source, &args)
+}
+
+/// The mail the resident was sent is still in its saved backlog.
+fn assert_mail_kept(sandbox: &Sandbox) {
+    let state = sandbox.path("state-dir").display().to_string();
+    let script = sandbox.path("script.lua").display().to_string();
+    let shown = sandbox
+        .colony(&["conversations", "--state", &state, &script, "list"])
+        .ok();
+    assert_eq!(shown.stdout.trim(), "worker  0 messages, 1 in backlog");
+    let shown = sandbox
+        .colony(&[
+            "conversations",
+            "--state",
+            &state,
+            &script,
+            "show",
+            "worker",
+        ])
+        .ok();
+    assert_eq!(
+        shown.lines(),
+        ["held mail, not yet served:", "  [mail from desk] first"]
+    );
+}
+
+/// Asserts a blocked run: exit status 3, the notice, the hook and `ai.residents()` in that
+/// order, the watch's reason, and stderr naming the resident and the error.
+#[track_caller]
+fn assert_blocked(run: &Run, kind: &str, status: &str, error: &str) {
+    assert_eq!(
+        run.code, 3,
+        "stdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+    assert_eq!(
+        run.lines(),
+        [
+            format!("notice: blocked, {kind}, status {status}, 1 held").as_str(),
+            &format!("on_blocked: worker {kind}"),
+            &format!("residents: worker blocked {kind}, 1 held"),
+            &format!("watch ended: blocked: worker: {kind}: {error}"),
+        ]
+    );
+    assert!(
+        run.stderr
+            .contains(&format!("\ncolony: blocked: worker: {kind}: {error}\n")),
+        "stderr:\n{}",
+        run.stderr
+    );
+}
+
+#[test]
+fn a_refused_key_blocks_the_resident_and_the_run_exits_3_with_its_mail_kept() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::status(401));
+    let sandbox = styled(&fake, "openai");
+    let run = run(&sandbox, ONE_MAIL, &[]);
+    assert_blocked(
+        &run,
+        "auth_error",
+        "401",
+        "authentication failed (401): fake provider: scripted status 401 (invalid_api_key)",
+    );
+    // Tried once: a refused key is not retried until something changes.
+    assert_eq!(fake.calls(), 1);
+    assert_mail_kept(&sandbox);
+}
+
+#[test]
+fn a_refused_request_blocks_the_resident() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::status(400));
+    let sandbox = styled(&fake, "openai");
+    let run = run(&sandbox, ONE_MAIL, &[]);
+    assert_blocked(
+        &run,
+        "api_error",
+        "400",
+        "API error 400: fake provider: scripted status 400 (invalid_request_error)",
+    );
+    assert_eq!(fake.calls(), 1);
+    assert_mail_kept(&sandbox);
+}
+
+#[test]
+fn no_provider_configured_blocks_the_resident() {
+    let sandbox = Sandbox::new();
+    let run = run(&sandbox, ONE_MAIL, &[]);
+    assert_blocked(
+        &run,
+        "config_error",
+        "nil",
+        "no provider for use-type \"general\": set one with `colony config set general provider \
+         NAME` (known: anthropic, openai, groq, ollama, kimi, gemini, replay), pass provider = \
+         ..., or set a key such as ANTHROPIC_API_KEY",
+    );
+    assert_mail_kept(&sandbox);
+}
+
+#[test]
+fn a_cassette_without_the_request_ends_the_run_at_once_even_with_a_source_alive() {
+    let sandbox = Sandbox::new();
+    let cassette = sandbox.write("empty.jsonl", "");
+    let cassette = cassette.display().to_string();
+    // The source never ends: only the cassette miss can end this run before the guard.
+    let source = ONE_MAIL.replace(
+        "content = \"first\", hop = 0 }) end",
+        "content = \"first\", hop = 0 }) while true do ai.sleep(50) end end",
+    );
+    let run = run(&sandbox, &source, &["--replay", &cassette]);
+    let error = format!(
+        "cassette {cassette} has no answer for request 1 (fingerprint \
+         ef5a7b04e331130a726ddc14c265d097: 1 message(s), 0 tool(s), last text \"[mail from desk] \
+         first\")"
+    );
+    assert_blocked(&run, "cassette_miss", "nil", &error);
+    assert!(
+        run.stderr.contains("record it again with --record"),
+        "{}",
+        run.stderr
+    );
+    assert_mail_kept(&sandbox);
+}
+
+/// A resident blocked because no provider is configured; its source waits for the reply, so the
+/// program runs on. Once the test writes a config, the running program serves the mail.
+#[test]
+fn a_config_fixed_on_disk_is_served_by_the_running_program() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("served at last"));
+    let sandbox = Sandbox::new().env("COLONY_TEST_KEY", "test-key-0123456789");
+    let script = sandbox.write(
+        "script.lua",
+        r#"
+local served = false
+ai.spawn{ name = "worker",
+  deliver_to = function(reply, info)
+    print(info.kind .. ": " .. reply:gsub(" Its.*", ""))
+    if info.kind == "reply" then served = true end
+  end,
+  sources = { function(self)
+    assert(ai.mail{ to = self, source = "desk", content = "first", hop = 0 })
+    while not served do ai.sleep(20) end
+  end } }
+print("watch ended: " .. ai.watch{ on_blocked = function(name, err) print("on_blocked: " .. name .. " " .. err.kind) end })
+"#,
+    );
+    let script = script.display().to_string();
+    let mut child = sandbox.spawn(&["run", "--max-time", GUARD, &script]);
+    let (tx, lines) = mpsc::channel();
+    let stdout = child.stdout.take().expect("piped stdout");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let next = || {
+        lines
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the program prints its next line")
+    };
+    assert!(next().starts_with("blocked: [colony] worker is blocked: config_error: no provider"));
+    assert_eq!(next(), "on_blocked: worker config_error");
+    std::fs::write(
+        sandbox.path("config.toml"),
+        format!(
+            "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\nbase_url = \"{}\"\nkey_env = \"COLONY_TEST_KEY\"\n",
+            fake.base_url("openai")
+        ),
+    )
+    .expect("write the config");
+    let status = child.wait().expect("colony ends");
+    let rest: Vec<String> = lines.iter().collect();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{rest:?}\nstderr:\n{stderr}");
+    assert_eq!(rest.len(), 3, "{rest:?}");
+    assert!(
+        rest[0].starts_with("recovered: [colony] worker reaches its model again after "),
+        "{rest:?}"
+    );
+    assert_eq!(&rest[1..], ["reply: served at last", "watch ended: idle"]);
+    let bodies = support::model_calls(&fake);
+    assert_eq!(bodies.len(), 1);
+    assert_eq!(
+        bodies[0]["messages"][0]["content"],
+        "[mail from desk] first"
+    );
+}
+
+#[test]
+fn ai_unblock_lets_a_blocked_resident_try_again() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::status(401));
+    fake.set_default(Reply::text("served"));
+    let run = run(
+        &styled(&fake, "openai"),
+        r#"
+ai.route{ model = "m" }
+ai.spawn{ name = "worker",
+  deliver_to = function(reply, info) print(info.kind) end,
+  sources = { function(self) assert(ai.mail{ to = self, source = "desk", content = "first", hop = 0 }) end } }
+print("before the watch:", ai.unblock("worker"))
+print("watch ended: " .. ai.watch{ on_blocked = function(name, err)
+  print("unknown:", ai.unblock("nobody"))
+  print("unblock:", ai.unblock(name))
+  print("again:", ai.unblock(name))
+end })
+"#,
+        &[],
+    )
+    .ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "before the watch:\tnil\tno_recipient",
+            "blocked",
+            "unknown:\tnil\tno_recipient",
+            "unblock:\ttrue",
+            "again:\tfalse",
+            "recovered",
+            "reply",
+            "watch ended: idle",
+        ]
+    );
+    assert_eq!(fake.calls(), 2);
+}
+
+#[test]
+fn an_overloaded_provider_still_takes_the_outage_path() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::status(529).header("retry-after-ms", "20"));
+    fake.set_default(Reply::text("served"));
+    let run = run(
+        &styled(&fake, "anthropic"),
+        r#"
+ai.route{ provider = "anthropic", model = "m" }
+ai.spawn{ name = "worker",
+  deliver_to = function(reply, info) print(info.kind, info.error and type(info.error) or "-") end,
+  sources = { function(self) assert(ai.mail{ to = self, source = "desk", content = "first", hop = 0 }) end } }
+print("watch ended: " .. ai.watch{ on_blocked = function() print("on_blocked") end })
+"#,
+        &[],
+    )
+    .ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "outage\tstring",
+            "recovered\t-",
+            "reply\t-",
+            "watch ended: idle"
+        ]
+    );
+    assert_eq!(fake.calls(), 2);
+}
+
+#[test]
+fn a_program_whose_sources_finished_and_residents_went_idle_exits_0() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("noted"));
+    let run = run(
+        &styled(&fake, "openai"),
+        r#"
+ai.route{ provider = "openai", model = "m" }
+for _, name in ipairs{ "a", "b" } do
+  ai.spawn{ name = name,
+    deliver_to = function(reply, info) print(info.ai .. ": " .. reply) end,
+    sources = { function(self)
+      for i = 1, 2 do
+        assert(ai.mail{ to = self, source = "desk", content = "note " .. i, hop = 0 })
+        ai.sleep(10)
+      end
+    end } }
+end
+print("watch ended: " .. ai.watch{})
+"#,
+        &[],
+    )
+    .ok();
+    let mut lines = run.lines();
+    assert_eq!(lines.pop(), Some("watch ended: idle"));
+    lines.sort();
+    // Each AI served its two mails, in one turn or two.
+    assert!(lines.iter().all(|l| *l == "a: noted" || *l == "b: noted"));
+    assert!(lines.contains(&"a: noted") && lines.contains(&"b: noted"));
+    assert!(run.stderr.is_empty(), "{}", run.stderr);
+}
+
+#[test]
+fn max_time_ends_a_run_with_status_124() {
+    let sandbox = Sandbox::new();
+    // Nothing to do, but until_idle = false keeps the watch running (as for an embedder).
+    let run = sandbox.lua(
+        r#"
+ai.spawn{ name = "worker" }
+print("watch ended: " .. ai.watch{ until_idle = false })
+"#,
+        &["--max-time", "1"],
+    );
+    assert_eq!(run.code, 124, "{}", run.stderr);
+    assert_eq!(run.lines(), ["watch ended: max-time"]);
+    assert!(
+        run.stderr
+            .ends_with("colony: the run was ended by --max-time (1.0 s)\n"),
+        "{}",
+        run.stderr
+    );
+    // A source that never ends keeps a program from settling: --max-time ends it too.
+    let run = sandbox.lua(
+        r#"
+ai.spawn{ name = "worker", sources = { function() while true do ai.sleep(20) end end } }
+print("watch ended: " .. ai.watch{})
+"#,
+        &["--max-time", "500ms"],
+    );
+    assert_eq!(run.code, 124, "{}", run.stderr);
+    assert_eq!(run.lines(), ["watch ended: max-time"]);
+    let bad = sandbox.lua("print(1)", &["--max-time", "soon"]);
+    assert_eq!(bad.code, 2, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("\"soon\" is not a duration"),
+        "{}",
+        bad.stderr
+    );
+}
