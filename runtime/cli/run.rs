@@ -146,19 +146,9 @@ fn humane(d: Duration) -> String {
 
 /// `90` (seconds), or a number with units: `90s`, `500ms`, `5m`, `1h30m`.
 fn parse_max_time(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let parsed = match text.parse::<f64>() {
-        Ok(secs) if secs.is_finite() && secs >= 0.0 => Duration::try_from_secs_f64(secs).ok(),
-        Ok(_) => None,
-        Err(_) => crate::providers::errors::parse_duration(text),
-    };
-    match parsed {
-        Some(d) if !d.is_zero() && d <= MAX_TIME_LIMIT => Ok(d),
-        _ => Err(format!(
-            "{text:?} is not a duration (seconds, or with units: 90s, 5m, 1h30m; more than 0 \
-             and at most 365 days)"
-        )),
+    match crate::duration::parse(text) {
+        Ok(d) if d.is_zero() => Err("--max-time must be more than 0".to_string()),
+        Ok(d) => Ok(d),
+        Err(e) => Err(e.to_string()),
     }
 }
-
-const MAX_TIME_LIMIT: Duration = Duration::from_secs(365 * 86_400);
