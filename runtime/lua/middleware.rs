@@ -243,10 +243,12 @@ pub fn build_stack(
                                     Some(text)
                                 }
                                 HandlerOutcome::Gone => None,
-                                HandlerOutcome::Refused(e)
-                                | HandlerOutcome::Raised(e)
-                                | HandlerOutcome::Thrown(e) => {
+                                HandlerOutcome::Refused(e) | HandlerOutcome::Thrown(e) => {
                                     tracing::warn!("before_step failed: {e}");
+                                    None
+                                }
+                                HandlerOutcome::Raised(fault) => {
+                                    tracing::warn!("before_step raised: {fault}");
                                     None
                                 }
                             }
