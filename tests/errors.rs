@@ -394,3 +394,87 @@ for _, e in ipairs(turn.tool_events) do print(e.step, e.name, e.kind, e.outcome)
         ]
     );
 }
+
+#[test]
+fn parameters_that_are_not_a_json_schema_name_the_property_and_the_keyword() {
+    let sb = support::script::Sandbox::new();
+    let script = sb.path("script.lua").display().to_string();
+    let run = sb.lua(
+        r#"ai.tool{ name = "lookup", description = "Look a city up",
+  parameters = { type = "object", properties = {
+    address = { type = "object", properties = { city = { type = "strin" } } } } },
+  handler = function() return "" end }
+"#,
+        &[],
+    );
+    assert_eq!(
+        run.failed().stderr.lines().next(),
+        Some(format!("{script}:1: ai.tool: tool lookup: parameters are not a valid JSON Schema: property address.city, keyword \"type\": \"strin\" is not valid under any of the schemas listed in the 'anyOf' keyword").as_str())
+    );
+    let run = sb.lua(
+        r#"ai.tool{ name = "count", description = "Count",
+  parameters = { type = "object", required = "n" }, handler = function() return "" end }
+"#,
+        &[],
+    );
+    assert_eq!(
+        run.failed().stderr.lines().next(),
+        Some(format!("{script}:1: ai.tool: tool count: parameters are not a valid JSON Schema: the top level, keyword \"required\": \"n\" is not of type \"array\"").as_str())
+    );
+}
+
+/// A server that answers every request with `status` and an HTML page titled `title`.
+fn html_server(status: u16, title: &'static str) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 65536];
+            let _ = stream.read(&mut buf);
+            let page = format!(
+                "<!DOCTYPE html>\n<html>\n<head><title>{title}</title></head>\n<body>\n<h1>{title}</h1>\n<p>nginx</p>\n</body>\n</html>\n"
+            );
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status} Whatever\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                page.len()
+            );
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[test]
+fn an_html_error_page_is_summarised_with_its_path_and_a_hint() {
+    let base = html_server(404, "404 Not Found");
+    let sb = support::script::Sandbox::new().env("OLLAMA_BASE_URL", &base);
+    let run = sb.colony(&["models", "ollama"]).failed();
+    assert_eq!(
+        run.stderr,
+        "colony models ollama: API error 404: 404 Not Found (at /models; this server lists no models; set `model` yourself) (api_error)\n"
+    );
+    let run = sb
+        .lua(
+            r#"print(select(2, ai.ask("hi", { provider = "ollama", model = "m" })))"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.stdout,
+        "api_error: API error 404: 404 Not Found (at /chat/completions; OpenAI-compatible base URLs usually end in /v1)\n"
+    );
+    let base = html_server(502, "502 Bad Gateway");
+    let sb = support::script::Sandbox::new().env("OLLAMA_BASE_URL", &format!("{base}/v1"));
+    let run = sb
+        .lua(
+            r#"print(select(2, ai.ask("hi", { provider = "ollama", model = "m" })))"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.stdout,
+        "provider_error: provider error 502: 502 Bad Gateway (at /v1/chat/completions)\n"
+    );
+}

@@ -279,7 +279,7 @@ impl Providers {
         if !(200..300).contains(&status) {
             let headers = response.headers().clone();
             let body = response.text().await.unwrap_or_default();
-            return Err(errors::classify(status, &headers, &body));
+            return Err(errors::classify(status, &headers, &body).located(&wire.url, &body));
         }
         match on_text {
             Some(on_text) => sse::assemble(response, codec.assembler(), on_text).await,
@@ -311,7 +311,7 @@ impl Providers {
             .await
             .map_err(|e| ProviderError::fetch(&e))?;
         if !(200..300).contains(&status) {
-            return Err(errors::classify(status, &headers, &body));
+            return Err(errors::classify(status, &headers, &body).located(&wire.url, &body));
         }
         let value: Value = serde_json::from_str(&body)
             .map_err(|e| ProviderError::Parse(format!("model list: {e}")))?;
