@@ -478,3 +478,33 @@ fn an_html_error_page_is_summarised_with_its_path_and_a_hint() {
         "provider_error: provider error 502: 502 Bad Gateway (at /v1/chat/completions)\n"
     );
 }
+
+#[test]
+fn a_breaker_hook_that_raises_is_logged_with_the_resident_and_traceback() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::status(500));
+    let sb = styled(&fake, "openai");
+    let script = sb.path("script.lua").display().to_string();
+    let run = sb.lua(
+        r#"ai.spawn{ name = "planner", provider = "openai", model = "m",
+  middleware = { ai.with_breaker{ threshold = 1, on_transition = function(from, to)
+    local seen = nil
+    seen[to] = true
+  end } },
+  sources = { function(self) ai.mail{ to = self, source = "desk", content = "go", hop = 0 } end },
+  deliver_to = function(reply, info) ai.stop(info.kind) end }
+print(ai.watch{})
+"#,
+        &[],
+    );
+    let run = run.ok();
+    assert_eq!(run.stdout, "outage\n");
+    let block = format!(
+        "WARN colony::lua::bridge: [planner] on_transition raised: {script}:4: attempt to index a nil value (local 'seen')
+stack traceback:
+\t{script}:4: in function <{script}:2>
+"
+    );
+    let logged = logged(&run);
+    assert!(logged.contains(&block), "{logged}");
+}

@@ -48,8 +48,16 @@ enum Job {
     Callback {
         func: FnId,
         args: Vec<Json>,
-        reply: Option<oneshot::Sender<Result<(), Fault>>>,
+        reply: Reply,
     },
+}
+
+/// Where a callback's outcome goes.
+enum Reply {
+    /// To the caller, who waits for it.
+    To(oneshot::Sender<Result<(), Fault>>),
+    /// Nobody waits: an error is logged under this name (`[planner] on_transition`).
+    Log(String),
 }
 
 /// The core's handle on one Lua VM.
@@ -101,7 +109,7 @@ impl LuaBridge {
             .send(Job::Callback {
                 func,
                 args,
-                reply: Some(reply),
+                reply: Reply::To(reply),
             })
             .map_err(|_| Fault::from(GONE))?;
         answer.await.map_err(|_| Fault::from(GONE))?
@@ -109,12 +117,12 @@ impl LuaBridge {
 
     /// Calls `func(args...)` on the Lua thread without waiting, from code that cannot wait (a
     /// breaker's transition hook). Calls posted from one thread start in the order posted; an
-    /// error is logged.
-    pub fn post(&self, func: FnId, args: Vec<Json>) {
+    /// error is logged as `{who} raised: file:line: message` with its traceback.
+    pub fn post(&self, func: FnId, who: String, args: Vec<Json>) {
         let _ = self.jobs.send(Job::Callback {
             func,
             args,
-            reply: None,
+            reply: Reply::Log(who),
         });
     }
 
@@ -232,12 +240,12 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                 Job::Callback { func, args, reply } => {
                     let result = run_callback(&lua, func, args).await;
                     match reply {
-                        Some(reply) => {
+                        Reply::To(reply) => {
                             let _ = reply.send(result);
                         }
-                        None => {
+                        Reply::Log(who) => {
                             if let Err(e) = result {
-                                tracing::warn!("a callback raised: {e}");
+                                tracing::warn!("{who} raised: {e}");
                             }
                         }
                     }
