@@ -78,14 +78,14 @@ print("watch ended:", ai.watch{})
     );
     let run = run.ok();
     let lines = run.lines();
-    assert_eq!(lines[0], "before the watch:\tnil\tno_recipient");
+    assert_eq!(lines[0], "before the watch:\tnil\tno_recipient: \"a\"");
     let tells: Vec<&&str> = lines.iter().filter(|l| l.contains(" tells ")).collect();
     assert_eq!(
         tells,
         [
             &"a tells b at hop 1 (from desk, ctx hop 0): true",
             &"b tells a at hop 2 (from a, ctx hop 1): true",
-            &"a tells b at hop 3 (from b, ctx hop 2): hop_limit",
+            &"a tells b at hop 3 (from b, ctx hop 2): hop_limit: hop 3 to \"b\" is above its max_hop of 2",
         ]
     );
     // The replies race (a and b answer in parallel); which AI answered which hop does not.
@@ -153,9 +153,9 @@ print("watch ended:", ai.watch{})
             "before:\tkeeper=pending temp=pending",
             "temp replied: noted",
             "dismiss temp:\ttrue",
-            "mail temp:\tnil\tno_recipient",
-            "dismiss temp again:\tnil\tno_recipient",
-            "mail nobody:\tnil\tno_recipient",
+            "mail temp:\tnil\tno_recipient: \"temp\"",
+            "dismiss temp again:\tnil\tno_recipient: \"temp\"",
+            "mail nobody:\tnil\tno_recipient: \"nobody\"",
             "after:\tkeeper=idle",
             "dismiss keeper:\ttrue",
             "watch ended:\tevery resident is gone",

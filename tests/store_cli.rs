@@ -270,7 +270,15 @@ fn audit_prints_aligned_columns_and_filters() {
         let dir = StateDir::open(&state).unwrap();
         let store = dir.store();
         let entries = [
-            (1_700_000_000_123, "alice", "read_file", "ab", 12.34, "ok"),
+            (
+                1_700_000_000_123,
+                "alice",
+                "read_file",
+                "ab",
+                12.34,
+                "ok",
+                None,
+            ),
             (
                 1_700_000_001_000,
                 "script",
@@ -278,6 +286,7 @@ fn audit_prints_aligned_columns_and_filters() {
                 "01",
                 1500.0,
                 "error",
+                Some("script.lua:4: the server answered 502\nstack traceback:"),
             ),
             (
                 1_700_000_002_500,
@@ -286,9 +295,10 @@ fn audit_prints_aligned_columns_and_filters() {
                 "ff",
                 0.31,
                 "deadline",
+                Some("the tool did not finish within its deadline of 0.25 s"),
             ),
         ];
-        for (at_ms, resident, tool, hash, duration_ms, outcome) in entries {
+        for (at_ms, resident, tool, hash, duration_ms, outcome, message) in entries {
             store
                 .audit(&AuditEntry {
                     at_ms,
@@ -297,6 +307,7 @@ fn audit_prints_aligned_columns_and_filters() {
                     args_hash: hash.repeat(32),
                     duration_ms,
                     outcome: outcome.into(),
+                    message: message.map(str::to_string),
                 })
                 .unwrap();
         }
@@ -307,19 +318,19 @@ fn audit_prints_aligned_columns_and_filters() {
     assert_eq!(
         run.lines(),
         [
-            "TIME                      RESIDENT  TOOL       OUTCOME       MS  ARGS",
+            "TIME                      RESIDENT  TOOL       OUTCOME       MS  ARGS          MESSAGE",
             "2023-11-14T22:13:20.123Z  alice     read_file  ok          12.3  abababababab",
-            "2023-11-14T22:13:21.000Z  script    http_get   error     1500.0  010101010101",
-            "2023-11-14T22:13:22.500Z  alice     http_get   deadline     0.3  ffffffffffff",
+            "2023-11-14T22:13:21.000Z  script    http_get   error     1500.0  010101010101  script.lua:4: the server answered 502\\nstack traceback:",
+            "2023-11-14T22:13:22.500Z  alice     http_get   deadline     0.3  ffffffffffff  the tool did not finish within its deadline of 0.25 s",
         ]
     );
     let run = sb.colony(&["audit", &file, "--resident", "alice"]).ok();
     assert_eq!(
         run.lines(),
         [
-            "TIME                      RESIDENT  TOOL       OUTCOME     MS  ARGS",
+            "TIME                      RESIDENT  TOOL       OUTCOME     MS  ARGS          MESSAGE",
             "2023-11-14T22:13:20.123Z  alice     read_file  ok        12.3  abababababab",
-            "2023-11-14T22:13:22.500Z  alice     http_get   deadline   0.3  ffffffffffff",
+            "2023-11-14T22:13:22.500Z  alice     http_get   deadline   0.3  ffffffffffff  the tool did not finish within its deadline of 0.25 s",
         ]
     );
     let run = sb
@@ -328,8 +339,8 @@ fn audit_prints_aligned_columns_and_filters() {
     assert_eq!(
         run.lines(),
         [
-            "TIME                      RESIDENT  TOOL      OUTCOME    MS  ARGS",
-            "2023-11-14T22:13:22.500Z  alice     http_get  deadline  0.3  ffffffffffff",
+            "TIME                      RESIDENT  TOOL      OUTCOME    MS  ARGS          MESSAGE",
+            "2023-11-14T22:13:22.500Z  alice     http_get  deadline  0.3  ffffffffffff  the tool did not finish within its deadline of 0.25 s",
         ]
     );
     let run = sb.colony(&["audit", &file, "--tool", "nothing"]).ok();

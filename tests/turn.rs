@@ -273,10 +273,16 @@ fn the_step_cap_answers_every_call() {
         let lines = run.lines();
         assert_eq!(lines[0], "reply\tStill looking.", "{style}: {}", run.stdout);
         assert_eq!(lines[1], "stop\tmax_steps\tsteps\t2", "{style}");
+        // The call left unanswered is an event of its own.
+        assert_eq!(
+            lines[3],
+            "event\tweather.current\tnot_run\tnot run: the tool budget of this turn was exhausted before this call could run",
+            "{style}"
+        );
         assert!(
-            lines[3].starts_with("last\ttool\tc2\ttrue\tnot run: the tool budget"),
+            lines[4].starts_with("last\ttool\tc2\ttrue\tnot run: the tool budget"),
             "{style}: {}",
-            lines[3]
+            lines[4]
         );
         let last = &model_calls(&fake)[1];
         let text = last.to_string();

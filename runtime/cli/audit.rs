@@ -10,8 +10,9 @@ use crate::store::{AuditFilter, Store};
     long_about = "Print the log of a program's tool calls, oldest first, as aligned columns: \
         when the call finished (ISO 8601, UTC), the resident whose turn made it (`script` for a \
         script's own turn), the tool, the outcome, the duration in milliseconds, and the first \
-        12 hex digits of the SHA-256 of its arguments (the arguments themselves are not kept). \
-        Prints nothing when no call matches.\n\n\
+        12 hex digits of the SHA-256 of its arguments (the arguments themselves are not kept), \
+        and for a call that did not go well what the model was told (its first 500 characters, \
+        keys redacted, line breaks shown as \\n). Prints nothing when no call matches.\n\n\
         Opens the program's state directory the way the program does, with its lock: while the \
         program runs this refuses, naming the process that holds it, and while this runs the \
         program cannot start."
@@ -47,6 +48,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         "OUTCOME".to_string(),
         "MS".to_string(),
         "ARGS".to_string(),
+        "MESSAGE".to_string(),
     ]];
     for e in entries {
         rows.push([
@@ -56,9 +58,10 @@ pub fn run(args: Args) -> Result<(), Failure> {
             e.outcome,
             format!("{:.1}", e.duration_ms),
             e.args_hash.chars().take(12).collect(),
+            e.message.unwrap_or_default().replace('\n', "\\n"),
         ]);
     }
-    let mut widths = [0usize; 6];
+    let mut widths = [0usize; 7];
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count());
@@ -66,13 +69,15 @@ pub fn run(args: Args) -> Result<(), Failure> {
     }
     for row in &rows {
         let line = format!(
-            "{:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {:>w4$}  {}",
+            "{:<w0$}  {:<w1$}  {:<w2$}  {:<w3$}  {:>w4$}  {:<w5$}  {}",
             row[0],
             row[1],
             row[2],
             row[3],
             row[4],
             row[5],
+            row[6],
+            w5 = widths[5],
             w0 = widths[0],
             w1 = widths[1],
             w2 = widths[2],

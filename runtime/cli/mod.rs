@@ -92,6 +92,7 @@ impl Failure {
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
+    quiet_on_closed_stdout();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("colony-core")
@@ -139,6 +140,30 @@ pub fn commands() -> Vec<(String, String)> {
             )
         })
         .collect()
+}
+
+/// What a command exits with when its stdout is closed under it (`colony config list | head
+/// -0`): 0, quietly, as the reader wanted no more. Rust ignores SIGPIPE, so a write to a closed
+/// pipe is an `EPIPE` error, and `println!` panics on it; this hook turns that panic, wherever it
+/// happens, into the quiet exit. SIGPIPE itself stays ignored: restoring its default would also
+/// kill colony when an MCP server's stdin closes under a write.
+pub const CLOSED_STDOUT_STATUS: i32 = 0;
+
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = info
+            .payload()
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        // EPIPE is 32 on Linux and the BSDs; std prints the number whatever the locale.
+        if message.starts_with("failed printing to stdout") && message.ends_with("(os error 32)") {
+            std::process::exit(CLOSED_STDOUT_STATUS);
+        }
+        default(info)
+    }));
 }
 
 fn init_logging() {

@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::convert::{from_json, to_json};
 use crate::residents::mail::Provenance;
+use crate::residents::supervision::Fault;
 
 /// A Lua function the core may call.
 pub type FnId = u64;
@@ -29,8 +30,8 @@ pub enum HandlerOutcome {
     Attached(String, Vec<crate::vocab::FileRef>),
     /// It returned `nil, err`.
     Refused(String),
-    /// It raised an error with a message (a string).
-    Raised(String),
+    /// It raised an error with a message (a string): the message and where.
+    Raised(Fault),
     /// It raised a value that is not a string (a table, a number...).
     Thrown(String),
     /// The program ended before the handler did: the call was cut off, not finished.
@@ -47,8 +48,16 @@ enum Job {
     Callback {
         func: FnId,
         args: Vec<Json>,
-        reply: Option<oneshot::Sender<Result<(), String>>>,
+        reply: Reply,
     },
+}
+
+/// Where a callback's outcome goes.
+enum Reply {
+    /// To the caller, who waits for it.
+    To(oneshot::Sender<Result<(), Fault>>),
+    /// Nobody waits: an error is logged under this name (`[planner] on_transition`).
+    Log(String),
 }
 
 /// The core's handle on one Lua VM.
@@ -88,32 +97,32 @@ impl LuaBridge {
     }
 
     /// Calls `func(arg)` on the Lua thread and waits for it to return.
-    pub async fn callback(&self, func: FnId, arg: Json) -> Result<(), String> {
+    pub async fn callback(&self, func: FnId, arg: Json) -> Result<(), Fault> {
         self.call(func, vec![arg]).await
     }
 
     /// Calls `func(args...)` on the Lua thread and waits for it to return; `Err` carries what it
     /// raised.
-    pub async fn call(&self, func: FnId, args: Vec<Json>) -> Result<(), String> {
+    pub async fn call(&self, func: FnId, args: Vec<Json>) -> Result<(), Fault> {
         let (reply, answer) = oneshot::channel();
         self.jobs
             .send(Job::Callback {
                 func,
                 args,
-                reply: Some(reply),
+                reply: Reply::To(reply),
             })
-            .map_err(|_| GONE.to_string())?;
-        answer.await.map_err(|_| GONE.to_string())?
+            .map_err(|_| Fault::from(GONE))?;
+        answer.await.map_err(|_| Fault::from(GONE))?
     }
 
     /// Calls `func(args...)` on the Lua thread without waiting, from code that cannot wait (a
     /// breaker's transition hook). Calls posted from one thread start in the order posted; an
-    /// error is logged.
-    pub fn post(&self, func: FnId, args: Vec<Json>) {
+    /// error is logged as `{who} raised: file:line: message` with its traceback.
+    pub fn post(&self, func: FnId, who: String, args: Vec<Json>) {
         let _ = self.jobs.send(Job::Callback {
             func,
             args,
-            reply: None,
+            reply: Reply::Log(who),
         });
     }
 
@@ -182,18 +191,20 @@ pub fn unregister(lua: &Lua, id: FnId) {
 
 /// Serves jobs until every [`LuaBridge`] is gone. Run it as a local task on the Lua thread.
 pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
-    // `pcall` in Lua tells a raised string from a thrown value, which mlua's error type blurs.
-    let protected: Function = match lua
-        .load("local f, a, c = ... return pcall(f, a, c)")
+    // `xpcall` in Lua tells a raised string from a thrown value, which mlua's error type blurs;
+    // its handler notes where it was raised while the stack is still there.
+    let protected = lua
+        .load("local f, a, c, h = ... return xpcall(f, h, a, c)")
         .set_name("=colony.tool")
         .into_function()
-    {
-        Ok(f) => f,
-        Err(_) => return,
+        .and_then(|f| Ok((f, super::traced_handler(&lua)?)));
+    let Ok((protected, handler)) = protected else {
+        return;
     };
     while let Some(job) = jobs.0.recv().await {
         let lua = lua.clone();
         let protected = protected.clone();
+        let handler = handler.clone();
         tokio::task::spawn_local(async move {
             match job {
                 Job::Tool {
@@ -207,7 +218,7 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                         .get("workspace")
                         .and_then(Json::as_str)
                         .map(str::to_string);
-                    let run = run_tool(&lua, &protected, func, args, ctx);
+                    let run = run_tool(&lua, (&protected, &handler), func, args, ctx);
                     let run = async {
                         match workspace {
                             Some(w) => super::store::WORKSPACE.scope(w, run).await,
@@ -229,12 +240,12 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                 Job::Callback { func, args, reply } => {
                     let result = run_callback(&lua, func, args).await;
                     match reply {
-                        Some(reply) => {
+                        Reply::To(reply) => {
                             let _ = reply.send(result);
                         }
-                        None => {
+                        Reply::Log(who) => {
                             if let Err(e) = result {
-                                tracing::warn!("a callback failed: {e}");
+                                tracing::warn!("{who} raised: {e}");
                             }
                         }
                     }
@@ -251,7 +262,7 @@ pub fn function(lua: &Lua, id: FnId) -> Option<Function> {
 
 async fn run_tool(
     lua: &Lua,
-    protected: &Function,
+    (protected, traced): (&Function, &Function),
     func: FnId,
     args: Json,
     ctx: Json,
@@ -263,20 +274,29 @@ async fn run_tool(
         let args = from_json(lua, &args)?;
         let ctx = from_json(lua, &ctx)?;
         protected
-            .call_async::<MultiValue>((handler, args, ctx))
+            .call_async::<MultiValue>((handler, args, ctx, traced))
             .await
     };
     let values = match call.await {
         Ok(v) => v,
-        Err(e) => return HandlerOutcome::Raised(super::plain(&e)),
+        Err(e) => return HandlerOutcome::Raised(super::fault(&e)),
     };
     let mut values = values.into_iter();
     let ok = matches!(values.next(), Some(Value::Boolean(true)));
     let first = values.next().unwrap_or(Value::Nil);
     if !ok {
-        return match first {
-            Value::String(s) => HandlerOutcome::Raised(s.to_string_lossy()),
-            Value::Error(e) => HandlerOutcome::Raised(super::plain(&e)),
+        // The traced handler's `{ err, message, traceback }`.
+        let Value::Table(t) = first else {
+            return HandlerOutcome::Raised(super::describe_error(&first).into());
+        };
+        let raised = t.get::<Value>(1).unwrap_or(Value::Nil);
+        let fault = Fault {
+            message: t.get("message").unwrap_or_default(),
+            traceback: t.get("traceback").ok(),
+            during: None,
+        };
+        return match raised {
+            Value::String(_) | Value::Error(_) => HandlerOutcome::Raised(fault),
             other => HandlerOutcome::Thrown(describe_thrown(lua, other)),
         };
     }
@@ -298,22 +318,28 @@ async fn run_tool(
                 .and_then(|f| super::files::read_files(lua, f, "the result's files"))
             {
                 Ok(files) => HandlerOutcome::Attached(text, files),
-                Err(e) => HandlerOutcome::Raised(super::plain(&e)),
+                Err(e) => HandlerOutcome::Raised(super::plain(&e).into()),
             }
         }
         v @ (Value::Table(_) | Value::Boolean(_) | Value::Integer(_) | Value::Number(_)) => {
             match to_json(lua, v) {
                 Ok(json) => HandlerOutcome::Value(json.to_string()),
-                Err(e) => HandlerOutcome::Raised(format!(
-                    "the handler returned a value JSON cannot hold: {}",
-                    super::plain(&e)
-                )),
+                Err(e) => HandlerOutcome::Raised(
+                    format!(
+                        "the handler returned a value JSON cannot hold: {}",
+                        super::plain(&e)
+                    )
+                    .into(),
+                ),
             }
         }
-        other => HandlerOutcome::Raised(format!(
-            "the handler returned a {}, not a string or a table",
-            other.type_name()
-        )),
+        other => HandlerOutcome::Raised(
+            format!(
+                "the handler returned a {}, not a string or a table",
+                other.type_name()
+            )
+            .into(),
+        ),
     }
 }
 
@@ -341,14 +367,12 @@ fn describe_thrown(lua: &Lua, value: Value) -> String {
     }
 }
 
-async fn run_callback(lua: &Lua, func: FnId, args: Vec<Json>) -> Result<(), String> {
-    let f = function(lua, func).ok_or("the callback is gone")?;
+async fn run_callback(lua: &Lua, func: FnId, args: Vec<Json>) -> Result<(), Fault> {
+    let f = function(lua, func).ok_or(Fault::from("the callback is gone"))?;
     let args = args
         .iter()
         .map(|a| from_json(lua, a))
         .collect::<mlua::Result<MultiValue>>()
-        .map_err(|e| super::plain(&e))?;
-    f.call_async::<()>(args)
-        .await
-        .map_err(|e| super::raised_message(&e))
+        .map_err(|e| Fault::from(super::plain(&e)))?;
+    f.call_async::<()>(args).await.map_err(|e| super::fault(&e))
 }

@@ -202,6 +202,11 @@ pub fn build_stack(
                 }
                 if let Some(func) = *on_transition {
                     let bridge = bridge.clone();
+                    // A resident's own breaker is `ai/breaker/<name>`; the route's is shared.
+                    let who = match breaker_key.strip_prefix("ai/breaker/") {
+                        Some(name) => format!("[{name}] on_transition"),
+                        None => "[route] on_transition".to_string(),
+                    };
                     b = b.on_transition(move |from, to, info| {
                         let mut info = json!({
                             "failures": info.failures,
@@ -213,7 +218,11 @@ pub fn build_stack(
                         if let Some(map) = info.as_object_mut() {
                             map.retain(|_, v| !v.is_null());
                         }
-                        bridge.post(func, vec![json!(from.as_str()), json!(to.as_str()), info]);
+                        bridge.post(
+                            func,
+                            who.clone(),
+                            vec![json!(from.as_str()), json!(to.as_str()), info],
+                        );
                     });
                 }
                 Arc::new(b)
@@ -241,10 +250,12 @@ pub fn build_stack(
                                     Some(text)
                                 }
                                 HandlerOutcome::Gone => None,
-                                HandlerOutcome::Refused(e)
-                                | HandlerOutcome::Raised(e)
-                                | HandlerOutcome::Thrown(e) => {
+                                HandlerOutcome::Refused(e) | HandlerOutcome::Thrown(e) => {
                                     tracing::warn!("before_step failed: {e}");
+                                    None
+                                }
+                                HandlerOutcome::Raised(fault) => {
+                                    tracing::warn!("before_step raised: {fault}");
                                     None
                                 }
                             }

@@ -36,6 +36,7 @@ use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
 
 use crate::core::Core;
 use crate::residents::route as residents_route;
+use crate::residents::supervision::Fault;
 
 pub use residents::HostSetup;
 
@@ -311,14 +312,7 @@ async fn run_on_this_thread(
             .set_name("=colony")
             .into_function()?;
         let handler = lua.create_function(|lua, err: Value| {
-            let mut message = describe_error(&err);
-            // An error raised by a Rust function carries no position: name the script line
-            // that called it, as Lua does for its own errors.
-            if matches!(err, Value::Error(_))
-                && let Some(at) = calling_line(lua)
-            {
-                message = format!("{at}: {message}");
-            }
+            let message = positioned(lua, &err);
             let trace = lua.traceback(Some(&message), 1)?;
             Ok(tidy_traceback(&trace.to_string_lossy()))
         })?;
@@ -376,6 +370,85 @@ fn cause(e: &mlua::Error) -> String {
     }
 }
 
+/// The text of an error value being raised, in `file:line: message` form: an error raised by a
+/// Rust function carries no position, so it gets the script line that called it, as Lua does for
+/// its own errors. Call it from a message handler (the stack is still the raiser's).
+fn positioned(lua: &Lua, err: &Value) -> String {
+    let message = describe_error(err);
+    match err {
+        Value::Error(_) => match calling_line(lua) {
+            Some(at) => format!("{at}: {message}"),
+            None => message,
+        },
+        _ => message,
+    }
+}
+
+/// A message handler for `xpcall` around a script's function that the core called (a tool
+/// handler): it returns `{ err, message = "file:line: ...", traceback = "stack traceback:..." }`,
+/// the raised value kept as it is (a thrown table stays a table).
+fn traced_handler(lua: &Lua) -> mlua::Result<Function> {
+    lua.create_function(|lua, err: Value| {
+        let t = lua.create_table()?;
+        t.set("message", positioned(lua, &err))?;
+        let trace = lua.traceback(None, 1)?;
+        t.set("traceback", tidy_traceback(&trace.to_string_lossy()))?;
+        t.set(1, err)?;
+        Ok(t)
+    })
+}
+
+/// What a script's function called from Rust raised, as a [`Fault`]: `file:line: message` (an
+/// error from one of colony's functions gets the line of the script that called it, read from
+/// the traceback mlua took where it was raised) and the script's frames of the traceback.
+pub fn fault(e: &mlua::Error) -> Fault {
+    // The innermost callback error was raised nearest to the script.
+    let mut e = e;
+    let mut trace: Option<&str> = None;
+    while let mlua::Error::CallbackError { cause, traceback } = e {
+        trace = Some(traceback);
+        e = cause;
+    }
+    match e {
+        // A Lua error: its message has its position, mlua appended the traceback.
+        mlua::Error::RuntimeError(m) if m.contains("\nstack traceback:") => {
+            let (message, rest) = m.split_once("\nstack traceback:").unwrap_or((m, ""));
+            Fault {
+                message: message.to_string(),
+                traceback: Some(tidy_traceback(&format!("stack traceback:{rest}"))),
+                during: None,
+            }
+        }
+        other => {
+            let message = plain(other);
+            let Some(trace) = trace else {
+                return Fault::from(message);
+            };
+            let trace = tidy_traceback(trace);
+            let message = match first_script_frame(&trace) {
+                Some(at) => format!("{at}: {message}"),
+                None => message,
+            };
+            Fault {
+                message,
+                traceback: Some(trace),
+                during: None,
+            }
+        }
+    }
+}
+
+/// `file:line` of the first frame of a (tidied) traceback that is the script's own.
+fn first_script_frame(trace: &str) -> Option<String> {
+    trace.lines().skip(1).find_map(|l| {
+        let l = l.trim_start();
+        let (at, _) = l.split_once(": in ")?;
+        let (file, line) = at.rsplit_once(':')?;
+        (!file.starts_with('[') && !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit()))
+            .then(|| at.to_string())
+    })
+}
+
 /// `file:line` of the innermost Lua frame of the script (not colony's own chunks).
 fn calling_line(lua: &Lua) -> Option<String> {
     (1..64).find_map(|level| {
@@ -399,6 +472,7 @@ fn tidy_traceback(trace: &str) -> String {
             let l = l.trim_start();
             !(l.starts_with("[C]: in function 'xpcall'")
                 || l.starts_with("colony:")
+                || l.starts_with("colony.tool:")
                 || l.starts_with("__mlua_async_poll")
                 || l.starts_with("[C]: in local 'poll'")
                 || l.starts_with("[C]: in upvalue 'get_future'")

@@ -556,7 +556,7 @@ async fn run_source(route: Route, _listening: Listener, id: String, ai: String, 
     loop {
         let exit = match source.func.call_async::<()>(ai.as_str()).await {
             Ok(()) => Exit::Normal,
-            Err(e) => Exit::Crashed(super::raised_message(&e)),
+            Err(e) => Exit::Crashed(super::fault(&e)),
         };
         if route.stopping() {
             return;
@@ -568,8 +568,9 @@ async fn run_source(route: Route, _listening: Listener, id: String, ai: String, 
     }
 }
 
-/// `ai.mail{ to, source, content, hop, files? }` → `true`, or `nil, "no_recipient"` /
-/// `nil, "hop_limit"`.
+/// `ai.mail{ to, source, content, hop, files? }` → `true`, or `nil, err` where `err` names the
+/// refusal and what it concerns: `no_recipient: "wroker"`, `hop_limit: hop 9 to "b" is above its
+/// max_hop of 8`, `not_saved: ...`.
 fn mail(lua: &Lua, opts: Table) -> mlua::Result<MultiValue> {
     let who = "ai.mail";
     check_fields(
@@ -603,16 +604,18 @@ fn mail(lua: &Lua, opts: Table) -> mlua::Result<MultiValue> {
     m.id = opts
         .get::<Option<String>>("id")
         .map_err(|_| bad(who, "id must be a string"))?;
-    match program(lua).route.mail(m) {
+    let (to, hop) = (m.to.clone(), m.hop);
+    let route = &program(lua).route;
+    match route.mail(m) {
         Ok(()) => Ok(MultiValue::from_iter([Value::Boolean(true)])),
         Err(e) => Ok(MultiValue::from_iter([
             Value::Nil,
-            Value::String(lua.create_string(e.as_str())?),
+            Value::String(lua.create_string(route.refusal(e, &to, hop))?),
         ])),
     }
 }
 
-/// `ai.dismiss(name)` → `true`, or `nil, "no_recipient"`.
+/// `ai.dismiss(name)` → `true`, or `nil, 'no_recipient: "name"'`.
 fn dismiss(lua: &Lua, name: &str) -> mlua::Result<MultiValue> {
     let p = program(lua);
     let removed_pending = {
@@ -638,7 +641,7 @@ fn dismiss(lua: &Lua, name: &str) -> mlua::Result<MultiValue> {
     } else {
         Ok(MultiValue::from_iter([
             Value::Nil,
-            Value::String(lua.create_string("no_recipient")?),
+            Value::String(lua.create_string(format!("no_recipient: {name:?}"))?),
         ]))
     }
 }
@@ -807,14 +810,16 @@ fn signal(kind: tokio::signal::unix::SignalKind) -> mlua::Result<tokio::signal::
 }
 
 async fn on_event(lua: &Lua, event: RouteEvent, hooks: &Hooks) {
-    let (f, id, ai, message) = match event {
-        RouteEvent::Crashed { id, ai, message } => (hooks.on_crash.as_ref(), id, ai, message),
+    let (f, hook, id, ai, message) = match event {
+        RouteEvent::Crashed { id, ai, message } => {
+            (hooks.on_crash.as_ref(), "on_crash", id, ai, message)
+        }
         RouteEvent::Failed { id, ai, message } => {
             // A failed resident's sources end with it.
             if id == ai {
                 program(lua).end_sources_of_gone(&ai);
             }
-            (hooks.on_fail.as_ref(), id, ai, message)
+            (hooks.on_fail.as_ref(), "on_fail", id, ai, message)
         }
         RouteEvent::Gone { ai } => {
             program(lua).end_sources_of_gone(&ai);
@@ -827,7 +832,7 @@ async fn on_event(lua: &Lua, event: RouteEvent, hooks: &Hooks) {
                     Err(e) => Err(e),
                 };
                 if let Err(e) = told {
-                    tracing::warn!("a watch callback failed: {}", super::raised_message(&e));
+                    tracing::warn!("[{ai}] on_blocked raised: {}", super::fault(&e));
                 }
             }
             return;
@@ -838,7 +843,7 @@ async fn on_event(lua: &Lua, event: RouteEvent, hooks: &Hooks) {
             .call_async::<()>((id.as_str(), ai.as_str(), message.as_str()))
             .await
     {
-        tracing::warn!("a watch callback failed: {}", super::raised_message(&e));
+        tracing::warn!("[{id}] {hook} raised: {}", super::fault(&e));
     }
 }
 

@@ -591,17 +591,7 @@ fn turn_table(
 }
 
 fn kind_name(kind: EventKind) -> &'static str {
-    match kind {
-        EventKind::Ok => "ok",
-        EventKind::Error => "error",
-        EventKind::Thrown => "thrown",
-        EventKind::BadArguments => "bad_arguments",
-        EventKind::Schema => "schema",
-        EventKind::Deadline => "deadline",
-        EventKind::UnknownTool => "unknown_tool",
-        EventKind::Interrupted => "interrupted",
-        EventKind::Cancelled => "cancelled",
-    }
+    kind.as_str()
 }
 
 /// `value, err = ai.infer_structured{ schema, prompt | messages, name?, ...ask options }`: a Lua

@@ -138,7 +138,7 @@ pub fn read_error_body(body: &str) -> ErrorBody {
             message: if trimmed.is_empty() {
                 "(empty body)".into()
             } else {
-                truncate(trimmed, 500)
+                summarise_body(trimmed).unwrap_or_else(|| truncate(trimmed, 500))
             },
             ..Default::default()
         };
@@ -337,6 +337,123 @@ fn wait_in_message(message: &str) -> Option<Duration> {
     parse_duration(rest[..end].trim_end_matches('.'))
 }
 
+/// How much of a page a summary keeps.
+const SUMMARY_CHARS: usize = 200;
+
+/// A body that is not a provider's JSON error (a proxy's HTML page, a server's text), shortened
+/// for a message: an HTML page's `<title>` (else its first line of text), any other body's
+/// first non-empty line, at most [`SUMMARY_CHARS`] characters. `None` for a body of one short
+/// line, which is shown as it is.
+pub fn summarise_body(body: &str) -> Option<String> {
+    let body = body.trim();
+    let html = {
+        let head = body
+            .get(..body.len().min(512))
+            .unwrap_or(body)
+            .to_lowercase();
+        head.starts_with('<')
+            && ["<html", "<!doctype", "<head", "<body", "<title"]
+                .iter()
+                .any(|t| head.contains(t))
+    };
+    if !html && !body.contains('\n') && body.chars().count() <= SUMMARY_CHARS {
+        return None;
+    }
+    let text = if html {
+        html_title(body).unwrap_or_else(|| first_line(&strip_tags(body)))
+    } else {
+        first_line(body)
+    };
+    let text = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    Some(if text.chars().count() > SUMMARY_CHARS {
+        format!(
+            "{}...",
+            text.chars().take(SUMMARY_CHARS).collect::<String>()
+        )
+    } else if text.is_empty() {
+        "(a page without text)".to_string()
+    } else {
+        text
+    })
+}
+
+fn html_title(page: &str) -> Option<String> {
+    let lower = page.to_lowercase();
+    let open = lower.find("<title")?;
+    let start = open + lower[open..].find('>')? + 1;
+    let end = start + lower[start..].find("</title")?;
+    let title = page.get(start..end)?.trim();
+    (!title.is_empty()).then(|| title.to_string())
+}
+
+fn strip_tags(page: &str) -> String {
+    let mut out = String::with_capacity(page.len());
+    let mut in_tag = false;
+    for c in page.chars() {
+        match c {
+            '<' => in_tag = true,
+            '>' if in_tag => {
+                in_tag = false;
+                out.push('\n');
+            }
+            c if !in_tag => out.push(c),
+            _ => {}
+        }
+    }
+    out
+}
+
+fn first_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("")
+        .to_string()
+}
+
+impl ProviderError {
+    /// Says where a refused request went when the answer was not the provider's own JSON error
+    /// (an HTML page, a proxy's text) or was a 404: the URL's path, and a hint where the mistake
+    /// is a known one. A key never appears: only the path is shown, never the query.
+    pub fn located(self, url: &str, body: &str) -> ProviderError {
+        let path = reqwest::Url::parse(url)
+            .map(|u| u.path().to_string())
+            .unwrap_or_default();
+        let status = self.status();
+        let providers_own = serde_json::from_str::<Value>(body).is_ok_and(|v| {
+            let root = match &v {
+                Value::Array(items) => items.first(),
+                other => Some(other),
+            };
+            root.and_then(|r| r.get("error")).is_some()
+        });
+        if path.is_empty() || (providers_own && status != Some(404)) {
+            return self;
+        }
+        let hint = match status {
+            Some(404) if path.ends_with("/models") => {
+                Some("this server lists no models; set `model` yourself")
+            }
+            Some(404) if path.ends_with("/chat/completions") && !path.contains("/v1") => {
+                Some("OpenAI-compatible base URLs usually end in /v1")
+            }
+            _ => None,
+        };
+        let place = match hint {
+            Some(h) => format!(" (at {path}; {h})"),
+            None => format!(" (at {path})"),
+        };
+        let mut e = self;
+        match &mut e {
+            ProviderError::Auth { message, .. }
+            | ProviderError::Api { message, .. }
+            | ProviderError::Provider { message, .. } => message.push_str(&place),
+            _ => {}
+        }
+        e
+    }
+}
+
 fn truncate(s: &str, max: usize) -> String {
     if s.len() <= max {
         return s.to_string();
@@ -402,6 +519,43 @@ mod tests {
         h.insert("retry-after-ms", "250".parse().unwrap());
         h.insert("retry-after", "3".parse().unwrap());
         assert_eq!(retry_after_header(&h), Some(Duration::from_millis(250)));
+    }
+
+    #[test]
+    fn an_html_page_is_summarised_with_its_title_path_and_hint() {
+        let page = "<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head>\n\
+                    <body><h1>Not Found</h1><p>The requested URL was not found.</p></body></html>";
+        let e = classify(404, &HeaderMap::new(), page)
+            .located("http://127.0.0.1:8080/chat/completions", page);
+        assert_eq!(
+            e.to_string(),
+            "API error 404: 404 Not Found (at /chat/completions; OpenAI-compatible base URLs \
+             usually end in /v1)"
+        );
+        let e = classify(404, &HeaderMap::new(), page).located("http://h/v1/models", page);
+        assert_eq!(
+            e.to_string(),
+            "API error 404: 404 Not Found (at /v1/models; this server lists no models; set \
+             `model` yourself)"
+        );
+        // A page without a title: its first line of text.
+        let page = "<html><body>\n<h1>Bad gateway</h1>\n<p>upstream down</p></body></html>";
+        let e = classify(502, &HeaderMap::new(), page).located("http://h/v1/messages", page);
+        assert_eq!(
+            e.to_string(),
+            "provider error 502: Bad gateway (at /v1/messages)"
+        );
+        // Text of several lines: the first, at most 200 characters.
+        let text = format!("{}\nsecond line", "x".repeat(300));
+        let e = classify(400, &HeaderMap::new(), &text).located("http://h/v1/messages", &text);
+        assert_eq!(
+            e.to_string(),
+            format!("API error 400: {}... (at /v1/messages)", "x".repeat(200))
+        );
+        // The provider's own JSON error is left as it is.
+        let body = r#"{"error":{"message":"bad","type":"invalid_request_error"}}"#;
+        let e = classify(400, &HeaderMap::new(), body).located("http://h/v1/x", body);
+        assert_eq!(e.to_string(), "API error 400: bad (invalid_request_error)");
     }
 
     #[test]

@@ -357,11 +357,8 @@ impl Providers {
             let body = body::read(response, MAX_ERROR_BODY.min(ep.max_response_bytes))
                 .await
                 .unwrap_or_default();
-            return Err(errors::classify(
-                status,
-                &headers,
-                &String::from_utf8_lossy(&body),
-            ));
+            let body = String::from_utf8_lossy(&body);
+            return Err(errors::classify(status, &headers, &body).located(&wire.url, &body));
         }
         match on_text {
             Some(on_text) => sse::assemble(response, codec.assembler(), on_text, ep).await,
@@ -395,7 +392,7 @@ impl Providers {
             .map_err(|e| body_failure(e, ep))?;
         let body = String::from_utf8_lossy(&body);
         if !(200..300).contains(&status) {
-            return Err(errors::classify(status, &headers, &body));
+            return Err(errors::classify(status, &headers, &body).located(&wire.url, &body));
         }
         let value: Value = serde_json::from_str(&body)
             .map_err(|e| ProviderError::Parse(format!("model list: {e}")))?;

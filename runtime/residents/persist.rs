@@ -22,7 +22,7 @@ use sha2::{Digest, Sha256};
 
 use super::middleware::{BreakerState, BreakerStore};
 use crate::store::{AuditEntry, JournalEntry, Store};
-use crate::turn::{Recorded, ToolEvent, TurnHooks};
+use crate::turn::{EventKind, Recorded, ToolEvent, TurnHooks};
 use crate::vocab::{FileRef, Message, ToolCall, ToolResult};
 
 /// The hooks of one resident's turn.
@@ -183,9 +183,7 @@ pub fn audit_entry(resident: &str, call: &ToolCall, event: &ToolEvent) -> AuditE
         tool: call.name.clone(),
         args_hash: hash.iter().map(|b| format!("{b:02x}")).collect(),
         duration_ms: event.duration.as_secs_f64() * 1000.0,
-        outcome: serde_json::to_value(event.kind)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default(),
+        outcome: event.kind.as_str().to_string(),
+        message: (event.kind != EventKind::Ok).then(|| crate::secrets::redact(&event.outcome)),
     }
 }

@@ -34,7 +34,7 @@ use super::mail::{Batch, HELD, Mailbox, Provenance, dropped_marker};
 use super::middleware::SharedInfer;
 use super::persist::ResidentHooks;
 use super::route::RouteEvent;
-use super::supervision::{Exit, RestartPolicy};
+use super::supervision::{Exit, Fault, RestartPolicy};
 use crate::core::Ask;
 use crate::lua::bridge::{FnId, LuaBridge};
 use crate::store::{Cell, JournalEntry, Store};
@@ -620,7 +620,7 @@ fn delivery(
 }
 
 /// Hands `d` over; `Err` is what the Lua `deliver_to` raised (a crash).
-async fn deliver(me: &Resident, d: Delivery) -> Result<(), String> {
+async fn deliver(me: &Resident, d: Delivery) -> Result<(), Fault> {
     match &me.spec.deliver {
         Deliver::Nobody => {
             // A block is logged where it happens.
@@ -653,7 +653,10 @@ async fn deliver(me: &Resident, d: Delivery) -> Result<(), String> {
                 // Absent is nil in Lua; JSON null would arrive as a (truthy) json.null.
                 map.retain(|_, v| !v.is_null());
             }
-            bridge.call(*func, vec![text, info]).await
+            bridge
+                .call(*func, vec![text, info])
+                .await
+                .map_err(|f| f.during("deliver_to"))
         }
     }
 }

@@ -300,6 +300,21 @@ impl Route {
         Ok(resident)
     }
 
+    /// A refusal as a script reads it: what was refused and what it concerns
+    /// (`no_recipient: "wroker"`, `hop_limit: hop 9 to "b" is above its max_hop of 8`).
+    pub fn refusal(&self, e: MailError, to: &str, hop: u32) -> String {
+        match e {
+            MailError::NoRecipient => format!("no_recipient: {to:?}"),
+            MailError::HopLimit => {
+                let max_hop = self
+                    .resident(to)
+                    .map_or_else(String::new, |r| format!(" of {}", r.spec.max_hop));
+                format!("hop_limit: hop {hop} to {to:?} is above its max_hop{max_hop}")
+            }
+            other => other.as_str().to_string(),
+        }
+    }
+
     /// Posts `mail` to its recipient.
     pub fn mail(&self, mail: Mail) -> Result<(), MailError> {
         if !self.inner.accepting.load(Ordering::Acquire) {
@@ -307,16 +322,25 @@ impl Route {
         }
         let table = read(&self.inner.table);
         let Some(entry) = table.get(&mail.to) else {
+            drop(table);
+            // Before the watch and while stopping, refusals are expected; not once it runs.
+            if *self.inner.open.borrow() {
+                tracing::warn!(
+                    "mail from {:?} refused: {}",
+                    mail.source,
+                    self.refusal(MailError::NoRecipient, &mail.to, mail.hop)
+                );
+            }
             return Err(MailError::NoRecipient);
         };
         let resident = &entry.resident;
         if mail.hop > resident.spec.max_hop {
             tracing::warn!(
-                to = %mail.to,
-                source = %mail.source,
-                hop = mail.hop,
-                max_hop = resident.spec.max_hop,
-                "mail refused: hop limit"
+                "mail from {:?} refused: hop_limit: hop {} to {:?} is above its max_hop of {}",
+                mail.source,
+                mail.hop,
+                mail.to,
+                resident.spec.max_hop
             );
             return Err(MailError::HopLimit);
         }
@@ -626,7 +650,9 @@ async fn supervise(inner: Arc<Inner>, me: Arc<Resident>, _count: TaskCount) {
     loop {
         let exit = match AssertUnwindSafe(live(&*inner, &me)).catch_unwind().await {
             Ok(exit) => exit,
-            Err(panic) => Exit::Crashed(format!("the resident panicked: {}", panic_text(&panic))),
+            Err(panic) => {
+                Exit::Crashed(format!("the resident panicked: {}", panic_text(&panic)).into())
+            }
         };
         if inner.stopping() || me.mailbox.is_closed() {
             break;
@@ -644,7 +670,8 @@ async fn supervise(inner: Arc<Inner>, me: Arc<Resident>, _count: TaskCount) {
 }
 
 /// After a child (a resident, or a source `id` of `ai`) ended: reports a crash, decides by the
-/// policy, reports a failure. The one place supervision's events are made.
+/// policy, reports a failure. The one place supervision's events are made, and the one place a
+/// crash is logged: once, as `[id] crashed: file:line: message` with the script's traceback.
 pub fn supervise_exit(
     supervisor: &mut Supervisor,
     exit: Exit,
@@ -652,21 +679,30 @@ pub fn supervise_exit(
     ai: &str,
     report: &dyn Fn(RouteEvent),
 ) -> Decision {
-    if let Exit::Crashed(message) = &exit {
-        tracing::warn!(child = %id, "crashed: {message}");
+    if let Exit::Crashed(fault) = &exit {
+        match fault.during {
+            Some(during) => tracing::warn!("[{id}] crashed in {during}: {fault}"),
+            None => tracing::warn!("[{id}] crashed: {fault}"),
+        }
         report(RouteEvent::Crashed {
             id: id.into(),
             ai: ai.into(),
-            message: message.clone(),
+            message: fault.message.clone(),
         });
     }
     let decision = supervisor.decide(&exit, Instant::now());
     if decision == Decision::Failed {
+        let policy = supervisor.policy();
+        // The crash itself was logged above: this line says only what follows from it.
         let message = match exit {
-            Exit::Crashed(m) => m,
-            Exit::Normal => "ended too often".into(),
+            Exit::Crashed(f) => f.message,
+            Exit::Normal => "ended too often".to_string(),
         };
-        tracing::error!(child = %id, "failed: {message}");
+        tracing::error!(
+            "[{id}] failed: not started again (at most {} restarts within {} s)",
+            policy.max_restarts,
+            policy.window.as_secs_f64()
+        );
         report(RouteEvent::Failed {
             id: id.into(),
             ai: ai.into(),

@@ -94,8 +94,12 @@ pub struct AuditEntry {
     /// SHA-256 of the arguments' JSON text, hex.
     pub args_hash: String,
     pub duration_ms: f64,
-    /// `ok`, `error`, `thrown`, `bad_arguments`, `schema`, `deadline`, `unknown_tool`, `interrupted`.
+    /// `ok`, `error`, `thrown`, `bad_arguments`, `schema`, `deadline`, `unknown_tool`,
+    /// `interrupted`, `not_run`.
     pub outcome: String,
+    /// What the model was told of a call that did not go well (redacted); `None` for `ok`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
 }
 
 /// Which audit lines to list.

@@ -92,6 +92,8 @@ const MIGRATIONS: &[&str] = &[
          data   BLOB NOT NULL
      );
      ALTER TABLE journal ADD COLUMN files TEXT;",
+    // 4: what the model was told of a call that did not go well.
+    "ALTER TABLE audit ADD COLUMN message TEXT;",
 ];
 
 thread_local! {
@@ -773,15 +775,16 @@ impl Store for SqliteStore {
     fn audit(&self, entry: &AuditEntry) -> StoreResult<()> {
         let conn = self.conn()?;
         conn.execute(
-            "INSERT INTO audit (at_ms, resident, tool, args_hash, duration_ms, outcome)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            "INSERT INTO audit (at_ms, resident, tool, args_hash, duration_ms, outcome, message)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
             params![
                 i64::try_from(entry.at_ms).unwrap_or(i64::MAX),
                 entry.resident,
                 entry.tool,
                 entry.args_hash,
                 entry.duration_ms,
-                entry.outcome
+                entry.outcome,
+                entry.message
             ],
         )
         .map_err(|e| self.err(e))?;
@@ -792,7 +795,7 @@ impl Store for SqliteStore {
         let conn = self.conn()?;
         let mut stmt = conn
             .prepare_cached(
-                "SELECT at_ms, resident, tool, args_hash, duration_ms, outcome FROM audit
+                "SELECT at_ms, resident, tool, args_hash, duration_ms, outcome, message FROM audit
                  WHERE (?1 IS NULL OR resident = ?1) AND (?2 IS NULL OR tool = ?2)
                  ORDER BY id",
             )
@@ -805,6 +808,7 @@ impl Store for SqliteStore {
                 args_hash: r.get(3)?,
                 duration_ms: r.get(4)?,
                 outcome: r.get(5)?,
+                message: r.get(6)?,
             })
         })
         .and_then(|rows| rows.collect::<rusqlite::Result<Vec<AuditEntry>>>())
@@ -1393,6 +1397,7 @@ mod tests {
             args_hash: format!("{at_ms:064x}"),
             duration_ms: at_ms as f64 / 8.0,
             outcome: outcome.into(),
+            message: (outcome != "ok").then(|| format!("{tool} went wrong")),
         };
         let all = vec![
             entry(3, "alice", "read", "ok"),

@@ -11,6 +11,7 @@ use super::tools::{Handler, ToolDef};
 use super::{EventKind, Recorded, ToolEvent, TurnHooks};
 use crate::lua::bridge::{HandlerOutcome, LuaBridge};
 use crate::residents::mail::Provenance;
+use crate::residents::supervision::Fault;
 use crate::vocab::{FileRef, ToolCall, ToolResult};
 
 /// How much of a result a [`ToolEvent`] keeps; the model gets up to [`MAX_RESULT_CHARS`].
@@ -148,10 +149,10 @@ async fn run(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, ToolEvent, V
         gen_ai.tool.call.id = %call.id,
     );
     let started = Instant::now();
-    let (kind, content, files) = outcome(cx, tools, call).instrument(span).await;
+    let (kind, content, files, traceback) = outcome(cx, tools, call).instrument(span).await;
     let duration = started.elapsed();
     if kind != EventKind::Ok {
-        tracing::debug!(tool = %call.name, kind = ?kind, "tool call failed: {content}");
+        log_failure(cx, call, kind, &content, traceback.as_deref());
     }
     let event = ToolEvent {
         step,
@@ -170,22 +171,51 @@ async fn run(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, ToolEvent, V
     (result, event, files)
 }
 
+/// A failed call in a resident's turn is logged at WARN (nobody else may be watching): the
+/// resident, the tool, the kind and the message, with the script's traceback for a Lua error. A
+/// script's own turn (`ai.take_turn`, a front end's) sees its failures in `tool_events`.
+fn log_failure(
+    cx: &CallContext<'_>,
+    call: &ToolCall,
+    kind: EventKind,
+    message: &str,
+    traceback: Option<&str>,
+) {
+    let trace = traceback.map(|t| format!("\n{t}")).unwrap_or_default();
+    match cx.provenance {
+        Some(p) => tracing::warn!(
+            "[{}] tool {} failed ({}): {message}{trace}",
+            p.to,
+            call.name,
+            kind.as_str()
+        ),
+        None => tracing::debug!(
+            "tool {} failed ({}): {message}{trace}",
+            call.name,
+            kind.as_str()
+        ),
+    }
+}
+
 async fn outcome(
     cx: &CallContext<'_>,
     tools: &[ToolDef],
     call: &ToolCall,
-) -> (EventKind, String, Vec<FileRef>) {
-    let (kind, text) = match checked(cx, tools, call).await {
-        Ok(Checked::Attached(text, files)) => return (EventKind::Ok, text, files),
-        Ok(Checked::Run(kind, text)) | Err((kind, text)) => (kind, text),
-    };
-    (kind, text, Vec::new())
+) -> (EventKind, String, Vec<FileRef>, Option<String>) {
+    match checked(cx, tools, call).await {
+        Ok(Checked::Attached(text, files)) => (EventKind::Ok, text, files, None),
+        Ok(Checked::Run(kind, text)) | Err((kind, text)) => (kind, text, Vec::new(), None),
+        Ok(Checked::Raised(fault)) => {
+            (EventKind::Error, fault.message, Vec::new(), fault.traceback)
+        }
+    }
 }
 
-/// What running a call gave: an outcome, or a result with files.
+/// What running a call gave: an outcome, a result with files, or what the handler raised.
 enum Checked {
     Run(EventKind, String),
     Attached(String, Vec<FileRef>),
+    Raised(Fault),
 }
 
 async fn checked(
@@ -271,9 +301,8 @@ async fn checked(
         ),
         Ok(HandlerOutcome::Value(text)) => Checked::Run(EventKind::Ok, text),
         Ok(HandlerOutcome::Attached(text, files)) => Checked::Attached(text, files),
-        Ok(HandlerOutcome::Refused(message) | HandlerOutcome::Raised(message)) => {
-            Checked::Run(EventKind::Error, message)
-        }
+        Ok(HandlerOutcome::Refused(message)) => Checked::Run(EventKind::Error, message),
+        Ok(HandlerOutcome::Raised(fault)) => Checked::Raised(fault),
         Ok(HandlerOutcome::Thrown(message)) => Checked::Run(EventKind::Thrown, message),
         Ok(HandlerOutcome::Gone) => Checked::Run(EventKind::Cancelled, CANCELLED.to_string()),
     })
@@ -290,8 +319,8 @@ fn in_task<T: Send + 'static>(
         let _abort = AbortOnDrop(task.abort_handle());
         match task.await {
             Ok(Ok(v)) => done(v),
-            Ok(Err(e)) => HandlerOutcome::Raised(e),
-            Err(e) => HandlerOutcome::Raised(format!("the tool panicked: {e}")),
+            Ok(Err(e)) => HandlerOutcome::Raised(e.into()),
+            Err(e) => HandlerOutcome::Raised(format!("the tool panicked: {e}").into()),
         }
     })
 }

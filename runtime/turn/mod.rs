@@ -180,6 +180,26 @@ pub enum EventKind {
     Interrupted,
     /// The program ended while it ran: cut off, not finished (the turn ends with it).
     Cancelled,
+    /// The turn's tool budget (`max_steps`) ran out before it could run.
+    NotRun,
+}
+
+impl EventKind {
+    /// The kind as scripts and the audit log name it (`unknown_tool`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Ok => "ok",
+            EventKind::Error => "error",
+            EventKind::Thrown => "thrown",
+            EventKind::BadArguments => "bad_arguments",
+            EventKind::Schema => "schema",
+            EventKind::Deadline => "deadline",
+            EventKind::UnknownTool => "unknown_tool",
+            EventKind::Interrupted => "interrupted",
+            EventKind::Cancelled => "cancelled",
+            EventKind::NotRun => "not_run",
+        }
+    }
 }
 
 /// One tool call, as the caller sees it afterwards.

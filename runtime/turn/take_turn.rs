@@ -8,7 +8,7 @@ use tracing::Instrument;
 use super::compaction;
 use super::dispatch::{Answer, CANCELLED, CallContext, run_call};
 use super::tools::narrow;
-use super::{EventKind, StepReport, ToolEvent, TurnError, TurnOutcome, TurnSpec};
+use super::{EventKind, StepReport, ToolEvent, TurnError, TurnHooks, TurnOutcome, TurnSpec};
 use crate::config::Overrides;
 use crate::core::Core;
 use crate::files;
@@ -214,20 +214,7 @@ async fn run(
         // reads them (see `dispatch::for_the_model`).
         let mut whole: Option<Vec<ToolResult>> = None;
         let answered: Message = if last {
-            Message::new(
-                Role::Tool,
-                calls
-                    .iter()
-                    .map(|c| {
-                        Part::ToolResult(ToolResult {
-                            call_id: c.id.clone(),
-                            name: c.name.clone(),
-                            content: UNRUN_NOTE.into(),
-                            is_error: true,
-                        })
-                    })
-                    .collect(),
-            )
+            unrun(&calls, step, hooks.as_deref(), &mut out.tool_events)
         } else {
             let held = viewable(&offered, &req.messages);
             let cx = context(bridge, &spec, step, &offered, &held);
@@ -308,6 +295,39 @@ async fn run_calls(
         answers.push(answer);
     }
     (!cut_off).then_some(answers)
+}
+
+/// The results of calls left unanswered at the step cap: each is noted as not run, in the
+/// turn's `tool_events` and (through the hooks) the audit log, like a call that ran.
+fn unrun(
+    calls: &[ToolCall],
+    step: u32,
+    hooks: Option<&dyn TurnHooks>,
+    events: &mut Vec<ToolEvent>,
+) -> Message {
+    let mut parts = Vec::with_capacity(calls.len());
+    for c in calls {
+        let result = ToolResult {
+            call_id: c.id.clone(),
+            name: c.name.clone(),
+            content: UNRUN_NOTE.into(),
+            is_error: true,
+        };
+        let event = ToolEvent {
+            step,
+            call_id: c.id.clone(),
+            name: c.name.clone(),
+            kind: EventKind::NotRun,
+            outcome: UNRUN_NOTE.into(),
+            duration: std::time::Duration::ZERO,
+        };
+        if let Some(h) = hooks {
+            h.finished(c, &result, &[], &event);
+        }
+        events.push(event);
+        parts.push(Part::ToolResult(result));
+    }
+    Message::new(Role::Tool, parts)
 }
 
 /// The message of a step's results, each followed by the files it carries.

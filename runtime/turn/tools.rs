@@ -71,6 +71,38 @@ impl std::fmt::Debug for ToolDef {
     }
 }
 
+/// Where a tool's `parameters` break the JSON Schema meta-schema, as its author wrote them: the
+/// property (`address.city`, or the top level) and the keyword that is wrong, then what is
+/// wrong with it (`property city, keyword "type": "strin" is not valid under ...`).
+fn schema_fault(e: &jsonschema::ValidationError<'_>) -> String {
+    let pointer = e.instance_path().to_string();
+    let mut segments = pointer
+        .split('/')
+        .skip(1)
+        .map(|s| s.replace("~1", "/").replace("~0", "~"));
+    let mut property = Vec::new();
+    let mut keyword = None;
+    while let Some(seg) = segments.next() {
+        if seg == "properties"
+            && let Some(name) = segments.next()
+        {
+            property.push(name);
+            continue;
+        }
+        keyword = Some(seg);
+        break;
+    }
+    let at = if property.is_empty() {
+        "the top level".to_string()
+    } else {
+        format!("property {}", property.join("."))
+    };
+    match keyword {
+        Some(k) => format!("{at}, keyword {k:?}: {e}"),
+        None => format!("{at}: {e}"),
+    }
+}
+
 impl ToolDef {
     /// Checks the name and compiles the schema (expanding the shorthand first).
     pub fn new(
@@ -85,8 +117,12 @@ impl ToolDef {
         }
         let parameters =
             expand_shorthand(parameters).map_err(|e| format!("tool {name}: parameters: {e}"))?;
-        let validator = jsonschema::validator_for(&parameters)
-            .map_err(|e| format!("tool {name}: parameters are not a valid JSON Schema: {e}"))?;
+        let validator = jsonschema::validator_for(&parameters).map_err(|e| {
+            format!(
+                "tool {name}: parameters are not a valid JSON Schema: {}",
+                schema_fault(&e)
+            )
+        })?;
         Ok(ToolDef {
             spec: ToolSpec {
                 name: name.to_string(),

@@ -189,9 +189,9 @@ function ai.tool(def) end
 ---@field step integer
 ---@field name string
 ---@field call_id string
----@field kind "ok"|"error"|"thrown"|"bad_arguments"|"schema"|"deadline"|"unknown_tool"|"interrupted"|"cancelled"
+---@field kind "ok"|"error"|"thrown"|"bad_arguments"|"schema"|"deadline"|"unknown_tool"|"interrupted"|"cancelled"|"not_run" "not_run": left unanswered when the turn's max_steps ran out
 ---@field ok boolean
----@field outcome string what the model got back (first 500 characters)
+---@field outcome string what the model got back (first 500 characters); a Lua error reads `file:line: message`
 ---@field duration_ms number
 
 ---@class ai.ToolCallEnded: ai.ToolEvent
@@ -305,7 +305,7 @@ function ai.route(opts) end
 ---@field sources? (fun(self: string)|ai.SourceSpec)[] forked when the AI registers, as `<name>/source/<n>`
 ---@field deliver_to? fun(reply: string, info: ai.DeliveryInfo)|"host" where replies and outage notices go; nil: the AI speaks only through its tools; "host": the embedding application's channel (under `colony run`, printed as `[name] reply`)
 ---@field max_steps? integer per turn, default 8
----@field max_hop? integer mail whose hop is higher is refused with "hop_limit" (default 8)
+---@field max_hop? integer mail whose hop is higher is refused with `hop_limit: ...` (default 8)
 ---@field middleware? ai.Middleware[] replaces the route's for this AI
 ---@field restart? ai.Restart default "permanent"
 ---@field max_restarts? integer default 3
@@ -335,12 +335,14 @@ function ai.spawn(opts) end
 ---@field files? ai.FileSpec[] attached to the user turn the mail becomes (a resident that keeps its conversation stores their bytes with the mail)
 ---@field id? string the sender's name for this mail: a resident that keeps its conversation accepts an id once, so a sender that restarted can post it again safely
 
---- Posts a mail: `true`, or `nil, "no_recipient"` (nobody of that name, it has died, or the
---- watch is not up yet) / `nil, "hop_limit"` (hop above the recipient's max_hop) / `nil,
---- "not_saved"` (the recipient keeps its conversation and the store could not write the mail).
---- At most once.
+--- Posts a mail: `true`, or `nil, err` where `err` starts with the refusal's name and says what
+--- it concerns: `no_recipient: "wroker"` (nobody of that name, it has died, or the watch is not
+--- up yet), `hop_limit: hop 9 to "b" is above its max_hop of 8`, `not_saved` (the recipient
+--- keeps its conversation and the store could not write the mail). Test it with
+--- `err:match("^no_recipient")`. A refusal once the watch runs is also logged. At most once.
 ---@param opts ai.MailOptions
----@return true? posted, "no_recipient"|"hop_limit"|"not_saved"? err
+---@return true? posted
+---@return string? err "no_recipient: ..."|"hop_limit: ..."|"not_saved"
 function ai.mail(opts) end
 
 ---@class ai.Provenance
@@ -354,7 +356,8 @@ function ai.inbound_provenance() end
 
 --- Ends an AI through its nursery (a turn in flight with it) and frees its name.
 ---@param name string
----@return true? dismissed, "no_recipient"? err
+---@return true? dismissed
+---@return string? err `no_recipient: "name"`
 function ai.dismiss(name) end
 
 ---@class ai.ResidentInfo
@@ -386,7 +389,7 @@ function ai.residents() end
 function ai.unblock(name) end
 
 ---@class ai.WatchOptions
----@field on_crash? fun(id: string, name: string, message: string) a resident (id = its name) or a source (id = "<name>/source/<n>") raised
+---@field on_crash? fun(id: string, name: string, message: string) a resident (id = its name; its `deliver_to` raised) or a source (id = "<name>/source/<n>") raised; `message` is `file:line: message` (the log has the traceback)
 ---@field on_fail? fun(id: string, name: string, err: string) past its restart intensity: not started again
 ---@field on_blocked? fun(name: string, err: ai.BlockedError) a resident is blocked (after its notice went to deliver_to); it may call ai.unblock(name)
 ---@field grace_ms? number how long turns in flight may finish after a stop (default 10000)

@@ -1,0 +1,230 @@
+//! Every subcommand with its stdout closed before it starts (`colony config list | head -0`):
+//! it ends quietly with status 0, nothing on stderr, never a panic. One test per subcommand that
+//! `colony --help` lists; the first test checks that the list here is that list.
+
+mod support;
+
+use std::process::Stdio;
+
+use colony::residents::Mail;
+use colony::store::state_dir::{self, StateDir};
+use colony::store::{AuditEntry, Store};
+use colony::vocab::Message;
+use serde_json::json;
+use support::fake::{FakeProvider, Reply};
+use support::script::{Run, Sandbox};
+
+/// The subcommands these tests cover, as `colony --help` lists them.
+const COVERED: &[&str] = &[
+    "run",
+    "ask",
+    "chat",
+    "scripts",
+    "providers",
+    "models",
+    "config",
+    "state",
+    "conversations",
+    "store",
+    "audit",
+    "mcp",
+    "tools",
+    "help",
+];
+
+/// Runs `colony ARGS...` with a stdout whose reading end is closed before the process starts.
+fn closed(sb: &Sandbox, args: &[&str]) -> Run {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = sb
+        .command(args)
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("the colony binary runs");
+    Run {
+        code: out.status.code().unwrap_or(-1),
+        stdout: String::new(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// Ends quietly: status 0, nothing on stderr.
+#[track_caller]
+fn quiet(sb: &Sandbox, args: &[&str]) {
+    let run = closed(sb, args);
+    assert_eq!(
+        (run.code, run.stderr.as_str()),
+        (0, ""),
+        "colony {}",
+        args.join(" ")
+    );
+}
+
+/// A script with a state directory that holds a conversation, a backlog, a key and an audit line.
+fn filled() -> (Sandbox, String) {
+    let sb = Sandbox::new();
+    let script = sb.write("watcher.lua", "print('hi')\n");
+    let dir = state_dir::default_under(&sb.state_home(), &script);
+    let state = StateDir::open(&dir).unwrap();
+    let store = state.store();
+    let messages: Vec<Message> = (0..200)
+        .map(|i| Message::user(format!("message {i}")))
+        .collect();
+    store.commit_step("alice", &messages, 0, 0).unwrap();
+    store
+        .push_backlog("alice", &Mail::new("alice", "carol", "are you there?", 0))
+        .unwrap();
+    for i in 0..200 {
+        store.set("", &format!("key/{i}"), &json!(i)).unwrap();
+        store
+            .audit(&AuditEntry {
+                at_ms: 1_700_000_000_000 + i,
+                resident: "alice".into(),
+                tool: "read_file".into(),
+                args_hash: "ab".repeat(32),
+                duration_ms: 1.0,
+                outcome: "error".into(),
+                message: Some("no such file".into()),
+            })
+            .unwrap();
+    }
+    (sb, script.display().to_string())
+}
+
+#[test]
+fn the_list_covers_every_subcommand() {
+    let help = Sandbox::new().colony(&["--help"]).ok();
+    let listed: Vec<&str> = help
+        .stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(listed, COVERED);
+}
+
+#[test]
+fn run() {
+    let sb = Sandbox::new();
+    let file = sb.write(
+        "loud.lua",
+        "for i = 1, 10000 do print(i) end io.write('end\\n') print(io.stdout:write('x'))\n",
+    );
+    quiet(&sb, &["run", &file.display().to_string()]);
+}
+
+#[test]
+fn ask() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text(
+        "A circuit breaker stops calls to a failing service.",
+    ));
+    quiet(
+        &support::styled(&fake, "anthropic"),
+        &["ask", "What is a circuit breaker?"],
+    );
+}
+
+#[test]
+fn chat() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("Paris is the capital of France."));
+    let sb = support::styled(&fake, "anthropic");
+    quiet(&sb, &["chat", "What is the capital of France?"]);
+    quiet(&sb, &["chat", "--history"]);
+}
+
+#[test]
+fn scripts() {
+    let sb = Sandbox::new();
+    quiet(&sb, &["scripts"]);
+    quiet(&sb, &["scripts", "cat", "chat"]);
+}
+
+#[test]
+fn providers() {
+    quiet(&Sandbox::new(), &["providers"]);
+}
+
+#[test]
+fn models() {
+    let fake = FakeProvider::start();
+    quiet(&support::styled(&fake, "openai"), &["models", "openai"]);
+}
+
+#[test]
+fn config() {
+    let sb = Sandbox::new();
+    sb.colony(&["config", "set", "general", "provider", "anthropic"])
+        .ok();
+    quiet(&sb, &["config", "list"]);
+    quiet(&sb, &["config", "set", "code", "model", "gpt-4.1"]);
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("pong"));
+    quiet(
+        &support::styled(&fake, "anthropic"),
+        &["config", "test", "general"],
+    );
+}
+
+#[test]
+fn state() {
+    let (sb, script) = filled();
+    quiet(&sb, &["state", &script]);
+}
+
+#[test]
+fn conversations() {
+    let (sb, script) = filled();
+    quiet(&sb, &["conversations", &script, "list"]);
+    quiet(&sb, &["conversations", &script, "show", "alice"]);
+    quiet(&sb, &["conversations", &script, "export", "alice"]);
+}
+
+#[test]
+fn store() {
+    let (sb, script) = filled();
+    quiet(&sb, &["store", &script, "list"]);
+    quiet(&sb, &["store", &script, "get", "key/7"]);
+}
+
+#[test]
+fn audit() {
+    let (sb, script) = filled();
+    quiet(&sb, &["audit", &script]);
+}
+
+#[test]
+fn mcp() {
+    let sb = Sandbox::new();
+    for i in 0..50 {
+        sb.colony(&[
+            "mcp",
+            "add",
+            &format!("server{i}"),
+            "http://127.0.0.1:9/mcp",
+        ])
+        .ok();
+    }
+    quiet(&sb, &["mcp", "list"]);
+}
+
+#[test]
+fn tools() {
+    let sb = Sandbox::new();
+    quiet(&sb, &["tools", "list"]);
+    quiet(&sb, &["tools", "clear"]);
+}
+
+#[test]
+fn help() {
+    let sb = Sandbox::new();
+    quiet(&sb, &["help"]);
+    quiet(&sb, &["--help"]);
+    quiet(&sb, &["help", "run"]);
+    quiet(&sb, &["--version"]);
+}

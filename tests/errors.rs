@@ -1,0 +1,510 @@
+//! Every error says where it came from, through the binary: a Lua error in a source, a
+//! `deliver_to`, a watch callback or a resident's tool handler is logged once at the default level
+//! as `[who] ... file:line: message` with the script's traceback; a misuse of one of colony's
+//! functions carries the calling line; a refused mail names whom it was for; a failed tool call
+//! in a resident is logged and audited with its message; calls left at the step cap are events.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::fake::{FakeProvider, Reply};
+use support::script::Run;
+use support::styled;
+
+/// stderr without the timestamps that open log lines (`2026-...Z  WARN x: y` → `WARN x: y`).
+fn logged(run: &Run) -> String {
+    run.stderr
+        .lines()
+        .map(|l| match l.split_once(' ') {
+            Some((stamp, rest))
+                if stamp.ends_with('Z') && stamp.starts_with(|c: char| c.is_ascii_digit()) =>
+            {
+                rest.trim_start()
+            }
+            _ => l,
+        })
+        .map(|l| format!("{l}\n"))
+        .collect()
+}
+
+/// The tool results the model was sent, in order (OpenAI style).
+fn tool_results(fake: &FakeProvider) -> Vec<String> {
+    support::model_calls(fake)
+        .iter()
+        .flat_map(|b| b["messages"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["role"] == "tool")
+        .filter_map(|m| m["content"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Whether the request's last message is a tool result.
+fn after_tool(body: &Value) -> bool {
+    body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .is_some_and(|m| m["role"] == "tool")
+}
+
+#[test]
+fn a_source_that_raises_is_logged_once_with_its_name_line_and_traceback() {
+    let sb = support::script::Sandbox::new();
+    let script = sb.path("script.lua").display().to_string();
+    let run = sb.lua(
+        r#"ai.spawn{ name = "planner", provider = "openai", model = "m",
+  sources = { { function(self)
+    local plan = nil
+    return plan.steps
+  end, max_restarts = 0 } } }
+print(ai.watch{ on_fail = function(id) ai.stop("gave up on " .. id) end })
+"#,
+        &[],
+    );
+    let run = run.ok();
+    assert_eq!(run.stdout, "gave up on planner/source/1\n");
+    assert_eq!(
+        logged(&run),
+        format!(
+            "WARN colony::residents::route: [planner/source/1] crashed: {script}:4: attempt to index a nil value (local 'plan')
+stack traceback:
+\t{script}:4: in function <{script}:2>
+ERROR colony::residents::route: [planner/source/1] failed: not started again (at most 0 restarts within 5 s)
+"
+        )
+    );
+}
+
+#[test]
+fn a_misuse_inside_a_source_carries_the_calling_line() {
+    let sb = support::script::Sandbox::new();
+    let script = sb.path("script.lua").display().to_string();
+    let run = sb.lua(
+        r#"ai.spawn{ name = "planner", provider = "openai", model = "m",
+  sources = { { function(self)
+    ai.mail{ too = "worker" }
+  end, restart = "temporary" } } }
+print(ai.watch{ on_crash = function(id, ai_name, message) ai.stop(message) end })
+"#,
+        &[],
+    );
+    let run = run.ok();
+    let message = format!(
+        "{script}:3: ai.mail: unknown field \"too\" (fields: to, source, content, hop, files, id)"
+    );
+    assert_eq!(run.stdout, format!("{message}\n"));
+    assert_eq!(
+        logged(&run),
+        format!(
+            "WARN colony::residents::route: [planner/source/1] crashed: {message}
+stack traceback:
+\t[C]: in field 'mail'
+\t{script}:3: in function <{script}:2>
+"
+        )
+    );
+}
+
+#[test]
+fn a_deliver_to_that_raises_is_logged_with_the_resident_and_traceback() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("the plan"));
+    let sb = styled(&fake, "openai");
+    let script = sb.path("script.lua").display().to_string();
+    let run = sb.lua(
+        r#"ai.spawn{ name = "planner", provider = "openai", model = "m", restart = "temporary",
+  sources = { function(self) ai.mail{ to = self, source = "desk", content = "plan", hop = 0 } end },
+  deliver_to = function(reply, info)
+    error("no printer for " .. reply)
+  end }
+print(ai.watch{})
+"#,
+        &[],
+    );
+    let run = run.ok();
+    // A temporary resident that crashed is not started again: it was the last one.
+    assert_eq!(run.stdout, "every resident is gone\n");
+    assert_eq!(
+        logged(&run),
+        format!(
+            "WARN colony::residents::route: [planner] crashed in deliver_to: {script}:4: no printer for the plan
+stack traceback:
+\t[C]: in function 'error'
+\t{script}:4: in function <{script}:3>
+"
+        )
+    );
+}
+
+#[test]
+fn a_watch_callback_that_raises_is_logged_with_its_name_and_traceback() {
+    let sb = support::script::Sandbox::new();
+    let script = sb.path("script.lua").display().to_string();
+    let run = sb.lua(
+        r#"ai.spawn{ name = "planner", provider = "openai", model = "m",
+  sources = { { function(self) error("tick failed", 0) end, restart = "temporary" } } }
+print(ai.watch{ on_crash = function(id, name, message)
+  ai.stop("stopped")
+  local counts = nil
+  counts[id] = 1
+end })
+"#,
+        &[],
+    );
+    let run = run.ok();
+    assert_eq!(run.stdout, "stopped\n");
+    assert_eq!(
+        logged(&run),
+        format!(
+            "WARN colony::residents::route: [planner/source/1] crashed: tick failed
+stack traceback:
+\t[C]: in function 'error'
+\t{script}:2: in function <{script}:2>
+WARN colony::lua::residents: [planner/source/1] on_crash raised: {script}:6: attempt to index a nil value (local 'counts')
+stack traceback:
+\t{script}:6: in function <{script}:3>
+"
+        )
+    );
+}
+
+#[test]
+fn a_tool_handler_that_raises_in_a_resident_is_logged_and_the_model_reads_its_line() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        if after_tool(body) {
+            Reply::text("sorry")
+        } else {
+            Reply::tool_call("c1", "lookup", json!({"city": "Lisbon"}))
+        }
+    });
+    let sb = styled(&fake, "openai");
+    let script = sb.path("script.lua").display().to_string();
+    let run = sb.lua(
+        r#"local lookup = ai.tool{ name = "lookup", description = "Look a city up",
+  parameters = { city = "string" },
+  handler = function(args)
+    error("no such city: " .. args.city)
+  end }
+ai.spawn{ name = "planner", provider = "openai", model = "m", tools = { lookup },
+  sources = { function(self) ai.mail{ to = self, source = "desk", content = "go", hop = 0 } end },
+  deliver_to = function(reply) ai.stop(reply) end }
+print(ai.watch{})
+"#,
+        &[],
+    );
+    let run = run.ok();
+    assert_eq!(run.stdout, "sorry\n");
+    assert_eq!(
+        tool_results(&fake),
+        // The OpenAI style marks a failed call's result with "Error: ".
+        [format!("Error: {script}:4: no such city: Lisbon")]
+    );
+    assert_eq!(
+        logged(&run),
+        format!(
+            "WARN colony::turn::dispatch: [planner] tool lookup failed (error): {script}:4: no such city: Lisbon
+stack traceback:
+\t[C]: in function 'error'
+\t{script}:4: in function <{script}:3>
+"
+        )
+    );
+}
+
+#[test]
+fn a_misuse_in_a_tool_handler_reaches_the_model_with_the_calling_line() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        if after_tool(body) {
+            Reply::text("done")
+        } else {
+            Reply::tool_call("c1", "tell", json!({"to": "worker"}))
+        }
+    });
+    let sb = styled(&fake, "openai");
+    let script = sb.path("script.lua").display().to_string();
+    let run = sb.lua(
+        r#"local tell = ai.tool{ name = "tell", description = "Tell someone",
+  parameters = { to = "string" },
+  handler = function(args)
+    return ai.mail{ too = args.to }
+  end }
+ai.spawn{ name = "planner", provider = "openai", model = "m", tools = { tell },
+  sources = { function(self) ai.mail{ to = self, source = "desk", content = "go", hop = 0 } end },
+  deliver_to = function(reply) ai.stop(reply) end }
+print(ai.watch{})
+"#,
+        &[],
+    );
+    let run = run.ok();
+    let message = format!(
+        "{script}:4: ai.mail: unknown field \"too\" (fields: to, source, content, hop, files, id)"
+    );
+    assert_eq!(tool_results(&fake), [format!("Error: {message}")]);
+    assert_eq!(
+        logged(&run),
+        format!(
+            "WARN colony::turn::dispatch: [planner] tool tell failed (error): {message}
+stack traceback:
+\t[C]: in field 'mail'
+\t{script}:4: in function <{script}:3>
+"
+        )
+    );
+}
+
+#[test]
+fn refused_mail_names_the_recipient_and_the_hop() {
+    let sb = support::script::Sandbox::new();
+    let run = sb.lua(
+        r#"ai.spawn{ name = "worker", provider = "openai", model = "m", max_hop = 2,
+  sources = { function(self)
+    print(ai.mail{ to = "wroker", source = "desk", content = "hi", hop = 0 })
+    print(ai.mail{ to = "worker", source = "desk", content = "hi", hop = 3 })
+    print(ai.dismiss("wroker"))
+    ai.stop("done")
+  end } }
+ai.watch{}
+"#,
+        &[],
+    );
+    let run = run.ok();
+    assert_eq!(
+        run.stdout,
+        "nil\tno_recipient: \"wroker\"\n\
+         nil\thop_limit: hop 3 to \"worker\" is above its max_hop of 2\n\
+         nil\tno_recipient: \"wroker\"\n"
+    );
+    assert_eq!(
+        logged(&run),
+        "WARN colony::residents::route: mail from \"desk\" refused: no_recipient: \"wroker\"\n\
+         WARN colony::residents::route: mail from \"desk\" refused: hop_limit: hop 3 to \"worker\" is above its max_hop of 2\n"
+    );
+}
+
+#[test]
+fn failed_tool_calls_in_a_resident_are_logged_and_audited_with_their_message() {
+    let fake = FakeProvider::start();
+    // Step 1: a call nobody offered, arguments that break the schema, and a slow tool; step 2
+    // (the last of max_steps = 2): one more call, left unanswered at the step cap.
+    fake.set_responder(|body, _| {
+        let tools = body["messages"]
+            .as_array()
+            .map(|m| m.iter().filter(|m| m["role"] == "tool").count())
+            .unwrap_or(0);
+        match tools {
+            0 => Reply::tool_calls(vec![
+                ("c1", "lookpu", json!({"city": "Lisbon"})),
+                ("c2", "lookup", json!({"city": 7})),
+                ("c3", "slow", json!({})),
+            ]),
+            _ => Reply::tool_call("c4", "lookup", json!({"city": "Porto"})).with_text("done"),
+        }
+    });
+    let sb = styled(&fake, "openai");
+    let state = sb.path("state").display().to_string();
+    let run = sb.lua(
+        r#"local lookup = ai.tool{ name = "lookup", description = "Look a city up",
+  parameters = { city = "string" }, handler = function(args) return "sunny" end }
+local slow = ai.tool{ name = "slow", description = "Slow", timeout = 0.05,
+  handler = function() ai.sleep(5000) return "late" end }
+ai.spawn{ name = "planner", provider = "openai", model = "m", tools = { lookup, slow },
+  max_steps = 2,
+  sources = { function(self) ai.mail{ to = self, source = "desk", content = "go", hop = 0 } end },
+  deliver_to = function(reply, info) ai.stop("delivered") end }
+print(ai.watch{})
+"#,
+        &["--state", &state],
+    );
+    let run = run.ok();
+    assert_eq!(
+        logged(&run),
+        "WARN colony::turn::dispatch: [planner] tool lookpu failed (unknown_tool): unknown tool \"lookpu\": the tools offered are lookup, slow\n\
+         WARN colony::turn::dispatch: [planner] tool lookup failed (schema): the arguments do not match the tool's schema: /city: 7 is not of type \"string\"\n\
+         WARN colony::turn::dispatch: [planner] tool slow failed (deadline): the tool did not finish within its deadline of 0.05 s\n"
+    );
+    let script = sb.path("script.lua").display().to_string();
+    let audit = sb.colony(&["audit", &script, "--state", &state]).ok();
+    // Columns past the tool are the outcome, the duration, the hash and the message.
+    let rows: Vec<(String, String, String)> = audit
+        .stdout
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let cells: Vec<&str> = l.split_whitespace().collect();
+            (
+                cells[2].to_string(),
+                cells[3].to_string(),
+                cells[6..].join(" "),
+            )
+        })
+        .collect();
+    let row = |tool: &str, outcome: &str, message: &str| {
+        (tool.to_string(), outcome.to_string(), message.to_string())
+    };
+    let mut rows = rows;
+    rows.sort();
+    assert_eq!(
+        rows,
+        [
+            row(
+                "lookpu",
+                "unknown_tool",
+                "unknown tool \"lookpu\": the tools offered are lookup, slow"
+            ),
+            row(
+                "lookup",
+                "not_run",
+                "not run: the tool budget of this turn was exhausted before this call could run"
+            ),
+            row(
+                "lookup",
+                "schema",
+                "the arguments do not match the tool's schema: /city: 7 is not of type \"string\""
+            ),
+            row(
+                "slow",
+                "deadline",
+                "the tool did not finish within its deadline of 0.05 s"
+            ),
+        ],
+        "{}",
+        audit.stdout
+    );
+}
+
+#[test]
+fn a_call_left_at_the_step_cap_is_a_tool_event() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::tool_call("c1", "lookup", json!({"city": "Porto"})));
+    let run = styled(&fake, "openai").lua(
+        r#"local lookup = ai.tool{ name = "lookup", description = "Look a city up",
+  parameters = { city = "string" }, handler = function(args) return "sunny" end }
+local turn = ai.take_turn{ provider = "openai", model = "m", prompt = "go", tools = { lookup },
+  max_steps = 2 }
+for _, e in ipairs(turn.tool_events) do print(e.step, e.name, e.kind, e.outcome) end
+"#,
+        &[],
+    );
+    let run = run.ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "1\tlookup\tok\tsunny",
+            "2\tlookup\tnot_run\tnot run: the tool budget of this turn was exhausted before this call could run",
+        ]
+    );
+}
+
+#[test]
+fn parameters_that_are_not_a_json_schema_name_the_property_and_the_keyword() {
+    let sb = support::script::Sandbox::new();
+    let script = sb.path("script.lua").display().to_string();
+    let run = sb.lua(
+        r#"ai.tool{ name = "lookup", description = "Look a city up",
+  parameters = { type = "object", properties = {
+    address = { type = "object", properties = { city = { type = "strin" } } } } },
+  handler = function() return "" end }
+"#,
+        &[],
+    );
+    assert_eq!(
+        run.failed().stderr.lines().next(),
+        Some(format!("{script}:1: ai.tool: tool lookup: parameters are not a valid JSON Schema: property address.city, keyword \"type\": \"strin\" is not valid under any of the schemas listed in the 'anyOf' keyword").as_str())
+    );
+    let run = sb.lua(
+        r#"ai.tool{ name = "count", description = "Count",
+  parameters = { type = "object", required = "n" }, handler = function() return "" end }
+"#,
+        &[],
+    );
+    assert_eq!(
+        run.failed().stderr.lines().next(),
+        Some(format!("{script}:1: ai.tool: tool count: parameters are not a valid JSON Schema: the top level, keyword \"required\": \"n\" is not of type \"array\"").as_str())
+    );
+}
+
+/// A server that answers every request with `status` and an HTML page titled `title`.
+fn html_server(status: u16, title: &'static str) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 65536];
+            let _ = stream.read(&mut buf);
+            let page = format!(
+                "<!DOCTYPE html>\n<html>\n<head><title>{title}</title></head>\n<body>\n<h1>{title}</h1>\n<p>nginx</p>\n</body>\n</html>\n"
+            );
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status} Whatever\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                page.len()
+            );
+        }
+    });
+    format!("http://{addr}")
+}
+
+#[test]
+fn an_html_error_page_is_summarised_with_its_path_and_a_hint() {
+    let base = html_server(404, "404 Not Found");
+    let sb = support::script::Sandbox::new().env("OLLAMA_BASE_URL", &base);
+    let run = sb.colony(&["models", "ollama"]).failed();
+    assert_eq!(
+        run.stderr,
+        "colony models ollama: API error 404: 404 Not Found (at /models; this server lists no models; set `model` yourself) (api_error)\n"
+    );
+    let run = sb
+        .lua(
+            r#"print(select(2, ai.ask("hi", { provider = "ollama", model = "m" })))"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.stdout,
+        "api_error: API error 404: 404 Not Found (at /chat/completions; OpenAI-compatible base URLs usually end in /v1)\n"
+    );
+    let base = html_server(502, "502 Bad Gateway");
+    let sb = support::script::Sandbox::new().env("OLLAMA_BASE_URL", &format!("{base}/v1"));
+    let run = sb
+        .lua(
+            r#"print(select(2, ai.ask("hi", { provider = "ollama", model = "m" })))"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.stdout,
+        "provider_error: provider error 502: 502 Bad Gateway (at /v1/chat/completions)\n"
+    );
+}
+
+#[test]
+fn a_breaker_hook_that_raises_is_logged_with_the_resident_and_traceback() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::status(500));
+    let sb = styled(&fake, "openai");
+    let script = sb.path("script.lua").display().to_string();
+    let run = sb.lua(
+        r#"ai.spawn{ name = "planner", provider = "openai", model = "m",
+  middleware = { ai.with_breaker{ threshold = 1, on_transition = function(from, to)
+    local seen = nil
+    seen[to] = true
+  end } },
+  sources = { function(self) ai.mail{ to = self, source = "desk", content = "go", hop = 0 } end },
+  deliver_to = function(reply, info) ai.stop(info.kind) end }
+print(ai.watch{})
+"#,
+        &[],
+    );
+    let run = run.ok();
+    assert_eq!(run.stdout, "outage\n");
+    let block = format!(
+        "WARN colony::lua::bridge: [planner] on_transition raised: {script}:4: attempt to index a nil value (local 'seen')
+stack traceback:
+\t{script}:4: in function <{script}:2>
+"
+    );
+    let logged = logged(&run);
+    assert!(logged.contains(&block), "{logged}");
+}
