@@ -54,9 +54,10 @@ local tell = ai.tool{
   parameters = { to = "string", text = "string" },
   handler = function(args, ctx)
     local p = ai.inbound_provenance()
-    local ok, err = ai.mail{ to = args.to, source = p.to, content = args.text, hop = p.hop + 1 }
+    assert(p.ai == p.to and p.ai == ctx.ai, "the serving AI")
+    local ok, err = ai.mail{ to = args.to, source = p.ai, content = args.text, hop = p.hop + 1 }
     print(string.format("%s tells %s at hop %d (from %s, ctx hop %d): %s",
-      p.to, args.to, p.hop + 1, p.origin, ctx.hop, tostring(ok or err)))
+      p.ai, args.to, p.hop + 1, p.origin, ctx.hop, tostring(ok or err)))
     if not ok then return nil, err end
     return "sent"
   end,

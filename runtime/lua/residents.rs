@@ -193,8 +193,10 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
             None => Ok(Value::Nil),
             Some(p) => {
                 let t = lua.create_table()?;
+                // `ai` names the serving AI plainly; `to` (the same) is kept for older scripts.
                 t.set("origin", p.origin)?;
                 t.set("hop", p.hop)?;
+                t.set("ai", p.to.as_str())?;
                 t.set("to", p.to)?;
                 Ok(Value::Table(t))
             }
