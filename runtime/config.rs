@@ -546,11 +546,11 @@ mod tests {
         c.set("code", "provider", "").unwrap();
         assert_eq!(c.uses["code"].provider, None);
         c.set("code", "max_tokens", "").unwrap();
-        assert_eq!(c.unset("code", Some("model")).unwrap(), true);
+        assert!(c.unset("code", Some("model")).unwrap());
         assert!(!c.uses.contains_key("code"), "an emptied use-type goes");
         c.set("chat", "model", "m").unwrap();
-        assert_eq!(c.unset("chat", None).unwrap(), true);
-        assert_eq!(c.unset("chat", None).unwrap(), false);
+        assert!(c.unset("chat", None).unwrap());
+        assert!(!c.unset("chat", None).unwrap());
         assert!(c.unset("chat", Some("colour")).is_err());
     }
 
