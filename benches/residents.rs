@@ -18,8 +18,13 @@
 //!    rounds: `Route::mail` from the calling thread, the `Infer` stamps the instant it is called;
 //!    the next round starts once the turn has ended, the resident is idle and both workers have
 //!    parked (the cold path: an idle program).
+//! 4. **`ai.spawn` of 100,000 through Lua before `ai.watch`.** A script spawns them in a loop
+//!    and ends (nothing is hired); a second one spawns them, then runs `ai.watch` until a source
+//!    of one more resident stops it (every resident registered, forked and shut down). Each
+//!    figure is the script's wall time less that of an empty script. Both should grow linearly:
+//!    the 10,000 run is printed beside the 100,000 one to show it.
 //!
-//! Run: `cargo bench --bench residents` (about half a minute).
+//! Run: `cargo bench --bench residents` (about half a minute); `-- lua_spawn` runs only 4.
 
 use std::io::Write;
 use std::process::Command;
@@ -577,6 +582,52 @@ async fn latency(rt: &Rt) {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// 4. ai.spawn through Lua before ai.watch
+// ---------------------------------------------------------------------------------------------
+
+/// The wall time of `source` as a program, from the VM's start to the script's end.
+fn run_lua(rt: &Rt, source: &str) -> Duration {
+    let started = Instant::now();
+    colony::lua::run_source(
+        core(rt),
+        "spawn.lua",
+        source.as_bytes().to_vec(),
+        Vec::new(),
+    )
+    .expect("the script runs");
+    started.elapsed()
+}
+
+fn lua_spawn(rt: &Rt) {
+    let spawn = |n: usize| {
+        format!(
+            r#"for i = 1, {n} do ai.spawn{{ name = "r" .. i, system = "Be brief." }} end
+               assert(#ai.residents() == {n})"#
+        )
+    };
+    let watched = |n: usize| {
+        format!(
+            r#"{}
+               ai.spawn{{ name = "stopper", sources = {{ function() ai.stop("done") end }} }}
+               assert(ai.watch{{}} == "done")"#,
+            spawn(n)
+        )
+    };
+    let empty = run_lua(rt, "local x = 1");
+    println!("ai.spawn through Lua before ai.watch (wall time less an empty script's)");
+    for n in [10_000, SPAWNED] {
+        let before = run_lua(rt, &spawn(n)).saturating_sub(empty);
+        let whole = run_lua(rt, &watched(n)).saturating_sub(empty);
+        println!(
+            "{n:>7} spawned       {:>8.1} ms  ({:.2} us each); with ai.watch registering them and stopping: {:>8.1} ms",
+            before.as_secs_f64() * 1e3,
+            before.as_secs_f64() * 1e6 / n as f64,
+            whole.as_secs_f64() * 1e3,
+        );
+    }
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if let Some(i) = args.iter().position(|a| a == "--child") {
@@ -602,6 +653,9 @@ fn main() {
     }
     if wanted("latency") {
         rt.block_on(latency(&rt));
+    }
+    if wanted("lua_spawn") {
+        lua_spawn(&rt);
     }
     println!(
         "(bench took {:.1} s; load average {:.2} before, {:.2} after: figures from a busy machine are low)",

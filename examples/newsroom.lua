@@ -40,10 +40,10 @@ local tell = ai.tool{
   parameters = { to = "string", text = "string" },
   handler = function(args)
     local from = ai.inbound_provenance()
-    local ok, err = ai.mail{ to = args.to, source = from.to, content = args.text, hop = from.hop + 1 }
+    local ok, err = ai.mail{ to = args.to, source = from.ai, content = args.text, hop = from.hop + 1 }
     if not ok then return nil, ("could not reach %s: %s"):format(args.to, err) end
-    if from.to == "editor" then assigned[args.to] = true end
-    print(("%s -> %s: %s"):format(from.to, args.to, short(args.text)))
+    if from.ai == "editor" then assigned[args.to] = true end
+    print(("%s -> %s: %s"):format(from.ai, args.to, short(args.text)))
     return "sent"
   end,
 }
@@ -58,7 +58,7 @@ local file_story = ai.tool{
   handler = function(args)
     local from = ai.inbound_provenance()
     if sent_to_editor then return nil, "the edition has already gone to the editor" end
-    filed[from.to] = args
+    filed[from.ai] = args
     for _, name in ipairs(REPORTERS) do
       if assigned[name] and not filed[name] then
         return "filed; the desk passes it on when every story is in"

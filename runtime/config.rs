@@ -209,8 +209,11 @@ impl Config {
             .unwrap_or_default()
     }
 
-    /// Sets one field of one use-type, checking the value.
+    /// Sets one field of one use-type, checking the value; an empty value clears the field.
     pub fn set(&mut self, use_type: &str, field: &str, value: &str) -> Result<(), ConfigError> {
+        if value.is_empty() {
+            return self.unset(use_type, Some(field)).map(|_| ());
+        }
         let u = self.uses.entry(use_type.to_string()).or_default();
         let bad = |what: &str| ConfigError::Invalid(format!("{field} = {value:?}: {what}"));
         let text = || (!value.is_empty()).then(|| value.to_string());
@@ -260,6 +263,49 @@ impl Config {
         }
         Ok(())
     }
+}
+
+impl Config {
+    /// Removes one field of a use-type, or (with no field) the whole use-type. Answers whether
+    /// there was anything to remove; a use-type left with no field is removed too.
+    pub fn unset(&mut self, use_type: &str, field: Option<&str>) -> Result<bool, ConfigError> {
+        let Some(field) = field else {
+            return Ok(self.uses.remove(use_type).is_some());
+        };
+        if !FIELDS.contains(&field) {
+            return Err(ConfigError::Invalid(format!(
+                "unknown field {field:?} (fields: {})",
+                FIELDS.join(", ")
+            )));
+        }
+        let Some(u) = self.uses.get_mut(use_type) else {
+            return Ok(false);
+        };
+        let had = u.field(field).is_some();
+        match field {
+            "provider" => u.provider = None,
+            "model" => u.model = None,
+            "key" => u.key = None,
+            "key_env" => u.key_env = None,
+            "base_url" => u.base_url = None,
+            "max_tokens" => u.max_tokens = None,
+            "temperature" => u.temperature = None,
+            "timeout" => u.timeout = None,
+            "tools" => u.tools = None,
+            "images" => u.images = None,
+            _ => unreachable!("checked against FIELDS"),
+        }
+        if *u == UseConfig::default() {
+            self.uses.remove(use_type);
+        }
+        Ok(had)
+    }
+}
+
+/// The base URL a provider is reached at when no use-type sets one: its `*_BASE_URL` variable
+/// (or `OLLAMA_HOST`), else the catalogue's.
+pub fn default_base_url(entry: &CatalogueEntry) -> String {
+    env_base_url(entry).unwrap_or_else(|| entry.base_url.to_string())
 }
 
 impl UseConfig {
@@ -516,6 +562,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("unknown provider \"nope\""), "{e}");
+    }
+
+    #[test]
+    fn an_empty_value_clears_and_unset_removes() {
+        let mut c = Config::default();
+        c.set("code", "provider", "openai").unwrap();
+        c.set("code", "model", "m").unwrap();
+        c.set("code", "provider", "").unwrap();
+        assert_eq!(c.uses["code"].provider, None);
+        c.set("code", "max_tokens", "").unwrap();
+        assert!(c.unset("code", Some("model")).unwrap());
+        assert!(!c.uses.contains_key("code"), "an emptied use-type goes");
+        c.set("chat", "model", "m").unwrap();
+        assert!(c.unset("chat", None).unwrap());
+        assert!(!c.unset("chat", None).unwrap());
+        assert!(c.unset("chat", Some("colour")).is_err());
     }
 
     #[test]

@@ -161,6 +161,17 @@ impl Core {
     /// is settled before each one, so a rotated key or a changed config lands mid-turn.
     pub fn settle(&self, o: &Overrides, req: &mut InferRequest) -> Result<Endpoint, ProviderError> {
         let resolved = self.resolve(o)?;
+        // `tools = "none"`: the model takes no tools, so none are ever sent; a call that offers
+        // some would be answered by a model that cannot use them, so it says so instead.
+        if resolved.endpoint.tools_level == ToolsLevel::None && !req.tools.is_empty() {
+            let names: Vec<&str> = req.tools.iter().map(|t| t.name.as_str()).collect();
+            return Err(ProviderError::Config(format!(
+                "use-type {:?} has tools = \"none\" (its model takes no tools), but this call \
+                 offers {}: leave the tools out, or set tools to native or text",
+                resolved.use_type,
+                names.join(", ")
+            )));
+        }
         req.model = resolved.model;
         req.max_tokens = resolved.max_tokens;
         req.temperature = resolved.temperature;

@@ -117,7 +117,14 @@ opts.system = "You are colony's helper, answering a user of colony on their own 
 
 -- With a tool cache (`colony tools refresh`), the cached MCP tools are offered: the answer is a
 -- turn that may call them (each server starts on its first call); without, one plain call.
-local cached = (mcp and mcp.cached_tools) and mcp.cached_tools() or {}
+-- A use-type whose model takes no tools (`tools = "none"`) is not offered them.
+local function takes_tools(use)
+  local by = {}
+  for _, row in ipairs(colony.config()) do by[row.use] = row end
+  local row = by[use] or by.general
+  return not (row and row.tools == "none")
+end
+local cached = (mcp and mcp.cached_tools and takes_tools(opts.use)) and mcp.cached_tools() or {}
 local reply, err
 if #cached > 0 then
   opts.prompt = question

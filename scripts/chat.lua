@@ -150,18 +150,27 @@ for _, name in ipairs(enable) do
   if not ok then error("colony chat: --tool " .. err, 0) end
 end
 
--- MCP tools come from the MCP client's cache once it is there.
-local function cached_tools()
+-- Whether the use-type's model takes tools: `tools = "none"` in its config (or general's) says not.
+local function takes_tools(use)
+  local by = {}
+  for _, row in ipairs(colony.config()) do by[row.use] = row end
+  local row = by[use] or by.general
+  return not (row and row.tools == "none")
+end
+
+-- MCP tools come from the MCP client's cache once it is there (not for a model without tools).
+local function cached_tools(use)
+  if not takes_tools(use) then return {} end
   if mcp and mcp.cached_tools then return mcp.cached_tools() or {} end
   return {}
 end
 
-local function offered_tools()
+local function offered_tools(use)
   local list = {}
   for _, name in ipairs(builtin_names) do
     if enabled[name] then list[#list + 1] = builtin[name] end
   end
-  for _, t in ipairs(cached_tools()) do list[#list + 1] = t end
+  for _, t in ipairs(cached_tools(use)) do list[#list + 1] = t end
   return list
 end
 
@@ -261,7 +270,7 @@ local function exchange(use, messages, text, files)
     if spinner then spinner:stop(); spinner = nil end
   end
   local opts = {
-    messages = history, system = SYSTEM, tools = offered_tools(),
+    messages = history, system = SYSTEM, tools = offered_tools(use),
     use = use, provider = settings.provider, model = settings.model,
     stream = function(delta)
       stop_spinner()
@@ -400,7 +409,7 @@ while true do
       for _, n in ipairs(builtin_names) do
         print((enabled[n] and "[on]  " or "[off] ") .. n .. "  " .. builtin[n].description)
       end
-      for _, t in ipairs(cached_tools()) do
+      for _, t in ipairs(cached_tools(use)) do
         print("[mcp] " .. (t.name or "?") .. "  " .. short(t.description, 60))
       end
     end

@@ -216,6 +216,80 @@ fn config_set_get_list_and_test() {
 }
 
 #[test]
+fn config_set_empty_clears_and_unset_removes() {
+    let sb = Sandbox::new();
+    sb.colony(&["config", "set", "code", "provider", "openai"])
+        .ok();
+    sb.colony(&["config", "set", "code", "model", "m1"]).ok();
+    sb.colony(&["config", "set", "code", "max_tokens", "100"])
+        .ok();
+    sb.colony(&["config", "set", "chat", "model", "m2"]).ok();
+    // An empty value clears the field, as `--help` says.
+    let run = sb.colony(&["config", "set", "code", "provider", ""]).ok();
+    assert!(
+        run.stdout.starts_with("code.provider cleared in "),
+        "{}",
+        run.stdout
+    );
+    sb.colony(&["config", "set", "code", "max_tokens", ""]).ok();
+    let run = sb.colony(&["config", "get", "code"]).ok();
+    assert_eq!(run.stdout, "[use.code]\nmodel = m1\n");
+    // `unset` removes one field, or a whole use-type.
+    let run = sb.colony(&["config", "unset", "code", "model"]).ok();
+    assert!(
+        run.stdout.starts_with("code.model removed from "),
+        "{}",
+        run.stdout
+    );
+    let run = sb.colony(&["config", "unset", "chat"]).ok();
+    assert!(
+        run.stdout.starts_with("use-type chat removed from "),
+        "{}",
+        run.stdout
+    );
+    let run = sb.colony(&["config", "unset", "chat"]).ok();
+    assert!(
+        run.stdout.starts_with("use-type chat was not set in "),
+        "{}",
+        run.stdout
+    );
+    let bad = sb.colony(&["config", "unset", "code", "colour"]).failed();
+    assert!(
+        bad.stderr.contains("unknown field \"colour\""),
+        "{}",
+        bad.stderr
+    );
+    let run = sb.colony(&["config", "list"]).ok();
+    assert!(!run.stdout.contains("[use."), "{}", run.stdout);
+}
+
+#[test]
+fn an_error_value_concatenates_as_it_prints() {
+    let run = Sandbox::new()
+        .lua(
+            r#"local _, err = json.decode("{nope")
+               print("error: " .. err == "error: " .. tostring(err), err .. "!" == tostring(err) .. "!")
+               print("error: " .. err)
+               print(pcall(function() return err .. {} end))"#,
+            &[],
+        )
+        .ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "true\ttrue");
+    assert!(
+        lines[1].starts_with("error: parse_error: json.decode: "),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[2].starts_with("false\t"), "{}", lines[2]);
+    assert!(
+        lines[2].contains("attempt to concatenate a table value"),
+        "{}",
+        lines[2]
+    );
+}
+
+#[test]
 fn a_broken_config_file_is_named() {
     let sb = Sandbox::new();
     sb.write("config.toml", "[use.chat]\nprovder = \"openai\"\n");
@@ -246,7 +320,25 @@ fn providers_lists_the_catalogue() {
         );
     }
     let groq = run.stdout.lines().find(|l| l.starts_with("groq")).unwrap();
-    assert!(groq.ends_with(" set"), "{groq}");
+    assert!(
+        groq.ends_with(" set        https://api.groq.com/openai/v1"),
+        "{groq}"
+    );
+    // Each provider's base URL, its variable's when set.
+    let run = Sandbox::new()
+        .env("OPENAI_BASE_URL", "http://127.0.0.1:9/v1")
+        .colony(&["providers"])
+        .ok();
+    for (id, url) in [
+        ("anthropic", "https://api.anthropic.com/v1"),
+        ("openai", "http://127.0.0.1:9/v1"),
+        ("ollama", "http://127.0.0.1:11434/v1"),
+        ("gemini", "https://generativelanguage.googleapis.com/v1beta"),
+    ] {
+        let line = run.stdout.lines().find(|l| l.starts_with(id)).unwrap();
+        assert!(line.ends_with(&format!(" {url}")), "{line}");
+    }
+    assert!(run.stdout.lines().next().unwrap().ends_with("BASE URL"));
     let lua = Sandbox::new()
         .lua(
             r#"for _, p in ipairs(ai.providers()) do print(p.id, p.style, p.key_env, p.tools) end"#,

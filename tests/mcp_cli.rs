@@ -282,6 +282,16 @@ fn the_tool_cache_is_refreshed_listed_offered_and_cleared() {
         calls[3].to_string().contains("\"timezone\""),
         "the call's result went back"
     );
+    // ...unless its use-type's model takes no tools (`tools = "none"`): then none are sent.
+    sb.colony(&["config", "set", "helper", "tools", "none"])
+        .ok();
+    fake.push(Reply::text("No tools needed."));
+    let ask = sb.colony(&["ask", "what time is it in UTC?"]).ok();
+    assert_eq!(ask.stdout.trim(), "No tools needed.", "{}", ask.stderr);
+    let calls = model_calls(&fake);
+    assert_eq!(calls.len(), 5);
+    assert!(calls[4].get("tools").is_none(), "{}", calls[4]);
+    sb.colony(&["config", "unset", "helper"]).ok();
 
     // The cache holds no part of a server's config (a header may be a token), and only its
     // owner may read it.

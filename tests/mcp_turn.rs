@@ -160,7 +160,7 @@ fn the_mcp_module_connects_lists_and_calls() {
         lines[1],
         "tools\tpy__add,py__die,py__echo,py__fail,py__meet,py__roots,py__sleep"
     );
-    assert_eq!(lines[2], "call\t{\"result\":\"hi\"}");
+    assert_eq!(lines[2], "call\thi");
     assert_eq!(lines[3], "table\t{\"sum\":3.0}\t3.0\tfalse");
     assert_eq!(lines[4], "fail\tnil\ttool_error\ttrue");
     assert_eq!(lines[5], "turn\t42\t{\"sum\":42.0}");
@@ -300,4 +300,84 @@ fn a_childs_stderr_goes_to_the_log_under_the_servers_name() {
         .find(|l| l.contains("colony-test server starting"))
         .unwrap_or_else(|| panic!("no stderr line in the log:\n{}", run.stderr));
     assert!(line.contains("server=scribe"), "{line}");
+}
+
+/// A script written against the seed API drives the model's tool calls itself: the names
+/// `mcp.tools(conn)` offered are the names `mcp.call` accepts, and what `mcp.call` answers (the
+/// text a person reads, not the structured JSON) goes back to the model. A server connected by
+/// URL without a name offers its tools under their own names; an error value concatenates.
+#[test]
+fn a_script_passes_the_models_calls_to_mcp_call() {
+    let web = mcp::python_http(mcp::free_port(), &[]);
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call(
+        "c1",
+        "py__echo",
+        json!({"text": "hello there"}),
+    ));
+    fake.push(Reply::text("It said hello there."));
+    fake.push(Reply::tool_call("c2", "echo", json!({"text": "by url"})));
+    fake.push(Reply::text("done"));
+    let script = format!(
+        r#"local function serve(conn, prompt)
+             local tools = assert(mcp.tools(conn))
+             local reply, err, calls = ai.ask(prompt, {{ tools = tools }})
+             assert(reply, err)
+             local call = calls[1]
+             local out = assert(mcp.call(conn, call.name, call.arguments))
+             print("called", call.name, out)
+             local history = {{
+               {{ role = "user", content = prompt }},
+               {{ role = "assistant", content = reply, tool_calls = calls }},
+               {{ role = "tool", tool_call_id = call.id, content = out }},
+             }}
+             print("reply", assert(ai.ask(history, {{ tools = tools }})))
+           end
+           serve(assert(mcp.connect({py})), "echo hello there")
+           local conn = assert(mcp.connect("{url}"))
+           serve(conn, "echo by url")
+           local prefixed = {{}}
+           for _, t in ipairs(assert(mcp.tools(conn, {{ prefix = true }}))) do
+             prefixed[#prefixed + 1] = t.name
+           end
+           table.sort(prefixed)
+           print("prefixed", prefixed[1])
+           print("prefixed call", mcp.call(conn, prefixed[3], {{ text = "again" }}))
+           local none, err = mcp.call(conn, "fail", {{ message = "nope" }})
+           print("error: " .. err)
+           print(err .. " (concatenated)", tostring(err) == err .. "")"#,
+        py = py_stdio("py"),
+        url = web.url(),
+    );
+    let run = sandbox(&fake).lua(&script, &[]).ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "called\tpy__echo\thello there",
+            "reply\tIt said hello there.",
+            "called\techo\tby url",
+            "reply\tdone",
+            "prefixed\t127_0_0_1__add",
+            "prefixed call\tagain",
+            "error: tool_error: Error executing tool fail: nope",
+            "tool_error: Error executing tool fail: nope (concatenated)\ttrue",
+        ],
+        "{}",
+        run.stderr
+    );
+    let calls = model_calls(&fake);
+    assert_eq!(calls.len(), 4);
+    assert!(tool_names(&calls[0]).contains(&"py__echo".to_string()));
+    let offered = tool_names(&calls[2]);
+    assert!(offered.contains(&"echo".to_string()), "{offered:?}");
+    assert!(
+        !offered.iter().any(|n| n.contains("127_0_0_1")),
+        "{offered:?}"
+    );
+    // The tool result the model read is the text, not `{"result":...}`.
+    for (i, text) in [(1, "hello there"), (3, "by url")] {
+        let result = &calls[i]["messages"][2]["content"][0];
+        assert_eq!(result["type"], "tool_result", "{}", calls[i]);
+        assert_eq!(result["content"], text, "{}", calls[i]);
+    }
 }

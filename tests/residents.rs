@@ -54,9 +54,10 @@ local tell = ai.tool{
   parameters = { to = "string", text = "string" },
   handler = function(args, ctx)
     local p = ai.inbound_provenance()
-    local ok, err = ai.mail{ to = args.to, source = p.to, content = args.text, hop = p.hop + 1 }
+    assert(p.ai == p.to and p.ai == ctx.ai, "the serving AI")
+    local ok, err = ai.mail{ to = args.to, source = p.ai, content = args.text, hop = p.hop + 1 }
     print(string.format("%s tells %s at hop %d (from %s, ctx hop %d): %s",
-      p.to, args.to, p.hop + 1, p.origin, ctx.hop, tostring(ok or err)))
+      p.ai, args.to, p.hop + 1, p.origin, ctx.hop, tostring(ok or err)))
     if not ok then return nil, err end
     return "sent"
   end,
@@ -686,4 +687,37 @@ print(ai.watch{})
         &[],
     );
     assert_eq!(run.ok().stdout, "the new source lived\ndone\n");
+}
+
+/// Many residents spawned before the watch: each name once (a pending one dismissed frees its
+/// name), all listed as pending, all registered when the watch comes up.
+#[test]
+fn thousands_spawned_before_the_watch_register_once_each() {
+    let run = support::script::Sandbox::new()
+        .lua(
+            r#"for i = 1, 5000 do ai.spawn{ name = "r" .. i, system = "Be brief." } end
+               local ok, e = pcall(ai.spawn, { name = "r4999" })
+               print(ok, (tostring(e):match("^[^\n]*")))
+               print(ai.dismiss("r7"), (ai.spawn{ name = "r7" }))
+               local pending = 0
+               for _, r in ipairs(ai.residents()) do if r.state == "pending" then pending = pending + 1 end end
+               print("pending", pending)
+               ai.spawn{ name = "counter", sources = { function()
+                 print("registered", #ai.residents())
+                 ai.stop("counted")
+               end } }
+               print(ai.watch{})"#,
+            &[],
+        )
+        .ok();
+    let lines = run.lines();
+    assert!(
+        lines[0].starts_with("false\tai.spawn \"r4999\": an AI named \"r4999\" is already spawned"),
+        "{}",
+        lines[0]
+    );
+    assert_eq!(
+        lines[1..],
+        ["true\tr7", "pending\t5000", "registered\t5001", "counted"]
+    );
 }

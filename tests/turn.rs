@@ -707,3 +707,73 @@ fn structured_output_from_lua() {
     );
     assert_eq!(model_calls(&fake).len(), 4, "a bad schema makes no call");
 }
+
+/// `middleware = {...}` on a script's own turns: a 529 is retried by `ai.with_retries` and the
+/// turn ends with the answer, for `ai.take_turn` and `ai.run` alike.
+#[test]
+fn a_scripts_own_turn_takes_middleware() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::status(529));
+    fake.push(Reply::text("first"));
+    fake.push(Reply::status(529));
+    fake.push(Reply::text("second"));
+    let run = sandbox(&fake, "anthropic")
+        .lua(
+            r#"local retries = ai.with_retries{ attempts = 3, base_ms = 1, cap_ms = 5 }
+               local r = ai.take_turn{ prompt = "one", middleware = { retries } }
+               print(r.reply, r.stop, r.error and r.error.kind or "-")
+               local r2 = ai.run{ prompt = "two", middleware = { retries, ai.with_breaker{ threshold = 5 } } }
+               print(r2.text, r2.stop)
+               local ok, e = pcall(ai.take_turn, { prompt = "x", middleware = { "retries" } })
+               print(ok, (tostring(e):match("^[^\n]*")))"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "first\tend_turn\t-",
+            "second\tend_turn",
+            "false\tai.take_turn: middleware[1] is not an ai.with_retries, ai.with_breaker or ai.with_context value",
+        ],
+        "{}",
+        run.stderr
+    );
+    assert_eq!(model_calls(&fake).len(), 4);
+}
+
+/// `tools = "none"` on a use-type: a call without tools goes as usual and sends no tool
+/// definitions; a call that offers tools fails saying why, and nothing is sent.
+#[test]
+fn a_use_type_with_tools_none_sends_no_tools() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("plain"));
+    let sb = support::styled(&fake, "openai");
+    sb.write(
+        "config.toml",
+        "[use.general]\nprovider = \"openai\"\ntools = \"none\"\n",
+    );
+    let run = sb
+        .lua(
+            &script(
+                r#"print(ai.ask("hi"))
+                   local r, err = ai.ask("weather?", { tools = { weather } })
+                   print(r, err.kind, err.message)
+                   local t = ai.take_turn{ prompt = "weather?", tools = { weather } }
+                   print(t.stop, t.error.kind)"#,
+            ),
+            &[],
+        )
+        .ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "plain", "{}", run.stderr);
+    assert_eq!(
+        lines[1],
+        "nil\tconfig_error\tuse-type \"general\" has tools = \"none\" (its model takes no tools), \
+         but this call offers weather.current: leave the tools out, or set tools to native or text"
+    );
+    assert_eq!(lines[2], "error\tconfig_error");
+    let calls = model_calls(&fake);
+    assert_eq!(calls.len(), 1, "only the call without tools went out");
+    assert!(calls[0].get("tools").is_none(), "{}", calls[0]);
+}

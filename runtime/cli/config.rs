@@ -1,4 +1,4 @@
-//! `colony config get|set|list|test`: the per-use-type settings in the config file; with no
+//! `colony config get|set|unset|list|test`: the per-use-type settings in the config file; with no
 //! action, the walk through them ([`super::wizard`]).
 
 use std::time::Instant;
@@ -33,6 +33,11 @@ enum Action {
         use_type: String,
         field: String,
         value: String,
+    },
+    /// Remove one field of a use-type, or with no field the whole use-type.
+    Unset {
+        use_type: String,
+        field: Option<String>,
     },
     /// Print the config file's path and every use-type in it.
     List,
@@ -77,7 +82,27 @@ pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Fail
             let path = config::path();
             cfg.save_to(&path)
                 .map_err(|e| Failure::run(format!("colony config set: {e}")))?;
-            println!("{use_type}.{field} set in {}", path.display());
+            let done = if value.is_empty() { "cleared" } else { "set" };
+            println!("{use_type}.{field} {done} in {}", path.display());
+            Ok(())
+        }
+        Action::Unset { use_type, field } => {
+            let mut cfg = load()?;
+            let removed = cfg
+                .unset(&use_type, field.as_deref())
+                .map_err(|e| Failure::input(format!("colony config unset: {e}")))?;
+            let what = match &field {
+                Some(f) => format!("{use_type}.{f}"),
+                None => format!("use-type {use_type}"),
+            };
+            let path = config::path();
+            if !removed {
+                println!("{what} was not set in {}", path.display());
+                return Ok(());
+            }
+            cfg.save_to(&path)
+                .map_err(|e| Failure::run(format!("colony config unset: {e}")))?;
+            println!("{what} removed from {}", path.display());
             Ok(())
         }
         Action::List => {

@@ -48,7 +48,7 @@ fn files(lua: &Lua, list: &[Shipped]) -> mlua::Result<Table> {
     Ok(out)
 }
 
-/// `{ { use, provider?, model?, base_url?, key_env?, key_stored } }`, by use-type name. A stored
+/// `{ { use, provider?, model?, base_url?, key_env?, tools?, key_stored } }`, by use-type name. A stored
 /// key is only said to be there: its text never reaches a script.
 fn config(lua: &Lua) -> mlua::Result<Table> {
     let core = super::ai::core(lua);
@@ -60,6 +60,7 @@ fn config(lua: &Lua) -> mlua::Result<Table> {
         t.set("model", u.model.clone())?;
         t.set("base_url", u.base_url.clone())?;
         t.set("key_env", u.key_env.clone())?;
+        t.set("tools", u.tools.clone())?;
         t.set("key_stored", u.key.is_some())?;
         out.push(t)?;
     }

@@ -32,6 +32,35 @@ fn error_metatable(lua: &Lua) -> mlua::Result<Table> {
             Ok(format!("{kind}: {message}"))
         })?,
     )?;
+    // `"error: " .. err` reads `error: kind: message` too, as `tostring(err)` does.
+    mt.set(
+        "__concat",
+        lua.create_function(|lua, (a, b): (Value, Value)| {
+            let text = |v: Value| -> mlua::Result<mlua::LuaString> {
+                let not_text = |v: &Value| {
+                    mlua::Error::runtime(format!(
+                        "attempt to concatenate a {} value",
+                        v.type_name()
+                    ))
+                };
+                match &v {
+                    Value::Table(t) => match t.get::<Option<String>>("kind").ok().flatten() {
+                        Some(kind) => {
+                            let message: String = t.get("message").unwrap_or_default();
+                            lua.create_string(format!("{kind}: {message}"))
+                        }
+                        None => Err(not_text(&v)),
+                    },
+                    Value::String(s) => Ok(s.clone()),
+                    _ => lua.coerce_string(v.clone())?.ok_or_else(|| not_text(&v)),
+                }
+            };
+            let (a, b) = (text(a)?, text(b)?);
+            let mut bytes = a.as_bytes().to_vec();
+            bytes.extend_from_slice(&b.as_bytes());
+            lua.create_string(bytes)
+        })?,
+    )?;
     lua.set_named_registry_value(KEY, &mt)?;
     Ok(mt)
 }

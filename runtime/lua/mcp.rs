@@ -17,11 +17,17 @@ use crate::mcp::spec::ServerConfig;
 use crate::mcp::{Connection, McpError, ServerSpec, cache, naming, toolset};
 
 /// `mcp.connect`'s answer.
-pub struct ConnValue(pub Arc<Connection>);
+pub struct ConnValue {
+    pub conn: Arc<Connection>,
+    /// Whether the script named the server (`mcp.connect(url, { name = ... })`, a table with a
+    /// name, `mcp.connect_named`): `mcp.tools` then offers `<name>__<tool>`; a server given
+    /// without a name offers its tools under their own names.
+    pub named: bool,
+}
 
 impl UserData for ConnValue {
     fn add_fields<F: UserDataFields<Self>>(fields: &mut F) {
-        fields.add_field_method_get("name", |_, c| Ok(c.0.name().to_string()));
+        fields.add_field_method_get("name", |_, c| Ok(c.conn.name().to_string()));
     }
 }
 
@@ -30,8 +36,9 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     m.set(
         "connect",
         lua.create_async_function(|lua, (target, opts): (Value, Option<Table>)| async move {
+            let named = names_server(&target, opts.as_ref())?;
             let spec = connect_spec(&lua, target, opts)?;
-            opened(&lua, Connection::open(spec).await)
+            opened(&lua, Connection::open(spec).await, named)
         })?,
     )?;
     m.set(
@@ -42,21 +49,28 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
             };
             let name = name.to_string_lossy();
             match named(&lua, &name) {
-                Ok(spec) => opened(&lua, Connection::open(spec).await),
+                Ok(spec) => opened(&lua, Connection::open(spec).await, true),
                 Err(e) => fail(&lua, &e),
             }
         })?,
     )?;
     m.set(
         "tools",
-        lua.create_async_function(|lua, conn: Value| async move {
-            let conn = conn_arg(&conn, "mcp.tools")?;
+        lua.create_async_function(|lua, (conn, opts): (Value, Option<Table>)| async move {
+            let who = "mcp.tools";
+            let (conn, named) = conn_named(&conn, who)?;
+            let mut prefix = named;
+            if let Some(opts) = &opts {
+                check_fields(opts, who, &["prefix"])?;
+                prefix = super::convert::flag(opts, "prefix", who)?.unwrap_or(named);
+            }
             match conn.list_tools().await {
-                Ok(listed) => {
+                Ok(listed) if prefix => {
                     let mut taken = std::collections::HashSet::new();
                     let (tools, _) = toolset::adopt(&conn, &listed, &mut taken).await;
                     tool_list(&lua, tools)
                 }
+                Ok(listed) => tool_list(&lua, toolset::adopt_unprefixed(&conn, &listed)),
                 Err(e) => fail(&lua, &e),
             }
         })?,
@@ -143,13 +157,17 @@ pub async fn close_all(lua: &Lua) {
     futures::future::join_all(conns.iter().map(|c| c.close())).await;
 }
 
-fn opened(lua: &Lua, r: Result<Arc<Connection>, McpError>) -> mlua::Result<MultiValue> {
+fn opened(
+    lua: &Lua,
+    r: Result<Arc<Connection>, McpError>,
+    named: bool,
+) -> mlua::Result<MultiValue> {
     if let Ok(conn) = &r {
         hold(lua, [conn]);
     }
     match r {
         Ok(conn) => Ok(MultiValue::from_iter([Value::UserData(
-            lua.create_userdata(ConnValue(conn))?,
+            lua.create_userdata(ConnValue { conn, named })?,
         )])),
         Err(e) => fail(lua, &e),
     }
@@ -171,10 +189,15 @@ fn tool_list(lua: &Lua, tools: Vec<crate::turn::ToolDef>) -> mlua::Result<MultiV
 }
 
 fn conn_arg(v: &Value, who: &str) -> mlua::Result<Arc<Connection>> {
+    conn_named(v, who).map(|(conn, _)| conn)
+}
+
+/// The connection, and whether the script named its server.
+fn conn_named(v: &Value, who: &str) -> mlua::Result<(Arc<Connection>, bool)> {
     match v {
         Value::UserData(ud) => ud
             .borrow::<ConnValue>()
-            .map(|c| c.0.clone())
+            .map(|c| (c.conn.clone(), c.named))
             .map_err(|_| misuse(format!("{who}: conn must be a connection from mcp.connect"))),
         other => Err(misuse(format!(
             "{who}: conn must be a connection from mcp.connect, not {}",
@@ -228,6 +251,19 @@ fn connect_spec(lua: &Lua, target: Value, opts: Option<Table>) -> mlua::Result<S
             other.type_name()
         ))),
     }
+}
+
+/// Whether `mcp.connect(target, opts)` names its server (`opts.name`, or a table's `name`).
+fn names_server(target: &Value, opts: Option<&Table>) -> mlua::Result<bool> {
+    let in_opts = match opts {
+        Some(o) => !matches!(o.get::<Value>("name")?, Value::Nil),
+        None => false,
+    };
+    let in_table = match target {
+        Value::Table(t) => !matches!(t.get::<Value>("name")?, Value::Nil),
+        _ => false,
+    };
+    Ok(in_opts || in_table)
 }
 
 /// One server as Lua describes it: a table `{ name?, url, headers? }` or `{ name?, command,
@@ -343,13 +379,23 @@ async fn call(lua: &Lua, args: MultiValue) -> mlua::Result<MultiValue> {
             .min(toolset::CALL_DEADLINE + toolset::MAX_EXTRA),
         None => toolset::deadline_for(&call_args),
     };
+    let name = match own_name(&conn, &name).await {
+        Ok(n) => n,
+        Err(e) => return fail(lua, &e),
+    };
     let out = match conn.call(&name, call_args, deadline).await {
         Ok(out) => out,
         Err(e) => return fail(lua, &e),
     };
+    // What a person reads: the content blocks (the structured value only when there are none).
+    let text = match (&out.structured, out.content.is_empty()) {
+        (Some(_), true) => out.text.as_str(),
+        _ => out.content.as_str(),
+    };
     if table_form {
         let t = lua.create_table()?;
         t.set("text", out.text.as_str())?;
+        t.set("content", text)?;
         if let Some(s) = &out.structured {
             t.set("structured", from_json(lua, s)?)?;
         }
@@ -362,10 +408,24 @@ async fn call(lua: &Lua, args: MultiValue) -> mlua::Result<MultiValue> {
     if out.is_error {
         return Ok(MultiValue::from_iter([
             Value::Nil,
-            Value::Table(error_table(lua, "tool_error", &out.text)?),
+            Value::Table(error_table(lua, "tool_error", text)?),
         ]));
     }
     Ok(MultiValue::from_iter([Value::String(
-        lua.create_string(&out.text)?,
+        lua.create_string(text)?,
     )]))
+}
+
+/// The server's own name for a tool `mcp.call` was given: a name from a prefixed
+/// `mcp.tools(conn)` list (`<server>__<tool>`) is mapped back, so what a model was offered is
+/// what the script may pass on. The tool list is asked for only when the name has the prefix.
+async fn own_name(conn: &Connection, name: &str) -> Result<String, McpError> {
+    let prefix = format!("{}__", naming::sanitize(conn.name()));
+    if !name.starts_with(&prefix) {
+        return Ok(name.to_string());
+    }
+    let listed = conn.list_tools().await?;
+    Ok(toolset::own_name(conn, &listed, name)
+        .unwrap_or(name)
+        .to_string())
 }

@@ -11,7 +11,7 @@
 //! comes up; mail posted before that answers `no_recipient`.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
@@ -65,6 +65,9 @@ struct State {
     layers: Vec<Layer>,
     stack: Option<SharedInfer>,
     pending: Vec<Pending>,
+    /// The names in `pending`, so a spawn checks for a taken name at once: a scan of the list
+    /// made spawning n residents before the watch take time in n².
+    pending_names: HashSet<String>,
     sources: HashMap<String, Vec<AbortHandle>>,
     watch: Watch,
     host: Option<mpsc::UnboundedSender<Delivery>>,
@@ -105,6 +108,7 @@ impl Program {
                 layers: Vec::new(),
                 stack: None,
                 pending: Vec::new(),
+                pending_names: HashSet::new(),
                 sources: HashMap::new(),
                 watch: Watch::NotYet,
                 host: host.deliveries.clone(),
@@ -211,8 +215,10 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
             None => Ok(Value::Nil),
             Some(p) => {
                 let t = lua.create_table()?;
+                // `ai` names the serving AI plainly; `to` (the same) is kept for older scripts.
                 t.set("origin", p.origin)?;
                 t.set("hop", p.hop)?;
+                t.set("ai", p.to.as_str())?;
                 t.set("to", p.to)?;
                 Ok(Value::Table(t))
             }
@@ -378,7 +384,7 @@ fn spawn(lua: &Lua, opts: Table, mcp_tools: Vec<crate::turn::ToolDef>) -> mlua::
         if st.watch == Watch::Ended {
             return Err(bad(who, "the watch has ended"));
         }
-        if st.pending.iter().any(|q| q.spec.name == name) {
+        if !st.pending_names.insert(name.clone()) {
             return Err(bad(who, format!("an AI named {name:?} is already spawned")));
         }
         st.pending.push(Pending { spec, sources });
@@ -626,6 +632,7 @@ fn dismiss(lua: &Lua, name: &str) -> mlua::Result<MultiValue> {
             .iter()
             .any(|q| q.spec.name == name && q.spec.persist);
         st.pending.retain(|q| q.spec.name != name);
+        st.pending_names.remove(name);
         if persisted
             && let Some(store) = p.route.store()
             && let Err(e) = store.clear_cell(name)

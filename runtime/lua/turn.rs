@@ -198,6 +198,7 @@ const TURN_OPTIONS: &[&str] = &[
     "compact_prompt",
     "mcp",
     "dynamic_mcp",
+    "middleware",
 ];
 
 /// What a turn reports of its MCP servers besides the outcome.
@@ -272,6 +273,7 @@ async fn run_turn(
         }
     }
     spec.compaction = read_compaction(&opts, who)?;
+    let layers = super::middleware::read_layers(opts.get::<Value>("middleware")?, who)?;
     if let Some(f) = stream {
         let id = bridge::register(lua, f);
         registered.ids.push(id);
@@ -326,7 +328,25 @@ async fn run_turn(
         spec.dynamic = Some(set.clone());
         Some(set)
     };
-    let outcome = turn::take_turn(&core, &core, &bridge, spec).await;
+    // `middleware = {...}`: the script's own turns get retries, a breaker and context as a
+    // resident's do. A breaker's state is kept in the store (`ai/breaker/script`), so it
+    // carries from one turn to the next.
+    let stack = (!layers.is_empty()).then(|| {
+        let store = lua
+            .app_data_ref::<super::store::ProgramStore>()
+            .map(|s| s.0.clone());
+        super::middleware::build_stack(
+            core.clone(),
+            &layers,
+            &bridge,
+            store.as_ref(),
+            "ai/breaker/script",
+        )
+    });
+    let outcome = match &stack {
+        Some(stack) => turn::take_turn(&core, &**stack, &bridge, spec).await,
+        None => turn::take_turn(&core, &core, &bridge, spec).await,
+    };
     drop(registered);
     let mut report = McpReport::default();
     if let Some(o) = opened {

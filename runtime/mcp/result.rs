@@ -16,6 +16,9 @@ use crate::vocab::FileRef;
 #[derive(Debug, Clone, PartialEq)]
 pub struct CallOutput {
     pub text: String,
+    /// The content blocks joined by newlines (text as it is, other blocks as JSON): what a
+    /// person reads, where `text` prefers the structured value a model reads.
+    pub content: String,
     pub structured: Option<Value>,
     pub files: Vec<FileRef>,
     pub is_error: bool,
@@ -49,12 +52,14 @@ pub fn shape(result: &Value) -> CallOutput {
             None => texts.push(content_to_text(block)),
         }
     }
+    let content = crate::secrets::redact(&texts.join("\n"));
     let text = match &structured {
         Some(v) => v.to_string(),
-        None => crate::secrets::redact(&texts.join("\n")),
+        None => content.clone(),
     };
     CallOutput {
         text,
+        content,
         structured,
         files,
         is_error,

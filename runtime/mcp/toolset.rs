@@ -147,6 +147,30 @@ pub async fn adopt(
     (tools, report)
 }
 
+/// A connected server's tools under their own names (no `<server>__` prefix): what a script
+/// that connected a server without naming it offers.
+pub fn adopt_unprefixed(conn: &Arc<Connection>, listed: &[ListedTool]) -> Vec<ToolDef> {
+    listed
+        .iter()
+        .map(|t| tool_def(conn.clone(), &t.name, t))
+        .collect()
+}
+
+/// The server's own name for `name`: itself when the server lists a tool so named, else the
+/// tool whose `<server>__<tool>` name it is (the name a prefixed tool list gave the model),
+/// else `None`.
+pub fn own_name<'a>(conn: &Connection, listed: &'a [ListedTool], name: &str) -> Option<&'a str> {
+    listed
+        .iter()
+        .find(|t| t.name == name)
+        .or_else(|| {
+            listed
+                .iter()
+                .find(|t| naming::namespaced(conn.name(), &t.name) == name)
+        })
+        .map(|t| t.name.as_str())
+}
+
 /// One server tool as a turn tool. The turn's own deadline is set past the longest a call may
 /// ask for: the call's deadline is enforced here, where passing it sends `notifications/cancelled`.
 pub fn tool_def(conn: Arc<Connection>, public: &str, listed: &ListedTool) -> ToolDef {

@@ -99,7 +99,16 @@ async fn run(
         Some(m) if m.role == Role::Assistant => m.tool_calls().cloned().collect(),
         _ => Vec::new(),
     };
-    offer_view_file(&mut offered, &mut req, &spec.deny);
+    // A model that takes no tools (`tools = "none"`) is not offered view_file either.
+    let takes_tools = core.resolve(&spec.ask.overrides).map_or(true, |r| {
+        r.endpoint.tools_level != crate::providers::ToolsLevel::None
+    });
+    let deny_view = if takes_tools {
+        spec.deny.clone()
+    } else {
+        vec![files::view::NAME.to_string()]
+    };
+    offer_view_file(&mut offered, &mut req, &deny_view);
     if !pending.is_empty() {
         let held = viewable(&offered, &req.messages);
         let cx = context(bridge, &spec, 0, &offered, &held);
@@ -120,7 +129,7 @@ async fn run(
         if spec.dynamic.is_some() && step > 1 {
             offered = narrow(&with_dynamic(&spec), &spec.allow, &spec.deny);
             req.tools = offered.iter().map(|t| t.spec.clone()).collect();
-            offer_view_file(&mut offered, &mut req, &spec.deny);
+            offer_view_file(&mut offered, &mut req, &deny_view);
         }
         if spec.compaction.enabled && window.would_overflow(&spec.compaction) {
             match compaction::compact(core, stack, &spec, &req, &mut out.usage).await {
@@ -130,7 +139,7 @@ async fn run(
                     req.files_from =
                         Some(files::window::newest_with_files(&messages).unwrap_or(messages.len()));
                     req.messages = messages;
-                    offer_view_file(&mut offered, &mut req, &spec.deny);
+                    offer_view_file(&mut offered, &mut req, &deny_view);
                     out.compactions += 1;
                     window = compaction::Window::default();
                     out.reported_tokens = None;

@@ -71,8 +71,18 @@ ai = {}
 ---@field stream? fun(delta: string)|boolean called with each text delta as it arrives
 ---@field stop? string|string[] stop sequences
 
+--- What went wrong with a call. `kind` is one of: `config_error` (no provider, no key, a bad
+--- base URL, tools offered to a use-type with `tools = "none"`), `auth_error` (401/403),
+--- `api_error` (the provider refused the request: 400, 404, 422...), `fetch_error` (the request
+--- did not complete: refused, reset, timed out), `parse_error` (an answer colony could not read;
+--- also `json.decode`), `provider_error` (the provider failed: 429, 5xx, 529, overloaded, an open
+--- breaker; `transient` says whether to retry), `cassette_miss` (replay: the cassette does not hold
+--- the request), `schema` and `invalid_output` (`ai.infer_structured`), and, as a turn's
+--- `error`: `cancelled` (the program ended while the step's tools ran) and `store` (a step's
+--- progress could not be saved). Concatenates and prints as `kind: message`
+--- (`"error: " .. err`, `tostring(err)`).
 ---@class ai.Error
----@field kind "config_error"|"auth_error"|"api_error"|"fetch_error"|"parse_error"|"provider_error"|"cassette_miss"|"schema"|"invalid_output"
+---@field kind "config_error"|"auth_error"|"api_error"|"fetch_error"|"parse_error"|"provider_error"|"cassette_miss"|"schema"|"invalid_output"|"cancelled"|"store"
 ---@field message string
 ---@field transient boolean worth retrying unchanged
 ---@field status? integer the HTTP status, when there was one
@@ -148,7 +158,7 @@ function ai.parallel(...) end
 ---@class ai.ToolDef
 ---@field name string may contain dots (`notes.search`): reshaped on the wire and mapped back
 ---@field description? string
----@field parameters? table a JSON Schema, or the shorthand `{ city = "string", days = "integer?" }` (`?` = optional)
+---@field parameters? table a JSON Schema, or the shorthand `{ city = "string", days = "integer?" }`: each value one of "string", "integer", "number", "boolean", "object", "array", "null", with `?` for optional (a table with `type`, `properties`, `required`, `$schema`, `$ref`, `anyOf`, `oneOf` or `allOf` is read as a schema)
 ---@field handler fun(args: table, ctx: { call_id: string, name: string, step: integer, ai?: string, origin?: string, hop?: integer, workspace?: string }): any (`ai`, `origin`, `hop`, `workspace` in a resident's turn) returns a string, a table (sent as JSON), `{ text = "...", files = { ai.FileSpec... } }` (text with files attached to the result), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
 ---@field timeout? number seconds before the call is abandoned (default 120; at most a year)
 ---@field exportable? boolean may be served by colony's MCP server
@@ -177,6 +187,7 @@ function ai.tool(def) end
 ---@field compact_prompt? string
 ---@field mcp? (mcp.ServerSpec|string)[] MCP servers opened (all at once) for this turn, their tools offered as `<server>__<tool>`; a string names a configured server. Closed when the turn ends.
 ---@field dynamic_mcp? string[] URL prefixes and configured server names the model may connect itself, through the `mcp_connect{ name, server }` and `mcp_disconnect{ name }` tools (new tools from the next step on)
+---@field middleware? ai.Middleware[] wrap this turn's model calls as a resident's are (`ai.with_retries`, `ai.with_breaker`, `ai.with_context`; outermost first); a breaker here keeps its state for every turn of the script
 
 ---@class ai.Usage
 ---@field input integer every prompt token, cached ones included
@@ -189,7 +200,7 @@ function ai.tool(def) end
 ---@field step integer
 ---@field name string
 ---@field call_id string
----@field kind "ok"|"error"|"thrown"|"bad_arguments"|"schema"|"deadline"|"unknown_tool"|"interrupted"|"cancelled"|"not_run" "not_run": left unanswered when the turn's max_steps ran out
+---@field kind "ok"|"error"|"thrown"|"bad_arguments"|"schema"|"deadline"|"unknown_tool"|"interrupted"|"cancelled"|"not_run" `error`: the handler raised a string (`error("it broke")`) or returned `nil, err`, and the model reads that message; `thrown`: it raised a value that is not a string (`error({ code = 7 })`), and the model reads the value as JSON; `not_run`: left unanswered when the turn's max_steps ran out
 ---@field ok boolean
 ---@field outcome string what the model got back (first 500 characters); a Lua error reads `file:line: message`
 ---@field duration_ms number
@@ -289,7 +300,7 @@ function ai.route(opts) end
 
 ---@class ai.DeliveryInfo
 ---@field ai string the resident
----@field kind "reply"|"outage"|"recovered"|"blocked" a reply; a notice on the way into / out of an outage (or a block); "blocked": the model cannot be called until the settings change
+---@field kind "reply"|"outage"|"recovered"|"blocked" a reply; a notice on the way into / out of an outage; or a notice that the resident is blocked by a failure retrying cannot fix (its mail is held until its settings change)
 ---@field origin? string the sender of the mail the turn served (the newest, if several)
 ---@field hop integer
 ---@field stop? string
@@ -331,7 +342,7 @@ function ai.spawn(opts) end
 ---@field to string
 ---@field source string who or what sends it: the label the AI reads
 ---@field content string
----@field hop integer required: 0 from a person or a clock, ai.inbound_provenance().hop + 1 when relaying
+---@field hop integer required: 0 from a person or a clock; one more than the mail that led to it when relaying: `ai.inbound_provenance().hop + 1` (or `ctx.hop + 1`) from a resident's tool, `info.hop + 1` from a `deliver_to` that passes a reply on
 ---@field files? ai.FileSpec[] attached to the user turn the mail becomes (a resident that keeps its conversation stores their bytes with the mail)
 ---@field id? string the sender's name for this mail: a resident that keeps its conversation accepts an id once, so a sender that restarted can post it again safely
 
@@ -346,11 +357,13 @@ function ai.spawn(opts) end
 function ai.mail(opts) end
 
 ---@class ai.Provenance
----@field origin string the sender of the mail being served
----@field hop integer its hop count
----@field to string the AI serving it (the `source` of a relayed mail)
+---@field origin string the sender: the `source` of the mail being served
+---@field ai string the AI serving it, whose tool is running (the `source` to give a mail it relays)
+---@field to string the same as `ai` (the mail's recipient)
+---@field hop integer the served mail's hop count (a relayed mail gets `hop + 1`)
 
---- Inside a tool running in a resident's turn: where the mail being served came from; else nil.
+--- Inside a tool running in a resident's turn: where the mail being served came from (`origin`)
+--- and who serves it (`ai`); else nil.
 ---@return ai.Provenance?
 function ai.inbound_provenance() end
 

@@ -35,6 +35,7 @@ function colony.examples() end
 ---@field model? string
 ---@field base_url? string
 ---@field key_env? string
+---@field tools? "native"|"text"|"none" how its model takes tools, when set
 ---@field key_stored boolean whether the file holds a key (its text is never given)
 
 --- The use-types set in the config file, by name.

@@ -2,16 +2,28 @@
 -- LuaLS definitions for colony's `mcp` module (also `require("mcp")`): tools that live in MCP
 -- servers, over Streamable HTTP or stdio (revisions 2025-03-26, 2025-06-18, 2025-11-25).
 --
--- A connection's tools are `ai.tool` values named `<server>__<tool>`: they go into `tools = {...}`
--- of `ai.take_turn`, `ai.run`, `ai.spawn` and `ai.ask` like any other. Failures are `nil, err` with
--- `err.kind` one of "connect_error", "unsupported_version", "rpc_error", "timeout", "closed",
--- "config", and "tool_error" for a result the server flagged `isError`.
+-- A connection's tools are `ai.tool` values: they go into `tools = {...}` of `ai.take_turn`,
+-- `ai.run`, `ai.spawn` and `ai.ask` like any other. A server the script named (`mcp.connect(url,
+-- { name = "docs" })`, a table with `name`, `mcp.connect_named`) offers them as `<server>__<tool>`;
+-- one connected without a name offers them under their own names. Failures are `nil, err`
+-- (an `mcp.Error`).
+
+--- `kind`: `connect_error` (the server could not be reached or started, or its handshake
+--- failed), `unsupported_version` (it speaks no MCP revision colony does), `rpc_error` (it
+--- answered a request with a JSON-RPC error), `timeout` (no answer within the deadline; the
+--- server was told to cancel), `closed` (the session ended: the child died, the connection
+--- dropped), `config` (a server named but not configured, or a spec colony cannot use), and, from
+--- `mcp.call`, `tool_error` (the server flagged the result `isError`). Concatenates and prints as
+--- `kind: message`.
+---@class mcp.Error
+---@field kind "connect_error"|"unsupported_version"|"rpc_error"|"timeout"|"closed"|"config"|"tool_error"
+---@field message string
 
 ---@class mcp
 mcp = {}
 
 ---@class mcp.ServerSpec
----@field name? string prefixes its tools and labels its log lines (default: the URL's host or the command's file name)
+---@field name? string prefixes its tools (`<name>__<tool>`) and labels its log lines (default: the URL's host or the command's file name, which labels the log but, for `mcp.connect`, prefixes nothing)
 ---@field url? string Streamable HTTP endpoint, e.g. "http://127.0.0.1:8000/mcp"
 ---@field headers? table<string, string> sent on every request (a bearer token, say)
 ---@field command? string a program speaking MCP on stdin/stdout (its stderr goes to the log)
@@ -27,7 +39,7 @@ mcp = {}
 ---@field name string
 ---@field phase "ready"|"error"
 ---@field version? string the MCP revision the server answered
----@field error? ai.Error why it is not offered
+---@field error? mcp.Error why it is not offered (any kind but `tool_error`)
 ---@field tools string[] the names its tools are offered under
 ---@field dropped string[] its tools left out: the name was over 64 characters or clashed
 
@@ -39,14 +51,15 @@ mcp = {}
 ---@field dropped string[]
 
 ---@class mcp.CallResult
----@field text string `structuredContent` as JSON when present, else the content blocks joined by newlines
+---@field text string what a model reads: `structuredContent` as JSON when present, else the content blocks joined by newlines
+---@field content string what a person reads: the content blocks joined by newlines (text as it is, other blocks as JSON)
 ---@field structured? any the `structuredContent` value
 ---@field is_error boolean the server flagged the result as an error
 ---@field files? ai.File[] the images, audio and embedded resources of the result, as files
 
 ---@class mcp.CallOptions
 ---@field conn mcp.Connection
----@field name string the tool's own name (not namespaced)
+---@field name string the tool's own name, or the `<server>__<tool>` name `mcp.tools` gave it
 ---@field args? table
 ---@field timeout? number seconds (default 120, plus the call's own `timeoutMs` / `waitMs` up to 600 more)
 
@@ -59,26 +72,32 @@ mcp = {}
 --- Connects (handshake included): a URL, or a table `{ command, args, env, cwd }`.
 ---@param target string|mcp.ServerSpec
 ---@param opts? { name?: string, headers?: table<string, string>, roots?: string[] }
----@return mcp.Connection? conn, ai.Error? err
+---@return mcp.Connection? conn, mcp.Error? err
 function mcp.connect(target, opts) end
 
 --- Connects to a server configured by name (`colony mcp add`).
 ---@param name string
----@return mcp.Connection? conn, ai.Error? err
+---@return mcp.Connection? conn, mcp.Error? err
 function mcp.connect_named(name) end
 
---- The server's tools (every page), as `ai.tool` values named `<server>__<tool>`.
+--- The server's tools (every page), as `ai.tool` values: named `<server>__<tool>` when the script
+--- named the server, else under their own names; `opts.prefix` decides instead (`true`: the
+--- prefix, `<host>__<tool>` for a URL given without a name; `false`: none).
 ---@param conn mcp.Connection
----@return ai.ToolValue[]? tools, ai.Error? err
-function mcp.tools(conn) end
+---@param opts? { prefix?: boolean }
+---@return ai.ToolValue[]? tools, mcp.Error? err
+function mcp.tools(conn, opts) end
 
---- Calls a tool: `mcp.call(conn, name, args)` returns the text (an `isError` result is
---- `nil, { kind = "tool_error" }`); `mcp.call{ conn, name, args, timeout? }` returns the table form.
----@overload fun(opts: mcp.CallOptions): mcp.CallResult?, ai.Error?
+--- Calls a tool by its own name or by the name `mcp.tools(conn)` offered it under (so a model's
+--- call can be passed on as it came: `mcp.call(conn, call.name, call.arguments)`).
+--- `mcp.call(conn, name, args)` returns the content blocks' text, what a person reads (the structured value as JSON when there are no blocks; an
+--- `isError` result is `nil, { kind = "tool_error" }`); `mcp.call{ conn, name, args, timeout? }`
+--- returns the table form, with `structured`.
+---@overload fun(opts: mcp.CallOptions): mcp.CallResult?, mcp.Error?
 ---@param conn mcp.Connection
 ---@param name string
 ---@param args? table
----@return string? text, ai.Error? err
+---@return string? text, mcp.Error? err
 function mcp.call(conn, name, args) end
 
 --- Ends the session after answers in flight (stdio: stdin closed, then SIGTERM, then SIGKILL).
