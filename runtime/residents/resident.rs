@@ -48,6 +48,9 @@ pub struct ResidentSpec {
     pub tools: Vec<ToolDef>,
     pub max_steps: u32,
     pub max_hop: u32,
+    /// The most mails that may wait in its mailbox ([`super::mail::CAPACITY`] by default); past
+    /// it a mail is refused with `mailbox_full`.
+    pub mailbox: usize,
     pub compaction: Compaction,
     pub deliver: Deliver,
     pub restart: RestartPolicy,
@@ -160,13 +163,17 @@ pub struct ResidentInfo {
     pub held: usize,
     pub dropped: u64,
     pub restarts: u32,
+    /// Mails refused because its mailbox was full.
+    pub refused: u64,
+    /// Mails its turns have served (taken into its conversation).
+    pub served: u64,
 }
 
 impl Resident {
     pub fn new(spec: ResidentSpec) -> Resident {
         Resident {
+            mailbox: Mailbox::with_capacity(spec.mailbox),
             spec,
-            mailbox: Mailbox::new(),
             conversation: Mutex::new(Vec::new()),
             journal: Mutex::new(Vec::new()),
             conversation_len: AtomicUsize::new(0),
@@ -200,6 +207,8 @@ impl Resident {
             held: self.mailbox.len(),
             dropped: self.mailbox.dropped(),
             restarts: self.restarts.load(Ordering::Relaxed),
+            refused: self.mailbox.refused(),
+            served: self.mailbox.served_count(),
         }
     }
 
@@ -349,6 +358,8 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
                 if out.steps == 0 && out.compactions == 0 && !out.resumed {
                     messages.truncate(before);
                     me.mailbox.put_back(batch);
+                } else {
+                    me.mailbox.served(&batch, false);
                 }
                 me.commit(messages);
                 me.set_state(State::Stopped);

@@ -225,7 +225,9 @@ impl Route {
         Ok(resident)
     }
 
-    /// Posts `mail` to its recipient.
+    /// Posts `mail` to its recipient. A recipient whose mailbox holds its capacity of waiting
+    /// mails refuses it with [`MailError::MailboxFull`] (for a persisted one, before saving it):
+    /// the sender may try again once some are served.
     pub fn mail(&self, mail: Mail) -> Result<(), MailError> {
         if !self.inner.accepting.load(Ordering::Acquire) {
             return Err(MailError::NoRecipient);
@@ -251,6 +253,7 @@ impl Route {
             _ => {
                 return match resident.mailbox.post(mail) {
                     Ok(()) => Ok(()),
+                    Err(MailError::MailboxFull) => Err(MailError::MailboxFull),
                     Err(e) => {
                         let (name, resident) = (resident.spec.name.clone(), resident.clone());
                         drop(table);
@@ -270,6 +273,7 @@ impl Route {
             .post_saved(mail, |m| store.push_backlog(&m.to, m))
         {
             Ok(Ok(())) => Ok(()),
+            Ok(Err(MailError::MailboxFull)) => Err(MailError::MailboxFull),
             Ok(Err(e)) => {
                 self.inner.evict(&to, &resident);
                 Err(e)
