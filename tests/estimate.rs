@@ -44,7 +44,12 @@ fn answers(folder: &str, style: Style) -> Vec<(String, Inferred)> {
     let mut out = Vec::new();
     let mut names: Vec<_> = std::fs::read_dir(dir(folder))
         .expect("the fixtures folder")
-        .map(|e| e.expect("an entry").file_name().into_string().expect("a name"))
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .into_string()
+                .expect("a name")
+        })
         .collect();
     names.sort();
     for name in names {

@@ -772,7 +772,11 @@ print(ai.watch{})
             "[mail from t] three".to_string(),
         ])
     }));
-    assert!(!calls.iter().any(|c| c.to_string().contains("[mail from t] four")));
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.to_string().contains("[mail from t] four"))
+    );
 }
 
 #[test]

@@ -557,7 +557,11 @@ fn a_provider_that_under_reports_still_gets_a_compacted_conversation() {
             .ok();
         assert_eq!(run.stdout, "Done reading.\t1\t44\n", "{style}");
         let calls = model_calls(&fake);
-        assert_eq!(calls.len(), 4, "{style}: two pages, the summary, the answer");
+        assert_eq!(
+            calls.len(),
+            4,
+            "{style}: two pages, the summary, the answer"
+        );
         let summary_request = calls[2].to_string();
         assert!(
             summary_request.contains("Summarise this conversation"),

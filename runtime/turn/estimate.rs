@@ -141,7 +141,10 @@ mod tests {
             parameters: serde_json::json!({}),
         });
         // 300 + 30 + 1 + 1 + 2 ("{}") bytes.
-        assert_eq!(tokens(&req, None), 334u64.div_ceil(3) + MESSAGE_TOKENS + TOOL_TOKENS);
+        assert_eq!(
+            tokens(&req, None),
+            334u64.div_ceil(3) + MESSAGE_TOKENS + TOOL_TOKENS
+        );
     }
 
     #[test]
@@ -176,11 +179,8 @@ mod tests {
     #[test]
     fn files_count_by_what_the_request_inlines() {
         let csv = crate::files::record("big.csv", None, Arc::from(vec![b'1'; 90_000]));
-        let png = crate::files::record(
-            "chart.png",
-            Some("image/png"),
-            Arc::from(vec![0u8; 90_000]),
-        );
+        let png =
+            crate::files::record("chart.png", Some("image/png"), Arc::from(vec![0u8; 90_000]));
         let with = |f: &FileRef| Message::new(Role::User, vec![Part::File(f.clone())]);
         let anthropic = Some((Style::Anthropic, Reads::default()));
         let openai = Some((Style::Openai, Reads::default()));

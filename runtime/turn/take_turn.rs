@@ -6,8 +6,8 @@ use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::compaction;
-use super::estimate;
 use super::dispatch::{Answer, CANCELLED, CallContext, run_call};
+use super::estimate;
 use super::tools::narrow;
 use super::{EventKind, StepReport, ToolEvent, TurnError, TurnOutcome, TurnSpec};
 use crate::config::Overrides;
