@@ -11,8 +11,10 @@
 //! - `none`: no usage at all, as some servers do when streaming (`fixed` reports
 //!   `prompt_tokens = 11` on every answer instead).
 //!
-//! Every SOAK_SAMPLE_SECS it prints the child's resident set size (`/proc/<pid>/status`), the mail
-//! sent, accepted, served and waiting, the deepest mailbox, outages and recoveries. It fails
+//! Every SOAK_SAMPLE_SECS it prints the child's resident set size (`/proc/<pid>/status`), the
+//! sockets it holds (its HTTP/1.1 connections to the provider: one per request in flight at the
+//! busiest moment so far, each with its buffers), the mail sent, accepted, served and waiting, the
+//! deepest mailbox, outages and recoveries. It fails
 //! (exit code 1) when the RSS of any later sample is more than 10 % above the first sample taken
 //! after the first minute, or when a mail the program had accepted is not accounted for at the
 //! end: served (by colony's count and, separately, by the provider's: the mail in the requests it
@@ -171,6 +173,19 @@ fn rss_kb(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
+/// How many sockets process `pid` holds open (its connections to the provider, mostly): each
+/// keeps buffers, so the pool's growth shows in the RSS.
+fn sockets(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |dir| {
+        dir.filter_map(Result::ok)
+            .filter(|e| {
+                std::fs::read_link(e.path())
+                    .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+            })
+            .count()
+    })
+}
+
 /// `key=value` fields of a line the program printed.
 fn field(line: &str, key: &str) -> u64 {
     line.split_whitespace()
@@ -261,10 +276,11 @@ fn soak(rt: &tokio::runtime::Runtime, usage: Usage, s: &Settings) -> Vec<String>
         let rss = rss_kb(pid).unwrap_or(0);
         let t = field(&line, "t");
         println!(
-            "  {kind:6} t={t:>5} s  rss={:>7.1} MB  sent={} accepted={} served={} waiting={} \
+            "  {kind:6} t={t:>5} s  rss={:>7.1} MB  sockets={}  sent={} accepted={} served={} waiting={} \
              max_depth={} dropped={} refused={} outages={} recovered={} conv_avg={}  \
              provider: calls={} 529={} compactions={} served={}",
             rss as f64 / 1024.0,
+            sockets(pid),
             field(&line, "sent"),
             field(&line, "accepted"),
             field(&line, "served"),
