@@ -157,6 +157,7 @@ fn spec(name: String, stack: &SharedInfer, deliver: Deliver, prompt: bool) -> Re
         tools: Vec::new(),
         max_steps: 8,
         max_hop: DEFAULT_MAX_HOP,
+        mailbox: colony::residents::mail::CAPACITY,
         compaction,
         deliver,
         restart: RestartPolicy::new(Restart::Permanent),

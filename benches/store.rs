@@ -374,6 +374,7 @@ fn spec(name: String, stack: &SharedInfer, deliver: Deliver) -> ResidentSpec {
         tools: Vec::new(),
         max_steps: 8,
         max_hop: DEFAULT_MAX_HOP,
+        mailbox: colony::residents::mail::CAPACITY,
         compaction: Compaction {
             enabled: false,
             ..Compaction::default()

@@ -721,3 +721,151 @@ fn thousands_spawned_before_the_watch_register_once_each() {
         ["true\tr7", "pending\t5000", "registered\t5001", "counted"]
     );
 }
+
+#[test]
+fn a_full_mailbox_refuses_until_one_is_served() {
+    // The first mail's turn holds in a tool until the source lets it go, so the next mails wait:
+    // a mailbox of capacity 3 takes three and refuses the fourth; once the resident has served
+    // them it accepts again. A relaying tool gets the same answer to pass on.
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        let t = texts(body);
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
+        if last.is_some_and(|m| m["role"] == "tool") {
+            Reply::text("ok")
+        } else if t.last().is_some_and(|l| l.ends_with("] hold")) {
+            Reply::tool_call("h", "hold", json!({}))
+        } else if t.last().is_some_and(|l| l.ends_with("] relay")) {
+            Reply::tool_call("r", "relay", json!({}))
+        } else {
+            Reply::text("ok")
+        }
+    });
+    let run = styled(&fake, "openai").lua(
+        r#"
+local held, released = false, false
+local hold = ai.tool{ name = "hold", parameters = {}, handler = function()
+  held = true
+  while not released do ai.sleep(2) end
+  return "released"
+end }
+local relay = ai.tool{ name = "relay", parameters = {}, handler = function()
+  local ok, err = ai.mail{ to = "r", source = "relay", content = "x", hop = 1 }
+  print("relay", ok, err)
+  if not ok then return nil, err end
+  return "sent"
+end }
+local function served() return ai.residents()[1].served end
+ai.spawn{ name = "r", provider = "openai", model = "m", mailbox = 3, tools = { hold, relay },
+  deliver_to = function() end }
+ai.spawn{ name = "relayer", provider = "openai", model = "m", tools = { relay },
+  deliver_to = function() end }
+ai.spawn{ name = "source", provider = "openai", model = "m", sources = { function()
+  local function mail(content) return ai.mail{ to = "r", source = "t", content = content, hop = 0 } end
+  assert(mail("hold"))
+  while not held do ai.sleep(2) end
+  print(mail("one"), mail("two"), mail("three"), mail("four"))
+  assert(ai.mail{ to = "relayer", source = "t", content = "relay", hop = 0 })
+  while ai.residents()[2].state ~= "idle" or ai.residents()[2].conversation == 0 do ai.sleep(2) end
+  print("refused", ai.residents()[1].refused, "waiting", ai.residents()[1].held)
+  released = true
+  while served() < 4 do ai.sleep(2) end
+  print("again", mail("five"))
+  while served() < 5 do ai.sleep(2) end
+  local r = ai.residents()[1]
+  print("served", r.served, "refused", r.refused)
+  ai.stop("done")
+end } }
+print(ai.watch{})
+"#,
+        &[],
+    );
+    assert_eq!(
+        run.ok().stdout,
+        "true\ttrue\ttrue\tnil\tmailbox_full\n\
+         relay\tnil\tmailbox_full\n\
+         refused\t2\twaiting\t3\n\
+         again\ttrue\n\
+         served\t5\trefused\t2\n\
+         done\n"
+    );
+    let calls = support::model_calls(&fake);
+    // The relayer's model read the refusal as its tool's error result.
+    assert!(
+        calls
+            .iter()
+            .any(|c| c.to_string().contains("mailbox_full") && c.to_string().contains("relay")),
+        "the relaying tool passed mailbox_full to its model"
+    );
+    // The three waiting mails were served in one turn; the refused fourth never reached a model.
+    assert!(calls.iter().any(|c| {
+        let t = texts(c);
+        t.ends_with(&[
+            "[mail from t] one".to_string(),
+            "[mail from t] two".to_string(),
+            "[mail from t] three".to_string(),
+        ])
+    }));
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.to_string().contains("[mail from t] four"))
+    );
+}
+
+#[test]
+fn a_persisted_resident_at_capacity_refuses_without_saving() {
+    // The model is down (529, retry in a minute): the mail is held. A persisted mailbox of
+    // capacity 2 takes one more and refuses the third before saving it, so after a restart (the
+    // model up again) the resident serves exactly the two it accepted.
+    let fake = FakeProvider::start();
+    let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let model_up = up.clone();
+    fake.set_responder(move |_, _| {
+        if model_up.load(std::sync::atomic::Ordering::SeqCst) {
+            Reply::text("ok")
+        } else {
+            Reply::status(529).header("retry-after", "60")
+        }
+    });
+    let sb = styled(&fake, "openai");
+    let state = sb.path("state-dir").display().to_string();
+    let script = sb
+        .write(
+            "keeper.lua",
+            r#"
+local run = ...
+ai.spawn{ name = "keeper", provider = "openai", model = "m", persist_conversation = true, mailbox = 2,
+  deliver_to = function(reply, info)
+    if info.kind == "reply" then print("reply: " .. reply) ; ai.stop("done") end
+  end,
+  sources = { function(self)
+    if run ~= "first" then return end
+    local function mail(content) return ai.mail{ to = self, source = "t", content = content, hop = 0 } end
+    assert(mail("one"))
+    while ai.residents()[1].state ~= "outage" do ai.sleep(2) end
+    print(mail("two"), mail("three"))
+    print("refused", ai.residents()[1].refused)
+    ai.stop("stopped")
+  end } }
+print(ai.watch{})
+"#,
+        )
+        .display()
+        .to_string();
+    let run = sb
+        .colony(&["run", "--state", &state, &script, "first"])
+        .ok();
+    assert_eq!(run.stdout, "true\tnil\tmailbox_full\nrefused\t1\nstopped\n");
+    up.store(true, std::sync::atomic::Ordering::SeqCst);
+    let run = sb
+        .colony(&["run", "--state", &state, &script, "second"])
+        .ok();
+    assert_eq!(run.stdout, "reply: ok\ndone\n");
+    let calls = support::model_calls(&fake);
+    assert_eq!(
+        texts(calls.last().unwrap()),
+        ["[mail from t] one", "[mail from t] two"],
+        "the refused mail was never saved"
+    );
+}

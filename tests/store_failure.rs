@@ -153,6 +153,7 @@ fn a_step_that_cannot_be_saved_runs_no_tool() {
             tools: vec![work],
             max_steps: 8,
             max_hop: DEFAULT_MAX_HOP,
+            mailbox: colony::residents::mail::CAPACITY,
             compaction: Compaction {
                 enabled: false,
                 ..Compaction::default()

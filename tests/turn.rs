@@ -533,6 +533,62 @@ fn compaction_summarises_and_keeps_the_last_round() {
 }
 
 #[test]
+fn a_provider_that_under_reports_still_gets_a_compacted_conversation() {
+    // Every answer says prompt_tokens = 11, as some OpenAI-compatible servers do. Each tool
+    // result is 1,500 bytes against a 1,000-token window compacted at 0.8: colony's own estimate
+    // (3 bytes a token) passes 800 tokens after the second result, so the third request must be
+    // the summary, whatever the provider counted.
+    for style in STYLES {
+        let fake = FakeProvider::start();
+        fake.set_responder(|body, _| {
+            let text = body.to_string();
+            if text.contains("Summarise this conversation") {
+                Reply::text("SUMMARY: two pages read.").usage(11, 5)
+            } else if text.contains("SUMMARY: two pages read.") {
+                Reply::text("Done reading.").usage(11, 3)
+            } else {
+                let n = text.matches("lorem ipsum").count() / 125;
+                Reply::tool_call(format!("c{n}"), "page", json!({})).usage(11, 1)
+            }
+        });
+        let run = sandbox(&fake, style)
+            .lua(
+                r#"local page = ai.tool{ name = "page", parameters = {},
+                     handler = function() return string.rep("lorem ipsum ", 125) end }
+                   local r = ai.take_turn{ prompt = "Read the pages", tools = { page },
+                     context_window = 1000, compact_at = 0.8, max_steps = 10 }
+                   print(r.reply, r.compactions, r.usage.input)"#,
+                &[],
+            )
+            .ok();
+        assert_eq!(run.stdout, "Done reading.\t1\t44\n", "{style}");
+        let calls = model_calls(&fake);
+        assert_eq!(
+            calls.len(),
+            4,
+            "{style}: two pages, the summary, the answer"
+        );
+        let summary_request = calls[2].to_string();
+        assert!(
+            summary_request.contains("Summarise this conversation"),
+            "{style}"
+        );
+        assert_eq!(
+            summary_request.matches("lorem ipsum").count(),
+            250,
+            "{style}: the summary request carries both pages"
+        );
+        let after = calls[3].to_string();
+        assert!(after.contains("SUMMARY: two pages read."), "{style}");
+        assert_eq!(
+            after.matches("lorem ipsum").count(),
+            125,
+            "{style}: after the summary only the last round's page is sent"
+        );
+    }
+}
+
+#[test]
 fn a_failing_summary_ends_the_turn() {
     let fake = FakeProvider::start();
     fake.push(Reply::tool_call("c1", "weather_current", json!({"city": "Paris"})).usage(990, 5));

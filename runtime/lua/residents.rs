@@ -24,6 +24,7 @@ use super::convert::{check_fields, flag, misuse};
 use super::middleware::{Layer, build_stack, read_layers};
 use super::turn::{read_compaction, read_tools};
 use crate::core::{Ask, Core};
+use crate::residents::mail::CAPACITY;
 use crate::residents::middleware::SharedInfer;
 use crate::residents::resident::DEFAULT_MAX_HOP;
 use crate::residents::route::supervise_exit;
@@ -276,6 +277,7 @@ const SPAWN_FIELDS: &[&str] = &[
     "max_restarts",
     "restart_window_ms",
     "max_hop",
+    "mailbox",
     "compact",
     "context_window",
     "compact_at",
@@ -284,7 +286,7 @@ const SPAWN_FIELDS: &[&str] = &[
 ];
 
 /// `ai.spawn{ name, system?, tools?, sources?, deliver_to?, max_steps?, middleware?, restart?,
-/// max_hop?, mcp?, use / provider / model ... }` → the name, and with `mcp` the servers' report.
+/// max_hop?, mailbox?, mcp?, use / provider / model ... }` → the name, and with `mcp` the servers' report.
 fn spawn(lua: &Lua, opts: Table, mcp_tools: Vec<crate::turn::ToolDef>) -> mlua::Result<String> {
     let who = "ai.spawn";
     let name: String = opts
@@ -322,6 +324,7 @@ fn spawn(lua: &Lua, opts: Table, mcp_tools: Vec<crate::turn::ToolDef>) -> mlua::
         Ok(None) => DEFAULT_MAX_HOP,
         _ => return Err(bad(who, "max_hop must be a count (0 or more)")),
     };
+    let mailbox = positive(&opts, who, "mailbox")?.map_or(CAPACITY, |n| n as usize);
     let compaction = read_compaction(&opts, who)?;
     let sources = read_sources(&sources_value, who)?;
     let p = program(lua);
@@ -369,6 +372,7 @@ fn spawn(lua: &Lua, opts: Table, mcp_tools: Vec<crate::turn::ToolDef>) -> mlua::
         tools,
         max_steps,
         max_hop,
+        mailbox,
         compaction,
         deliver,
         restart,
@@ -653,9 +657,9 @@ fn dismiss(lua: &Lua, name: &str) -> mlua::Result<MultiValue> {
     }
 }
 
-/// `ai.residents()` → `{ { name, state, conversation, held, dropped, restarts, error? }, ... }`
-/// (`error` while blocked), spawned ones not yet registered (before the watch) with state
-/// `pending`.
+/// `ai.residents()` → `{ { name, state, conversation, held, dropped, restarts, refused, served,
+/// error? }, ... }` (`error` while blocked), spawned ones not yet registered (before the watch)
+/// with state `pending`.
 fn residents(lua: &Lua) -> mlua::Result<Table> {
     let p = program(lua);
     let list = lua.create_table()?;
@@ -667,6 +671,8 @@ fn residents(lua: &Lua) -> mlua::Result<Table> {
         t.set("held", r.held)?;
         t.set("dropped", r.dropped)?;
         t.set("restarts", r.restarts)?;
+        t.set("refused", r.refused)?;
+        t.set("served", r.served)?;
         if let Some(e) = &r.error {
             t.set("error", turn_error(lua, e)?)?;
         }
@@ -680,6 +686,8 @@ fn residents(lua: &Lua) -> mlua::Result<Table> {
         t.set("held", 0)?;
         t.set("dropped", 0)?;
         t.set("restarts", 0)?;
+        t.set("refused", 0)?;
+        t.set("served", 0)?;
         list.push(t)?;
     }
     Ok(list)

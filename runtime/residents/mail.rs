@@ -5,6 +5,10 @@
 //! thousand of them. The queue is also the resident's backlog: while the model cannot be called
 //! (the outage path, DESIGN §5) arrivals stay in it, bounded to the newest [`HELD`], and the count
 //! of older ones the bound discarded is kept beside them for the dropped marker.
+//!
+//! A mailbox has a capacity ([`CAPACITY`] waiting mails unless the resident is hired with its
+//! own): past it a post is refused with [`MailError::MailboxFull`], so a resident slower than its
+//! senders pushes back on them instead of growing without limit. The refusals are counted.
 
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
@@ -17,6 +21,9 @@ use crate::vocab::{FileRef, Message, Part};
 /// How many arrivals a resident holds while its model cannot be called, and the most one turn
 /// serves at once.
 pub const HELD: usize = 24;
+
+/// How many waiting mails a mailbox takes unless its resident is hired with another capacity.
+pub const CAPACITY: usize = 10_000;
 
 /// One report posted to a resident.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -132,6 +139,10 @@ pub enum MailError {
     /// The recipient keeps its conversation and the mail could not be saved: not accepted.
     #[error("not_saved")]
     NotSaved,
+    /// The recipient's mailbox holds as many waiting mails as its capacity: not accepted (an
+    /// HTTP front answers 429). Sending again once it has served some succeeds.
+    #[error("mailbox_full")]
+    MailboxFull,
 }
 
 impl MailError {
@@ -140,15 +151,23 @@ impl MailError {
             MailError::NoRecipient => "no_recipient",
             MailError::HopLimit => "hop_limit",
             MailError::NotSaved => "not_saved",
+            MailError::MailboxFull => "mailbox_full",
         }
     }
 }
 
 /// A resident's incoming mail.
-#[derive(Default)]
 pub struct Mailbox {
     inbox: Mutex<Inbox>,
     notify: Notify,
+    /// The most mails that may wait at once.
+    capacity: usize,
+}
+
+impl Default for Mailbox {
+    fn default() -> Mailbox {
+        Mailbox::with_capacity(CAPACITY)
+    }
 }
 
 #[derive(Default)]
@@ -159,6 +178,10 @@ struct Inbox {
     /// Set while the model cannot be called: the queue keeps only the newest [`HELD`].
     holding: bool,
     closed: bool,
+    /// Posts refused because the mailbox was full, since it was made.
+    refused: u64,
+    /// Mails that reached the conversation, since it was made.
+    served: u64,
 }
 
 impl Inbox {
@@ -184,17 +207,41 @@ impl Mailbox {
         Mailbox::default()
     }
 
+    /// A mailbox that refuses a post while `capacity` mails are waiting (at least one is).
+    pub fn with_capacity(capacity: usize) -> Mailbox {
+        Mailbox {
+            inbox: Mutex::new(Inbox::default()),
+            notify: Notify::new(),
+            capacity: capacity.max(1),
+        }
+    }
+
+    /// The most mails that may wait at once.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Refuses (and counts) a post to a full mailbox.
+    fn check_room(&self, inbox: &mut Inbox) -> Result<(), MailError> {
+        if inbox.queue.len() >= self.capacity {
+            inbox.refused += 1;
+            return Err(MailError::MailboxFull);
+        }
+        Ok(())
+    }
+
     fn lock(&self) -> MutexGuard<'_, Inbox> {
         self.inbox.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Posts `mail`; at most once: a closed mailbox refuses it.
+    /// Posts `mail`; at most once: a closed mailbox refuses it, and so does a full one.
     pub fn post(&self, mail: Mail) -> Result<(), MailError> {
         {
             let mut inbox = self.lock();
             if inbox.closed {
                 return Err(MailError::NoRecipient);
             }
+            self.check_room(&mut inbox)?;
             inbox.queue.push_back(mail);
             inbox.trim();
         }
@@ -210,7 +257,8 @@ impl Mailbox {
     /// Posts `mail` after `save` has written it down, both under the mailbox's lock, so the order
     /// of the saved backlog is the order of the queue (a turn's served rows are removed from the
     /// front of the saved backlog). `save` answers whether the mail is new (`false`: a repeated
-    /// id, acknowledged and not queued again).
+    /// id, acknowledged and not queued again). A full mailbox refuses before `save` runs, so
+    /// nothing is written for a mail that is not accepted.
     pub fn post_saved<E>(
         &self,
         mail: Mail,
@@ -220,6 +268,9 @@ impl Mailbox {
             let mut inbox = self.lock();
             if inbox.closed {
                 return Ok(Err(MailError::NoRecipient));
+            }
+            if let Err(e) = self.check_room(&mut inbox) {
+                return Ok(Err(e));
             }
             if !save(&mail)? {
                 return Ok(Ok(()));
@@ -272,6 +323,7 @@ impl Mailbox {
             inbox.holding = false;
         }
         inbox.dropped = inbox.dropped.saturating_sub(batch.dropped);
+        inbox.served += batch.mail.len() as u64;
     }
 
     /// Arrivals waiting.
@@ -286,6 +338,16 @@ impl Mailbox {
     /// Older arrivals discarded by the bound in the current outage.
     pub fn dropped(&self) -> u64 {
         self.lock().dropped
+    }
+
+    /// Posts refused because the mailbox was full.
+    pub fn refused(&self) -> u64 {
+        self.lock().refused
+    }
+
+    /// Mails that reached the conversation (a turn served them).
+    pub fn served_count(&self) -> u64 {
+        self.lock().served
     }
 
     /// Refuses all later mail.
@@ -348,6 +410,29 @@ mod tests {
             b.post(mail(n)).unwrap();
         }
         assert_eq!(b.len(), 30);
+    }
+
+    #[test]
+    fn a_full_mailbox_refuses_until_one_is_served() {
+        let b = Mailbox::with_capacity(3);
+        for n in 0..3 {
+            b.post(mail(n)).unwrap();
+        }
+        assert_eq!(b.post(mail(3)), Err(MailError::MailboxFull));
+        assert_eq!(b.refused(), 1);
+        let mut saved = 0;
+        let refused = b.post_saved(mail(3), |_| {
+            saved += 1;
+            Ok::<_, ()>(true)
+        });
+        assert_eq!(refused, Ok(Err(MailError::MailboxFull)));
+        assert_eq!(saved, 0, "a refused mail is not saved");
+        assert_eq!(b.refused(), 2);
+        let batch = b.take();
+        b.served(&batch, true);
+        assert_eq!(b.served_count(), 3);
+        b.post(mail(4)).unwrap();
+        assert_eq!(b.len(), 1);
     }
 
     #[test]

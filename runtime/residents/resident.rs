@@ -58,6 +58,9 @@ pub struct ResidentSpec {
     pub tools: Vec<ToolDef>,
     pub max_steps: u32,
     pub max_hop: u32,
+    /// The most mails that may wait in its mailbox ([`super::mail::CAPACITY`] by default); past
+    /// it a mail is refused with `mailbox_full`.
+    pub mailbox: usize,
     pub compaction: Compaction,
     pub deliver: Deliver,
     pub restart: RestartPolicy,
@@ -184,13 +187,17 @@ pub struct ResidentInfo {
     pub restarts: u32,
     /// While blocked: the error that blocked it.
     pub error: Option<TurnError>,
+    /// Mails refused because its mailbox was full.
+    pub refused: u64,
+    /// Mails its turns have served (taken into its conversation).
+    pub served: u64,
 }
 
 impl Resident {
     pub fn new(spec: ResidentSpec) -> Resident {
         Resident {
+            mailbox: Mailbox::with_capacity(spec.mailbox),
             spec,
-            mailbox: Mailbox::new(),
             conversation: Mutex::new(Vec::new()),
             journal: Mutex::new(Vec::new()),
             conversation_len: AtomicUsize::new(0),
@@ -227,6 +234,8 @@ impl Resident {
             dropped: self.mailbox.dropped(),
             restarts: self.restarts.load(Ordering::Relaxed),
             error: self.blocked_by(),
+            refused: self.mailbox.refused(),
+            served: self.mailbox.served_count(),
         }
     }
 
@@ -449,6 +458,8 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
                 if out.steps == 0 && out.compactions == 0 && !out.resumed {
                     messages.truncate(before);
                     me.mailbox.put_back(batch);
+                } else {
+                    me.mailbox.served(&batch, false);
                 }
                 me.commit(messages);
                 me.set_state(State::Stopped);

@@ -315,7 +315,9 @@ impl Route {
         }
     }
 
-    /// Posts `mail` to its recipient.
+    /// Posts `mail` to its recipient. A recipient whose mailbox holds its capacity of waiting
+    /// mails refuses it with [`MailError::MailboxFull`] (for a persisted one, before saving it):
+    /// the sender may try again once some are served.
     pub fn mail(&self, mail: Mail) -> Result<(), MailError> {
         if !self.inner.accepting.load(Ordering::Acquire) {
             return Err(MailError::NoRecipient);
@@ -353,6 +355,7 @@ impl Route {
                         self.inner.stirred();
                         Ok(())
                     }
+                    Err(MailError::MailboxFull) => Err(MailError::MailboxFull),
                     Err(e) => {
                         let (name, resident) = (resident.spec.name.clone(), resident.clone());
                         drop(table);
@@ -375,6 +378,7 @@ impl Route {
                 self.inner.stirred();
                 Ok(())
             }
+            Ok(Err(MailError::MailboxFull)) => Err(MailError::MailboxFull),
             Ok(Err(e)) => {
                 self.inner.evict(&to, &resident);
                 Err(e)

@@ -1,8 +1,10 @@
 //! Client-side compaction: when the next request would pass `context_window * compact_at`,
 //! ask the model for a summary and restart the transcript from it.
 //!
-//! The size is what the provider reported for the last step (input plus output tokens) plus an
-//! estimate of what has been appended since and not yet sent, at about 4 bytes a token. The new
+//! The size is the larger of two counts: what the provider reported for the last step (input plus
+//! output tokens) plus what has been appended since and not yet sent, at about 4 bytes a token;
+//! and colony's own estimate of the whole request ([`super::estimate`]), so a server that reports
+//! a small fixed count, or none, still compacts before the window. The new
 //! transcript is one user message (a preamble, the summary, the user's latest request) followed by
 //! the last tool round verbatim (the assistant's calls and their results, never one without the
 //! other), with its reasoning blocks dropped since their signatures vouch for a context that is
@@ -51,15 +53,19 @@ impl Window {
         self.reported_tokens
     }
 
-    /// Whether the next request would pass the threshold. Before any report there is nothing
-    /// to go on, and nothing to compact either.
-    pub fn would_overflow(&self, c: &super::Compaction) -> bool {
-        let Some(reported) = self.reported_tokens else {
-            return false;
-        };
-        let estimate = reported + (self.unsent_bytes as u64).div_ceil(4);
-        estimate as f64 > c.context_window as f64 * c.compact_at
+    /// Whether the next request would pass the threshold: the provider's count (once there is
+    /// one) or `estimated` ([`super::estimate::tokens`] of the request), whichever is larger.
+    pub fn would_overflow(&self, c: &super::Compaction, estimated: u64) -> bool {
+        let reported = self
+            .reported_tokens
+            .map_or(0, |r| r + (self.unsent_bytes as u64).div_ceil(4));
+        reported.max(estimated) as f64 > threshold(c)
     }
+}
+
+/// The size, in tokens, past which the transcript is compacted.
+pub fn threshold(c: &super::Compaction) -> f64 {
+    c.context_window as f64 * c.compact_at
 }
 
 /// Asks for a summary of the turn's transcript (the same system, tools and settings, the
@@ -250,19 +256,37 @@ mod tests {
             ..Compaction::default()
         };
         let mut w = Window::default();
-        assert!(!w.would_overflow(&c));
+        assert!(!w.would_overflow(&c, 0));
         w.reported(&Usage {
             input: 400,
             output: 50,
             ..Usage::default()
         });
-        assert!(!w.would_overflow(&c));
+        assert!(!w.would_overflow(&c, 0));
         w.unsent(&[ToolResult {
             call_id: "a".into(),
             name: "t".into(),
             content: "x".repeat(400),
             is_error: false,
         }]);
-        assert!(w.would_overflow(&c));
+        assert!(w.would_overflow(&c, 0));
+    }
+
+    #[test]
+    fn the_estimate_wins_over_a_small_report() {
+        let c = Compaction {
+            context_window: 1000,
+            compact_at: 0.5,
+            ..Compaction::default()
+        };
+        let mut w = Window::default();
+        w.reported(&Usage {
+            input: 11,
+            ..Usage::default()
+        });
+        assert!(!w.would_overflow(&c, 500));
+        assert!(w.would_overflow(&c, 501));
+        // No report at all: the estimate alone.
+        assert!(Window::default().would_overflow(&c, 501));
     }
 }

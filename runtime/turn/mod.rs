@@ -7,6 +7,7 @@
 //!   and a [`ToolEvent`] for the caller, never a failed turn.
 //! - [`take_turn`](mod@take_turn): the loop, the step cap and its budget note, streaming and `on_step`.
 //! - [`compaction`]: summarising the transcript when the next request would overflow the window.
+//! - [`estimate`]: colony's own count of a request's tokens, for when the provider's is missing.
 //!
 //! The loop is `Send`: it reaches Lua only through a [`crate::lua::bridge::LuaBridge`], so it runs on the Lua thread
 //! for a script's own turns and on the core for residents alike. Each model call goes through a
@@ -15,6 +16,7 @@
 
 pub mod compaction;
 pub mod dispatch;
+pub mod estimate;
 pub mod take_turn;
 pub mod tools;
 

@@ -7,6 +7,7 @@ use tracing::Instrument;
 
 use super::compaction;
 use super::dispatch::{Answer, CANCELLED, CallContext, run_call};
+use super::estimate;
 use super::tools::narrow;
 use super::{EventKind, StepReport, ToolEvent, TurnError, TurnHooks, TurnOutcome, TurnSpec};
 use crate::config::Overrides;
@@ -91,6 +92,13 @@ async fn run(
         .map(|m| m.text().len() + 32)
         .sum();
     let mut window = compaction::Window::carried(spec.reported_tokens, appended);
+    // How the files travel, for colony's own estimate of each request; the estimate has a say
+    // while there is a reply to summarise and until a compaction fails to bring it under.
+    let wire = core
+        .resolve(&spec.ask.overrides)
+        .ok()
+        .map(|r| (r.endpoint.style, r.endpoint.reads));
+    let mut estimating = true;
     let max_steps = spec.max_steps.max(1);
     let hooks = spec.hooks.clone();
     // A transcript that ends with calls and no results is a step cut off by a restart: answer
@@ -131,7 +139,15 @@ async fn run(
             req.tools = offered.iter().map(|t| t.spec.clone()).collect();
             offer_view_file(&mut offered, &mut req, &deny_view);
         }
-        if spec.compaction.enabled && window.would_overflow(&spec.compaction) {
+        let estimated = if spec.compaction.enabled
+            && estimating
+            && req.messages.iter().any(|m| m.role == Role::Assistant)
+        {
+            estimate::tokens(&req, wire)
+        } else {
+            0
+        };
+        if spec.compaction.enabled && window.would_overflow(&spec.compaction, estimated) {
             match compaction::compact(core, stack, &spec, &req, &mut out.usage).await {
                 Ok(messages) => {
                     // The latest request's files (or the last round's) inline; the earlier
@@ -139,6 +155,18 @@ async fn run(
                     req.files_from =
                         Some(files::window::newest_with_files(&messages).unwrap_or(messages.len()));
                     req.messages = messages;
+                    // What a compaction keeps (the latest request, the last round) can be past
+                    // the threshold on its own: compacting again would not help.
+                    if estimating
+                        && estimate::tokens(&req, wire) as f64
+                            > compaction::threshold(&spec.compaction)
+                    {
+                        tracing::warn!(
+                            "the compacted transcript is still past the compaction threshold; \
+                             the rest of this turn compacts on the provider's count only"
+                        );
+                        estimating = false;
+                    }
                     offer_view_file(&mut offered, &mut req, &deny_view);
                     out.compactions += 1;
                     window = compaction::Window::default();

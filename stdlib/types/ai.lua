@@ -181,7 +181,7 @@ function ai.tool(def) end
 ---@field pin? table arguments overwritten before any handler runs, for every tool whose schema has them
 ---@field on_step? fun(step: { step: integer, text: string, calls: table[], results: table[], usage: ai.Usage }) `results` are whole; the model reads each cut to 100,000 characters, with a marker
 ---@field on_tool? fun(event: ai.ToolCallEnded) called as each tool call ends (a step's calls run at once, so in any order), before the step's `on_step`
----@field compact? "client"|"off" summarise the transcript when it nears the window (default "client")
+---@field compact? "client"|"off" summarise the transcript when it nears the window (default "client"), judged by the larger of the provider's reported count and colony's own estimate of the request (3 bytes a token)
 ---@field context_window? integer tokens (default 200000)
 ---@field compact_at? number fraction of the window (default 0.8)
 ---@field compact_prompt? string
@@ -317,6 +317,7 @@ function ai.route(opts) end
 ---@field deliver_to? fun(reply: string, info: ai.DeliveryInfo)|"host" where replies and outage notices go; nil: the AI speaks only through its tools; "host": the embedding application's channel (under `colony run`, printed as `[name] reply`)
 ---@field max_steps? integer per turn, default 8
 ---@field max_hop? integer mail whose hop is higher is refused with `hop_limit: ...` (default 8)
+---@field mailbox? integer the most mails that may wait for it (default 10000); past it `ai.mail` answers `nil, "mailbox_full"`
 ---@field middleware? ai.Middleware[] replaces the route's for this AI
 ---@field restart? ai.Restart default "permanent"
 ---@field max_restarts? integer default 3
@@ -349,11 +350,12 @@ function ai.spawn(opts) end
 --- Posts a mail: `true`, or `nil, err` where `err` starts with the refusal's name and says what
 --- it concerns: `no_recipient: "wroker"` (nobody of that name, it has died, or the watch is not
 --- up yet), `hop_limit: hop 9 to "b" is above its max_hop of 8`, `not_saved` (the recipient
---- keeps its conversation and the store could not write the mail). Test it with
---- `err:match("^no_recipient")`. A refusal once the watch runs is also logged. At most once.
+--- keeps its conversation and the store could not write the mail), `mailbox_full` (as many mails
+--- wait for it as its `mailbox` capacity; nothing was saved: send again once it has served some).
+--- Test it with `err:match("^no_recipient")`. A refusal once the watch runs is also logged. At most once.
 ---@param opts ai.MailOptions
 ---@return true? posted
----@return string? err "no_recipient: ..."|"hop_limit: ..."|"not_saved"
+---@return string? err "no_recipient: ..."|"hop_limit: ..."|"not_saved"|"mailbox_full"
 function ai.mail(opts) end
 
 ---@class ai.Provenance
@@ -381,6 +383,8 @@ function ai.dismiss(name) end
 ---@field dropped integer older arrivals discarded in the current outage
 ---@field restarts integer
 ---@field error? ai.BlockedError while blocked: why
+---@field refused integer mails refused with "mailbox_full"
+---@field served integer mails its turns have served
 
 ---@return ai.ResidentInfo[]
 function ai.residents() end
