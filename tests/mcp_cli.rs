@@ -166,8 +166,9 @@ fn the_time_server_from_lua() {
         run.lines(),
         [
             "name\tmcp-server-time",
-            "tool\tmcp-server-time__get_current_time",
-            "tool\tmcp-server-time__convert_time",
+            // A connection the script did not name offers the tools under their own names.
+            "tool\tget_current_time",
+            "tool\tconvert_time",
             "tokyo\tAsia/Tokyo\t21:00",
             "bad\tnil\ttool_error"
         ]
