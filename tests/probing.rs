@@ -197,6 +197,27 @@ fn a_provider_redirect_to_another_host_carries_no_key_there() {
 }
 
 #[test]
+fn an_mcp_servers_headers_do_not_follow_a_redirect_to_another_host() {
+    // The configured URL answers 307 to another host: the connection fails on the redirect, and
+    // the server's token never reaches the other host.
+    let (other, seen) = recording("{}");
+    let root = redirecting(other.clone());
+    let run = Sandbox::new()
+        .lua(
+            &format!(
+                r#"local conn, err = mcp.connect{{ url = "{root}/mcp", headers = {{ Authorization = "Bearer planted-0123456789" }} }}
+                   print(conn, err.kind)
+                   print(err.message:find("redirect", 1, true) ~= nil)"#
+            ),
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "nil\tconnect_error\ntrue\n", "{}", run.stderr);
+    assert!(!run.stdout.contains("planted"));
+    assert!(seen.lock().unwrap().is_empty(), "the other host was called");
+}
+
+#[test]
 fn http_drops_the_scripts_headers_and_any_referer_when_a_redirect_leaves_the_origin() {
     let (other, seen) = recording("elsewhere");
     let root = redirecting(other.clone());

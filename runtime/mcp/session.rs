@@ -385,8 +385,15 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
             }
             let config =
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
+            // The server's headers (a bearer token) go only where it was configured: no redirect
+            // to another host, no Referer.
+            let client = reqwest::Client::builder()
+                .redirect(crate::providers::same_origin_redirects("the MCP server"))
+                .referer(false)
+                .build()
+                .map_err(|e| failed(format!("the HTTP client: {e}")))?;
             let transport = StreamableHttpClientTransport::with_client(
-                super::http_client::SessionAware(reqwest::Client::new()),
+                super::http_client::SessionAware(client),
                 config,
             );
             handler

@@ -140,23 +140,24 @@ pub fn merge_extra(body: &mut Value, extra: Option<&Value>) {
 fn new_client() -> reqwest::Client {
     reqwest::Client::builder()
         .pool_idle_timeout(Duration::from_secs(90))
-        .redirect(same_origin_redirects())
+        .redirect(same_origin_redirects("the provider"))
         // A Referer would carry the original URL, and with it a `?key=` (Gemini).
         .referer(false)
         .build()
         .expect("the HTTP client builds")
 }
 
-/// Redirects a model call follows: within the origin it was sent to, at most ten. A redirect to
-/// another host (or port, or scheme) would carry the key headers (`x-api-key`, `x-goog-api-key`)
-/// there, so it is refused, naming where it pointed.
-fn same_origin_redirects() -> reqwest::redirect::Policy {
-    reqwest::redirect::Policy::custom(|attempt| {
+/// Redirects a call that carries secrets follows (a model call; an MCP server's requests with its
+/// configured headers): within the origin it was sent to, at most ten. A redirect to another host
+/// (or port, or scheme) would carry the key headers (`x-api-key`, `x-goog-api-key`, a server's
+/// `Authorization`) there, so it is refused, naming `who` and where it pointed.
+pub(crate) fn same_origin_redirects(who: &'static str) -> reqwest::redirect::Policy {
+    reqwest::redirect::Policy::custom(move |attempt| {
         let origin = attempt.previous().first().map(reqwest::Url::origin);
         if origin.is_some_and(|o| o != attempt.url().origin()) {
             let to = crate::secrets::redact(attempt.url().as_str());
             attempt.error(format!(
-                "the provider redirected to another host ({to}); colony does not send a key there"
+                "{who} redirected to another host ({to}); colony does not send a key there"
             ))
         } else if attempt.previous().len() > 10 {
             attempt.error("more than 10 redirects")
