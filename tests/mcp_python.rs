@@ -264,7 +264,7 @@ fn raw(version: &str) -> ServerSpec {
             env: BTreeMap::from([("ANSWER_VERSION".into(), version.into())]),
             cwd: None,
         },
-        roots: vec!["file:///work/here".into()],
+        roots: vec!["file:///srv/here".into()],
     }
 }
 
@@ -292,7 +292,7 @@ async fn the_wire_with_a_hand_written_server() {
     };
     assert_eq!(
         answer(json!(0))["result"],
-        json!({"roots": [{"uri": "file:///work/here"}]})
+        json!({"roots": [{"uri": "file:///srv/here"}]})
     );
     assert_eq!(answer(json!("server-ping"))["result"], json!({}));
     conn.close().await;

@@ -10,11 +10,12 @@
 #   ONLY="raw-reqwest-rust colony raw-fetch-node" RUNS=1 benches/peers/run.sh
 #
 # Passed through to bench-peers' run.sh: ONLY, RUNS, SEQ_T, CONC_T, CONC_C, COLD_REPS, LIMIT_S,
-# PORT, OUT. Also: PEERS_SRC (default /work/shared/bench-peers), BENCH_DIR (default
+# PORT, OUT. Also: PEERS_SRC (default ../shared/bench-peers, beside the
+# repository), BENCH_DIR (default
 # target/bench-peers), CARGO_TARGET_DIR (default target).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
-SRC=${PEERS_SRC:-/work/shared/bench-peers}
+SRC=${PEERS_SRC:-$ROOT/../shared/bench-peers}
 BENCH=${BENCH_DIR:-$ROOT/target/bench-peers}
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 case $TARGET in /*) ;; *) TARGET=$ROOT/$TARGET ;; esac
