@@ -485,9 +485,31 @@ fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
         cause = next;
     }
     let text = cause.to_string();
-    if text.trim().is_empty() {
+    let text = if text.trim().is_empty() {
         e.to_string()
     } else {
         text
+    };
+    without_type_names(&text)
+}
+
+/// `text` without the Rust type names rmcp puts in some messages (`Transport
+/// [rmcp::transport::worker::WorkerTransport<...>] error: ...`): a user reads the cause, not the
+/// SDK's types.
+fn without_type_names(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(open) = rest.find(" [") {
+        let Some(close) = rest[open..].find(']').map(|i| open + i) else {
+            break;
+        };
+        let inside = &rest[open + 2..close];
+        out.push_str(&rest[..open]);
+        if !inside.contains("::") {
+            out.push_str(&rest[open..=close]);
+        }
+        rest = &rest[close + 1..];
     }
+    out.push_str(rest);
+    out
 }
