@@ -7,8 +7,10 @@
 //!
 //! Run: `cargo bench --bench body_limits` (or `cargo test --bench body_limits` on a debug build).
 
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
@@ -44,22 +46,7 @@ fn endless_server() -> String {
             .insert("content-type", ct.parse().unwrap());
         resp
     });
-    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .enable_all()
-            .build()
-            .expect("server runtime");
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            axum::serve(listener, app).await.expect("serve");
-        });
-    });
-    format!("http://{}", rx.recv().expect("the server started"))
+    support::serve(app)
 }
 
 /// The peak resident set of process `pid`, in kB (Linux's `VmHWM`).

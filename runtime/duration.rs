@@ -66,14 +66,20 @@ fn from_f64(value: f64, per_second: f64, unit: &str) -> Result<Duration, Duratio
 /// A duration written as text: a bare number of seconds (`90`, `1.5`), or numbers each with a
 /// unit (`250ms`, `1.5s`, `2m`, `1h30m`, `6m0s`), as command-line options and providers write them.
 pub fn parse(text: &str) -> Result<Duration, DurationError> {
+    match text.trim().parse::<f64>() {
+        // `inf` and `nan` parse as floats; they are refused by `seconds` with their own reason.
+        Ok(plain) => seconds(plain),
+        Err(_) => with_units(text),
+    }
+}
+
+/// A duration whose every number carries its unit (`47s`, `0.5s`, `84ms`, `6m0s`, `1h2m3s`), as
+/// providers write them in messages and `retryDelay`; a bare number is unreadable here.
+pub fn with_units(text: &str) -> Result<Duration, DurationError> {
     let trimmed = text.trim();
     let unreadable = || DurationError::Unreadable(text.to_string());
     if trimmed.is_empty() {
         return Err(unreadable());
-    }
-    if let Ok(plain) = trimmed.parse::<f64>() {
-        // `inf` and `nan` parse as floats; they are refused by `seconds` with their own reason.
-        return seconds(plain);
     }
     let mut total = 0.0f64;
     let mut number = String::new();

@@ -97,17 +97,8 @@ fn the_estimate_never_falls_below_what_providers_counted() {
                 continue;
             }
             let req = InferRequest {
-                model: String::new(),
-                system: None,
                 messages: vec![message],
-                tools: Vec::new(),
-                tool_choice: Default::default(),
-                max_tokens: None,
-                temperature: None,
-                stop_sequences: Vec::new(),
-                extra: None,
-                response_schema: None,
-                files_from: None,
+                ..Default::default()
             };
             let estimated = estimate::tokens(&req, Some((style, Default::default())));
             println!("{folder}/{name}: counted {visible}, estimated {estimated}");

@@ -3,7 +3,6 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Router;
@@ -36,24 +35,7 @@ fn start_server() -> String {
         )
         .route("/fast", any(|| async { "fast" }))
         .route("/text", any(|| async { "not json {" }));
-    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
-    std::thread::Builder::new()
-        .name("http-fs-server".into())
-        .spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("server runtime");
-            rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                    .await
-                    .expect("bind");
-                tx.send(listener.local_addr().unwrap()).unwrap();
-                axum::serve(listener, app).await.expect("serve");
-            });
-        })
-        .expect("server thread");
-    format!("http://{}", rx.recv().expect("the server started"))
+    support::serve(app)
 }
 
 async fn echo(method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {

@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 
 use axum::Router;
@@ -15,26 +14,7 @@ use axum::response::Response;
 use serde_json::json;
 use support::fake::{FakeProvider, Reply};
 use support::script::Sandbox;
-use support::{STYLES, model_calls, styled};
-
-/// Serves `app` on `127.0.0.1` (a free port) on its own thread; returns its root URL.
-fn serve(app: Router) -> String {
-    let (tx, rx) = std::sync::mpsc::channel::<SocketAddr>();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .expect("server runtime");
-        rt.block_on(async move {
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-                .await
-                .expect("bind");
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            axum::serve(listener, app).await.expect("serve");
-        });
-    });
-    format!("http://{}", rx.recv().expect("the server started"))
-}
+use support::{STYLES, model_calls, serve, styled};
 
 /// A body that never ends: the same 64 KiB chunk forever (SSE comment lines when `sse`).
 fn endless(sse: bool) -> Body {

@@ -291,40 +291,10 @@ pub fn retry_after_header(headers: &HeaderMap) -> Option<Duration> {
     )
 }
 
-/// Durations as providers write them: `47s`, `0.5s`, `84ms`, `6m0s`, `1h2m3s`.
+/// Durations as providers write them: `47s`, `0.5s`, `84ms`, `6m0s`, `1h2m3s` (read by
+/// [`crate::duration::with_units`]; a bare number is not one).
 pub fn parse_duration(text: &str) -> Option<Duration> {
-    let text = text.trim();
-    let mut total = 0.0f64;
-    let mut number = String::new();
-    let mut chars = text.chars().peekable();
-    let mut any = false;
-    while let Some(c) = chars.next() {
-        if c.is_ascii_digit() || c == '.' {
-            number.push(c);
-            continue;
-        }
-        let value: f64 = number.parse().ok()?;
-        number.clear();
-        let unit = match c {
-            'h' => 3600.0,
-            'm' if chars.peek() == Some(&'s') => {
-                chars.next();
-                0.001
-            }
-            'm' => 60.0,
-            's' => 1.0,
-            _ => return None,
-        };
-        total += value * unit;
-        any = true;
-    }
-    if !number.is_empty() {
-        return None;
-    }
-    if !any {
-        return None;
-    }
-    crate::duration::seconds(total).ok()
+    crate::duration::with_units(text).ok()
 }
 
 /// OpenAI's "Please try again in 84ms" / "in 1.5s".

@@ -48,7 +48,7 @@ pub fn tokens(req: &InferRequest, wire: Wire) -> u64 {
     let mut framing = 0;
     for tool in &req.tools {
         bytes += (tool.name.len() + tool.description.len()) as u64;
-        bytes += serde_json::to_string(&tool.parameters).map_or(0, |s| s.len() as u64);
+        bytes += json_len(&tool.parameters);
         framing += TOOL_TOKENS;
     }
     let from = window_start(req);
@@ -58,6 +58,23 @@ pub fn tokens(req: &InferRequest, wire: Wire) -> u64 {
         framing += f;
     }
     bytes.div_ceil(BYTES_PER_TOKEN) + framing
+}
+
+/// The length of `value` as compact JSON, counted as it is written (every step estimates its
+/// request: no string is built for it).
+fn json_len(value: &serde_json::Value) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len() as u64;
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, value).map_or(0, |()| count.0)
 }
 
 /// The text bytes of one message and its framing tokens; `inlined`: its files travel inlined.
@@ -117,16 +134,8 @@ mod tests {
     fn request(messages: Vec<Message>) -> InferRequest {
         InferRequest {
             model: "m".into(),
-            system: None,
             messages,
-            tools: Vec::new(),
-            tool_choice: Default::default(),
-            max_tokens: None,
-            temperature: None,
-            stop_sequences: Vec::new(),
-            extra: None,
-            response_schema: None,
-            files_from: None,
+            ..Default::default()
         }
     }
 

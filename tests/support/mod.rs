@@ -10,6 +10,29 @@ pub mod script;
 
 use serde_json::Value;
 
+/// Serves `app` on `127.0.0.1` (a free port) on a thread of its own, for the life of the test;
+/// returns its root URL (`http://127.0.0.1:PORT`).
+pub fn serve(app: axum::Router) -> String {
+    let (tx, rx) = std::sync::mpsc::channel::<std::net::SocketAddr>();
+    std::thread::Builder::new()
+        .name("loopback-server".into())
+        .spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("server runtime");
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind");
+                tx.send(listener.local_addr().unwrap()).unwrap();
+                axum::serve(listener, app).await.expect("serve");
+            });
+        })
+        .expect("server thread");
+    format!("http://{}", rx.recv().expect("the server started"))
+}
+
 /// The three wire styles the fake speaks.
 pub const STYLES: [&str; 3] = ["anthropic", "openai", "gemini"];
 
