@@ -33,10 +33,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use colony::core::Ask;
+use colony::infer::{Infer, OnText, SharedInfer, StepResult};
 use colony::lua::bridge::LuaBridge;
 use colony::providers::Endpoint;
 use colony::residents::mail::Mailbox;
-use colony::residents::middleware::{Infer, OnText, SharedInfer, StepResult};
 use colony::residents::resident::{DEFAULT_MAX_HOP, State};
 use colony::residents::{
     Deliver, Delivery, Mail, Resident, ResidentSpec, Restart, RestartPolicy, Route,

@@ -45,9 +45,10 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use colony::core::Ask;
+use colony::infer::breaker::BreakerState;
+use colony::infer::{Infer, OnText, SharedInfer, StepResult};
 use colony::lua::bridge::LuaBridge;
 use colony::providers::Endpoint;
-use colony::residents::middleware::{BreakerState, Infer, OnText, SharedInfer, StepResult};
 use colony::residents::persist::ResidentHooks;
 use colony::residents::resident::{DEFAULT_MAX_HOP, State};
 use colony::residents::{Deliver, Mail, ResidentSpec, Restart, RestartPolicy, Route};

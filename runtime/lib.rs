@@ -57,6 +57,7 @@ pub mod core;
 pub mod duration;
 pub mod embed;
 pub mod files;
+pub mod infer;
 pub mod lua;
 pub mod mcp;
 pub mod providers;

@@ -339,7 +339,7 @@ fn retried_after(header: &str, value: &str, cap_ms: u64) -> (Vec<u64>, String) {
     fake.push(Reply::status(429).header(header, value));
     fake.push(Reply::text("answered"));
     let run = styled(&fake, "openai")
-        .env("RUST_LOG", "colony::residents::middleware=debug")
+        .env("RUST_LOG", "colony::infer=debug")
         .lua(
             &format!(
                 r#"ai.spawn{{ name = "w", provider = "openai", model = "m",

@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use colony::config::Config;
 use colony::core::{Ask, Core};
+use colony::infer::SharedInfer;
+use colony::infer::clock::ManualClock;
+use colony::infer::scripted::Scripted;
 use colony::lua::bridge::LuaBridge;
 use colony::providers::Providers;
 use colony::providers::replay::Cassette;
-use colony::residents::middleware::{ManualClock, Scripted, SharedInfer};
 use colony::residents::resident::DEFAULT_MAX_HOP;
 use colony::residents::{Deliver, DeliveryKind, Mail, ResidentSpec, Restart, RestartPolicy, Route};
 use colony::store::memory::MemoryStore;
@@ -68,14 +70,10 @@ impl Store for Flaky {
     fn clear_cell(&self, n: &str) -> StoreResult<bool> {
         self.inner.clear_cell(n)
     }
-    fn breaker(&self, k: &str) -> StoreResult<Option<colony::residents::middleware::BreakerState>> {
+    fn breaker(&self, k: &str) -> StoreResult<Option<colony::infer::breaker::BreakerState>> {
         self.inner.breaker(k)
     }
-    fn save_breaker(
-        &self,
-        k: &str,
-        s: &colony::residents::middleware::BreakerState,
-    ) -> StoreResult<()> {
+    fn save_breaker(&self, k: &str, s: &colony::infer::breaker::BreakerState) -> StoreResult<()> {
         self.inner.save_breaker(k, s)
     }
     fn audit(&self, e: &AuditEntry) -> StoreResult<()> {

@@ -1,6 +1,8 @@
 //! `ai.with_retries`, `ai.with_breaker`, `ai.with_context`: middleware as Lua values, for
-//! `middleware = { ... }` on `ai.route` or `ai.spawn`. The list reads outermost first:
-//! `{ ai.with_context{...}, ai.with_breaker{...}, ai.with_retries{...} }` is DESIGN §1's stack.
+//! `middleware = { ... }` on `ai.route`, `ai.spawn` or `ai.take_turn`. The list reads outermost
+//! first: `{ ai.with_context{...}, ai.with_breaker{...}, ai.with_retries{...} }` is the usual
+//! stack. Each value becomes the core's [`LayerSpec`], its Lua callbacks closures that call into
+//! the VM; the stack itself is built by [`crate::infer::stack`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,9 +13,11 @@ use serde_json::json;
 use super::bridge::{self, FnId, HandlerOutcome, LuaBridge};
 use super::convert::{check_fields, misuse};
 use crate::core::Core;
-use crate::residents::middleware::{
-    BeforeStep, Breaker, BreakerPolicy, Context, Retries, RetryPolicy, SharedInfer,
-};
+use crate::infer::SharedInfer;
+use crate::infer::breaker::{BreakerPolicy, BreakerStore};
+use crate::infer::context::BeforeStep;
+use crate::infer::retries::RetryPolicy;
+use crate::infer::stack::{self, LayerSpec, TransitionHook};
 use crate::residents::persist::StoreBreaker;
 use crate::store::Store;
 
@@ -176,8 +180,9 @@ pub fn read_layers(value: Value, who: &str) -> mlua::Result<Vec<Layer>> {
     Ok(layers)
 }
 
-/// The stack `layers` make around `core`: the first layer outermost. A breaker keeps its state in
-/// `store` at `breaker_key`.
+/// The stack `layers` make around `core`: the first layer outermost (see
+/// [`crate::infer::stack::build`]). A breaker keeps its state in `store` at `breaker_key`, and
+/// its `on_transition` runs on the VM, named for the breaker's owner.
 pub fn build_stack(
     core: Core,
     layers: &[Layer],
@@ -185,87 +190,91 @@ pub fn build_stack(
     store: Option<&Arc<dyn Store>>,
     breaker_key: &str,
 ) -> SharedInfer {
-    let mut stack: SharedInfer = Arc::new(core);
-    for layer in layers.iter().rev() {
-        stack = match layer {
-            Layer::Retries(policy) => Arc::new(Retries::new(stack).with_policy(*policy)),
+    let who = format!("[{}] on_transition", stack::breaker_owner(breaker_key));
+    let specs: Vec<LayerSpec> = layers
+        .iter()
+        .map(|layer| layer.spec(bridge, &who))
+        .collect();
+    let breakers = store.map(|store| {
+        Arc::new(StoreBreaker {
+            store: store.clone(),
+            key: breaker_key.to_string(),
+        }) as Arc<dyn BreakerStore>
+    });
+    stack::build(Arc::new(core), &specs, breakers)
+}
+
+impl Layer {
+    /// The core's spec of this layer: its Lua callbacks become closures that call into the VM
+    /// through `bridge` (`who` names an `on_transition` in the errors it raises).
+    fn spec(&self, bridge: &LuaBridge, who: &str) -> LayerSpec {
+        match self {
+            Layer::Retries(policy) => LayerSpec::Retries(*policy),
             Layer::Breaker {
                 policy,
                 on_transition,
-            } => {
-                let mut b = Breaker::new(stack).with_policy(*policy);
-                if let Some(store) = store {
-                    b = b.with_store(Arc::new(StoreBreaker {
-                        store: store.clone(),
-                        key: breaker_key.to_string(),
-                    }));
-                }
-                if let Some(func) = *on_transition {
-                    let bridge = bridge.clone();
-                    // A resident's own breaker is `ai/breaker/<name>`; the route's is shared.
-                    let who = match breaker_key.strip_prefix("ai/breaker/") {
-                        Some(name) => format!("[{name}] on_transition"),
-                        None => "[route] on_transition".to_string(),
-                    };
-                    b = b.on_transition(move |from, to, info| {
-                        let mut info = json!({
-                            "failures": info.failures,
-                            "last_error": info.last_error,
-                            "next_probe_ms": info.next_probe_in.map(|d| d.as_millis() as u64),
-                            "at_ms": info.at_ms,
-                        });
-                        // Absent is nil in Lua, not json.null.
-                        if let Some(map) = info.as_object_mut() {
-                            map.retain(|_, v| !v.is_null());
-                        }
-                        bridge.post(
-                            func,
-                            who.clone(),
-                            vec![json!(from.as_str()), json!(to.as_str()), info],
-                        );
-                    });
-                }
-                Arc::new(b)
-            }
+            } => LayerSpec::Breaker {
+                policy: *policy,
+                on_transition: on_transition.map(|func| transition_hook(bridge, func, who)),
+            },
             Layer::Context {
                 system_suffix,
                 before_step,
-            } => {
-                let mut c = Context::new(stack);
-                if let Some(s) = system_suffix {
-                    c = c.with_suffix(s.clone());
-                }
-                if let Some(func) = *before_step {
-                    let bridge = bridge.clone();
-                    let f: BeforeStep = Arc::new(move |req| {
-                        let bridge = bridge.clone();
-                        let info = json!({
-                            "model": req.model,
-                            "system": req.system,
-                            "messages": req.messages.len(),
-                        });
-                        Box::pin(async move {
-                            match bridge.call_tool(func, info, json!({})).await {
-                                HandlerOutcome::Value(text) | HandlerOutcome::Attached(text, _) => {
-                                    Some(text)
-                                }
-                                HandlerOutcome::Gone => None,
-                                HandlerOutcome::Refused(e) | HandlerOutcome::Thrown(e) => {
-                                    tracing::warn!("before_step failed: {e}");
-                                    None
-                                }
-                                HandlerOutcome::Raised(fault) => {
-                                    tracing::warn!("before_step raised: {fault}");
-                                    None
-                                }
-                            }
-                        })
-                    });
-                    c = c.with_before_step(f);
-                }
-                Arc::new(c)
-            }
-        };
+            } => LayerSpec::Context {
+                system_suffix: system_suffix.clone(),
+                before_step: before_step.map(|func| before_step_hook(bridge, func)),
+            },
+        }
     }
-    stack
+}
+
+/// `on_transition(from, to, info)`, posted to the VM: the breaker's lock is held while it is told.
+fn transition_hook(bridge: &LuaBridge, func: FnId, who: &str) -> TransitionHook {
+    let bridge = bridge.clone();
+    let who = who.to_string();
+    Arc::new(move |from, to, info| {
+        let mut info = json!({
+            "failures": info.failures,
+            "last_error": info.last_error,
+            "next_probe_ms": info.next_probe_in.map(|d| d.as_millis() as u64),
+            "at_ms": info.at_ms,
+        });
+        // Absent is nil in Lua, not json.null.
+        if let Some(map) = info.as_object_mut() {
+            map.retain(|_, v| !v.is_null());
+        }
+        bridge.post(
+            func,
+            who.clone(),
+            vec![json!(from.as_str()), json!(to.as_str()), info],
+        );
+    })
+}
+
+/// `before_step(info)`, called on the VM before each step; what it returns is added to the
+/// system prompt, and a failure adds nothing (it is logged).
+fn before_step_hook(bridge: &LuaBridge, func: FnId) -> BeforeStep {
+    let bridge = bridge.clone();
+    Arc::new(move |req| {
+        let bridge = bridge.clone();
+        let info = json!({
+            "model": req.model,
+            "system": req.system,
+            "messages": req.messages.len(),
+        });
+        Box::pin(async move {
+            match bridge.call_tool(func, info, json!({})).await {
+                HandlerOutcome::Value(text) | HandlerOutcome::Attached(text, _) => Some(text),
+                HandlerOutcome::Gone => None,
+                HandlerOutcome::Refused(e) | HandlerOutcome::Thrown(e) => {
+                    tracing::warn!("before_step failed: {e}");
+                    None
+                }
+                HandlerOutcome::Raised(fault) => {
+                    tracing::warn!("before_step raised: {fault}");
+                    None
+                }
+            }
+        })
+    })
 }

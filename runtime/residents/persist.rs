@@ -20,7 +20,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
-use super::middleware::{BreakerState, BreakerStore};
+use crate::infer::breaker::{BreakerState, BreakerStore};
 use crate::store::{AuditEntry, JournalEntry, Store};
 use crate::turn::{EventKind, Recorded, ToolEvent, TurnHooks};
 use crate::vocab::{FileRef, Message, ToolCall, ToolResult};

@@ -31,11 +31,11 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::mail::{Batch, HELD, Mailbox, Provenance, dropped_marker};
-use super::middleware::SharedInfer;
 use super::persist::ResidentHooks;
 use super::route::RouteEvent;
 use super::supervision::{Exit, Fault, RestartPolicy};
 use crate::core::Ask;
+use crate::infer::SharedInfer;
 use crate::lua::bridge::{FnId, LuaBridge};
 use crate::store::{Cell, JournalEntry, Store};
 use crate::turn::TurnHooks;

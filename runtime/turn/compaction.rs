@@ -15,8 +15,8 @@ use tracing::Instrument;
 
 use super::TurnSpec;
 use crate::core::Core;
+use crate::infer::DynInfer;
 use crate::providers::ProviderError;
-use crate::residents::middleware::DynInfer;
 use crate::vocab::{InferRequest, Message, Part, Role, ToolChoice, ToolResult, Usage};
 
 pub const PREAMBLE: &str =

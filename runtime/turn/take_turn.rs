@@ -13,9 +13,9 @@ use super::{EventKind, StepReport, ToolEvent, TurnError, TurnHooks, TurnOutcome,
 use crate::config::Overrides;
 use crate::core::Core;
 use crate::files;
+use crate::infer::DynInfer;
 use crate::lua::bridge::{FnId, LuaBridge};
 use crate::providers::ProviderError;
-use crate::residents::middleware::DynInfer;
 use crate::vocab::{
     InferRequest, Inferred, Message, Part, Role, Stop, ToolCall, ToolChoice, ToolResult, Usage,
 };

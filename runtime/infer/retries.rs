@@ -1,0 +1,175 @@
+//! `with_retries`: a step tried again after a transient failure, backing off with full jitter.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use super::clock::{Clock, TokioClock};
+use super::{Infer, OnText, StepResult, reborrow};
+use crate::providers::{Endpoint, ProviderError};
+use crate::vocab::InferRequest;
+
+/// How `with_retries` backs off. The defaults: 6 attempts from 2000 ms, capped at 60 s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Calls in all, the first included (6 = one call and up to five retries). 0 counts as 1.
+    pub attempts: u32,
+    /// The ceiling of the first wait; each later ceiling doubles.
+    pub base: Duration,
+    /// No wait is longer, not even one a provider asks for.
+    pub cap: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> RetryPolicy {
+        RetryPolicy {
+            attempts: 6,
+            base: Duration::from_millis(2000),
+            cap: Duration::from_secs(60),
+        }
+    }
+}
+
+impl RetryPolicy {
+    /// The longest wait after the `failed`-th failed attempt (1-based): `min(cap, base * 2^(failed-1))`.
+    pub fn ceiling(&self, failed: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(failed.saturating_sub(1))
+            .unwrap_or(u32::MAX);
+        self.base.saturating_mul(factor).min(self.cap)
+    }
+}
+
+/// `with_retries`: calls the inner step again after a transient failure
+/// ([`ProviderError::is_transient`]), backing off exponentially with **full jitter**: the wait
+/// after the n-th failure is uniform in `[0, min(cap, base * 2^(n-1))]`. Full jitter (rather than
+/// decorrelated) because it spreads many residents hitting the same overloaded provider the most
+/// evenly and keeps each wait bounded by a ceiling that is easy to state and test.
+///
+/// A provider's `retry_after` is a floor: the wait is at least that long (capped at `cap`).
+/// A non-transient error is returned at once; after `attempts` calls the last error is returned.
+///
+/// Streaming: `on_text` is lent to every attempt, so text an attempt streamed before failing is
+/// followed by the retry's text from the start. A caller that streams to a person should mark the
+/// restart (or not stream through retries).
+pub struct Retries<I> {
+    inner: I,
+    policy: RetryPolicy,
+    clock: Arc<dyn Clock>,
+    rng: SplitMix,
+}
+
+impl<I: Infer> Retries<I> {
+    pub fn new(inner: I) -> Retries<I> {
+        Retries {
+            inner,
+            policy: RetryPolicy::default(),
+            clock: Arc::new(TokioClock::new()),
+            rng: SplitMix::seeded(),
+        }
+    }
+
+    pub fn with_policy(mut self, policy: RetryPolicy) -> Retries<I> {
+        self.policy = policy;
+        self
+    }
+
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Retries<I> {
+        self.clock = clock;
+        self
+    }
+
+    /// Fixes the jitter sequence (tests, reproducible runs).
+    pub fn with_seed(mut self, seed: u64) -> Retries<I> {
+        self.rng = SplitMix::new(seed);
+        self
+    }
+
+    pub fn policy(&self) -> &RetryPolicy {
+        &self.policy
+    }
+
+    pub fn inner(&self) -> &I {
+        &self.inner
+    }
+
+    /// The wait after the `failed`-th failure with error `err`.
+    fn wait(&self, failed: u32, err: &ProviderError) -> Duration {
+        let ceiling = self.policy.ceiling(failed);
+        let jittered = ceiling.mul_f64(self.rng.next_unit());
+        let floor = err.retry_after().unwrap_or_default().min(self.policy.cap);
+        jittered.max(floor)
+    }
+}
+
+impl<I: Infer> Infer for Retries<I> {
+    async fn infer<'a>(
+        &'a self,
+        req: &'a InferRequest,
+        ep: &'a Endpoint,
+        mut on_text: OnText<'a>,
+    ) -> StepResult {
+        let attempts = self.policy.attempts.max(1);
+        let mut failed = 0;
+        loop {
+            let err = match self.inner.infer(req, ep, reborrow(&mut on_text)).await {
+                Ok(inferred) => return Ok(inferred),
+                Err(e) => e,
+            };
+            failed += 1;
+            if !err.is_transient() || failed >= attempts {
+                return Err(err);
+            }
+            let wait = self.wait(failed, &err);
+            tracing::debug!(
+                attempt = failed,
+                wait_ms = wait.as_millis() as u64,
+                kind = err.kind(),
+                error = %err,
+                "retrying after a transient failure"
+            );
+            self.clock.sleep(wait).await;
+        }
+    }
+}
+
+/// A tiny lock-free PRNG (SplitMix64) for jitter: the crate has no direct `rand` dependency and
+/// jitter needs spread, not cryptographic strength. Each layer seeds its own from the wall clock
+/// and a process-wide counter, so two layers made in the same instant still differ.
+struct SplitMix(AtomicU64);
+
+impl SplitMix {
+    const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+
+    fn new(seed: u64) -> SplitMix {
+        SplitMix(AtomicU64::new(seed))
+    }
+
+    fn seeded() -> SplitMix {
+        static LAYERS: AtomicU64 = AtomicU64::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let n = LAYERS.fetch_add(1, Ordering::Relaxed);
+        SplitMix::new(nanos ^ n.wrapping_mul(Self::GAMMA).rotate_left(17))
+    }
+
+    fn next_u64(&self) -> u64 {
+        let mut z = self
+            .0
+            .fetch_add(Self::GAMMA, Ordering::Relaxed)
+            .wrapping_add(Self::GAMMA);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1]`.
+    fn next_unit(&self) -> f64 {
+        (self.next_u64() >> 11) as f64 / ((1u64 << 53) - 1) as f64
+    }
+}
+
+#[cfg(test)]
+mod tests;
