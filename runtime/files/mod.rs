@@ -117,7 +117,7 @@ pub fn content_type_of(declared: Option<&str>, name: &str, bytes: &[u8]) -> Stri
     if let Some(ct) = declared.filter(|c| !c.trim().is_empty()) {
         return normalize(ct);
     }
-    if let Some(t) = infer::get(bytes) {
+    if let Some(t) = ::infer::get(bytes) {
         return normalize(t.mime_type());
     }
     if let Some(guess) = mime_guess::from_path(Path::new(name)).first_raw() {
