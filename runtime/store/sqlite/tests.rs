@@ -857,3 +857,82 @@ fn residents_committing_at_once_share_one_transaction() {
         assert_eq!(cell.messages, vec![Message::user(format!("step of {t}"))]);
     }
 }
+
+// --- resuming: the cells in one pass ---
+
+#[test]
+fn a_resume_reads_every_cell_in_one_pass_and_never_misses_a_write_made_since() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    let n = cells::IN_ONE_PASS as usize + 6;
+    let name = |i: usize| format!("r{i:03}");
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        for i in 0..n {
+            let messages = [Message::user(format!("hello {i}"))];
+            store.commit_step(&name(i), &messages, 0, 0).unwrap();
+            store
+                .push_backlog(&name(i), &mail(&format!("mail {i}")))
+                .unwrap();
+            if i % 2 == 0 {
+                let started = JournalEntry {
+                    call_id: "call_1".into(),
+                    tool: "read".into(),
+                    result: None,
+                    files: Vec::new(),
+                };
+                store.journal(&name(i), &started).unwrap();
+            }
+        }
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let first = store.load_cell(&name(0)).unwrap().unwrap();
+    assert!(
+        matches!(*store.kept.lock().unwrap(), Kept::Cells { .. }),
+        "the first load read them all"
+    );
+    assert_eq!(first.messages, vec![Message::user("hello 0")]);
+    assert_eq!(first.backlog, vec![mail("mail 0")]);
+    assert_eq!(first.journal.len(), 1);
+
+    // Written after the pass: a load sees the write, not the text read before it.
+    store
+        .commit_step(&name(1), &[Message::user("changed")], 1, 0)
+        .unwrap();
+    store.push_backlog(&name(2), &mail("later")).unwrap();
+    let one = store.load_cell(&name(1)).unwrap().unwrap();
+    assert_eq!(one.messages, vec![Message::user("changed")]);
+    assert!(one.backlog.is_empty(), "the served mail left the backlog");
+    let two = store.load_cell(&name(2)).unwrap().unwrap();
+    assert_eq!(two.backlog, vec![mail("mail 2"), mail("later")]);
+    // Loaded again: from SQLite now, the same.
+    assert_eq!(store.load_cell(&name(0)).unwrap().unwrap(), first);
+    // Every other cell as reading it alone gives it.
+    for i in 3..n {
+        let kept = store.load_cell(&name(i)).unwrap().unwrap();
+        let alone = cells::read_one(&mut store.read.lock().unwrap(), &name(i))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            kept,
+            store.decode_cell(&name(i), alone).unwrap(),
+            "{}",
+            name(i)
+        );
+    }
+    assert!(
+        matches!(*store.kept.lock().unwrap(), Kept::Done),
+        "nothing is kept once every cell was loaded"
+    );
+    assert_eq!(store.load_cell("nobody").unwrap(), None);
+}
+
+#[test]
+fn a_small_store_reads_its_cells_one_by_one() {
+    let (_dir, store) = fresh();
+    store
+        .commit_step("alice", &[Message::user("hi")], 0, 0)
+        .unwrap();
+    assert!(store.load_cell("alice").unwrap().is_some());
+    assert!(matches!(*store.kept.lock().unwrap(), Kept::Done));
+}
