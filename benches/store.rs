@@ -22,9 +22,14 @@
 //!      served the last mail (a wrapper around the store sums `commit_step`'s `served`), which is
 //!      exact and durable. A resident takes every waiting mail (up to 24) into one turn, so
 //!      mails/s is above steps/s.
-//!    - *c. Batching.* Whether concurrent commits share an fsync (today they do not: one
-//!      connection behind a mutex, one transaction per call), and what group commit would gain,
-//!      estimated from the figures above (not implemented).
+//!    - *c. Batching.* How many writes share a transaction (group commit: the writes that arrive
+//!      while one fsync is in flight go in the next transaction together): 8 threads committing
+//!      at once against one, and writes an fsync end to end.
+//!    - *d. Durable tool steps.* 1, 8 and 64 persisted residents with a native tool, one mail
+//!      each and a turn of 30 tool steps: a step is the reply committed, the call journaled as
+//!      started, its audit line, the call journaled as finished and the results committed (5
+//!      writes), every one durable before the resident goes on. The figure the issue sets: over
+//!      5,000 tool steps/s across 64 residents with `synchronous=FULL`.
 //! 2. **Resume 10,000 persisted residents.** A store of 10,000 cells (10 messages each, a backlog
 //!    of 0 to 2 mails) written in one transaction straight through SQLite (the `Store` API has no
 //!    batch write; the cells are then checked through `load_cell`), everything dropped, then
@@ -53,8 +58,8 @@ use colony::residents::persist::ResidentHooks;
 use colony::residents::resident::{DEFAULT_MAX_HOP, State};
 use colony::residents::{Deliver, Mail, ResidentSpec, Restart, RestartPolicy, Route};
 use colony::store::state_dir::{STORE_FILE, StateDir};
-use colony::store::{AuditEntry, AuditFilter, Cell, JournalEntry, Store, StoreResult};
-use colony::turn::{Compaction, EventKind, ToolEvent, TurnHooks};
+use colony::store::{AuditEntry, AuditFilter, JournalEntry, SavedResident, Store, StoreResult};
+use colony::turn::{Compaction, EventKind, ToolDef, ToolEvent, TurnHooks};
 use colony::vocab::{
     InferRequest, Inferred, Message, Part, Role, Stop, ToolCall, ToolResult, Usage,
 };
@@ -271,7 +276,7 @@ impl Store for Counted {
     fn conversations(&self) -> StoreResult<Vec<String>> {
         self.inner.conversations()
     }
-    fn load_cell(&self, name: &str) -> StoreResult<Option<Cell>> {
+    fn load_cell(&self, name: &str) -> StoreResult<Option<SavedResident>> {
         let t = Instant::now();
         let r = self.inner.load_cell(name);
         add(&self.loads, &self.load_ns, t);
@@ -437,8 +442,9 @@ struct StoreLevel {
     commit200: Lat,
     tool: Lat,
     accept: Lat,
-    /// 8 threads committing at once: total commits, in how long, each commit's time.
-    concurrent: Option<Lat>,
+    /// 8 threads committing at once: total commits, in how long, each commit's time; the
+    /// writes a transaction held.
+    concurrent: Option<(Lat, f64)>,
     bytes20: usize,
     bytes200: usize,
 }
@@ -532,6 +538,7 @@ fn store_level(dir: &Path, dur: Duration, concurrent: bool) -> StoreLevel {
     });
 
     let concurrent = concurrent.then(|| {
+        let before = state.store().commits();
         let started = Instant::now();
         let lats: Vec<Lat> = std::thread::scope(|s| {
             let handles: Vec<_> = (0..THREADS)
@@ -552,10 +559,16 @@ fn store_level(dir: &Path, dur: Duration, concurrent: bool) -> StoreLevel {
                 .map(|h| h.join().expect("a thread"))
                 .collect()
         });
-        Lat {
+        let lat = Lat {
             elapsed: started.elapsed(),
             samples: lats.into_iter().flat_map(|l| l.samples).collect(),
-        }
+        };
+        let after = state.store().commits();
+        (
+            lat,
+            (after.writes - before.writes) as f64
+                / (after.transactions - before.transactions).max(1) as f64,
+        )
     });
     StoreLevel {
         commit20,
@@ -583,6 +596,8 @@ struct E2e {
     commit_ms: f64,
     accept_ms: f64,
     conversation_bytes: usize,
+    /// Writes (commits and acceptances) a transaction held.
+    writes_a_transaction: f64,
 }
 
 impl E2e {
@@ -605,6 +620,7 @@ async fn end_to_end(rt: &Rt, dir: &Path, residents: usize, per: usize) -> E2e {
     let total = (residents * per) as u64;
     let state = StateDir::open(dir).expect("a state dir");
     let counted = Arc::new(Counted::new(state.dyn_store(), total));
+    let sqlite = state.store();
     let answering = Arc::new(Answering {
         turns: AtomicU64::new(0),
     });
@@ -627,6 +643,7 @@ async fn end_to_end(rt: &Rt, dir: &Path, residents: usize, per: usize) -> E2e {
     let done = counted.done.notified();
     tokio::pin!(done);
     done.as_mut().enable();
+    let before = sqlite.commits();
     let started = Instant::now();
     for i in 0..total as usize {
         route
@@ -649,6 +666,7 @@ async fn end_to_end(rt: &Rt, dir: &Path, residents: usize, per: usize) -> E2e {
         );
     }
     let served = started.elapsed();
+    let after = sqlite.commits();
     let turns = answering.turns.load(Ordering::Acquire);
     let commits = counted.commits.load(Ordering::Acquire);
     let accepts = counted.accepts.load(Ordering::Acquire);
@@ -688,6 +706,8 @@ async fn end_to_end(rt: &Rt, dir: &Path, residents: usize, per: usize) -> E2e {
         commit_ms,
         accept_ms,
         conversation_bytes,
+        writes_a_transaction: (after.writes - before.writes) as f64
+            / (after.transactions - before.transactions).max(1) as f64,
     }
 }
 
@@ -726,10 +746,7 @@ fn show_e2e(e: &E2e) -> String {
 // ---------------------------------------------------------------------------------------------
 
 fn steps_section(rt: &Rt, sync_ms: Option<f64>) {
-    println!(
-        "1. Persisted steps per second (SqliteStore: WAL, synchronous=FULL, one connection \
-         behind a mutex)"
-    );
+    println!("1. Persisted steps per second (SqliteStore: WAL, synchronous=FULL, group commit)");
     println!(
         "   a. store level, one thread (a loop of {:.1} s each)",
         LOOP.as_secs_f64()
@@ -755,10 +772,11 @@ fn steps_section(rt: &Rt, sync_ms: Option<f64>) {
         "      push_backlog (ai.mail accepting one mail): {}",
         disk.accept.show("mails")
     );
-    if let Some(c) = &disk.concurrent {
+    if let Some((c, shared)) = &disk.concurrent {
         println!(
             "      {THREADS} threads, commit_step of 20 messages each: {:.0} commits/s in all \
-             ({:.2}x one thread), {:.2} ms a commit (p99 {:.2}) waiting on the mutex included",
+             ({:.2}x one thread), {:.2} ms a commit (p99 {:.2}) waiting for the batch included; \
+             {shared:.1} commits a transaction",
             c.rate(),
             c.rate() / disk.commit20.rate(),
             c.mean_ms(),
@@ -822,48 +840,214 @@ fn steps_section(rt: &Rt, sync_ms: Option<f64>) {
     }
     println!(
         "      (a step here is one model call and one commit_step; a resident takes every mail \
-         waiting, up to 24, into one step, so mails/s > steps/s. Each mail costs its own \
-         push_backlog transaction on the sender's thread before the step that serves it; commit \
-         and accept times include waiting for the store's mutex.)"
+         waiting, up to 24, into one step, so mails/s > steps/s. Each mail waits for its own \
+         push_backlog to be durable on the sender's thread before the step that serves it; commit \
+         and accept times include waiting for the batch that holds them.)"
     );
 
-    println!("   c. batching");
-    let Some(c) = &disk.concurrent else { return };
-    println!(
-        "      concurrent commits are serialized, one fsync each: {THREADS} threads reach {:.0} \
-         commits/s against {:.0} for one ({:.2}x); end to end, 64 residents reach {:.0} \
-         transactions/s against {:.0} for one resident.",
-        c.rate(),
-        disk.commit20.rate(),
-        c.rate() / disk.commit20.rate(),
-        on_disk.last().map(E2e::tx_per_s).unwrap_or(f64::NAN),
-        on_disk.first().map(E2e::tx_per_s).unwrap_or(f64::NAN),
-    );
-    let Some(shm) = &shm else { return };
-    let cpu = shm.commit20.mean_ms();
-    let sync = (disk.commit20.mean_ms() - cpu).max(0.0);
-    println!(
-        "      a 20-message commit = {cpu:.3} ms of CPU (tmpfs) + {sync:.3} ms waiting for the \
-         disk; group commit (k waiting commits in one transaction, one fsync) would give \
-         k / (k x {cpu:.3} + {sync:.3}) ms:"
-    );
-    for k in [1usize, 2, 8, 24, 64] {
-        let rate = k as f64 * 1e3 / (k as f64 * cpu + sync);
+    println!("   c. batching (group commit: the writes arriving during an fsync share the next)");
+    if let Some((c, shared)) = &disk.concurrent {
         println!(
-            "        k = {k:>2}: {rate:>6.0} commits/s ({:.1}x today)",
-            rate / disk.commit20.rate()
+            "      {THREADS} threads committing at once: {:.0} commits/s against {:.0} for one \
+             ({:.2}x), {shared:.1} commits a transaction",
+            c.rate(),
+            disk.commit20.rate(),
+            c.rate() / disk.commit20.rate(),
+        );
+    }
+    for e in &on_disk {
+        println!(
+            "      end to end, {:>2} residents: {:.1} writes a transaction",
+            e.residents, e.writes_a_transaction
         );
     }
     if let (Some(d), Some(t)) = (on_disk.last(), on_tmpfs.last()) {
         println!(
-            "      end to end, 64 residents: {:.0} steps/s on disk, {:.0} on tmpfs: the most \
-             group commit (of commits and mail acceptances) could reach there is {:.1}x, minus \
-             the fsyncs a batch still pays.",
+            "      end to end, 64 residents: {:.0} steps/s on disk, {:.0} on tmpfs (fsync free): \
+             the disk's share is {:.1}x",
             d.steps_per_s(),
             t.steps_per_s(),
             d.served.as_secs_f64() / t.served.as_secs_f64(),
         );
     }
+    let durable = tool_steps_section(rt);
+    println!(
+        "   durable tool steps/s across 64 residents with synchronous=FULL: {durable:.0} (aim: \
+         over 5,000)"
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1d. Durable tool steps across residents
+// ---------------------------------------------------------------------------------------------
+
+/// Tool steps in each resident's turn (the model calls `note` this many times, then answers).
+const TOOL_STEPS: usize = 30;
+/// Residents taking tool steps at once.
+const TOOL_RESIDENTS: &[usize] = &[1, 8, 64];
+
+/// Answers with a call of `note` until the turn holds [`TOOL_STEPS`] results, then "ok"; counts
+/// the steps that called.
+struct Calling {
+    tool_steps: AtomicU64,
+}
+
+impl Infer for Calling {
+    async fn infer<'a>(
+        &'a self,
+        req: &'a InferRequest,
+        _ep: &'a Endpoint,
+        _on_text: OnText<'a>,
+    ) -> StepResult {
+        let done = req.messages.iter().filter(|m| m.role == Role::Tool).count();
+        if done >= TOOL_STEPS {
+            return Ok(Inferred {
+                message: Message::assistant("ok"),
+                stop: Stop::EndTurn,
+                usage: Usage::default(),
+                model: None,
+            });
+        }
+        self.tool_steps.fetch_add(1, Ordering::AcqRel);
+        let call = ToolCall {
+            id: format!("call_{done}"),
+            name: "note".into(),
+            arguments: format!(r#"{{"line":"step {done}"}}"#),
+            opaque: None,
+        };
+        Ok(Inferred {
+            message: Message::new(
+                Role::Assistant,
+                vec![Part::text("noting it"), Part::ToolCall(call)],
+            ),
+            stop: Stop::ToolUse,
+            usage: Usage::default(),
+            model: None,
+        })
+    }
+}
+
+struct ToolRun {
+    residents: usize,
+    tool_steps: u64,
+    elapsed: Duration,
+    /// Writes the store was asked for, and the transactions (fsyncs) they took.
+    writes: u64,
+    transactions: u64,
+}
+
+impl ToolRun {
+    fn steps_per_s(&self) -> f64 {
+        self.tool_steps as f64 / self.elapsed.as_secs_f64()
+    }
+}
+
+/// `residents` persisted residents with a native tool, one mail each; until every turn (of
+/// [`TOOL_STEPS`] tool steps and an answer) has delivered its reply.
+async fn tool_steps(rt: &Rt, dir: &Path, residents: usize) -> ToolRun {
+    let state = StateDir::open(dir).expect("a state dir");
+    let sqlite = state.store();
+    let calling = Arc::new(Calling {
+        tool_steps: AtomicU64::new(0),
+    });
+    let stack: SharedInfer = calling.clone();
+    let note = ToolDef::native(
+        "note",
+        "Notes a line.",
+        serde_json::json!({
+            "type": "object",
+            "properties": {"line": {"type": "string"}},
+            "required": ["line"]
+        }),
+        |_args| async { Ok(Value::String("noted".into())) },
+    )
+    .expect("the note tool");
+    let route = Route::with_store(core(rt), LuaBridge::detached(), Some(state.dyn_store()));
+    route.open();
+    let (tx, mut replies) = tokio::sync::mpsc::unbounded_channel();
+    let names: Vec<String> = (0..residents).map(name).collect();
+    for n in &names {
+        let mut spec = spec(n.clone(), &stack, Deliver::Channel(tx.clone()));
+        spec.tools = vec![note.clone()];
+        spec.max_steps = TOOL_STEPS as u32 + 2;
+        route.spawn(spec).expect("spawned");
+    }
+    drop(tx);
+    settle(rt);
+    let before = sqlite.commits();
+    let started = Instant::now();
+    for n in &names {
+        route
+            .mail(Mail::new(n.as_str(), "bench", "note thirty lines", 0))
+            .expect("posted");
+    }
+    for _ in 0..residents {
+        tokio::time::timeout(Duration::from_secs(120), replies.recv())
+            .await
+            .expect("every turn ends")
+            .expect("a reply");
+    }
+    let elapsed = started.elapsed();
+    let after = sqlite.commits();
+    // Exactness: every step ran its call once and is on disk: the conversation (the mail, a
+    // reply and results per step, the answer), one audit line per call.
+    let tool_steps = calling.tool_steps.load(Ordering::Acquire);
+    assert_eq!(tool_steps, (residents * TOOL_STEPS) as u64, "tool steps");
+    for n in &names {
+        let saved = sqlite.load_cell(n).expect("loaded").expect("a cell");
+        assert_eq!(
+            saved.messages.len(),
+            2 + 2 * TOOL_STEPS,
+            "{n}'s conversation"
+        );
+        assert!(saved.journal.is_empty() && saved.backlog.is_empty());
+    }
+    let audited = sqlite
+        .audit_log(&AuditFilter::default())
+        .expect("the audit log");
+    assert_eq!(audited.len(), residents * TOOL_STEPS, "audit lines");
+    route.stop("bench done");
+    route.shutdown(Duration::from_secs(10)).await;
+    ToolRun {
+        residents,
+        tool_steps,
+        elapsed,
+        writes: after.writes - before.writes,
+        transactions: after.transactions - before.transactions,
+    }
+}
+
+/// Prints the durable tool steps; returns the figure across the most residents.
+fn tool_steps_section(rt: &Rt) -> f64 {
+    println!(
+        "   d. durable tool steps: persisted residents with a native tool, one mail each, a turn \
+         of {TOOL_STEPS} tool steps (each: reply committed, call journaled as started, audit \
+         line, journaled as finished, results committed) and an answer; until every reply is \
+         delivered (best of {E2E_RUNS})"
+    );
+    let mut last = f64::NAN;
+    for &residents in TOOL_RESIDENTS {
+        let run = (0..E2E_RUNS)
+            .map(|_| {
+                let dir = temp_dir(false).expect("a temp dir");
+                rt.rt.block_on(tool_steps(rt, dir.path(), residents))
+            })
+            .min_by(|a, b| a.elapsed.cmp(&b.elapsed))
+            .expect("a run");
+        println!(
+            "      {:>3} residents: {:>6.0} tool steps/s ({} in {:.0} ms); {} writes in {} \
+             transactions ({:.1} writes an fsync)",
+            run.residents,
+            run.steps_per_s(),
+            run.tool_steps,
+            run.elapsed.as_secs_f64() * 1e3,
+            run.writes,
+            run.transactions,
+            run.writes as f64 / run.transactions.max(1) as f64,
+        );
+        last = run.steps_per_s();
+    }
+    last
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -876,8 +1060,8 @@ fn backlog_of(n: usize) -> Vec<Mail> {
         .collect()
 }
 
-fn cell_of(n: usize) -> Cell {
-    Cell {
+fn cell_of(n: usize) -> SavedResident {
+    SavedResident {
         messages: conversation(n, CELL_MESSAGES),
         backlog: backlog_of(n),
         dropped: 0,

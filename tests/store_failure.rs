@@ -17,7 +17,9 @@ use colony::providers::replay::Cassette;
 use colony::residents::resident::DEFAULT_MAX_HOP;
 use colony::residents::{Deliver, DeliveryKind, Mail, ResidentSpec, Restart, RestartPolicy, Route};
 use colony::store::memory::MemoryStore;
-use colony::store::{AuditEntry, AuditFilter, Cell, JournalEntry, Store, StoreError, StoreResult};
+use colony::store::{
+    AuditEntry, AuditFilter, JournalEntry, SavedResident, Store, StoreError, StoreResult,
+};
 use colony::turn::{Compaction, ToolDef};
 use colony::vocab::{Inferred, Message, Part, Role, Stop, ToolCall, Usage};
 use serde_json::{Value, json};
@@ -52,7 +54,7 @@ impl Store for Flaky {
     fn conversations(&self) -> StoreResult<Vec<String>> {
         self.inner.conversations()
     }
-    fn load_cell(&self, n: &str) -> StoreResult<Option<Cell>> {
+    fn load_cell(&self, n: &str) -> StoreResult<Option<SavedResident>> {
         self.inner.load_cell(n)
     }
     fn push_backlog(&self, n: &str, m: &Mail) -> StoreResult<bool> {

@@ -4,7 +4,7 @@ use clap::Subcommand;
 
 use super::Failure;
 use super::state::{Target, count};
-use crate::store::{Cell, Store};
+use crate::store::{SavedResident, Store};
 use crate::vocab::{Message, Part};
 
 /// Inspect or clear a program's persisted conversations.
@@ -52,7 +52,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let state = args.target.open("conversations")?;
     let store = state.store();
     let fail = |e: crate::store::StoreError| Failure::run(format!("colony conversations: {e}"));
-    let load = |name: &str| -> Result<Cell, Failure> {
+    let load = |name: &str| -> Result<SavedResident, Failure> {
         store.load_cell(name).map_err(fail)?.ok_or_else(|| {
             Failure::run(format!(
                 "colony conversations: no conversation named {name:?} in {}",
@@ -134,7 +134,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
 }
 
 /// "3 messages, 1 in backlog" (and the dropped count and the step in flight when there are any).
-fn summary(cell: &Cell) -> String {
+fn summary(cell: &SavedResident) -> String {
     let mut s = format!(
         "{}, {} in backlog",
         count(cell.messages.len(), "message", "messages"),

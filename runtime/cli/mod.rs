@@ -93,6 +93,9 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     init_logging();
     quiet_on_closed_stdout();
+    if std::env::var_os(PANIC_ON_PURPOSE).is_some() {
+        panic!("{PANIC_ON_PURPOSE} is set: colony panics on purpose");
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("colony-core")
@@ -141,6 +144,11 @@ pub fn commands() -> Vec<(String, String)> {
         })
         .collect()
 }
+
+/// Set in the environment, colony panics as it starts: the way to check that a binary's panic
+/// backtrace names file:line (`RUST_BACKTRACE=1`), an installed one included (README, "When
+/// things go wrong").
+pub const PANIC_ON_PURPOSE: &str = "COLONY_PANIC_ON_PURPOSE";
 
 /// What a command exits with when its stdout is closed under it (`colony config list | head
 /// -0`): 0, quietly, as the reader wanted no more. Rust ignores SIGPIPE, so a write to a closed

@@ -37,7 +37,7 @@ use super::supervision::{Exit, Fault, RestartPolicy};
 use crate::core::Ask;
 use crate::infer::SharedInfer;
 use crate::lua::bridge::{FnId, LuaBridge};
-use crate::store::{Cell, JournalEntry, Store};
+use crate::store::{JournalEntry, SavedResident, Store};
 use crate::turn::TurnHooks;
 use crate::turn::{Compaction, ToolDef, TurnError, TurnOutcome, TurnSpec, take_turn};
 use crate::vocab::{Message, Stop, Usage};
@@ -279,7 +279,7 @@ impl Resident {
     }
 
     /// Resumes from a saved cell: its conversation, its backlog, its journal.
-    pub fn restore(&self, cell: Cell) {
+    pub fn restore(&self, cell: SavedResident) {
         self.commit(cell.messages);
         self.mailbox.restore(cell.backlog);
         *self.journal.lock().unwrap_or_else(|e| e.into_inner()) = cell.journal;

@@ -6,7 +6,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde_json::Value;
 
-use super::{AuditEntry, AuditFilter, Cell, JournalEntry, Store, StoreError, StoreResult};
+use super::{AuditEntry, AuditFilter, JournalEntry, SavedResident, Store, StoreError, StoreResult};
 use crate::residents::Mail;
 use crate::residents::middleware::BreakerState;
 use crate::vocab::Message;
@@ -25,7 +25,7 @@ pub struct MemoryStore {
 #[derive(Default)]
 struct Inner {
     kv: BTreeMap<(String, String), Value>,
-    cells: BTreeMap<String, Cell>,
+    cells: BTreeMap<String, SavedResident>,
     breakers: BTreeMap<String, BreakerState>,
     accepted: std::collections::BTreeSet<(String, String)>,
     audit: Vec<AuditEntry>,
@@ -99,7 +99,7 @@ impl Store for MemoryStore {
         Ok(self.lock()?.cells.keys().cloned().collect())
     }
 
-    fn load_cell(&self, name: &str) -> StoreResult<Option<Cell>> {
+    fn load_cell(&self, name: &str) -> StoreResult<Option<SavedResident>> {
         Ok(self.lock()?.cells.get(name).cloned())
     }
 

@@ -10,12 +10,18 @@
 //!
 //! Everything goes through the [`Store`] trait so the embedded SQLite default ([`sqlite`]) can
 //! give way to another backend (PostgreSQL) without touching the residents. Calls are
-//! synchronous and short (one small transaction each); a caller on an async runtime makes them
-//! directly: with `synchronous=FULL` a commit waits for one fsync, which is the point.
+//! synchronous: a write returns once it is durable (with `synchronous=FULL`, after an fsync).
+//! The SQLite store lets writes that arrive together share one transaction and one fsync
+//! ([`group_commit`]), and a call made on a tokio worker waits off it ([`off_worker`]), so a
+//! caller on an async runtime makes them directly.
 
+mod group_commit;
 pub mod memory;
+mod off_worker;
 pub mod sqlite;
 pub mod state_dir;
+
+pub use group_commit::Commits;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -58,9 +64,9 @@ impl StoreError {
 
 pub type StoreResult<T> = Result<T, StoreError>;
 
-/// A persisted resident: what a restart resumes from.
+/// What the store keeps of a persisted resident (its "cell"): what a restart resumes from.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Cell {
+pub struct SavedResident {
     /// The committed conversation.
     pub messages: Vec<Message>,
     /// Mail accepted (`ai.mail` answered `true`) and not yet served, oldest first.
@@ -132,7 +138,7 @@ pub trait Store: Send + Sync {
 
     /// The names with a cell, in order.
     fn conversations(&self) -> StoreResult<Vec<String>>;
-    fn load_cell(&self, name: &str) -> StoreResult<Option<Cell>>;
+    fn load_cell(&self, name: &str) -> StoreResult<Option<SavedResident>>;
     /// Appends accepted mail to the backlog (before `ai.mail` answers `true`). A mail with an
     /// `id` this cell has accepted before is not appended again: `Ok(false)`.
     fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<bool>;

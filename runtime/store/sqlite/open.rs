@@ -1,0 +1,253 @@
+//! What a file must be for the SQLite store to open it, and the schema it is brought to.
+//!
+//! Opening never "repairs": a file that is not SQLite, is not a colony store, fails
+//! `PRAGMA quick_check`, or was written by a newer colony (`PRAGMA user_version` above
+//! [`SCHEMA_VERSION`]) is refused with [`StoreError::Damaged`] or [`StoreError::TooNew`] and
+//! left exactly as it was.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::Path;
+use std::time::Duration;
+
+use rusqlite::{Connection, ErrorCode, TransactionBehavior};
+
+use super::super::{StoreError, StoreResult};
+
+/// `PRAGMA application_id` of a colony store ("Coln"): tells our files from other SQLite files.
+pub const APPLICATION_ID: i32 = 0x436f_6c6e;
+
+/// The schema version this build writes: the number of `MIGRATIONS`.
+pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
+
+/// How long a write waits for another connection's transaction before failing.
+pub(super) const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The schema, one step per version: `MIGRATIONS[i]` takes a file from version `i` to `i + 1`.
+/// Append only; never edit a released step.
+const MIGRATIONS: &[&str] = &[
+    // 1: the initial schema.
+    "CREATE TABLE kv (
+         space TEXT NOT NULL,
+         key   TEXT NOT NULL,
+         value TEXT NOT NULL,
+         PRIMARY KEY (space, key)
+     ) WITHOUT ROWID;
+     CREATE TABLE cells (
+         name     TEXT PRIMARY KEY,
+         messages TEXT NOT NULL,
+         dropped  INTEGER NOT NULL DEFAULT 0
+     );
+     CREATE TABLE backlog (
+         seq  INTEGER PRIMARY KEY AUTOINCREMENT,
+         name TEXT NOT NULL,
+         mail TEXT NOT NULL
+     );
+     CREATE INDEX backlog_by_name ON backlog (name, seq);
+     CREATE TABLE journal (
+         name    TEXT NOT NULL,
+         call_id TEXT NOT NULL,
+         tool    TEXT NOT NULL,
+         result  TEXT,
+         PRIMARY KEY (name, call_id)
+     );
+     CREATE TABLE breakers (
+         key   TEXT PRIMARY KEY,
+         state TEXT NOT NULL
+     );
+     CREATE TABLE audit (
+         id          INTEGER PRIMARY KEY AUTOINCREMENT,
+         at_ms       INTEGER NOT NULL,
+         resident    TEXT NOT NULL,
+         tool        TEXT NOT NULL,
+         args_hash   TEXT NOT NULL,
+         duration_ms REAL NOT NULL,
+         outcome     TEXT NOT NULL
+     );
+     CREATE INDEX audit_by_resident ON audit (resident, id);
+     CREATE INDEX audit_by_tool ON audit (tool, id);",
+    // 2: the mail ids each persisted resident has accepted (`ai.mail{ id = ... }`).
+    "CREATE TABLE accepted (
+         name TEXT NOT NULL,
+         id   TEXT NOT NULL,
+         PRIMARY KEY (name, id)
+     ) WITHOUT ROWID;",
+    // 3: the bytes of attached files, once each by content hash (messages and mail hold
+    // references).
+    "CREATE TABLE files (
+         sha256 TEXT PRIMARY KEY,
+         data   BLOB NOT NULL
+     );
+     ALTER TABLE journal ADD COLUMN files TEXT;",
+    // 4: what the model was told of a call that did not go well.
+    "ALTER TABLE audit ADD COLUMN message TEXT;",
+];
+
+/// Opens (creating if missing) the file at `path` as the store's writing connection: checked,
+/// in WAL mode with `synchronous=FULL`, its schema brought up to [`SCHEMA_VERSION`].
+pub(super) fn open_checked(path: &Path) -> StoreResult<Connection> {
+    let shown = path.display();
+    check_header(path)?;
+    let mut conn = Connection::open(path).map_err(|e| classify(path, "cannot open it", e))?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(|e| classify(path, "cannot set the busy timeout", e))?;
+
+    // Read-only checks first: nothing is written before the file is known to be ours.
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .map_err(|e| classify(path, "cannot read its schema version", e))?;
+    let app_id: i32 = conn
+        .pragma_query_value(None, "application_id", |r| r.get(0))
+        .map_err(|e| classify(path, "cannot read its application id", e))?;
+    if version == 0 {
+        let tables: i64 = conn
+            .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+            .map_err(|e| classify(path, "cannot read its schema", e))?;
+        if tables > 0 || (app_id != 0 && app_id != APPLICATION_ID) {
+            return Err(StoreError::Damaged(format!(
+                "{shown} is not a colony store (an SQLite database with other tables); \
+                 it was left as it is"
+            )));
+        }
+    } else if app_id != APPLICATION_ID {
+        return Err(StoreError::Damaged(format!(
+            "{shown} is not a colony store (SQLite application id {app_id:#x}, schema \
+             version {version}); it was left as it is"
+        )));
+    }
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::TooNew(format!(
+            "{shown} was written by a newer colony (store schema version {version}; this \
+             colony knows versions up to {SCHEMA_VERSION}); it was left as it is: run it \
+             with that newer colony"
+        )));
+    }
+    if version < 0 {
+        return Err(StoreError::Damaged(format!(
+            "{shown} has an impossible schema version {version}; it was left as it is"
+        )));
+    }
+    quick_check(&conn, path)?;
+
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        .map_err(|e| classify(path, "cannot switch it to WAL mode", e))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(StoreError::Io(format!(
+            "{shown}: SQLite refused WAL mode (journal mode is {mode})"
+        )));
+    }
+    conn.pragma_update(None, "synchronous", "FULL")
+        .map_err(|e| classify(path, "cannot set synchronous=FULL", e))?;
+
+    migrate(&mut conn, path, version)?;
+    Ok(conn)
+}
+
+/// Another connection to the checked file at `path`, for reading only: WAL lets it read
+/// committed data while the writing connection commits.
+pub(super) fn open_reader(path: &Path) -> StoreResult<Connection> {
+    let conn = Connection::open(path).map_err(|e| classify(path, "cannot open it", e))?;
+    conn.busy_timeout(BUSY_TIMEOUT)
+        .map_err(|e| classify(path, "cannot set the busy timeout", e))?;
+    conn.pragma_update(None, "query_only", true)
+        .map_err(|e| classify(path, "cannot open it for reading", e))?;
+    Ok(conn)
+}
+
+fn migrate(conn: &mut Connection, path: &Path, from: i64) -> StoreResult<()> {
+    for (i, step) in MIGRATIONS.iter().enumerate().skip(from as usize) {
+        let to = i as i64 + 1;
+        let what = format!("cannot bring its schema to version {to}");
+        let tx = conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| classify(path, &what, e))?;
+        tx.execute_batch(step)
+            .map_err(|e| classify(path, &what, e))?;
+        tx.pragma_update(None, "application_id", APPLICATION_ID)
+            .map_err(|e| classify(path, &what, e))?;
+        tx.pragma_update(None, "user_version", to)
+            .map_err(|e| classify(path, &what, e))?;
+        tx.commit().map_err(|e| classify(path, &what, e))?;
+    }
+    Ok(())
+}
+
+/// SQLite files start with this; anything else (non-empty) is not ours, and SQLite is not given
+/// the chance to look further.
+const SQLITE_HEADER: &[u8; 16] = b"SQLite format 3\0";
+
+fn check_header(path: &Path) -> StoreResult<()> {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(StoreError::Io(format!(
+                "{}: cannot read it: {e}",
+                path.display()
+            )));
+        }
+    };
+    let mut head = Vec::with_capacity(16);
+    (&mut file)
+        .take(16)
+        .read_to_end(&mut head)
+        .map_err(|e| StoreError::Io(format!("{}: cannot read it: {e}", path.display())))?;
+    if head.is_empty() {
+        // A store colony opened holds at least its header (switching to WAL mode writes it), so
+        // an empty file is one whose contents were lost (truncated, a failed copy) or not a
+        // store at all: starting afresh in it would lose the program's state without a word.
+        return Err(StoreError::Damaged(format!(
+            "{} is empty (0 bytes): a colony store is never empty once opened, so its contents \
+             were lost or it is not a store; it was left as it is (remove it to start afresh)",
+            path.display()
+        )));
+    }
+    if head.as_slice() == SQLITE_HEADER {
+        return Ok(());
+    }
+    Err(StoreError::Damaged(format!(
+        "{} is not a colony store (not an SQLite database); it was left as it is",
+        path.display()
+    )))
+}
+
+fn quick_check(conn: &Connection, path: &Path) -> StoreResult<()> {
+    let mut problems = Vec::new();
+    conn.pragma_query(None, "quick_check", |r| {
+        let line: String = r.get(0)?;
+        if line != "ok" {
+            problems.push(line);
+        }
+        Ok(())
+    })
+    .map_err(|e| classify(path, "cannot check it", e))?;
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = problems.iter().take(3).map(String::as_str).collect();
+    Err(StoreError::Damaged(format!(
+        "{} is damaged (quick_check: {}{}); it was left as it is",
+        path.display(),
+        shown.join("; "),
+        if problems.len() > 3 { "; ..." } else { "" }
+    )))
+}
+
+/// A rusqlite error as a [`StoreError`] naming the file: corruption is `Damaged`, the rest `Io`.
+pub(super) fn classify(path: &Path, doing: &str, e: rusqlite::Error) -> StoreError {
+    let shown = path.display();
+    let sep = if doing.is_empty() { "" } else { ": " };
+    match e.sqlite_error_code() {
+        Some(ErrorCode::NotADatabase) => StoreError::Damaged(format!(
+            "{shown} is not a colony store (not an SQLite database): {e}; it was left as it is"
+        )),
+        Some(ErrorCode::DatabaseCorrupt) => StoreError::Damaged(format!(
+            "{shown} is damaged: {doing}{sep}{e}; it was left as it is"
+        )),
+        Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => StoreError::Io(format!(
+            "{shown} is busy (another connection kept it locked): {doing}{sep}{e}"
+        )),
+        _ => StoreError::Io(format!("{shown}: {doing}{sep}{e}")),
+    }
+}

@@ -1,0 +1,938 @@
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::open::BUSY_TIMEOUT;
+use super::*;
+use crate::residents::middleware::BreakerStatus;
+use crate::vocab::{Part, Role, ToolCall, ToolResult};
+
+fn fresh() -> (tempfile::TempDir, SqliteStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SqliteStore::open(&dir.path().join("store.sqlite3")).unwrap();
+    (dir, store)
+}
+
+fn mail(content: &str) -> Mail {
+    Mail::new("alice", "bob", content, 0)
+}
+
+fn result(call_id: &str, content: &str) -> ToolResult {
+    ToolResult {
+        call_id: call_id.into(),
+        name: "read".into(),
+        content: content.into(),
+        is_error: false,
+    }
+}
+
+#[test]
+fn values_round_trip_exactly() {
+    let (_dir, store) = fresh();
+    let values = [
+        json!(null),
+        json!(true),
+        json!(0),
+        json!(-1),
+        json!(i64::MIN),
+        json!(u64::MAX),
+        json!(1.0),
+        json!(0.1 + 0.2),
+        json!(1e-300),
+        json!(f64::MAX),
+        json!(5e-324),
+        json!(-0.0),
+        json!("héllo ✓ 🐝 \u{0} \"quoted\" \\ \n"),
+        json!({}),
+        json!([]),
+        json!({"a": [], "b": {}, "c": [1, 2.5, "x", {"d": null}], "é": {"z": 1, "a": 2}}),
+    ];
+    for (i, v) in values.iter().enumerate() {
+        let key = format!("k{i}");
+        store.set("", &key, v).unwrap();
+        let back = store.get("", &key).unwrap().unwrap();
+        assert_eq!(&back, v, "value {i}");
+        // Same variant, not merely equal: integers stay integers, floats stay floats.
+        assert_eq!(back.to_string(), v.to_string(), "value {i}");
+        if let (Some(a), Some(b)) = (back.as_f64(), v.as_f64()) {
+            assert_eq!(a.to_bits(), b.to_bits(), "value {i}");
+        }
+    }
+    assert!(store.get("", "k1").unwrap().unwrap().is_boolean());
+    assert!(store.get("", "k6").unwrap().unwrap().is_f64());
+    assert!(store.get("", "k2").unwrap().unwrap().is_i64());
+    assert!(store.get("", "k13").unwrap().unwrap().is_object());
+    assert!(store.get("", "k14").unwrap().unwrap().is_array());
+    assert_eq!(store.get("", "missing").unwrap(), None);
+}
+
+#[test]
+fn arbitrary_floats_round_trip_bit_for_bit() {
+    let (_dir, store) = fresh();
+    // A xorshift walk over bit patterns: every finite f64 must come back identical.
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    let floats: Vec<f64> = std::iter::from_fn(|| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        Some(f64::from_bits(x))
+    })
+    .filter(|f| f.is_finite())
+    .take(2000)
+    .collect();
+    let value = Value::Array(floats.iter().map(|f| json!(f)).collect());
+    store.set("", "floats", &value).unwrap();
+    let back = store.get("", "floats").unwrap().unwrap();
+    for (a, b) in back.as_array().unwrap().iter().zip(&floats) {
+        assert_eq!(a.as_f64().unwrap().to_bits(), b.to_bits(), "{b:e}");
+    }
+}
+
+#[test]
+fn opens_in_wal_mode_with_full_sync() {
+    let (_dir, store) = fresh();
+    let conn = store.writer().unwrap();
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let sync: i64 = conn
+        .pragma_query_value(None, "synchronous", |r| r.get(0))
+        .unwrap();
+    assert_eq!(sync, 2, "FULL");
+    let timeout: i64 = conn
+        .pragma_query_value(None, "busy_timeout", |r| r.get(0))
+        .unwrap();
+    assert_eq!(timeout, BUSY_TIMEOUT.as_millis() as i64);
+    let app: i32 = conn
+        .pragma_query_value(None, "application_id", |r| r.get(0))
+        .unwrap();
+    assert_eq!(app, APPLICATION_ID);
+}
+
+#[test]
+fn values_survive_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    let v = json!({"n": 3, "f": 3.0, "s": "ü", "e": [], "o": {}});
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        store.set("ws", "k", &v).unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.get("ws", "k").unwrap(), Some(v));
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+}
+
+#[test]
+fn spaces_are_separate_and_delete_reports_existence() {
+    let (_dir, store) = fresh();
+    store.set("", "k", &json!(1)).unwrap();
+    store.set("w1", "k", &json!(2)).unwrap();
+    assert_eq!(store.get("", "k").unwrap(), Some(json!(1)));
+    assert_eq!(store.get("w1", "k").unwrap(), Some(json!(2)));
+    assert_eq!(store.get("w2", "k").unwrap(), None);
+    store.set("", "k", &json!("over")).unwrap();
+    assert_eq!(store.get("", "k").unwrap(), Some(json!("over")));
+    assert!(store.delete("w1", "k").unwrap());
+    assert!(!store.delete("w1", "k").unwrap());
+    assert_eq!(store.get("w1", "k").unwrap(), None);
+    assert_eq!(store.get("", "k").unwrap(), Some(json!("over")));
+}
+
+#[test]
+fn list_is_in_byte_order_and_prefixes_are_literal() {
+    let (_dir, store) = fresh();
+    let keys = [
+        "b",
+        "a",
+        "a%",
+        "a%b",
+        "a_",
+        "a_b",
+        "ab",
+        "aXb",
+        "a",
+        "A",
+        "é",
+        "z",
+        "~",
+        "a\u{10FFFF}",
+        "a\u{10FFFF}x",
+        "",
+    ];
+    for k in keys {
+        store.set("", k, &json!(k)).unwrap();
+    }
+    store.set("other", "a1", &json!(1)).unwrap();
+    let mut sorted: Vec<String> = keys.iter().map(|k| k.to_string()).collect();
+    sorted.sort();
+    sorted.dedup();
+    assert_eq!(store.list("", "").unwrap(), sorted);
+    assert_eq!(store.list("", "a%").unwrap(), ["a%", "a%b"]);
+    assert_eq!(store.list("", "a_").unwrap(), ["a_", "a_b"]);
+    assert_eq!(
+        store.list("", "a").unwrap(),
+        [
+            "a",
+            "a%",
+            "a%b",
+            "aXb",
+            "a_",
+            "a_b",
+            "ab",
+            "a\u{10FFFF}",
+            "a\u{10FFFF}x"
+        ]
+    );
+    assert_eq!(
+        store.list("", "a\u{10FFFF}").unwrap(),
+        ["a\u{10FFFF}", "a\u{10FFFF}x"]
+    );
+    assert_eq!(store.list("", "%").unwrap(), Vec::<String>::new());
+    assert_eq!(store.list("", "é").unwrap(), ["é"]);
+    assert_eq!(store.list("other", "").unwrap(), ["a1"]);
+    assert_eq!(store.list("nobody", "").unwrap(), Vec::<String>::new());
+}
+
+#[test]
+fn prefix_successor_is_the_next_string() {
+    assert_eq!(prefix_successor(""), None);
+    assert_eq!(prefix_successor("ab").as_deref(), Some("ac"));
+    assert_eq!(prefix_successor("a%").as_deref(), Some("a&"));
+    assert_eq!(prefix_successor("a\u{D7FF}").as_deref(), Some("a\u{E000}"));
+    assert_eq!(prefix_successor("a\u{10FFFF}").as_deref(), Some("b"));
+    assert_eq!(prefix_successor("\u{10FFFF}"), None);
+}
+
+#[test]
+fn update_is_atomic_across_threads() {
+    let (_dir, store) = fresh();
+    let store = Arc::new(store);
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let store = Arc::clone(&store);
+            std::thread::spawn(move || {
+                for _ in 0..500 {
+                    store
+                        .update("", "counter", &mut |v| {
+                            let n = v.and_then(|v| v.as_i64()).unwrap_or(0);
+                            Ok(Some(json!(n + 1)))
+                        })
+                        .unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(store.get("", "counter").unwrap(), Some(json!(1000)));
+}
+
+#[test]
+fn update_returns_the_new_value_deletes_and_rolls_back_on_error() {
+    let (_dir, store) = fresh();
+    let seen = store
+        .update("w", "k", &mut |v| {
+            assert_eq!(v, None);
+            Ok(Some(json!({"n": 1})))
+        })
+        .unwrap();
+    assert_eq!(seen, Some(json!({"n": 1})));
+    let err = store
+        .update("w", "k", &mut |_| Err("nope".to_string()))
+        .unwrap_err();
+    assert_eq!(err.kind(), "value_error");
+    assert!(err.to_string().contains("nope"), "{err}");
+    assert_eq!(store.get("w", "k").unwrap(), Some(json!({"n": 1})));
+    assert_eq!(store.update("w", "k", &mut |_| Ok(None)).unwrap(), None);
+    assert_eq!(store.get("w", "k").unwrap(), None);
+}
+
+#[test]
+fn the_store_refuses_calls_from_inside_update_instead_of_deadlocking() {
+    let (_dir, store) = fresh();
+    let mut inner = None;
+    store
+        .update("", "k", &mut |_| {
+            inner = Some(store.get("", "other"));
+            Ok(Some(json!(1)))
+        })
+        .unwrap();
+    let err = inner.unwrap().unwrap_err();
+    assert_eq!(err.kind(), "value_error");
+    assert!(
+        err.to_string().contains("inside an update function"),
+        "{err}"
+    );
+    // And usable again afterwards.
+    assert_eq!(store.get("", "k").unwrap(), Some(json!(1)));
+}
+
+#[test]
+fn commit_step_replaces_messages_serves_backlog_sets_dropped_and_clears_journal() {
+    let (_dir, store) = fresh();
+    assert_eq!(store.load_cell("alice").unwrap(), None);
+    for i in 0..4 {
+        store
+            .push_backlog("alice", &mail(&format!("m{i}")))
+            .unwrap();
+    }
+    store.push_backlog("bob", &mail("for bob")).unwrap();
+    store
+        .journal(
+            "alice",
+            &JournalEntry {
+                call_id: "c1".into(),
+                tool: "read".into(),
+                result: None,
+                files: Vec::new(),
+            },
+        )
+        .unwrap();
+    store
+        .journal(
+            "bob",
+            &JournalEntry {
+                call_id: "c1".into(),
+                tool: "read".into(),
+                result: None,
+                files: Vec::new(),
+            },
+        )
+        .unwrap();
+
+    let cell = store.load_cell("alice").unwrap().unwrap();
+    assert!(cell.messages.is_empty());
+    assert_eq!(
+        cell.backlog
+            .iter()
+            .map(|m| m.content.as_str())
+            .collect::<Vec<_>>(),
+        ["m0", "m1", "m2", "m3"]
+    );
+    assert_eq!(cell.journal.len(), 1);
+
+    let messages = vec![
+        Message::user("[mail from bob] m0"),
+        Message::user("[mail from bob] m1"),
+        Message::assistant("done"),
+    ];
+    store.commit_step("alice", &messages, 2, 7).unwrap();
+    let cell = store.load_cell("alice").unwrap().unwrap();
+    assert_eq!(cell.messages, messages);
+    assert_eq!(
+        cell.backlog
+            .iter()
+            .map(|m| m.content.as_str())
+            .collect::<Vec<_>>(),
+        ["m2", "m3"]
+    );
+    assert_eq!(cell.dropped, 7);
+    assert!(cell.journal.is_empty());
+
+    // Another cell is untouched.
+    let bob = store.load_cell("bob").unwrap().unwrap();
+    assert_eq!(bob.backlog, vec![mail("for bob")]);
+    assert_eq!(bob.journal.len(), 1);
+
+    // Serving more than is held empties the backlog; dropped can go back to 0.
+    store.commit_step("alice", &messages[..1], 10, 0).unwrap();
+    let cell = store.load_cell("alice").unwrap().unwrap();
+    assert_eq!(cell.messages, messages[..1]);
+    assert!(cell.backlog.is_empty());
+    assert_eq!(cell.dropped, 0);
+    assert_eq!(store.conversations().unwrap(), ["alice", "bob"]);
+}
+
+#[test]
+fn commit_step_creates_a_cell_and_backlog_keeps_arrival_order() {
+    let (_dir, store) = fresh();
+    store.commit_step("carol", &[], 0, 0).unwrap();
+    assert_eq!(
+        store.load_cell("carol").unwrap(),
+        Some(SavedResident::default())
+    );
+    let mut with_files = mail("with files");
+    with_files.files = vec![crate::files::record(
+        "a.txt",
+        None,
+        std::sync::Arc::from(&b"attached"[..]),
+    )];
+    with_files.hop = 2;
+    // Interleave two names: each keeps its own arrival order.
+    for i in 0..20 {
+        store
+            .push_backlog("carol", &mail(&format!("c{i}")))
+            .unwrap();
+        store.push_backlog("dave", &mail(&format!("d{i}"))).unwrap();
+    }
+    store.push_backlog("carol", &with_files).unwrap();
+    let cell = store.load_cell("carol").unwrap().unwrap();
+    let mut expected: Vec<Mail> = (0..20).map(|i| mail(&format!("c{i}"))).collect();
+    expected.push(with_files);
+    assert_eq!(cell.backlog, expected);
+    let attached = &cell.backlog[20].files[0];
+    assert_eq!(attached.data.as_deref(), Some(&b"attached"[..]));
+    store.commit_step("carol", &[], 5, 0).unwrap();
+    let cell = store.load_cell("carol").unwrap().unwrap();
+    assert_eq!(cell.backlog, expected[5..]);
+    assert_eq!(store.load_cell("dave").unwrap().unwrap().backlog.len(), 20);
+}
+
+#[test]
+fn journal_records_start_then_result_in_order_and_commit_step_clears_it() {
+    let (_dir, store) = fresh();
+    let start = |id: &str| JournalEntry {
+        call_id: id.into(),
+        tool: "read".into(),
+        result: None,
+        files: Vec::new(),
+    };
+    store.journal("a", &start("c2")).unwrap();
+    store.journal("a", &start("c1")).unwrap();
+    let finished = JournalEntry {
+        call_id: "c2".into(),
+        tool: "read".into(),
+        result: Some(result("c2", "contents ✓")),
+        files: Vec::new(),
+    };
+    store.journal("a", &finished).unwrap();
+    let cell = store.load_cell("a").unwrap().unwrap();
+    assert_eq!(cell.journal, vec![finished, start("c1")]);
+    store
+        .commit_step("a", &[Message::assistant("ok")], 0, 0)
+        .unwrap();
+    assert!(store.load_cell("a").unwrap().unwrap().journal.is_empty());
+}
+
+#[test]
+fn messages_with_tool_calls_round_trip() {
+    let (_dir, store) = fresh();
+    let messages = vec![
+        Message::new(Role::System, vec![Part::text("be brief")]),
+        Message::user("read a.txt"),
+        Message::new(
+            Role::Assistant,
+            vec![
+                Part::Reasoning {
+                    text: "thinking".into(),
+                    opaque: None,
+                },
+                Part::text("reading"),
+                Part::ToolCall(ToolCall {
+                    id: "c1".into(),
+                    name: "read".into(),
+                    arguments: "{\"path\":\"a.txt\"}".into(),
+                    opaque: None,
+                }),
+            ],
+        ),
+        Message::new(Role::Tool, vec![Part::ToolResult(result("c1", "hello"))]),
+    ];
+    store.commit_step("r", &messages, 0, 0).unwrap();
+    assert_eq!(store.load_cell("r").unwrap().unwrap().messages, messages);
+}
+
+#[test]
+fn file_bytes_are_stored_once_and_put_back_on_load() {
+    let (_dir, store) = fresh();
+    let file = crate::files::record("n.csv", None, std::sync::Arc::from(&b"a,b\n1,2\n"[..]));
+    let messages = vec![
+        Message::new(
+            Role::User,
+            vec![Part::text("see"), Part::File(file.clone())],
+        ),
+        Message::new(Role::User, vec![Part::File(file.clone())]),
+    ];
+    store.commit_step("r", &messages, 0, 0).unwrap();
+    store.commit_step("r", &messages, 0, 0).unwrap();
+    let stored: i64 = store
+        .writer()
+        .unwrap()
+        .query_row("SELECT count(*) FROM files", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(stored, 1);
+    let text: String = store
+        .writer()
+        .unwrap()
+        .query_row("SELECT messages FROM cells", [], |r| r.get(0))
+        .unwrap();
+    assert!(
+        !text.contains("1,2"),
+        "the conversation holds a reference only: {text}"
+    );
+    let loaded = store.load_cell("r").unwrap().unwrap().messages;
+    assert_eq!(loaded, messages);
+    for m in &loaded {
+        let f = m.files().next().unwrap();
+        assert_eq!(f.data.as_deref(), Some(&b"a,b\n1,2\n"[..]));
+    }
+}
+
+#[test]
+fn a_journaled_result_keeps_its_files() {
+    let (_dir, store) = fresh();
+    let file = crate::files::record(
+        "chart.png",
+        None,
+        std::sync::Arc::from(&b"\x89PNG\r\n\x1a\nx"[..]),
+    );
+    let entry = JournalEntry {
+        call_id: "c1".into(),
+        tool: "plot".into(),
+        result: Some(result("c1", "the chart")),
+        files: vec![file.clone()],
+    };
+    store.journal("r", &entry).unwrap();
+    let cell = store.load_cell("r").unwrap().unwrap();
+    assert_eq!(cell.journal, vec![entry]);
+    assert_eq!(cell.journal[0].files[0].data, file.data);
+}
+
+#[test]
+fn a_mail_id_is_accepted_once_until_the_cell_is_cleared() {
+    let (_dir, store) = fresh();
+    let mut m = mail("one");
+    m.id = Some("feed-1".into());
+    assert!(store.push_backlog("alice", &m).unwrap());
+    assert!(
+        !store.push_backlog("alice", &m).unwrap(),
+        "a repeat is not appended"
+    );
+    assert!(
+        store.push_backlog("bob", &m).unwrap(),
+        "ids are per resident"
+    );
+    assert!(store.push_backlog("alice", &mail("no id")).unwrap());
+    assert!(
+        store.push_backlog("alice", &mail("no id")).unwrap(),
+        "no id: no dedupe"
+    );
+    assert_eq!(store.load_cell("alice").unwrap().unwrap().backlog.len(), 3);
+    store.clear_cell("alice").unwrap();
+    assert!(store.push_backlog("alice", &m).unwrap());
+}
+
+#[test]
+fn clear_cell_removes_messages_backlog_and_journal() {
+    let (_dir, store) = fresh();
+    store
+        .commit_step("a", &[Message::user("hi")], 0, 3)
+        .unwrap();
+    store.push_backlog("a", &mail("held")).unwrap();
+    store
+        .journal(
+            "a",
+            &JournalEntry {
+                call_id: "c".into(),
+                tool: "t".into(),
+                result: None,
+                files: Vec::new(),
+            },
+        )
+        .unwrap();
+    store.push_backlog("b", &mail("keep")).unwrap();
+    assert!(store.clear_cell("a").unwrap());
+    assert!(!store.clear_cell("a").unwrap());
+    assert_eq!(store.load_cell("a").unwrap(), None);
+    assert_eq!(store.conversations().unwrap(), ["b"]);
+    // A new cell of the same name starts empty.
+    store.push_backlog("a", &mail("new")).unwrap();
+    let cell = store.load_cell("a").unwrap().unwrap();
+    assert!(cell.messages.is_empty() && cell.journal.is_empty());
+    assert_eq!(cell.dropped, 0);
+    assert_eq!(cell.backlog, vec![mail("new")]);
+}
+
+#[test]
+fn breaker_round_trip() {
+    let (_dir, store) = fresh();
+    assert_eq!(store.breaker("ai/breaker").unwrap(), None);
+    let state = BreakerState {
+        status: BreakerStatus::Open,
+        failures: 3,
+        last_error: Some("503 from anthropic".into()),
+        next_probe_ms: Some(1_700_000_000_123),
+        probe_interval_ms: 60_000,
+        since_ms: 1_700_000_000_000,
+    };
+    store.save_breaker("ai/breaker", &state).unwrap();
+    assert_eq!(store.breaker("ai/breaker").unwrap(), Some(state.clone()));
+    let closed = BreakerState {
+        status: BreakerStatus::Closed,
+        failures: 0,
+        next_probe_ms: None,
+        ..state
+    };
+    store.save_breaker("ai/breaker", &closed).unwrap();
+    assert_eq!(store.breaker("ai/breaker").unwrap(), Some(closed));
+    assert_eq!(store.breaker("other").unwrap(), None);
+}
+
+#[test]
+fn audit_log_filters_by_resident_and_tool_in_order() {
+    let (_dir, store) = fresh();
+    let entry = |at_ms: u64, resident: &str, tool: &str, outcome: &str| AuditEntry {
+        at_ms,
+        resident: resident.into(),
+        tool: tool.into(),
+        args_hash: format!("{at_ms:064x}"),
+        duration_ms: at_ms as f64 / 8.0,
+        outcome: outcome.into(),
+        message: (outcome != "ok").then(|| format!("{tool} went wrong")),
+    };
+    let all = vec![
+        entry(3, "alice", "read", "ok"),
+        entry(1, "bob", "read", "error"),
+        entry(2, "alice", "write", "thrown"),
+        entry(4, "script", "read", "ok"),
+    ];
+    for e in &all {
+        store.audit(e).unwrap();
+    }
+    assert_eq!(store.audit_log(&AuditFilter::default()).unwrap(), all);
+    let alice = AuditFilter {
+        resident: Some("alice".into()),
+        tool: None,
+    };
+    assert_eq!(
+        store.audit_log(&alice).unwrap(),
+        vec![all[0].clone(), all[2].clone()]
+    );
+    let reads = AuditFilter {
+        resident: None,
+        tool: Some("read".into()),
+    };
+    assert_eq!(
+        store.audit_log(&reads).unwrap(),
+        vec![all[0].clone(), all[1].clone(), all[3].clone()]
+    );
+    let both = AuditFilter {
+        resident: Some("alice".into()),
+        tool: Some("read".into()),
+    };
+    assert_eq!(store.audit_log(&both).unwrap(), vec![all[0].clone()]);
+    let none = AuditFilter {
+        resident: Some("nobody".into()),
+        tool: None,
+    };
+    assert!(store.audit_log(&none).unwrap().is_empty());
+}
+
+#[test]
+fn a_newer_schema_is_too_new_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        store.set("", "k", &json!(1)).unwrap();
+    }
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.pragma_update(None, "user_version", 999).unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert_eq!(err.kind(), "too_new", "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    assert!(msg.contains("999"), "{msg}");
+    assert!(msg.contains(&format!("up to {SCHEMA_VERSION}")), "{msg}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+    let conn = Connection::open(&path).unwrap();
+    let v: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(v, 999);
+}
+
+#[test]
+fn garbage_is_damaged_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    let garbage: Vec<u8> = (0..5000u32).map(|i| (i * 7 + 3) as u8).collect();
+    std::fs::write(&path, &garbage).unwrap();
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert_eq!(err.kind(), "damaged", "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains(&path.display().to_string()), "{msg}");
+    assert!(msg.contains("not an SQLite database"), "{msg}");
+    assert_eq!(std::fs::read(&path).unwrap(), garbage);
+    // Nothing was created beside it either.
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["store.sqlite3"]);
+}
+
+#[test]
+fn corrupt_pages_are_damaged_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        for i in 0..200 {
+            store
+                .set("", &format!("key{i:04}"), &json!("x".repeat(100)))
+                .unwrap();
+        }
+    }
+    let mut bytes = std::fs::read(&path).unwrap();
+    let page = u16::from_be_bytes([bytes[16], bytes[17]]) as usize;
+    assert!(bytes.len() >= 3 * page);
+    // Scribble over the second page (a b-tree page of the schema's tables).
+    for b in &mut bytes[page..2 * page] {
+        *b = 0xA5;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert_eq!(err.kind(), "damaged", "{err}");
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+    assert_eq!(std::fs::read(&path).unwrap(), bytes);
+}
+
+#[test]
+fn another_sqlite_database_is_not_a_colony_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.db");
+    {
+        let conn = Connection::open(&path).unwrap();
+        conn.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+            .unwrap();
+    }
+    let before = std::fs::read(&path).unwrap();
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert_eq!(err.kind(), "damaged", "{err}");
+    assert!(err.to_string().contains("not a colony store"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), before);
+}
+
+#[test]
+fn an_empty_file_is_refused_and_left_untouched() {
+    // A store colony opened is never empty: an empty file lost its contents (or never was
+    // a store), and starting afresh in it would lose the program's state silently.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    std::fs::write(&path, b"").unwrap();
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert_eq!(err.kind(), "damaged", "{err}");
+    assert!(err.to_string().contains("is empty (0 bytes)"), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"");
+}
+
+// --- group commit ---
+
+#[test]
+fn writes_from_many_threads_each_get_their_own_outcome_and_all_are_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    let store = SqliteStore::open(&path).unwrap();
+    const THREADS: usize = 16;
+    let accepted: Vec<Vec<bool>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|t| {
+                let store = &store;
+                s.spawn(move || {
+                    // Two threads share each mail id: exactly one of them has it accepted.
+                    (0..20)
+                        .map(|i| {
+                            let mut m = mail(&format!("{t}-{i}"));
+                            m.id = Some(format!("{}-{i}", t / 2));
+                            store.set("", &format!("{t}/{i}"), &json!(i)).unwrap();
+                            store.push_backlog("inbox", &m).unwrap()
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for pair in accepted.chunks(2) {
+        for i in 0..20 {
+            assert!(
+                pair[0][i] ^ pair[1][i],
+                "id {i} of a pair accepted exactly once"
+            );
+        }
+    }
+    let commits = store.commits();
+    assert_eq!(commits.writes, (THREADS * 20 * 2) as u64);
+    drop(store);
+    let store = SqliteStore::open(&path).unwrap();
+    for t in 0..THREADS {
+        for i in 0..20 {
+            assert_eq!(store.get("", &format!("{t}/{i}")).unwrap(), Some(json!(i)));
+        }
+    }
+    let cell = store.load_cell("inbox").unwrap().unwrap();
+    assert_eq!(cell.backlog.len(), THREADS / 2 * 20);
+}
+
+#[test]
+fn a_write_that_fails_in_a_batch_is_rolled_back_alone() {
+    let (_dir, store) = fresh();
+    // A trigger refuses one key, as a full disk or a constraint could refuse one write.
+    store
+        .write
+        .lock()
+        .unwrap()
+        .execute_batch(
+            "CREATE TEMP TRIGGER refuse BEFORE INSERT ON kv WHEN NEW.key = 'bad'
+             BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+        )
+        .unwrap();
+    let set = |key: &str| Write::Set {
+        space: String::new(),
+        key: key.into(),
+        text: "1".into(),
+    };
+    let batch = [set("a"), set("bad"), set("b")];
+    let outcomes = writes::apply_batch(&mut store.write.lock().unwrap(), &batch, &|e| store.err(e));
+    assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
+    let err = outcomes[1].as_ref().unwrap_err();
+    assert!(err.to_string().contains("refused"), "{err}");
+    assert_eq!(store.get("", "a").unwrap(), Some(json!(1)));
+    assert_eq!(store.get("", "bad").unwrap(), None);
+    assert_eq!(store.get("", "b").unwrap(), Some(json!(1)));
+    // Alone, the refused write fails and leaves nothing behind.
+    let lone = writes::apply_batch(&mut store.write.lock().unwrap(), &[set("bad")], &|e| {
+        store.err(e)
+    });
+    assert!(lone[0].is_err());
+    assert_eq!(store.get("", "bad").unwrap(), None);
+}
+
+/// 64 tasks on a runtime of 2 workers commit while the writing connection is held: every one of
+/// them queues (they wait off the workers; blocking them would stall the rest), then the queue
+/// goes in one transaction behind the first.
+#[test]
+fn residents_committing_at_once_share_one_transaction() {
+    const TASKS: usize = 64;
+    let (_dir, store) = fresh();
+    let store = Arc::new(store);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap();
+    let held = store.write.lock().unwrap();
+    let before = store.commits();
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let store = store.clone();
+            rt.spawn(async move {
+                let messages = vec![Message::user(format!("step of {t}"))];
+                store.commit_step(&format!("r{t}"), &messages, 0, 0)
+            })
+        })
+        .collect();
+    // The first write's leader waits for the connection; the other 63 queue behind it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while store.writes.queued() < TASKS - 1 && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    assert_eq!(
+        store.writes.queued(),
+        TASKS - 1,
+        "every task queued its write"
+    );
+    drop(held);
+    for t in tasks {
+        rt.block_on(t).unwrap().unwrap();
+    }
+    let after = store.commits();
+    assert_eq!(after.writes - before.writes, TASKS as u64);
+    assert_eq!(
+        after.transactions - before.transactions,
+        2,
+        "the first, then the 63 together"
+    );
+    for t in 0..TASKS {
+        let cell = store.load_cell(&format!("r{t}")).unwrap().unwrap();
+        assert_eq!(cell.messages, vec![Message::user(format!("step of {t}"))]);
+    }
+}
+
+// --- resuming: the cells in one pass ---
+
+#[test]
+fn a_resume_reads_every_cell_in_one_pass_and_never_misses_a_write_made_since() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    let n = cells::IN_ONE_PASS as usize + 6;
+    let name = |i: usize| format!("r{i:03}");
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        for i in 0..n {
+            let messages = [Message::user(format!("hello {i}"))];
+            store.commit_step(&name(i), &messages, 0, 0).unwrap();
+            store
+                .push_backlog(&name(i), &mail(&format!("mail {i}")))
+                .unwrap();
+            if i % 2 == 0 {
+                let started = JournalEntry {
+                    call_id: "call_1".into(),
+                    tool: "read".into(),
+                    result: None,
+                    files: Vec::new(),
+                };
+                store.journal(&name(i), &started).unwrap();
+            }
+        }
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    let first = store.load_cell(&name(0)).unwrap().unwrap();
+    assert!(
+        matches!(*store.kept.lock().unwrap(), Kept::Cells { .. }),
+        "the first load read them all"
+    );
+    assert_eq!(first.messages, vec![Message::user("hello 0")]);
+    assert_eq!(first.backlog, vec![mail("mail 0")]);
+    assert_eq!(first.journal.len(), 1);
+
+    // Written after the pass: a load sees the write, not the text read before it.
+    store
+        .commit_step(&name(1), &[Message::user("changed")], 1, 0)
+        .unwrap();
+    store.push_backlog(&name(2), &mail("later")).unwrap();
+    let one = store.load_cell(&name(1)).unwrap().unwrap();
+    assert_eq!(one.messages, vec![Message::user("changed")]);
+    assert!(one.backlog.is_empty(), "the served mail left the backlog");
+    let two = store.load_cell(&name(2)).unwrap().unwrap();
+    assert_eq!(two.backlog, vec![mail("mail 2"), mail("later")]);
+    // Loaded again: from SQLite now, the same.
+    assert_eq!(store.load_cell(&name(0)).unwrap().unwrap(), first);
+    // Every other cell as reading it alone gives it.
+    for i in 3..n {
+        let kept = store.load_cell(&name(i)).unwrap().unwrap();
+        let alone = cells::read_one(&mut store.read.lock().unwrap(), &name(i))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            kept,
+            store.decode_cell(&name(i), alone).unwrap(),
+            "{}",
+            name(i)
+        );
+    }
+    assert!(
+        matches!(*store.kept.lock().unwrap(), Kept::Done),
+        "nothing is kept once every cell was loaded"
+    );
+    assert_eq!(store.load_cell("nobody").unwrap(), None);
+}
+
+#[test]
+fn a_small_store_reads_its_cells_one_by_one() {
+    let (_dir, store) = fresh();
+    store
+        .commit_step("alice", &[Message::user("hi")], 0, 0)
+        .unwrap();
+    assert!(store.load_cell("alice").unwrap().is_some());
+    assert!(matches!(*store.kept.lock().unwrap(), Kept::Done));
+}

@@ -1,0 +1,277 @@
+//! The SQLite store's writes as owned values, so they can wait in the group commit queue
+//! ([`GroupCommit`](crate::store::group_commit::GroupCommit)) and be applied by whichever caller leads the batch. The
+//! caller makes a write's JSON text before queueing it (on its own thread, in parallel with the
+//! others); the leader only runs the statements.
+
+use std::sync::Arc;
+
+use rusqlite::{Connection, Transaction, params};
+
+use super::super::{AuditEntry, StoreError, StoreResult};
+use crate::vocab::FileRef;
+
+/// The bytes of an attached file, by content hash, that a write stores if they are not yet.
+pub(super) struct FileBytes {
+    sha256: String,
+    data: Arc<[u8]>,
+}
+
+/// The files of `refs` that carry their bytes (a reference without them refers to stored bytes).
+pub(super) fn file_bytes<'a>(refs: impl Iterator<Item = &'a FileRef>) -> Vec<FileBytes> {
+    refs.filter_map(|f| {
+        f.data.as_ref().map(|data| FileBytes {
+            sha256: f.sha256.clone(),
+            data: data.clone(),
+        })
+    })
+    .collect()
+}
+
+/// One write of the [`Store`](super::super::Store) API, ready to apply.
+pub(super) enum Write {
+    Set {
+        space: String,
+        key: String,
+        text: String,
+    },
+    /// Whether the key existed.
+    Delete {
+        space: String,
+        key: String,
+    },
+    /// Whether the mail was appended (`false`: its id was accepted before).
+    PushBacklog {
+        name: String,
+        text: String,
+        id: Option<String>,
+        files: Vec<FileBytes>,
+    },
+    CommitStep {
+        name: String,
+        text: String,
+        files: Vec<FileBytes>,
+        served: i64,
+        dropped: i64,
+    },
+    Journal {
+        name: String,
+        call_id: String,
+        tool: String,
+        result: Option<String>,
+        files_text: Option<String>,
+        files: Vec<FileBytes>,
+    },
+    /// Whether there was anything to remove.
+    ClearCell {
+        name: String,
+    },
+    SaveBreaker {
+        key: String,
+        text: String,
+    },
+    Audit(AuditEntry),
+}
+
+impl Write {
+    /// The persisted resident whose cell it writes.
+    pub fn cell(&self) -> Option<&str> {
+        match self {
+            Write::PushBacklog { name, .. }
+            | Write::CommitStep { name, .. }
+            | Write::Journal { name, .. }
+            | Write::ClearCell { name } => Some(name),
+            _ => None,
+        }
+    }
+
+    /// Runs the write's statements in the open transaction; `Ok(true)` unless it says otherwise.
+    fn apply(&self, conn: &Connection) -> rusqlite::Result<bool> {
+        match self {
+            Write::Set { space, key, text } => {
+                conn.prepare_cached(
+                    "INSERT INTO kv (space, key, value) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (space, key) DO UPDATE SET value = excluded.value",
+                )?
+                .execute(params![space, key, text])?;
+                Ok(true)
+            }
+            Write::Delete { space, key } => Ok(conn
+                .prepare_cached("DELETE FROM kv WHERE space = ?1 AND key = ?2")?
+                .execute(params![space, key])?
+                > 0),
+            Write::PushBacklog {
+                name,
+                text,
+                id,
+                files,
+            } => {
+                if let Some(id) = id {
+                    let new = conn
+                        .prepare_cached(
+                            "INSERT OR IGNORE INTO accepted (name, id) VALUES (?1, ?2)",
+                        )?
+                        .execute(params![name, id])?;
+                    if new == 0 {
+                        return Ok(false);
+                    }
+                }
+                ensure_cell(conn, name)?;
+                save_files(conn, files)?;
+                conn.prepare_cached("INSERT INTO backlog (name, mail) VALUES (?1, ?2)")?
+                    .execute(params![name, text])?;
+                Ok(true)
+            }
+            Write::CommitStep {
+                name,
+                text,
+                files,
+                served,
+                dropped,
+            } => {
+                save_files(conn, files)?;
+                conn.prepare_cached(
+                    "INSERT INTO cells (name, messages, dropped) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (name) DO UPDATE SET messages = excluded.messages,
+                                                      dropped = excluded.dropped",
+                )?
+                .execute(params![name, text, dropped])?;
+                if *served > 0 {
+                    conn.prepare_cached(
+                        "DELETE FROM backlog WHERE seq IN
+                             (SELECT seq FROM backlog WHERE name = ?1 ORDER BY seq LIMIT ?2)",
+                    )?
+                    .execute(params![name, served])?;
+                }
+                conn.prepare_cached("DELETE FROM journal WHERE name = ?1")?
+                    .execute(params![name])?;
+                Ok(true)
+            }
+            Write::Journal {
+                name,
+                call_id,
+                tool,
+                result,
+                files_text,
+                files,
+            } => {
+                ensure_cell(conn, name)?;
+                save_files(conn, files)?;
+                conn.prepare_cached(
+                    "INSERT INTO journal (name, call_id, tool, result, files)
+                     VALUES (?1, ?2, ?3, ?4, ?5)
+                     ON CONFLICT (name, call_id) DO UPDATE SET tool = excluded.tool,
+                                                               result = excluded.result,
+                                                               files = excluded.files",
+                )?
+                .execute(params![name, call_id, tool, result, files_text])?;
+                Ok(true)
+            }
+            Write::ClearCell { name } => {
+                let mut removed = 0;
+                for table in ["cells", "backlog", "journal"] {
+                    removed += conn
+                        .prepare_cached(&format!("DELETE FROM {table} WHERE name = ?1"))?
+                        .execute(params![name])?;
+                }
+                conn.prepare_cached("DELETE FROM accepted WHERE name = ?1")?
+                    .execute(params![name])?;
+                Ok(removed > 0)
+            }
+            Write::SaveBreaker { key, text } => {
+                conn.prepare_cached(
+                    "INSERT INTO breakers (key, state) VALUES (?1, ?2)
+                     ON CONFLICT (key) DO UPDATE SET state = excluded.state",
+                )?
+                .execute(params![key, text])?;
+                Ok(true)
+            }
+            Write::Audit(entry) => {
+                conn.prepare_cached(
+                    "INSERT INTO audit
+                         (at_ms, resident, tool, args_hash, duration_ms, outcome, message)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                )?
+                .execute(params![
+                    i64::try_from(entry.at_ms).unwrap_or(i64::MAX),
+                    entry.resident,
+                    entry.tool,
+                    entry.args_hash,
+                    entry.duration_ms,
+                    entry.outcome,
+                    entry.message
+                ])?;
+                Ok(true)
+            }
+        }
+    }
+}
+
+/// Applies `writes` in one transaction: one commit (one fsync) for all. Each write runs in a
+/// savepoint of its own, so one that fails is rolled back alone and answered with its error while
+/// the others commit; a failure that ends the transaction (or a failed commit) fails them all,
+/// since none of them is on disk then. `err` names the file in an error.
+pub(super) fn apply_batch(
+    conn: &mut Connection,
+    writes: &[Write],
+    err: &dyn Fn(rusqlite::Error) -> StoreError,
+) -> Vec<StoreResult<bool>> {
+    let all = |e: StoreError| writes.iter().map(|_| Err(e.clone())).collect();
+    let mut tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
+        Ok(tx) => tx,
+        Err(e) => return all(err(e)),
+    };
+    let mut outcomes = Vec::with_capacity(writes.len());
+    for write in writes {
+        let outcome = if writes.len() == 1 {
+            write.apply(&tx)
+        } else {
+            in_savepoint(&mut tx, write)
+        };
+        match outcome {
+            Ok(v) => outcomes.push(Ok(v)),
+            // A lone write that failed: nothing to commit (the transaction rolls back on drop).
+            Err(e) if writes.len() == 1 => return all(err(e)),
+            // SQLite ended the transaction itself (a full disk, an I/O error): the writes before
+            // this one are gone too, so none is reported done.
+            Err(e) if tx.is_autocommit() => return all(err(e)),
+            Err(e) => outcomes.push(Err(err(e))),
+        }
+    }
+    match tx.commit() {
+        Ok(()) => outcomes,
+        Err(e) => all(err(e)),
+    }
+}
+
+fn in_savepoint(tx: &mut Transaction<'_>, write: &Write) -> rusqlite::Result<bool> {
+    let sp = tx.savepoint()?;
+    // Dropped on an error: rolled back to where it began.
+    let done = write.apply(&sp)?;
+    sp.commit()?;
+    Ok(done)
+}
+
+fn ensure_cell(conn: &Connection, name: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(
+        "INSERT OR IGNORE INTO cells (name, messages, dropped) VALUES (?1, '[]', 0)",
+    )?
+    .execute(params![name])?;
+    Ok(())
+}
+
+/// Writes the bytes of each file not stored yet (in the write's transaction, so a message never
+/// refers to bytes that are not on disk).
+fn save_files(conn: &Connection, files: &[FileBytes]) -> rusqlite::Result<()> {
+    if files.is_empty() {
+        return Ok(());
+    }
+    let mut known = conn.prepare_cached("SELECT 1 FROM files WHERE sha256 = ?1")?;
+    let mut insert = conn.prepare_cached("INSERT INTO files (sha256, data) VALUES (?1, ?2)")?;
+    for file in files {
+        // Asked first so a step does not hand SQLite every attachment's bytes again.
+        if !known.exists(params![file.sha256])? {
+            insert.execute(params![file.sha256, &*file.data])?;
+        }
+    }
+    Ok(())
+}
