@@ -162,9 +162,16 @@ fn origin(base_url: &str) -> &str {
     }
 }
 
+/// The client model calls go out on. Its pool keeps at most [`DEFAULT_MAX_CONCURRENT_CALLS`]
+/// idle connections to a host, for 90 s each: the call limit ([`Providers::slot`]) bounds the
+/// connections in use, and this bounds the ones the pool opens beyond them (while a finished
+/// call's connection is being handed back, a waiting call may open another, which then joins the
+/// idle ones), so one pool holds at most the call limit plus 100 sockets to a host, however
+/// the load comes.
 fn new_client() -> reqwest::Client {
     reqwest::Client::builder()
         .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(DEFAULT_MAX_CONCURRENT_CALLS)
         .redirect(same_origin_redirects("the provider"))
         // A Referer would carry the original URL, and with it a `?key=` (Gemini).
         .referer(false)
@@ -290,7 +297,7 @@ impl Providers {
     }
 
     /// A slot to call `ep`'s host on: held until its answer is read, so at most
-    /// `ep.max_concurrent_calls` calls (and connections) are open to it at once. Waiting is fair
+    /// `ep.max_concurrent_calls` calls (and so connections in use) are open to it at once. Waiting is fair
     /// (first come, first served), so a burst is served in order and no caller starves; the wait
     /// does not count against the use-type's `timeout`, which bounds each call in flight and so
     /// the wait. A caller that gives up (a deadline, Ctrl-C) leaves the queue.
