@@ -12,9 +12,10 @@
 //!   `prompt_tokens = 11` on every answer instead).
 //!
 //! Every SOAK_SAMPLE_SECS it prints the child's resident set size (`/proc/<pid>/status`), the
-//! sockets it holds (its HTTP/1.1 connections to the provider: one per request in flight at the
-//! busiest moment so far, each with its buffers), the mail sent, accepted, served and waiting, the
-//! deepest mailbox, outages and recoveries. It fails
+//! sockets it holds (its HTTP/1.1 connections to the provider, each with its buffers: one per
+//! call in flight, at most `max_concurrent_calls`, plus the few the pool opens while another is
+//! being handed back, kept idle for 90 s, at most 100), the mail sent, accepted, served and waiting,
+//! the deepest mailbox, outages and recoveries. It fails
 //! (exit code 1) when the RSS of any later sample is more than 10 % above the first sample taken
 //! after the first minute, or when a mail the program had accepted is not accounted for at the
 //! end: served (by colony's count and, separately, by the provider's: the mail in the requests it
@@ -22,7 +23,9 @@
 //!
 //! Run: `cargo bench --bench soak` (ten minutes per mode). Settings, from the environment:
 //! `SOAK_SECS` (600), `SOAK_SAMPLE_SECS` (30), `SOAK_RESIDENTS` (1000), `SOAK_RATE` (mails a
-//! second, 100), `SOAK_MODES` (`realistic,none`; also `fixed`).
+//! second, 100), `SOAK_MODES` (`realistic,none`; also `fixed`), `SOAK_MAX_CALLS` (the use-type's
+//! `max_concurrent_calls`; unset, colony's default). Each process runs its modes one after the
+//! other; two processes with one mode each run them at once.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -199,6 +202,7 @@ struct Settings {
     sample: u64,
     residents: u64,
     rate: u64,
+    max_calls: Option<u64>,
 }
 
 /// One run in one usage mode: the failures it found.
@@ -221,11 +225,11 @@ fn soak(rt: &tokio::runtime::Runtime, usage: Usage, s: &Settings) -> Vec<String>
 
     let dir = tempfile::tempdir().expect("a temp dir");
     let config = dir.path().join("config.toml");
-    std::fs::write(
-        &config,
-        "[use.general]\nprovider = \"openai\"\nmodel = \"soak\"\n",
-    )
-    .expect("the config");
+    let mut use_type = "[use.general]\nprovider = \"openai\"\nmodel = \"soak\"\n".to_string();
+    if let Some(n) = s.max_calls {
+        use_type.push_str(&format!("max_concurrent_calls = {n}\n"));
+    }
+    std::fs::write(&config, use_type).expect("the config");
     let program = concat!(env!("CARGO_MANIFEST_DIR"), "/benches/soak.lua");
     let mut child = Command::new(env!("CARGO_BIN_EXE_colony"))
         .args(["run", "--state"])
@@ -252,12 +256,14 @@ fn soak(rt: &tokio::runtime::Runtime, usage: Usage, s: &Settings) -> Vec<String>
     let pid = child.id();
     let started = Instant::now();
     println!(
-        "soak [{}]: {} residents, {} s, {} mails/s, a sample every {} s (pid {pid})",
+        "soak [{}]: {} residents, {} s, {} mails/s, a sample every {} s, max_concurrent_calls {} (pid {pid})",
         usage.name(),
         s.residents,
         s.secs,
         s.rate,
-        s.sample
+        s.sample,
+        s.max_calls
+            .map_or_else(|| "colony's default".to_string(), |n| n.to_string()),
     );
     let mut failures = Vec::new();
     let mut baseline: Option<(u64, u64)> = None;
@@ -372,6 +378,10 @@ fn main() {
         sample: env_or("SOAK_SAMPLE_SECS", 30),
         residents: env_or("SOAK_RESIDENTS", 1000),
         rate: env_or("SOAK_RATE", 100),
+        max_calls: std::env::var("SOAK_MAX_CALLS").ok().map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("SOAK_MAX_CALLS={v:?} is not a whole number"))
+        }),
     };
     let modes: Vec<Usage> = std::env::var("SOAK_MODES")
         .unwrap_or_else(|_| "realistic,none".into())

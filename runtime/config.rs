@@ -64,6 +64,10 @@ pub struct UseConfig {
     /// go as `image_url` data instead of a note. Overrides the catalogue's entry.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub images: Option<bool>,
+    /// The most model calls in flight at once to this use-type's provider host (default
+    /// [`crate::providers::DEFAULT_MAX_CONCURRENT_CALLS`]); more wait their turn in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_concurrent_calls: Option<usize>,
 }
 
 /// The fields `colony config set` accepts, in the order `list` shows them.
@@ -79,6 +83,7 @@ pub const FIELDS: &[&str] = &[
     "max_response_bytes",
     "tools",
     "images",
+    "max_concurrent_calls",
 ];
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -254,6 +259,13 @@ impl Config {
                 u.tools = text();
             }
             "images" => u.images = Some(value.parse().map_err(|_| bad("expected true or false"))?),
+            "max_concurrent_calls" => {
+                let n: usize = value.parse().map_err(|_| bad("not a whole number"))?;
+                if n == 0 {
+                    return Err(bad("must be at least 1"));
+                }
+                u.max_concurrent_calls = Some(n);
+            }
             _ => {
                 return Err(ConfigError::Invalid(format!(
                     "unknown field {field:?} (fields: {})",
@@ -291,8 +303,10 @@ impl Config {
             "max_tokens" => u.max_tokens = None,
             "temperature" => u.temperature = None,
             "timeout" => u.timeout = None,
+            "max_response_bytes" => u.max_response_bytes = None,
             "tools" => u.tools = None,
             "images" => u.images = None,
+            "max_concurrent_calls" => u.max_concurrent_calls = None,
             _ => unreachable!("checked against FIELDS"),
         }
         if *u == UseConfig::default() {
@@ -323,6 +337,7 @@ impl UseConfig {
             "max_response_bytes" => self.max_response_bytes.map(|v| v.to_string()),
             "tools" => self.tools.clone(),
             "images" => self.images.map(|v| v.to_string()),
+            "max_concurrent_calls" => self.max_concurrent_calls.map(|v| v.to_string()),
             _ => None,
         }
     }
@@ -503,6 +518,10 @@ impl Config {
                 reads: crate::files::forms::Reads {
                     images: cfg.images.unwrap_or(entry.images),
                 },
+                max_concurrent_calls: cfg
+                    .max_concurrent_calls
+                    .unwrap_or(crate::providers::DEFAULT_MAX_CONCURRENT_CALLS)
+                    .max(1),
             },
             model: o
                 .model
@@ -578,6 +597,54 @@ mod tests {
         assert!(c.unset("chat", None).unwrap());
         assert!(!c.unset("chat", None).unwrap());
         assert!(c.unset("chat", Some("colour")).is_err());
+    }
+
+    #[test]
+    fn every_field_sets_gets_and_unsets() {
+        let values = [
+            ("provider", "openai"),
+            ("model", "m"),
+            ("key", "sk-every-field-0123456789"),
+            ("key_env", "SOME_KEY"),
+            ("base_url", "http://127.0.0.1:9/v1"),
+            ("max_tokens", "100"),
+            ("temperature", "0.5"),
+            ("timeout", "30"),
+            ("max_response_bytes", "1024"),
+            ("tools", "text"),
+            ("images", "true"),
+            ("max_concurrent_calls", "8"),
+        ];
+        assert_eq!(values.map(|(f, _)| f), FIELDS, "one value for every field");
+        let mut c = Config::default();
+        for (field, value) in values {
+            c.set("code", field, value).unwrap();
+            assert!(c.uses["code"].field(field).is_some(), "{field} reads back");
+        }
+        for (field, _) in values {
+            assert!(c.unset("code", Some(field)).unwrap(), "{field} was set");
+        }
+        assert!(!c.uses.contains_key("code"), "nothing is left");
+    }
+
+    #[test]
+    fn max_concurrent_calls_defaults_and_refuses_zero() {
+        let mut c = Config::default();
+        c.set("general", "provider", "ollama").unwrap();
+        let ep = c.resolve(&Overrides::default()).unwrap().endpoint;
+        assert_eq!(
+            ep.max_concurrent_calls,
+            crate::providers::DEFAULT_MAX_CONCURRENT_CALLS
+        );
+        c.set("general", "max_concurrent_calls", "4").unwrap();
+        let ep = c.resolve(&Overrides::default()).unwrap().endpoint;
+        assert_eq!(ep.max_concurrent_calls, 4);
+        let e = c
+            .set("general", "max_concurrent_calls", "0")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("at least 1"), "{e}");
+        assert!(c.set("general", "max_concurrent_calls", "-1").is_err());
     }
 
     #[test]

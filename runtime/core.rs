@@ -127,6 +127,7 @@ impl Core {
                     tools_level: ToolsLevel::Native,
                     timeout: std::time::Duration::from_secs(600),
                     max_response_bytes: crate::providers::body::DEFAULT_MAX_RESPONSE_BYTES,
+                    max_concurrent_calls: crate::providers::DEFAULT_MAX_CONCURRENT_CALLS,
                 },
                 model: o.model.clone().unwrap_or_else(|| "replay".into()),
                 max_tokens: o.max_tokens,

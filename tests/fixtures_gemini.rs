@@ -142,6 +142,7 @@ fn endpoint() -> Endpoint {
         tools_level: ToolsLevel::Native,
         timeout: Duration::from_secs(10),
         max_response_bytes: colony::providers::body::DEFAULT_MAX_RESPONSE_BYTES,
+        max_concurrent_calls: colony::providers::DEFAULT_MAX_CONCURRENT_CALLS,
     }
 }
 

@@ -31,6 +31,7 @@ pub(super) fn step_args() -> (InferRequest, Endpoint) {
         tools_level: ToolsLevel::Native,
         timeout: Duration::from_secs(60),
         max_response_bytes: crate::providers::body::DEFAULT_MAX_RESPONSE_BYTES,
+        max_concurrent_calls: crate::providers::DEFAULT_MAX_CONCURRENT_CALLS,
     };
     (req, ep)
 }

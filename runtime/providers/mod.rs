@@ -43,6 +43,9 @@ pub struct Endpoint {
     pub max_response_bytes: u64,
     /// What the model reads beyond the style's file table.
     pub reads: crate::files::forms::Reads,
+    /// The most calls in flight at once to this endpoint's host (`max_concurrent_calls`, default
+    /// [`DEFAULT_MAX_CONCURRENT_CALLS`]); more wait their turn, in the order they came.
+    pub max_concurrent_calls: usize,
 }
 
 impl Endpoint {
@@ -137,9 +140,38 @@ pub fn merge_extra(body: &mut Value, extra: Option<&Value>) {
     }
 }
 
+/// How many model calls may be in flight at once to one provider host unless a use-type sets
+/// `max_concurrent_calls`. Over HTTP/1.1 each call in flight holds a connection of its own (and
+/// its buffers), so without a bound a program of 1,000 residents opens 1,000 sockets to one
+/// provider in a burst (outages end for all of them at once) and keeps them. 100 is the
+/// keep-alive pool of the official Anthropic and OpenAI SDKs: at a few seconds a call it is more
+/// than most accounts' rate limits allow, and at 10-30 kB a connection it costs a few MB.
+pub const DEFAULT_MAX_CONCURRENT_CALLS: usize = 100;
+
+/// One semaphore per provider host and limit, shared by every client of a program (the core's
+/// and the Lua thread's), so the limit is on the program's calls, not on one pool's. Use-types
+/// that reach one host with different limits are counted apart.
+type CallLimits = dashmap::DashMap<(String, usize), Arc<tokio::sync::Semaphore>>;
+
+/// `scheme://host:port` of a base URL: the part a connection pool keys on.
+fn origin(base_url: &str) -> &str {
+    let after_scheme = base_url.find("://").map_or(0, |i| i + 3);
+    match base_url[after_scheme..].find('/') {
+        Some(i) => &base_url[..after_scheme + i],
+        None => base_url,
+    }
+}
+
+/// The client model calls go out on. Its pool keeps at most [`DEFAULT_MAX_CONCURRENT_CALLS`]
+/// idle connections to a host, for 90 s each: the call limit ([`Providers::slot`]) bounds the
+/// connections in use, and this bounds the ones the pool opens beyond them (while a finished
+/// call's connection is being handed back, a waiting call may open another, which then joins the
+/// idle ones), so one pool holds at most the call limit plus 100 sockets to a host, however
+/// the load comes.
 fn new_client() -> reqwest::Client {
     reqwest::Client::builder()
         .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(DEFAULT_MAX_CONCURRENT_CALLS)
         .redirect(same_origin_redirects("the provider"))
         // A Referer would carry the original URL, and with it a `?key=` (Gemini).
         .referer(false)
@@ -226,6 +258,7 @@ pub struct Providers {
     http: Arc<OnceLock<reqwest::Client>>,
     replay: Option<Arc<replay::Cassette>>,
     record: Option<Arc<replay::Recorder>>,
+    limits: Arc<CallLimits>,
 }
 
 impl Providers {
@@ -237,6 +270,7 @@ impl Providers {
             http: Arc::default(),
             replay,
             record,
+            limits: Arc::default(),
         }
     }
 
@@ -260,6 +294,25 @@ impl Providers {
 
     pub fn http(&self) -> &reqwest::Client {
         self.http.get_or_init(new_client)
+    }
+
+    /// A slot to call `ep`'s host on: held until its answer is read, so at most
+    /// `ep.max_concurrent_calls` calls (and so connections in use) are open to it at once. Waiting is fair
+    /// (first come, first served), so a burst is served in order and no caller starves; the wait
+    /// does not count against the use-type's `timeout`, which bounds each call in flight and so
+    /// the wait. A caller that gives up (a deadline, Ctrl-C) leaves the queue.
+    async fn slot(&self, ep: &Endpoint) -> tokio::sync::OwnedSemaphorePermit {
+        let limit = ep.max_concurrent_calls.max(1);
+        let key = (origin(ep.base()).to_string(), limit);
+        let semaphore = self
+            .limits
+            .entry(key)
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(limit)))
+            .clone();
+        semaphore
+            .acquire_owned()
+            .await
+            .expect("a call limit's semaphore is never closed")
     }
 
     /// One model call. With `on_text`, the response is streamed and each text delta handed over
@@ -343,6 +396,7 @@ impl Providers {
         ep: &Endpoint,
         on_text: Option<&mut (dyn FnMut(&str) + Send)>,
     ) -> Result<Inferred, ProviderError> {
+        let _slot = self.slot(ep).await;
         let mut builder = self.http().post(&wire.url).timeout(ep.timeout);
         for (k, v) in &wire.headers {
             builder = builder.header(k, v);
@@ -378,6 +432,7 @@ impl Providers {
             return Ok(self.replay.as_ref().map(|c| c.models()).unwrap_or_default());
         };
         let wire = codec.models_request(ep);
+        let _slot = self.slot(ep).await;
         let mut builder = self.http().get(&wire.url).timeout(ep.timeout);
         for (k, v) in &wire.headers {
             builder = builder.header(k, v);

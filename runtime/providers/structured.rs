@@ -372,6 +372,7 @@ mod tests {
             tools_level: ToolsLevel::Native,
             timeout: std::time::Duration::from_secs(30),
             max_response_bytes: crate::providers::body::DEFAULT_MAX_RESPONSE_BYTES,
+            max_concurrent_calls: crate::providers::DEFAULT_MAX_CONCURRENT_CALLS,
         };
         let req = schema_req(person());
         let body = Anthropic.request(&prepare(&req), &ep, false).body;

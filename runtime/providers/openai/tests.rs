@@ -20,6 +20,7 @@ fn endpoint(key: Option<&str>) -> Endpoint {
         tools_level: ToolsLevel::Native,
         timeout: Duration::from_secs(30),
         max_response_bytes: crate::providers::body::DEFAULT_MAX_RESPONSE_BYTES,
+        max_concurrent_calls: crate::providers::DEFAULT_MAX_CONCURRENT_CALLS,
     }
 }
 

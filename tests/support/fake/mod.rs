@@ -24,6 +24,7 @@ mod server;
 mod wire;
 
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -66,6 +67,7 @@ impl Recorded {
 pub struct FakeProvider {
     addr: SocketAddr,
     state: Shared,
+    connections: Arc<AtomicUsize>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
 }
@@ -78,6 +80,8 @@ impl FakeProvider {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let app = server::router(state.clone());
+        let connections = Arc::new(AtomicUsize::new(0));
+        let accepted = connections.clone();
         let thread = std::thread::Builder::new()
             .name("fake-provider".into())
             .spawn(move || {
@@ -91,6 +95,9 @@ impl FakeProvider {
                         .await
                         .expect("fake provider: bind");
                     ready_tx.send(listener.local_addr().unwrap()).unwrap();
+                    let listener = axum::serve::ListenerExt::tap_io(listener, move |_| {
+                        accepted.fetch_add(1, Ordering::Relaxed);
+                    });
                     let serve = std::future::IntoFuture::into_future(axum::serve(listener, app));
                     tokio::select! {
                         r = serve => r.expect("fake provider: serve"),
@@ -108,6 +115,7 @@ impl FakeProvider {
         FakeProvider {
             addr,
             state,
+            connections,
             stop: Some(stop_tx),
             thread: Some(thread),
         }
@@ -166,6 +174,12 @@ impl FakeProvider {
     /// calls). Also served as `GET /stats` -> `{"calls": N}`.
     pub fn calls(&self) -> usize {
         self.state().calls
+    }
+
+    /// TCP connections the server has accepted so far (each client connection once, however
+    /// many requests it carried).
+    pub fn connections(&self) -> usize {
+        self.connections.load(Ordering::Relaxed)
     }
 
     /// Every request so far, oldest first (`/stats` excluded).
