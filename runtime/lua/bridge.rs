@@ -286,8 +286,9 @@ async fn run_tool(
     let first = values.next().unwrap_or(Value::Nil);
     if !ok {
         // The traced handler's `{ err, message, traceback }`.
+        // Lua calls no message handler for a memory error: the bare error comes back.
         let Value::Table(t) = first else {
-            return HandlerOutcome::Raised(super::describe_error(&first).into());
+            return HandlerOutcome::Raised(super::memory_or(&first).into());
         };
         let raised = t.get::<Value>(1).unwrap_or(Value::Nil);
         let fault = Fault {

@@ -25,7 +25,9 @@ pub mod json;
 pub mod mcp;
 pub mod messages;
 pub mod middleware;
+pub mod proc;
 pub mod residents;
+pub mod sandbox;
 pub mod store;
 pub mod term;
 pub mod turn;
@@ -39,6 +41,9 @@ use crate::residents::route as residents_route;
 use crate::residents::supervision::Fault;
 
 pub use residents::HostSetup;
+
+/// The Lua memory a program may hold when its host does not say (`--max-memory`): 1 GiB.
+pub const DEFAULT_MAX_MEMORY: usize = 1 << 30;
 
 /// A script that failed: the message is already in `file:line: message` form with its traceback.
 #[derive(Debug, thiserror::Error)]
@@ -167,6 +172,7 @@ pub fn new_vm(core: Core) -> mlua::Result<(Lua, bridge::LuaJobs)> {
 /// [`new_vm`] with what an embedding application lends the program.
 pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::LuaJobs)> {
     let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())?;
+    lua.set_memory_limit(host.max_memory.unwrap_or(DEFAULT_MAX_MEMORY))?;
     lua.set_app_data(core.with_own_client());
     lua.set_app_data(bridge::Functions::default());
     let (bridge, jobs) = bridge::channel();
@@ -192,6 +198,7 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     residents::register(&lua, &ai)?;
     let http = http::register(&lua)?;
     let fs = fs::register(&lua)?;
+    let proc = proc::register(&lua)?;
     let store = store::register(&lua)?;
     let term = term::register(&lua)?;
     let colony = colony::register(&lua)?;
@@ -205,6 +212,7 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     globals.set("ai", ai.clone())?;
     globals.set("http", http.clone())?;
     globals.set("fs", fs.clone())?;
+    globals.set("proc", proc.clone())?;
     // `require("json")`, `require("ai")`, `require("http")`, `require("fs")` and
     // `require("data").json` find the built-in modules.
     let preload: Table = globals.get::<Table>("package")?.get("preload")?;
@@ -215,10 +223,13 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     preload.set("ai", constant(&lua, globals.get::<Value>("ai")?)?)?;
     preload.set("http", constant(&lua, http)?)?;
     preload.set("fs", constant(&lua, fs)?)?;
+    preload.set("proc", constant(&lua, proc)?)?;
     preload.set("store", constant(&lua, store)?)?;
     preload.set("term", constant(&lua, term)?)?;
     preload.set("colony", constant(&lua, colony)?)?;
     preload.set("mcp", constant(&lua, mcp)?)?;
+    // Last, so the wrappers wrap the standard library as the script will find it.
+    sandbox::install(&lua, host.permissions.clone())?;
     Ok((lua, jobs))
 }
 
@@ -339,6 +350,21 @@ async fn run_on_this_thread(
             Some(other) => describe_error(&other),
             None => "the script failed".into(),
         })),
+    }
+}
+
+/// What Lua says when an allocation fails (the program is at `--max-memory`).
+const LUA_OUT_OF_MEMORY: &str = "not enough memory";
+/// What colony says instead.
+const OUT_OF_MEMORY: &str = "memory: the program's Lua memory reached its limit (--max-memory)";
+
+/// The text of an error Lua raised without a message handler: a memory error named as such,
+/// anything else as [`describe_error`] says it.
+fn memory_or(err: &Value) -> String {
+    match err {
+        Value::Error(e) if matches!(**e, mlua::Error::MemoryError(_)) => OUT_OF_MEMORY.into(),
+        Value::String(s) if s.as_bytes() == LUA_OUT_OF_MEMORY.as_bytes() => OUT_OF_MEMORY.into(),
+        other => describe_error(other),
     }
 }
 
@@ -504,6 +530,7 @@ pub fn plain(e: &mlua::Error) -> String {
             format!("{}\n{traceback}", plain(cause))
         }
         mlua::Error::WithContext { context, cause } => format!("{context}: {}", plain(cause)),
+        mlua::Error::MemoryError(_) => OUT_OF_MEMORY.into(),
         other => other.to_string(),
     }
 }

@@ -45,6 +45,10 @@ pub struct HostSetup {
     /// The application mails the program's residents from outside: the watch does not end
     /// when they are all idle.
     pub mails_in: bool,
+    /// What the program may reach beyond colony's own calls (default: everything).
+    pub permissions: std::sync::Arc<crate::permissions::Permissions>,
+    /// The most Lua memory the program may hold, in bytes (default [`super::DEFAULT_MAX_MEMORY`]).
+    pub max_memory: Option<usize>,
 }
 
 /// The host's tools, by name, in the VM's app data.
