@@ -245,12 +245,14 @@ pub fn build_stack(
                             "messages": req.messages.len(),
                         });
                         Box::pin(async move {
-                            match bridge.call_tool(func, info, json!({})).await {
+                            match bridge.call_tool(func, info, json!({}), None).await {
                                 HandlerOutcome::Value(text) | HandlerOutcome::Attached(text, _) => {
                                     Some(text)
                                 }
                                 HandlerOutcome::Gone => None,
-                                HandlerOutcome::Refused(e) | HandlerOutcome::Thrown(e) => {
+                                HandlerOutcome::Refused(e)
+                                | HandlerOutcome::Thrown(e)
+                                | HandlerOutcome::Deadline(e) => {
                                     tracing::warn!("before_step failed: {e}");
                                     None
                                 }

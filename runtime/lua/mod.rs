@@ -31,6 +31,7 @@ pub mod sandbox;
 pub mod store;
 pub mod term;
 pub mod turn;
+pub mod watchdog;
 
 use std::path::{Path, PathBuf};
 
@@ -173,6 +174,8 @@ pub fn new_vm(core: Core) -> mlua::Result<(Lua, bridge::LuaJobs)> {
 pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::LuaJobs)> {
     let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())?;
     lua.set_memory_limit(host.max_memory.unwrap_or(DEFAULT_MAX_MEMORY))?;
+    // First: the hook reaches only the coroutines made after it.
+    watchdog::install(&lua, host.interrupt.clone())?;
     lua.set_app_data(core.with_own_client());
     lua.set_app_data(bridge::Functions::default());
     let (bridge, jobs) = bridge::channel();
@@ -338,7 +341,12 @@ async fn run_on_this_thread(
     call_args.push_back(Value::Function(main));
     call_args.push_back(Value::Function(handler));
     call_args.extend(varargs);
-    let result = runner.call_async::<MultiValue>(call_args).await;
+    // The main chunk has no deadline, but a stop asked while it spins ends it.
+    let result = watchdog::guarded(
+        watchdog::Limit::default(),
+        runner.call_async::<MultiValue>(call_args),
+    )
+    .await;
     // The MCP servers the program kept open are shut down in order, not killed.
     mcp::close_all(&lua).await;
     let result = result.map_err(|e| ScriptError(plain(&e)))?;
@@ -482,7 +490,12 @@ fn calling_line(lua: &Lua) -> Option<String> {
             let src = d.source();
             let short = src.short_src?.to_string();
             let line = d.current_line()?;
-            (src.what != "C" && short != "colony" && !short.starts_with("__mlua"))
+            // colony's own chunks are named `=colony...` (the runner, the watchdog's `pcall`).
+            let own = src
+                .source
+                .as_deref()
+                .is_some_and(|s| s.starts_with("=colony"));
+            (src.what != "C" && !own && short != "colony" && !short.starts_with("__mlua"))
                 .then(|| format!("{short}:{line}"))
         })
         .flatten()
@@ -492,17 +505,25 @@ fn calling_line(lua: &Lua) -> Option<String> {
 /// Drops the frames colony itself adds (the runner chunk, `xpcall`, mlua's async poll loop), so
 /// a traceback shows the script's own frames.
 fn tidy_traceback(trace: &str) -> String {
+    // The watchdog's `pcall` and `xpcall` end in a tail call: its marker goes with them.
+    let mut dropped = false;
     trace
         .lines()
         .filter(|l| {
             let l = l.trim_start();
-            !(l.starts_with("[C]: in function 'xpcall'")
+            let own = l.starts_with("[C]: in function 'xpcall'")
                 || l.starts_with("colony:")
                 || l.starts_with("colony.tool:")
+                || l.starts_with("colony.watchdog:")
+                || l.starts_with("[C]: in upvalue 'raw_xpcall'")
+                || l.starts_with("[C]: in upvalue 'raw_pcall'")
                 || l.starts_with("__mlua_async_poll")
                 || l.starts_with("[C]: in local 'poll'")
                 || l.starts_with("[C]: in upvalue 'get_future'")
-                || l.starts_with("[C]: in ?"))
+                || l.starts_with("[C]: in ?")
+                || (dropped && l == "(...tail calls...)");
+            dropped = own;
+            !own
         })
         .collect::<Vec<_>>()
         .join("\n")

@@ -280,7 +280,12 @@ async fn checked(
                 Err(e) => Checked::Run(EventKind::Error, e.to_string()),
             });
         }
-        Handler::Lua(func) => Box::pin(bridge.call_tool(*func, args, ctx)),
+        Handler::Lua(func) => Box::pin(bridge.call_tool(
+            *func,
+            args,
+            ctx,
+            std::time::Instant::now().checked_add(tool.timeout),
+        )),
         Handler::Attaching(f) => in_task(f(args), |(text, files)| {
             HandlerOutcome::Attached(text, files)
         }),
@@ -302,6 +307,7 @@ async fn checked(
         Ok(HandlerOutcome::Value(text)) => Checked::Run(EventKind::Ok, text),
         Ok(HandlerOutcome::Attached(text, files)) => Checked::Attached(text, files),
         Ok(HandlerOutcome::Refused(message)) => Checked::Run(EventKind::Error, message),
+        Ok(HandlerOutcome::Deadline(message)) => Checked::Run(EventKind::Deadline, message),
         Ok(HandlerOutcome::Raised(fault)) => Checked::Raised(fault),
         Ok(HandlerOutcome::Thrown(message)) => Checked::Run(EventKind::Thrown, message),
         Ok(HandlerOutcome::Gone) => Checked::Run(EventKind::Cancelled, CANCELLED.to_string()),

@@ -160,7 +160,7 @@ function ai.parallel(...) end
 ---@field description? string
 ---@field parameters? table a JSON Schema, or the shorthand `{ city = "string", days = "integer?" }`: each value one of "string", "integer", "number", "boolean", "object", "array", "null", with `?` for optional (a table with `type`, `properties`, `required`, `$schema`, `$ref`, `anyOf`, `oneOf` or `allOf` is read as a schema)
 ---@field handler fun(args: table, ctx: { call_id: string, name: string, step: integer, ai?: string, origin?: string, hop?: integer, workspace?: string }): any (`ai`, `origin`, `hop`, `workspace` in a resident's turn) returns a string, a table (sent as JSON), `{ text = "...", files = { ai.FileSpec... } }` (text with files attached to the result), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
----@field timeout? number seconds before the call is abandoned (default 120; at most a year)
+---@field timeout? number seconds before the call is abandoned (default 120; at most a year); a handler that never waits is stopped then too (`deadline`)
 ---@field exportable? boolean may be served by colony's MCP server
 ---@field idempotent? boolean running it twice is harmless: a call cut off by a restart runs again (otherwise it is answered "interrupted by a restart")
 
