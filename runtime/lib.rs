@@ -34,6 +34,7 @@
 //!   conversations with their backlog and journal, breaker states, the audit log); `sqlite` is
 //!   the embedded default, `state_dir` a program's state directory and its single-process lock.
 //! - [`secrets`]: keeps keys out of every log, error, transcript and cassette.
+//! - [`rate`]: rate limits (`"10/min"`) as token buckets, for tools and callers.
 //! - [`permissions`]: what a program may reach beyond colony's own calls (`--allow-*`): hosts,
 //!   paths resolved before they are checked, processes, the environment.
 //! - [`lua`]: the Lua host. One VM per program on its own thread; each Lua module (`ai`, `json`)
@@ -65,6 +66,7 @@ pub mod lua;
 pub mod mcp;
 pub mod permissions;
 pub mod providers;
+pub mod rate;
 pub mod residents;
 pub mod secrets;
 pub mod shipped;

@@ -263,6 +263,19 @@ async fn checked(
             ),
         ));
     }
+    if let Some(limit) = &tool.rate
+        && let Err(wait) = limit.check()
+    {
+        return Err((
+            EventKind::RateLimited,
+            format!(
+                "rate_limited: {} allows {} calls; try again in {:.1} s",
+                tool.spec.name,
+                limit.rate(),
+                wait.as_secs_f64().max(0.1)
+            ),
+        ));
+    }
     let mut ctx = json!({ "call_id": call.id, "name": call.name, "step": step });
     if let Some(p) = provenance {
         ctx["origin"] = json!(p.origin);
