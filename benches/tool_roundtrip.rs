@@ -15,6 +15,11 @@ use serde_json::json;
 
 const CALLS: u32 = 100_000;
 
+/// A tool's deadline, as dispatch gives each call (its `timeout` from now).
+fn deadline() -> Option<Instant> {
+    Instant::now().checked_add(std::time::Duration::from_secs(120))
+}
+
 fn main() {
     let core_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -44,11 +49,15 @@ fn main() {
         let ctx = json!({"call_id": "c", "name": "add", "step": 1});
 
         for _ in 0..10_000 {
-            bridge.call_tool(id, args.clone(), ctx.clone()).await;
+            bridge
+                .call_tool(id, args.clone(), ctx.clone(), deadline())
+                .await;
         }
         let started = Instant::now();
         for _ in 0..CALLS {
-            let out = bridge.call_tool(id, args.clone(), ctx.clone()).await;
+            let out = bridge
+                .call_tool(id, args.clone(), ctx.clone(), deadline())
+                .await;
             assert_eq!(out, HandlerOutcome::Value("5".into()));
         }
         let same_thread = started.elapsed().as_secs_f64() * 1e6 / CALLS as f64;
@@ -60,7 +69,9 @@ fn main() {
             let n = CALLS / 10;
             let started = Instant::now();
             for _ in 0..n {
-                remote.call_tool(id, args2.clone(), ctx2.clone()).await;
+                remote
+                    .call_tool(id, args2.clone(), ctx2.clone(), deadline())
+                    .await;
             }
             started.elapsed().as_secs_f64() * 1e6 / n as f64
         });

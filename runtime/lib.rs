@@ -34,6 +34,9 @@
 //!   conversations with their backlog and journal, breaker states, the audit log); `sqlite` is
 //!   the embedded default, `state_dir` a program's state directory and its single-process lock.
 //! - [`secrets`]: keeps keys out of every log, error, transcript and cassette.
+//! - [`rate`]: rate limits (`"10/min"`) as token buckets, for tools and callers.
+//! - [`permissions`]: what a program may reach beyond colony's own calls (`--allow-*`): hosts,
+//!   paths resolved before they are checked, processes, the environment.
 //! - [`lua`]: the Lua host. One VM per program on its own thread; each Lua module (`ai`, `json`)
 //!   registers itself from its own file and only translates between Lua values and the core.
 //!   `residents`: `ai.route`/`spawn`/`mail`/`watch` and the sources; `middleware`: the
@@ -41,6 +44,8 @@
 //!   `http`: `get`/`post`/`request` on the VM's pooled client, with a timeout, a body limit and
 //!   redirects that leave the origin stripped of the script's headers; a 404 is a response, not `err`.
 //!   `fs`: `read`/`write`/`list`/`stat`/`exists` on tokio::fs, relative to the script's folder.
+//!   `proc`: `run` on tokio's process API, killed at its timeout. `sandbox`: the program's
+//!   permissions checked by those modules, and wrappers around `io`, `os` and `load`.
 //!   `term`: the terminal for front ends (line editor, Markdown rendering, spinner, Ctrl-C that
 //!   cancels a call in flight); `colony`: colony's own commands, scripts, examples and config.
 //! - [`shipped`]: the Lua front ends (`scripts/`) and example programs compiled into the binary.
@@ -60,7 +65,9 @@ pub mod files;
 pub mod infer;
 pub mod lua;
 pub mod mcp;
+pub mod permissions;
 pub mod providers;
+pub mod rate;
 pub mod residents;
 pub mod secrets;
 pub mod shipped;

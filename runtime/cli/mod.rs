@@ -7,6 +7,7 @@ mod config;
 mod conversations;
 mod mcp;
 mod models;
+pub mod permissions;
 mod providers;
 mod run;
 mod scripts;

@@ -33,6 +33,8 @@ pub struct Args {
     /// `ai.stop`, turns in flight get its grace period, and colony exits with status 124.
     #[arg(long, value_name = "DURATION", value_parser = parse_max_time)]
     max_time: Option<Duration>,
+    #[command(flatten)]
+    sandbox: super::permissions::SandboxArgs,
     /// The program to run.
     file: PathBuf,
     /// Arguments for the program.
@@ -58,8 +60,11 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         (None, None) => state_dir::default_for(&args.file),
     };
     let state = StateDir::open(&dir).map_err(|e| Failure::run(format!("colony: {e}")))?;
+    let base = std::env::current_dir().unwrap_or_default();
     let host = HostSetup {
         store: Some(state.dyn_store()),
+        permissions: Arc::new(args.sandbox.permissions(&base)),
+        max_memory: args.sandbox.max_memory(),
         ..HostSetup::default()
     };
     let running =

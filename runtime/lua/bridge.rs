@@ -30,6 +30,8 @@ pub enum HandlerOutcome {
     Attached(String, Vec<crate::vocab::FileRef>),
     /// It returned `nil, err`.
     Refused(String),
+    /// It ran past its deadline without waiting, and was stopped there.
+    Deadline(String),
     /// It raised an error with a message (a string): the message and where.
     Raised(Fault),
     /// It raised a value that is not a string (a table, a number...).
@@ -43,6 +45,8 @@ enum Job {
         func: FnId,
         args: Json,
         ctx: Json,
+        /// When the caller gives up: the handler is stopped then even if it never waits.
+        deadline: Option<std::time::Instant>,
         reply: oneshot::Sender<HandlerOutcome>,
     },
     Callback {
@@ -78,8 +82,15 @@ const GONE: &str = "the Lua program has ended";
 
 impl LuaBridge {
     /// Runs a tool handler `func(args, ctx)` on the Lua thread. Dropping the returned future
-    /// (a deadline) cancels the handler at its next wait.
-    pub async fn call_tool(&self, func: FnId, args: Json, ctx: Json) -> HandlerOutcome {
+    /// (a deadline) cancels the handler at its next wait; one that never waits is stopped at
+    /// `deadline`, or once the caller stopped waiting.
+    pub async fn call_tool(
+        &self,
+        func: FnId,
+        args: Json,
+        ctx: Json,
+        deadline: Option<std::time::Instant>,
+    ) -> HandlerOutcome {
         let (reply, answer) = oneshot::channel();
         if self
             .jobs
@@ -87,6 +98,7 @@ impl LuaBridge {
                 func,
                 args,
                 ctx,
+                deadline,
                 reply,
             })
             .is_err()
@@ -211,7 +223,8 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                     func,
                     args,
                     ctx,
-                    mut reply,
+                    deadline,
+                    reply,
                 } => {
                     let provenance = provenance_of(&ctx);
                     let workspace = ctx
@@ -231,14 +244,36 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                             None => run.await,
                         }
                     };
+                    // The hook asks whether the caller is still waiting, the select waits for
+                    // it to stop: both look at the one reply.
+                    let reply = std::rc::Rc::new(RefCell::new(Some(reply)));
+                    let waiting = reply.clone();
+                    let limit = super::watchdog::Limit {
+                        deadline,
+                        abandoned: Some(Box::new(move || {
+                            waiting.borrow().as_ref().is_none_or(|r| r.is_closed())
+                        })),
+                        ..Default::default()
+                    };
+                    let run = super::watchdog::guarded(limit, run);
+                    let gave_up = std::future::poll_fn(|cx| match reply.borrow_mut().as_mut() {
+                        Some(r) => r.poll_closed(cx),
+                        None => std::task::Poll::Ready(()),
+                    });
                     tokio::select! {
-                        outcome = run => { let _ = reply.send(outcome); }
+                        outcome = run => {
+                            if let Some(reply) = reply.borrow_mut().take() {
+                                let _ = reply.send(outcome);
+                            }
+                        }
                         // The caller gave up (a deadline): dropping `run` stops the handler.
-                        _ = reply.closed() => {}
+                        _ = gave_up => {}
                     }
                 }
                 Job::Callback { func, args, reply } => {
-                    let result = run_callback(&lua, func, args).await;
+                    let run = run_callback(&lua, func, args);
+                    let result =
+                        super::watchdog::guarded(super::watchdog::Limit::callback(), run).await;
                     match reply {
                         Reply::To(reply) => {
                             let _ = reply.send(result);
@@ -279,15 +314,21 @@ async fn run_tool(
     };
     let values = match call.await {
         Ok(v) => v,
-        Err(e) => return HandlerOutcome::Raised(super::fault(&e)),
+        Err(e) => match super::watchdog::Stop::of(&e) {
+            Some(stop @ super::watchdog::Stop::Deadline(_)) => {
+                return HandlerOutcome::Deadline(stop.to_string());
+            }
+            _ => return HandlerOutcome::Raised(super::fault(&e)),
+        },
     };
     let mut values = values.into_iter();
     let ok = matches!(values.next(), Some(Value::Boolean(true)));
     let first = values.next().unwrap_or(Value::Nil);
     if !ok {
         // The traced handler's `{ err, message, traceback }`.
+        // Lua calls no message handler for a memory error: the bare error comes back.
         let Value::Table(t) = first else {
-            return HandlerOutcome::Raised(super::describe_error(&first).into());
+            return HandlerOutcome::Raised(super::memory_or(&first).into());
         };
         let raised = t.get::<Value>(1).unwrap_or(Value::Nil);
         let fault = Fault {

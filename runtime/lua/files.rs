@@ -76,7 +76,12 @@ fn read_path(
     path: &mlua::LuaString,
     at: &str,
 ) -> mlua::Result<(std::path::PathBuf, Vec<u8>)> {
-    let full = super::fs::resolve(lua, path);
+    let full = super::sandbox::check_path(
+        lua,
+        at,
+        crate::permissions::Access::Read,
+        &super::fs::resolve(lua, path),
+    )?;
     let bytes = std::fs::read(&full)
         .map_err(|e| misuse(format!("{at}: cannot read {}: {e}", full.display())))?;
     Ok((full, bytes))

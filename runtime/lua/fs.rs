@@ -14,6 +14,7 @@ use std::time::UNIX_EPOCH;
 use mlua::{Lua, LuaString, MultiValue, Table, Value};
 
 use super::convert::error_table;
+use crate::permissions::Access;
 
 /// The folder of the script the VM runs, for resolving relative paths.
 #[derive(Clone, Debug)]
@@ -24,7 +25,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     fs.set(
         "read",
         lua.create_async_function(|lua, path: LuaString| async move {
-            let path = resolve(&lua, &path);
+            let path = checked(&lua, "fs.read", Access::Read, &path)?;
             match tokio::fs::read(&path).await {
                 Ok(bytes) => ok(Value::String(lua.create_string(&bytes)?)),
                 Err(e) => failed(&lua, "read", &path, &e),
@@ -34,7 +35,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     fs.set(
         "write",
         lua.create_async_function(|lua, (path, text): (LuaString, LuaString)| async move {
-            let path = resolve(&lua, &path);
+            let path = checked(&lua, "fs.write", Access::Write, &path)?;
             let bytes = text.as_bytes().to_vec();
             match write_atomic(&path, &bytes).await {
                 Ok(()) => ok(Value::Boolean(true)),
@@ -45,7 +46,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     fs.set(
         "list",
         lua.create_async_function(|lua, dir: LuaString| async move {
-            let dir = resolve(&lua, &dir);
+            let dir = checked(&lua, "fs.list", Access::Read, &dir)?;
             match list(&dir).await {
                 Ok(names) => {
                     let t = lua.create_sequence_from(names)?;
@@ -58,7 +59,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     fs.set(
         "stat",
         lua.create_async_function(|lua, path: LuaString| async move {
-            let path = resolve(&lua, &path);
+            let path = checked(&lua, "fs.stat", Access::Read, &path)?;
             match tokio::fs::metadata(&path).await {
                 Ok(meta) => {
                     let t = lua.create_table()?;
@@ -79,7 +80,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     fs.set(
         "exists",
         lua.create_async_function(|lua, path: LuaString| async move {
-            let path = resolve(&lua, &path);
+            let path = checked(&lua, "fs.exists", Access::Read, &path)?;
             Ok(tokio::fs::try_exists(&path).await.unwrap_or(false))
         })?,
     )?;
@@ -97,6 +98,12 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
         })?,
     )?;
     Ok(fs)
+}
+
+/// `path` resolved as [`resolve`] does, once the program's permissions grant `access` to it
+/// (else the error names the flag); the path checked is the path used.
+fn checked(lua: &Lua, who: &str, access: Access, path: &LuaString) -> mlua::Result<PathBuf> {
+    super::sandbox::check_path(lua, who, access, &resolve(lua, path))
 }
 
 /// `path` as the script means it: absolute as given, relative against the script's folder.

@@ -50,6 +50,8 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
 
 /// A request as the script described it.
 struct Request {
+    /// The function called (`http.get`), for messages.
+    who: String,
     method: reqwest::Method,
     url: String,
     headers: Vec<(String, String)>,
@@ -224,6 +226,7 @@ fn read_request(
         }
     };
     Ok(Request {
+        who: who.to_string(),
         method,
         url,
         headers,
@@ -258,8 +261,10 @@ async fn fetch(lua: &Lua, req: Request) -> mlua::Result<MultiValue> {
         Ok(u) => return failed(format!("unsupported scheme {:?}", u.scheme())),
         Err(e) => return failed(format!("bad URL: {e}")),
     };
+    super::sandbox::check_net(lua, &req.who, &url)?;
     let client = client(lua);
-    let answer = tokio::time::timeout(req.timeout, send(&client, &req, url)).await;
+    let permissions = super::sandbox::permissions(lua);
+    let answer = tokio::time::timeout(req.timeout, send(&client, &req, url, &permissions)).await;
     let (response, body) = match answer {
         Err(_elapsed) => {
             return failed(format!("timed out after {} s", req.timeout.as_secs_f64()));
@@ -319,11 +324,13 @@ fn client(lua: &Lua) -> reqwest::Client {
     client
 }
 
-/// Sends `req` to `url`, following redirects, and reads the final body up to `max_bytes`.
+/// Sends `req` to `url`, following redirects (only to hosts `permissions` allow), and reads the
+/// final body up to `max_bytes`.
 async fn send(
     client: &reqwest::Client,
     req: &Request,
     mut url: reqwest::Url,
+    permissions: &crate::permissions::Permissions,
 ) -> Result<(Head, bytes::Bytes), String> {
     let origin = url.origin();
     let mut method = req.method.clone();
@@ -366,6 +373,9 @@ async fn send(
                 "redirected to unsupported scheme {:?}",
                 next.scheme()
             ));
+        }
+        if let Err(denied) = permissions.check_net(&req.who, &next) {
+            return Err(format!("redirected to {}: {denied}", redact(next.as_str())));
         }
         // 303, and 301/302 after a POST (as browsers do), turn into a GET without a body;
         // 307 and 308 repeat the request as it was.

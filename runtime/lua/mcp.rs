@@ -304,6 +304,10 @@ pub fn read_spec(lua: &Lua, v: Value, who: &str) -> mlua::Result<ServerSpec> {
     }
     let config: ServerConfig =
         serde_json::from_value(fields).map_err(|e| misuse(format!("{who}: server {name}: {e}")))?;
+    // A server the script starts itself is a process it runs; configured servers are colony's.
+    if let Some(command) = &config.command {
+        super::sandbox::check_run(lua, who, command)?;
+    }
     config
         .into_spec(&name)
         .map_err(|e| misuse(format!("{who}: {e}")))

@@ -263,10 +263,12 @@ fn before_step_hook(bridge: &LuaBridge, func: FnId) -> BeforeStep {
             "messages": req.messages.len(),
         });
         Box::pin(async move {
-            match bridge.call_tool(func, info, json!({})).await {
+            match bridge.call_tool(func, info, json!({}), None).await {
                 HandlerOutcome::Value(text) | HandlerOutcome::Attached(text, _) => Some(text),
                 HandlerOutcome::Gone => None,
-                HandlerOutcome::Refused(e) | HandlerOutcome::Thrown(e) => {
+                HandlerOutcome::Refused(e)
+                | HandlerOutcome::Thrown(e)
+                | HandlerOutcome::Deadline(e) => {
                     tracing::warn!("before_step failed: {e}");
                     None
                 }

@@ -25,10 +25,13 @@ pub mod json;
 pub mod mcp;
 pub mod messages;
 pub mod middleware;
+pub mod proc;
 pub mod residents;
+pub mod sandbox;
 pub mod store;
 pub mod term;
 pub mod turn;
+pub mod watchdog;
 
 use std::path::{Path, PathBuf};
 
@@ -39,6 +42,9 @@ use crate::residents::route as residents_route;
 use crate::residents::supervision::Fault;
 
 pub use residents::HostSetup;
+
+/// The Lua memory a program may hold when its host does not say (`--max-memory`): 1 GiB.
+pub const DEFAULT_MAX_MEMORY: usize = 1 << 30;
 
 /// A script that failed: the message is already in `file:line: message` form with its traceback.
 #[derive(Debug, thiserror::Error)]
@@ -167,6 +173,9 @@ pub fn new_vm(core: Core) -> mlua::Result<(Lua, bridge::LuaJobs)> {
 /// [`new_vm`] with what an embedding application lends the program.
 pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::LuaJobs)> {
     let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())?;
+    lua.set_memory_limit(host.max_memory.unwrap_or(DEFAULT_MAX_MEMORY))?;
+    // First: the hook reaches only the coroutines made after it.
+    watchdog::install(&lua, host.interrupt.clone())?;
     lua.set_app_data(core.with_own_client());
     lua.set_app_data(bridge::Functions::default());
     let (bridge, jobs) = bridge::channel();
@@ -192,6 +201,7 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     residents::register(&lua, &ai)?;
     let http = http::register(&lua)?;
     let fs = fs::register(&lua)?;
+    let proc = proc::register(&lua)?;
     let store = store::register(&lua)?;
     let term = term::register(&lua)?;
     let colony = colony::register(&lua)?;
@@ -205,6 +215,7 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     globals.set("ai", ai.clone())?;
     globals.set("http", http.clone())?;
     globals.set("fs", fs.clone())?;
+    globals.set("proc", proc.clone())?;
     // `require("json")`, `require("ai")`, `require("http")`, `require("fs")` and
     // `require("data").json` find the built-in modules.
     let preload: Table = globals.get::<Table>("package")?.get("preload")?;
@@ -215,10 +226,13 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     preload.set("ai", constant(&lua, globals.get::<Value>("ai")?)?)?;
     preload.set("http", constant(&lua, http)?)?;
     preload.set("fs", constant(&lua, fs)?)?;
+    preload.set("proc", constant(&lua, proc)?)?;
     preload.set("store", constant(&lua, store)?)?;
     preload.set("term", constant(&lua, term)?)?;
     preload.set("colony", constant(&lua, colony)?)?;
     preload.set("mcp", constant(&lua, mcp)?)?;
+    // Last, so the wrappers wrap the standard library as the script will find it.
+    sandbox::install(&lua, host.permissions.clone())?;
     Ok((lua, jobs))
 }
 
@@ -327,7 +341,12 @@ async fn run_on_this_thread(
     call_args.push_back(Value::Function(main));
     call_args.push_back(Value::Function(handler));
     call_args.extend(varargs);
-    let result = runner.call_async::<MultiValue>(call_args).await;
+    // The main chunk has no deadline, but a stop asked while it spins ends it.
+    let result = watchdog::guarded(
+        watchdog::Limit::default(),
+        runner.call_async::<MultiValue>(call_args),
+    )
+    .await;
     // The MCP servers the program kept open are shut down in order, not killed.
     mcp::close_all(&lua).await;
     let result = result.map_err(|e| ScriptError(plain(&e)))?;
@@ -339,6 +358,21 @@ async fn run_on_this_thread(
             Some(other) => describe_error(&other),
             None => "the script failed".into(),
         })),
+    }
+}
+
+/// What Lua says when an allocation fails (the program is at `--max-memory`).
+const LUA_OUT_OF_MEMORY: &str = "not enough memory";
+/// What colony says instead.
+const OUT_OF_MEMORY: &str = "memory: the program's Lua memory reached its limit (--max-memory)";
+
+/// The text of an error Lua raised without a message handler: a memory error named as such,
+/// anything else as [`describe_error`] says it.
+fn memory_or(err: &Value) -> String {
+    match err {
+        Value::Error(e) if matches!(**e, mlua::Error::MemoryError(_)) => OUT_OF_MEMORY.into(),
+        Value::String(s) if s.as_bytes() == LUA_OUT_OF_MEMORY.as_bytes() => OUT_OF_MEMORY.into(),
+        other => describe_error(other),
     }
 }
 
@@ -456,7 +490,12 @@ fn calling_line(lua: &Lua) -> Option<String> {
             let src = d.source();
             let short = src.short_src?.to_string();
             let line = d.current_line()?;
-            (src.what != "C" && short != "colony" && !short.starts_with("__mlua"))
+            // colony's own chunks are named `=colony...` (the runner, the watchdog's `pcall`).
+            let own = src
+                .source
+                .as_deref()
+                .is_some_and(|s| s.starts_with("=colony"));
+            (src.what != "C" && !own && short != "colony" && !short.starts_with("__mlua"))
                 .then(|| format!("{short}:{line}"))
         })
         .flatten()
@@ -466,17 +505,25 @@ fn calling_line(lua: &Lua) -> Option<String> {
 /// Drops the frames colony itself adds (the runner chunk, `xpcall`, mlua's async poll loop), so
 /// a traceback shows the script's own frames.
 fn tidy_traceback(trace: &str) -> String {
+    // The watchdog's `pcall` and `xpcall` end in a tail call: its marker goes with them.
+    let mut dropped = false;
     trace
         .lines()
         .filter(|l| {
             let l = l.trim_start();
-            !(l.starts_with("[C]: in function 'xpcall'")
+            let own = l.starts_with("[C]: in function 'xpcall'")
                 || l.starts_with("colony:")
                 || l.starts_with("colony.tool:")
+                || l.starts_with("colony.watchdog:")
+                || l.starts_with("[C]: in upvalue 'raw_xpcall'")
+                || l.starts_with("[C]: in upvalue 'raw_pcall'")
                 || l.starts_with("__mlua_async_poll")
                 || l.starts_with("[C]: in local 'poll'")
                 || l.starts_with("[C]: in upvalue 'get_future'")
-                || l.starts_with("[C]: in ?"))
+                || l.starts_with("[C]: in ?")
+                || (dropped && l == "(...tail calls...)");
+            dropped = own;
+            !own
         })
         .collect::<Vec<_>>()
         .join("\n")
@@ -504,6 +551,7 @@ pub fn plain(e: &mlua::Error) -> String {
             format!("{}\n{traceback}", plain(cause))
         }
         mlua::Error::WithContext { context, cause } => format!("{context}: {}", plain(cause)),
+        mlua::Error::MemoryError(_) => OUT_OF_MEMORY.into(),
         other => other.to_string(),
     }
 }

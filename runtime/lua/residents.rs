@@ -45,6 +45,13 @@ pub struct HostSetup {
     /// The application mails the program's residents from outside: the watch does not end
     /// when they are all idle.
     pub mails_in: bool,
+    /// What the program may reach beyond colony's own calls (default: everything).
+    pub permissions: std::sync::Arc<crate::permissions::Permissions>,
+    /// The most Lua memory the program may hold, in bytes (default [`super::DEFAULT_MAX_MEMORY`]).
+    pub max_memory: Option<usize>,
+    /// Raised to stop Lua code that spins (the host's signal handling; the watch raises it on
+    /// SIGINT and SIGTERM too).
+    pub interrupt: super::watchdog::Interrupt,
 }
 
 /// The host's tools, by name, in the VM's app data.
@@ -564,7 +571,8 @@ fn hire(p: &Program, spec: ResidentSpec, sources: Vec<Source>) -> Result<(), Str
 async fn run_source(route: Route, _listening: Listener, id: String, ai: String, source: Source) {
     let mut supervisor = Supervisor::new(source.policy);
     loop {
-        let exit = match source.func.call_async::<()>(ai.as_str()).await {
+        let step = source.func.call_async::<()>(ai.as_str());
+        let exit = match super::watchdog::guarded(super::watchdog::Limit::callback(), step).await {
             Ok(()) => Exit::Normal,
             Err(e) => Exit::Crashed(super::fault(&e)),
         };
@@ -572,7 +580,9 @@ async fn run_source(route: Route, _listening: Listener, id: String, ai: String, 
             return;
         }
         match supervise_exit(&mut supervisor, exit, &id, &ai, &|e| route.report(e)) {
-            Decision::Restart => continue,
+            // Through the scheduler: the watch must get to run between a crash and the next
+            // start (a stop asked meanwhile is heard).
+            Decision::Restart => tokio::task::yield_now().await,
             Decision::Done | Decision::Failed => return,
         }
     }
@@ -781,6 +791,14 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
     if route.is_empty() {
         route.stop("there are no residents");
     }
+    // A tool spinning on this thread would keep the select below from hearing a signal: a
+    // listener on the core's runtime stops such code through the VM's hook.
+    // Kept for the program's life: a main chunk that spins after the watch is stopped too.
+    if lua.app_data_ref::<super::watchdog::Listening>().is_none()
+        && let Some(listening) = super::watchdog::listen(lua, route.core().handle())
+    {
+        lua.set_app_data(listening);
+    }
     let mut terminate = signal(tokio::signal::unix::SignalKind::terminate())?;
     let mut interrupt = signal(tokio::signal::unix::SignalKind::interrupt())?;
     let reason = loop {
@@ -843,7 +861,10 @@ async fn on_event(lua: &Lua, event: RouteEvent, hooks: &Hooks) {
         RouteEvent::Blocked { ai, error } => {
             if let Some(f) = &hooks.on_blocked {
                 let told = match turn_error(lua, &error) {
-                    Ok(err) => f.call_async::<()>((ai.as_str(), err)).await,
+                    Ok(err) => {
+                        let hook = f.call_async::<()>((ai.as_str(), err));
+                        super::watchdog::guarded(super::watchdog::Limit::callback(), hook).await
+                    }
                     Err(e) => Err(e),
                 };
                 if let Err(e) = told {
@@ -854,9 +875,11 @@ async fn on_event(lua: &Lua, event: RouteEvent, hooks: &Hooks) {
         }
     };
     if let Some(f) = f
-        && let Err(e) = f
-            .call_async::<()>((id.as_str(), ai.as_str(), message.as_str()))
-            .await
+        && let Err(e) = super::watchdog::guarded(
+            super::watchdog::Limit::callback(),
+            f.call_async::<()>((id.as_str(), ai.as_str(), message.as_str())),
+        )
+        .await
     {
         tracing::warn!("[{id}] {hook} raised: {}", super::fault(&e));
     }

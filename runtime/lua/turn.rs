@@ -130,9 +130,10 @@ const TOOL_FIELDS: &[&str] = &[
     "timeout",
     "exportable",
     "idempotent",
+    "rate",
 ];
 
-/// `ai.tool{ name, description, parameters, handler, timeout?, exportable?, idempotent? }`.
+/// `ai.tool{ name, description, parameters, handler, timeout?, exportable?, idempotent?, rate? }`.
 fn tool(lua: &Lua, spec: Table) -> mlua::Result<ToolValue> {
     super::convert::check_fields(&spec, "ai.tool", TOOL_FIELDS)?;
     Ok(ToolValue(tool_def(lua, &spec, "ai.tool")?))
@@ -178,6 +179,19 @@ fn tool_def(lua: &Lua, spec: &Table, who: &str) -> mlua::Result<ToolDef> {
     let who_tool = format!("{who}: tool {name}");
     def.exportable = super::convert::flag(spec, "exportable", &who_tool)?.unwrap_or(false);
     def.idempotent = super::convert::flag(spec, "idempotent", &who_tool)?.unwrap_or(false);
+    def.rate = match spec.get::<Value>("rate")? {
+        Value::Nil => None,
+        Value::String(s) => Some(crate::rate::RateLimit::new(
+            crate::rate::Rate::parse(&s.to_string_lossy())
+                .map_err(|e| bad(&who_tool, format!("rate: {e}")))?,
+        )),
+        other => {
+            return Err(bad(
+                &who_tool,
+                format!("rate is a string (\"10/min\"), not a {}", other.type_name()),
+            ));
+        }
+    };
     Ok(def)
 }
 

@@ -263,6 +263,19 @@ async fn checked(
             ),
         ));
     }
+    if let Some(limit) = &tool.rate
+        && let Err(wait) = limit.check()
+    {
+        return Err((
+            EventKind::RateLimited,
+            format!(
+                "rate_limited: {} allows {} calls; try again in {:.1} s",
+                tool.spec.name,
+                limit.rate(),
+                wait.as_secs_f64().max(0.1)
+            ),
+        ));
+    }
     let mut ctx = json!({ "call_id": call.id, "name": call.name, "step": step });
     if let Some(p) = provenance {
         ctx["origin"] = json!(p.origin);
@@ -280,7 +293,12 @@ async fn checked(
                 Err(e) => Checked::Run(EventKind::Error, e.to_string()),
             });
         }
-        Handler::Lua(func) => Box::pin(bridge.call_tool(*func, args, ctx)),
+        Handler::Lua(func) => Box::pin(bridge.call_tool(
+            *func,
+            args,
+            ctx,
+            std::time::Instant::now().checked_add(tool.timeout),
+        )),
         Handler::Attaching(f) => in_task(f(args), |(text, files)| {
             HandlerOutcome::Attached(text, files)
         }),
@@ -302,6 +320,7 @@ async fn checked(
         Ok(HandlerOutcome::Value(text)) => Checked::Run(EventKind::Ok, text),
         Ok(HandlerOutcome::Attached(text, files)) => Checked::Attached(text, files),
         Ok(HandlerOutcome::Refused(message)) => Checked::Run(EventKind::Error, message),
+        Ok(HandlerOutcome::Deadline(message)) => Checked::Run(EventKind::Deadline, message),
         Ok(HandlerOutcome::Raised(fault)) => Checked::Raised(fault),
         Ok(HandlerOutcome::Thrown(message)) => Checked::Run(EventKind::Thrown, message),
         Ok(HandlerOutcome::Gone) => Checked::Run(EventKind::Cancelled, CANCELLED.to_string()),

@@ -184,6 +184,8 @@ pub enum EventKind {
     Cancelled,
     /// The turn's tool budget (`max_steps`) ran out before it could run.
     NotRun,
+    /// Over the tool's `rate`: not run; the message says when to try again.
+    RateLimited,
 }
 
 impl EventKind {
@@ -200,6 +202,7 @@ impl EventKind {
             EventKind::Interrupted => "interrupted",
             EventKind::Cancelled => "cancelled",
             EventKind::NotRun => "not_run",
+            EventKind::RateLimited => "rate_limited",
         }
     }
 }

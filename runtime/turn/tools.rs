@@ -59,6 +59,9 @@ pub struct ToolDef {
     /// Whether running it twice is harmless: a call cut off by a restart runs again instead of
     /// answering "interrupted by a restart".
     pub idempotent: bool,
+    /// How often it may be called (one bucket for every turn that offers it); a call over it is
+    /// answered `rate_limited` without running.
+    pub rate: Option<crate::rate::RateLimit>,
     validator: Arc<jsonschema::Validator>,
 }
 
@@ -133,6 +136,7 @@ impl ToolDef {
             handler,
             exportable: false,
             idempotent: false,
+            rate: None,
             validator: Arc::new(validator),
         })
     }

@@ -160,8 +160,9 @@ function ai.parallel(...) end
 ---@field description? string
 ---@field parameters? table a JSON Schema, or the shorthand `{ city = "string", days = "integer?" }`: each value one of "string", "integer", "number", "boolean", "object", "array", "null", with `?` for optional (a table with `type`, `properties`, `required`, `$schema`, `$ref`, `anyOf`, `oneOf` or `allOf` is read as a schema)
 ---@field handler fun(args: table, ctx: { call_id: string, name: string, step: integer, ai?: string, origin?: string, hop?: integer, workspace?: string }): any (`ai`, `origin`, `hop`, `workspace` in a resident's turn) returns a string, a table (sent as JSON), `{ text = "...", files = { ai.FileSpec... } }` (text with files attached to the result), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
----@field timeout? number seconds before the call is abandoned (default 120; at most a year)
+---@field timeout? number seconds before the call is abandoned (default 120; at most a year); a handler that never waits is stopped then too (`deadline`)
 ---@field exportable? boolean may be served by colony's MCP server
+---@field rate? string how often it may be called, `"10/min"`, `"5/s"`, `"100/hour"`, `"1000/day"` (a token bucket shared by every turn that offers it: that many at once, then one more each period/count); a call over it is answered `rate_limited` without running
 ---@field idempotent? boolean running it twice is harmless: a call cut off by a restart runs again (otherwise it is answered "interrupted by a restart")
 
 --- Makes a tool. Its arguments are validated against `parameters` before the handler runs; a
@@ -200,7 +201,7 @@ function ai.tool(def) end
 ---@field step integer
 ---@field name string
 ---@field call_id string
----@field kind "ok"|"error"|"thrown"|"bad_arguments"|"schema"|"deadline"|"unknown_tool"|"interrupted"|"cancelled"|"not_run" `error`: the handler raised a string (`error("it broke")`) or returned `nil, err`, and the model reads that message; `thrown`: it raised a value that is not a string (`error({ code = 7 })`), and the model reads the value as JSON; `not_run`: left unanswered when the turn's max_steps ran out
+---@field kind "ok"|"error"|"thrown"|"bad_arguments"|"schema"|"deadline"|"unknown_tool"|"interrupted"|"cancelled"|"not_run"|"rate_limited" `error`: the handler raised a string (`error("it broke")`) or returned `nil, err`, and the model reads that message; `thrown`: it raised a value that is not a string (`error({ code = 7 })`), and the model reads the value as JSON; `not_run`: left unanswered when the turn's max_steps ran out; `rate_limited`: over the tool's `rate`, not run (the model reads when to try again); `deadline`: past its `timeout`
 ---@field ok boolean
 ---@field outcome string what the model got back (first 500 characters); a Lua error reads `file:line: message`
 ---@field duration_ms number

@@ -1,0 +1,301 @@
+//! The `proc` module: `proc.run{ cmd, args, cwd, env, stdin, timeout, max_bytes }`.
+//!
+//! `os.execute` and `io.popen` block the VM's thread while the command runs, so one slow command
+//! in a source holds every resident and tool of the program. `proc.run` waits on tokio's process
+//! API instead: only the calling coroutine waits. The command is started directly (no shell:
+//! `cmd` is the program, `args` its arguments), its output is read up to `max_bytes` a stream,
+//! and it is killed at its `timeout`. It needs the `run` permission (`--allow-run`) in a sandbox.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use mlua::{Lua, MultiValue, Table, Value};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+
+use super::convert::{check_fields, error_table, misuse, seconds_option};
+
+/// How long a command may run when the script does not say.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
+/// The most read of stdout, and of stderr, when the script does not say: 32 MiB each.
+pub const DEFAULT_MAX_BYTES: u64 = 32 << 20;
+
+const FIELDS: &[&str] = &["cmd", "args", "cwd", "env", "stdin", "timeout", "max_bytes"];
+
+pub fn register(lua: &Lua) -> mlua::Result<Table> {
+    let proc = lua.create_table()?;
+    proc.set(
+        "run",
+        lua.create_async_function(|lua, spec: Value| async move {
+            let spec = read(&lua, spec)?;
+            super::sandbox::check_run(&lua, "proc.run", &spec.shown())?;
+            run(&lua, spec).await
+        })?,
+    )?;
+    Ok(proc)
+}
+
+/// A command as the script described it.
+struct Spec {
+    cmd: String,
+    args: Vec<String>,
+    cwd: Option<std::path::PathBuf>,
+    env: Vec<(String, String)>,
+    stdin: Option<Vec<u8>>,
+    timeout: Duration,
+    max_bytes: u64,
+}
+
+impl Spec {
+    /// The command line, for messages.
+    fn shown(&self) -> String {
+        std::iter::once(self.cmd.as_str())
+            .chain(self.args.iter().map(String::as_str))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+fn read(lua: &Lua, spec: Value) -> mlua::Result<Spec> {
+    let who = "proc.run";
+    let Value::Table(t) = spec else {
+        return Err(misuse(format!(
+            "{who}: expected a table {{ cmd, args?, cwd?, env?, stdin?, timeout?, max_bytes? }}, not a {}",
+            spec.type_name()
+        )));
+    };
+    check_fields(&t, who, FIELDS)?;
+    let cmd = match t.get::<Value>("cmd")? {
+        Value::String(s) if !s.as_bytes().is_empty() => s.to_string_lossy(),
+        Value::Nil => return Err(misuse(format!("{who}: cmd is required"))),
+        other => {
+            return Err(misuse(format!(
+                "{who}: cmd must be a non-empty string, not {}",
+                describe(&other)
+            )));
+        }
+    };
+    let args = match t.get::<Value>("args")? {
+        Value::Nil => Vec::new(),
+        Value::Table(a) => {
+            let mut args = Vec::new();
+            for (i, v) in a.sequence_values::<Value>().enumerate() {
+                match v? {
+                    Value::String(s) => args.push(s.to_string_lossy()),
+                    Value::Integer(n) => args.push(n.to_string()),
+                    Value::Number(n) => args.push(n.to_string()),
+                    other => {
+                        return Err(misuse(format!(
+                            "{who}: args[{}] must be a string, not {}",
+                            i + 1,
+                            describe(&other)
+                        )));
+                    }
+                }
+            }
+            args
+        }
+        other => {
+            return Err(misuse(format!(
+                "{who}: args must be a list of strings, not {}",
+                describe(&other)
+            )));
+        }
+    };
+    let cwd = match t.get::<Value>("cwd")? {
+        Value::Nil => None,
+        Value::String(s) => Some(super::fs::resolve(lua, &s)),
+        other => {
+            return Err(misuse(format!(
+                "{who}: cwd must be a string, not {}",
+                describe(&other)
+            )));
+        }
+    };
+    let mut env = Vec::new();
+    match t.get::<Value>("env")? {
+        Value::Nil => {}
+        Value::Table(e) => {
+            for pair in e.pairs::<Value, Value>() {
+                match pair? {
+                    (Value::String(k), Value::String(v)) => {
+                        env.push((k.to_string_lossy(), v.to_string_lossy()));
+                    }
+                    (k, _) => {
+                        return Err(misuse(format!(
+                            "{who}: env maps names to strings; {} is not",
+                            describe(&k)
+                        )));
+                    }
+                }
+            }
+        }
+        other => {
+            return Err(misuse(format!(
+                "{who}: env must be a table of strings, not {}",
+                describe(&other)
+            )));
+        }
+    }
+    let stdin = match t.get::<Value>("stdin")? {
+        Value::Nil => None,
+        Value::String(s) => Some(s.as_bytes().to_vec()),
+        other => {
+            return Err(misuse(format!(
+                "{who}: stdin must be a string, not {}",
+                describe(&other)
+            )));
+        }
+    };
+    let timeout = match t.get::<Option<f64>>("timeout")? {
+        None => DEFAULT_TIMEOUT,
+        Some(s) => seconds_option(who, "timeout", s)?,
+    };
+    let max_bytes = match t.get::<Option<f64>>("max_bytes")? {
+        None => DEFAULT_MAX_BYTES,
+        Some(n) if n.is_finite() && n >= 0.0 && n.fract() == 0.0 && n <= u64::MAX as f64 => {
+            n as u64
+        }
+        Some(n) => {
+            return Err(misuse(format!(
+                "{who}: max_bytes must be a whole number of bytes, not {n}"
+            )));
+        }
+    };
+    Ok(Spec {
+        cmd,
+        args,
+        cwd,
+        env,
+        stdin,
+        timeout,
+        max_bytes,
+    })
+}
+
+fn describe(v: &Value) -> String {
+    match v {
+        Value::String(s) => format!("{:?}", s.to_string_lossy()),
+        other => format!("a {}", other.type_name()),
+    }
+}
+
+/// How a run ended when it did not end by itself.
+enum Failed {
+    Start(std::io::Error),
+    Io(std::io::Error),
+    TooLarge(&'static str),
+    TimedOut,
+}
+
+async fn run(lua: &Lua, spec: Spec) -> mlua::Result<MultiValue> {
+    let shown = spec.shown();
+    let mut command = tokio::process::Command::new(&spec.cmd);
+    command
+        .args(&spec.args)
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        // A command abandoned (its timeout, its coroutine cancelled) is killed, not left running.
+        .kill_on_drop(true);
+    if let Some(dir) = &spec.cwd {
+        command.current_dir(dir);
+    }
+    for (k, v) in &spec.env {
+        command.env(k, v);
+    }
+    let max = spec.max_bytes;
+    let work = async {
+        let mut child = command.spawn().map_err(Failed::Start)?;
+        let stdin = child.stdin.take();
+        let input = spec.stdin.clone();
+        let feed = async move {
+            if let (Some(mut pipe), Some(bytes)) = (stdin, input) {
+                // A command that exits without reading its input is not an error.
+                let _ = pipe.write_all(&bytes).await;
+            }
+            Ok::<(), Failed>(())
+        };
+        let stdout = capped(child.stdout.take(), max, "stdout");
+        let stderr = capped(child.stderr.take(), max, "stderr");
+        // The first stream past its limit ends the run (the other may never close).
+        let ((), out, err) = tokio::try_join!(feed, stdout, stderr)?;
+        let status = child.wait().await.map_err(Failed::Io)?;
+        Ok::<_, Failed>((status, out, err))
+    };
+    let outcome = match tokio::time::timeout(spec.timeout, work).await {
+        Ok(outcome) => outcome,
+        Err(_) => Err(Failed::TimedOut),
+    };
+    let failed = |kind: &str, message: String| -> mlua::Result<MultiValue> {
+        let err = error_table(lua, kind, &format!("proc.run: {message}"))?;
+        Ok(MultiValue::from_iter([Value::Nil, Value::Table(err)]))
+    };
+    let (status, out, err) = match outcome {
+        Ok(done) => done,
+        Err(Failed::Start(e)) => {
+            let kind = match e.kind() {
+                std::io::ErrorKind::NotFound => "not_found",
+                std::io::ErrorKind::PermissionDenied => "permission_denied",
+                _ => "io_error",
+            };
+            return failed(kind, format!("cannot start {:?}: {e}", spec.cmd));
+        }
+        Err(Failed::Io(e)) => return failed("io_error", format!("{shown}: {e}")),
+        Err(Failed::TooLarge(stream)) => {
+            return failed(
+                "too_large",
+                format!(
+                    "{shown}: its {stream} passed {} (pass max_bytes to read more); it was killed",
+                    crate::providers::body::describe_limit(max)
+                ),
+            );
+        }
+        Err(Failed::TimedOut) => {
+            return failed(
+                "timeout",
+                format!(
+                    "{shown} timed out after {} s; it was killed",
+                    spec.timeout.as_secs_f64()
+                ),
+            );
+        }
+    };
+    let result = lua.create_table()?;
+    match status.code() {
+        Some(code) => {
+            result.set("status", code)?;
+        }
+        None => {
+            use std::os::unix::process::ExitStatusExt;
+            result.set("signal", status.signal())?;
+        }
+    }
+    result.set("ok", status.success())?;
+    result.set("stdout", lua.create_string(&out)?)?;
+    result.set("stderr", lua.create_string(&err)?)?;
+    Ok(MultiValue::from_iter([Value::Table(result)]))
+}
+
+/// Everything `pipe` gives, up to `max` bytes: more than that is [`Failed::TooLarge`].
+async fn capped(
+    pipe: Option<impl AsyncRead + Unpin>,
+    max: u64,
+    stream: &'static str,
+) -> Result<Vec<u8>, Failed> {
+    let Some(pipe) = pipe else {
+        return Ok(Vec::new());
+    };
+    let mut out = Vec::new();
+    pipe.take(max.saturating_add(1))
+        .read_to_end(&mut out)
+        .await
+        .map_err(Failed::Io)?;
+    if out.len() as u64 > max {
+        return Err(Failed::TooLarge(stream));
+    }
+    Ok(out)
+}

@@ -1,0 +1,350 @@
+//! What a program may reach beyond colony's own calls, in Deno's terms: the network from Lua
+//! `http`, files read or written through `fs`, `io` and attached files, processes (`os.execute`,
+//! `io.popen`, `proc.run`, stdio MCP servers a script starts itself, binary chunks given to
+//! `load`), and the environment (`os.getenv`).
+//!
+//! Model providers and the MCP servers in the config are colony's own calls: always reachable.
+//! `colony run FILE` grants everything unless an `--allow-*` flag or `--sandbox` is given; then
+//! only what is allowed. A refusal names the flag that would grant it
+//! (`fs.read: reading /etc/passwd needs --allow-read=/etc/passwd`).
+//!
+//! Paths are resolved before they are checked: `..` is taken after the symlinks before it are
+//! followed, as the operating system would, so neither a `..` nor a symlink inside an allowed
+//! folder reaches outside it.
+
+use std::path::{Component, Path, PathBuf};
+
+/// What is granted of one kind of access.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Grant<T> {
+    /// Nothing.
+    None,
+    /// Everything.
+    All,
+    /// These only (hosts, or folders and files).
+    Only(Vec<T>),
+}
+
+impl<T> Grant<T> {
+    fn is_all(&self) -> bool {
+        matches!(self, Grant::All)
+    }
+}
+
+/// A program's permissions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Permissions {
+    /// Hosts the script's `http` may reach (`host` or `host:port`).
+    pub net: Grant<String>,
+    /// Files and folders the script may read.
+    pub read: Grant<PathBuf>,
+    /// Files and folders the script may write.
+    pub write: Grant<PathBuf>,
+    /// Whether the script may start processes.
+    pub run: bool,
+    /// Whether the script may read the environment.
+    pub env: bool,
+}
+
+impl Default for Permissions {
+    /// Everything: what `colony run FILE` gives a program without `--allow-*` or `--sandbox`.
+    fn default() -> Permissions {
+        Permissions::all()
+    }
+}
+
+/// A use the program's permissions do not grant; its text names the flag that would.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{who}: {what} needs {flag}")]
+pub struct Denied {
+    /// The function refused (`fs.read`, `http.get`, `os.execute`).
+    pub who: String,
+    /// What it was asked to do (`reading /etc/passwd`).
+    pub what: String,
+    /// The flag to grant it (`--allow-read=/etc/passwd`).
+    pub flag: String,
+}
+
+/// Reading or writing a path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+impl Permissions {
+    /// Everything granted.
+    pub fn all() -> Permissions {
+        Permissions {
+            net: Grant::All,
+            read: Grant::All,
+            write: Grant::All,
+            run: true,
+            env: true,
+        }
+    }
+
+    /// Nothing granted: `--sandbox` without `--allow-*`.
+    pub fn none() -> Permissions {
+        Permissions {
+            net: Grant::None,
+            read: Grant::None,
+            write: Grant::None,
+            run: false,
+            env: false,
+        }
+    }
+
+    /// Whether every permission is granted (then nothing needs checking).
+    pub fn is_all(&self) -> bool {
+        self.net.is_all() && self.read.is_all() && self.write.is_all() && self.run && self.env
+    }
+
+    /// The same permissions with each allowed path resolved (relative to `base`), as checks
+    /// compare resolved paths.
+    pub fn resolved(mut self, base: &Path) -> Permissions {
+        for grant in [&mut self.read, &mut self.write] {
+            if let Grant::Only(paths) = grant {
+                for p in paths.iter_mut() {
+                    *p = resolve(&base.join(&*p));
+                }
+            }
+        }
+        self
+    }
+
+    /// Checks that `who` may read or write `path`; answers the path resolved (the one to use, so
+    /// a symlink swapped in between is still the checked one where the caller opens it).
+    pub fn check_path(&self, who: &str, access: Access, path: &Path) -> Result<PathBuf, Denied> {
+        let grant = match access {
+            Access::Read => &self.read,
+            Access::Write => &self.write,
+        };
+        if grant.is_all() {
+            return Ok(path.to_path_buf());
+        }
+        let resolved = resolve(path);
+        let allowed = match grant {
+            Grant::All => true,
+            Grant::None => false,
+            Grant::Only(paths) => paths.iter().any(|p| resolved.starts_with(p)),
+        };
+        if allowed {
+            return Ok(resolved);
+        }
+        let (verb, flag) = match access {
+            Access::Read => ("reading", "--allow-read"),
+            Access::Write => ("writing", "--allow-write"),
+        };
+        Err(Denied {
+            who: who.to_string(),
+            what: format!("{verb} {}", resolved.display()),
+            flag: format!("{flag}={}", resolved.display()),
+        })
+    }
+
+    /// Checks that `who` may reach `url`'s host.
+    pub fn check_net(&self, who: &str, url: &reqwest::Url) -> Result<(), Denied> {
+        let host = url.host_str().unwrap_or_default().to_ascii_lowercase();
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let port = url.port_or_known_default();
+        let allowed = match &self.net {
+            Grant::All => true,
+            Grant::None => false,
+            Grant::Only(hosts) => hosts.iter().any(|h| host_matches(h, host, port)),
+        };
+        if allowed {
+            return Ok(());
+        }
+        let named = match url.port() {
+            Some(p) => format!("{host}:{p}"),
+            None => host.to_string(),
+        };
+        Err(Denied {
+            who: who.to_string(),
+            what: format!("reaching {named}"),
+            flag: format!("--allow-net={named}"),
+        })
+    }
+
+    /// Checks that `who` may start a process (`what` says which, for the message).
+    pub fn check_run(&self, who: &str, what: &str) -> Result<(), Denied> {
+        if self.run {
+            return Ok(());
+        }
+        Err(Denied {
+            who: who.to_string(),
+            what: what.to_string(),
+            flag: "--allow-run".into(),
+        })
+    }
+
+    /// Checks that `who` may read the environment variable `name`.
+    pub fn check_env(&self, who: &str, name: &str) -> Result<(), Denied> {
+        if self.env {
+            return Ok(());
+        }
+        Err(Denied {
+            who: who.to_string(),
+            what: format!("reading {name}"),
+            flag: "--allow-env".into(),
+        })
+    }
+}
+
+/// Whether an allowed entry (`host` or `host:port`, `[::1]:8080` for IPv6) admits `host` and
+/// `port`.
+fn host_matches(allowed: &str, host: &str, port: Option<u16>) -> bool {
+    let allowed = allowed.trim().to_ascii_lowercase();
+    let (name, want_port) = match allowed.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && !p.is_empty() => {
+            (h.to_string(), p.parse::<u16>().ok())
+        }
+        _ => (allowed.clone(), None),
+    };
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    name == host && want_port.is_none_or(|p| Some(p) == port)
+}
+
+/// `path` made absolute and resolved as the operating system would: symlinks followed as far
+/// as the path exists, `..` taken after the symlinks before it, the part that does not exist yet
+/// kept as written.
+pub fn resolve(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut out = PathBuf::new();
+    for component in absolute.components() {
+        match component {
+            Component::Prefix(_) | Component::RootDir => out.push(component),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out = canonical_prefix(&out);
+                out.pop();
+            }
+            Component::Normal(name) => out.push(name),
+        }
+    }
+    canonical_prefix(&out)
+}
+
+/// `path` with its longest existing prefix canonicalised and the rest appended as it is.
+fn canonical_prefix(path: &Path) -> PathBuf {
+    let mut existing = path.to_path_buf();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(canonical) = existing.canonicalize() {
+            let mut out = canonical;
+            out.extend(rest.iter().rev());
+            return out;
+        }
+        match existing.file_name() {
+            Some(name) => {
+                rest.push(name.to_os_string());
+                existing.pop();
+            }
+            None => return path.to_path_buf(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn only_read(dir: &Path) -> Permissions {
+        Permissions {
+            read: Grant::Only(vec![dir.to_path_buf()]),
+            ..Permissions::none()
+        }
+        .resolved(Path::new("/"))
+    }
+
+    #[test]
+    fn a_path_inside_an_allowed_folder_is_granted_and_one_outside_is_not() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+        let p = only_read(dir.path());
+        assert!(
+            p.check_path("fs.read", Access::Read, &dir.path().join("a.txt"))
+                .is_ok()
+        );
+        let e = p
+            .check_path("fs.read", Access::Read, Path::new("/etc/passwd"))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "fs.read: reading /etc/passwd needs --allow-read=/etc/passwd"
+        );
+        // Reading is granted, writing is not.
+        assert!(
+            p.check_path("fs.write", Access::Write, &dir.path().join("a.txt"))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn dot_dot_and_symlinks_do_not_escape_an_allowed_folder() {
+        let root = tempfile::tempdir().unwrap();
+        let allowed = root.path().join("allowed");
+        let secret = root.path().join("secret");
+        std::fs::create_dir_all(&allowed).unwrap();
+        std::fs::create_dir_all(&secret).unwrap();
+        std::fs::write(secret.join("key"), "k").unwrap();
+        std::os::unix::fs::symlink(&secret, allowed.join("link")).unwrap();
+        let p = only_read(&allowed);
+        for escape in [
+            allowed.join("../secret/key"),
+            allowed.join("link/key"),
+            allowed.join("link/../allowed/../secret/key"),
+            allowed.join("missing/../../secret/key"),
+        ] {
+            let e = p.check_path("fs.read", Access::Read, &escape).unwrap_err();
+            assert!(e.what.contains("secret"), "{escape:?}: {e}");
+        }
+        // A file not there yet, inside the folder, is inside.
+        assert!(
+            p.check_path("fs.read", Access::Read, &allowed.join("new/file"))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn hosts_are_matched_by_name_and_by_port_when_one_is_given() {
+        let p = Permissions {
+            net: Grant::Only(vec!["example.com".into(), "127.0.0.1:8080".into()]),
+            ..Permissions::none()
+        };
+        let url = |u: &str| reqwest::Url::parse(u).unwrap();
+        assert!(
+            p.check_net("http.get", &url("https://example.com/x"))
+                .is_ok()
+        );
+        assert!(
+            p.check_net("http.get", &url("http://127.0.0.1:8080/"))
+                .is_ok()
+        );
+        let e = p
+            .check_net("http.get", &url("http://127.0.0.1:9090/"))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "http.get: reaching 127.0.0.1:9090 needs --allow-net=127.0.0.1:9090"
+        );
+        assert!(p.check_net("http.get", &url("https://evil.com/")).is_err());
+    }
+
+    #[test]
+    fn run_and_env_name_their_flags() {
+        let p = Permissions::none();
+        assert_eq!(
+            p.check_run("os.execute", "running \"sleep 4\"")
+                .unwrap_err()
+                .to_string(),
+            "os.execute: running \"sleep 4\" needs --allow-run"
+        );
+        assert_eq!(
+            p.check_env("os.getenv", "HOME").unwrap_err().to_string(),
+            "os.getenv: reading HOME needs --allow-env"
+        );
+        assert!(Permissions::all().is_all());
+    }
+}

@@ -1,0 +1,284 @@
+//! Permissions (`--sandbox`, `--allow-*`) and `--max-memory`, through the binary: each use refused
+//! with the flag that grants it and granted with that flag; no `..` or symlink escape; an `http`
+//! redirect only to an allowed host; a memory bomb in a tool fails that call and the program goes
+//! on; `proc.run`.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::routing::get;
+use serde_json::json;
+use support::fake::{FakeProvider, Reply};
+use support::script::Sandbox;
+
+/// Each line: `<name> ok` or `<name> refused: <message's first line>`.
+const PROBES: &str = r#"
+local function probe(name, f, ...)
+  local ok, err = pcall(f, ...)
+  if ok then print(name .. " ok") else print(name .. " refused: " .. tostring(err):match("[^\n]*")) end
+end
+local dir = ...
+probe("fs.read", fs.read, dir .. "/data.txt")
+probe("fs.write", fs.write, dir .. "/out.txt", "x")
+probe("io.open", function() return assert(io.open(dir .. "/data.txt")):read("a") end)
+probe("io.open.w", function() return assert(io.open(dir .. "/out2.txt", "w")):close() end)
+probe("os.execute", os.execute, "true")
+probe("io.popen", function() return io.popen("true"):close() end)
+probe("proc.run", function() assert(proc.run{ cmd = "true" }) end)
+probe("os.getenv", os.getenv, "HOME")
+probe("load.binary", function() assert(load(string.dump(function() return 1 end))) end)
+probe("load.text", function() assert(load("return 1")) end)
+probe("mcp.connect", function() mcp.connect{ command = "/nonexistent/mcp-server" } end)
+"#;
+
+fn probes(sb: &Sandbox, flags: &[&str]) -> Vec<String> {
+    sb.write("data.txt", "data");
+    let file = sb.write("probes.lua", PROBES);
+    let dir = sb.dir.path().display().to_string();
+    let mut args = vec!["run"];
+    args.extend_from_slice(flags);
+    let file = file.display().to_string();
+    args.push(&file);
+    args.push(&dir);
+    let run = sb.colony(&args);
+    assert_eq!(run.code, 0, "{}\n{}", run.stdout, run.stderr);
+    run.stdout.lines().map(str::to_string).collect()
+}
+
+#[test]
+fn in_a_sandbox_each_use_is_refused_naming_the_flag_that_grants_it() {
+    let sb = Sandbox::new();
+    let dir = std::fs::canonicalize(sb.dir.path()).unwrap();
+    let d = dir.display();
+    let lines = probes(&sb, &["--sandbox"]);
+    let expected = [
+        format!("fs.read refused: fs.read: reading {d}/data.txt needs --allow-read={d}/data.txt"),
+        format!("fs.write refused: fs.write: writing {d}/out.txt needs --allow-write={d}/out.txt"),
+        format!("io.open refused: io.open: reading {d}/data.txt needs --allow-read={d}/data.txt"),
+        format!(
+            "io.open.w refused: io.open: writing {d}/out2.txt needs --allow-write={d}/out2.txt"
+        ),
+        "os.execute refused: os.execute: running \"true\" needs --allow-run".to_string(),
+        "io.popen refused: io.popen: running \"true\" needs --allow-run".to_string(),
+        "proc.run refused: proc.run: running \"true\" needs --allow-run".to_string(),
+        "os.getenv refused: os.getenv: reading HOME needs --allow-env".to_string(),
+        "load.binary refused: load: loading a binary chunk needs --allow-run".to_string(),
+        "load.text ok".to_string(),
+        "mcp.connect refused: mcp.connect: running \"/nonexistent/mcp-server\" needs --allow-run"
+            .to_string(),
+    ];
+    assert_eq!(lines.len(), expected.len(), "{lines:#?}");
+    for (line, want) in lines.iter().zip(&expected) {
+        // A refusal raised by one of colony's functions carries the script's line in front.
+        let line = line
+            .split_once(": probes.lua:")
+            .map(|(name, rest)| format!("{name}: {}", rest.split_once(": ").unwrap().1))
+            .unwrap_or_else(|| line.clone());
+        assert_eq!(&line, want);
+    }
+    assert!(!sb.path("out.txt").exists() && !sb.path("out2.txt").exists());
+}
+
+#[test]
+fn each_flag_grants_its_use_and_no_flag_grants_everything() {
+    let sb = Sandbox::new();
+    let dir = sb.dir.path().display().to_string();
+    let read = format!("--allow-read={dir}");
+    let write = format!("--allow-write={dir}");
+    let granted = probes(&sb, &[&read, &write, "--allow-run", "--allow-env"]);
+    let everything = probes(&sb, &[]);
+    let all = probes(&sb, &["--sandbox", "--allow-all"]);
+    for lines in [&granted, &everything, &all] {
+        for line in lines.iter() {
+            if line.starts_with("mcp.connect") {
+                // Allowed to start, the server is not there: a connection error, not a refusal.
+                assert!(!line.contains("needs --allow"), "{line}");
+            } else {
+                assert!(line.ends_with(" ok"), "{line}\n{lines:#?}");
+            }
+        }
+    }
+    // Reading only: writing stays refused.
+    let read_only = probes(&sb, &[&read]);
+    assert!(read_only.iter().any(|l| l == "fs.read ok"));
+    assert!(
+        read_only
+            .iter()
+            .any(|l| l.starts_with("fs.write refused") && l.ends_with("out.txt"))
+    );
+}
+
+#[test]
+fn neither_dot_dot_nor_a_symlink_escapes_an_allowed_folder() {
+    let sb = Sandbox::new();
+    let allowed = sb.path("allowed");
+    let secret = sb.path("secret");
+    std::fs::create_dir_all(&allowed).unwrap();
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::write(secret.join("key"), "the secret").unwrap();
+    std::fs::write(allowed.join("notes.txt"), "notes").unwrap();
+    std::os::unix::fs::symlink(&secret, allowed.join("link")).unwrap();
+    let source = r#"
+for _, p in ipairs{ "allowed/notes.txt", "allowed/../secret/key", "allowed/link/key",
+                    "allowed/missing/../../secret/key" } do
+  local ok, got = pcall(fs.read, p)
+  print(p, ok and got or tostring(got):match("needs (%-%-allow%-read=%S+)"))
+end
+"#;
+    let flag = format!("--allow-read={}", allowed.display());
+    let run = sb.lua(source, &[&flag]).ok();
+    let secret = std::fs::canonicalize(&secret).unwrap();
+    let s = secret.display();
+    assert_eq!(
+        run.lines(),
+        vec![
+            "allowed/notes.txt\tnotes".to_string(),
+            format!("allowed/../secret/key\t--allow-read={s}/key"),
+            format!("allowed/link/key\t--allow-read={s}/key"),
+            format!("allowed/missing/../../secret/key\t--allow-read={s}/key"),
+        ]
+    );
+}
+
+#[test]
+fn http_reaches_only_allowed_hosts_and_follows_no_redirect_elsewhere() {
+    let elsewhere_hits = Arc::new(AtomicUsize::new(0));
+    let hits = elsewhere_hits.clone();
+    let elsewhere = support::serve(Router::new().route(
+        "/",
+        get(move || {
+            hits.fetch_add(1, Ordering::SeqCst);
+            async { "elsewhere" }
+        }),
+    ));
+    let target = format!("{elsewhere}/");
+    let home = support::serve(
+        Router::new()
+            .route("/here", get(|| async { "here" }))
+            .route(
+                "/away",
+                get(move || {
+                    let target = target.clone();
+                    async move { (StatusCode::FOUND, [(header::LOCATION, target)]) }
+                }),
+            ),
+    );
+    let host = |url: &str| url.trim_start_matches("http://").to_string();
+    let source = format!(
+        r#"
+local r = http.get("{home}/here") print("here", r.body)
+local r, err = http.get("{home}/away") print("away", r and r.body, err and err.message)
+print("direct", pcall(http.get, "{elsewhere}/"))
+"#
+    );
+    let sb = Sandbox::new();
+    let flag = format!("--allow-net={}", host(&home));
+    let run = sb.lua(&source, &[&flag]).ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "here\there");
+    let e = host(&elsewhere);
+    assert!(
+        lines[1].starts_with("away\tnil\tGET ")
+            && lines[1].ends_with(&format!(
+                "redirected to http://{e}/: http.get: reaching {e} needs --allow-net={e}"
+            )),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].starts_with(&format!(
+            "direct\tfalse\thttp.get: reaching {e} needs --allow-net={e}"
+        )),
+        "{}",
+        lines[2]
+    );
+    assert_eq!(elsewhere_hits.load(Ordering::SeqCst), 0);
+    // Both allowed: the redirect is followed.
+    let both = format!("--allow-net={},{}", host(&home), host(&elsewhere));
+    let run = sb.lua(&source, &[&both]).ok();
+    assert_eq!(run.lines()[1], "away\telsewhere\tnil");
+    assert_eq!(elsewhere_hits.load(Ordering::SeqCst), 2);
+}
+
+#[test]
+fn a_memory_bomb_fails_its_tool_call_with_memory_and_the_program_goes_on() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "bomb", json!({})));
+    fake.push(Reply::text("that tool failed"));
+    let sb = support::styled(&fake, "openai");
+    sb.write("config.toml", "[use.general]\nprovider = \"openai\"\n");
+    let run = sb
+        .lua(
+            r#"
+local bomb = ai.tool{ name = "bomb", parameters = {}, handler = function()
+  local t = {}
+  for i = 1, 1e9 do t[i] = string.rep("x", 4096) .. i end
+end }
+local r = ai.take_turn{ prompt = "go", tools = { bomb } }
+print("reply", r.reply)
+for _, e in ipairs(r.tool_events) do print("event", e.name, e.kind) end
+collectgarbage()
+print("after", #string.rep("y", 1 << 20))
+"#,
+            &["--max-memory", "64M"],
+        )
+        .ok();
+    assert_eq!(run.lines()[0], "reply\tthat tool failed", "{}", run.stderr);
+    assert_eq!(run.lines()[1], "event\tbomb\terror");
+    assert_eq!(run.lines()[2], "after\t1048576");
+    let calls = support::model_calls(&fake);
+    let result = calls[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .expect("a tool result")["content"]
+        .to_string();
+    assert!(
+        result.contains("memory: the program's Lua memory reached its limit (--max-memory)"),
+        "{result}"
+    );
+}
+
+#[test]
+fn proc_run_waits_without_holding_the_program_and_ends_what_outlives_its_timeout() {
+    let sb = Sandbox::new();
+    // While one coroutine waits on a command, another runs: os.execute would hold both.
+    let run = sb
+        .lua(
+            r#"
+local order = {}
+ai.parallel(
+  function()
+    local r = assert(proc.run{ cmd = "sh", args = { "-c", "sleep 0.3; cat; echo oops >&2; exit 3" }, stdin = "fed" })
+    order[#order + 1] = "proc " .. r.stdout .. " " .. r.stderr:gsub("\n", "") .. " " .. r.status .. " " .. tostring(r.ok)
+  end,
+  function() order[#order + 1] = "other" end)
+print(table.concat(order, ", "))
+local r, err = proc.run{ cmd = "sleep", args = { "30" }, timeout = 0.2 }
+print(r, err.kind, err.message)
+print(select(2, proc.run{ cmd = "/no/such/program" }).kind)
+print(select(2, proc.run{ cmd = "yes", max_bytes = 100 }).kind)
+print(pcall(proc.run, { cmd = "true", timeout = math.huge }))
+"#,
+            &[],
+        )
+        .ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "other, proc fed oops 3 false");
+    assert_eq!(
+        lines[1],
+        "nil\ttimeout\tproc.run: sleep 30 timed out after 0.2 s; it was killed"
+    );
+    assert_eq!(lines[2], "not_found");
+    assert_eq!(lines[3], "too_large");
+    assert!(
+        lines[4].starts_with("false\t") && lines[4].contains("proc.run: timeout:"),
+        "{}",
+        lines[4]
+    );
+}

@@ -1,0 +1,217 @@
+//! Lua code that never waits cannot freeze a program: a spinning tool handler is stopped at its
+//! deadline (even inside `pcall`) while other residents serve, SIGINT and SIGTERM stop a program
+//! whose tool or source spins, and a spinning main chunk. Through the binary, against the fake
+//! provider on loopback.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use support::fake::{FakeProvider, Reply};
+use support::script::Sandbox;
+use support::styled;
+
+/// The content of every tool result the fake was sent (OpenAI style).
+fn tool_results(fake: &FakeProvider) -> Vec<String> {
+    support::model_calls(fake)
+        .iter()
+        .flat_map(|body| body["messages"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["role"] == "tool")
+        .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn after_tool(body: &Value) -> bool {
+    body["messages"]
+        .as_array()
+        .is_some_and(|ms| ms.iter().any(|m| m["role"] == "tool"))
+}
+
+fn system_of(body: &Value) -> String {
+    body["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[test]
+fn a_spinning_tool_ends_its_turn_with_a_deadline_while_another_resident_serves() {
+    let fake = FakeProvider::start();
+    fake.set_responder(
+        |body, _| match (system_of(body).as_str(), after_tool(body)) {
+            ("spinner", false) => Reply::tool_call("c1", "spin", json!({})),
+            ("spinner", true) => Reply::text("spin gave up"),
+            (_, false) => Reply::tool_call("c2", "echo", json!({"text": "hello"})),
+            (_, true) => Reply::text("echoed"),
+        },
+    );
+    let sb = styled(&fake, "openai");
+    let run = sb
+        .lua(
+            r#"
+local spin = ai.tool{ name = "spin", parameters = {}, timeout = 1, handler = function()
+  -- pcall cannot catch the stop
+  while true do pcall(function() local x = 0 for i = 1, 100 do x = x + i end end) end
+end }
+local echo = ai.tool{ name = "echo", parameters = { text = "string" },
+  handler = function(args) return args.text end }
+local done = 0
+local function deliver(reply, info)
+  print(info.ai .. ": " .. reply)
+  done = done + 1
+  if done == 2 then ai.stop("both served") end
+end
+for _, name in ipairs{ "spinner", "other" } do
+  ai.spawn{ name = name, system = name, provider = "openai", model = "m",
+    tools = { name == "spinner" and spin or echo }, deliver_to = deliver,
+    sources = { function(self) ai.mail{ to = self, source = "desk", content = "go", hop = 0 } end } }
+end
+print(ai.watch{})
+"#,
+            &["--max-time", "120"],
+        )
+        .ok();
+    let mut lines = run.lines();
+    lines.sort();
+    assert_eq!(
+        lines,
+        ["both served", "other: echoed", "spinner: spin gave up"],
+        "{}",
+        run.stderr
+    );
+    let mut results = tool_results(&fake);
+    results.sort();
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert_eq!(results[1], "hello");
+    assert!(
+        results[0].contains("deadline") && results[0].contains("1 s"),
+        "{results:?}"
+    );
+}
+
+#[test]
+fn a_spinning_tool_in_the_scripts_own_turn_is_stopped_at_its_timeout() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "spin", json!({})));
+    fake.push(Reply::text("it gave up"));
+    let sb = styled(&fake, "openai");
+    sb.write("config.toml", "[use.general]\nprovider = \"openai\"\n");
+    let run = sb
+        .lua(
+            r#"
+local spin = ai.tool{ name = "spin", parameters = {}, timeout = 0.5, handler = function()
+  while true do end
+end }
+local r = ai.take_turn{ prompt = "go", tools = { spin } }
+print(r.reply)
+for _, e in ipairs(r.tool_events) do print(e.name, e.kind) end
+-- the program goes on: its VM is free again
+print(#string.rep("x", 10))
+"#,
+            &["--max-time", "120"],
+        )
+        .ok();
+    assert_eq!(run.lines(), ["it gave up", "spin\tdeadline", "10"]);
+    let results = tool_results(&fake);
+    assert!(
+        results[0].contains("deadline: it ran past its timeout"),
+        "{results:?}"
+    );
+}
+
+/// Starts `source` under `colony run`, waits for its first line on stdout (the spinning code has
+/// started), sends `signal`, and returns the exit status and the rest of stdout.
+fn signalled(sb: &Sandbox, source: &str, signal: &str) -> (std::process::ExitStatus, Vec<String>) {
+    let file = sb.write("script.lua", source);
+    let file = file.display().to_string();
+    let mut child = sb.spawn(&["run", "--max-time", "120", &file]);
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut first = String::new();
+    out.read_line(&mut first).unwrap();
+    assert_eq!(first.trim(), "spinning");
+    // The spinning code is past its first instructions.
+    std::thread::sleep(Duration::from_millis(200));
+    let killed = std::process::Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    let rest = out.lines().map(Result::unwrap).collect();
+    (status, rest)
+}
+
+#[test]
+fn sigint_stops_a_program_whose_tool_spins() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        if after_tool(body) {
+            Reply::text("stopped")
+        } else {
+            Reply::tool_call("c1", "spin", json!({}))
+        }
+    });
+    let sb = styled(&fake, "openai");
+    let (status, rest) = signalled(
+        &sb,
+        r#"
+io.stdout:setvbuf("line")
+local spin = ai.tool{ name = "spin", parameters = {}, timeout = 3600, handler = function()
+  print("spinning")
+  while true do end
+end }
+ai.spawn{ name = "w", provider = "openai", model = "m", tools = { spin },
+  sources = { function(self) ai.mail{ to = self, source = "desk", content = "go", hop = 0 } end } }
+print(ai.watch{})
+"#,
+        "INT",
+    );
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(rest, ["SIGINT"]);
+}
+
+#[test]
+fn sigterm_stops_a_program_whose_source_spins_even_through_pcall() {
+    let sb = Sandbox::new();
+    let (status, rest) = signalled(
+        &sb,
+        r#"
+io.stdout:setvbuf("line")
+ai.spawn{ name = "w", system = "x", sources = { function()
+  print("spinning")
+  while true do pcall(error, "caught") end
+end } }
+print(ai.watch{})
+"#,
+        "TERM",
+    );
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(rest, ["SIGTERM"]);
+}
+
+#[test]
+fn sigint_stops_a_spinning_main_chunk_before_and_after_a_watch() {
+    use std::os::unix::process::ExitStatusExt;
+    let sb = Sandbox::new();
+    // Before any watch: as any process, ended by the signal.
+    let (status, _) = signalled(
+        &sb,
+        "io.stdout:setvbuf('line') print('spinning') while true do end",
+        "INT",
+    );
+    assert_eq!(status.signal(), Some(2), "{status:?}");
+    // After a watch (colony listens for signals from then on): the spinning chunk is stopped
+    // with an error that says why.
+    let (status, rest) = signalled(
+        &sb,
+        r#"io.stdout:setvbuf("line")
+ai.spawn{ name = "w", system = "x" }
+ai.watch{}
+print("spinning")
+while true do pcall(function() end) end"#,
+        "INT",
+    );
+    assert_eq!(status.code(), Some(1), "{rest:?}");
+}
