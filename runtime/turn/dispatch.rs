@@ -309,18 +309,22 @@ async fn checked(
             })
         }),
     };
-    Ok(match tokio::time::timeout(tool.timeout, run).await {
-        Err(_) => Checked::Run(
+    let past_deadline = || {
+        Checked::Run(
             EventKind::Deadline,
             format!(
                 "the tool did not finish within its deadline of {} s",
                 tool.timeout.as_secs_f64()
             ),
-        ),
+        )
+    };
+    // Whichever sees the deadline first (this timer, or the Lua hook stopping a handler that
+    // never waits), the model reads the same result.
+    Ok(match tokio::time::timeout(tool.timeout, run).await {
+        Err(_) | Ok(HandlerOutcome::Deadline(_)) => past_deadline(),
         Ok(HandlerOutcome::Value(text)) => Checked::Run(EventKind::Ok, text),
         Ok(HandlerOutcome::Attached(text, files)) => Checked::Attached(text, files),
         Ok(HandlerOutcome::Refused(message)) => Checked::Run(EventKind::Error, message),
-        Ok(HandlerOutcome::Deadline(message)) => Checked::Run(EventKind::Deadline, message),
         Ok(HandlerOutcome::Raised(fault)) => Checked::Raised(fault),
         Ok(HandlerOutcome::Thrown(message)) => Checked::Run(EventKind::Thrown, message),
         Ok(HandlerOutcome::Gone) => Checked::Run(EventKind::Cancelled, CANCELLED.to_string()),
