@@ -151,6 +151,7 @@ impl Runtime {
             store: self.store.clone(),
             // The application mails in: the program's watch runs until it is stopped.
             mails_in: true,
+            observer: None,
         };
         let running = crate::lua::start_file(self.core.clone(), path.as_ref(), args, host)?;
         Ok(Program {

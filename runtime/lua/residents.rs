@@ -45,6 +45,8 @@ pub struct HostSetup {
     /// The application mails the program's residents from outside: the watch does not end
     /// when they are all idle.
     pub mails_in: bool,
+    /// Who looks on from outside (`colony serve`): told every turn and route event.
+    pub observer: Option<crate::residents::Observer>,
 }
 
 /// The host's tools, by name, in the VM's app data.
@@ -99,6 +101,9 @@ impl Program {
         store: std::sync::Arc<dyn crate::store::Store>,
     ) -> Program {
         let route = Route::with_store(core.clone(), bridge, Some(store));
+        if let Some(observer) = &host.observer {
+            route.set_observer(observer.clone());
+        }
         Program {
             _host: host.mails_in.then(|| route.listen()),
             route,
