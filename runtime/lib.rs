@@ -46,6 +46,8 @@
 //! - [`shipped`]: the Lua front ends (`scripts/`) and example programs compiled into the binary.
 //!   `mcp`: `connect`/`tools`/`call`/`close`/`servers`/`cached_tools`, and the server specs that
 //!   `mcp = {...}` on turns and residents shares.
+//! - [`serve`]: `colony serve`: programs as a service on one HTTP listener (control API,
+//!   events, metrics, dashboard); `host` is its one adapter to the program lifecycle.
 //! - [`cli`]: the `colony` command, one file per subcommand.
 //!
 //! The Lua VM runs on a thread of its own; its async functions suspend only the calling coroutine,
@@ -62,6 +64,7 @@ pub mod mcp;
 pub mod providers;
 pub mod residents;
 pub mod secrets;
+pub mod serve;
 pub mod shipped;
 pub mod store;
 pub mod turn;

@@ -7,6 +7,7 @@ pub mod fake;
 pub mod mcp;
 pub mod pty;
 pub mod script;
+pub mod serve;
 
 use serde_json::Value;
 
