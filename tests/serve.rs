@@ -144,3 +144,302 @@ fn wait_ready(served: &Served) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+#[test]
+fn a_full_mailbox_answers_429_with_retry_after() {
+    let fake = FakeProvider::start();
+    // The first turn takes a while, so what comes meanwhile waits in the mailbox of two.
+    fake.push(Reply::text("paged ops").delay(3_000));
+    echo(&fake);
+    let sb = sandbox(&fake, GOOD_KEY);
+    let served = Served::start(&sb, &[&example("pager.lua")]);
+    wait_ready(&served);
+    let events = served.events(None);
+    let mail = |n: u32| served.mail("pager", json!({ "to": "pager", "content": format!("disk full {n}") }));
+    assert_eq!(mail(1).status, 202);
+    events.next_of("turn_started", "pager");
+    assert_eq!(mail(2).status, 202);
+    assert_eq!(mail(3).status, 202);
+    let full = mail(4);
+    assert_eq!(full.status, 429, "{}", full.text);
+    assert_eq!(full.json["error"], "mailbox_full");
+    assert_eq!(full.headers.get("retry-after").map(|v| v.to_str().unwrap()), Some("1"));
+    let r = served.get("/api/programs/pager/residents/pager").json;
+    assert_eq!((r["mailbox"].as_u64(), r["refused"].as_u64()), (Some(2), Some(1)));
+}
+
+#[test]
+fn off_loopback_without_a_token_refuses_to_start() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake, GOOD_KEY);
+    let run = sb.colony(&["serve", "--listen", "0.0.0.0:0", &example("desk.lua")]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("not a loopback address"), "{}", run.stderr);
+    assert!(run.stdout.is_empty(), "{}", run.stdout);
+    let run = sb.colony(&["serve", "--listen", "[::]:0", &example("desk.lua")]);
+    assert_eq!(run.code, 2, "{run:?}");
+    // An empty token file is not "no token".
+    let empty = sb.write("empty-token", "\n");
+    let run = sb.colony(&[
+        "serve",
+        "--listen",
+        "0.0.0.0:0",
+        "--token-file",
+        &empty.display().to_string(),
+        &example("desk.lua"),
+    ]);
+    assert_eq!(run.code, 2, "{run:?}");
+    assert!(run.stderr.contains("the token is empty"), "{}", run.stderr);
+}
+
+#[test]
+fn the_token_is_asked_everywhere_but_health_and_never_shown() {
+    const TOKEN: &str = "serve-token-5d9a1c77e0";
+    let fake = FakeProvider::start();
+    echo(&fake);
+    let sb = sandbox(&fake, GOOD_KEY);
+    let file = sb.write("token", &format!("{TOKEN}\n"));
+    let mut served = Served::start(
+        &sb,
+        &["--token-file", &file.display().to_string(), &example("desk.lua")],
+    );
+    for path in ["/api/programs", "/api/programs/desk/residents", "/metrics", "/api/events", "/"] {
+        let bare = served.get_with(path, &[], true);
+        assert_eq!(bare.status, 401, "{path} without the token: {}", bare.text);
+        let wrong = served.get_with(path, &[("authorization", "Bearer serve-token-5d9a1c77e1")], true);
+        assert_eq!(wrong.status, 401, "{path} with another token");
+    }
+    assert_eq!(served.get_with("/healthz", &[], true).status, 200);
+    assert!(matches!(served.get_with("/readyz", &[], true).status, 200 | 503));
+    served.token = Some(TOKEN.to_string());
+    wait_ready(&served);
+    let events = served.events(None);
+    assert_eq!(served.mail("desk", json!({ "to": "desk", "content": "hi" })).status, 202);
+    let reply = events.next_of("delivery", "desk");
+    // Neither the token nor the provider's key appears in what the service answers.
+    let answers = [
+        served.get("/api/programs").text,
+        served.get("/api/programs/desk/residents").text,
+        served.get("/api/programs/desk/residents/desk/conversation").text,
+        served.get("/metrics").text,
+        served.get("/").text,
+        served.get("/readyz").text,
+        reply.data.to_string(),
+    ];
+    for text in answers {
+        assert!(!text.contains(TOKEN), "the token in {text}");
+        assert!(!text.contains(GOOD_KEY), "the key in {text}");
+    }
+    // A foreign page is refused, with the token or without; the service's own origin is not.
+    let own = served.url.clone();
+    for path in ["/api/programs", "/healthz"] {
+        let foreign = served.get_with(path, &[("origin", "http://evil.example")], false);
+        assert_eq!(foreign.status, 403, "{path} from a foreign origin: {}", foreign.text);
+        assert_eq!(served.get_with(path, &[("origin", &own)], false).status, 200);
+    }
+    let foreign_mail = served.send(
+        reqwest::Client::new()
+            .post(format!("{}/api/programs/desk/mail", served.url))
+            .bearer_auth(TOKEN)
+            .header("origin", "http://localhost:1")
+            .json(&json!({ "to": "desk", "content": "x" })),
+    );
+    assert_eq!(foreign_mail.status, 403);
+    // A body past the cap is refused before it is read whole.
+    let huge = "x".repeat(9 * 1024 * 1024);
+    let big = served.mail("desk", json!({ "to": "desk", "content": huge }));
+    assert_eq!(big.status, 413, "{}", big.text);
+    served.signal("TERM");
+    assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+}
+
+#[test]
+fn a_client_resumes_the_event_stream_from_its_last_event_id() {
+    let fake = FakeProvider::start();
+    echo(&fake);
+    let sb = sandbox(&fake, GOOD_KEY);
+    let served = Served::start(&sb, &[&example("desk.lua")]);
+    wait_ready(&served);
+    let first = served.events(None);
+    assert_eq!(served.mail("desk", json!({ "to": "desk", "content": "a" })).status, 202);
+    let a = first.next_of("delivery", "desk");
+    drop(first);
+    // While nobody listens, another reply goes out.
+    let watcher = served.events(None);
+    assert_eq!(served.mail("desk", json!({ "to": "desk", "content": "b" })).status, 202);
+    watcher.next_of("delivery", "desk");
+    let resumed = served.events(a.id);
+    let (b, before) = resumed.until("the missed reply", |e| e.kind == "delivery");
+    assert_eq!(b.data["text"], "re: [mail from api] b");
+    assert!(b.id > a.id);
+    // Everything between, in order, and nothing from before.
+    let ids: Vec<u64> = before.iter().chain([&b]).filter_map(|e| e.id).collect();
+    assert_eq!(ids.first().copied(), a.id.map(|i| i + 1), "{before:#?}");
+    assert!(ids.windows(2).all(|w| w[1] == w[0] + 1), "{ids:?}");
+    assert!(before.iter().any(|e| e.kind == "turn_started"));
+}
+
+#[test]
+fn a_failing_program_does_not_stop_the_service() {
+    let fake = FakeProvider::start();
+    echo(&fake);
+    let sb = sandbox(&fake, GOOD_KEY);
+    let broken = sb.write("broken.lua", "error('this program is broken')\n");
+    let served = Served::start(&sb, &[&broken.display().to_string(), &example("desk.lua")]);
+    let deadline = std::time::Instant::now() + support::serve::PATIENCE;
+    let view = loop {
+        let p = served.get("/api/programs/broken").json;
+        if p["state"] == "failed" || std::time::Instant::now() > deadline {
+            break p;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(view["state"], "failed", "{view}");
+    assert!(view["error"].as_str().unwrap().contains("this program is broken"), "{view}");
+    // Not ready (a program failed), but the others serve.
+    let ready = served.get("/readyz");
+    assert_eq!(ready.status, 503, "{}", ready.text);
+    let events = served.events(None);
+    assert_eq!(served.mail("desk", json!({ "to": "desk", "content": "still there?" })).status, 202);
+    assert_eq!(
+        events.next_of("delivery", "desk").data["text"],
+        "re: [mail from api] still there?"
+    );
+    let not_running = served.mail("broken", json!({ "to": "x", "content": "y" }));
+    assert_eq!(not_running.status, 503, "{}", not_running.text);
+}
+
+#[test]
+fn stop_and_restart_through_the_api_and_the_conversation_carries_on() {
+    let fake = FakeProvider::start();
+    echo(&fake);
+    let sb = sandbox(&fake, GOOD_KEY);
+    let served = Served::start(&sb, &[&example("desk.lua")]);
+    wait_ready(&served);
+    let events = served.events(None);
+    assert_eq!(served.mail("desk", json!({ "to": "desk", "content": "before" })).status, 202);
+    events.next_of("delivery", "desk");
+    let stopped = served.post("/api/programs/desk/stop", json!({}));
+    assert_eq!(stopped.status, 200, "{}", stopped.text);
+    assert_eq!(stopped.json["state"], "stopped");
+    assert_eq!(
+        served.mail("desk", json!({ "to": "desk", "content": "x" })).status,
+        503
+    );
+    let restarted = served.post("/api/programs/desk/restart", json!({}));
+    assert_eq!(restarted.status, 200, "{}", restarted.text);
+    wait_ready(&served);
+    assert_eq!(served.mail("desk", json!({ "to": "desk", "content": "after" })).status, 202);
+    events.next_of("delivery", "desk");
+    let convo = served.get("/api/programs/desk/residents/desk/conversation").json;
+    assert_eq!(convo["total"], 4, "{convo}");
+    // The model saw the conversation from before the restart.
+    let calls = support::model_calls(&fake);
+    assert_eq!(calls.last().unwrap()["messages"].as_array().unwrap().len(), 4);
+    let dismissed = served.post("/api/programs/desk/residents/desk/dismiss", json!({}));
+    assert_eq!(dismissed.status, 200, "{}", dismissed.text);
+}
+
+#[test]
+fn the_metrics_scrape_parses_and_counts_what_happened() {
+    let fake = FakeProvider::start();
+    // The pager pages once (a tool call), then answers; the desk answers at once.
+    fake.set_responder(|body, _| {
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
+        let text = last_user_text(body);
+        if text.contains("disk") && last.is_some_and(|m| m["role"] == "user") {
+            Reply::tool_call("call-1", "page", json!({ "who": "ops", "message": "disk" })).usage(20, 3)
+        } else {
+            Reply::text(format!("re: {text}")).usage(11, 5)
+        }
+    });
+    let sb = sandbox(&fake, GOOD_KEY);
+    let log = sb.path("pages.log").display().to_string();
+    sb.write(
+        "config.toml",
+        &format!(
+            "{}\n[serve]\n[[serve.programs]]\nfile = \"{}\"\n[[serve.programs]]\nfile = \"{}\"\nargs = [\"{log}\"]\n",
+            config(&fake, GOOD_KEY),
+            example("desk.lua"),
+            example("pager.lua")
+        ),
+    );
+    // The programs come from the config.
+    let served = Served::start(&sb, &[]);
+    wait_ready(&served);
+    let events = served.events(None);
+    for n in 0..3 {
+        assert_eq!(served.mail("desk", json!({ "to": "desk", "content": format!("hello {n}") })).status, 202);
+        events.next_of("delivery", "desk");
+    }
+    assert_eq!(served.mail("pager", json!({ "to": "pager", "content": "disk full" })).status, 202);
+    let tool = events.next_of("tool_call", "pager");
+    assert_eq!((tool.data["tool"].as_str(), tool.data["kind"].as_str()), (Some("page"), Some("ok")));
+    events.next_of("delivery", "pager");
+    assert_eq!(std::fs::read_to_string(&log).unwrap(), "ops: disk\n");
+
+    let scrape = served.get("/metrics");
+    assert_eq!(scrape.status, 200);
+    assert!(
+        scrape.headers["content-type"].to_str().unwrap().contains("openmetrics-text"),
+        "{:?}",
+        scrape.headers
+    );
+    let parsed = prometheus_parse::Scrape::parse(scrape.text.lines().map(|l| Ok(l.to_string())))
+        .expect("the scrape parses");
+    let value = |metric: &str, labels: &[(&str, &str)]| -> f64 {
+        let found: Vec<f64> = parsed
+            .samples
+            .iter()
+            .filter(|s| s.metric == metric)
+            .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(|s| match &s.value {
+                prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Untyped(v) => *v,
+                other => panic!("{metric}: {other:?}"),
+            })
+            .collect();
+        assert_eq!(found.len(), 1, "{metric} {labels:?} in\n{}", scrape.text);
+        found[0]
+    };
+    let desk = [("program", "desk"), ("resident", "desk")];
+    let pager = [("program", "pager"), ("resident", "pager")];
+    assert_eq!(value("colony_mails_accepted_total", &desk), 3.0);
+    assert_eq!(value("colony_mails_served_total", &desk), 3.0);
+    assert_eq!(value("colony_turns_total", &desk), 3.0);
+    assert_eq!(value("colony_steps_total", &desk), 3.0);
+    assert_eq!(value("colony_tokens_in_total", &desk), 33.0);
+    assert_eq!(value("colony_tokens_out_total", &desk), 15.0);
+    assert_eq!(value("colony_mails_accepted_total", &pager), 1.0);
+    assert_eq!(value("colony_turns_total", &pager), 1.0);
+    assert_eq!(value("colony_steps_total", &pager), 2.0);
+    assert_eq!(value("colony_tokens_in_total", &pager), 31.0);
+    assert_eq!(value("colony_tokens_out_total", &pager), 8.0);
+    assert_eq!(
+        value("colony_tool_calls_total", &[("program", "pager"), ("resident", "pager"), ("kind", "ok")]),
+        1.0
+    );
+    assert_eq!(value("colony_held_mail", &desk), 0.0);
+    assert_eq!(value("colony_residents", &[("program", "desk"), ("state", "idle")]), 1.0);
+    assert_eq!(value("colony_residents", &[("program", "desk"), ("state", "blocked")]), 0.0);
+    assert_eq!(value("colony_program_up", &[("program", "pager")]), 1.0);
+    // Two model calls for the pager, one tool call, in the histograms.
+    let count = |metric: &str| -> u64 {
+        parsed
+            .samples
+            .iter()
+            .filter(|s| s.metric == metric && s.labels.get("program") == Some("pager"))
+            .map(|s| match &s.value {
+                prometheus_parse::Value::Histogram(h) => {
+                    h.iter().map(|b| b.count as u64).max().unwrap_or(0)
+                }
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => *v as u64,
+                _ => 0,
+            })
+            .max()
+            .unwrap_or(0)
+    };
+    assert_eq!(count("colony_model_call_seconds_count"), 2, "{}", scrape.text);
+    assert_eq!(count("colony_tool_call_seconds_count"), 1, "{}", scrape.text);
+}

@@ -175,14 +175,27 @@ async fn serve_until_drained(
     let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(on_signals(service.clone(), signals, drained_tx));
     let app = serve::router(service, guard);
-    axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let _ = drained_rx.await;
-        })
-        .await
-        .map_err(|e| Failure::run(format!("colony serve: {e}")))?;
+    let (closing_tx, closing) = tokio::sync::watch::channel(false);
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let _ = drained_rx.await;
+        let _ = closing_tx.send(true);
+    });
+    // Once drained, requests in flight get a moment to be answered; a client that holds its
+    // connection open past it does not keep the process up.
+    let cut_off = async move {
+        let mut closing = closing;
+        let _ = closing.wait_for(|c| *c).await;
+        tokio::time::sleep(CLOSE_GRACE).await;
+    };
+    tokio::select! {
+        served = server => served.map_err(|e| Failure::run(format!("colony serve: {e}")))?,
+        _ = cut_off => tracing::warn!("connections still open after the drain were closed"),
+    }
     Ok(())
 }
+
+/// How long open connections may take to finish once the programs have drained.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 type Signals = (
     tokio::signal::unix::Signal,

@@ -27,6 +27,8 @@ pub struct Published {
 pub struct Events {
     inner: Mutex<Buffer>,
     live: broadcast::Sender<Published>,
+    /// Cancelled when the service stops: every stream ends, so the listener can close.
+    closed: tokio_util::sync::CancellationToken,
 }
 
 struct Buffer {
@@ -50,6 +52,7 @@ impl Events {
                 capacity: capacity.max(1),
             }),
             live: broadcast::channel(capacity.max(16)).0,
+            closed: tokio_util::sync::CancellationToken::new(),
         }
     }
 
@@ -73,6 +76,11 @@ impl Events {
         // Sent under the lock: a subscriber sees the buffer and then the channel, no gap.
         let _ = self.live.send(event);
         id
+    }
+
+    /// Ends every stream, now and to come (the service is stopping).
+    pub fn close(&self) {
+        self.closed.cancel();
     }
 
     /// What a client that last saw `after` missed (with how many fell out of the buffer), and
@@ -124,6 +132,7 @@ async fn feed(events: Arc<Events>, after: Option<u64>, tx: tokio::sync::mpsc::Se
             let e = tokio::select! {
                 e = rx.recv() => e,
                 _ = tx.closed() => return,
+                _ = events.closed.cancelled() => return,
             };
             match e {
                 Ok(e) if e.id <= last => {}

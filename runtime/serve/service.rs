@@ -318,6 +318,7 @@ impl Service {
         self.draining.store(true, Ordering::Release);
         let stops = self.programs.values().map(|s| self.stop(s, reason));
         futures::future::join_all(stops).await;
+        self.events.close();
     }
 }
 
