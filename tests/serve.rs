@@ -79,7 +79,10 @@ fn mail_through_the_api_is_answered_as_an_event_and_the_conversation_pages() {
     assert_eq!(pager.json["residents"][0]["capacity"], 2);
 
     // A mail is accepted, served, and its reply is an event.
-    let a = served.mail("desk", json!({ "to": "desk", "content": "one", "id": "m-1" }));
+    let a = served.mail(
+        "desk",
+        json!({ "to": "desk", "content": "one", "id": "m-1" }),
+    );
     assert_eq!(a.status, 202, "{}", a.text);
     assert_eq!(a.json["durable"], true);
     let reply = events.next_of("delivery", "desk");
@@ -87,7 +90,10 @@ fn mail_through_the_api_is_answered_as_an_event_and_the_conversation_pages() {
     assert_eq!(reply.data["program"], "desk");
 
     // The same id again is accepted once: no second turn, no second copy.
-    let again = served.mail("desk", json!({ "to": "desk", "content": "one", "id": "m-1" }));
+    let again = served.mail(
+        "desk",
+        json!({ "to": "desk", "content": "one", "id": "m-1" }),
+    );
     assert_eq!(again.status, 202);
     assert_eq!(again.json["duplicate"], true);
     let b = served.mail(
@@ -111,9 +117,15 @@ fn mail_through_the_api_is_answered_as_an_event_and_the_conversation_pages() {
             .map(|m| m["parts"][0]["text"].as_str().unwrap_or("").to_string())
             .collect()
     };
-    assert_eq!(texts(&first.json), ["[mail from api] one", "re: [mail from api] one"]);
+    assert_eq!(
+        texts(&first.json),
+        ["[mail from api] one", "re: [mail from api] one"]
+    );
     let second = served.get("/api/programs/desk/residents/desk/conversation?after=2&limit=2");
-    assert_eq!(texts(&second.json), ["[mail from ops] two", "re: [mail from ops] two"]);
+    assert_eq!(
+        texts(&second.json),
+        ["[mail from ops] two", "re: [mail from ops] two"]
+    );
     assert_eq!(second.json["next"], 4);
     let past = served.get("/api/programs/desk/residents/desk/conversation?after=4");
     assert_eq!(past.json["messages"], json!([]));
@@ -121,9 +133,15 @@ fn mail_through_the_api_is_answered_as_an_event_and_the_conversation_pages() {
 
     // What is not there.
     let nobody = served.mail("desk", json!({ "to": "nobody", "content": "x" }));
-    assert_eq!((nobody.status, nobody.json["error"].as_str()), (404, Some("no_recipient")));
+    assert_eq!(
+        (nobody.status, nobody.json["error"].as_str()),
+        (404, Some("no_recipient"))
+    );
     assert_eq!(served.get("/api/programs/nope/residents").status, 404);
-    assert_eq!(served.get("/api/programs/desk/residents/nobody").status, 404);
+    assert_eq!(
+        served.get("/api/programs/desk/residents/nobody").status,
+        404
+    );
     let bad = served.post("/api/programs/desk/mail", json!({ "content": "no to" }));
     assert_eq!(bad.status, 400, "{}", bad.text);
 }
@@ -155,7 +173,12 @@ fn a_full_mailbox_answers_429_with_retry_after() {
     let served = Served::start(&sb, &[&example("pager.lua")]);
     wait_ready(&served);
     let events = served.events(None);
-    let mail = |n: u32| served.mail("pager", json!({ "to": "pager", "content": format!("disk full {n}") }));
+    let mail = |n: u32| {
+        served.mail(
+            "pager",
+            json!({ "to": "pager", "content": format!("disk full {n}") }),
+        )
+    };
     assert_eq!(mail(1).status, 202);
     events.next_of("turn_started", "pager");
     assert_eq!(mail(2).status, 202);
@@ -163,9 +186,15 @@ fn a_full_mailbox_answers_429_with_retry_after() {
     let full = mail(4);
     assert_eq!(full.status, 429, "{}", full.text);
     assert_eq!(full.json["error"], "mailbox_full");
-    assert_eq!(full.headers.get("retry-after").map(|v| v.to_str().unwrap()), Some("1"));
+    assert_eq!(
+        full.headers.get("retry-after").map(|v| v.to_str().unwrap()),
+        Some("1")
+    );
     let r = served.get("/api/programs/pager/residents/pager").json;
-    assert_eq!((r["mailbox"].as_u64(), r["refused"].as_u64()), (Some(2), Some(1)));
+    assert_eq!(
+        (r["mailbox"].as_u64(), r["refused"].as_u64()),
+        (Some(2), Some(1))
+    );
 }
 
 #[test]
@@ -174,7 +203,11 @@ fn off_loopback_without_a_token_refuses_to_start() {
     let sb = sandbox(&fake, GOOD_KEY);
     let run = sb.colony(&["serve", "--listen", "0.0.0.0:0", &example("desk.lua")]);
     assert_eq!(run.code, 2, "{run:?}");
-    assert!(run.stderr.contains("not a loopback address"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("not a loopback address"),
+        "{}",
+        run.stderr
+    );
     assert!(run.stdout.is_empty(), "{}", run.stdout);
     let run = sb.colony(&["serve", "--listen", "[::]:0", &example("desk.lua")]);
     assert_eq!(run.code, 2, "{run:?}");
@@ -201,26 +234,50 @@ fn the_token_is_asked_everywhere_but_health_and_never_shown() {
     let file = sb.write("token", &format!("{TOKEN}\n"));
     let mut served = Served::start(
         &sb,
-        &["--token-file", &file.display().to_string(), &example("desk.lua")],
+        &[
+            "--token-file",
+            &file.display().to_string(),
+            &example("desk.lua"),
+        ],
     );
-    for path in ["/api/programs", "/api/programs/desk/residents", "/metrics", "/api/events", "/"] {
+    for path in [
+        "/api/programs",
+        "/api/programs/desk/residents",
+        "/metrics",
+        "/api/events",
+        "/",
+    ] {
         let bare = served.get_with(path, &[], true);
         assert_eq!(bare.status, 401, "{path} without the token: {}", bare.text);
-        let wrong = served.get_with(path, &[("authorization", "Bearer serve-token-5d9a1c77e1")], true);
+        let wrong = served.get_with(
+            path,
+            &[("authorization", "Bearer serve-token-5d9a1c77e1")],
+            true,
+        );
         assert_eq!(wrong.status, 401, "{path} with another token");
     }
     assert_eq!(served.get_with("/healthz", &[], true).status, 200);
-    assert!(matches!(served.get_with("/readyz", &[], true).status, 200 | 503));
+    assert!(matches!(
+        served.get_with("/readyz", &[], true).status,
+        200 | 503
+    ));
     served.token = Some(TOKEN.to_string());
     wait_ready(&served);
     let events = served.events(None);
-    assert_eq!(served.mail("desk", json!({ "to": "desk", "content": "hi" })).status, 202);
+    assert_eq!(
+        served
+            .mail("desk", json!({ "to": "desk", "content": "hi" }))
+            .status,
+        202
+    );
     let reply = events.next_of("delivery", "desk");
     // Neither the token nor the provider's key appears in what the service answers.
     let answers = [
         served.get("/api/programs").text,
         served.get("/api/programs/desk/residents").text,
-        served.get("/api/programs/desk/residents/desk/conversation").text,
+        served
+            .get("/api/programs/desk/residents/desk/conversation")
+            .text,
         served.get("/metrics").text,
         served.get("/").text,
         served.get("/readyz").text,
@@ -234,8 +291,15 @@ fn the_token_is_asked_everywhere_but_health_and_never_shown() {
     let own = served.url.clone();
     for path in ["/api/programs", "/healthz"] {
         let foreign = served.get_with(path, &[("origin", "http://evil.example")], false);
-        assert_eq!(foreign.status, 403, "{path} from a foreign origin: {}", foreign.text);
-        assert_eq!(served.get_with(path, &[("origin", &own)], false).status, 200);
+        assert_eq!(
+            foreign.status, 403,
+            "{path} from a foreign origin: {}",
+            foreign.text
+        );
+        assert_eq!(
+            served.get_with(path, &[("origin", &own)], false).status,
+            200
+        );
     }
     let foreign_mail = served.send(
         reqwest::Client::new()
@@ -261,12 +325,22 @@ fn a_client_resumes_the_event_stream_from_its_last_event_id() {
     let served = Served::start(&sb, &[&example("desk.lua")]);
     wait_ready(&served);
     let first = served.events(None);
-    assert_eq!(served.mail("desk", json!({ "to": "desk", "content": "a" })).status, 202);
+    assert_eq!(
+        served
+            .mail("desk", json!({ "to": "desk", "content": "a" }))
+            .status,
+        202
+    );
     let a = first.next_of("delivery", "desk");
     drop(first);
     // While nobody listens, another reply goes out.
     let watcher = served.events(None);
-    assert_eq!(served.mail("desk", json!({ "to": "desk", "content": "b" })).status, 202);
+    assert_eq!(
+        served
+            .mail("desk", json!({ "to": "desk", "content": "b" }))
+            .status,
+        202
+    );
     watcher.next_of("delivery", "desk");
     let resumed = served.events(a.id);
     let (b, before) = resumed.until("the missed reply", |e| e.kind == "delivery");
@@ -295,12 +369,23 @@ fn a_failing_program_does_not_stop_the_service() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     assert_eq!(view["state"], "failed", "{view}");
-    assert!(view["error"].as_str().unwrap().contains("this program is broken"), "{view}");
+    assert!(
+        view["error"]
+            .as_str()
+            .unwrap()
+            .contains("this program is broken"),
+        "{view}"
+    );
     // Not ready (a program failed), but the others serve.
     let ready = served.get("/readyz");
     assert_eq!(ready.status, 503, "{}", ready.text);
     let events = served.events(None);
-    assert_eq!(served.mail("desk", json!({ "to": "desk", "content": "still there?" })).status, 202);
+    assert_eq!(
+        served
+            .mail("desk", json!({ "to": "desk", "content": "still there?" }))
+            .status,
+        202
+    );
     assert_eq!(
         events.next_of("delivery", "desk").data["text"],
         "re: [mail from api] still there?"
@@ -317,25 +402,42 @@ fn stop_and_restart_through_the_api_and_the_conversation_carries_on() {
     let served = Served::start(&sb, &[&example("desk.lua")]);
     wait_ready(&served);
     let events = served.events(None);
-    assert_eq!(served.mail("desk", json!({ "to": "desk", "content": "before" })).status, 202);
+    assert_eq!(
+        served
+            .mail("desk", json!({ "to": "desk", "content": "before" }))
+            .status,
+        202
+    );
     events.next_of("delivery", "desk");
     let stopped = served.post("/api/programs/desk/stop", json!({}));
     assert_eq!(stopped.status, 200, "{}", stopped.text);
     assert_eq!(stopped.json["state"], "stopped");
     assert_eq!(
-        served.mail("desk", json!({ "to": "desk", "content": "x" })).status,
+        served
+            .mail("desk", json!({ "to": "desk", "content": "x" }))
+            .status,
         503
     );
     let restarted = served.post("/api/programs/desk/restart", json!({}));
     assert_eq!(restarted.status, 200, "{}", restarted.text);
     wait_ready(&served);
-    assert_eq!(served.mail("desk", json!({ "to": "desk", "content": "after" })).status, 202);
+    assert_eq!(
+        served
+            .mail("desk", json!({ "to": "desk", "content": "after" }))
+            .status,
+        202
+    );
     events.next_of("delivery", "desk");
-    let convo = served.get("/api/programs/desk/residents/desk/conversation").json;
+    let convo = served
+        .get("/api/programs/desk/residents/desk/conversation")
+        .json;
     assert_eq!(convo["total"], 4, "{convo}");
     // The model saw the conversation from before the restart.
     let calls = support::model_calls(&fake);
-    assert_eq!(calls.last().unwrap()["messages"].as_array().unwrap().len(), 4);
+    assert_eq!(
+        calls.last().unwrap()["messages"].as_array().unwrap().len(),
+        4
+    );
     let dismissed = served.post("/api/programs/desk/residents/desk/dismiss", json!({}));
     assert_eq!(dismissed.status, 200, "{}", dismissed.text);
 }
@@ -348,7 +450,8 @@ fn the_metrics_scrape_parses_and_counts_what_happened() {
         let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
         let text = last_user_text(body);
         if text.contains("disk") && last.is_some_and(|m| m["role"] == "user") {
-            Reply::tool_call("call-1", "page", json!({ "who": "ops", "message": "disk" })).usage(20, 3)
+            Reply::tool_call("call-1", "page", json!({ "who": "ops", "message": "disk" }))
+                .usage(20, 3)
         } else {
             Reply::text(format!("re: {text}")).usage(11, 5)
         }
@@ -369,19 +472,38 @@ fn the_metrics_scrape_parses_and_counts_what_happened() {
     wait_ready(&served);
     let events = served.events(None);
     for n in 0..3 {
-        assert_eq!(served.mail("desk", json!({ "to": "desk", "content": format!("hello {n}") })).status, 202);
+        assert_eq!(
+            served
+                .mail(
+                    "desk",
+                    json!({ "to": "desk", "content": format!("hello {n}") })
+                )
+                .status,
+            202
+        );
         events.next_of("delivery", "desk");
     }
-    assert_eq!(served.mail("pager", json!({ "to": "pager", "content": "disk full" })).status, 202);
+    assert_eq!(
+        served
+            .mail("pager", json!({ "to": "pager", "content": "disk full" }))
+            .status,
+        202
+    );
     let tool = events.next_of("tool_call", "pager");
-    assert_eq!((tool.data["tool"].as_str(), tool.data["kind"].as_str()), (Some("page"), Some("ok")));
+    assert_eq!(
+        (tool.data["tool"].as_str(), tool.data["kind"].as_str()),
+        (Some("page"), Some("ok"))
+    );
     events.next_of("delivery", "pager");
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "ops: disk\n");
 
     let scrape = served.get("/metrics");
     assert_eq!(scrape.status, 200);
     assert!(
-        scrape.headers["content-type"].to_str().unwrap().contains("openmetrics-text"),
+        scrape.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .contains("openmetrics-text"),
         "{:?}",
         scrape.headers
     );
@@ -417,12 +539,27 @@ fn the_metrics_scrape_parses_and_counts_what_happened() {
     assert_eq!(value("colony_tokens_in_total", &pager), 31.0);
     assert_eq!(value("colony_tokens_out_total", &pager), 8.0);
     assert_eq!(
-        value("colony_tool_calls_total", &[("program", "pager"), ("resident", "pager"), ("kind", "ok")]),
+        value(
+            "colony_tool_calls_total",
+            &[("program", "pager"), ("resident", "pager"), ("kind", "ok")]
+        ),
         1.0
     );
     assert_eq!(value("colony_held_mail", &desk), 0.0);
-    assert_eq!(value("colony_residents", &[("program", "desk"), ("state", "idle")]), 1.0);
-    assert_eq!(value("colony_residents", &[("program", "desk"), ("state", "blocked")]), 0.0);
+    assert_eq!(
+        value(
+            "colony_residents",
+            &[("program", "desk"), ("state", "idle")]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            "colony_residents",
+            &[("program", "desk"), ("state", "blocked")]
+        ),
+        0.0
+    );
     assert_eq!(value("colony_program_up", &[("program", "pager")]), 1.0);
     // Two model calls for the pager, one tool call, in the histograms.
     let count = |metric: &str| -> u64 {
@@ -434,12 +571,193 @@ fn the_metrics_scrape_parses_and_counts_what_happened() {
                 prometheus_parse::Value::Histogram(h) => {
                     h.iter().map(|b| b.count as u64).max().unwrap_or(0)
                 }
-                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => *v as u64,
+                prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => {
+                    *v as u64
+                }
                 _ => 0,
             })
             .max()
             .unwrap_or(0)
     };
-    assert_eq!(count("colony_model_call_seconds_count"), 2, "{}", scrape.text);
-    assert_eq!(count("colony_tool_call_seconds_count"), 1, "{}", scrape.text);
+    assert_eq!(
+        count("colony_model_call_seconds_count"),
+        2,
+        "{}",
+        scrape.text
+    );
+    assert_eq!(
+        count("colony_tool_call_seconds_count"),
+        1,
+        "{}",
+        scrape.text
+    );
+}
+
+#[test]
+fn a_mail_accepted_just_before_a_sigkill_is_served_after_the_restart() {
+    let fake = FakeProvider::start();
+    // Until the first process is killed, a model call hangs (if it is made at all before the
+    // kill); after, each mail is answered.
+    let killed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let killed = killed.clone();
+        fake.set_responder(move |body, _| {
+            if killed.load(std::sync::atomic::Ordering::SeqCst) {
+                Reply::text(format!("re: {}", last_user_text(body)))
+            } else {
+                Reply::text("never heard").delay(60_000)
+            }
+        });
+    }
+    let sb = sandbox(&fake, GOOD_KEY);
+    let mut served = Served::start(&sb, &[&example("desk.lua")]);
+    wait_ready(&served);
+    let a = served.mail(
+        "desk",
+        json!({ "to": "desk", "content": "keep me", "id": "k-1" }),
+    );
+    assert_eq!(
+        (a.status, a.json["durable"].as_bool()),
+        (202, Some(true)),
+        "{}",
+        a.text
+    );
+    served.signal("KILL");
+    assert_eq!(served.wait(), None, "killed by the signal");
+    killed.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(served);
+    let served = Served::start(&sb, &[&example("desk.lua")]);
+    let events = served.events(None);
+    let reply = events.next_of("delivery", "desk");
+    assert_eq!(reply.data["text"], "re: [mail from api] keep me");
+    // The same id from a sender that retries after the crash is not a second mail.
+    let again = served.mail(
+        "desk",
+        json!({ "to": "desk", "content": "keep me", "id": "k-1" }),
+    );
+    assert_eq!(again.status, 202);
+    let convo = served
+        .get("/api/programs/desk/residents/desk/conversation")
+        .json;
+    let mails: Vec<&Value> = convo["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user")
+        .collect();
+    assert_eq!(mails.len(), 1, "{convo}");
+    assert_eq!(
+        served.get("/api/programs/desk/residents/desk").json["mailbox"],
+        0
+    );
+}
+
+#[test]
+fn sighup_after_fixing_a_bad_key_on_disk_unblocks() {
+    let fake = FakeProvider::start();
+    fake.refuse_key(Some(BAD_KEY));
+    echo(&fake);
+    let sb = sandbox(&fake, BAD_KEY);
+    let mut served = Served::start(&sb, &[&example("desk.lua")]);
+    wait_ready(&served);
+    let events = served.events(None);
+    assert_eq!(
+        served
+            .mail("desk", json!({ "to": "desk", "content": "are you there" }))
+            .status,
+        202
+    );
+    let blocked = events.next_of("blocked", "desk");
+    assert_eq!(
+        blocked.data["error"]["kind"], "auth_error",
+        "{:?}",
+        blocked.data
+    );
+    let view = served.get("/api/programs/desk/residents/desk").json;
+    assert_eq!(view["state"], "blocked");
+    assert_eq!(view["blocked_by"]["kind"], "auth_error");
+    // The fix is written in place with the file's size and time kept, as some tools do: only
+    // being told (SIGHUP) makes the service read it.
+    let path = sb.path("config.toml");
+    let modified = std::fs::metadata(&path).unwrap().modified().unwrap();
+    std::fs::write(&path, config(&fake, GOOD_KEY)).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(modified)
+        .unwrap();
+    served.signal("HUP");
+    let reply = events.next_of("delivery", "desk");
+    assert_eq!(reply.data["text"], "re: [mail from api] are you there");
+    assert_eq!(
+        served.get("/api/programs/desk/residents/desk").json["state"],
+        "idle"
+    );
+    // Still serving after the reload.
+    assert_eq!(served.get("/healthz").status, 200);
+    served.signal("TERM");
+    assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+}
+
+#[test]
+fn sigterm_with_a_tool_call_in_flight_finishes_it_and_exits_0() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
+        if last.is_some_and(|m| m["role"] == "user") {
+            Reply::tool_call("call-1", "page", json!({ "who": "ops", "message": "disk" }))
+        } else {
+            Reply::text("paged ops")
+        }
+    });
+    let sb = sandbox(&fake, GOOD_KEY);
+    let log = sb.path("pages.log");
+    sb.write(
+        "config.toml",
+        &format!(
+            "{}\n[serve]\n[[serve.programs]]\nfile = \"{}\"\nargs = [\"{}\", \"1500\"]\n",
+            config(&fake, GOOD_KEY),
+            example("pager.lua"),
+            log.display()
+        ),
+    );
+    let mut served = Served::start(&sb, &[]);
+    wait_ready(&served);
+    assert_eq!(
+        served
+            .mail("pager", json!({ "to": "pager", "content": "disk full" }))
+            .status,
+        202
+    );
+    // The page has begun (the tool wrote its line and now takes 1.5 s to send it).
+    let deadline = std::time::Instant::now() + support::serve::PATIENCE;
+    while !log.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the tool never started"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    served.signal("TERM");
+    // New mail is refused while it drains.
+    let during = served.mail("pager", json!({ "to": "pager", "content": "more" }));
+    assert_eq!(during.status, 503, "{}", during.text);
+    assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+    // The call finished: its result reached the model, which answered.
+    let calls = support::model_calls(&fake);
+    assert_eq!(calls.len(), 2, "{calls:#?}");
+    let tool_result = calls[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "tool")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(tool_result["content"], "paged ops", "{tool_result}");
+    assert!(
+        served.stdout().contains("the pager stops: SIGTERM"),
+        "{}",
+        served.stdout()
+    );
 }

@@ -93,7 +93,8 @@ impl Failure {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    let json_logs = matches!(&cli.command, Command::Serve(a) if a.log_format == serve::LogFormat::Json);
+    let json_logs =
+        matches!(&cli.command, Command::Serve(a) if a.log_format == serve::LogFormat::Json);
     init_logging(json_logs);
     quiet_on_closed_stdout();
     let rt = match tokio::runtime::Builder::new_multi_thread()

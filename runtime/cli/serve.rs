@@ -75,14 +75,20 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
 
 /// The token, if one is set; an unreadable or empty token file is an error, not "no token".
 fn token(args: &Args, configured: Option<&Path>) -> Result<Option<String>, Failure> {
-    let file = args.token_file.as_deref().or(if std::env::var_os("COLONY_SERVE_TOKEN").is_some() {
-        None
-    } else {
-        configured
-    });
+    let file = args
+        .token_file
+        .as_deref()
+        .or(if std::env::var_os("COLONY_SERVE_TOKEN").is_some() {
+            None
+        } else {
+            configured
+        });
     let text = match file {
         Some(path) => std::fs::read_to_string(path).map_err(|e| {
-            Failure::input(format!("colony serve: cannot read the token file {}: {e}", path.display()))
+            Failure::input(format!(
+                "colony serve: cannot read the token file {}: {e}",
+                path.display()
+            ))
         })?,
         None => match std::env::var("COLONY_SERVE_TOKEN") {
             Ok(t) => t,

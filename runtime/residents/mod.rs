@@ -26,7 +26,7 @@ pub mod route;
 pub mod supervision;
 
 pub use mail::{Mail, MailError, Mailbox, Provenance};
-pub use resident::{Deliver, Delivery, DeliveryKind, Resident, ResidentInfo, ResidentSpec};
 pub use observe::{Observation, Observer, TurnReport};
+pub use resident::{Deliver, Delivery, DeliveryKind, Resident, ResidentInfo, ResidentSpec};
 pub use route::{Listener, Route, RouteEvent, Settled, SpawnError};
 pub use supervision::{Restart, RestartPolicy};

@@ -47,12 +47,16 @@ pub struct Page {
 pub async fn residents(State(s): Svc, Path(p): Path<String>, Query(page): Query<Page>) -> Response {
     let (slot, hosted) = match running(&s, &p) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let all = hosted.residents();
     let chosen: Vec<&ResidentInfo> = all
         .iter()
-        .filter(|r| page.state.as_deref().is_none_or(|st| r.state.as_str() == st))
+        .filter(|r| {
+            page.state
+                .as_deref()
+                .is_none_or(|st| r.state.as_str() == st)
+        })
         .collect();
     let limit = page.limit.unwrap_or(100).min(PAGE_MAX);
     let list: Vec<Value> = chosen
@@ -73,7 +77,7 @@ pub async fn residents(State(s): Svc, Path(p): Path<String>, Query(page): Query<
 pub async fn resident(State(s): Svc, Path((p, name)): Path<(String, String)>) -> Response {
     let (slot, hosted) = match running(&s, &p) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match hosted.resident(&name) {
         Some(info) => Json(resident_view(&s, &slot, &hosted, &info)).into_response(),
@@ -118,7 +122,7 @@ pub async fn conversation(
 ) -> Response {
     let (_, hosted) = match running(&s, &p) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let Some(messages) = hosted.conversation(&name) else {
         return no_resident(&name);
@@ -183,17 +187,25 @@ pub struct FileIn {
 /// `202` once the mail is accepted (saved first, for a resident that keeps its conversation);
 /// the same `id` is accepted once. `404`: no such resident; `429` with `Retry-After`: its
 /// mailbox is full.
-pub async fn mail(State(s): Svc, Path(p): Path<String>, body: Result<Json<MailIn>, axum::extract::rejection::JsonRejection>) -> Response {
+pub async fn mail(
+    State(s): Svc,
+    Path(p): Path<String>,
+    body: Result<Json<MailIn>, axum::extract::rejection::JsonRejection>,
+) -> Response {
     let Json(m) = match body {
         Ok(b) => b,
         Err(e) => return refuse(StatusCode::BAD_REQUEST, "bad_request", &e.body_text()),
     };
     if s.draining() {
-        return refuse(StatusCode::SERVICE_UNAVAILABLE, "draining", "the service is stopping: no new mail");
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            "the service is stopping: no new mail",
+        );
     }
     let (slot, hosted) = match running(&s, &p) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if hosted.resident(&m.to).is_none() {
         return no_resident(&m.to);
@@ -237,7 +249,10 @@ pub async fn mail(State(s): Svc, Path(p): Path<String>, body: Result<Json<MailIn
                     let mut r = refuse(
                         StatusCode::TOO_MANY_REQUESTS,
                         "mailbox_full",
-                        &format!("{:?}'s mailbox is full: try again once it has served some", m.to),
+                        &format!(
+                            "{:?}'s mailbox is full: try again once it has served some",
+                            m.to
+                        ),
                     );
                     r.headers_mut()
                         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
@@ -248,7 +263,11 @@ pub async fn mail(State(s): Svc, Path(p): Path<String>, body: Result<Json<MailIn
                     "not_saved",
                     "the mail could not be saved in the state directory: not accepted",
                 ),
-                other => refuse(StatusCode::UNPROCESSABLE_ENTITY, other.as_str(), other.as_str()),
+                other => refuse(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    other.as_str(),
+                    other.as_str(),
+                ),
             }
         }
     }
@@ -265,7 +284,7 @@ fn accepted(duplicate: bool, durable: bool) -> Response {
 pub async fn unblock(State(s): Svc, Path((p, name)): Path<(String, String)>) -> Response {
     let (_, hosted) = match running(&s, &p) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     match hosted.unblock(&name) {
         Some(was) => Json(json!({ "resident": name, "was_blocked": was })).into_response(),
@@ -276,7 +295,7 @@ pub async fn unblock(State(s): Svc, Path((p, name)): Path<(String, String)>) -> 
 pub async fn dismiss(State(s): Svc, Path((p, name)): Path<(String, String)>) -> Response {
     let (_, hosted) = match running(&s, &p) {
         Ok(x) => x,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if hosted.dismiss(&name) {
         Json(json!({ "resident": name, "dismissed": true })).into_response()
@@ -290,7 +309,11 @@ pub async fn restart(State(s): Svc, Path(p): Path<String>) -> Response {
         return no_program(&p);
     };
     if s.draining() {
-        return refuse(StatusCode::SERVICE_UNAVAILABLE, "draining", "the service is stopping");
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            "the service is stopping",
+        );
     }
     s.restart(&slot).await;
     Json(slot.view()).into_response()
@@ -323,7 +346,11 @@ pub async fn readyz(State(s): Svc) -> Response {
     } else {
         StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, Json(json!({ "ready": status == StatusCode::OK, "programs": programs }))).into_response()
+    (
+        status,
+        Json(json!({ "ready": status == StatusCode::OK, "programs": programs })),
+    )
+        .into_response()
 }
 
 pub async fn metrics(State(s): Svc) -> Response {
@@ -334,24 +361,32 @@ pub async fn metrics(State(s): Svc) -> Response {
 }
 
 /// The program `p` and its run, or the answer saying why there is none.
-fn running(s: &Service, p: &str) -> Result<(Arc<Slot>, Arc<Hosted>), Response> {
+fn running(s: &Service, p: &str) -> Result<(Arc<Slot>, Arc<Hosted>), Box<Response>> {
     let Some(slot) = s.program(p) else {
-        return Err(no_program(p));
+        return Err(Box::new(no_program(p)));
     };
     match slot.hosted() {
         Some(h) => Ok((slot.clone(), h)),
-        None => Err(refuse(
+        None => Err(Box::new(refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             "not_running",
             &format!("program {p:?} is not running"),
-        )),
+        ))),
     }
 }
 
 fn no_program(p: &str) -> Response {
-    refuse(StatusCode::NOT_FOUND, "no_program", &format!("no program named {p:?}"))
+    refuse(
+        StatusCode::NOT_FOUND,
+        "no_program",
+        &format!("no program named {p:?}"),
+    )
 }
 
 fn no_resident(name: &str) -> Response {
-    refuse(StatusCode::NOT_FOUND, "no_recipient", &format!("no resident named {name:?}"))
+    refuse(
+        StatusCode::NOT_FOUND,
+        "no_recipient",
+        &format!("no resident named {name:?}"),
+    )
 }

@@ -75,7 +75,11 @@ pub fn foreign_origin(headers: &HeaderMap) -> bool {
 /// The middleware in front of the API, the metrics and the page.
 pub async fn check(State(guard): State<Guard>, request: Request, next: Next) -> Response {
     if foreign_origin(request.headers()) {
-        return refuse(StatusCode::FORBIDDEN, "forbidden", "requests from another origin are refused");
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "requests from another origin are refused",
+        );
     }
     if !guard.admits(request.headers()) {
         let mut answer = refuse(
@@ -83,9 +87,10 @@ pub async fn check(State(guard): State<Guard>, request: Request, next: Next) -> 
             "unauthorized",
             "a bearer token is required (Authorization: Bearer ...)",
         );
-        answer
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, "Bearer".parse().expect("a header"));
+        answer.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            "Bearer".parse().expect("a header"),
+        );
         return answer;
     }
     next.run(request).await
@@ -95,7 +100,11 @@ pub async fn check(State(guard): State<Guard>, request: Request, next: Next) -> 
 /// asked for.
 pub async fn same_origin(request: Request, next: Next) -> Response {
     if foreign_origin(request.headers()) {
-        return refuse(StatusCode::FORBIDDEN, "forbidden", "requests from another origin are refused");
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "requests from another origin are refused",
+        );
     }
     next.run(request).await
 }

@@ -85,7 +85,10 @@ impl Events {
 
     /// What a client that last saw `after` missed (with how many fell out of the buffer), and
     /// the live events from then on.
-    pub fn subscribe(&self, after: Option<u64>) -> (u64, Vec<Published>, broadcast::Receiver<Published>) {
+    pub fn subscribe(
+        &self,
+        after: Option<u64>,
+    ) -> (u64, Vec<Published>, broadcast::Receiver<Published>) {
         let buffer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let rx = self.live.subscribe();
         let Some(after) = after else {
@@ -93,7 +96,12 @@ impl Events {
         };
         let oldest = buffer.kept.front().map_or(buffer.next, |e| e.id);
         let lost = oldest.saturating_sub(after + 1);
-        let missed = buffer.kept.iter().filter(|e| e.id > after).cloned().collect();
+        let missed = buffer
+            .kept
+            .iter()
+            .filter(|e| e.id > after)
+            .cloned()
+            .collect();
         (lost, missed, rx)
     }
 
@@ -104,9 +112,11 @@ impl Events {
     ) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<>> {
         let (tx, rx) = tokio::sync::mpsc::channel::<Event>(256);
         tokio::spawn(feed(self.clone(), after, tx));
-        let stream = futures::stream::unfold(rx, |mut rx| async move {
-            rx.recv().await.map(|e| (Ok(e), rx))
-        });
+        let stream =
+            futures::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|e| (Ok(e), rx)) },
+            );
         Sse::new(stream).keep_alive(KeepAlive::default())
     }
 }
@@ -118,7 +128,11 @@ async fn feed(events: Arc<Events>, after: Option<u64>, tx: tokio::sync::mpsc::Se
     loop {
         if lost > 0 {
             let gap = json!({ "type": "gap", "lost": lost });
-            if tx.send(Event::default().event("gap").data(gap.to_string())).await.is_err() {
+            if tx
+                .send(Event::default().event("gap").data(gap.to_string()))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -170,9 +184,15 @@ mod tests {
         }
         // Ids 1..=5; the buffer keeps 3, 4, 5.
         let (lost, missed, _) = events.subscribe(Some(3));
-        assert_eq!((lost, missed.iter().map(|e| e.id).collect::<Vec<_>>()), (0, vec![4, 5]));
+        assert_eq!(
+            (lost, missed.iter().map(|e| e.id).collect::<Vec<_>>()),
+            (0, vec![4, 5])
+        );
         let (lost, missed, _) = events.subscribe(Some(1));
-        assert_eq!((lost, missed.iter().map(|e| e.id).collect::<Vec<_>>()), (1, vec![3, 4, 5]));
+        assert_eq!(
+            (lost, missed.iter().map(|e| e.id).collect::<Vec<_>>()),
+            (1, vec![3, 4, 5])
+        );
         let (lost, missed, _) = events.subscribe(None);
         assert_eq!((lost, missed.len()), (0, 0));
         assert!(missed.is_empty());

@@ -138,7 +138,11 @@ impl Hosted {
 
     /// Waits for the script to end, then releases the state directory. `Err`: what it raised.
     pub async fn ended(self: Arc<Self>) -> Result<(), String> {
-        let running = self.running.lock().unwrap_or_else(|e| e.into_inner()).take();
+        let running = self
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         let result = match running {
             Some(running) => tokio::task::spawn_blocking(move || running.join())
                 .await

@@ -94,7 +94,9 @@ fn who(program: &str, resident: &str) -> Who {
 impl Metrics {
     /// A mail the API accepted for `resident`.
     pub fn accepted(&self, program: &str, resident: &str) {
-        self.mails_accepted.get_or_create(&who(program, resident)).inc();
+        self.mails_accepted
+            .get_or_create(&who(program, resident))
+            .inc();
     }
 
     /// A turn that ended.

@@ -67,6 +67,16 @@ pub struct Tally {
     pub last_error: Option<TurnError>,
 }
 
+/// A mail id as the service remembers it: program, recipient, id.
+type MailKey = (String, String, String);
+
+/// The ids accepted lately, and their order (the oldest is forgotten first).
+#[derive(Default)]
+struct IdMemory {
+    seen: HashSet<MailKey>,
+    order: VecDeque<MailKey>,
+}
+
 /// The service.
 pub struct Service {
     core: Core,
@@ -74,7 +84,7 @@ pub struct Service {
     pub metrics: Metrics,
     programs: BTreeMap<String, Arc<Slot>>,
     draining: AtomicBool,
-    ids: Mutex<(HashSet<(String, String, String)>, VecDeque<(String, String, String)>)>,
+    ids: Mutex<IdMemory>,
     tallies: DashMap<(String, String), Tally>,
 }
 
@@ -118,7 +128,7 @@ impl Service {
             metrics: Metrics::default(),
             programs,
             draining: AtomicBool::new(false),
-            ids: Mutex::new((HashSet::new(), VecDeque::new())),
+            ids: Mutex::new(IdMemory::default()),
             tallies: DashMap::new(),
         })
     }
@@ -165,14 +175,14 @@ impl Service {
     pub fn first_time(&self, program: &str, to: &str, id: &str) -> bool {
         let key = (program.to_string(), to.to_string(), id.to_string());
         let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
-        if !ids.0.insert(key.clone()) {
+        if !ids.seen.insert(key.clone()) {
             return false;
         }
-        ids.1.push_back(key);
-        if ids.1.len() > IDS_KEPT
-            && let Some(old) = ids.1.pop_front()
+        ids.order.push_back(key);
+        if ids.order.len() > IDS_KEPT
+            && let Some(old) = ids.order.pop_front()
         {
-            ids.0.remove(&old);
+            ids.seen.remove(&old);
         }
         true
     }
@@ -180,7 +190,11 @@ impl Service {
     /// Forgets `id` again (the mail it came with was refused).
     pub fn forget(&self, program: &str, to: &str, id: &str) {
         let key = (program.to_string(), to.to_string(), id.to_string());
-        self.ids.lock().unwrap_or_else(|e| e.into_inner()).0.remove(&key);
+        self.ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .seen
+            .remove(&key);
     }
 
     /// The gauges' view of every program now, and the scrape.
@@ -214,7 +228,12 @@ impl Service {
         let (deliveries_tx, deliveries) = mpsc::unbounded_channel();
         let hash = file_hash(&slot.launch.file);
         // A run that just ended may still be letting go of the state directory's lock.
-        let mut started = host::start(self.core.clone(), &slot.launch, observer.clone(), deliveries_tx.clone());
+        let mut started = host::start(
+            self.core.clone(),
+            &slot.launch,
+            observer.clone(),
+            deliveries_tx.clone(),
+        );
         for _ in 0..20 {
             match &started {
                 Err(e) if e.contains("locked") || e.contains("in use") => {
@@ -309,7 +328,8 @@ impl Service {
             }
         }
         tracing::info!(unblocked, "reloaded");
-        self.events.publish("reloaded", json!({ "unblocked": unblocked }));
+        self.events
+            .publish("reloaded", json!({ "unblocked": unblocked }));
     }
 
     /// SIGTERM: no new mail; every program stops, its turns in flight given their grace; answers
@@ -398,9 +418,10 @@ async fn lifecycle(service: Arc<Service>, slot: Arc<Slot>, hosted: Arc<Hosted>) 
     match result {
         Err(e) => {
             tracing::error!(program = %slot.name, "failed: {e}");
-            service
-                .events
-                .publish("program_failed", json!({ "program": slot.name, "error": e }));
+            service.events.publish(
+                "program_failed",
+                json!({ "program": slot.name, "error": e }),
+            );
         }
         Ok(()) => {
             service.events.publish(

@@ -200,7 +200,9 @@ impl Served {
                 }
             }
         });
-        let status = opened_rx.recv_timeout(PATIENCE).expect("the event stream opens");
+        let status = opened_rx
+            .recv_timeout(PATIENCE)
+            .expect("the event stream opens");
         assert_eq!(status, 200, "GET /api/events");
         Events { rx }
     }
