@@ -257,6 +257,8 @@ fn the_token_is_asked_everywhere_but_health_and_never_shown() {
         assert_eq!(wrong.status, 401, "{path} with another token");
     }
     assert_eq!(served.get_with("/healthz", &[], true).status, 200);
+    // The page holds nothing but code: it asks for the token.
+    assert_eq!(served.get_with("/", &[], true).status, 200);
     assert!(matches!(
         served.get_with("/readyz", &[], true).status,
         200 | 503

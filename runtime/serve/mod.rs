@@ -35,11 +35,10 @@ pub const BODY_LIMIT: usize = 8 * 1024 * 1024;
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 
-/// Every route of the service: the health endpoints open to all (but a foreign `Origin`),
-/// everything else behind `guard`.
+/// Every route of the service: the health endpoints and the page open to all (but a foreign
+/// `Origin`), everything else behind `guard`.
 pub fn router(service: Arc<Service>, guard: Guard) -> Router {
     let guarded = Router::new()
-        .route("/", get(dashboard::page))
         .route("/api/programs", get(api::programs))
         .route("/api/programs/{p}", get(api::program))
         .route("/api/programs/{p}/residents", get(api::residents))
@@ -62,7 +61,10 @@ pub fn router(service: Arc<Service>, guard: Guard) -> Router {
         .route("/api/events", get(api::events))
         .route("/metrics", get(api::metrics))
         .layer(from_fn_with_state(guard, auth::check));
+    // The page holds no data (it asks the API for everything, with the token): a browser
+    // that has no token yet must be able to load it to be asked for one.
     let open = Router::new()
+        .route("/", get(dashboard::page))
         .route("/healthz", get(api::healthz))
         .route("/readyz", get(api::readyz))
         .layer(from_fn(auth::same_origin));
