@@ -724,7 +724,8 @@ fn sigterm_with_a_tool_call_in_flight_finishes_it_and_exits_0() {
             log.display()
         ),
     );
-    let mut served = Served::start(&sb, &[]);
+    let sb = sb.env("RUST_LOG", "info");
+    let mut served = Served::start(&sb, &["--log-format", "json"]);
     wait_ready(&served);
     assert_eq!(
         served
@@ -762,4 +763,15 @@ fn sigterm_with_a_tool_call_in_flight_finishes_it_and_exits_0() {
         "{}",
         served.stdout()
     );
+    // --log-format json: every log line is one JSON object, the drain among them.
+    let stderr = served.stderr();
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    assert!(
+        lines.iter().any(|l| l["fields"]["message"] == "SIGTERM: draining"),
+        "{stderr}"
+    );
+    assert!(lines.iter().all(|l| l["level"].is_string()), "{stderr}");
 }

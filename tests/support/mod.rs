@@ -3,6 +3,7 @@
 //! `dead_code` allowance; nothing here depends on test-only macros.
 #![allow(dead_code, unused_imports)]
 
+pub mod browser;
 pub mod fake;
 pub mod mcp;
 pub mod pty;
