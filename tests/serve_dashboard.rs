@@ -88,6 +88,19 @@ fn the_dashboard_lists_mails_shows_the_reply_and_unblocks() {
         "the desk idle again",
         "document.querySelector('#residents tr[data-name=desk] td.state').textContent === 'idle'",
     );
+    // Each message once, in order, as the API has them.
+    let shown: Vec<String> = browser.eval(
+        "[...document.querySelectorAll('#conversation .msg')].map(m => m.lastChild.textContent)",
+    );
+    assert_eq!(
+        shown,
+        [
+            "[mail from dashboard] hello from the page",
+            "re: [mail from dashboard] hello from the page",
+            "[mail from api] while refused",
+            "re: [mail from api] while refused",
+        ]
+    );
     let page: String = browser.eval("document.documentElement.outerHTML");
     assert!(!page.contains(KEY));
     browser.screenshot(&project_root().join("target/serve-dashboard.png"));
