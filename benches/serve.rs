@@ -58,7 +58,11 @@ fn main() {
     );
     let deadline = Instant::now() + Duration::from_secs(120);
     while served.get("/readyz").status != 200 {
-        assert!(Instant::now() < deadline, "never ready: {}", served.stderr());
+        assert!(
+            Instant::now() < deadline,
+            "never ready: {}",
+            served.stderr()
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 
@@ -111,7 +115,10 @@ fn main() {
     });
     let accepted = start.elapsed();
     while served_total(&served) < before + total as u64 {
-        assert!(start.elapsed() < Duration::from_secs(300), "mail never all served");
+        assert!(
+            start.elapsed() < Duration::from_secs(300),
+            "mail never all served"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     let all_served = start.elapsed();

@@ -770,7 +770,9 @@ fn sigterm_with_a_tool_call_in_flight_finishes_it_and_exits_0() {
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .collect();
     assert!(
-        lines.iter().any(|l| l["fields"]["message"] == "SIGTERM: draining"),
+        lines
+            .iter()
+            .any(|l| l["fields"]["message"] == "SIGTERM: draining"),
         "{stderr}"
     );
     assert!(lines.iter().all(|l| l["level"].is_string()), "{stderr}");

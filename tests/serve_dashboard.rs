@@ -47,17 +47,29 @@ fn the_dashboard_lists_mails_shows_the_reply_and_unblocks() {
     browser.until("its first render", "document.body.dataset.ready === 'yes'");
 
     // The residents, a page at a time.
-    browser.until("the residents", "document.querySelectorAll('#residents tr[data-name]').length === 100");
+    browser.until(
+        "the residents",
+        "document.querySelectorAll('#residents tr[data-name]').length === 100",
+    );
     let info: String = browser.eval("document.getElementById('page-info').textContent");
     assert_eq!(info, "1–100 of 251");
     browser.click("#next");
-    browser.until("the second page", "document.getElementById('page-info').textContent === '101–200 of 251'");
+    browser.until(
+        "the second page",
+        "document.getElementById('page-info').textContent === '101–200 of 251'",
+    );
     browser.click("#prev");
-    browser.until("the desk's row", "document.querySelector('#residents tr[data-name=desk]')");
+    browser.until(
+        "the desk's row",
+        "document.querySelector('#residents tr[data-name=desk]')",
+    );
 
     // A mail typed into the box; the reply grows the open conversation.
     browser.click("#residents tr[data-name=desk]");
-    browser.until("the open desk", "document.getElementById('open-name').textContent === 'desk'");
+    browser.until(
+        "the open desk",
+        "document.getElementById('open-name').textContent === 'desk'",
+    );
     browser.type_and_enter("#mail-text", "hello from the page");
     browser.until(
         "the reply",
@@ -72,8 +84,8 @@ fn the_dashboard_lists_mails_shows_the_reply_and_unblocks() {
         "the blocked desk",
         "document.querySelector('#residents tr[data-name=desk] td.state').textContent === 'blocked'",
     );
-    let error: String =
-        browser.eval("document.querySelector('#residents tr[data-name=desk] td.error').textContent");
+    let error: String = browser
+        .eval("document.querySelector('#residents tr[data-name=desk] td.error').textContent");
     assert!(error.starts_with("auth_error: "), "{error}");
     assert!(!error.contains(KEY), "{error}");
     browser.screenshot(&project_root().join("target/serve-dashboard-blocked.png"));

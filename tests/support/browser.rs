@@ -35,12 +35,17 @@ pub fn chromium() -> PathBuf {
             "apt-get install -y chromium",
         );
     }
-    assert!(path.exists(), "apt-get installed chromium but {CHROMIUM} is missing");
+    assert!(
+        path.exists(),
+        "apt-get installed chromium but {CHROMIUM} is missing"
+    );
     path
 }
 
 fn run(cmd: &mut Command, what: &str) {
-    let out = cmd.output().unwrap_or_else(|e| panic!("{what}: cannot run it: {e}"));
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run it: {e}"));
     assert!(
         out.status.success(),
         "{what} failed ({}): the dashboard test needs Debian's chromium\n{}\n{}",
@@ -121,7 +126,10 @@ impl Headless {
             if self.eval::<bool>(&format!("!!({js})")) {
                 return;
             }
-            assert!(Instant::now() < deadline, "the page never showed {what} ({js})");
+            assert!(
+                Instant::now() < deadline,
+                "the page never showed {what} ({js})"
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
     }
