@@ -245,7 +245,6 @@ fn the_token_is_asked_everywhere_but_health_and_never_shown() {
         "/api/programs/desk/residents",
         "/metrics",
         "/api/events",
-        "/",
     ] {
         let bare = served.get_with(path, &[], true);
         assert_eq!(bare.status, 401, "{path} without the token: {}", bare.text);
