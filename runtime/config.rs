@@ -94,6 +94,34 @@ pub struct Config {
     /// MCP servers by name (`[mcp.docs] url = "..."`, `[mcp.fs] command = "..."`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub mcp: BTreeMap<String, crate::mcp::spec::ServerConfig>,
+    /// What `colony serve` runs when it is given no files, and where it listens.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub serve: Option<ServeConfig>,
+}
+
+/// `[serve]`: `listen = "127.0.0.1:7878"`, `token_file = "..."`, and `[[serve.programs]]`
+/// tables (`file`, `args`, `state`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listen: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_file: Option<PathBuf>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub programs: Vec<ServeProgram>,
+}
+
+/// One program `colony serve` runs.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeProgram {
+    pub file: PathBuf,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<String>,
+    /// Its state directory (default: as `colony run` picks it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -103,6 +103,13 @@ impl Core {
         self.inner.config.refresh()
     }
 
+    /// Reads the config file again whether or not it looks changed (`colony serve` on SIGHUP:
+    /// an edit that kept the file's time and size is still seen), and answers the generation.
+    pub fn reload_config(&self) -> u64 {
+        self.inner.config.forget_seen();
+        self.inner.config.refresh()
+    }
+
     /// Whether model calls are answered from a cassette (whose answers no setting changes).
     pub fn is_replaying(&self) -> bool {
         self.inner.replaying
@@ -262,6 +269,11 @@ impl LiveConfig {
             .read()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Makes the next [`LiveConfig::refresh`] read the file whatever its stamp.
+    fn forget_seen(&self) {
+        *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
 
     fn refresh(&self) -> u64 {

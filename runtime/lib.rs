@@ -51,6 +51,8 @@
 //! - [`shipped`]: the Lua front ends (`scripts/`) and example programs compiled into the binary.
 //!   `mcp`: `connect`/`tools`/`call`/`close`/`servers`/`cached_tools`, and the server specs that
 //!   `mcp = {...}` on turns and residents shares.
+//! - [`serve`]: `colony serve`: programs as a service on one HTTP listener (control API,
+//!   events, metrics, dashboard); `host` is its one adapter to the program lifecycle.
 //! - [`cli`]: the `colony` command, one file per subcommand.
 //!
 //! The Lua VM runs on a thread of its own; its async functions suspend only the calling coroutine,
@@ -70,6 +72,7 @@ pub mod providers;
 pub mod rate;
 pub mod residents;
 pub mod secrets;
+pub mod serve;
 pub mod shipped;
 pub mod store;
 pub mod turn;

@@ -11,6 +11,7 @@ pub mod permissions;
 mod providers;
 mod run;
 mod scripts;
+mod serve;
 mod state;
 mod store;
 mod tools;
@@ -55,6 +56,7 @@ enum Command {
     Audit(audit::Args),
     Mcp(mcp::Args),
     Tools(tools::Args),
+    Serve(serve::Args),
 }
 
 /// Where model calls go: `--replay` answers from a cassette, `--record` writes one.
@@ -92,7 +94,9 @@ impl Failure {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging();
+    let json_logs =
+        matches!(&cli.command, Command::Serve(a) if a.log_format == serve::LogFormat::Json);
+    init_logging(json_logs);
     quiet_on_closed_stdout();
     if std::env::var_os(PANIC_ON_PURPOSE).is_some() {
         panic!("{PANIC_ON_PURPOSE} is set: colony panics on purpose");
@@ -122,6 +126,7 @@ pub fn main() -> ExitCode {
         Command::Audit(args) => audit::run(args),
         Command::Mcp(args) => rt.block_on(mcp::run(args)),
         Command::Tools(args) => rt.block_on(tools::run(args)),
+        Command::Serve(args) => serve::run(args, rt.handle()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -175,16 +180,21 @@ fn quiet_on_closed_stdout() {
     }));
 }
 
-fn init_logging() {
+/// Logging to stderr; `json`: one JSON object a line (`colony serve --log-format json`).
+fn init_logging(json: bool) {
     use tracing_subscriber::EnvFilter;
     // rmcp logs the failures it returns to us as errors of its own: colony reports them once.
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,rmcp=off"));
-    let _ = tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        fmt.json().try_init()
+    } else {
+        fmt.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init()
+    };
 }
 
 /// The core for one command: the config file, and the cassette options.

@@ -52,6 +52,8 @@ pub struct HostSetup {
     /// Raised to stop Lua code that spins (the host's signal handling; the watch raises it on
     /// SIGINT and SIGTERM too).
     pub interrupt: super::watchdog::Interrupt,
+    /// Who looks on from outside (`colony serve`): told every turn and route event.
+    pub observer: Option<crate::residents::Observer>,
 }
 
 /// The host's tools, by name, in the VM's app data.
@@ -106,6 +108,9 @@ impl Program {
         store: std::sync::Arc<dyn crate::store::Store>,
     ) -> Program {
         let route = Route::with_store(core.clone(), bridge, Some(store));
+        if let Some(observer) = &host.observer {
+            route.set_observer(observer.clone());
+        }
         Program {
             _host: host.mails_in.then(|| route.listen()),
             route,

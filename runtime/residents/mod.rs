@@ -8,6 +8,7 @@
 //! - [`mail`]: mail, provenance, the mailbox (which is also the held backlog).
 //! - [`persist`]: what a resident writes to the store as its turns go (conversation, journal,
 //!   audit), in the order that makes a restart safe.
+//! - [`observe`]: what residents do, for an observer outside the program (turns, route events).
 //! - [`supervision`]: restart policies and the intensity limit, as in OTP.
 //! - [`middleware`]: serving one inference step ([`middleware::Infer`]) and the layers that wrap
 //!   it: `with_context` ([`middleware::Context`]) ▸ `with_breaker` ([`middleware::Breaker`]) ▸
@@ -18,12 +19,14 @@
 
 pub mod mail;
 pub mod middleware;
+pub mod observe;
 pub mod persist;
 pub mod resident;
 pub mod route;
 pub mod supervision;
 
 pub use mail::{Mail, MailError, Mailbox, Provenance};
+pub use observe::{Observation, Observer, TurnReport};
 pub use resident::{Deliver, Delivery, DeliveryKind, Resident, ResidentInfo, ResidentSpec};
 pub use route::{Listener, Route, RouteEvent, Settled, SpawnError};
 pub use supervision::{Restart, RestartPolicy};

@@ -31,6 +31,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::mail::{Batch, HELD, Mailbox, Provenance, dropped_marker};
+use super::observe::{Observation, TurnReport};
 use super::persist::ResidentHooks;
 use super::route::RouteEvent;
 use super::supervision::{Exit, Fault, RestartPolicy};
@@ -324,6 +325,8 @@ pub(crate) trait Host: Send + Sync {
     fn settling(&self);
     /// Reports an event to the route's watcher.
     fn report(&self, event: RouteEvent);
+    /// Tells the route's observer, if it has one, what happened.
+    fn observe(&self, observation: Observation);
 }
 
 /// The resident's outage, while it lasts.
@@ -445,12 +448,18 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
         });
         turn.hooks = hooks.clone().map(|h| h as Arc<dyn TurnHooks>);
         let span = tracing::info_span!("resident", ai = %me.spec.name);
+        host.observe(Observation::TurnStarted {
+            ai: me.spec.name.clone(),
+            mails: batch.mail.len(),
+        });
+        let began = Instant::now();
         let out: TurnOutcome = {
             use tracing::Instrument;
             Box::pin(take_turn(host.core(), &*me.spec.stack, host.bridge(), turn))
                 .instrument(span)
                 .await
         };
+        host.observe(Observation::TurnEnded(report(me, &out, &batch, began)));
         if let Some(error) = &out.error {
             if host.stopping() {
                 // Cut off by the stop: keep what happened (a restart resumes it), say nothing.
@@ -605,6 +614,25 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
         if let Err(e) = Box::pin(deliver(me, d)).await {
             return Exit::Crashed(e);
         }
+    }
+}
+
+/// The observer's account of a turn.
+fn report(me: &Resident, out: &TurnOutcome, batch: &Batch, began: Instant) -> TurnReport {
+    let duration = began.elapsed();
+    // Calls of one step may run at once: their sum can pass the wall time.
+    let tools: Duration = out.tool_events.iter().map(|e| e.duration).sum();
+    let happened = out.error.is_none() || out.steps > 0 || out.compactions > 0 || out.resumed;
+    TurnReport {
+        ai: me.spec.name.clone(),
+        served: if happened { batch.mail.len() } else { 0 },
+        steps: out.steps,
+        stop: out.stop.as_str(),
+        usage: out.usage,
+        tool_calls: out.tool_events.clone(),
+        error: out.error.clone(),
+        duration,
+        model_time: duration.saturating_sub(tools),
     }
 }
 

@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
@@ -26,6 +26,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::AbortHandle;
 
 use super::mail::{Mail, MailError};
+use super::observe::{Observation, Observer};
 use super::resident::{Host, Resident, ResidentInfo, ResidentSpec, State, live};
 use super::supervision::{Decision, Exit, Supervisor};
 use crate::core::Core;
@@ -130,6 +131,8 @@ struct Inner {
     settled: Mutex<Option<Settled>>,
     /// The grace its watch gives turns in flight after a stop.
     grace: Mutex<Duration>,
+    /// Who looks on from outside the program ([`Route::set_observer`]), if anyone.
+    observer: OnceLock<Observer>,
 }
 
 impl Host for Inner {
@@ -158,7 +161,13 @@ impl Host for Inner {
     }
 
     fn report(&self, event: RouteEvent) {
-        let _ = self.events.send(event);
+        self.tell(event);
+    }
+
+    fn observe(&self, observation: Observation) {
+        if let Some(observer) = self.observer.get() {
+            let _ = observer.send(observation);
+        }
     }
 }
 
@@ -204,6 +213,7 @@ impl Route {
                 listeners: AtomicUsize::new(0),
                 settled: Mutex::new(None),
                 grace: Mutex::new(DEFAULT_GRACE),
+                observer: OnceLock::new(),
             }),
         }
     }
@@ -247,7 +257,13 @@ impl Route {
 
     /// Reports an event (the Lua side reports its sources' crashes here).
     pub fn report(&self, event: RouteEvent) {
-        let _ = self.inner.events.send(event);
+        self.inner.tell(event);
+    }
+
+    /// Lends the route an observer (before any resident is hired, to miss nothing): it hears
+    /// every [`RouteEvent`] and each turn's start and end. The first one lent is kept.
+    pub fn set_observer(&self, observer: Observer) {
+        let _ = self.inner.observer.set(observer);
     }
 
     pub fn store(&self) -> Option<&Arc<dyn Store>> {
@@ -592,6 +608,14 @@ impl Route {
 }
 
 impl Inner {
+    /// Reports `event` to the watcher, and to the observer if there is one.
+    fn tell(&self, event: RouteEvent) {
+        if let Some(observer) = self.observer.get() {
+            let _ = observer.send(Observation::Route(event.clone()));
+        }
+        let _ = self.events.send(event);
+    }
+
     /// Removes `resident` from the table if it is still the one registered under `name`.
     fn evict(&self, name: &str, resident: &Arc<Resident>) {
         let removed = {
@@ -602,7 +626,7 @@ impl Inner {
             }
         };
         if removed {
-            let _ = self.events.send(RouteEvent::Gone { ai: name.into() });
+            self.tell(RouteEvent::Gone { ai: name.into() });
             self.check_all_gone();
             self.quiet.notify_one();
         }
@@ -661,9 +685,7 @@ async fn supervise(inner: Arc<Inner>, me: Arc<Resident>, _count: TaskCount) {
         if inner.stopping() || me.mailbox.is_closed() {
             break;
         }
-        match supervise_exit(&mut supervisor, exit, &name, &name, &|e| {
-            let _ = inner.events.send(e);
-        }) {
+        match supervise_exit(&mut supervisor, exit, &name, &name, &|e| inner.tell(e)) {
             Decision::Restart => me.restarted(),
             Decision::Done | Decision::Failed => break,
         }

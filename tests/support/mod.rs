@@ -3,10 +3,12 @@
 //! `dead_code` allowance; nothing here depends on test-only macros.
 #![allow(dead_code, unused_imports)]
 
+pub mod browser;
 pub mod fake;
 pub mod mcp;
 pub mod pty;
 pub mod script;
+pub mod serve;
 
 use serde_json::Value;
 

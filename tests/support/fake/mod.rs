@@ -165,6 +165,12 @@ impl FakeProvider {
         self.state().require_key = on;
     }
 
+    /// Answers 401 to every request carrying `key` (or a key containing it) in a header;
+    /// `None` refuses none.
+    pub fn refuse_key(&self, key: Option<&str>) {
+        self.state().refused_key = key.map(str::to_string);
+    }
+
     /// Scripted replies not yet taken.
     pub fn pending(&self) -> usize {
         self.state().queue.len()

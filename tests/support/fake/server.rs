@@ -32,6 +32,8 @@ pub(crate) struct State {
     pub requests: Vec<Recorded>,
     pub calls: usize,
     pub require_key: bool,
+    /// A key (or part of one) answered 401 wherever it appears in a request's headers.
+    pub refused_key: Option<String>,
     pub seq: u64,
 }
 
@@ -44,6 +46,7 @@ impl Default for State {
             requests: Vec::new(),
             calls: 0,
             require_key: true,
+            refused_key: None,
             seq: 0,
         }
     }
@@ -132,7 +135,7 @@ async fn handle(
     let w = wire_for(style);
     let wire = w.map(|w| (w, route(w, &method, path, query, &json_body)));
     let is_call = matches!(wire, Some((_, Some(Route::Call { .. }))));
-    let (seq, require_key) = {
+    let (seq, require_key, refused_key) = {
         let mut st = shared.lock().unwrap();
         st.seq += 1;
         st.calls += usize::from(is_call);
@@ -149,7 +152,7 @@ async fn handle(
                 .collect(),
             body: json_body.clone(),
         });
-        (st.seq, st.require_key)
+        (st.seq, st.require_key, st.refused_key.clone())
     };
     let Some((w, route)) = wire else {
         let msg =
@@ -174,6 +177,20 @@ async fn handle(
             w.headers(seq),
             &[],
             w.error(401, None, &msg, None).to_string(),
+        );
+    }
+    if let Some(bad) = refused_key
+        && headers
+            .iter()
+            .any(|(_, v)| String::from_utf8_lossy(v.as_bytes()).contains(bad.as_str()))
+    {
+        let msg = "fake provider: invalid API key";
+        return respond(
+            401,
+            "application/json",
+            w.headers(seq),
+            &[],
+            w.error(401, None, msg, None).to_string(),
         );
     }
     let Route::Call { model, stream, sse } = route else {

@@ -1,0 +1,229 @@
+//! `colony serve FILE.lua [FILE.lua ...]`: run programs as a service, on one HTTP listener
+//! (the control API, events, metrics and the dashboard; see `crate::serve`).
+//!
+//! The address it listens on is printed on stdout once it does (`colony serve: listening on
+//! http://ADDR`). SIGTERM or Ctrl-C drains (no new mail, turns in flight get their grace, exit
+//! 0); SIGHUP reads the config again (blocked residents try again) and restarts programs whose
+//! file changed.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::{Cassettes, Failure, build_core};
+use crate::serve::{self, Guard, Launch, Service};
+use crate::store::state_dir;
+
+/// Run programs as a service with an HTTP control API, metrics and a dashboard.
+///
+/// With no FILE, the programs are the config's `[[serve.programs]]` (each with `file`, `args`
+/// and `state`). The token (`--token-file`, else COLONY_SERVE_TOKEN, else `[serve] token_file`)
+/// is asked of every request but /healthz and /readyz; it is required off loopback.
+#[derive(clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    cassettes: Cassettes,
+    /// The address to listen on (default `[serve] listen`, else 127.0.0.1:7878; port 0 picks one).
+    #[arg(long, value_name = "ADDR")]
+    listen: Option<String>,
+    /// A file holding the bearer token (its first line).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// How log lines on stderr are written: `text`, or `json` (one object a line, for journald
+    /// or Loki).
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// The programs to run (each with its own Lua VM and state directory).
+    files: Vec<PathBuf>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
+    let core = build_core(&args.cassettes, handle)?;
+    let config = core.config();
+    let settings = config.serve.clone().unwrap_or_default();
+    let listen = args
+        .listen
+        .clone()
+        .or(settings.listen.clone())
+        .unwrap_or_else(|| serve::DEFAULT_LISTEN.to_string());
+    let addr: SocketAddr = listen.parse().map_err(|_| {
+        Failure::input(format!(
+            "colony serve: --listen {listen:?} is not an address (IP:PORT, e.g. 127.0.0.1:7878)"
+        ))
+    })?;
+    let token = token(&args, settings.token_file.as_deref())?;
+    if token.is_none() && !addr.ip().is_loopback() {
+        return Err(Failure::input(format!(
+            "colony serve: {addr} is not a loopback address: set a token (--token-file FILE or \
+             COLONY_SERVE_TOKEN) before listening on it"
+        )));
+    }
+    let launches = launches(&args, &settings)?;
+    let service = Service::new(core, launches);
+    let guard = Guard::new(token);
+    handle.block_on(serve_until_drained(service, guard, addr))
+}
+
+/// The token, if one is set; an unreadable or empty token file is an error, not "no token".
+fn token(args: &Args, configured: Option<&Path>) -> Result<Option<String>, Failure> {
+    let file = args
+        .token_file
+        .as_deref()
+        .or(if std::env::var_os("COLONY_SERVE_TOKEN").is_some() {
+            None
+        } else {
+            configured
+        });
+    let text = match file {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| {
+            Failure::input(format!(
+                "colony serve: cannot read the token file {}: {e}",
+                path.display()
+            ))
+        })?,
+        None => match std::env::var("COLONY_SERVE_TOKEN") {
+            Ok(t) => t,
+            Err(_) => return Ok(None),
+        },
+    };
+    let token = text.lines().next().unwrap_or("").trim().to_string();
+    if token.is_empty() {
+        return Err(Failure::input("colony serve: the token is empty"));
+    }
+    Ok(Some(token))
+}
+
+/// The programs: the files given, else the config's.
+fn launches(args: &Args, settings: &crate::config::ServeConfig) -> Result<Vec<Launch>, Failure> {
+    let mut launches = Vec::new();
+    if args.files.is_empty() {
+        // Relative to the config file's folder, where they were written.
+        let base = crate::config::path()
+            .parent()
+            .map(Path::to_path_buf)
+            .unwrap_or_default();
+        for p in &settings.programs {
+            let file = base.join(&p.file);
+            let state = p
+                .state
+                .as_ref()
+                .map(|s| base.join(s))
+                .unwrap_or_else(|| state_dir::default_for(&file));
+            launches.push(Launch {
+                file,
+                args: p.args.clone(),
+                state,
+            });
+        }
+    } else {
+        for file in &args.files {
+            launches.push(Launch {
+                file: file.clone(),
+                args: Vec::new(),
+                state: state_dir::default_for(file),
+            });
+        }
+    }
+    if launches.is_empty() {
+        return Err(Failure::input(
+            "colony serve: no programs: name FILE.lua, or list [[serve.programs]] in the config",
+        ));
+    }
+    for l in &launches {
+        if !l.file.is_file() {
+            return Err(Failure::input(format!(
+                "colony: cannot read {}: no such file",
+                l.file.display()
+            )));
+        }
+    }
+    Ok(launches)
+}
+
+async fn serve_until_drained(
+    service: Arc<Service>,
+    guard: Guard,
+    addr: SocketAddr,
+) -> Result<(), Failure> {
+    let signals = (|| {
+        Ok::<_, std::io::Error>((
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+            signal(SignalKind::hangup())?,
+        ))
+    })()
+    .map_err(|e| Failure::run(format!("colony serve: cannot listen for signals: {e}")))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| Failure::run(format!("colony serve: cannot listen on {addr}: {e}")))?;
+    let local = listener
+        .local_addr()
+        .map_err(|e| Failure::run(format!("colony serve: {e}")))?;
+    {
+        let s = service.clone();
+        let _ = tokio::task::spawn_blocking(move || s.start_all()).await;
+    }
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "colony serve: listening on http://{local}");
+        let _ = out.flush();
+    }
+    tracing::info!(%local, "listening");
+    let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(on_signals(service.clone(), signals, drained_tx));
+    let app = serve::router(service, guard);
+    let (closing_tx, closing) = tokio::sync::watch::channel(false);
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        let _ = drained_rx.await;
+        let _ = closing_tx.send(true);
+    });
+    // Once drained, requests in flight get a moment to be answered; a client that holds its
+    // connection open past it does not keep the process up.
+    let cut_off = async move {
+        let mut closing = closing;
+        let _ = closing.wait_for(|c| *c).await;
+        tokio::time::sleep(CLOSE_GRACE).await;
+    };
+    tokio::select! {
+        served = server => served.map_err(|e| Failure::run(format!("colony serve: {e}")))?,
+        _ = cut_off => tracing::warn!("connections still open after the drain were closed"),
+    }
+    Ok(())
+}
+
+/// How long open connections may take to finish once the programs have drained.
+const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
+type Signals = (
+    tokio::signal::unix::Signal,
+    tokio::signal::unix::Signal,
+    tokio::signal::unix::Signal,
+);
+
+/// SIGHUP reloads; SIGTERM or SIGINT drains, and then the listener closes.
+async fn on_signals(
+    service: Arc<Service>,
+    (mut term, mut int, mut hup): Signals,
+    drained: tokio::sync::oneshot::Sender<()>,
+) {
+    let reason = loop {
+        tokio::select! {
+            _ = term.recv() => break "SIGTERM",
+            _ = int.recv() => break "SIGINT",
+            _ = hup.recv() => service.reload().await,
+        }
+    };
+    tracing::info!("{reason}: draining");
+    service.drain(reason).await;
+    tracing::info!("drained");
+    let _ = drained.send(());
+}

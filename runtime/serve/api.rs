@@ -1,0 +1,392 @@
+//! The JSON control API under `/api`: programs, residents, their conversations, mail, and what
+//! an operator does to them (unblock, dismiss, restart, stop). Errors answer
+//! `{ "error": kind, "message": ... }`.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::auth::refuse;
+use super::host::Hosted;
+use super::service::{Service, Slot};
+use crate::residents::{Mail, MailError, ResidentInfo};
+use crate::vocab::{Message, Part};
+
+type Svc = State<Arc<Service>>;
+
+/// The most residents or messages one page answers.
+const PAGE_MAX: usize = 1000;
+
+pub async fn programs(State(s): Svc) -> Response {
+    let list: Vec<Value> = s.programs().map(|p| p.view()).collect();
+    Json(json!({ "programs": list })).into_response()
+}
+
+pub async fn program(State(s): Svc, Path(p): Path<String>) -> Response {
+    match s.program(&p) {
+        Some(slot) => Json(slot.view()).into_response(),
+        None => no_program(&p),
+    }
+}
+
+#[derive(Deserialize)]
+pub struct Page {
+    #[serde(default)]
+    offset: usize,
+    limit: Option<usize>,
+    /// Only residents in this state.
+    state: Option<String>,
+}
+
+pub async fn residents(State(s): Svc, Path(p): Path<String>, Query(page): Query<Page>) -> Response {
+    let (slot, hosted) = match running(&s, &p) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let all = hosted.residents();
+    let chosen: Vec<&ResidentInfo> = all
+        .iter()
+        .filter(|r| {
+            page.state
+                .as_deref()
+                .is_none_or(|st| r.state.as_str() == st)
+        })
+        .collect();
+    let limit = page.limit.unwrap_or(100).min(PAGE_MAX);
+    let list: Vec<Value> = chosen
+        .iter()
+        .skip(page.offset)
+        .take(limit)
+        .map(|r| resident_view(&s, &slot, &hosted, r))
+        .collect();
+    Json(json!({
+        "program": slot.name,
+        "total": chosen.len(),
+        "offset": page.offset,
+        "residents": list,
+    }))
+    .into_response()
+}
+
+pub async fn resident(State(s): Svc, Path((p, name)): Path<(String, String)>) -> Response {
+    let (slot, hosted) = match running(&s, &p) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    match hosted.resident(&name) {
+        Some(info) => Json(resident_view(&s, &slot, &hosted, &info)).into_response(),
+        None => no_resident(&name),
+    }
+}
+
+fn resident_view(s: &Service, slot: &Slot, hosted: &Hosted, r: &ResidentInfo) -> Value {
+    let tally = s.tally(&slot.name, &r.name);
+    json!({
+        "name": r.name,
+        "state": r.state,
+        "mailbox": r.held,
+        "capacity": hosted.capacity(&r.name),
+        "held": r.held,
+        "dropped": r.dropped,
+        "refused": r.refused,
+        "served": r.served,
+        "restarts": r.restarts,
+        "conversation": r.conversation,
+        "persist": hosted.persists(&r.name),
+        "tokens_in": tally.tokens_in,
+        "tokens_out": tally.tokens_out,
+        "turns": tally.turns,
+        "blocked_by": r.error,
+        "last_error": tally.last_error,
+    })
+}
+
+#[derive(Deserialize)]
+pub struct After {
+    #[serde(default)]
+    after: usize,
+    limit: Option<usize>,
+}
+
+/// `?after=N`: the messages from index N on (at most `limit`), and `next` to ask for after.
+pub async fn conversation(
+    State(s): Svc,
+    Path((p, name)): Path<(String, String)>,
+    Query(q): Query<After>,
+) -> Response {
+    let (_, hosted) = match running(&s, &p) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    let Some(messages) = hosted.conversation(&name) else {
+        return no_resident(&name);
+    };
+    let limit = q.limit.unwrap_or(100).min(PAGE_MAX);
+    let total = messages.len();
+    let page: Vec<Value> = messages
+        .iter()
+        .enumerate()
+        .skip(q.after)
+        .take(limit)
+        .map(|(i, m)| message_view(i, m))
+        .collect();
+    let next = (q.after + page.len()).min(total);
+    Json(json!({ "resident": name, "total": total, "after": q.after, "next": next, "messages": page }))
+        .into_response()
+}
+
+/// A message with its files as references (name, type, size, hash), never their bytes.
+fn message_view(index: usize, m: &Message) -> Value {
+    let mut v = serde_json::to_value(m).unwrap_or(Value::Null);
+    if let Some(map) = v.as_object_mut() {
+        map.insert("index".into(), json!(index));
+        let files: Vec<Value> = m
+            .parts
+            .iter()
+            .filter_map(|p| match p {
+                Part::File(f) => Some(json!({
+                    "name": f.name, "content_type": f.content_type, "size": f.size,
+                    "ref": f.handle(),
+                })),
+                _ => None,
+            })
+            .collect();
+        if !files.is_empty() {
+            map.insert("files".into(), Value::Array(files));
+        }
+    }
+    v
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MailIn {
+    to: String,
+    content: String,
+    source: Option<String>,
+    id: Option<String>,
+    #[serde(default)]
+    files: Vec<FileIn>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileIn {
+    name: String,
+    content_type: Option<String>,
+    /// The bytes, base64.
+    data: String,
+}
+
+/// `202` once the mail is accepted (saved first, for a resident that keeps its conversation);
+/// the same `id` is accepted once. `404`: no such resident; `429` with `Retry-After`: its
+/// mailbox is full.
+pub async fn mail(
+    State(s): Svc,
+    Path(p): Path<String>,
+    body: Result<Json<MailIn>, axum::extract::rejection::JsonRejection>,
+) -> Response {
+    let Json(m) = match body {
+        Ok(b) => b,
+        Err(e) => return refuse(StatusCode::BAD_REQUEST, "bad_request", &e.body_text()),
+    };
+    if s.draining() {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            "the service is stopping: no new mail",
+        );
+    }
+    let (slot, hosted) = match running(&s, &p) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    if hosted.resident(&m.to).is_none() {
+        return no_resident(&m.to);
+    }
+    let mut files = Vec::new();
+    for f in &m.files {
+        match base64::engine::general_purpose::STANDARD.decode(f.data.as_bytes()) {
+            Ok(bytes) => files.push(hosted.record_file(&f.name, f.content_type.as_deref(), bytes)),
+            Err(e) => {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    "bad_request",
+                    &format!("file {:?}: data is not base64: {e}", f.name),
+                );
+            }
+        }
+    }
+    let durable = hosted.persists(&m.to).unwrap_or(false);
+    if let Some(id) = &m.id
+        && !s.first_time(&slot.name, &m.to, id)
+    {
+        return accepted(true, durable);
+    }
+    let mail = Mail {
+        files,
+        id: m.id.clone(),
+        ..Mail::new(&m.to, m.source.as_deref().unwrap_or("api"), &m.content, 0)
+    };
+    match hosted.mail(mail) {
+        Ok(()) => {
+            s.metrics.accepted(&slot.name, &m.to);
+            accepted(false, durable)
+        }
+        Err(e) => {
+            if let Some(id) = &m.id {
+                s.forget(&slot.name, &m.to, id);
+            }
+            match e {
+                MailError::NoRecipient => no_resident(&m.to),
+                MailError::MailboxFull => {
+                    let mut r = refuse(
+                        StatusCode::TOO_MANY_REQUESTS,
+                        "mailbox_full",
+                        &format!(
+                            "{:?}'s mailbox is full: try again once it has served some",
+                            m.to
+                        ),
+                    );
+                    r.headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                    r
+                }
+                MailError::NotSaved => refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "not_saved",
+                    "the mail could not be saved in the state directory: not accepted",
+                ),
+                other => refuse(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    other.as_str(),
+                    other.as_str(),
+                ),
+            }
+        }
+    }
+}
+
+fn accepted(duplicate: bool, durable: bool) -> Response {
+    (
+        StatusCode::ACCEPTED,
+        Json(json!({ "accepted": true, "duplicate": duplicate, "durable": durable })),
+    )
+        .into_response()
+}
+
+pub async fn unblock(State(s): Svc, Path((p, name)): Path<(String, String)>) -> Response {
+    let (_, hosted) = match running(&s, &p) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    match hosted.unblock(&name) {
+        Some(was) => Json(json!({ "resident": name, "was_blocked": was })).into_response(),
+        None => no_resident(&name),
+    }
+}
+
+pub async fn dismiss(State(s): Svc, Path((p, name)): Path<(String, String)>) -> Response {
+    let (_, hosted) = match running(&s, &p) {
+        Ok(x) => x,
+        Err(r) => return *r,
+    };
+    if hosted.dismiss(&name) {
+        Json(json!({ "resident": name, "dismissed": true })).into_response()
+    } else {
+        no_resident(&name)
+    }
+}
+
+pub async fn restart(State(s): Svc, Path(p): Path<String>) -> Response {
+    let Some(slot) = s.program(&p).cloned() else {
+        return no_program(&p);
+    };
+    if s.draining() {
+        return refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "draining",
+            "the service is stopping",
+        );
+    }
+    s.restart(&slot).await;
+    Json(slot.view()).into_response()
+}
+
+pub async fn stop(State(s): Svc, Path(p): Path<String>) -> Response {
+    let Some(slot) = s.program(&p).cloned() else {
+        return no_program(&p);
+    };
+    s.stop(&slot, "stopped through the API").await;
+    Json(slot.view()).into_response()
+}
+
+pub async fn events(State(s): Svc, headers: HeaderMap) -> Response {
+    let after = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    s.events.stream(after).into_response()
+}
+
+pub async fn healthz() -> Response {
+    Json(json!({ "ok": true })).into_response()
+}
+
+pub async fn readyz(State(s): Svc) -> Response {
+    let programs: Vec<Value> = s.programs().map(|p| p.view()).collect();
+    let status = if s.ready() && !s.draining() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(json!({ "ready": status == StatusCode::OK, "programs": programs })),
+    )
+        .into_response()
+}
+
+pub async fn metrics(State(s): Svc) -> Response {
+    let text = tokio::task::spawn_blocking(move || s.scrape())
+        .await
+        .unwrap_or_default();
+    ([(header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)], text).into_response()
+}
+
+/// The program `p` and its run, or the answer saying why there is none.
+fn running(s: &Service, p: &str) -> Result<(Arc<Slot>, Arc<Hosted>), Box<Response>> {
+    let Some(slot) = s.program(p) else {
+        return Err(Box::new(no_program(p)));
+    };
+    match slot.hosted() {
+        Some(h) => Ok((slot.clone(), h)),
+        None => Err(Box::new(refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_running",
+            &format!("program {p:?} is not running"),
+        ))),
+    }
+}
+
+fn no_program(p: &str) -> Response {
+    refuse(
+        StatusCode::NOT_FOUND,
+        "no_program",
+        &format!("no program named {p:?}"),
+    )
+}
+
+fn no_resident(name: &str) -> Response {
+    refuse(
+        StatusCode::NOT_FOUND,
+        "no_recipient",
+        &format!("no resident named {name:?}"),
+    )
+}

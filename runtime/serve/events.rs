@@ -1,0 +1,201 @@
+//! What happens, as Server-Sent Events: each event gets the next id and goes to every
+//! subscriber; the newest [`REPLAY`] are kept, so a client that reconnects with
+//! `Last-Event-ID` is sent what it missed (or, when that has left the buffer, a `gap` event
+//! first, saying how many it lost).
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::Stream;
+use serde_json::{Value, json};
+use tokio::sync::broadcast;
+
+/// How many events are kept for resumption.
+pub const REPLAY: usize = 4096;
+
+/// One event: its id, its type (the SSE `event:` field) and its JSON.
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub id: u64,
+    pub kind: &'static str,
+    pub data: Arc<str>,
+}
+
+/// The event stream: the replay buffer and the live channel.
+pub struct Events {
+    inner: Mutex<Buffer>,
+    live: broadcast::Sender<Published>,
+    /// Cancelled when the service stops: every stream ends, so the listener can close.
+    closed: tokio_util::sync::CancellationToken,
+}
+
+struct Buffer {
+    next: u64,
+    kept: VecDeque<Published>,
+    capacity: usize,
+}
+
+impl Default for Events {
+    fn default() -> Events {
+        Events::with_capacity(REPLAY)
+    }
+}
+
+impl Events {
+    pub fn with_capacity(capacity: usize) -> Events {
+        Events {
+            inner: Mutex::new(Buffer {
+                next: 1,
+                kept: VecDeque::with_capacity(capacity.min(1024)),
+                capacity: capacity.max(1),
+            }),
+            live: broadcast::channel(capacity.max(16)).0,
+            closed: tokio_util::sync::CancellationToken::new(),
+        }
+    }
+
+    /// Publishes `data` (an object; `type` is added) as an event of `kind`; answers its id.
+    pub fn publish(&self, kind: &'static str, mut data: Value) -> u64 {
+        if let Some(map) = data.as_object_mut() {
+            map.insert("type".into(), Value::String(kind.into()));
+        }
+        let mut buffer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let id = buffer.next;
+        buffer.next += 1;
+        let event = Published {
+            id,
+            kind,
+            data: Arc::from(data.to_string()),
+        };
+        if buffer.kept.len() == buffer.capacity {
+            buffer.kept.pop_front();
+        }
+        buffer.kept.push_back(event.clone());
+        // Sent under the lock: a subscriber sees the buffer and then the channel, no gap.
+        let _ = self.live.send(event);
+        id
+    }
+
+    /// Ends every stream, now and to come (the service is stopping).
+    pub fn close(&self) {
+        self.closed.cancel();
+    }
+
+    /// What a client that last saw `after` missed (with how many fell out of the buffer), and
+    /// the live events from then on.
+    pub fn subscribe(
+        &self,
+        after: Option<u64>,
+    ) -> (u64, Vec<Published>, broadcast::Receiver<Published>) {
+        let buffer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        let rx = self.live.subscribe();
+        let Some(after) = after else {
+            return (0, Vec::new(), rx);
+        };
+        let oldest = buffer.kept.front().map_or(buffer.next, |e| e.id);
+        let lost = oldest.saturating_sub(after + 1);
+        let missed = buffer
+            .kept
+            .iter()
+            .filter(|e| e.id > after)
+            .cloned()
+            .collect();
+        (lost, missed, rx)
+    }
+
+    /// The stream for `GET /api/events`: what the client missed since `after`, then live.
+    pub fn stream(
+        self: &Arc<Self>,
+        after: Option<u64>,
+    ) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<>> {
+        let (tx, rx) = tokio::sync::mpsc::channel::<Event>(256);
+        tokio::spawn(feed(self.clone(), after, tx));
+        let stream =
+            futures::stream::unfold(
+                rx,
+                |mut rx| async move { rx.recv().await.map(|e| (Ok(e), rx)) },
+            );
+        Sse::new(stream).keep_alive(KeepAlive::default())
+    }
+}
+
+/// Sends a client its events until it goes away.
+async fn feed(events: Arc<Events>, after: Option<u64>, tx: tokio::sync::mpsc::Sender<Event>) {
+    let (mut lost, mut missed, mut rx) = events.subscribe(after);
+    let mut last = after.unwrap_or(0);
+    loop {
+        if lost > 0 {
+            let gap = json!({ "type": "gap", "lost": lost });
+            if tx
+                .send(Event::default().event("gap").data(gap.to_string()))
+                .await
+                .is_err()
+            {
+                return;
+            }
+        }
+        for e in missed.drain(..) {
+            last = e.id;
+            if tx.send(sse(&e)).await.is_err() {
+                return;
+            }
+        }
+        loop {
+            let e = tokio::select! {
+                e = rx.recv() => e,
+                _ = tx.closed() => return,
+                _ = events.closed.cancelled() => return,
+            };
+            match e {
+                Ok(e) if e.id <= last => {}
+                Ok(e) => {
+                    last = e.id;
+                    if tx.send(sse(&e)).await.is_err() {
+                        return;
+                    }
+                }
+                // A slow reader: send what the buffer still has, and say what it lost.
+                Err(broadcast::error::RecvError::Lagged(_)) => break,
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+        (lost, missed, rx) = events.subscribe(Some(last));
+    }
+}
+
+fn sse(e: &Published) -> Event {
+    Event::default()
+        .id(e.id.to_string())
+        .event(e.kind)
+        .data(&*e.data)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_client_resumes_after_its_last_event_and_is_told_what_left_the_buffer() {
+        let events = Events::with_capacity(3);
+        for n in 0..5 {
+            events.publish("tick", json!({ "n": n }));
+        }
+        // Ids 1..=5; the buffer keeps 3, 4, 5.
+        let (lost, missed, _) = events.subscribe(Some(3));
+        assert_eq!(
+            (lost, missed.iter().map(|e| e.id).collect::<Vec<_>>()),
+            (0, vec![4, 5])
+        );
+        let (lost, missed, _) = events.subscribe(Some(1));
+        assert_eq!(
+            (lost, missed.iter().map(|e| e.id).collect::<Vec<_>>()),
+            (1, vec![3, 4, 5])
+        );
+        let (lost, missed, _) = events.subscribe(None);
+        assert_eq!((lost, missed.len()), (0, 0));
+        assert!(missed.is_empty());
+        assert!(events.subscribe(Some(5)).1.is_empty());
+    }
+}

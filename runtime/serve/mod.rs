@@ -1,0 +1,75 @@
+//! `colony serve`: resident programs as a long-running service, on one HTTP listener.
+//!
+//! - [`host`]: the one adapter to how a program is started and driven (its Lua thread, route
+//!   and state directory); nothing else here names those.
+//! - [`service`]: the programs hosted (each in a slot that outlives its runs), what their
+//!   residents are observed doing, restart, reload (SIGHUP) and drain (SIGTERM).
+//! - [`api`]: the JSON control API under `/api`, the health endpoints and the scrape.
+//! - [`events`]: Server-Sent Events with a bounded replay buffer for `Last-Event-ID`.
+//! - [`metrics`]: the Prometheus text format of counters, histograms and gauges.
+//! - [`auth`]: the bearer token and the `Origin` rule.
+//! - [`dashboard`]: the page at `/`, compiled in.
+
+pub mod api;
+pub mod auth;
+pub mod dashboard;
+pub mod events;
+pub mod host;
+pub mod metrics;
+pub mod service;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::routing::{get, post};
+use tower_http::limit::RequestBodyLimitLayer;
+
+pub use auth::Guard;
+pub use host::Launch;
+pub use service::Service;
+
+/// The largest request body the service reads (a mail with its files, base64).
+pub const BODY_LIMIT: usize = 8 * 1024 * 1024;
+
+/// The default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
+
+/// Every route of the service: the health endpoints and the page open to all (but a foreign
+/// `Origin`), everything else behind `guard`.
+pub fn router(service: Arc<Service>, guard: Guard) -> Router {
+    let guarded = Router::new()
+        .route("/api/programs", get(api::programs))
+        .route("/api/programs/{p}", get(api::program))
+        .route("/api/programs/{p}/residents", get(api::residents))
+        .route("/api/programs/{p}/residents/{name}", get(api::resident))
+        .route(
+            "/api/programs/{p}/residents/{name}/conversation",
+            get(api::conversation),
+        )
+        .route(
+            "/api/programs/{p}/residents/{name}/unblock",
+            post(api::unblock),
+        )
+        .route(
+            "/api/programs/{p}/residents/{name}/dismiss",
+            post(api::dismiss),
+        )
+        .route("/api/programs/{p}/mail", post(api::mail))
+        .route("/api/programs/{p}/restart", post(api::restart))
+        .route("/api/programs/{p}/stop", post(api::stop))
+        .route("/api/events", get(api::events))
+        .route("/metrics", get(api::metrics))
+        .layer(from_fn_with_state(guard, auth::check));
+    // The page holds no data (it asks the API for everything, with the token): a browser
+    // that has no token yet must be able to load it to be asked for one.
+    let open = Router::new()
+        .route("/", get(dashboard::page))
+        .route("/healthz", get(api::healthz))
+        .route("/readyz", get(api::readyz))
+        .layer(from_fn(auth::same_origin));
+    guarded
+        .merge(open)
+        .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
+        .with_state(service)
+}
