@@ -61,6 +61,7 @@ pub mod lua;
 pub mod mcp;
 pub mod providers;
 pub mod residents;
+pub mod script;
 pub mod secrets;
 pub mod shipped;
 pub mod store;

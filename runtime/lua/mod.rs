@@ -36,7 +36,7 @@ use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
 
 use crate::core::Core;
 use crate::residents::route as residents_route;
-use crate::residents::supervision::Fault;
+use crate::script::Fault;
 
 pub use residents::HostSetup;
 

@@ -331,7 +331,10 @@ fn spawn(lua: &Lua, opts: Table, mcp_tools: Vec<crate::turn::ToolDef>) -> mlua::
     let bridge = bridge_of(lua);
     let deliver = match deliver_value {
         Value::Nil => Deliver::Nobody,
-        Value::Function(f) => Deliver::Lua(bridge.clone(), bridge::register(lua, f)),
+        Value::Function(f) => Deliver::Script(
+            std::sync::Arc::new(bridge.clone()),
+            bridge::register(lua, f),
+        ),
         Value::String(s) if s == "host" => match &p.state.borrow().host {
             Some(tx) => Deliver::Channel(tx.clone()),
             None => Deliver::Stdout,

@@ -105,14 +105,7 @@ impl Mail {
     }
 }
 
-/// Where the mail a turn serves came from: what `ai.inbound_provenance()` answers.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Provenance {
-    pub origin: String,
-    pub hop: u32,
-    /// The AI serving it (a relaying tool's `source`).
-    pub to: String,
-}
+pub use crate::script::Provenance;
 
 impl Provenance {
     /// For a turn serving several arrivals: the newest one's sender and the highest hop, so a

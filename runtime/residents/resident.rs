@@ -36,7 +36,7 @@ use super::persist::ResidentHooks;
 use super::route::RouteEvent;
 use super::supervision::{Exit, Fault, RestartPolicy};
 use crate::core::Ask;
-use crate::lua::bridge::{FnId, LuaBridge};
+use crate::script::{FnId, Script};
 use crate::store::{Cell, JournalEntry, Store};
 use crate::turn::TurnHooks;
 use crate::turn::{Compaction, ToolDef, TurnError, TurnOutcome, TurnSpec, take_turn};
@@ -77,8 +77,8 @@ pub struct ResidentSpec {
 pub enum Deliver {
     /// Nowhere: the AI speaks only through its tools.
     Nobody,
-    /// A Lua function `deliver_to(text, info)`; an error it raises crashes the resident.
-    Lua(LuaBridge, FnId),
+    /// A script's function `deliver_to(text, info)`; an error it raises crashes the resident.
+    Script(Arc<dyn Script>, FnId),
     /// A channel (an embedding application's).
     Channel(mpsc::UnboundedSender<Delivery>),
     /// Standard output, as `[name] text` (`deliver_to = "host"` under `colony run`).
@@ -313,7 +313,7 @@ impl Resident {
 /// What the resident loop needs from its route.
 pub(crate) trait Host: Send + Sync {
     fn core(&self) -> &crate::core::Core;
-    fn bridge(&self) -> &LuaBridge;
+    fn script(&self) -> &dyn Script;
     fn stopping(&self) -> bool;
     fn store(&self) -> Option<&Arc<dyn Store>>;
     /// A resident took up work (or left a wait): whatever concluded the program had settled
@@ -447,7 +447,7 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
         let span = tracing::info_span!("resident", ai = %me.spec.name);
         let out: TurnOutcome = {
             use tracing::Instrument;
-            Box::pin(take_turn(host.core(), &*me.spec.stack, host.bridge(), turn))
+            Box::pin(take_turn(host.core(), &*me.spec.stack, host.script(), turn))
                 .instrument(span)
                 .await
         };
@@ -630,7 +630,7 @@ fn delivery(
     }
 }
 
-/// Hands `d` over; `Err` is what the Lua `deliver_to` raised (a crash).
+/// Hands `d` over; `Err` is what the script's `deliver_to` raised (a crash).
 async fn deliver(me: &Resident, d: Delivery) -> Result<(), Fault> {
     match &me.spec.deliver {
         Deliver::Nobody => {
@@ -651,7 +651,7 @@ async fn deliver(me: &Resident, d: Delivery) -> Result<(), Fault> {
             let _ = out.flush();
             Ok(())
         }
-        Deliver::Lua(bridge, func) => {
+        Deliver::Script(script, func) => {
             let text = serde_json::Value::String(d.text.clone());
             let mut info = serde_json::to_value(&d).unwrap_or(serde_json::Value::Null);
             if let Some(map) = info.as_object_mut() {
@@ -664,7 +664,7 @@ async fn deliver(me: &Resident, d: Delivery) -> Result<(), Fault> {
                 // Absent is nil in Lua; JSON null would arrive as a (truthy) json.null.
                 map.retain(|_, v| !v.is_null());
             }
-            bridge
+            script
                 .call(*func, vec![text, info])
                 .await
                 .map_err(|f| f.during("deliver_to"))

@@ -9,8 +9,8 @@
 //! - [`compaction`]: summarising the transcript when the next request would overflow the window.
 //! - [`estimate`]: colony's own count of a request's tokens, for when the provider's is missing.
 //!
-//! The loop is `Send`: it reaches Lua only through a [`crate::lua::bridge::LuaBridge`], so it runs on the Lua thread
-//! for a script's own turns and on the core for residents alike. Each model call goes through a
+//! The loop is `Send`: it reaches the script only through the seam ([`crate::script::Script`]), so
+//! it runs on the Lua thread for a script's own turns and on the core for residents alike. Each model call goes through a
 //! middleware stack ([`crate::residents::middleware::DynInfer`]); a script's own turns pass the
 //! bare [`crate::core::Core`].
 
@@ -29,8 +29,7 @@ pub use take_turn::take_turn;
 pub use tools::{Handler, ToolDef};
 
 use crate::core::Ask;
-use crate::lua::bridge::FnId;
-use crate::residents::mail::Provenance;
+use crate::script::{FnId, Provenance};
 use crate::vocab::{FileRef, Message, Stop, ToolCall, ToolResult, Usage};
 
 /// Everything one turn needs. `ask.messages` is the transcript so far (the prompt included);
