@@ -40,6 +40,38 @@ pub struct Ask {
     pub extra: Option<serde_json::Value>,
 }
 
+impl Ask {
+    /// These settings under `defaults` (a route's, under which a resident is hired): each field
+    /// this ask sets wins, the others come from `defaults`. Messages and tools are not settings:
+    /// the result has none.
+    pub fn under(self, defaults: &Ask) -> Ask {
+        let r = &defaults.overrides;
+        let o = self.overrides;
+        Ask {
+            overrides: Overrides {
+                use_type: o.use_type.or_else(|| r.use_type.clone()),
+                provider: o.provider.or_else(|| r.provider.clone()),
+                model: o.model.or_else(|| r.model.clone()),
+                key: o.key.or_else(|| r.key.clone()),
+                base_url: o.base_url.or_else(|| r.base_url.clone()),
+                timeout: o.timeout.or(r.timeout),
+                max_tokens: o.max_tokens.or(r.max_tokens),
+                temperature: o.temperature.or(r.temperature),
+            },
+            system: self.system.or_else(|| defaults.system.clone()),
+            messages: Vec::new(),
+            tools: Vec::new(),
+            tool_choice: self.tool_choice,
+            stop_sequences: if self.stop_sequences.is_empty() {
+                defaults.stop_sequences.clone()
+            } else {
+                self.stop_sequences
+            },
+            extra: self.extra.or_else(|| defaults.extra.clone()),
+        }
+    }
+}
+
 impl Core {
     pub fn new(config: Config, providers: Providers, handle: tokio::runtime::Handle) -> Core {
         Core::build(LiveConfig::fixed(config), providers, handle)

@@ -16,6 +16,7 @@
 //! The Lua side (`ai.route`, `ai.spawn`, `ai.mail`, `ai.watch`, sources) is in
 //! [`crate::lua::residents`].
 
+pub mod lifecycle;
 pub mod mail;
 pub mod middleware;
 pub mod persist;
@@ -23,6 +24,7 @@ pub mod resident;
 pub mod route;
 pub mod supervision;
 
+pub use lifecycle::{HireError, Lifecycle, Source, Watch, WatchError, WatchOptions};
 pub use mail::{Mail, MailError, Mailbox, Provenance};
 pub use resident::{Deliver, Delivery, DeliveryKind, Resident, ResidentInfo, ResidentSpec};
 pub use route::{Listener, Route, RouteEvent, Settled, SpawnError};

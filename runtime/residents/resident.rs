@@ -132,6 +132,8 @@ pub enum State {
     Stopped,
     /// A permanent failure: waiting for its settings to change.
     Blocked,
+    /// Hired before the watch, not registered yet ([`super::Lifecycle::residents`]).
+    Pending,
 }
 
 impl State {
@@ -143,6 +145,7 @@ impl State {
             State::Restarting => "restarting",
             State::Stopped => "stopped",
             State::Blocked => "blocked",
+            State::Pending => "pending",
         }
     }
 
@@ -153,6 +156,7 @@ impl State {
             2 => State::Outage,
             3 => State::Restarting,
             5 => State::Blocked,
+            6 => State::Pending,
             _ => State::Stopped,
         }
     }

@@ -32,6 +32,10 @@ use crate::core::Ask;
 use crate::script::{FnId, Provenance};
 use crate::vocab::{FileRef, Message, Stop, ToolCall, ToolResult, Usage};
 
+/// How many model calls a turn may make when it does not say (a script's `ai.take_turn`, a
+/// resident's turns; `ai.run` allows one more).
+pub const DEFAULT_MAX_STEPS: u32 = 8;
+
 /// Everything one turn needs. `ask.messages` is the transcript so far (the prompt included);
 /// `ask.tools` is ignored in favour of `tools`.
 #[derive(Clone)]
@@ -115,7 +119,7 @@ impl TurnSpec {
         TurnSpec {
             ask,
             tools: Vec::new(),
-            max_steps: 8,
+            max_steps: DEFAULT_MAX_STEPS,
             allow: Vec::new(),
             deny: Vec::new(),
             pin: Map::new(),
