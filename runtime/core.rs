@@ -171,7 +171,15 @@ impl Core {
 
     /// Resolves settings and builds the neutral request.
     pub fn prepare(&self, ask: Ask) -> Result<(InferRequest, Endpoint), ProviderError> {
-        let mut req = InferRequest {
+        let overrides = ask.overrides.clone();
+        let mut req = self.request(ask);
+        let ep = self.settle(&overrides, &mut req)?;
+        Ok((req, ep))
+    }
+
+    /// The neutral request of `ask`, its settings not resolved yet ([`Core::settle`] does).
+    pub fn request(&self, ask: Ask) -> InferRequest {
+        InferRequest {
             model: String::new(),
             system: ask.system,
             messages: ask.messages,
@@ -183,9 +191,7 @@ impl Core {
             extra: ask.extra,
             response_schema: None,
             files_from: None,
-        };
-        let ep = self.settle(&ask.overrides, &mut req)?;
-        Ok((req, ep))
+        }
     }
 
     /// Resolves settings afresh and writes the resolved model, max tokens and temperature into

@@ -12,7 +12,7 @@ use mlua::{Lua, MultiValue, Table, UserData, UserDataFields, Value};
 
 use super::ai::core;
 use super::convert::{check_fields, error_table, from_json, misuse, to_json};
-use super::turn::ToolValue;
+use super::tools::ToolValue;
 use crate::mcp::spec::ServerConfig;
 use crate::mcp::{Connection, McpError, ServerSpec, cache, naming, toolset};
 

@@ -25,10 +25,13 @@ pub mod json;
 pub mod mcp;
 pub mod messages;
 pub mod middleware;
+pub mod parallel;
 pub mod resident_spec;
 pub mod residents;
 pub mod store;
+pub mod structured;
 pub mod term;
+pub mod tools;
 pub mod turn;
 
 use std::path::{Path, PathBuf};
@@ -197,7 +200,10 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     guard_coroutines(&lua)?;
     let json = json::register(&lua)?;
     let ai = ai::register(&lua)?;
+    tools::register(&lua, &ai)?;
     turn::register(&lua, &ai)?;
+    structured::register(&lua, &ai)?;
+    parallel::register(&lua, &ai)?;
     middleware::register(&lua, &ai)?;
     residents::register(&lua, &ai)?;
     let http = http::register(&lua)?;

@@ -6,6 +6,8 @@
 //! - [`dispatch`]: running one call, where every failure becomes an error result for the model
 //!   and a [`ToolEvent`] for the caller, never a failed turn.
 //! - [`take_turn`](mod@take_turn): the loop, the step cap and its budget note, streaming and `on_step`.
+//! - [`model_call`]: one model call with its text streamed and the refused-attachment retry
+//!   (`ai.ask` makes the same call).
 //! - [`compaction`]: summarising the transcript when the next request would overflow the window.
 //! - [`estimate`]: colony's own count of a request's tokens, for when the provider's is missing.
 //!
@@ -17,6 +19,7 @@
 pub mod compaction;
 pub mod dispatch;
 pub mod estimate;
+pub mod model_call;
 pub mod take_turn;
 pub mod tools;
 

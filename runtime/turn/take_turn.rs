@@ -2,7 +2,6 @@
 
 use futures::future::join_all;
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::compaction;
@@ -189,7 +188,7 @@ async fn run(
         if last {
             req.tool_choice = ToolChoice::None;
         }
-        let mut attempt = infer(
+        let attempt = infer(
             core,
             stack,
             script,
@@ -198,26 +197,6 @@ async fn run(
             spec.on_text,
         )
         .await;
-        // A refusal that names an attachment: once more, with the attachment shed.
-        if let Err(e) = &attempt
-            && let Ok(resolved) = core.resolve(&spec.ask.overrides)
-            && files::shed::shed_named(
-                &mut req,
-                e,
-                resolved.endpoint.style,
-                resolved.endpoint.reads,
-            )
-        {
-            attempt = infer(
-                core,
-                stack,
-                script,
-                &spec.ask.overrides,
-                &mut req,
-                spec.on_text,
-            )
-            .await;
-        }
         let inferred = match attempt {
             Ok(i) => i,
             Err(e) => {
@@ -449,7 +428,8 @@ fn not_saved(out: TurnOutcome, messages: Vec<Message>, message: String) -> TurnO
     ended(out, messages, "store", message)
 }
 
-/// One model call, with text deltas forwarded to the Lua callback in order.
+/// One model call (with the refused-attachment retry), text deltas forwarded to the script's
+/// `on_text` in order; a callback that raises is logged, and the call goes on.
 async fn infer(
     core: &Core,
     stack: &dyn DynInfer,
@@ -458,27 +438,18 @@ async fn infer(
     req: &mut InferRequest,
     on_text: Option<FnId>,
 ) -> Result<Inferred, ProviderError> {
-    let ep = core.settle(overrides, req)?;
-    let req = &*req;
-    let Some(func) = on_text else {
-        return stack.infer_boxed(req, &ep, None).await;
-    };
-    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-    let call = async move {
-        let mut send = move |t: &str| {
-            let _ = tx.send(t.to_string());
-        };
-        stack.infer_boxed(req, &ep, Some(&mut send)).await
-    };
-    let forward = async {
-        while let Some(delta) = rx.recv().await {
+    let forward = on_text.map(|func| {
+        move |delta: String| async move {
             if let Err(e) = script.call(func, vec![Value::String(delta)]).await {
                 tracing::warn!("the stream callback failed: {e}");
             }
+            Ok::<(), std::convert::Infallible>(())
         }
-    };
-    let (result, ()) = tokio::join!(call, forward);
-    result
+    });
+    match super::model_call::call_model(core, stack, overrides, req, forward).await {
+        Ok(result) => result,
+        Err(never) => match never {},
+    }
 }
 
 async fn report(
