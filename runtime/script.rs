@@ -3,7 +3,7 @@
 //!
 //! The core (the turn, the residents, the lifecycle) knows a script's functions only by a
 //! [`FnId`] and calls them through a [`Script`]; it never knows what language the script is in.
-//! The Lua host implements the trait ([`crate::lua::bridge::LuaBridge`]): each call crosses to
+//! The Lua host implements the trait (its `LuaBridge`, in `lua/bridge.rs`): each call crosses to
 //! the VM's thread as a message and runs in a coroutine of its own there. A call's context
 //! (which call, which step, the mail its turn serves, the workspace its `store.*` sees) travels
 //! as the typed [`ToolContext`], not as text to parse back on the other side. See

@@ -6,8 +6,8 @@
 //! cost two thread wake-ups per call (measured: 1.49x a bare reqwest call instead of 1.10x). Only
 //! the calling coroutine waits, so the script reads as if it were synchronous while others run.
 //! Work that belongs to the core (residents) stays on the core and reaches the VM by message
-//! ([`bridge`]). Each Lua module registers itself from its own file (`ai` in `ai`, `turn`,
-//! `middleware` and `residents`; `json`, `http`, `fs`, `store`, `mcp`; `term` for front ends on a terminal;
+//! ([`bridge`]). Each Lua module registers itself from its own file (`ai` in `ai`, `tools`,
+//! `turn`, `structured`, `parallel`, `middleware` and `residents`; `json`, `http`, `fs`, `store`, `mcp`; `term` for front ends on a terminal;
 //! `colony` for what a script may know of colony itself).
 //!
 //! Lua cannot wait inside a `table.sort` comparator or a `string.gsub` callback (the C functions

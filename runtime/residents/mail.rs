@@ -3,7 +3,7 @@
 //! A mailbox is a queue behind a mutex plus a [`Notify`]: an idle resident costs one empty
 //! `VecDeque` (no allocation) and a few words, which matters when a program hires a hundred
 //! thousand of them. The queue is also the resident's backlog: while the model cannot be called
-//! (the outage path, DESIGN §5) arrivals stay in it, bounded to the newest [`HELD`], and the count
+//! (the outage path, `ARCHITECTURE.md`) arrivals stay in it, bounded to the newest [`HELD`], and the count
 //! of older ones the bound discarded is kept beside them for the dropped marker.
 //!
 //! A mailbox has a capacity ([`CAPACITY`] waiting mails unless the resident is hired with its

@@ -5,7 +5,7 @@
 //! hand a non-empty reply to its [`Deliver`]. One resident's turns are strictly ordered (one
 //! task); residents run in parallel on the core.
 //!
-//! **The outage path** (DESIGN §5). When a turn's first model call fails, nothing of the turn
+//! **The outage path** (`ARCHITECTURE.md`, "The outage path"). When a turn's first model call fails, nothing of the turn
 //! happened: the arrivals go back to the mailbox, which from then on holds only the newest
 //! [`HELD`] and counts what it discards, and the stored conversation stays as it was. The resident
 //! tries again after the provider's retry-after (an open breaker's says when its next probe is
