@@ -40,6 +40,38 @@ pub struct Ask {
     pub extra: Option<serde_json::Value>,
 }
 
+impl Ask {
+    /// These settings under `defaults` (a route's, under which a resident is hired): each field
+    /// this ask sets wins, the others come from `defaults`. Messages and tools are not settings:
+    /// the result has none.
+    pub fn under(self, defaults: &Ask) -> Ask {
+        let r = &defaults.overrides;
+        let o = self.overrides;
+        Ask {
+            overrides: Overrides {
+                use_type: o.use_type.or_else(|| r.use_type.clone()),
+                provider: o.provider.or_else(|| r.provider.clone()),
+                model: o.model.or_else(|| r.model.clone()),
+                key: o.key.or_else(|| r.key.clone()),
+                base_url: o.base_url.or_else(|| r.base_url.clone()),
+                timeout: o.timeout.or(r.timeout),
+                max_tokens: o.max_tokens.or(r.max_tokens),
+                temperature: o.temperature.or(r.temperature),
+            },
+            system: self.system.or_else(|| defaults.system.clone()),
+            messages: Vec::new(),
+            tools: Vec::new(),
+            tool_choice: self.tool_choice,
+            stop_sequences: if self.stop_sequences.is_empty() {
+                defaults.stop_sequences.clone()
+            } else {
+                self.stop_sequences
+            },
+            extra: self.extra.or_else(|| defaults.extra.clone()),
+        }
+    }
+}
+
 impl Core {
     pub fn new(config: Config, providers: Providers, handle: tokio::runtime::Handle) -> Core {
         Core::build(LiveConfig::fixed(config), providers, handle)
@@ -147,7 +179,15 @@ impl Core {
 
     /// Resolves settings and builds the neutral request.
     pub fn prepare(&self, ask: Ask) -> Result<(InferRequest, Endpoint), ProviderError> {
-        let mut req = InferRequest {
+        let overrides = ask.overrides.clone();
+        let mut req = self.request(ask);
+        let ep = self.settle(&overrides, &mut req)?;
+        Ok((req, ep))
+    }
+
+    /// The neutral request of `ask`, its settings not resolved yet ([`Core::settle`] does).
+    pub fn request(&self, ask: Ask) -> InferRequest {
+        InferRequest {
             model: String::new(),
             system: ask.system,
             messages: ask.messages,
@@ -159,9 +199,7 @@ impl Core {
             extra: ask.extra,
             response_schema: None,
             files_from: None,
-        };
-        let ep = self.settle(&ask.overrides, &mut req)?;
-        Ok((req, ep))
+        }
     }
 
     /// Resolves settings afresh and writes the resolved model, max tokens and temperature into

@@ -27,10 +27,14 @@
 //! # Ok(()) }
 //! ```
 //!
+//! A [`Program`] is driven through its [`Lifecycle`], the same type `colony run` drives: list
+//! its residents, mail, unblock, dismiss, hear its events, stop it with a reason (and a grace),
+//! or [`Program::restart`] it from its file.
+//!
 //! The mechanism parts stay public for an application that routes on its own terms:
 //! [`crate::residents::Route`] (register, mail, dismiss, stop), [`crate::residents::Resident`]
 //! and its [`crate::residents::Mailbox`], [`crate::residents::Deliver`]. A route can host
-//! residents without any Lua program at all (`Route::new(core, LuaBridge::detached())`).
+//! residents without any script at all (`Route::new(core, colony::script::Detached)`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -42,7 +46,7 @@ use crate::core::Core;
 use crate::lua::{HostSetup, Running, ScriptError};
 use crate::providers::Providers;
 use crate::providers::replay::{Cassette, Recorder};
-use crate::residents::{Delivery, Mail, MailError, Route};
+use crate::residents::{Delivery, Lifecycle, Mail, MailError, ResidentInfo, Route, RouteEvent};
 use crate::store::Store;
 use crate::turn::ToolDef;
 
@@ -144,6 +148,49 @@ impl Runtime {
 
     /// Starts the program at `path` (with `args` as its `arg`) on its own Lua thread.
     pub fn load(&self, path: impl AsRef<Path>, args: Vec<String>) -> Result<Program, EmbedError> {
+        self.launch(path.as_ref(), args, self.store.clone())
+    }
+
+    /// [`Runtime::load`] with a store of the program's own (its state directory's, say:
+    /// `StateDir::open(dir)?.dyn_store()`), for an application that hosts several programs.
+    pub fn load_in(
+        &self,
+        path: impl AsRef<Path>,
+        args: Vec<String>,
+        store: Arc<dyn Store>,
+    ) -> Result<Program, EmbedError> {
+        self.launch(path.as_ref(), args, Some(store))
+    }
+
+    fn launch(
+        &self,
+        path: &Path,
+        args: Vec<String>,
+        store: Option<Arc<dyn Store>>,
+    ) -> Result<Program, EmbedError> {
+        let launch = Launch {
+            core: self.core.clone(),
+            tools: self.tools.clone(),
+            store,
+            path: path.to_path_buf(),
+            args,
+        };
+        launch.start()
+    }
+}
+
+/// What a program was started from, to start it again.
+#[derive(Clone)]
+struct Launch {
+    core: Core,
+    tools: Vec<ToolDef>,
+    store: Option<Arc<dyn Store>>,
+    path: std::path::PathBuf,
+    args: Vec<String>,
+}
+
+impl Launch {
+    fn start(&self) -> Result<Program, EmbedError> {
         let (tx, rx) = mpsc::unbounded_channel();
         let host = HostSetup {
             tools: self.tools.clone(),
@@ -153,10 +200,12 @@ impl Runtime {
             mails_in: true,
             ..HostSetup::default()
         };
-        let running = crate::lua::start_file(self.core.clone(), path.as_ref(), args, host)?;
+        let running =
+            crate::lua::start_file(self.core.clone(), &self.path, self.args.clone(), host)?;
         Ok(Program {
             running: Some(running),
             deliveries: rx,
+            launch: self.clone(),
         })
     }
 }
@@ -165,22 +214,53 @@ impl Runtime {
 pub struct Program {
     running: Option<Running>,
     deliveries: mpsc::UnboundedReceiver<Delivery>,
+    launch: Launch,
 }
 
 impl Program {
+    /// The program's life: what `colony run` drives too.
+    pub fn lifecycle(&self) -> &Lifecycle {
+        &self
+            .running
+            .as_ref()
+            .expect("the program is running")
+            .lifecycle
+    }
+
     /// The program's route.
     pub fn route(&self) -> &Route {
-        &self.running.as_ref().expect("the program is running").route
+        self.lifecycle().route()
     }
 
     /// Waits until the program's `ai.watch` is up (mail before that answers `no_recipient`).
     pub async fn opened(&self) {
-        self.route().opened().await
+        self.lifecycle().opened().await
     }
 
-    /// Posts `mail` to a resident.
+    /// Posts `mail` to a resident: `Ok` once it is accepted (for a resident that keeps its
+    /// conversation, once it is on disk).
     pub fn mail(&self, mail: Mail) -> Result<(), MailError> {
-        self.route().mail(mail)
+        self.lifecycle().mail(mail)
+    }
+
+    /// The residents and their state (those waiting for the watch as `pending`).
+    pub fn residents(&self) -> Vec<ResidentInfo> {
+        self.lifecycle().residents()
+    }
+
+    /// Lets the blocked resident `name` try again now (`None`: no such resident).
+    pub fn unblock(&self, name: &str) -> Option<bool> {
+        self.lifecycle().unblock(name)
+    }
+
+    /// Ends the resident `name`; answers whether there was one.
+    pub fn dismiss(&self, name: &str) -> bool {
+        self.lifecycle().dismiss(name)
+    }
+
+    /// The route's events from now on (crashes, failures, blocks, residents gone).
+    pub fn events(&self) -> tokio::sync::broadcast::Receiver<RouteEvent> {
+        self.lifecycle().subscribe()
     }
 
     /// The next reply or notice a resident handed to `deliver_to = "host"`; `None` once the
@@ -191,15 +271,34 @@ impl Program {
 
     /// Asks the program to stop, as `ai.stop(reason)` does: its `ai.watch` returns `reason`.
     pub fn stop(&self, reason: &str) {
-        self.route().stop(reason);
+        self.lifecycle().stop(reason);
+    }
+
+    /// [`Program::stop`], giving turns in flight `grace` to finish.
+    pub fn stop_within(&self, reason: &str, grace: std::time::Duration) {
+        self.lifecycle().stop_within(reason, grace);
     }
 
     /// Waits for the script to end.
     pub async fn join(mut self) -> Result<(), EmbedError> {
         let running = self.running.take().expect("joined once");
-        tokio::task::spawn_blocking(move || running.join())
-            .await
-            .map_err(|e| EmbedError::Script(ScriptError(format!("the Lua thread panicked: {e}"))))?
-            .map_err(EmbedError::Script)
+        join(running).await
     }
+
+    /// Stops the program with `reason`, waits for it to end, reads its file again and starts
+    /// it anew (with the same arguments, tools and store). The old program's end, if it failed,
+    /// is the error.
+    pub async fn restart(mut self, reason: &str) -> Result<Program, EmbedError> {
+        let running = self.running.take().expect("restarted once");
+        running.lifecycle.stop(reason);
+        join(running).await?;
+        self.launch.start()
+    }
+}
+
+async fn join(running: Running) -> Result<(), EmbedError> {
+    tokio::task::spawn_blocking(move || running.join())
+        .await
+        .map_err(|e| EmbedError::Script(ScriptError(format!("the Lua thread panicked: {e}"))))?
+        .map_err(EmbedError::Script)
 }

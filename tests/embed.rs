@@ -136,3 +136,69 @@ async fn opened_returns_when_the_script_fails_before_its_watch() {
     let err = program.join().await.unwrap_err().to_string();
     assert!(err.contains("oops before the watch"), "{err}");
 }
+
+/// What a host (an application, a service) does with a loaded program, through the lifecycle
+/// that `colony run` drives too: list its residents, hear its events, dismiss one, restart the
+/// program from its file (read again), stop it with a reason and a grace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_drives_a_program_through_its_lifecycle() {
+    use colony::residents::RouteEvent;
+    use colony::residents::resident::State;
+    let fake = FakeProvider::start();
+    let runtime = Runtime::with_config(fake_config(&fake), tokio::runtime::Handle::current());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.lua");
+    let program_text = |names: &[&str]| {
+        let spawns: String = names
+            .iter()
+            .map(|n| format!("ai.spawn{{ name = '{n}', deliver_to = 'host' }} "))
+            .collect();
+        format!("{spawns} local why = ai.watch{{}} fs.write('ended.txt', why)")
+    };
+    std::fs::write(&path, program_text(&["a", "b"])).unwrap();
+    let program = runtime.load(&path, vec![]).unwrap();
+    program.opened().await;
+    let listed = |p: &colony::embed::Program| -> Vec<(String, State)> {
+        p.residents()
+            .into_iter()
+            .map(|r| (r.name, r.state))
+            .collect()
+    };
+    assert_eq!(
+        listed(&program),
+        [
+            ("a".to_string(), State::Idle),
+            ("b".to_string(), State::Idle)
+        ]
+    );
+    let mut events = program.events();
+    assert!(program.dismiss("b"));
+    assert!(!program.dismiss("nobody"));
+    assert_eq!(
+        events.recv().await.unwrap(),
+        RouteEvent::Gone { ai: "b".into() }
+    );
+    assert_eq!(program.unblock("a"), Some(false));
+    assert_eq!(program.unblock("nobody"), None);
+
+    // The file changed: a restart reads it again.
+    std::fs::write(&path, program_text(&["c"])).unwrap();
+    let program = program.restart("restarted").await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("ended.txt")).unwrap(),
+        "restarted"
+    );
+    program.opened().await;
+    assert_eq!(listed(&program), [("c".to_string(), State::Idle)]);
+    program.stop_within("done", std::time::Duration::from_secs(1));
+    assert_eq!(program.lifecycle().stop_reason().as_deref(), Some("done"));
+    assert_eq!(
+        program.lifecycle().grace(),
+        std::time::Duration::from_secs(1)
+    );
+    program.join().await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("ended.txt")).unwrap(),
+        "done"
+    );
+}

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::{Cassettes, Failure, build_core};
 use crate::lua::HostSetup;
-use crate::residents::{Route, Settled};
+use crate::residents::{Lifecycle, Settled};
 use crate::store::state_dir::{self, StateDir};
 use crate::turn::TurnError;
 
@@ -69,11 +69,11 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     };
     let running =
         crate::lua::start_file(core, &args.file, args.args, host).map_err(|e| Failure::run(e.0))?;
-    let route = running.route.clone();
+    let lifecycle = running.lifecycle.clone();
     let timed_out = Arc::new(AtomicBool::new(false));
     let timer = args
         .max_time
-        .map(|limit| handle.spawn(end_after(limit, route.clone(), timed_out.clone())));
+        .map(|limit| handle.spawn(end_after(limit, lifecycle.clone(), timed_out.clone())));
     let result = running.join().map_err(|e| Failure::run(e.0));
     if let Some(timer) = timer {
         timer.abort();
@@ -83,7 +83,7 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         let _ = std::fs::remove_dir_all(tmp);
     }
     result?;
-    if let Some(Settled::Blocked(blocked)) = route.settled() {
+    if let Some(Settled::Blocked(blocked)) = lifecycle.settled() {
         return Err(blocked_failure(&blocked));
     }
     if timed_out.load(Ordering::Acquire) {
@@ -132,15 +132,15 @@ fn blocked_failure(blocked: &[(String, TurnError)]) -> Failure {
 /// `--max-time`: stops the program after `limit`; if it has not ended within the watch's grace
 /// after that (a script that never reached `ai.watch`, a turn that outlasts it), ends the
 /// process.
-async fn end_after(limit: Duration, route: Route, timed_out: Arc<AtomicBool>) {
+async fn end_after(limit: Duration, program: Lifecycle, timed_out: Arc<AtomicBool>) {
     tokio::time::sleep(limit).await;
     timed_out.store(true, Ordering::Release);
     tracing::info!("--max-time: {} elapsed, stopping", humane(limit));
-    route.stop("max-time");
-    tokio::time::sleep(route.grace() + Duration::from_secs(1)).await;
+    program.stop("max-time");
+    tokio::time::sleep(program.grace() + Duration::from_secs(1)).await;
     eprintln!(
         "colony: --max-time: the program did not end within {} of being stopped",
-        humane(route.grace())
+        humane(program.grace())
     );
     std::process::exit(i32::from(TIMED_OUT));
 }

@@ -7,7 +7,6 @@
 //! request, an outage) are expected and come back as `nil, err`.
 
 use mlua::{Function, Lua, MultiValue, Table, Value};
-use tokio::sync::mpsc;
 
 use super::convert::{misuse, provider_error, to_json};
 use super::messages::{calls_table, read_history};
@@ -89,53 +88,20 @@ async fn ask(lua: &Lua, history: Value, opts: Option<Table>) -> mlua::Result<Mul
         }
     }
     let core = core(lua);
-    let (mut req, ep) = match core.prepare(ask) {
-        Ok(prepared) => prepared,
-        Err(e) => return failure(lua, &e),
-    };
-    let mut result = infer(&core, &req, &ep, stream.as_ref()).await?;
-    // A refusal that names an attachment: once more, with the attachment shed.
-    if let Err(e) = &result
-        && crate::files::shed::shed_named(&mut req, e, ep.style, ep.reads)
-    {
-        result = infer(&core, &req, &ep, stream.as_ref()).await?;
-    }
+    let overrides = ask.overrides.clone();
+    let mut req = core.request(ask);
+    let on_text = stream.map(|f| {
+        move |delta: String| {
+            let f = f.clone();
+            async move { f.call_async::<()>(delta).await }
+        }
+    });
+    let result =
+        crate::turn::model_call::call_model(&core, &core, &overrides, &mut req, on_text).await?;
     match result {
         Ok(inferred) => success(lua, &inferred),
         Err(e) => failure(lua, &e),
     }
-}
-
-/// One model call, text deltas handed to `stream` as they arrive.
-async fn infer(
-    core: &Core,
-    req: &crate::vocab::InferRequest,
-    ep: &crate::providers::Endpoint,
-    stream: Option<&Function>,
-) -> mlua::Result<Result<Inferred, crate::providers::ProviderError>> {
-    Ok(match stream {
-        None => core.infer(req, ep, None).await,
-        Some(on_text) => {
-            // The model call and the Lua callback take turns on this thread: deltas go through
-            // a channel so the callback (which may itself wait) runs outside the HTTP read loop.
-            let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-            let call = async move {
-                let mut send = move |t: &str| {
-                    let _ = tx.send(t.to_string());
-                };
-                core.infer(req, ep, Some(&mut send)).await
-            };
-            let deliver = async {
-                while let Some(delta) = rx.recv().await {
-                    on_text.call_async::<()>(delta).await?;
-                }
-                Ok::<_, mlua::Error>(())
-            };
-            let (result, delivered) = tokio::join!(call, deliver);
-            delivered?;
-            result
-        }
-    })
 }
 
 fn failure(lua: &Lua, e: &crate::providers::ProviderError) -> mlua::Result<MultiValue> {
@@ -285,7 +251,7 @@ fn read_tool(lua: &Lua, tool: Value, n: usize) -> mlua::Result<ToolSpec> {
         Value::Table(t) => t,
         Value::UserData(ud) => {
             let tool = ud
-                .borrow::<super::turn::ToolValue>()
+                .borrow::<super::tools::ToolValue>()
                 .map_err(|_| bad(format!("tools[{n}] is not a tool")))?;
             return Ok(tool.0.spec.clone());
         }

@@ -1,59 +1,50 @@
-//! The crossing from the Rust core into the Lua VM: "call this Lua function with these JSON
+//! The Lua side of the seam ([`crate::script`]): "call this Lua function with these
 //! arguments, answer on this oneshot".
 //!
-//! A [`LuaBridge`] is `Send + Sync` and cheap to clone, so a turn loop can run anywhere (on the
-//! Lua thread itself or on the core) and still reach the script's tools and callbacks. On the
-//! Lua thread, [`serve`] receives each job and runs it in its own local task, so a slow tool never
-//! holds up another. Lua functions are known to the core by a [`FnId`], kept in a table on the
-//! Lua side ([`Functions`]).
+//! A [`LuaBridge`] is `Send + Sync` and cheap to clone, and it is the program's
+//! [`Script`]: a turn loop can run anywhere (on the Lua thread itself or on the core) and still
+//! reach the script's tools, callbacks and sources. On the Lua thread, [`serve`] receives each job
+//! and runs it in its own local task, so a slow tool never holds up another. Lua functions are
+//! known to the core by a [`FnId`], kept in a table on the Lua side ([`Functions`]).
 
 use std::cell::RefCell;
 use std::collections::HashMap;
 
-use mlua::{Function, Lua, MultiValue, Value};
+use futures::future::BoxFuture;
+use mlua::{Function, Lua, MultiValue, Table, Value};
 use serde_json::Value as Json;
 use tokio::sync::{mpsc, oneshot};
 
 use super::convert::{from_json, to_json};
-use crate::residents::mail::Provenance;
-use crate::residents::supervision::Fault;
-
-/// A Lua function the core may call.
-pub type FnId = u64;
-
-/// How a Lua tool handler ended.
-#[derive(Debug, Clone, PartialEq)]
-pub enum HandlerOutcome {
-    /// It returned a value: text as is, a table as JSON.
-    Value(String),
-    /// It returned `{ text = ..., files = {...} }`: text with files attached.
-    Attached(String, Vec<crate::vocab::FileRef>),
-    /// It returned `nil, err`.
-    Refused(String),
-    /// It ran past its deadline without waiting, and was stopped there.
-    Deadline(String),
-    /// It raised an error with a message (a string): the message and where.
-    Raised(Fault),
-    /// It raised a value that is not a string (a table, a number...).
-    Thrown(String),
-    /// The program ended before the handler did: the call was cut off, not finished.
-    Gone,
-}
+use crate::script::{Fault, GONE, Provenance, Script, ToolContext};
+pub use crate::script::{FnId, HandlerOutcome};
 
 enum Job {
     Tool {
         func: FnId,
         args: Json,
-        ctx: Json,
-        /// When the caller gives up: the handler is stopped then even if it never waits.
-        deadline: Option<std::time::Instant>,
+        ctx: ToolCtx,
         reply: oneshot::Sender<HandlerOutcome>,
+    },
+    Source {
+        func: FnId,
+        ai: String,
+        workspace: Option<String>,
+        reply: oneshot::Sender<Result<(), Fault>>,
     },
     Callback {
         func: FnId,
         args: Vec<Json>,
         reply: Reply,
     },
+}
+
+/// The `ctx` a handler is called with.
+enum ToolCtx {
+    /// A turn's call: the table is made from it on the Lua thread.
+    Call(ToolContext),
+    /// A table given as it is (a middleware's `before_step` passes `{}`).
+    Table(Json),
 }
 
 /// Where a callback's outcome goes.
@@ -78,34 +69,33 @@ pub fn channel() -> (LuaBridge, LuaJobs) {
     (LuaBridge { jobs: tx }, LuaJobs(rx))
 }
 
-const GONE: &str = "the Lua program has ended";
-
 impl LuaBridge {
-    /// Runs a tool handler `func(args, ctx)` on the Lua thread. Dropping the returned future
-    /// (a deadline) cancels the handler at its next wait; one that never waits is stopped at
-    /// `deadline`, or once the caller stopped waiting.
-    pub async fn call_tool(
+    /// Runs `func(args, ctx)` on the Lua thread with `ctx` the table `ctx` holds (a turn's calls
+    /// go through [`Script::call_handler`] instead). Dropping the returned future (a deadline)
+    /// cancels the handler at its next wait.
+    pub async fn call_tool(&self, func: FnId, args: Json, ctx: Json) -> HandlerOutcome {
+        self.tool(func, args, ToolCtx::Table(ctx)).await
+    }
+
+    fn tool(
         &self,
         func: FnId,
         args: Json,
-        ctx: Json,
-        deadline: Option<std::time::Instant>,
-    ) -> HandlerOutcome {
+        ctx: ToolCtx,
+    ) -> impl std::future::Future<Output = HandlerOutcome> + Send + 'static {
         let (reply, answer) = oneshot::channel();
-        if self
-            .jobs
-            .send(Job::Tool {
-                func,
-                args,
-                ctx,
-                deadline,
-                reply,
-            })
-            .is_err()
-        {
-            return HandlerOutcome::Gone;
+        let sent = self.jobs.send(Job::Tool {
+            func,
+            args,
+            ctx,
+            reply,
+        });
+        async move {
+            if sent.is_err() {
+                return HandlerOutcome::Gone;
+            }
+            answer.await.unwrap_or(HandlerOutcome::Gone)
         }
-        answer.await.unwrap_or(HandlerOutcome::Gone)
     }
 
     /// Calls `func(arg)` on the Lua thread and waits for it to return.
@@ -115,16 +105,21 @@ impl LuaBridge {
 
     /// Calls `func(args...)` on the Lua thread and waits for it to return; `Err` carries what it
     /// raised.
-    pub async fn call(&self, func: FnId, args: Vec<Json>) -> Result<(), Fault> {
+    pub fn call(
+        &self,
+        func: FnId,
+        args: Vec<Json>,
+    ) -> impl std::future::Future<Output = Result<(), Fault>> + Send + 'static {
         let (reply, answer) = oneshot::channel();
-        self.jobs
-            .send(Job::Callback {
-                func,
-                args,
-                reply: Reply::To(reply),
-            })
-            .map_err(|_| Fault::from(GONE))?;
-        answer.await.map_err(|_| Fault::from(GONE))?
+        let sent = self.jobs.send(Job::Callback {
+            func,
+            args,
+            reply: Reply::To(reply),
+        });
+        async move {
+            sent.map_err(|_| Fault::from(GONE))?;
+            answer.await.map_err(|_| Fault::from(GONE))?
+        }
     }
 
     /// Calls `func(args...)` on the Lua thread without waiting, from code that cannot wait (a
@@ -139,9 +134,47 @@ impl LuaBridge {
     }
 
     /// A bridge to no VM, for residents hosted without a Lua program (every Lua tool answers
-    /// that the program has ended).
+    /// that the program has ended); [`crate::script::Detached`] is the same without Lua.
     pub fn detached() -> LuaBridge {
         channel().0
+    }
+}
+
+impl Script for LuaBridge {
+    fn call_handler(
+        &self,
+        func: FnId,
+        args: Json,
+        cx: ToolContext,
+    ) -> BoxFuture<'static, HandlerOutcome> {
+        Box::pin(self.tool(func, args, ToolCtx::Call(cx)))
+    }
+
+    fn call(&self, func: FnId, args: Vec<Json>) -> BoxFuture<'static, Result<(), Fault>> {
+        Box::pin(LuaBridge::call(self, func, args))
+    }
+
+    fn post(&self, func: FnId, who: String, args: Vec<Json>) {
+        LuaBridge::post(self, func, who, args)
+    }
+
+    fn run_source(
+        &self,
+        func: FnId,
+        ai: String,
+        workspace: Option<String>,
+    ) -> BoxFuture<'static, Result<(), Fault>> {
+        let (reply, answer) = oneshot::channel();
+        let sent = self.jobs.send(Job::Source {
+            func,
+            ai,
+            workspace,
+            reply,
+        });
+        Box::pin(async move {
+            sent.map_err(|_| Fault::from(GONE))?;
+            answer.await.map_err(|_| Fault::from(GONE))?
+        })
     }
 }
 
@@ -153,15 +186,6 @@ tokio::task_local! {
 /// The mail the calling tool's turn serves, if it runs inside a resident's turn.
 pub fn current_provenance() -> Option<Provenance> {
     PROVENANCE.try_with(Clone::clone).ok()
-}
-
-/// The provenance a tool call's `ctx` carries (set by dispatch for a resident's turn).
-fn provenance_of(ctx: &Json) -> Option<Provenance> {
-    Some(Provenance {
-        origin: ctx.get("origin")?.as_str()?.to_string(),
-        hop: u32::try_from(ctx.get("hop")?.as_u64()?).ok()?,
-        to: ctx.get("ai")?.as_str()?.to_string(),
-    })
 }
 
 /// The Lua functions the core may call, by id. Lives in the VM's app data.
@@ -223,27 +247,18 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                     func,
                     args,
                     ctx,
-                    deadline,
                     reply,
                 } => {
-                    let provenance = provenance_of(&ctx);
-                    let workspace = ctx
-                        .get("workspace")
-                        .and_then(Json::as_str)
-                        .map(str::to_string);
+                    let (ctx, provenance, workspace, deadline) = match ctx {
+                        ToolCtx::Call(cx) => {
+                            let (provenance, workspace, deadline) =
+                                (cx.provenance.clone(), cx.workspace.clone(), cx.deadline);
+                            (Ctx::Call(cx), provenance, workspace, deadline)
+                        }
+                        ToolCtx::Table(json) => (Ctx::Table(json), None, None, None),
+                    };
                     let run = run_tool(&lua, (&protected, &handler), func, args, ctx);
-                    let run = async {
-                        match workspace {
-                            Some(w) => super::store::WORKSPACE.scope(w, run).await,
-                            None => run.await,
-                        }
-                    };
-                    let run = async {
-                        match provenance {
-                            Some(p) => PROVENANCE.scope(p, run).await,
-                            None => run.await,
-                        }
-                    };
+                    let run = within(workspace, provenance, run);
                     // The hook asks whether the caller is still waiting, the select waits for
                     // it to stop: both look at the one reply.
                     let reply = std::rc::Rc::new(RefCell::new(Some(reply)));
@@ -270,6 +285,20 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                         _ = gave_up => {}
                     }
                 }
+                Job::Source {
+                    func,
+                    ai,
+                    workspace,
+                    mut reply,
+                } => {
+                    let run = within(workspace, None, run_source(&lua, func, ai));
+                    let run = super::watchdog::guarded(super::watchdog::Limit::callback(), run);
+                    tokio::select! {
+                        ended = run => { let _ = reply.send(ended); }
+                        // The source was ended (its resident left, the watch ended).
+                        _ = reply.closed() => {}
+                    }
+                }
                 Job::Callback { func, args, reply } => {
                     let run = run_callback(&lua, func, args);
                     let result =
@@ -290,6 +319,57 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
     }
 }
 
+/// `run` inside the workspace its `store.*` calls see and the provenance
+/// `ai.inbound_provenance()` answers.
+async fn within<T>(
+    workspace: Option<String>,
+    provenance: Option<Provenance>,
+    run: impl std::future::Future<Output = T>,
+) -> T {
+    let run = async {
+        match workspace {
+            Some(w) => super::store::WORKSPACE.scope(w, run).await,
+            None => run.await,
+        }
+    };
+    match provenance {
+        Some(p) => PROVENANCE.scope(p, run).await,
+        None => run.await,
+    }
+}
+
+/// A handler's `ctx` before it is a table.
+enum Ctx {
+    Call(ToolContext),
+    Table(Json),
+}
+
+/// The `ctx` table of a turn's call: `call_id`, `name`, `step`, and in a resident's turn
+/// `origin`, `hop`, `ai` (the mail it serves) and `workspace`.
+fn ctx_table(lua: &Lua, cx: ToolContext) -> mlua::Result<Table> {
+    let t = lua.create_table()?;
+    t.set("call_id", cx.call_id)?;
+    t.set("name", cx.name)?;
+    t.set("step", cx.step)?;
+    if let Some(p) = cx.provenance {
+        t.set("origin", p.origin)?;
+        t.set("hop", p.hop)?;
+        t.set("ai", p.to)?;
+    }
+    if let Some(w) = cx.workspace {
+        t.set("workspace", w)?;
+    }
+    Ok(t)
+}
+
+/// Runs the source `func(ai)` once; `Err` is what it raised.
+async fn run_source(lua: &Lua, func: FnId, ai: String) -> Result<(), Fault> {
+    let f = function(lua, func).ok_or(Fault::from("the source is gone"))?;
+    f.call_async::<()>(ai.as_str())
+        .await
+        .map_err(|e| super::fault(&e))
+}
+
 /// The registered function `id`, if it is still registered.
 pub fn function(lua: &Lua, id: FnId) -> Option<Function> {
     lua.app_data_ref::<Functions>()?.get(id)
@@ -300,14 +380,17 @@ async fn run_tool(
     (protected, traced): (&Function, &Function),
     func: FnId,
     args: Json,
-    ctx: Json,
+    ctx: Ctx,
 ) -> HandlerOutcome {
     let Some(handler) = function(lua, func) else {
         return HandlerOutcome::Raised("the tool's handler is gone".into());
     };
     let call = async {
         let args = from_json(lua, &args)?;
-        let ctx = from_json(lua, &ctx)?;
+        let ctx = match ctx {
+            Ctx::Call(cx) => Value::Table(ctx_table(lua, cx)?),
+            Ctx::Table(json) => from_json(lua, &json)?,
+        };
         protected
             .call_async::<MultiValue>((handler, args, ctx, traced))
             .await

@@ -12,7 +12,7 @@ use mlua::{Lua, MultiValue, Table, UserData, UserDataFields, Value};
 
 use super::ai::core;
 use super::convert::{check_fields, error_table, from_json, misuse, to_json};
-use super::turn::ToolValue;
+use super::tools::ToolValue;
 use crate::mcp::spec::ServerConfig;
 use crate::mcp::{Connection, McpError, ServerSpec, cache, naming, toolset};
 
@@ -127,34 +127,13 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     Ok(m)
 }
 
-/// The connections a program opened beyond one turn (`mcp.connect`, `ai.spawn`'s servers, the
-/// cached tools'), held weakly: when the script ends, those still alive are shut down in order
-/// (answers in flight awaited, stdin closed, then SIGTERM, then SIGKILL) instead of killed.
-#[derive(Default)]
-pub struct ProgramConnections(std::sync::Mutex<Vec<std::sync::Weak<Connection>>>);
-
-/// Remembers `conns` for the end of the program.
+/// Keeps `conns` (opened beyond one turn: `mcp.connect`, `ai.spawn`'s servers, the cached
+/// tools') for the program's life: when the script ends, those still alive are shut down in
+/// order instead of killed ([`crate::residents::Lifecycle::keep_servers`]).
 pub fn hold<'a>(lua: &Lua, conns: impl IntoIterator<Item = &'a Arc<Connection>>) {
-    if lua.app_data_ref::<ProgramConnections>().is_none() {
-        lua.set_app_data(ProgramConnections::default());
+    if let Some(life) = lua.app_data_ref::<crate::residents::Lifecycle>() {
+        life.keep_servers(conns);
     }
-    if let Some(held) = lua.app_data_ref::<ProgramConnections>() {
-        let mut list = held.0.lock().unwrap_or_else(|e| e.into_inner());
-        list.retain(|w| w.strong_count() > 0);
-        list.extend(conns.into_iter().map(Arc::downgrade));
-    }
-}
-
-/// Shuts down every connection the program still holds (the end of the script).
-pub async fn close_all(lua: &Lua) {
-    let conns: Vec<Arc<Connection>> = match lua.app_data_ref::<ProgramConnections>() {
-        Some(held) => {
-            let list = held.0.lock().unwrap_or_else(|e| e.into_inner());
-            list.iter().filter_map(std::sync::Weak::upgrade).collect()
-        }
-        None => return,
-    };
-    futures::future::join_all(conns.iter().map(|c| c.close())).await;
 }
 
 fn opened(

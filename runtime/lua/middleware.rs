@@ -263,7 +263,7 @@ fn before_step_hook(bridge: &LuaBridge, func: FnId) -> BeforeStep {
             "messages": req.messages.len(),
         });
         Box::pin(async move {
-            match bridge.call_tool(func, info, json!({}), None).await {
+            match bridge.call_tool(func, info, json!({})).await {
                 HandlerOutcome::Value(text) | HandlerOutcome::Attached(text, _) => Some(text),
                 HandlerOutcome::Gone => None,
                 HandlerOutcome::Refused(e)

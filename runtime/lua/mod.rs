@@ -6,8 +6,8 @@
 //! cost two thread wake-ups per call (measured: 1.49x a bare reqwest call instead of 1.10x). Only
 //! the calling coroutine waits, so the script reads as if it were synchronous while others run.
 //! Work that belongs to the core (residents) stays on the core and reaches the VM by message
-//! ([`bridge`]). Each Lua module registers itself from its own file (`ai` in `ai`, `turn`,
-//! `middleware` and `residents`; `json`, `http`, `fs`, `store`, `mcp`; `term` for front ends on a terminal;
+//! ([`bridge`]). Each Lua module registers itself from its own file (`ai` in `ai`, `tools`,
+//! `turn`, `structured`, `parallel`, `middleware` and `residents`; `json`, `http`, `fs`, `store`, `mcp`; `term` for front ends on a terminal;
 //! `colony` for what a script may know of colony itself).
 //!
 //! Lua cannot wait inside a `table.sort` comparator or a `string.gsub` callback (the C functions
@@ -25,11 +25,15 @@ pub mod json;
 pub mod mcp;
 pub mod messages;
 pub mod middleware;
+pub mod parallel;
 pub mod proc;
+pub mod resident_spec;
 pub mod residents;
 pub mod sandbox;
 pub mod store;
+pub mod structured;
 pub mod term;
+pub mod tools;
 pub mod turn;
 pub mod watchdog;
 
@@ -38,8 +42,8 @@ use std::path::{Path, PathBuf};
 use mlua::{Function, Lua, LuaOptions, MultiValue, StdLib, Table, Value};
 
 use crate::core::Core;
-use crate::residents::route as residents_route;
-use crate::residents::supervision::Fault;
+use crate::residents::{Lifecycle, Route};
+use crate::script::Fault;
 
 pub use residents::HostSetup;
 
@@ -80,12 +84,18 @@ pub fn run_source_with(
 
 /// A program running on its own Lua thread.
 pub struct Running {
-    /// The program's route (for an embedding application to mail its residents).
-    pub route: residents_route::Route,
+    /// The program's life: mail its residents, list them, stop it (what `colony run` and an
+    /// embedding application drive).
+    pub lifecycle: Lifecycle,
     thread: std::thread::JoinHandle<Result<(), ScriptError>>,
 }
 
 impl Running {
+    /// The route the program's residents live on.
+    pub fn route(&self) -> &Route {
+        self.lifecycle.route()
+    }
+
     /// Waits for the script to end (blocking the calling thread).
     pub fn join(self) -> Result<(), ScriptError> {
         self.thread
@@ -124,7 +134,7 @@ fn start(
     host: HostSetup,
 ) -> Result<Running, ScriptError> {
     let name = name.to_string();
-    let (route_tx, route_rx) = std::sync::mpsc::channel();
+    let (life_tx, life_rx) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("colony-lua".into())
         .spawn(move || {
@@ -133,7 +143,7 @@ fn start(
                 .build()
                 .map_err(|e| ScriptError(format!("cannot start the Lua thread's runtime: {e}")))?;
             let local = tokio::task::LocalSet::new();
-            let program = Program {
+            let launch = Launch {
                 core,
                 name,
                 source,
@@ -141,11 +151,11 @@ fn start(
                 dir,
                 host,
             };
-            local.block_on(&rt, run_on_this_thread(program, route_tx))
+            local.block_on(&rt, run_on_this_thread(launch, life_tx))
         })
         .map_err(|e| ScriptError(format!("cannot start the Lua thread: {e}")))?;
-    match route_rx.recv() {
-        Ok(route) => Ok(Running { route, thread }),
+    match life_rx.recv() {
+        Ok(lifecycle) => Ok(Running { lifecycle, thread }),
         // The VM could not be built: the thread says why.
         Err(_) => Err(thread
             .join()
@@ -155,7 +165,8 @@ fn start(
     }
 }
 
-struct Program {
+/// What a program is started from: its source, its arguments and what the host lends it.
+struct Launch {
     core: Core,
     name: String,
     source: Vec<u8>,
@@ -185,7 +196,12 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
         .unwrap_or_else(|| std::sync::Arc::new(crate::store::memory::MemoryStore::new()));
     lua.set_app_data(store::ProgramStore(store.clone()));
     // Residents call models from the core's runtime, on its shared pool.
-    lua.set_app_data(residents::Program::new(core, bridge.clone(), host, store));
+    let route = Route::with_store(core, bridge.clone(), Some(store));
+    if let Some(observer) = &host.observer {
+        route.set_observer(observer.clone());
+    }
+    lua.set_app_data(Lifecycle::new(route, host.mails_in));
+    lua.set_app_data(resident_spec::RouteDefaults::new(host.deliveries.clone()));
     lua.set_app_data(residents::HostTools(
         host.tools
             .iter()
@@ -196,7 +212,10 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     guard_coroutines(&lua)?;
     let json = json::register(&lua)?;
     let ai = ai::register(&lua)?;
+    tools::register(&lua, &ai)?;
     turn::register(&lua, &ai)?;
+    structured::register(&lua, &ai)?;
+    parallel::register(&lua, &ai)?;
     middleware::register(&lua, &ai)?;
     residents::register(&lua, &ai)?;
     let http = http::register(&lua)?;
@@ -275,40 +294,34 @@ fn constant(lua: &Lua, value: impl mlua::IntoLua) -> mlua::Result<Function> {
 }
 
 async fn run_on_this_thread(
-    program: Program,
-    route_out: std::sync::mpsc::Sender<residents_route::Route>,
+    launch: Launch,
+    lifecycle_out: std::sync::mpsc::Sender<Lifecycle>,
 ) -> Result<(), ScriptError> {
-    let Program {
+    let Launch {
         core,
         name,
         source,
         args,
         dir,
         host,
-    } = program;
+    } = launch;
     let (lua, jobs) = new_vm_with(core, &host)
         .map_err(|e| ScriptError(format!("cannot build the Lua VM: {e}")))?;
     if let Some(dir) = dir {
         lua.set_app_data(fs::ScriptDir(dir));
     }
-    let route = lua
-        .app_data_ref::<residents::Program>()
-        .map(|p| p.route.clone());
-    if let Some(route) = &route {
-        let _ = route_out.send(route.clone());
-    }
-    drop(route_out);
-    // However the script ends, its route stops: a host waiting for the watch to open (or for
+    let lifecycle = residents::lifecycle(&lua);
+    let _ = lifecycle_out.send(lifecycle.clone());
+    drop(lifecycle_out);
+    // However the script ends, its program stops: a host waiting for the watch to open (or for
     // it to end) learns that it never will.
-    struct StopOnEnd(Option<residents_route::Route>);
+    struct StopOnEnd(Lifecycle);
     impl Drop for StopOnEnd {
         fn drop(&mut self) {
-            if let Some(route) = &self.0 {
-                route.stop("the program ended");
-            }
+            self.0.script_ended();
         }
     }
-    let _stop_on_end = StopOnEnd(route);
+    let _stop_on_end = StopOnEnd(lifecycle.clone());
     tokio::task::spawn_local(bridge::serve(lua.clone(), jobs));
     let setup = || -> mlua::Result<(Function, Function, Function, MultiValue)> {
         let arg = lua.create_table()?;
@@ -348,7 +361,7 @@ async fn run_on_this_thread(
     )
     .await;
     // The MCP servers the program kept open are shut down in order, not killed.
-    mcp::close_all(&lua).await;
+    lifecycle.close_servers().await;
     let result = result.map_err(|e| ScriptError(plain(&e)))?;
     let mut values = result.into_iter();
     match values.next() {

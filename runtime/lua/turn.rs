@@ -1,198 +1,50 @@
-//! The turn-level part of the `ai` module: `ai.tool`, `ai.take_turn`, `ai.run`, `ai.infer`,
-//! `ai.infer_with_tools`, `ai.infer_structured` and `ai.parallel`.
+//! The turn part of the `ai` module: `ai.take_turn`, `ai.run` and `ai.infer_with_tools` (the
+//! same turn under older names, kept as aliases), reading a turn's options into a
+//! [`TurnSpec`] and its outcome back into a table. Tools are [`super::tools`].
 //!
 //! A script's own turns run on the Lua thread (the model calls are I/O); tool handlers and
 //! callbacks are reached through the VM's [`LuaBridge`], each in its own coroutine, so the calls
 //! of one step run concurrently.
 
-use mlua::{
-    Function, Lua, MetaMethod, MultiValue, Table, UserData, UserDataFields, UserDataMethods, Value,
-};
+use mlua::{Function, Lua, Table, Value};
 
 use super::ai::{core, read_ask};
 use super::bridge::{self, FnId, LuaBridge};
-use super::convert::{error_table, from_json, to_json};
+use super::convert::{error_table, to_json};
 use super::messages::{history_table, read_history};
-use crate::turn::{self, Compaction, EventKind, Handler, ToolDef, TurnOutcome, TurnSpec};
+use super::tools::read_tools;
+use crate::turn::{self, Compaction, DEFAULT_MAX_STEPS, EventKind, TurnOutcome, TurnSpec};
 use crate::vocab::{Message, Usage};
-
-/// A tool made by `ai.tool`: usable in `tools = {...}` of every call. Its handler stays
-/// registered with the bridge for the life of the program, so define tools once (at the top
-/// level), not inside a loop; a tool given inline as a table lives only for its turn.
-pub struct ToolValue(pub ToolDef);
-
-impl UserData for ToolValue {
-    /// `tool(args)` runs the handler directly (from another tool, say), arguments checked against
-    /// the schema first; it returns what the handler returns.
-    fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
-        methods.add_async_meta_method(MetaMethod::Call, |lua, this, args: Value| async move {
-            let def = this.0.clone();
-            drop(this);
-            let json = to_json(&lua, args.clone())?;
-            let violations = def.violations(&json);
-            if !violations.is_empty() {
-                return Err(bad(
-                    &def.spec.name,
-                    format!(
-                        "arguments do not match the schema: {}",
-                        violations.join("; ")
-                    ),
-                ));
-            }
-            let run = match &def.handler {
-                Handler::Lua(id) => {
-                    let handler = bridge::function(&lua, *id)
-                        .ok_or_else(|| bad(&def.spec.name, "the handler is gone"))?;
-                    let ctx = lua.create_table()?;
-                    ctx.set("name", def.spec.name.as_str())?;
-                    return handler.call_async::<MultiValue>((args, ctx)).await;
-                }
-                Handler::Native(f) => f(json),
-                // Called directly, a tool answers its text (the files are for a model).
-                Handler::Attaching(f) => {
-                    let run = f(json);
-                    Box::pin(async move {
-                        run.await
-                            .map(|(text, _files)| serde_json::Value::String(text))
-                    })
-                }
-                Handler::ViewFile => {
-                    return Err(bad(&def.spec.name, "view_file runs inside a turn"));
-                }
-            };
-            match core(&lua).handle().spawn(run).await {
-                Ok(Ok(v)) => Ok(MultiValue::from_iter([from_json(&lua, &v)?])),
-                Ok(Err(e)) => Err(mlua::Error::runtime(e)),
-                Err(e) => Err(mlua::Error::runtime(format!(
-                    "tool {} panicked: {e}",
-                    def.spec.name
-                ))),
-            }
-        });
-    }
-
-    fn add_fields<F: UserDataFields<Self>>(fields: &mut F) {
-        fields.add_field_method_get("name", |_, t| Ok(t.0.spec.name.clone()));
-        fields.add_field_method_get("description", |_, t| Ok(t.0.spec.description.clone()));
-        fields.add_field_method_get("parameters", |lua, t| from_json(lua, &t.0.spec.parameters));
-        fields.add_field_method_get("timeout", |_, t| Ok(t.0.timeout.as_secs_f64()));
-        fields.add_field_method_get("exportable", |_, t| Ok(t.0.exportable));
-        fields.add_field_method_get("idempotent", |_, t| Ok(t.0.idempotent));
-    }
-}
 
 pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     ai.set(
-        "tool",
-        lua.create_function(|lua, spec: Table| tool(lua, spec))?,
-    )?;
-    ai.set(
         "take_turn",
         lua.create_async_function(|lua, opts: Table| async move {
-            let (outcome, servers) = run_turn(&lua, opts, "ai.take_turn", 8).await?;
+            let (outcome, servers) =
+                run_turn(&lua, opts, "ai.take_turn", DEFAULT_MAX_STEPS).await?;
             turn_table(&lua, outcome, servers, "reply", "tool_events")
         })?,
     )?;
     ai.set(
         "infer_with_tools",
         lua.create_async_function(|lua, opts: Table| async move {
-            let (outcome, servers) = run_turn(&lua, opts, "ai.infer_with_tools", 8).await?;
+            let (outcome, servers) =
+                run_turn(&lua, opts, "ai.infer_with_tools", DEFAULT_MAX_STEPS).await?;
             turn_table(&lua, outcome, servers, "reply", "tool_events")
         })?,
     )?;
     ai.set(
         "run",
         lua.create_async_function(|lua, opts: Table| async move {
-            let (outcome, servers) = run_turn(&lua, opts, "ai.run", 9).await?;
+            let (outcome, servers) = run_turn(&lua, opts, "ai.run", DEFAULT_MAX_STEPS + 1).await?;
             turn_table(&lua, outcome, servers, "text", "tools")
         })?,
-    )?;
-    ai.set(
-        "infer_structured",
-        lua.create_async_function(|lua, opts: Table| async move { structured(&lua, opts).await })?,
-    )?;
-    ai.set(
-        "parallel",
-        lua.create_async_function(|_, fns: MultiValue| async move { parallel(fns).await })?,
     )?;
     Ok(())
 }
 
 fn bad(who: &str, what: impl std::fmt::Display) -> mlua::Error {
     super::convert::misuse(format!("{who}: {what}"))
-}
-
-const TOOL_FIELDS: &[&str] = &[
-    "name",
-    "description",
-    "parameters",
-    "handler",
-    "timeout",
-    "exportable",
-    "idempotent",
-    "rate",
-];
-
-/// `ai.tool{ name, description, parameters, handler, timeout?, exportable?, idempotent?, rate? }`.
-fn tool(lua: &Lua, spec: Table) -> mlua::Result<ToolValue> {
-    super::convert::check_fields(&spec, "ai.tool", TOOL_FIELDS)?;
-    Ok(ToolValue(tool_def(lua, &spec, "ai.tool")?))
-}
-
-fn tool_def(lua: &Lua, spec: &Table, who: &str) -> mlua::Result<ToolDef> {
-    let name: String = spec
-        .get("name")
-        .map_err(|_| bad(who, "a tool needs a name (a string)"))?;
-    let description: Option<String> = spec
-        .get("description")
-        .map_err(|_| bad(who, format!("tool {name}: description must be a string")))?;
-    let handler: Function = spec
-        .get("handler")
-        .map_err(|_| bad(who, format!("tool {name} needs a handler function")))?;
-    let parameters = match spec.get::<Value>("parameters")? {
-        Value::Nil => serde_json::Value::Null,
-        v => to_json(lua, v)?,
-    };
-    let timeout = match spec.get::<Option<f64>>("timeout") {
-        Ok(t) => t
-            .map(|s| super::convert::seconds_option(who, &format!("tool {name}: timeout"), s))
-            .transpose()?,
-        Err(_) => {
-            return Err(bad(
-                who,
-                format!("tool {name}: timeout is seconds (a number)"),
-            ));
-        }
-    };
-    let id = bridge::register(lua, handler);
-    let mut def = ToolDef::new(
-        &name,
-        &description.unwrap_or_default(),
-        parameters,
-        timeout,
-        Handler::Lua(id),
-    )
-    .map_err(|e| {
-        bridge::unregister(lua, id);
-        bad(who, e)
-    })?;
-    let who_tool = format!("{who}: tool {name}");
-    def.exportable = super::convert::flag(spec, "exportable", &who_tool)?.unwrap_or(false);
-    def.idempotent = super::convert::flag(spec, "idempotent", &who_tool)?.unwrap_or(false);
-    def.rate = match spec.get::<Value>("rate")? {
-        Value::Nil => None,
-        Value::String(s) => Some(crate::rate::RateLimit::new(
-            crate::rate::Rate::parse(&s.to_string_lossy())
-                .map_err(|e| bad(&who_tool, format!("rate: {e}")))?,
-        )),
-        other => {
-            return Err(bad(
-                &who_tool,
-                format!("rate is a string (\"10/min\"), not a {}", other.type_name()),
-            ));
-        }
-    };
-    Ok(def)
 }
 
 /// Options a turn takes beside those of `ai.ask`.
@@ -441,69 +293,6 @@ pub(crate) fn servers_table(
     Ok(list)
 }
 
-/// The turn's tools: `ai.tool` values as they are, inline tables made into tools whose handler
-/// ids go into `inline` (unregistered when the turn ends).
-pub(crate) fn read_tools(
-    lua: &Lua,
-    value: Value,
-    who: &str,
-    inline: &mut Vec<FnId>,
-) -> mlua::Result<Vec<ToolDef>> {
-    let list = match value {
-        Value::Nil => return Ok(Vec::new()),
-        Value::Table(t) => t,
-        other => {
-            return Err(bad(
-                who,
-                format!("tools must be a list, not {}", other.type_name()),
-            ));
-        }
-    };
-    let mut tools = Vec::new();
-    for (i, entry) in list.sequence_values::<Value>().enumerate() {
-        match entry? {
-            Value::UserData(ud) => {
-                let t = ud
-                    .borrow::<ToolValue>()
-                    .map_err(|_| bad(who, format!("tools[{}] is not a tool", i + 1)))?;
-                tools.push(t.0.clone());
-            }
-            Value::String(name) => {
-                let name = name.to_string_lossy();
-                let host = lua.app_data_ref::<super::residents::HostTools>();
-                let def = host.as_ref().and_then(|h| h.0.get(&name)).ok_or_else(|| {
-                    bad(
-                        who,
-                        format!(
-                            "tools[{}] = {name:?}: no tool of that name was registered by the host",
-                            i + 1
-                        ),
-                    )
-                })?;
-                tools.push(def.clone());
-            }
-            Value::Table(t) => {
-                let def = tool_def(lua, &t, who)?;
-                if let Handler::Lua(id) = def.handler {
-                    inline.push(id);
-                }
-                tools.push(def);
-            }
-            other => {
-                return Err(bad(
-                    who,
-                    format!(
-                        "tools[{}] must be an ai.tool, not {}",
-                        i + 1,
-                        other.type_name()
-                    ),
-                ));
-            }
-        }
-    }
-    Ok(tools)
-}
-
 fn names(opts: &Table, key: &str, who: &str) -> mlua::Result<Vec<String>> {
     match opts.get::<Value>(key)? {
         Value::Nil => Ok(Vec::new()),
@@ -626,67 +415,6 @@ fn turn_table(
 
 fn kind_name(kind: EventKind) -> &'static str {
     kind.as_str()
-}
-
-/// `value, err = ai.infer_structured{ schema, prompt | messages, name?, ...ask options }`: a Lua
-/// value that validates against `schema`, or `nil, err` (`err.kind` is `schema` for a schema that
-/// does not compile, `invalid_output` when the answer still broke it after one correction).
-async fn structured(lua: &Lua, opts: Table) -> mlua::Result<MultiValue> {
-    let who = "ai.infer_structured";
-    let schema = match opts.get::<Value>("schema")? {
-        v @ Value::Table(_) => to_json(lua, v)?,
-        _ => return Err(bad(who, "schema must be a table (a JSON Schema)")),
-    };
-    let name: Option<String> = opts.get("name")?;
-    let prompt: Option<String> = opts.get("prompt")?;
-    let history = opts.get::<Value>("messages")?;
-    let (mut ask, _) = read_ask(
-        lua,
-        Some(opts),
-        who,
-        &["schema", "name", "prompt", "messages"],
-    )?;
-    ask.messages = match history {
-        Value::Nil => Vec::new(),
-        v => read_history(lua, v, who)?,
-    };
-    if let Some(p) = prompt {
-        ask.messages.push(Message::user(p));
-    }
-    if ask.messages.is_empty() {
-        return Err(bad(who, "give a prompt or messages"));
-    }
-    let core = core(lua);
-    match crate::providers::structured::infer_structured(&core, ask, schema, name).await {
-        Ok(outcome) => Ok(MultiValue::from_iter([from_json(lua, &outcome.value)?])),
-        Err(e) => Ok(MultiValue::from_iter([
-            Value::Nil,
-            Value::Table(error_table(lua, e.kind(), &e.to_string())?),
-        ])),
-    }
-}
-
-/// `a, b = ai.parallel(f1, f2)`: runs each function in its own coroutine, at once, and returns
-/// each one's first result in order. An error in any is raised once all have finished.
-async fn parallel(fns: MultiValue) -> mlua::Result<MultiValue> {
-    let mut calls = Vec::with_capacity(fns.len());
-    for (i, f) in fns.into_iter().enumerate() {
-        match f {
-            Value::Function(f) => calls.push(async move { f.call_async::<Value>(()).await }),
-            other => {
-                return Err(bad(
-                    "ai.parallel",
-                    format!(
-                        "argument {} is a {}, not a function",
-                        i + 1,
-                        other.type_name()
-                    ),
-                ));
-            }
-        }
-    }
-    let results = futures::future::join_all(calls).await;
-    results.into_iter().collect::<mlua::Result<MultiValue>>()
 }
 
 /// `row[key]` = the names as a Lua list (a server's tools, or those it left out).

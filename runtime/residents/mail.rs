@@ -3,7 +3,7 @@
 //! A mailbox is a queue behind a mutex plus a [`Notify`]: an idle resident costs one empty
 //! `VecDeque` (no allocation) and a few words, which matters when a program hires a hundred
 //! thousand of them. The queue is also the resident's backlog: while the model cannot be called
-//! (the outage path, DESIGN §5) arrivals stay in it, bounded to the newest [`HELD`], and the count
+//! (the outage path, `ARCHITECTURE.md`) arrivals stay in it, bounded to the newest [`HELD`], and the count
 //! of older ones the bound discarded is kept beside them for the dropped marker.
 //!
 //! A mailbox has a capacity ([`CAPACITY`] waiting mails unless the resident is hired with its
@@ -105,14 +105,7 @@ impl Mail {
     }
 }
 
-/// Where the mail a turn serves came from: what `ai.inbound_provenance()` answers.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Provenance {
-    pub origin: String,
-    pub hop: u32,
-    /// The AI serving it (a relaying tool's `source`).
-    pub to: String,
-}
+pub use crate::script::Provenance;
 
 impl Provenance {
     /// For a turn serving several arrivals: the newest one's sender and the highest hop, so a

@@ -1,8 +1,10 @@
-//! Hosting AIs as residents (DESIGN §1, §5).
+//! Hosting AIs as residents (`ARCHITECTURE.md`: "A running program", "The life of a mail").
 //!
+//! - [`lifecycle`]: a running program: residents hired before the watch, the watch and its
+//!   states, the sources, the stop and its first reason, the grace, signals, the servers kept for
+//!   the program's life. What `colony run`, an embedding application and a script drive.
 //! - [`route`]: the table of addressable AIs, the nursery their tasks run in, the stop and the
-//!   shutdown grace, and settling (idle or blocked, nothing to bring mail). What an embedding
-//!   application drives.
+//!   shutdown grace, and settling (idle or blocked, nothing to bring mail).
 //! - [`resident`]: one resident's loop (mailbox ▸ backlog ▸ `take_turn` ▸ deliver), the outage
 //!   path and the blocked state, and where replies go ([`resident::Deliver`]).
 //! - [`mail`]: mail, provenance, the mailbox (which is also the held backlog).
@@ -10,21 +12,20 @@
 //!   audit), in the order that makes a restart safe.
 //! - [`observe`]: what residents do, for an observer outside the program (turns, route events).
 //! - [`supervision`]: restart policies and the intensity limit, as in OTP.
-//! - [`middleware`]: serving one inference step ([`middleware::Infer`]) and the layers that wrap
-//!   it: `with_context` ([`middleware::Context`]) ▸ `with_breaker` ([`middleware::Breaker`]) ▸
-//!   `with_retries` ([`middleware::Retries`]).
+//! - The inference middleware the residents' turns go through is [`crate::infer`].
 //!
-//! The Lua side (`ai.route`, `ai.spawn`, `ai.mail`, `ai.watch`, sources) is in
-//! [`crate::lua::residents`].
+//! A script reaches these through its host's translations (`ai.spawn`, `ai.mail`, `ai.watch`
+//! ...); the residents reach the script only through [`crate::script::Script`].
 
+pub mod lifecycle;
 pub mod mail;
-pub mod middleware;
 pub mod observe;
 pub mod persist;
 pub mod resident;
 pub mod route;
 pub mod supervision;
 
+pub use lifecycle::{HireError, Lifecycle, Source, Watch, WatchError, WatchOptions};
 pub use mail::{Mail, MailError, Mailbox, Provenance};
 pub use observe::{Observation, Observer, TurnReport};
 pub use resident::{Deliver, Delivery, DeliveryKind, Resident, ResidentInfo, ResidentSpec};

@@ -1,5 +1,5 @@
 //! What a resident writes down as its turns go: the audit log for every resident, and for one
-//! with `persist_conversation` its cell (DESIGN §7): the conversation after each step, the
+//! with `persist_conversation` its cell (`ARCHITECTURE.md`, "The store's guarantees"): the conversation after each step, the
 //! journal of the step's calls, the backlog of accepted mail.
 //!
 //! The order of writes is what makes a restart safe:

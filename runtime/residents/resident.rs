@@ -5,7 +5,7 @@
 //! hand a non-empty reply to its [`Deliver`]. One resident's turns are strictly ordered (one
 //! task); residents run in parallel on the core.
 //!
-//! **The outage path** (DESIGN §5). When a turn's first model call fails, nothing of the turn
+//! **The outage path** (`ARCHITECTURE.md`, "The outage path"). When a turn's first model call fails, nothing of the turn
 //! happened: the arrivals go back to the mailbox, which from then on holds only the newest
 //! [`HELD`] and counts what it discards, and the stored conversation stays as it was. The resident
 //! tries again after the provider's retry-after (an open breaker's says when its next probe is
@@ -37,7 +37,7 @@ use super::route::RouteEvent;
 use super::supervision::{Exit, Fault, RestartPolicy};
 use crate::core::Ask;
 use crate::infer::SharedInfer;
-use crate::lua::bridge::{FnId, LuaBridge};
+use crate::script::{FnId, Script};
 use crate::store::{JournalEntry, SavedResident, Store};
 use crate::turn::TurnHooks;
 use crate::turn::{Compaction, ToolDef, TurnError, TurnOutcome, TurnSpec, take_turn};
@@ -78,8 +78,8 @@ pub struct ResidentSpec {
 pub enum Deliver {
     /// Nowhere: the AI speaks only through its tools.
     Nobody,
-    /// A Lua function `deliver_to(text, info)`; an error it raises crashes the resident.
-    Lua(LuaBridge, FnId),
+    /// A script's function `deliver_to(text, info)`; an error it raises crashes the resident.
+    Script(Arc<dyn Script>, FnId),
     /// A channel (an embedding application's).
     Channel(mpsc::UnboundedSender<Delivery>),
     /// Standard output, as `[name] text` (`deliver_to = "host"` under `colony run`).
@@ -133,6 +133,8 @@ pub enum State {
     Stopped,
     /// A permanent failure: waiting for its settings to change.
     Blocked,
+    /// Hired before the watch, not registered yet ([`super::Lifecycle::residents`]).
+    Pending,
 }
 
 impl State {
@@ -144,6 +146,7 @@ impl State {
             State::Restarting => "restarting",
             State::Stopped => "stopped",
             State::Blocked => "blocked",
+            State::Pending => "pending",
         }
     }
 
@@ -154,6 +157,7 @@ impl State {
             2 => State::Outage,
             3 => State::Restarting,
             5 => State::Blocked,
+            6 => State::Pending,
             _ => State::Stopped,
         }
     }
@@ -314,7 +318,7 @@ impl Resident {
 /// What the resident loop needs from its route.
 pub(crate) trait Host: Send + Sync {
     fn core(&self) -> &crate::core::Core;
-    fn bridge(&self) -> &LuaBridge;
+    fn script(&self) -> &dyn Script;
     fn stopping(&self) -> bool;
     fn store(&self) -> Option<&Arc<dyn Store>>;
     /// A resident took up work (or left a wait): whatever concluded the program had settled
@@ -455,7 +459,7 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
         let began = Instant::now();
         let out: TurnOutcome = {
             use tracing::Instrument;
-            Box::pin(take_turn(host.core(), &*me.spec.stack, host.bridge(), turn))
+            Box::pin(take_turn(host.core(), &*me.spec.stack, host.script(), turn))
                 .instrument(span)
                 .await
         };
@@ -658,7 +662,7 @@ fn delivery(
     }
 }
 
-/// Hands `d` over; `Err` is what the Lua `deliver_to` raised (a crash).
+/// Hands `d` over; `Err` is what the script's `deliver_to` raised (a crash).
 async fn deliver(me: &Resident, d: Delivery) -> Result<(), Fault> {
     match &me.spec.deliver {
         Deliver::Nobody => {
@@ -679,7 +683,7 @@ async fn deliver(me: &Resident, d: Delivery) -> Result<(), Fault> {
             let _ = out.flush();
             Ok(())
         }
-        Deliver::Lua(bridge, func) => {
+        Deliver::Script(script, func) => {
             let text = serde_json::Value::String(d.text.clone());
             let mut info = serde_json::to_value(&d).unwrap_or(serde_json::Value::Null);
             if let Some(map) = info.as_object_mut() {
@@ -692,7 +696,7 @@ async fn deliver(me: &Resident, d: Delivery) -> Result<(), Fault> {
                 // Absent is nil in Lua; JSON null would arrive as a (truthy) json.null.
                 map.retain(|_, v| !v.is_null());
             }
-            bridge
+            script
                 .call(*func, vec![text, info])
                 .await
                 .map_err(|f| f.during("deliver_to"))

@@ -30,7 +30,7 @@ use super::observe::{Observation, Observer};
 use super::resident::{Host, Resident, ResidentInfo, ResidentSpec, State, live};
 use super::supervision::{Decision, Exit, Supervisor};
 use crate::core::Core;
-use crate::lua::bridge::LuaBridge;
+use crate::script::Script;
 use crate::store::Store;
 use crate::turn::TurnError;
 
@@ -104,7 +104,7 @@ struct Entry {
 
 struct Inner {
     core: Core,
-    bridge: LuaBridge,
+    script: Arc<dyn Script>,
     store: Option<Arc<dyn Store>>,
     table: RwLock<HashMap<String, Entry>>,
     open: watch::Sender<bool>,
@@ -140,8 +140,8 @@ impl Host for Inner {
         &self.core
     }
 
-    fn bridge(&self) -> &LuaBridge {
-        &self.bridge
+    fn script(&self) -> &dyn Script {
+        &*self.script
     }
 
     fn stopping(&self) -> bool {
@@ -183,20 +183,24 @@ impl Drop for Listener {
 }
 
 impl Route {
-    /// A closed route whose residents call models through `core` and Lua tools through `bridge`
-    /// ([`LuaBridge::detached`] when there is no Lua program).
-    pub fn new(core: Core, bridge: LuaBridge) -> Route {
-        Route::with_store(core, bridge, None)
+    /// A closed route whose residents call models through `core` and the script's tools through
+    /// `script` ([`crate::script::Detached`] when there is no script).
+    pub fn new(core: Core, script: impl Script + 'static) -> Route {
+        Route::with_store(core, script, None)
     }
 
     /// A route whose residents keep their audit log (and, with `persist`, their conversations)
     /// in `store`.
-    pub fn with_store(core: Core, bridge: LuaBridge, store: Option<Arc<dyn Store>>) -> Route {
+    pub fn with_store(
+        core: Core,
+        script: impl Script + 'static,
+        store: Option<Arc<dyn Store>>,
+    ) -> Route {
         let (events, events_rx) = mpsc::unbounded_channel();
         Route {
             inner: Arc::new(Inner {
                 core,
-                bridge,
+                script: Arc::new(script),
                 store,
                 table: RwLock::new(HashMap::new()),
                 open: watch::Sender::new(false),
@@ -222,8 +226,9 @@ impl Route {
         &self.inner.core
     }
 
-    pub fn bridge(&self) -> &LuaBridge {
-        &self.inner.bridge
+    /// The script the residents' handlers and callbacks run in.
+    pub fn script(&self) -> Arc<dyn Script> {
+        self.inner.script.clone()
     }
 
     /// From now on mail is delivered (the watch is up).

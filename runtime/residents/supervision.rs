@@ -63,52 +63,7 @@ pub enum Exit {
     Crashed(Fault),
 }
 
-/// What a script's function raised, as colony reports it: the message (for a Lua error,
-/// `file:line: message`, the line being the script's even when one of colony's functions raised
-/// it) and the script's frames of the traceback, which the log shows under the message.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Fault {
-    pub message: String,
-    /// `stack traceback:` and its frames, when the error came from Lua.
-    pub traceback: Option<String>,
-    /// What was running when it raised (`deliver_to`), when that is not the child's own body.
-    pub during: Option<&'static str>,
-}
-
-impl Fault {
-    /// What `during` was running when it raised.
-    pub fn during(mut self, during: &'static str) -> Fault {
-        self.during = Some(during);
-        self
-    }
-}
-
-impl From<String> for Fault {
-    fn from(message: String) -> Fault {
-        Fault {
-            message,
-            traceback: None,
-            during: None,
-        }
-    }
-}
-
-impl From<&str> for Fault {
-    fn from(message: &str) -> Fault {
-        Fault::from(message.to_string())
-    }
-}
-
-/// The message, and under it the traceback: what a log line shows.
-impl std::fmt::Display for Fault {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)?;
-        match &self.traceback {
-            Some(t) => write!(f, "\n{t}"),
-            None => Ok(()),
-        }
-    }
-}
+pub use crate::script::Fault;
 
 /// What to do next.
 #[derive(Debug, Clone, PartialEq, Eq)]

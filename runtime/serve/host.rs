@@ -51,7 +51,7 @@ pub fn start(
     let running =
         crate::lua::start_file(core, &launch.file, launch.args.clone(), host).map_err(|e| e.0)?;
     Ok(Hosted {
-        route: running.route.clone(),
+        route: running.route().clone(),
         running: Mutex::new(Some(running)),
         state: Mutex::new(Some(state)),
     })

@@ -7,8 +7,8 @@ use std::sync::{Mutex, MutexGuard};
 use serde_json::Value;
 
 use super::{AuditEntry, AuditFilter, JournalEntry, SavedResident, Store, StoreError, StoreResult};
+use crate::infer::breaker::BreakerState;
 use crate::residents::Mail;
-use crate::residents::middleware::BreakerState;
 use crate::vocab::Message;
 
 thread_local! {

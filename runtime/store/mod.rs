@@ -26,8 +26,8 @@ pub use group_commit::Commits;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::infer::breaker::BreakerState;
 use crate::residents::Mail;
-use crate::residents::middleware::BreakerState;
 use crate::vocab::{FileRef, Message, ToolResult};
 
 /// Why the store could not do something. The message names the file and what is wrong.

@@ -4,14 +4,12 @@
 
 use std::time::Instant;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use tracing::Instrument;
 
 use super::tools::{Handler, ToolDef};
 use super::{EventKind, Recorded, ToolEvent, TurnHooks};
-use crate::lua::bridge::{HandlerOutcome, LuaBridge};
-use crate::residents::mail::Provenance;
-use crate::residents::supervision::Fault;
+use crate::script::{Fault, HandlerOutcome, Provenance, Script, ToolContext};
 use crate::vocab::{FileRef, ToolCall, ToolResult};
 
 /// How much of a result a [`ToolEvent`] keeps; the model gets up to [`MAX_RESULT_CHARS`].
@@ -40,7 +38,8 @@ pub fn for_the_model(mut result: ToolResult) -> ToolResult {
 
 /// What a call runs with besides the call itself.
 pub struct CallContext<'a> {
-    pub bridge: &'a LuaBridge,
+    /// The script whose handlers the calls run.
+    pub script: &'a dyn Script,
     pub tools: &'a [ToolDef],
     pub pin: &'a Map<String, Value>,
     pub step: u32,
@@ -223,8 +222,7 @@ async fn checked(
     tools: &[ToolDef],
     call: &ToolCall,
 ) -> Result<Checked, (EventKind, String)> {
-    let (bridge, pin, step, provenance, workspace) =
-        (cx.bridge, cx.pin, cx.step, cx.provenance, cx.workspace);
+    let (script, pin, step) = (cx.script, cx.pin, cx.step);
     let Some(tool) = tools.iter().find(|t| t.spec.name == call.name) else {
         let offered: Vec<&str> = tools.iter().map(|t| t.spec.name.as_str()).collect();
         let list = if offered.is_empty() {
@@ -276,15 +274,6 @@ async fn checked(
             ),
         ));
     }
-    let mut ctx = json!({ "call_id": call.id, "name": call.name, "step": step });
-    if let Some(p) = provenance {
-        ctx["origin"] = json!(p.origin);
-        ctx["hop"] = json!(p.hop);
-        ctx["ai"] = json!(p.to);
-    }
-    if let Some(w) = workspace {
-        ctx["workspace"] = json!(w);
-    }
     let run: futures::future::BoxFuture<'_, HandlerOutcome> = match &tool.handler {
         Handler::ViewFile => {
             let handle = args.get("ref").and_then(Value::as_str).unwrap_or("");
@@ -293,12 +282,18 @@ async fn checked(
                 Err(e) => Checked::Run(EventKind::Error, e.to_string()),
             });
         }
-        Handler::Lua(func) => Box::pin(bridge.call_tool(
+        Handler::Lua(func) => script.call_handler(
             *func,
             args,
-            ctx,
-            std::time::Instant::now().checked_add(tool.timeout),
-        )),
+            ToolContext {
+                call_id: call.id.clone(),
+                name: call.name.clone(),
+                step,
+                provenance: cx.provenance.cloned(),
+                workspace: cx.workspace.map(str::to_string),
+                deadline: std::time::Instant::now().checked_add(tool.timeout),
+            },
+        ),
         Handler::Attaching(f) => in_task(f(args), |(text, files)| {
             HandlerOutcome::Attached(text, files)
         }),

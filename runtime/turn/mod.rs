@@ -6,17 +6,20 @@
 //! - [`dispatch`]: running one call, where every failure becomes an error result for the model
 //!   and a [`ToolEvent`] for the caller, never a failed turn.
 //! - [`take_turn`](mod@take_turn): the loop, the step cap and its budget note, streaming and `on_step`.
+//! - [`model_call`]: one model call with its text streamed and the refused-attachment retry
+//!   (`ai.ask` makes the same call).
 //! - [`compaction`]: summarising the transcript when the next request would overflow the window.
 //! - [`estimate`]: colony's own count of a request's tokens, for when the provider's is missing.
 //!
-//! The loop is `Send`: it reaches Lua only through a [`crate::lua::bridge::LuaBridge`], so it runs on the Lua thread
-//! for a script's own turns and on the core for residents alike. Each model call goes through a
-//! middleware stack ([`crate::residents::middleware::DynInfer`]); a script's own turns pass the
+//! The loop is `Send`: it reaches the script only through the seam ([`crate::script::Script`]), so
+//! it runs on the Lua thread for a script's own turns and on the core for residents alike. Each model call goes through a
+//! middleware stack ([`crate::infer::DynInfer`]); a script's own turns pass the
 //! bare [`crate::core::Core`].
 
 pub mod compaction;
 pub mod dispatch;
 pub mod estimate;
+pub mod model_call;
 pub mod take_turn;
 pub mod tools;
 
@@ -29,9 +32,12 @@ pub use take_turn::take_turn;
 pub use tools::{Handler, ToolDef};
 
 use crate::core::Ask;
-use crate::lua::bridge::FnId;
-use crate::residents::mail::Provenance;
+use crate::script::{FnId, Provenance};
 use crate::vocab::{FileRef, Message, Stop, ToolCall, ToolResult, Usage};
+
+/// How many model calls a turn may make when it does not say (a script's `ai.take_turn`, a
+/// resident's turns; `ai.run` allows one more).
+pub const DEFAULT_MAX_STEPS: u32 = 8;
 
 /// Everything one turn needs. `ask.messages` is the transcript so far (the prompt included);
 /// `ask.tools` is ignored in favour of `tools`.
@@ -116,7 +122,7 @@ impl TurnSpec {
         TurnSpec {
             ask,
             tools: Vec::new(),
-            max_steps: 8,
+            max_steps: DEFAULT_MAX_STEPS,
             allow: Vec::new(),
             deny: Vec::new(),
             pin: Map::new(),

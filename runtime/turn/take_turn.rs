@@ -2,7 +2,6 @@
 
 use futures::future::join_all;
 use serde_json::Value;
-use tokio::sync::mpsc;
 use tracing::Instrument;
 
 use super::compaction;
@@ -14,8 +13,8 @@ use crate::config::Overrides;
 use crate::core::Core;
 use crate::files;
 use crate::infer::DynInfer;
-use crate::lua::bridge::{FnId, LuaBridge};
 use crate::providers::ProviderError;
+use crate::script::{FnId, Script};
 use crate::vocab::{
     InferRequest, Inferred, Message, Part, Role, Stop, ToolCall, ToolChoice, ToolResult, Usage,
 };
@@ -35,17 +34,17 @@ pub const UNRUN_NOTE: &str =
 pub async fn take_turn(
     core: &Core,
     stack: &dyn DynInfer,
-    bridge: &LuaBridge,
+    script: &dyn Script,
     spec: TurnSpec,
 ) -> TurnOutcome {
     let span = tracing::info_span!("turn", max_steps = spec.max_steps);
-    run(core, stack, bridge, spec).instrument(span).await
+    run(core, stack, script, spec).instrument(span).await
 }
 
 async fn run(
     core: &Core,
     stack: &dyn DynInfer,
-    bridge: &LuaBridge,
+    script: &dyn Script,
     mut spec: TurnSpec,
 ) -> TurnOutcome {
     let mut offered = match &spec.dynamic {
@@ -119,7 +118,7 @@ async fn run(
     offer_view_file(&mut offered, &mut req, &deny_view);
     if !pending.is_empty() {
         let held = viewable(&offered, &req.messages);
-        let cx = context(bridge, &spec, 0, &offered, &held);
+        let cx = context(script, &spec, 0, &offered, &held);
         let Some(answers) = run_calls(&cx, &pending, spec.on_tool, &mut out.tool_events).await
         else {
             return cancelled(out, req.messages);
@@ -189,35 +188,15 @@ async fn run(
         if last {
             req.tool_choice = ToolChoice::None;
         }
-        let mut attempt = infer(
+        let attempt = infer(
             core,
             stack,
-            bridge,
+            script,
             &spec.ask.overrides,
             &mut req,
             spec.on_text,
         )
         .await;
-        // A refusal that names an attachment: once more, with the attachment shed.
-        if let Err(e) = &attempt
-            && let Ok(resolved) = core.resolve(&spec.ask.overrides)
-            && files::shed::shed_named(
-                &mut req,
-                e,
-                resolved.endpoint.style,
-                resolved.endpoint.reads,
-            )
-        {
-            attempt = infer(
-                core,
-                stack,
-                bridge,
-                &spec.ask.overrides,
-                &mut req,
-                spec.on_text,
-            )
-            .await;
-        }
         let inferred = match attempt {
             Ok(i) => i,
             Err(e) => {
@@ -243,7 +222,7 @@ async fn run(
         if calls.is_empty() {
             out.reply = inferred.text();
             out.stop = inferred.stop;
-            report(bridge, spec.on_step, step, &inferred, &[]).await;
+            report(script, spec.on_step, step, &inferred, &[]).await;
             out.messages = req.messages;
             return out;
         }
@@ -254,7 +233,7 @@ async fn run(
             unrun(&calls, step, hooks.as_deref(), &mut out.tool_events)
         } else {
             let held = viewable(&offered, &req.messages);
-            let cx = context(bridge, &spec, step, &offered, &held);
+            let cx = context(script, &spec, step, &offered, &held);
             match run_calls(&cx, &calls, spec.on_tool, &mut out.tool_events).await {
                 Some(answers) => {
                     whole = Some(answers.iter().map(|a| a.result.clone()).collect());
@@ -266,7 +245,7 @@ async fn run(
         let results: Vec<ToolResult> = answered.tool_results().cloned().collect();
         window.unsent(&results);
         let whole = whole.unwrap_or(results);
-        report(bridge, spec.on_step, step, &inferred, &whole).await;
+        report(script, spec.on_step, step, &inferred, &whole).await;
         req.messages.push(answered);
         if let Some(h) = &hooks
             && let Err(e) = h.step_done(&req.messages)
@@ -284,14 +263,14 @@ async fn run(
 }
 
 fn context<'a>(
-    bridge: &'a LuaBridge,
+    script: &'a dyn Script,
     spec: &'a TurnSpec,
     step: u32,
     offered: &'a [super::ToolDef],
     files: &'a [crate::vocab::FileRef],
 ) -> CallContext<'a> {
     CallContext {
-        bridge,
+        script,
         tools: offered,
         pin: &spec.pin,
         step,
@@ -323,7 +302,7 @@ async fn run_calls(
     let mut cut_off = false;
     let each = calls.iter().map(|c| async move {
         let answer = run_call(cx, c).await;
-        tell_tool(cx.bridge, on_tool, c, &answer.event).await;
+        tell_tool(cx.script, on_tool, c, &answer.event).await;
         answer
     });
     for answer in join_all(each).await {
@@ -412,7 +391,7 @@ fn offer_view_file(offered: &mut Vec<super::ToolDef>, req: &mut InferRequest, de
 
 /// Tells `on_tool` that `call` ended: its event, its arguments and whether it went well. A call
 /// cut off by the end of the program is not told of (nothing is listening any more).
-async fn tell_tool(bridge: &LuaBridge, on_tool: Option<FnId>, call: &ToolCall, event: &ToolEvent) {
+async fn tell_tool(script: &dyn Script, on_tool: Option<FnId>, call: &ToolCall, event: &ToolEvent) {
     let Some(func) = on_tool else { return };
     if event.kind == EventKind::Cancelled {
         return;
@@ -422,7 +401,7 @@ async fn tell_tool(bridge: &LuaBridge, on_tool: Option<FnId>, call: &ToolCall, e
         map.insert("arguments".into(), Value::String(call.arguments.clone()));
         map.insert("ok".into(), Value::Bool(event.kind == EventKind::Ok));
     }
-    if let Err(e) = bridge.callback(func, value).await {
+    if let Err(e) = script.call(func, vec![value]).await {
         tracing::warn!("on_tool failed: {e}");
     }
 }
@@ -449,40 +428,32 @@ fn not_saved(out: TurnOutcome, messages: Vec<Message>, message: String) -> TurnO
     ended(out, messages, "store", message)
 }
 
-/// One model call, with text deltas forwarded to the Lua callback in order.
+/// One model call (with the refused-attachment retry), text deltas forwarded to the script's
+/// `on_text` in order; a callback that raises is logged, and the call goes on.
 async fn infer(
     core: &Core,
     stack: &dyn DynInfer,
-    bridge: &LuaBridge,
+    script: &dyn Script,
     overrides: &Overrides,
     req: &mut InferRequest,
     on_text: Option<FnId>,
 ) -> Result<Inferred, ProviderError> {
-    let ep = core.settle(overrides, req)?;
-    let req = &*req;
-    let Some(func) = on_text else {
-        return stack.infer_boxed(req, &ep, None).await;
-    };
-    let (tx, mut rx) = mpsc::unbounded_channel::<String>();
-    let call = async move {
-        let mut send = move |t: &str| {
-            let _ = tx.send(t.to_string());
-        };
-        stack.infer_boxed(req, &ep, Some(&mut send)).await
-    };
-    let forward = async {
-        while let Some(delta) = rx.recv().await {
-            if let Err(e) = bridge.callback(func, Value::String(delta)).await {
+    let forward = on_text.map(|func| {
+        move |delta: String| async move {
+            if let Err(e) = script.call(func, vec![Value::String(delta)]).await {
                 tracing::warn!("the stream callback failed: {e}");
             }
+            Ok::<(), std::convert::Infallible>(())
         }
-    };
-    let (result, ()) = tokio::join!(call, forward);
-    result
+    });
+    match super::model_call::call_model(core, stack, overrides, req, forward).await {
+        Ok(result) => result,
+        Err(never) => match never {},
+    }
 }
 
 async fn report(
-    bridge: &LuaBridge,
+    script: &dyn Script,
     on_step: Option<FnId>,
     step: u32,
     inferred: &Inferred,
@@ -497,7 +468,7 @@ async fn report(
         usage: inferred.usage,
     };
     let value = serde_json::to_value(&report).unwrap_or(Value::Null);
-    if let Err(e) = bridge.callback(func, value).await {
+    if let Err(e) = script.call(func, vec![value]).await {
         tracing::warn!("on_step failed: {e}");
     }
 }

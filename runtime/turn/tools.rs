@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
 
-use crate::lua::bridge::FnId;
+use crate::script::FnId;
 use crate::vocab::ToolSpec;
 
 /// How long a tool may run when it does not say.
@@ -27,7 +27,7 @@ pub type AttachingFn = Arc<
 /// What runs a call.
 #[derive(Clone)]
 pub enum Handler {
-    /// A Lua function, reached through the program's [`crate::lua::bridge::LuaBridge`].
+    /// A script's function, reached through the program's [`crate::script::Script`].
     Lua(FnId),
     /// An async Rust closure, run on the core.
     Native(NativeFn),

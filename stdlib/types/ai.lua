@@ -127,7 +127,7 @@ function ai.models(opts) end
 --- Alias of `ai.models`.
 ai.fetchModels = ai.models
 
---- Same as `ai.ask_simple`: one prompt, the reply text or `nil, err`.
+--- Alias of `ai.ask_simple` (kept for older scripts): one prompt, the reply text or `nil, err`.
 ---@param prompt string
 ---@param opts? ai.Options
 ---@return string? reply, ai.Error? err
@@ -227,7 +227,7 @@ function ai.tool(def) end
 ---@return ai.TurnResult
 function ai.take_turn(opts) end
 
---- `ai.take_turn` from a single prompt.
+--- Alias of `ai.take_turn` (kept for older scripts): the same turn, the same options and result.
 ---@param opts ai.TurnOptions
 ---@return ai.TurnResult
 function ai.infer_with_tools(opts) end

@@ -36,8 +36,8 @@ use writes::{Write, file_bytes};
 use super::group_commit::{Commits, GroupCommit};
 use super::off_worker::off_worker;
 use super::{AuditEntry, AuditFilter, JournalEntry, SavedResident, Store, StoreError, StoreResult};
+use crate::infer::breaker::BreakerState;
 use crate::residents::Mail;
-use crate::residents::middleware::BreakerState;
 use crate::vocab::{FileRef, Message, Part};
 
 thread_local! {

@@ -4,7 +4,7 @@ use serde_json::json;
 
 use super::open::BUSY_TIMEOUT;
 use super::*;
-use crate::residents::middleware::BreakerStatus;
+use crate::infer::breaker::BreakerStatus;
 use crate::vocab::{Part, Role, ToolCall, ToolResult};
 
 fn fresh() -> (tempfile::TempDir, SqliteStore) {

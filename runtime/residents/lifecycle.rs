@@ -1,0 +1,521 @@
+//! A running program's life, as the core keeps it: the one type `colony run`, an embedding
+//! application ([`crate::embed`]) and a service hosting several programs all drive.
+//!
+//! A program's residents are hired before its watch runs ([`Lifecycle::spawn`]: they wait in a
+//! list, and mail to them answers `no_recipient`); the watch ([`Lifecycle::watch`]) registers
+//! them in order, opens the route, starts their sources, and runs until the program stops: on
+//! [`Lifecycle::stop`] (the first reason given is the one kept), when every resident is gone,
+//! when the program has settled (idle or blocked, [`Settled`]), or on SIGINT/SIGTERM. Then its
+//! sources end, turns in flight get the grace, and the route's events still waiting are handed
+//! on. The MCP servers the program opened for its whole life are shut down in order at its end
+//! ([`Lifecycle::close_servers`]).
+//!
+//! A script's `ai.spawn`, `ai.watch`, `ai.stop`, `ai.mail`, `ai.dismiss` and `ai.residents` are
+//! translations into this type; so is what a host does from outside (`Runtime::load` and its
+//! [`crate::embed::Program`]). Sources are the script's functions, run through its
+//! [`Script`] under their own restart policy, each named `<ai>/source/<n>`.
+
+use std::collections::{HashMap, HashSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use tokio::sync::broadcast;
+use tokio::task::AbortHandle;
+
+use super::mail::{Mail, MailError};
+use super::resident::{ResidentInfo, ResidentSpec, State};
+use super::route::{
+    DEFAULT_GRACE, Listener, Route, RouteEvent, Settled, SpawnError, supervise_exit,
+};
+use super::supervision::{Decision, Exit, RestartPolicy, Supervisor};
+use crate::mcp::Connection;
+use crate::script::{FnId, Script};
+
+/// The life of one program. `Send + Sync` and cheap to clone.
+#[derive(Clone)]
+pub struct Lifecycle {
+    inner: Arc<Life>,
+}
+
+struct Life {
+    route: Route,
+    state: Mutex<LifeState>,
+    /// The route's events as the watch hands them on, for whoever subscribed.
+    events: broadcast::Sender<RouteEvent>,
+    /// The MCP servers opened for the program's life, held weakly: those still alive at its end
+    /// are shut down in order (answers in flight awaited, stdin closed, then SIGTERM, then
+    /// SIGKILL) instead of killed.
+    servers: Mutex<Vec<Weak<Connection>>>,
+    /// Held while an application mails in from outside: the program does not settle.
+    _mails_in: Option<Listener>,
+}
+
+struct LifeState {
+    watch: Watch,
+    pending: Vec<Pending>,
+    /// The names in `pending`, so a spawn checks for a taken name at once: a scan of the list
+    /// made spawning n residents before the watch take time in n².
+    pending_names: HashSet<String>,
+    /// The running sources of each resident.
+    sources: HashMap<String, Vec<AbortHandle>>,
+}
+
+/// Where a program's watch is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Watch {
+    /// Not up yet: residents hired now wait for it.
+    NotYet,
+    /// Up: residents hired now register at once.
+    Running,
+    /// Over: nobody more is hired.
+    Ended,
+}
+
+/// A source: a function of the script run beside its resident (`self` is the resident's name),
+/// restarted by its policy; while it runs, the program has not settled.
+#[derive(Debug, Clone)]
+pub struct Source {
+    pub func: FnId,
+    pub policy: RestartPolicy,
+}
+
+struct Pending {
+    spec: ResidentSpec,
+    sources: Vec<Source>,
+}
+
+/// Why a resident could not be hired.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HireError {
+    #[error("the watch has ended")]
+    WatchEnded,
+    #[error("an AI named {0:?} is already spawned")]
+    Taken(String),
+    #[error("{0}")]
+    Spawn(#[from] SpawnError),
+}
+
+/// Why the watch could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("the watch runs once per program")]
+    Twice,
+    #[error(
+        "the route's events were taken by the host application: only one watcher can have them"
+    )]
+    EventsTaken,
+    /// A resident hired before the watch could not be registered.
+    #[error("{0}")]
+    Hire(String, SpawnError),
+    #[error("cannot listen for signals: {0}")]
+    Signals(std::io::Error),
+}
+
+/// How the watch runs.
+#[derive(Debug, Clone)]
+pub struct WatchOptions {
+    /// How long turns in flight may finish after the stop.
+    pub grace: Duration,
+    /// End the program when it has settled (every resident idle or blocked, nothing that could
+    /// bring mail).
+    pub until_idle: bool,
+    /// Stop on SIGINT and SIGTERM.
+    pub signals: bool,
+}
+
+impl Default for WatchOptions {
+    fn default() -> WatchOptions {
+        WatchOptions {
+            grace: DEFAULT_GRACE,
+            until_idle: true,
+            signals: true,
+        }
+    }
+}
+
+impl Lifecycle {
+    /// The life of the program whose residents live on `route`. With `mails_in`, something
+    /// outside (an application, a service) mails the residents: the program does not end when
+    /// they are all idle.
+    pub fn new(route: Route, mails_in: bool) -> Lifecycle {
+        Lifecycle {
+            inner: Arc::new(Life {
+                _mails_in: mails_in.then(|| route.listen()),
+                route,
+                state: Mutex::new(LifeState {
+                    watch: Watch::NotYet,
+                    pending: Vec::new(),
+                    pending_names: HashSet::new(),
+                    sources: HashMap::new(),
+                }),
+                events: broadcast::channel(256).0,
+                servers: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+
+    /// The route the residents live on (the mechanism under this type).
+    pub fn route(&self) -> &Route {
+        &self.inner.route
+    }
+
+    /// Where the watch is.
+    pub fn watch_state(&self) -> Watch {
+        self.state().watch
+    }
+
+    /// Hires a resident with its sources: at once while the watch runs, else on the list the
+    /// watch registers.
+    pub fn spawn(&self, spec: ResidentSpec, sources: Vec<Source>) -> Result<(), HireError> {
+        let mut st = self.state();
+        match st.watch {
+            Watch::Running => {
+                drop(st);
+                self.hire(spec, sources)?;
+                Ok(())
+            }
+            Watch::Ended => Err(HireError::WatchEnded),
+            Watch::NotYet => {
+                if !st.pending_names.insert(spec.name.clone()) {
+                    return Err(HireError::Taken(spec.name));
+                }
+                st.pending.push(Pending { spec, sources });
+                Ok(())
+            }
+        }
+    }
+
+    /// Whether any resident was hired (registered or waiting for the watch).
+    pub fn has_residents(&self) -> bool {
+        !self.state().pending.is_empty() || !self.inner.route.is_empty()
+    }
+
+    /// Posts `mail` to its recipient ([`Route::mail`]): `Ok` once it is accepted (for a resident
+    /// that keeps its conversation, once it is on disk).
+    pub fn mail(&self, mail: Mail) -> Result<(), MailError> {
+        self.inner.route.mail(mail)
+    }
+
+    /// A refusal as a script reads it ([`Route::refusal`]).
+    pub fn refusal(&self, e: MailError, to: &str, hop: u32) -> String {
+        self.inner.route.refusal(e, to, hop)
+    }
+
+    /// Lets the blocked resident `name` try again now. `None`: no such resident; `Some(false)`:
+    /// it was not blocked.
+    pub fn unblock(&self, name: &str) -> Option<bool> {
+        self.inner.route.unblock(name)
+    }
+
+    /// Ends the resident `name` (registered or waiting for the watch) and its sources; its saved
+    /// conversation is cleared. Answers whether there was one.
+    pub fn dismiss(&self, name: &str) -> bool {
+        let route = &self.inner.route;
+        let removed_pending = {
+            let mut st = self.state();
+            let before = st.pending.len();
+            let persisted = st
+                .pending
+                .iter()
+                .any(|q| q.spec.name == name && q.spec.persist);
+            st.pending.retain(|q| q.spec.name != name);
+            st.pending_names.remove(name);
+            if persisted
+                && let Some(store) = route.store()
+                && let Err(e) = store.clear_cell(name)
+            {
+                tracing::error!(ai = %name, "cannot clear its saved conversation: {e}");
+            }
+            st.pending.len() != before
+        };
+        let dismissed = route.dismiss(name);
+        self.end_sources(name);
+        dismissed || removed_pending
+    }
+
+    /// The residents: those registered in name order, then those waiting for the watch (state
+    /// [`State::Pending`]) in the order hired.
+    pub fn residents(&self) -> Vec<ResidentInfo> {
+        let mut list = self.inner.route.residents();
+        list.extend(self.state().pending.iter().map(|q| ResidentInfo {
+            name: q.spec.name.clone(),
+            state: State::Pending,
+            conversation: 0,
+            held: 0,
+            dropped: 0,
+            restarts: 0,
+            error: None,
+            refused: 0,
+            served: 0,
+        }));
+        list
+    }
+
+    /// Waits until the watch is up and mail is delivered; returns at once if it is, and also
+    /// once the program is stopping (it will not open then).
+    pub async fn opened(&self) {
+        self.inner.route.opened().await
+    }
+
+    /// Asks the program to stop: no new turns start, mail is refused, its watch returns
+    /// `reason`. The first reason given is the one kept.
+    pub fn stop(&self, reason: impl Into<String>) {
+        self.inner.route.stop(reason)
+    }
+
+    /// [`Lifecycle::stop`], giving turns in flight `grace` instead of the watch's own.
+    pub fn stop_within(&self, reason: impl Into<String>, grace: Duration) {
+        self.inner.route.set_grace(grace);
+        self.inner.route.stop(reason)
+    }
+
+    pub fn stopping(&self) -> bool {
+        self.inner.route.stopping()
+    }
+
+    /// The stop's reason, once stopping.
+    pub fn stop_reason(&self) -> Option<String> {
+        self.inner.route.stop_reason()
+    }
+
+    /// Waits for the stop and returns its reason.
+    pub async fn stopped(&self) -> String {
+        self.inner.route.stopped().await
+    }
+
+    /// The grace turns in flight get after the stop.
+    pub fn grace(&self) -> Duration {
+        self.inner.route.grace()
+    }
+
+    /// How the program ended, if it settled.
+    pub fn settled(&self) -> Option<Settled> {
+        self.inner.route.settled()
+    }
+
+    /// The route's events from now on, as the watch hands them on (a receiver that falls more
+    /// than 256 behind misses the oldest).
+    pub fn subscribe(&self) -> broadcast::Receiver<RouteEvent> {
+        self.inner.events.subscribe()
+    }
+
+    /// The script ended: the program stops (a host waiting for the watch to open, or for it to
+    /// end, learns that it never will).
+    pub fn script_ended(&self) {
+        self.inner.route.stop("the program ended");
+    }
+
+    /// Keeps `conns` open for the program's life (they are closed at its end).
+    pub fn keep_servers<'a>(&self, conns: impl IntoIterator<Item = &'a Arc<Connection>>) {
+        let mut list = lock(&self.inner.servers);
+        list.retain(|w| w.strong_count() > 0);
+        list.extend(conns.into_iter().map(Arc::downgrade));
+    }
+
+    /// Shuts down, in order, every server the program still holds (the end of the program).
+    pub async fn close_servers(&self) {
+        let conns: Vec<Arc<Connection>> = lock(&self.inner.servers)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        futures::future::join_all(conns.iter().map(|c| c.close())).await;
+    }
+
+    /// Runs the program's watch until it stops, handing each route event to `on_event` (a
+    /// crash, a failure, a block; a resident gone has already ended its sources), and returns
+    /// the stop's reason. Runs once per program.
+    pub async fn watch<F, Fut>(
+        &self,
+        opts: WatchOptions,
+        mut on_event: F,
+    ) -> Result<String, WatchError>
+    where
+        F: FnMut(RouteEvent) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        let route = self.inner.route.clone();
+        let mut events = {
+            let mut st = self.state();
+            if st.watch != Watch::NotYet {
+                return Err(WatchError::Twice);
+            }
+            st.watch = Watch::Running;
+            let Some(events) = route.events() else {
+                return Err(WatchError::EventsTaken);
+            };
+            let pending = std::mem::take(&mut st.pending);
+            drop(st);
+            route.set_grace(opts.grace);
+            // Everyone registers before the route opens, so no early mail finds a name missing.
+            for q in pending {
+                let name = q.spec.name.clone();
+                self.hire(q.spec, q.sources)
+                    .map_err(|e| WatchError::Hire(name, e))?;
+            }
+            route.open();
+            events
+        };
+        if route.is_empty() {
+            route.stop("there are no residents");
+        }
+        let mut signals = if opts.signals {
+            use tokio::signal::unix::{SignalKind, signal};
+            let terminate = signal(SignalKind::terminate()).map_err(WatchError::Signals)?;
+            let interrupt = signal(SignalKind::interrupt()).map_err(WatchError::Signals)?;
+            Some((terminate, interrupt))
+        } else {
+            None
+        };
+        let reason = loop {
+            tokio::select! {
+                biased;
+                reason = route.stopped() => break reason,
+                signal = next_signal(&mut signals) => route.stop(signal),
+                Some(event) = events.recv() => self.hand_on(event, &mut on_event).await,
+                // Idle or blocked with nothing left to bring mail: the program has ended by itself.
+                _ = route.changed(), if opts.until_idle => {
+                    // Hooks first: on_blocked may unblock the resident it is told of.
+                    route.settle_when(|| events.is_empty());
+                }
+            }
+        };
+        // No new turns start; sources end now; turns in flight get the grace period.
+        {
+            let mut st = self.state();
+            for (_, handles) in st.sources.drain() {
+                for h in handles {
+                    h.abort();
+                }
+            }
+            st.watch = Watch::Ended;
+        }
+        let cut = route.shutdown(route.grace()).await;
+        if cut > 0 {
+            tracing::warn!(
+                "{cut} resident(s) were still busy after the grace period and were stopped"
+            );
+        }
+        // Failures reported while stopping still reach the callbacks.
+        while let Ok(event) = events.try_recv() {
+            self.hand_on(event, &mut on_event).await;
+        }
+        Ok(reason)
+    }
+
+    /// Ends what a route event ends (a resident gone or failed takes its sources with it), then
+    /// hands the event on: to the subscribers, and to the watcher's `on_event`.
+    async fn hand_on<F, Fut>(&self, event: RouteEvent, on_event: &mut F)
+    where
+        F: FnMut(RouteEvent) -> Fut,
+        Fut: Future<Output = ()>,
+    {
+        match &event {
+            RouteEvent::Failed { id, ai, .. } if id == ai => self.end_sources_of_gone(ai),
+            RouteEvent::Gone { ai } => self.end_sources_of_gone(ai),
+            _ => {}
+        }
+        let _ = self.inner.events.send(event.clone());
+        on_event(event).await
+    }
+
+    /// Registers a resident on the route and starts its sources.
+    fn hire(&self, spec: ResidentSpec, sources: Vec<Source>) -> Result<(), SpawnError> {
+        let route = &self.inner.route;
+        let name = spec.name.clone();
+        let workspace = spec.workspace.clone();
+        route.spawn(spec)?;
+        let script = route.script();
+        let handles: Vec<AbortHandle> = sources
+            .into_iter()
+            .enumerate()
+            .map(|(i, source)| {
+                let run = run_source(RunningSource {
+                    route: route.clone(),
+                    // Listening from now: the program cannot settle before the source has run.
+                    _listening: route.listen(),
+                    script: script.clone(),
+                    id: format!("{name}/source/{}", i + 1),
+                    ai: name.clone(),
+                    workspace: workspace.clone(),
+                    source,
+                });
+                route.core().handle().spawn(run).abort_handle()
+            })
+            .collect();
+        self.state().sources.insert(name, handles);
+        Ok(())
+    }
+
+    /// Ends the sources started for `ai`.
+    fn end_sources(&self, ai: &str) {
+        if let Some(handles) = self.state().sources.remove(ai) {
+            for h in handles {
+                h.abort();
+            }
+        }
+    }
+
+    /// Ends `ai`'s sources after a report that it is gone, unless the name was hired again
+    /// meanwhile (the sources under that name are then the new resident's).
+    fn end_sources_of_gone(&self, ai: &str) {
+        if self.inner.route.resident(ai).is_none() {
+            self.end_sources(ai);
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, LifeState> {
+        lock(&self.inner.state)
+    }
+}
+
+/// The next SIGTERM or SIGINT, as the stop's reason; never, without signals.
+async fn next_signal(
+    signals: &mut Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
+) -> &'static str {
+    match signals {
+        Some((terminate, interrupt)) => tokio::select! {
+            _ = terminate.recv() => "SIGTERM",
+            _ = interrupt.recv() => "SIGINT",
+        },
+        None => std::future::pending().await,
+    }
+}
+
+/// A source as it runs: while it does, it may mail (`_listening` is dropped when it ends or is
+/// ended).
+struct RunningSource {
+    route: Route,
+    _listening: Listener,
+    script: Arc<dyn Script>,
+    id: String,
+    ai: String,
+    workspace: Option<String>,
+    source: Source,
+}
+
+/// One source under its restart policy.
+async fn run_source(s: RunningSource) {
+    let mut supervisor = Supervisor::new(s.source.policy);
+    loop {
+        let exit = match s
+            .script
+            .run_source(s.source.func, s.ai.clone(), s.workspace.clone())
+            .await
+        {
+            Ok(()) => Exit::Normal,
+            Err(fault) => Exit::Crashed(fault),
+        };
+        if s.route.stopping() {
+            return;
+        }
+        match supervise_exit(&mut supervisor, exit, &s.id, &s.ai, &|e| s.route.report(e)) {
+            Decision::Restart => continue,
+            Decision::Done | Decision::Failed => return,
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
