@@ -53,6 +53,8 @@
 //!   (`with_retries`), `breaker` (`with_breaker`, its state and `BreakerStore`), `context`
 //!   (`with_context`), `stack` (a stack from a host's `LayerSpec`s; each owner's breaker key),
 //!   `scripted` (a fake step for tests).
+//! - [`structured`]: answers that are JSON matching a schema: ask, validate locally, correct once
+//!   (`ai.infer_structured`).
 //! - [`rate`]: rate limits (`"10/min"`) as token buckets, for tools and callers.
 //! - [`permissions`]: what a program may reach beyond colony's own calls (`--allow-*`): hosts,
 //!   paths resolved before they are checked, processes, the environment.
@@ -102,5 +104,6 @@ pub mod secrets;
 pub mod serve;
 pub mod shipped;
 pub mod store;
+pub mod structured;
 pub mod turn;
 pub mod vocab;

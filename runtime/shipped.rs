@@ -50,3 +50,18 @@ pub const EXAMPLES: &[Shipped] = include!(concat!(env!("OUT_DIR"), "/examples.rs
 pub fn script(name: &str) -> Option<&'static Shipped> {
     SCRIPTS.iter().find(|s| s.file == name || s.name() == name)
 }
+
+/// colony's subcommands and what each does (`colony.commands()` in Lua), as the binary's command
+/// line declares them: told once by the binary as it starts ([`set_commands`]), so the Lua layer
+/// knows them without reaching up into the command line. Empty in an embedding application.
+static COMMANDS: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+
+/// Records the binary's subcommands (name, what it does); the first call wins.
+pub fn set_commands(commands: Vec<(String, String)>) {
+    let _ = COMMANDS.set(commands);
+}
+
+/// The subcommands recorded by [`set_commands`].
+pub fn commands() -> &'static [(String, String)] {
+    COMMANDS.get().map(Vec::as_slice).unwrap_or_default()
+}

@@ -9,7 +9,7 @@ mod support;
 use colony::config::{Config, Overrides};
 use colony::core::{Ask, Core};
 use colony::providers::Providers;
-use colony::providers::structured::{StructuredError, StructuredOutcome, infer_structured};
+use colony::structured::{StructuredError, StructuredOutcome, infer_structured};
 use colony::vocab::Message;
 use serde_json::{Value, json};
 use support::fake::{FakeProvider, Reply};

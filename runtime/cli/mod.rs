@@ -94,6 +94,7 @@ impl Failure {
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    crate::shipped::set_commands(commands());
     let json_logs =
         matches!(&cli.command, Command::Serve(a) if a.log_format == serve::LogFormat::Json);
     init_logging(json_logs);

@@ -13,10 +13,10 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
         "commands",
         lua.create_function(|lua, ()| {
             let list = lua.create_table()?;
-            for (name, about) in crate::cli::commands() {
+            for (name, about) in crate::shipped::commands() {
                 let t = lua.create_table()?;
-                t.set("name", name)?;
-                t.set("about", about)?;
+                t.set("name", name.as_str())?;
+                t.set("about", about.as_str())?;
                 list.push(t)?;
             }
             Ok(list)
