@@ -34,9 +34,9 @@ mod tests {
     /// only able to run while the calling worker is busy runs during the call.
     fn lets_others_run() -> bool {
         let (tx, rx) = std::sync::mpsc::channel::<()>();
-        let _ = tokio::spawn(async move {
+        drop(tokio::spawn(async move {
             let _ = tx.send(());
-        });
+        }));
         off_worker(|| rx.recv_timeout(std::time::Duration::from_secs(10)).is_ok())
     }
 

@@ -754,11 +754,8 @@ fn writes_from_many_threads_each_get_their_own_outcome_and_all_are_durable() {
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     for pair in accepted.chunks(2) {
-        for i in 0..20 {
-            assert!(
-                pair[0][i] ^ pair[1][i],
-                "id {i} of a pair accepted exactly once"
-            );
+        for (i, (a, b)) in pair[0].iter().zip(&pair[1]).enumerate() {
+            assert!(a ^ b, "id {i} of a pair accepted exactly once");
         }
     }
     let commits = store.commits();
