@@ -29,6 +29,7 @@ const COVERED: &[&str] = &[
     "audit",
     "mcp",
     "tools",
+    "serve",
     "help",
 ];
 
@@ -227,4 +228,62 @@ fn help() {
     quiet(&sb, &["--help"]);
     quiet(&sb, &["help", "run"]);
     quiet(&sb, &["--version"]);
+}
+
+/// A service whose stdout is closed keeps serving: the address line is lost, not the service. It
+/// is read from the log on stderr instead; SIGTERM then ends it with status 0.
+#[test]
+fn serve() {
+    use std::io::{BufRead, BufReader};
+    let sb = Sandbox::new().env("RUST_LOG", "colony=info");
+    let state = sb.path("state").display().to_string();
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let mut child = sb
+        .command(&[
+            "serve",
+            "examples/service/desk.lua",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("XDG_STATE_HOME", &state)
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("colony serve starts");
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let mut addr = None;
+    let mut seen = String::new();
+    for line in (&mut err).lines() {
+        let line = line.unwrap();
+        seen.push_str(&line);
+        seen.push('\n');
+        if line.contains("listening") {
+            addr = line
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("local="))
+                .map(str::to_string);
+            break;
+        }
+    }
+    let addr = addr.unwrap_or_else(|| panic!("no listening line on stderr:\n{seen}"));
+    let mut stream = std::net::TcpStream::connect(&addr).expect("the service answers");
+    use std::io::{Read, Write};
+    write!(
+        stream,
+        "GET /healthz HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    // Drain stderr so the process never blocks on it, then wait.
+    std::thread::spawn(move || for _ in err.lines() {});
+    assert_eq!(child.wait().unwrap().code(), Some(0));
 }
