@@ -312,8 +312,15 @@ fn the_token_is_asked_everywhere_but_health_and_never_shown() {
     assert_eq!(foreign_mail.status, 403);
     // A body past the cap is refused before it is read whole.
     let huge = "x".repeat(9 * 1024 * 1024);
-    let big = served.mail("desk", json!({ "to": "desk", "content": huge }));
-    assert_eq!(big.status, 413, "{}", big.text);
+    // The service answers 413 and may close the connection while the rest is still being
+    // written: the client then sees the pipe closed instead of the answer.
+    match served.post_status(
+        "/api/programs/desk/mail",
+        json!({ "to": "desk", "content": huge }),
+    ) {
+        Ok(status) => assert_eq!(status, 413),
+        Err(e) => assert!(e.is_request(), "{e:?}"),
+    }
     served.signal("TERM");
     assert_eq!(served.wait(), Some(0), "{}", served.stderr());
 }
@@ -490,12 +497,20 @@ fn the_metrics_scrape_parses_and_counts_what_happened() {
             .status,
         202
     );
-    let tool = events.next_of("tool_call", "pager");
+    // The turn's tool calls are reported as it ends, beside its delivery: either may come first.
+    let (tool, passed) = events.until("tool_call of pager", |e| {
+        e.kind == "tool_call" && e.data["resident"] == "pager"
+    });
     assert_eq!(
         (tool.data["tool"].as_str(), tool.data["kind"].as_str()),
         (Some("page"), Some("ok"))
     );
-    events.next_of("delivery", "pager");
+    if !passed
+        .iter()
+        .any(|e| e.kind == "delivery" && e.data["resident"] == "pager")
+    {
+        events.next_of("delivery", "pager");
+    }
     assert_eq!(std::fs::read_to_string(&log).unwrap(), "ops: disk\n");
 
     let scrape = served.get("/metrics");
@@ -628,7 +643,8 @@ fn a_mail_accepted_just_before_a_sigkill_is_served_after_the_restart() {
     killed.store(true, std::sync::atomic::Ordering::SeqCst);
     drop(served);
     let served = Served::start(&sb, &[&example("desk.lua")]);
-    let events = served.events(None);
+    // From the first event on: the kept mail may be served before the stream opens.
+    let events = served.events(Some(0));
     let reply = events.next_of("delivery", "desk");
     assert_eq!(reply.data["text"], "re: [mail from api] keep me");
     // The same id from a sender that retries after the crash is not a second mail.
@@ -691,10 +707,16 @@ fn sighup_after_fixing_a_bad_key_on_disk_unblocks() {
     served.signal("HUP");
     let reply = events.next_of("delivery", "desk");
     assert_eq!(reply.data["text"], "re: [mail from api] are you there");
-    assert_eq!(
-        served.get("/api/programs/desk/residents/desk").json["state"],
-        "idle"
-    );
+    // Its delivery is told before its turn has quite ended: it is idle once it has.
+    let deadline = std::time::Instant::now() + support::serve::PATIENCE;
+    loop {
+        let state = served.get("/api/programs/desk/residents/desk").json["state"].clone();
+        if state == "idle" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still {state}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     // Still serving after the reload.
     assert_eq!(served.get("/healthz").status, 200);
     served.signal("TERM");
@@ -742,6 +764,15 @@ fn sigterm_with_a_tool_call_in_flight_finishes_it_and_exits_0() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
     served.signal("TERM");
+    // The signal is heard asynchronously: once the service says it is not ready, it drains.
+    let deadline = std::time::Instant::now() + support::serve::PATIENCE;
+    while served.get("/readyz").status != 503 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "it never began to drain"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     // New mail is refused while it drains.
     let during = served.mail("pager", json!({ "to": "pager", "content": "more" }));
     assert_eq!(during.status, 503, "{}", during.text);

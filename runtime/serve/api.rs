@@ -187,6 +187,9 @@ pub struct FileIn {
 /// `202` once the mail is accepted (saved first, for a resident that keeps its conversation);
 /// the same `id` is accepted once. `404`: no such resident; `429` with `Retry-After`: its
 /// mailbox is full.
+/// How long mail to a program whose watch is not up yet waits for it.
+const OPEN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub async fn mail(
     State(s): Svc,
     Path(p): Path<String>,
@@ -207,6 +210,11 @@ pub async fn mail(
         Ok(x) => x,
         Err(r) => return *r,
     };
+    // A program just started registers its residents when its watch comes up: mail sent in
+    // that moment waits for it (a little) instead of finding nobody.
+    if hosted.resident(&m.to).is_none() && !hosted.is_open() {
+        let _ = tokio::time::timeout(OPEN_PATIENCE, hosted.opened()).await;
+    }
     if hosted.resident(&m.to).is_none() {
         return no_resident(&m.to);
     }

@@ -169,6 +169,14 @@ impl Served {
         self.send(self.request(reqwest::Method::POST, path).json(&body))
     }
 
+    /// POSTs `body` and answers its status, or the error when the service closed the
+    /// connection before the body was sent (as it may once it has refused it).
+    pub fn post_status(&self, path: &str, body: Value) -> Result<u16, reqwest::Error> {
+        let r = self.request(reqwest::Method::POST, path).json(&body);
+        self.rt
+            .block_on(async { r.send().await.map(|res| res.status().as_u16()) })
+    }
+
     /// Mails `to` in `program` through the API.
     pub fn mail(&self, program: &str, body: Value) -> Answer {
         self.post(&format!("/api/programs/{program}/mail"), body)
