@@ -708,15 +708,9 @@ fn sighup_after_fixing_a_bad_key_on_disk_unblocks() {
     let reply = events.next_of("delivery", "desk");
     assert_eq!(reply.data["text"], "re: [mail from api] are you there");
     // Its delivery is told before its turn has quite ended: it is idle once it has.
-    let deadline = std::time::Instant::now() + support::serve::PATIENCE;
-    loop {
-        let state = served.get("/api/programs/desk/residents/desk").json["state"].clone();
-        if state == "idle" {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "still {state}");
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    support::serve::eventually("desk never became idle", || {
+        served.get("/api/programs/desk/residents/desk").json["state"] == "idle"
+    });
     // Still serving after the reload.
     assert_eq!(served.get("/healthz").status, 200);
     served.signal("TERM");
@@ -755,24 +749,12 @@ fn sigterm_with_a_tool_call_in_flight_finishes_it_and_exits_0() {
         202
     );
     // The page has begun (the tool wrote its line and now takes 1.5 s to send it).
-    let deadline = std::time::Instant::now() + support::serve::PATIENCE;
-    while !log.exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the tool never started"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    support::serve::eventually("the tool never started", || log.exists());
     served.signal("TERM");
     // The signal is heard asynchronously: once the service says it is not ready, it drains.
-    let deadline = std::time::Instant::now() + support::serve::PATIENCE;
-    while served.get("/readyz").status != 503 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "it never began to drain"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    support::serve::eventually("it never began to drain", || {
+        served.get("/readyz").status == 503
+    });
     // New mail is refused while it drains.
     let during = served.mail("pager", json!({ "to": "pager", "content": "more" }));
     assert_eq!(during.status, 503, "{}", during.text);

@@ -292,7 +292,7 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                     mut reply,
                 } => {
                     let run = within(workspace, None, run_source(&lua, func, ai));
-                    let run = super::watchdog::guarded(super::watchdog::Limit::callback(), run);
+                    let run = super::watchdog::as_callback(run);
                     tokio::select! {
                         ended = run => { let _ = reply.send(ended); }
                         // The source was ended (its resident left, the watch ended).
@@ -301,8 +301,7 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                 }
                 Job::Callback { func, args, reply } => {
                     let run = run_callback(&lua, func, args);
-                    let result =
-                        super::watchdog::guarded(super::watchdog::Limit::callback(), run).await;
+                    let result = super::watchdog::as_callback(run).await;
                     match reply {
                         Reply::To(reply) => {
                             let _ = reply.send(result);

@@ -328,7 +328,7 @@ async fn on_event(lua: &Lua, event: RouteEvent, hooks: &Hooks) {
                 let told = match turn_error(lua, &error) {
                     Ok(err) => {
                         let hook = f.call_async::<()>((ai.as_str(), err));
-                        super::watchdog::guarded(super::watchdog::Limit::callback(), hook).await
+                        super::watchdog::as_callback(hook).await
                     }
                     Err(e) => Err(e),
                 };
@@ -340,10 +340,11 @@ async fn on_event(lua: &Lua, event: RouteEvent, hooks: &Hooks) {
         }
     };
     if let Some(f) = f
-        && let Err(e) = super::watchdog::guarded(
-            super::watchdog::Limit::callback(),
-            f.call_async::<()>((id.as_str(), ai.as_str(), message.as_str())),
-        )
+        && let Err(e) = super::watchdog::as_callback(f.call_async::<()>((
+            id.as_str(),
+            ai.as_str(),
+            message.as_str(),
+        )))
         .await
     {
         tracing::warn!("[{id}] {hook} raised: {}", super::fault(&e));

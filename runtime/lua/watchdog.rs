@@ -112,6 +112,12 @@ pub async fn guarded<F: Future>(limit: Limit, work: F) -> F::Output {
     .await
 }
 
+/// Runs `work` as a callback without a deadline of its own (a source, a `deliver_to`, a hook):
+/// stopped once it runs [`MAX_SLICE`] without waiting.
+pub async fn as_callback<F: Future>(work: F) -> F::Output {
+    guarded(Limit::callback(), work).await
+}
+
 /// Installs the hook on the VM (before any thread is made, so every coroutine has it) and makes
 /// `pcall` and `xpcall` pass a [`Stop`] on.
 pub fn install(lua: &Lua, interrupt: Interrupt) -> mlua::Result<()> {

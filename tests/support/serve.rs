@@ -307,3 +307,14 @@ impl Events {
         .0
     }
 }
+
+/// Waits until `ready` holds, checking every 10 ms, and panics naming `what` after [`PATIENCE`]:
+/// for what the service does asynchronously (a signal heard, a turn ended).
+#[track_caller]
+pub fn eventually(what: &str, mut ready: impl FnMut() -> bool) {
+    let deadline = std::time::Instant::now() + PATIENCE;
+    while !ready() {
+        assert!(std::time::Instant::now() < deadline, "{what}");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
