@@ -146,19 +146,54 @@ impl Drop for Server {
     }
 }
 
-/// Waits until something listens on `port`, or panics with what the server printed.
+/// Waits until `child` itself listens on `port`, or panics with what went wrong. Connecting is
+/// not enough: another test's server may have taken the port between `free_port` and the
+/// child's bind, and then the child exits with "address in use" while the connect succeeds.
 fn wait_listening(child: &mut Child, port: u16, what: &str) {
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(60) {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if listens(child.id(), port) {
             return;
         }
         if let Ok(Some(status)) = child.try_wait() {
-            panic!("{what} exited before listening: {status}");
+            panic!("{what} exited before listening on {port}: {status}");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
     panic!("{what} did not listen on {port} within 60 s");
+}
+
+/// Whether process `pid` holds a socket listening on 127.0.0.1:`port` (or every interface),
+/// read from `/proc/net/tcp{,6}` and the process's open files.
+fn listens(pid: u32, port: u16) -> bool {
+    let table = ["/proc/net/tcp", "/proc/net/tcp6"]
+        .iter()
+        .filter_map(|path| std::fs::read_to_string(path).ok())
+        .collect::<Vec<_>>()
+        .join("\n");
+    let wanted = format!(":{port:04X}");
+    let inodes: Vec<String> = table
+        .lines()
+        .filter_map(|line| {
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            // local_address, state 0A = LISTEN, inode in the tenth column.
+            (cols.len() > 9 && cols[1].ends_with(&wanted) && cols[3] == "0A")
+                .then(|| cols[9].to_string())
+        })
+        .collect();
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path())
+            .map(|target| {
+                let target = target.to_string_lossy();
+                inodes
+                    .iter()
+                    .any(|inode| target == format!("socket:[{inode}]"))
+            })
+            .unwrap_or(false)
+    })
 }
 
 /// The Python test server over Streamable HTTP on `port`, with extra environment.
