@@ -121,22 +121,18 @@ impl TurnHooks for ResidentHooks {
     }
 
     fn finished(&self, call: &ToolCall, result: &ToolResult, files: &[FileRef], event: &ToolEvent) {
-        // The audit line first: a call the journal records as finished is always audited (a
-        // restart reuses its result without running or auditing it again).
-        let entry = audit_entry(&self.name, call, event);
-        if let Err(e) = self.store.audit(&entry) {
-            tracing::error!(ai = %self.name, "cannot write the audit log: {e}");
-        }
-        if self.persist {
-            let entry = JournalEntry {
-                call_id: call.id.clone(),
-                tool: call.name.clone(),
-                result: Some(result.clone()),
-                files: files.to_vec(),
-            };
-            if let Err(e) = self.store.journal(&self.name, &entry) {
-                tracing::error!(ai = %self.name, "cannot journal a call: {e}");
-            }
+        // The audit line and the journal entry together (one fsync): a call the journal records
+        // as finished is always audited (a restart reuses its result without running or
+        // auditing it again).
+        let audit = audit_entry(&self.name, call, event);
+        let journal = self.persist.then(|| JournalEntry {
+            call_id: call.id.clone(),
+            tool: call.name.clone(),
+            result: Some(result.clone()),
+            files: files.to_vec(),
+        });
+        if let Err(e) = self.store.finish_call(&self.name, &audit, journal.as_ref()) {
+            tracing::error!(ai = %self.name, "cannot write the audit log and journal of a call: {e}");
         }
     }
 

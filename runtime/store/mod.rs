@@ -165,5 +165,21 @@ pub trait Store: Send + Sync {
     // --- audit ---
 
     fn audit(&self, entry: &AuditEntry) -> StoreResult<()>;
+    /// A call finished: its audit line and, for a kept conversation, its journal entry (`name`'s),
+    /// together. SQLite writes both in one transaction, so a finished call waits for one fsync,
+    /// not two; this default writes them one after the other, the audit line first (a call the
+    /// journal records as finished is always audited).
+    fn finish_call(
+        &self,
+        name: &str,
+        audit: &AuditEntry,
+        journal: Option<&JournalEntry>,
+    ) -> StoreResult<()> {
+        self.audit(audit)?;
+        match journal {
+            Some(entry) => self.journal(name, entry),
+            None => Ok(()),
+        }
+    }
     fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>>;
 }

@@ -117,6 +117,22 @@ impl SqliteStore {
         self.writes.commits()
     }
 
+    /// A journal entry as a write, its JSON made on the caller's thread.
+    fn journal_write(&self, name: &str, entry: &JournalEntry) -> StoreResult<Write> {
+        let result = entry.result.as_ref().map(|r| self.encode(r)).transpose()?;
+        let files_text = (!entry.files.is_empty())
+            .then(|| self.encode(&entry.files))
+            .transpose()?;
+        Ok(Write::Journal {
+            name: name.to_string(),
+            call_id: entry.call_id.clone(),
+            tool: entry.tool.clone(),
+            result,
+            files_text,
+            files: file_bytes(entry.files.iter()),
+        })
+    }
+
     /// Refuses a call from inside this store's own `update` function.
     fn not_in_update(&self) -> StoreResult<()> {
         if IN_UPDATE.with(|c| c.get()) == self as *const _ as usize {
@@ -468,18 +484,7 @@ impl Store for SqliteStore {
     }
 
     fn journal(&self, name: &str, entry: &JournalEntry) -> StoreResult<()> {
-        let result = entry.result.as_ref().map(|r| self.encode(r)).transpose()?;
-        let files_text = (!entry.files.is_empty())
-            .then(|| self.encode(&entry.files))
-            .transpose()?;
-        self.submit(Write::Journal {
-            name: name.to_string(),
-            call_id: entry.call_id.clone(),
-            tool: entry.tool.clone(),
-            result,
-            files_text,
-            files: file_bytes(entry.files.iter()),
-        })?;
+        self.submit(self.journal_write(name, entry)?)?;
         Ok(())
     }
 
@@ -500,6 +505,20 @@ impl Store for SqliteStore {
 
     fn audit(&self, entry: &AuditEntry) -> StoreResult<()> {
         self.submit(Write::Audit(entry.clone()))?;
+        Ok(())
+    }
+
+    fn finish_call(
+        &self,
+        name: &str,
+        audit: &AuditEntry,
+        journal: Option<&JournalEntry>,
+    ) -> StoreResult<()> {
+        let mut writes = vec![Write::Audit(audit.clone())];
+        if let Some(entry) = journal {
+            writes.push(self.journal_write(name, entry)?);
+        }
+        self.submit(Write::Several(writes))?;
         Ok(())
     }
 

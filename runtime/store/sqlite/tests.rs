@@ -933,3 +933,41 @@ fn a_small_store_reads_its_cells_one_by_one() {
     assert!(store.load_cell("alice").unwrap().is_some());
     assert!(matches!(*store.kept.lock().unwrap(), Kept::Done));
 }
+
+// --- a finished call: audit line and journal entry in one transaction ---
+
+#[test]
+fn a_finished_call_writes_its_audit_line_and_journal_entry_in_one_transaction() {
+    let (_dir, store) = fresh();
+    let audit = AuditEntry {
+        at_ms: 7,
+        resident: "bob".into(),
+        tool: "read".into(),
+        args_hash: format!("{:064x}", 7),
+        duration_ms: 1.5,
+        outcome: "ok".into(),
+        message: None,
+    };
+    let journal = JournalEntry {
+        call_id: "c1".into(),
+        tool: "read".into(),
+        result: Some(result("c1", "done")),
+        files: Vec::new(),
+    };
+    let before = store.commits();
+    store.finish_call("bob", &audit, Some(&journal)).unwrap();
+    let after = store.commits();
+    assert_eq!(after.transactions - before.transactions, 1, "one fsync");
+    assert_eq!(
+        store.audit_log(&AuditFilter::default()).unwrap(),
+        vec![audit.clone()]
+    );
+    assert_eq!(
+        store.load_cell("bob").unwrap().unwrap().journal,
+        vec![journal]
+    );
+    // A resident that keeps no conversation audits only: no cell appears for it.
+    store.finish_call("carol", &audit, None).unwrap();
+    assert_eq!(store.audit_log(&AuditFilter::default()).unwrap().len(), 2);
+    assert!(store.load_cell("carol").unwrap().is_none());
+}

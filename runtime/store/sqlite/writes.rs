@@ -70,6 +70,8 @@ pub(super) enum Write {
         text: String,
     },
     Audit(AuditEntry),
+    /// Writes applied in order as one (`finish_call`: the audit line, then the journal entry).
+    Several(Vec<Write>),
 }
 
 impl Write {
@@ -80,6 +82,7 @@ impl Write {
             | Write::CommitStep { name, .. }
             | Write::Journal { name, .. }
             | Write::ClearCell { name } => Some(name),
+            Write::Several(writes) => writes.iter().find_map(Write::cell),
             _ => None,
         }
     }
@@ -200,6 +203,12 @@ impl Write {
                     entry.outcome,
                     entry.message
                 ])?;
+                Ok(true)
+            }
+            Write::Several(writes) => {
+                for write in writes {
+                    write.apply(conn)?;
+                }
                 Ok(true)
             }
         }
