@@ -202,7 +202,7 @@ async fn run_turn(
             core.clone(),
             &layers,
             &bridge,
-            super::residents::lifecycle(&lua).route(),
+            super::residents::lifecycle(lua).route(),
             "ai/breaker/script",
         )
     });
