@@ -122,6 +122,30 @@ pub struct ServeProgram {
     /// Its state directory (default: as `colony run` picks it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<PathBuf>,
+    /// What it may reach, as `colony run`'s `--allow-*` flags say it (`colony serve` grants
+    /// nothing else): `allow_net = ["api.example.com"]` or `true` for every host, `allow_read`
+    /// and `allow_write` lists of paths (relative to this file) or `true`, `allow_run`,
+    /// `allow_env` and `allow_all` flags.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_net: Option<Allow>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_read: Option<Allow>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_write: Option<Allow>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_run: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_env: bool,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub allow_all: bool,
+}
+
+/// One `allow_*` of a served program: `true` (everything), `false` (nothing) or a list.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Allow {
+    Every(bool),
+    Only(Vec<String>),
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -31,6 +31,12 @@
 //! its residents, mail, unblock, dismiss, hear its events, stop it with a reason (and a grace),
 //! or [`Program::restart`] it from its file.
 //!
+//! A host of several programs (`colony serve` is one) lends each what it needs with
+//! [`Runtime::load_with`] and a [`Lend`]: the program's own store, an [`Observer`] that hears
+//! every turn, tool call, model call, breaker transition and route event, a channel of its own
+//! for the deliveries (so they reach the host's task, not [`Program::delivery`]), and what the
+//! program may reach ([`Permissions`]).
+//!
 //! The mechanism parts stay public for an application that routes on its own terms:
 //! [`crate::residents::Route`] (register, mail, dismiss, stop), [`crate::residents::Resident`]
 //! and its [`crate::residents::Mailbox`], [`crate::residents::Deliver`]. A route can host
@@ -44,9 +50,12 @@ use tokio::sync::mpsc;
 use crate::config::Config;
 use crate::core::Core;
 use crate::lua::{HostSetup, Running, ScriptError};
+use crate::permissions::Permissions;
 use crate::providers::Providers;
 use crate::providers::replay::{Cassette, Recorder};
-use crate::residents::{Delivery, Lifecycle, Mail, MailError, ResidentInfo, Route, RouteEvent};
+use crate::residents::{
+    Delivery, Lifecycle, Mail, MailError, Observer, ResidentInfo, Route, RouteEvent,
+};
 use crate::store::Store;
 use crate::turn::ToolDef;
 
@@ -159,7 +168,35 @@ impl Runtime {
         args: Vec<String>,
         store: Arc<dyn Store>,
     ) -> Result<Program, EmbedError> {
-        self.launch(path.as_ref(), args, Some(store))
+        self.load_with(
+            path,
+            args,
+            Lend {
+                store: Some(store),
+                ..Lend::default()
+            },
+        )
+    }
+
+    /// [`Runtime::load`] with what `lend` lends the program: its store, an observer, a
+    /// channel for its deliveries, its permissions. What `lend` leaves out is as `load` has it.
+    pub fn load_with(
+        &self,
+        path: impl AsRef<Path>,
+        args: Vec<String>,
+        mut lend: Lend,
+    ) -> Result<Program, EmbedError> {
+        if lend.store.is_none() {
+            lend.store = self.store.clone();
+        }
+        let launch = Launch {
+            core: self.core.clone(),
+            tools: self.tools.clone(),
+            lend,
+            path: path.as_ref().to_path_buf(),
+            args,
+        };
+        launch.start()
     }
 
     fn launch(
@@ -168,15 +205,32 @@ impl Runtime {
         args: Vec<String>,
         store: Option<Arc<dyn Store>>,
     ) -> Result<Program, EmbedError> {
-        let launch = Launch {
-            core: self.core.clone(),
-            tools: self.tools.clone(),
-            store,
-            path: path.to_path_buf(),
+        self.load_with(
+            path,
             args,
-        };
-        launch.start()
+            Lend {
+                store,
+                ..Lend::default()
+            },
+        )
     }
+}
+
+/// What a host lends a program it loads ([`Runtime::load_with`]). The default lends nothing
+/// of its own: the runtime's store (else one in memory), no observer, deliveries read with
+/// [`Program::delivery`], every permission (as `colony run FILE` grants).
+#[derive(Clone, Default)]
+pub struct Lend {
+    /// The program's durable store (its state directory's, say).
+    pub store: Option<Arc<dyn Store>>,
+    /// Hears what the program's residents do (turns, tool calls as they end, model calls,
+    /// breaker transitions, route events), lent before any resident is hired.
+    pub observer: Option<Observer>,
+    /// Where what the residents hand to `deliver_to = "host"` goes; `None`: to
+    /// [`Program::delivery`].
+    pub deliveries: Option<mpsc::UnboundedSender<Delivery>>,
+    /// What the program may reach beyond colony's own calls; `None`: everything.
+    pub permissions: Option<Arc<Permissions>>,
 }
 
 /// What a program was started from, to start it again.
@@ -184,27 +238,37 @@ impl Runtime {
 struct Launch {
     core: Core,
     tools: Vec<ToolDef>,
-    store: Option<Arc<dyn Store>>,
+    lend: Lend,
     path: std::path::PathBuf,
     args: Vec<String>,
 }
 
 impl Launch {
     fn start(&self) -> Result<Program, EmbedError> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let host = HostSetup {
+        let (deliveries, own) = match &self.lend.deliveries {
+            Some(tx) => (tx.clone(), None),
+            None => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                (tx, Some(rx))
+            }
+        };
+        let mut host = HostSetup {
             tools: self.tools.clone(),
-            deliveries: Some(tx),
-            store: self.store.clone(),
+            deliveries: Some(deliveries),
+            store: self.lend.store.clone(),
             // The application mails in: the program's watch runs until it is stopped.
             mails_in: true,
+            observer: self.lend.observer.clone(),
             ..HostSetup::default()
         };
+        if let Some(p) = &self.lend.permissions {
+            host.permissions = p.clone();
+        }
         let running =
             crate::lua::start_file(self.core.clone(), &self.path, self.args.clone(), host)?;
         Ok(Program {
             running: Some(running),
-            deliveries: rx,
+            deliveries: own,
             launch: self.clone(),
         })
     }
@@ -213,7 +277,8 @@ impl Launch {
 /// A running program.
 pub struct Program {
     running: Option<Running>,
-    deliveries: mpsc::UnboundedReceiver<Delivery>,
+    /// Its deliveries, unless the host lent a channel of its own.
+    deliveries: Option<mpsc::UnboundedReceiver<Delivery>>,
     launch: Launch,
 }
 
@@ -264,9 +329,13 @@ impl Program {
     }
 
     /// The next reply or notice a resident handed to `deliver_to = "host"`; `None` once the
-    /// program has ended and every delivery was read.
+    /// program has ended and every delivery was read, and at once when the host lent a channel
+    /// of its own for them ([`Lend::deliveries`]).
     pub async fn delivery(&mut self) -> Option<Delivery> {
-        self.deliveries.recv().await
+        match &mut self.deliveries {
+            Some(rx) => rx.recv().await,
+            None => None,
+        }
     }
 
     /// Asks the program to stop, as `ai.stop(reason)` does: its `ai.watch` returns `reason`.

@@ -47,7 +47,8 @@
 //!   before the watch, the watch, sources, the stop, the grace), the `route` (table, nursery,
 //!   stop, settling when all is idle or blocked), each `resident`'s loop, outage path and blocked
 //!   state, `mail` and the mailbox, `persist` (the order of writes that makes a restart safe),
-//!   `supervision` (restart policies), `observe` (what residents do, for an observer outside).
+//!   `supervision` (restart policies), `observe` (what residents do, for an observer outside),
+//!   `breakers` (where each breaker of the program's model calls stands).
 //! - [`infer`]: inference middleware, the layers that serve one step of every turn around the
 //!   core: `Infer` (`DynInfer`/`SharedInfer` for stacks chosen at run time), `clock`, `retries`
 //!   (`with_retries`), `breaker` (`with_breaker`, its state and `BreakerStore`), `context`
@@ -59,7 +60,8 @@
 //! - [`permissions`]: what a program may reach beyond colony's own calls (`--allow-*`): hosts,
 //!   paths resolved before they are checked, processes, the environment.
 //! - [`serve`]: `colony serve`: programs as a service on one HTTP listener (control API,
-//!   events, metrics, dashboard); `host` is its one adapter to the program lifecycle.
+//!   events, metrics, dashboard); `host` is its one adapter to the program lifecycle (through
+//!   `embed`), `programs` the config's programs and their permissions.
 //! - [`lua`]: the Lua host. One VM per program on its own thread; each Lua module registers
 //!   itself from its own file and only translates between Lua values and the core. `bridge`: the
 //!   Lua side of the seam (`Script` for the VM); `convert`, `messages`, `files`: values both
@@ -79,7 +81,8 @@
 //!   Ctrl-C that cancels a call in flight); `colony`: colony's own commands, scripts, examples
 //!   and config.
 //! - [`embed`]: colony inside a Rust application: a `Runtime` with native tools, `Program`s to
-//!   mail, list, stop and restart through their `Lifecycle`.
+//!   mail, list, stop and restart through their `Lifecycle`; `Lend` for a host of several
+//!   programs (a store, an observer, a deliveries channel, permissions each).
 //! - [`shipped`]: the Lua front ends (`scripts/`) and example programs compiled into the binary.
 //! - [`cli`]: the `colony` command, one file per subcommand.
 //!

@@ -469,7 +469,7 @@ fn the_metrics_scrape_parses_and_counts_what_happened() {
     sb.write(
         "config.toml",
         &format!(
-            "{}\n[serve]\n[[serve.programs]]\nfile = \"{}\"\n[[serve.programs]]\nfile = \"{}\"\nargs = [\"{log}\"]\n",
+            "{}\n[serve]\n[[serve.programs]]\nfile = \"{}\"\n[[serve.programs]]\nfile = \"{}\"\nargs = [\"{log}\"]\nallow_write = [\"{log}\"]\n",
             config(&fake, GOOD_KEY),
             example("desk.lua"),
             example("pager.lua")
@@ -733,9 +733,10 @@ fn sigterm_with_a_tool_call_in_flight_finishes_it_and_exits_0() {
     sb.write(
         "config.toml",
         &format!(
-            "{}\n[serve]\n[[serve.programs]]\nfile = \"{}\"\nargs = [\"{}\", \"1500\"]\n",
+            "{}\n[serve]\n[[serve.programs]]\nfile = \"{}\"\nargs = [\"{}\", \"1500\"]\nallow_write = [\"{}\"]\n",
             config(&fake, GOOD_KEY),
             example("pager.lua"),
+            log.display(),
             log.display()
         ),
     );

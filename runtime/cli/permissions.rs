@@ -56,6 +56,15 @@ impl SandboxArgs {
         if self.allow_all || !restricted {
             return Permissions::all();
         }
+        self.granted(base)
+    }
+
+    /// The permissions these flags give where nothing is granted by default (`colony serve`):
+    /// only what they allow, paths resolved against `base`.
+    pub fn granted(&self, base: &Path) -> Permissions {
+        if self.allow_all {
+            return Permissions::all();
+        }
         Permissions {
             net: grant(self.allow_net.as_deref(), |h: &String| h.trim().is_empty()),
             read: grant(self.allow_read.as_deref(), |p: &PathBuf| {

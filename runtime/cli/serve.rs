@@ -14,13 +14,16 @@ use std::sync::Arc;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::{Cassettes, Failure, build_core};
-use crate::serve::{self, Guard, Launch, Service};
+use crate::serve::{self, Guard, Launch, Programs, Service};
 use crate::store::state_dir;
 
 /// Run programs as a service with an HTTP control API, metrics and a dashboard.
 ///
-/// With no FILE, the programs are the config's `[[serve.programs]]` (each with `file`, `args`
-/// and `state`). The token (`--token-file`, else COLONY_SERVE_TOKEN, else `[serve] token_file`)
+/// With no FILE, the programs are the config's `[[serve.programs]]` (each with `file`, `args`,
+/// `state` and what it may reach: `allow_net`, `allow_read`, `allow_write`, `allow_run`,
+/// `allow_env`, `allow_all`); SIGHUP starts those added and stops those removed. A program
+/// reaches nothing beyond model providers and configured MCP servers unless allowed (the
+/// --allow-* flags below, for the FILEs given). The token (`--token-file`, else COLONY_SERVE_TOKEN, else `[serve] token_file`)
 /// is asked of every request but /healthz and /readyz; it is required off loopback.
 #[derive(clap::Args)]
 pub struct Args {
@@ -36,6 +39,9 @@ pub struct Args {
     /// or Loki).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// What the FILEs given may reach (`colony serve` grants nothing else).
+    #[command(flatten)]
+    sandbox: super::permissions::SandboxArgs,
     /// The programs to run (each with its own Lua VM and state directory).
     files: Vec<PathBuf>,
 }
@@ -67,8 +73,13 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
              COLONY_SERVE_TOKEN) before listening on it"
         )));
     }
-    let launches = launches(&args, &settings)?;
-    let service = Service::new(core, launches);
+    let programs = programs(&args, &settings)?;
+    let service = Service::new(core, programs).map_err(|e| {
+        Failure::input(format!(
+            "colony serve: {}: {e}",
+            crate::config::path().display()
+        ))
+    })?;
     let guard = Guard::new(token);
     handle.block_on(serve_until_drained(service, guard, addr))
 }
@@ -103,36 +114,32 @@ fn token(args: &Args, configured: Option<&Path>) -> Result<Option<String>, Failu
 }
 
 /// The programs: the files given, else the config's.
-fn launches(args: &Args, settings: &crate::config::ServeConfig) -> Result<Vec<Launch>, Failure> {
-    let mut launches = Vec::new();
-    if args.files.is_empty() {
+fn programs(args: &Args, settings: &crate::config::ServeConfig) -> Result<Programs, Failure> {
+    let config_file = crate::config::path();
+    let (programs, launches) = if args.files.is_empty() {
         // Relative to the config file's folder, where they were written.
-        let base = crate::config::path()
+        let base = config_file
             .parent()
             .map(Path::to_path_buf)
             .unwrap_or_default();
-        for p in &settings.programs {
-            let file = base.join(&p.file);
-            let state = p
-                .state
-                .as_ref()
-                .map(|s| base.join(s))
-                .unwrap_or_else(|| state_dir::default_for(&file));
-            launches.push(Launch {
-                file,
-                args: p.args.clone(),
-                state,
-            });
-        }
+        let launches = serve::programs::from_config(settings, &base)
+            .map_err(|e| Failure::input(format!("colony serve: {}: {e}", config_file.display())))?;
+        (Programs::Config(base), launches)
     } else {
-        for file in &args.files {
-            launches.push(Launch {
+        let cwd = std::env::current_dir().unwrap_or_default();
+        let permissions = Arc::new(args.sandbox.granted(&cwd));
+        let launches: Vec<Launch> = args
+            .files
+            .iter()
+            .map(|file| Launch {
                 file: file.clone(),
                 args: Vec::new(),
                 state: state_dir::default_for(file),
-            });
-        }
-    }
+                permissions: permissions.clone(),
+            })
+            .collect();
+        (Programs::Files(launches.clone()), launches)
+    };
     if launches.is_empty() {
         return Err(Failure::input(
             "colony serve: no programs: name FILE.lua, or list [[serve.programs]] in the config",
@@ -146,7 +153,7 @@ fn launches(args: &Args, settings: &crate::config::ServeConfig) -> Result<Vec<La
             )));
         }
     }
-    Ok(launches)
+    Ok(programs)
 }
 
 async fn serve_until_drained(

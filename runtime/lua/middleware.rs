@@ -14,12 +14,11 @@ use super::bridge::{self, FnId, HandlerOutcome, LuaBridge};
 use super::convert::{check_fields, misuse};
 use crate::core::Core;
 use crate::infer::SharedInfer;
-use crate::infer::breaker::{BreakerPolicy, BreakerStore};
+use crate::infer::breaker::BreakerPolicy;
 use crate::infer::context::BeforeStep;
 use crate::infer::retries::RetryPolicy;
 use crate::infer::stack::{self, LayerSpec, TransitionHook};
-use crate::residents::persist::StoreBreaker;
-use crate::store::Store;
+use crate::residents::Route;
 
 /// One middleware layer, as a script made it.
 #[derive(Clone)]
@@ -181,13 +180,14 @@ pub fn read_layers(value: Value, who: &str) -> mlua::Result<Vec<Layer>> {
 }
 
 /// The stack `layers` make around `core`: the first layer outermost (see
-/// [`crate::infer::stack::build`]). A breaker keeps its state in `store` at `breaker_key`, and
-/// its `on_transition` runs on the VM, named for the breaker's owner.
+/// [`crate::infer::stack::build`]). A breaker keeps its state where `route` keeps the one at
+/// `breaker_key` (the program's store, and the route's view for a host), and its
+/// `on_transition` runs on the VM, named for the breaker's owner.
 pub fn build_stack(
     core: Core,
     layers: &[Layer],
     bridge: &LuaBridge,
-    store: Option<&Arc<dyn Store>>,
+    route: &Route,
     breaker_key: &str,
 ) -> SharedInfer {
     let who = format!("[{}] on_transition", stack::breaker_owner(breaker_key));
@@ -195,13 +195,11 @@ pub fn build_stack(
         .iter()
         .map(|layer| layer.spec(bridge, &who))
         .collect();
-    let breakers = store.map(|store| {
-        Arc::new(StoreBreaker {
-            store: store.clone(),
-            key: breaker_key.to_string(),
-        }) as Arc<dyn BreakerStore>
-    });
-    stack::build(Arc::new(core), &specs, breakers)
+    stack::build(
+        Arc::new(core),
+        &specs,
+        Some(route.breaker_store(breaker_key)),
+    )
 }
 
 impl Layer {

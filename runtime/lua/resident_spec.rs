@@ -187,11 +187,11 @@ pub(super) fn read_spawn(
         let mut d = defaults.0.borrow_mut();
         let layers = d.layers.clone();
         d.stack
-            .get_or_insert_with(|| build_stack(core, &layers, &bridge, route.store(), "ai/breaker"))
+            .get_or_insert_with(|| build_stack(core, &layers, &bridge, route, "ai/breaker"))
             .clone()
     } else {
         let key = format!("ai/breaker/{name}");
-        build_stack(core, &layers, &bridge, route.store(), &key)
+        build_stack(core, &layers, &bridge, route, &key)
     };
     let ask = own.under(&defaults.0.borrow().template);
     let spec = ResidentSpec {

@@ -198,14 +198,11 @@ async fn run_turn(
     // resident's do. A breaker's state is kept in the store (`ai/breaker/script`), so it
     // carries from one turn to the next.
     let stack = (!layers.is_empty()).then(|| {
-        let store = lua
-            .app_data_ref::<super::store::ProgramStore>()
-            .map(|s| s.0.clone());
         super::middleware::build_stack(
             core.clone(),
             &layers,
             &bridge,
-            store.as_ref(),
+            super::residents::lifecycle(lua).route(),
             "ai/breaker/script",
         )
     });

@@ -10,6 +10,7 @@
 //! - [`mail`]: mail, provenance, the mailbox (which is also the held backlog).
 //! - [`persist`]: what a resident writes to the store as its turns go (conversation, journal,
 //!   audit), in the order that makes a restart safe.
+//! - [`breakers`]: where each breaker of the program's model calls stands, for a host's view.
 //! - [`observe`]: what residents do, for an observer outside the program (turns, route events).
 //! - [`supervision`]: restart policies and the intensity limit, as in OTP.
 //! - The inference middleware the residents' turns go through is [`crate::infer`].
@@ -17,6 +18,7 @@
 //! A script reaches these through its host's translations (`ai.spawn`, `ai.mail`, `ai.watch`
 //! ...); the residents reach the script only through [`crate::script::Script`].
 
+pub mod breakers;
 pub mod lifecycle;
 pub mod mail;
 pub mod observe;

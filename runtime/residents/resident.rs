@@ -31,7 +31,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::mail::{Batch, HELD, Mailbox, Provenance, dropped_marker};
-use super::observe::{Observation, TurnReport};
+use super::observe::{Observation, ObservedHooks, Timed, TurnReport};
 use super::persist::ResidentHooks;
 use super::route::RouteEvent;
 use super::supervision::{Exit, Fault, RestartPolicy};
@@ -331,6 +331,10 @@ pub(crate) trait Host: Send + Sync {
     fn report(&self, event: RouteEvent);
     /// Tells the route's observer, if it has one, what happened.
     fn observe(&self, observation: Observation);
+    /// The route's observer, if it has one (to hand a turn's hooks and stack).
+    fn observer(&self) -> Option<&super::observe::Observer> {
+        None
+    }
 }
 
 /// The resident's outage, while it lasts.
@@ -451,6 +455,15 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
             ))
         });
         turn.hooks = hooks.clone().map(|h| h as Arc<dyn TurnHooks>);
+        // Someone looks on: each tool call is told as it ends, each model step as it answers.
+        let observer = host.observer();
+        if let Some(observer) = observer {
+            turn.hooks = Some(Arc::new(ObservedHooks {
+                ai: me.spec.name.clone(),
+                observer: observer.clone(),
+                inner: turn.hooks.take(),
+            }));
+        }
         let span = tracing::info_span!("resident", ai = %me.spec.name);
         host.observe(Observation::TurnStarted {
             ai: me.spec.name.clone(),
@@ -459,9 +472,23 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
         let began = Instant::now();
         let out: TurnOutcome = {
             use tracing::Instrument;
-            Box::pin(take_turn(host.core(), &*me.spec.stack, host.script(), turn))
-                .instrument(span)
-                .await
+            match observer {
+                Some(observer) => {
+                    let timed = Timed {
+                        ai: &me.spec.name,
+                        observer,
+                        inner: &*me.spec.stack,
+                    };
+                    Box::pin(take_turn(host.core(), &timed, host.script(), turn))
+                        .instrument(span)
+                        .await
+                }
+                None => {
+                    Box::pin(take_turn(host.core(), &*me.spec.stack, host.script(), turn))
+                        .instrument(span)
+                        .await
+                }
+            }
         };
         host.observe(Observation::TurnEnded(report(me, &out, &batch, began)));
         if let Some(error) = &out.error {

@@ -25,6 +25,7 @@ use futures::FutureExt;
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::AbortHandle;
 
+use super::breakers::{Breakers, Tracked};
 use super::mail::{Mail, MailError};
 use super::observe::{Observation, Observer};
 use super::resident::{Host, Resident, ResidentInfo, ResidentSpec, State, live};
@@ -133,6 +134,8 @@ struct Inner {
     grace: Mutex<Duration>,
     /// Who looks on from outside the program ([`Route::set_observer`]), if anyone.
     observer: OnceLock<Observer>,
+    /// Where each breaker of the residents' stacks stands ([`Route::breaker_store`]).
+    breakers: Arc<Breakers>,
 }
 
 impl Host for Inner {
@@ -168,6 +171,10 @@ impl Host for Inner {
         if let Some(observer) = self.observer.get() {
             let _ = observer.send(observation);
         }
+    }
+
+    fn observer(&self) -> Option<&Observer> {
+        self.observer.get()
     }
 }
 
@@ -218,6 +225,7 @@ impl Route {
                 settled: Mutex::new(None),
                 grace: Mutex::new(DEFAULT_GRACE),
                 observer: OnceLock::new(),
+                breakers: Arc::default(),
             }),
         }
     }
@@ -273,6 +281,26 @@ impl Route {
 
     pub fn store(&self) -> Option<&Arc<dyn Store>> {
         self.inner.store.as_ref()
+    }
+
+    /// Where the breaker kept under `key` ([`crate::infer::stack::breaker_key`]) keeps its
+    /// state: the route's store, and the route's view of it ([`Route::breaker_of`]), its
+    /// changes told to the observer. Build each stack's breaker with one (after the observer
+    /// is lent).
+    pub fn breaker_store(&self, key: &str) -> Arc<dyn crate::infer::breaker::BreakerStore> {
+        Arc::new(Tracked::new(
+            crate::infer::stack::breaker_owner(key),
+            key,
+            self.inner.store.as_ref(),
+            self.inner.breakers.clone(),
+            self.inner.observer.get().cloned(),
+        ))
+    }
+
+    /// Where the breaker resident `name`'s model calls go through stands (its own, else the
+    /// route's); `None`: none has been used for it.
+    pub fn breaker_of(&self, name: &str) -> Option<crate::infer::breaker::BreakerState> {
+        self.inner.breakers.of(name)
     }
 
     /// Registers `spec` and starts its task on the core's runtime. A resident that keeps its
@@ -425,6 +453,7 @@ impl Route {
         entry.resident.mailbox.close();
         entry.resident.set_state(State::Stopped);
         entry.task.abort();
+        self.inner.breakers.forget(name);
         self.report(RouteEvent::Gone { ai: name.into() });
         self.inner.check_all_gone();
         self.inner.quiet.notify_one();

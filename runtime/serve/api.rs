@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 use super::auth::refuse;
 use super::host::Hosted;
 use super::service::{Service, Slot};
+use crate::infer::breaker::{BreakerState, BreakerStatus};
 use crate::residents::{Mail, MailError, ResidentInfo};
 use crate::vocab::{Message, Part};
 
@@ -24,7 +25,7 @@ type Svc = State<Arc<Service>>;
 const PAGE_MAX: usize = 1000;
 
 pub async fn programs(State(s): Svc) -> Response {
-    let list: Vec<Value> = s.programs().map(|p| p.view()).collect();
+    let list: Vec<Value> = s.programs().iter().map(|p| p.view()).collect();
     Json(json!({ "programs": list })).into_response()
 }
 
@@ -104,6 +105,24 @@ fn resident_view(s: &Service, slot: &Slot, hosted: &Hosted, r: &ResidentInfo) ->
         "turns": tally.turns,
         "blocked_by": r.error,
         "last_error": tally.last_error,
+        "breaker": hosted.breaker(&r.name).map(|b| breaker_view(&b)),
+    })
+}
+
+/// A breaker as the API shows it: its status, failures, when it last changed and, open, when
+/// the next probe may go (wall-clock ms, and how long from now).
+pub fn breaker_view(b: &BreakerState) -> Value {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let next = b.next_probe_ms.filter(|_| b.status == BreakerStatus::Open);
+    json!({
+        "status": b.status,
+        "failures": b.failures,
+        "since_ms": b.since_ms,
+        "next_probe_ms": next,
+        "next_probe_in_ms": next.map(|t| t.saturating_sub(now)),
+        "last_error": b.last_error.as_deref().map(crate::secrets::redact),
     })
 }
 
@@ -313,7 +332,7 @@ pub async fn dismiss(State(s): Svc, Path((p, name)): Path<(String, String)>) -> 
 }
 
 pub async fn restart(State(s): Svc, Path(p): Path<String>) -> Response {
-    let Some(slot) = s.program(&p).cloned() else {
+    let Some(slot) = s.program(&p) else {
         return no_program(&p);
     };
     if s.draining() {
@@ -328,7 +347,7 @@ pub async fn restart(State(s): Svc, Path(p): Path<String>) -> Response {
 }
 
 pub async fn stop(State(s): Svc, Path(p): Path<String>) -> Response {
-    let Some(slot) = s.program(&p).cloned() else {
+    let Some(slot) = s.program(&p) else {
         return no_program(&p);
     };
     s.stop(&slot, "stopped through the API").await;
@@ -348,7 +367,7 @@ pub async fn healthz() -> Response {
 }
 
 pub async fn readyz(State(s): Svc) -> Response {
-    let programs: Vec<Value> = s.programs().map(|p| p.view()).collect();
+    let programs: Vec<Value> = s.programs().iter().map(|p| p.view()).collect();
     let status = if s.ready() && !s.draining() {
         StatusCode::OK
     } else {
@@ -374,7 +393,7 @@ fn running(s: &Service, p: &str) -> Result<(Arc<Slot>, Arc<Hosted>), Box<Respons
         return Err(Box::new(no_program(p)));
     };
     match slot.hosted() {
-        Some(h) => Ok((slot.clone(), h)),
+        Some(h) => Ok((slot, h)),
         None => Err(Box::new(refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             "not_running",

@@ -9,7 +9,13 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::infer::breaker::{BreakerState, BreakerStatus};
 use crate::residents::{ResidentInfo, TurnReport};
+use crate::turn::ToolEvent;
 
 /// The content type of a scrape.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -38,6 +44,20 @@ struct Program {
     program: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BreakerIn {
+    program: String,
+    resident: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModelOutcome {
+    program: String,
+    resident: String,
+    outcome: String,
+}
+
 type Latency = Family<Who, Histogram, fn() -> Histogram>;
 
 fn latency() -> Histogram {
@@ -56,8 +76,12 @@ pub struct Metrics {
     tokens_in: Family<Who, Counter>,
     tokens_out: Family<Who, Counter>,
     tool_calls: Family<ToolOutcome, Counter>,
+    model_calls: Family<ModelOutcome, Counter>,
     model_seconds: Latency,
     tool_seconds: Latency,
+    /// Every resident labelled so far, with the tool outcome kinds seen for it: what to remove
+    /// when it is dismissed or its program leaves.
+    known: Arc<Mutex<HashMap<Who, HashSet<&'static str>>>>,
 }
 
 impl Default for Metrics {
@@ -71,8 +95,10 @@ impl Default for Metrics {
             tokens_in: Family::default(),
             tokens_out: Family::default(),
             tool_calls: Family::default(),
+            model_calls: Family::default(),
             model_seconds: Family::new_with_constructor(latency),
             tool_seconds: Family::new_with_constructor(latency),
+            known: Arc::default(),
         }
     }
 }
@@ -82,6 +108,8 @@ pub struct ProgramNow<'a> {
     pub program: &'a str,
     pub up: bool,
     pub residents: &'a [ResidentInfo],
+    /// Each resident's breaker, in the order of `residents` (`None`: it has none in use).
+    pub breakers: &'a [Option<BreakerState>],
 }
 
 fn who(program: &str, resident: &str) -> Who {
@@ -92,16 +120,121 @@ fn who(program: &str, resident: &str) -> Who {
 }
 
 impl Metrics {
-    /// A mail the API accepted for `resident`.
-    pub fn accepted(&self, program: &str, resident: &str) {
-        self.mails_accepted
-            .get_or_create(&who(program, resident))
-            .inc();
+    fn know(&self, w: &Who, kind: Option<&'static str>) {
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let kinds = match known.get_mut(w) {
+            Some(k) => k,
+            None => known.entry(w.clone()).or_default(),
+        };
+        if let Some(kind) = kind {
+            kinds.insert(kind);
+        }
     }
 
-    /// A turn that ended.
+    /// A mail the API accepted for `resident`.
+    pub fn accepted(&self, program: &str, resident: &str) {
+        let w = who(program, resident);
+        self.know(&w, None);
+        self.mails_accepted.get_or_create(&w).inc();
+    }
+
+    /// A tool call that ended, as it did.
+    pub fn tool_call(&self, program: &str, resident: &str, call: &ToolEvent) {
+        let w = who(program, resident);
+        let kind = call.kind.as_str();
+        self.know(&w, Some(kind));
+        self.tool_calls
+            .get_or_create(&ToolOutcome {
+                program: program.to_string(),
+                resident: resident.to_string(),
+                kind: kind.to_string(),
+            })
+            .inc();
+        self.tool_seconds
+            .get_or_create(&w)
+            .observe(call.duration.as_secs_f64());
+    }
+
+    /// A model step that ended: its own time, and whether it answered.
+    pub fn model_call(&self, program: &str, resident: &str, took: Duration, ok: bool) {
+        let w = who(program, resident);
+        self.know(&w, None);
+        self.model_calls
+            .get_or_create(&ModelOutcome {
+                program: program.to_string(),
+                resident: resident.to_string(),
+                outcome: if ok { "ok" } else { "error" }.to_string(),
+            })
+            .inc();
+        self.model_seconds
+            .get_or_create(&w)
+            .observe(took.as_secs_f64());
+    }
+
+    /// Removes every series labelled with `resident` of `program` (it was dismissed).
+    pub fn forget(&self, program: &str, resident: &str) {
+        let w = who(program, resident);
+        let kinds = self
+            .known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&w);
+        self.remove(&w, kinds.unwrap_or_default());
+    }
+
+    /// Removes every series of `program` (it left the config).
+    pub fn forget_program(&self, program: &str) {
+        let gone: Vec<(Who, HashSet<&'static str>)> = {
+            let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+            let names: Vec<Who> = known
+                .keys()
+                .filter(|w| w.program == program)
+                .cloned()
+                .collect();
+            names
+                .into_iter()
+                .filter_map(|w| known.remove_entry(&w))
+                .collect()
+        };
+        for (w, kinds) in gone {
+            self.remove(&w, kinds);
+        }
+    }
+
+    fn remove(&self, w: &Who, kinds: HashSet<&'static str>) {
+        for family in [
+            &self.mails_accepted,
+            &self.mails_served,
+            &self.turns,
+            &self.turn_errors,
+            &self.steps,
+            &self.tokens_in,
+            &self.tokens_out,
+        ] {
+            family.remove(w);
+        }
+        self.model_seconds.remove(w);
+        self.tool_seconds.remove(w);
+        for outcome in ["ok", "error"] {
+            self.model_calls.remove(&ModelOutcome {
+                program: w.program.clone(),
+                resident: w.resident.clone(),
+                outcome: outcome.to_string(),
+            });
+        }
+        for kind in kinds {
+            self.tool_calls.remove(&ToolOutcome {
+                program: w.program.clone(),
+                resident: w.resident.clone(),
+                kind: kind.to_string(),
+            });
+        }
+    }
+
+    /// A turn that ended (its tool calls and model steps were counted as they ended).
     pub fn turn(&self, program: &str, t: &TurnReport) {
         let w = who(program, &t.ai);
+        self.know(&w, None);
         self.turns.get_or_create(&w).inc();
         if t.error.is_some() {
             self.turn_errors.get_or_create(&w).inc();
@@ -110,26 +243,6 @@ impl Metrics {
         self.steps.get_or_create(&w).inc_by(u64::from(t.steps));
         self.tokens_in.get_or_create(&w).inc_by(t.usage.input);
         self.tokens_out.get_or_create(&w).inc_by(t.usage.output);
-        if t.steps > 0 {
-            // Each step is one model call: the turn's time outside tools, shared among them.
-            let per_call = t.model_time.as_secs_f64() / f64::from(t.steps);
-            let h = self.model_seconds.get_or_create(&w);
-            for _ in 0..t.steps {
-                h.observe(per_call);
-            }
-        }
-        for call in &t.tool_calls {
-            self.tool_calls
-                .get_or_create(&ToolOutcome {
-                    program: program.to_string(),
-                    resident: t.ai.clone(),
-                    kind: call.kind.as_str().to_string(),
-                })
-                .inc();
-            self.tool_seconds
-                .get_or_create(&w)
-                .observe(call.duration.as_secs_f64());
-        }
     }
 
     /// The scrape: the counters, then the gauges of `now`.
@@ -160,8 +273,13 @@ impl Metrics {
             self.tool_calls.clone(),
         );
         registry.register(
+            "model_calls",
+            "Model steps, by whether they answered (a step an open breaker refused is not one)",
+            self.model_calls.clone(),
+        );
+        registry.register(
             "model_call_seconds",
-            "Time of a model call (a turn's time outside its tools, per step)",
+            "Time of each model step (its retries included)",
             self.model_seconds.clone(),
         );
         registry.register(
@@ -175,6 +293,8 @@ impl Metrics {
         let dropped = Family::<Who, Gauge>::default();
         let refused = Family::<Who, Gauge>::default();
         let restarts = Family::<Who, Gauge>::default();
+        let breaker = Family::<BreakerIn, Gauge>::default();
+        let next_probe = Family::<Who, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         for p in now {
             let program = p.program.to_string();
             up.get_or_create(&Program {
@@ -189,7 +309,7 @@ impl Metrics {
                     })
                     .set(0);
             }
-            for r in p.residents {
+            for (i, r) in p.residents.iter().enumerate() {
                 by_state
                     .get_or_create(&InState {
                         program: program.clone(),
@@ -201,6 +321,26 @@ impl Metrics {
                 dropped.get_or_create(&w).set(r.dropped as i64);
                 refused.get_or_create(&w).set(r.refused as i64);
                 restarts.get_or_create(&w).set(i64::from(r.restarts));
+                if let Some(Some(b)) = p.breakers.get(i) {
+                    for status in [
+                        BreakerStatus::Closed,
+                        BreakerStatus::Open,
+                        BreakerStatus::HalfOpen,
+                    ] {
+                        breaker
+                            .get_or_create(&BreakerIn {
+                                program: program.clone(),
+                                resident: r.name.clone(),
+                                state: status.as_str().to_string(),
+                            })
+                            .set(i64::from(b.status == status));
+                    }
+                    if b.status == BreakerStatus::Open
+                        && let Some(at) = b.next_probe_ms
+                    {
+                        next_probe.get_or_create(&w).set(at as f64 / 1000.0);
+                    }
+                }
             }
         }
         registry.register("program_up", "1 while the program runs", up);
@@ -217,6 +357,17 @@ impl Metrics {
             refused,
         );
         registry.register("restarts", "Times a resident was restarted", restarts);
+        registry.register(
+            "breaker_state",
+            "1 for the state the breaker of a resident's model calls is in (its own, else the \
+             route's)",
+            breaker,
+        );
+        registry.register(
+            "breaker_next_probe_timestamp_seconds",
+            "When an open breaker's next probe may go (Unix time)",
+            next_probe,
+        );
         let mut text = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
         text

@@ -1,12 +1,14 @@
 //! `colony serve`: resident programs as a long-running service, on one HTTP listener.
 //!
-//! - [`host`]: the one adapter to how a program is started and driven (its Lua thread, route
-//!   and state directory); nothing else here names those.
+//! - [`host`]: the one adapter to how a program is started and driven (through
+//!   [`crate::embed`], the lifecycle `colony run` shares, and its state directory); nothing
+//!   else here names those.
 //! - [`service`]: the programs hosted (each in a slot that outlives its runs), what their
 //!   residents are observed doing, restart, reload (SIGHUP) and drain (SIGTERM).
 //! - [`api`]: the JSON control API under `/api`, the health endpoints and the scrape.
 //! - [`events`]: Server-Sent Events with a bounded replay buffer for `Last-Event-ID`.
 //! - [`metrics`]: the Prometheus text format of counters, histograms and gauges.
+//! - [`programs`]: the config's `[[serve.programs]]`, with each program's permissions.
 //! - [`auth`]: the bearer token and the `Origin` rule.
 //! - [`dashboard`]: the page at `/`, compiled in.
 
@@ -16,6 +18,7 @@ pub mod dashboard;
 pub mod events;
 pub mod host;
 pub mod metrics;
+pub mod programs;
 pub mod service;
 
 use std::sync::Arc;
@@ -27,7 +30,7 @@ use tower_http::limit::RequestBodyLimitLayer;
 
 pub use auth::Guard;
 pub use host::Launch;
-pub use service::Service;
+pub use service::{Programs, Service};
 
 /// The largest request body the service reads (a mail with its files, base64).
 pub const BODY_LIMIT: usize = 8 * 1024 * 1024;

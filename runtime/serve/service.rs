@@ -3,9 +3,9 @@
 //! doing (turned into [`Events`] and [`Metrics`]), and the drain.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use dashmap::DashMap;
@@ -18,6 +18,8 @@ use super::events::Events;
 use super::host::{self, Hosted, Launch};
 use super::metrics::{Metrics, ProgramNow};
 use crate::core::Core;
+use crate::embed::Runtime;
+use crate::infer::breaker::BreakerState;
 use crate::residents::{Delivery, DeliveryKind, Observation, RouteEvent};
 use crate::turn::TurnError;
 
@@ -40,7 +42,8 @@ pub enum Phase {
 /// One hosted program, across its runs.
 pub struct Slot {
     pub name: String,
-    pub launch: Launch,
+    /// What it is started from (SIGHUP may change it: a config entry edited).
+    launch: Mutex<Launch>,
     now: Mutex<Now>,
     /// Runs ended so far (a restart waits for the one it stopped).
     ended: watch::Sender<u64>,
@@ -77,60 +80,53 @@ struct IdMemory {
     order: VecDeque<MailKey>,
 }
 
+/// Where the service's programs come from.
+#[derive(Debug, Clone)]
+pub enum Programs {
+    /// The files named on the command line: SIGHUP restarts those that changed.
+    Files(Vec<Launch>),
+    /// The config's `[[serve.programs]]`, paths relative to this folder: SIGHUP also starts
+    /// the programs added and stops those removed.
+    Config(PathBuf),
+}
+
 /// The service.
 pub struct Service {
     core: Core,
+    /// What loads each program: the same lifecycle as `colony run` and an embedding application.
+    runtime: Runtime,
     pub events: Arc<Events>,
     pub metrics: Metrics,
-    programs: BTreeMap<String, Arc<Slot>>,
+    programs: RwLock<BTreeMap<String, Arc<Slot>>>,
+    from_config: Option<PathBuf>,
     draining: AtomicBool,
     ids: Mutex<IdMemory>,
     tallies: DashMap<(String, String), Tally>,
 }
 
 impl Service {
-    /// A service for `launches` (named by file stem; a second of the same stem gets `-2`).
-    pub fn new(core: Core, launches: Vec<Launch>) -> Arc<Service> {
-        let mut programs = BTreeMap::new();
-        for launch in launches {
-            let stem = launch
-                .file
-                .file_stem()
-                .map(|s| s.to_string_lossy().into_owned())
-                .unwrap_or_else(|| "program".into());
-            let mut name = stem.clone();
-            let mut n = 2;
-            while programs.contains_key(&name) {
-                name = format!("{stem}-{n}");
-                n += 1;
-            }
-            programs.insert(
-                name.clone(),
-                Arc::new(Slot {
-                    name,
-                    launch,
-                    now: Mutex::new(Now {
-                        phase: Phase::Starting,
-                        error: None,
-                        reason: None,
-                        hosted: None,
-                        runs: 0,
-                        hash: None,
-                    }),
-                    ended: watch::Sender::new(0),
-                    ops: tokio::sync::Mutex::new(()),
-                }),
-            );
+    /// A service for `programs` (named by file stem; a second of the same stem gets `-2`).
+    /// `Err`: the config's entries are wrong.
+    pub fn new(core: Core, programs: Programs) -> Result<Arc<Service>, String> {
+        let (launches, from_config) = match programs {
+            Programs::Files(launches) => (launches, None),
+            Programs::Config(base) => (config_launches(&core, &base)?, Some(base)),
+        };
+        let mut slots = BTreeMap::new();
+        for (name, launch) in named(launches) {
+            slots.insert(name.clone(), Arc::new(Slot::new(name, launch)));
         }
-        Arc::new(Service {
+        Ok(Arc::new(Service {
+            runtime: Runtime::new(core.clone()),
             core,
             events: Arc::new(Events::default()),
             metrics: Metrics::default(),
-            programs,
+            programs: RwLock::new(slots),
+            from_config,
             draining: AtomicBool::new(false),
             ids: Mutex::new(IdMemory::default()),
             tallies: DashMap::new(),
-        })
+        }))
     }
 
     pub fn core(&self) -> &Core {
@@ -139,17 +135,18 @@ impl Service {
 
     /// Starts every program; one that fails to start shows as failed.
     pub fn start_all(self: &Arc<Self>) {
-        for slot in self.programs.values() {
-            self.start(slot);
+        for slot in self.programs() {
+            self.start(&slot);
         }
     }
 
-    pub fn programs(&self) -> impl Iterator<Item = &Arc<Slot>> {
-        self.programs.values()
+    /// The programs, in name order.
+    pub fn programs(&self) -> Vec<Arc<Slot>> {
+        read(&self.programs).values().cloned().collect()
     }
 
-    pub fn program(&self, name: &str) -> Option<&Arc<Slot>> {
-        self.programs.get(name)
+    pub fn program(&self, name: &str) -> Option<Arc<Slot>> {
+        read(&self.programs).get(name).cloned()
     }
 
     pub fn draining(&self) -> bool {
@@ -158,7 +155,7 @@ impl Service {
 
     /// Every program's route is open and none has failed or stopped.
     pub fn ready(&self) -> bool {
-        self.programs.values().all(|s| {
+        self.programs().iter().all(|s| {
             let now = s.lock();
             now.phase == Phase::Running && now.hosted.as_ref().is_some_and(|h| h.is_open())
         })
@@ -199,24 +196,35 @@ impl Service {
 
     /// The gauges' view of every program now, and the scrape.
     pub fn scrape(&self) -> String {
-        let snapshots: Vec<(String, bool, Vec<crate::residents::ResidentInfo>)> = self
-            .programs
-            .values()
+        type Snapshot = (
+            String,
+            bool,
+            Vec<crate::residents::ResidentInfo>,
+            Vec<Option<BreakerState>>,
+        );
+        let snapshots: Vec<Snapshot> = self
+            .programs()
+            .iter()
             .map(|s| {
                 let (up, hosted) = {
                     let now = s.lock();
                     (now.phase == Phase::Running, now.hosted.clone())
                 };
-                let residents = hosted.map(|h| h.residents()).unwrap_or_default();
-                (s.name.clone(), up, residents)
+                let residents = hosted.as_ref().map(|h| h.residents()).unwrap_or_default();
+                let breakers = residents
+                    .iter()
+                    .map(|r| hosted.as_ref().and_then(|h| h.breaker(&r.name)))
+                    .collect();
+                (s.name.clone(), up, residents, breakers)
             })
             .collect();
         let now: Vec<ProgramNow<'_>> = snapshots
             .iter()
-            .map(|(program, up, residents)| ProgramNow {
+            .map(|(program, up, residents, breakers)| ProgramNow {
                 program,
                 up: *up,
                 residents,
+                breakers,
             })
             .collect();
         self.metrics.encode(&now)
@@ -226,11 +234,12 @@ impl Service {
     fn start(self: &Arc<Self>, slot: &Arc<Slot>) {
         let (observer, observations) = mpsc::unbounded_channel();
         let (deliveries_tx, deliveries) = mpsc::unbounded_channel();
-        let hash = file_hash(&slot.launch.file);
+        let launch = slot.launch();
+        let hash = file_hash(&launch.file);
         // A run that just ended may still be letting go of the state directory's lock.
         let mut started = host::start(
-            self.core.clone(),
-            &slot.launch,
+            &self.runtime,
+            &launch,
             observer.clone(),
             deliveries_tx.clone(),
         );
@@ -239,8 +248,8 @@ impl Service {
                 Err(e) if e.contains("locked") || e.contains("in use") => {
                     std::thread::sleep(Duration::from_millis(100));
                     started = host::start(
-                        self.core.clone(),
-                        &slot.launch,
+                        &self.runtime,
+                        &launch,
                         observer.clone(),
                         deliveries_tx.clone(),
                     );
@@ -309,12 +318,49 @@ impl Service {
             .publish("program_restarted", json!({ "program": slot.name }));
     }
 
-    /// SIGHUP: the config file is read again, blocked residents try again, and programs whose
-    /// file changed since their run started are restarted.
+    /// SIGHUP: the config file is read again, blocked residents try again, programs whose
+    /// file changed since their run started are restarted; with the programs from the config,
+    /// those added start, those removed stop (and leave), those whose entry changed restart.
     pub async fn reload(self: &Arc<Self>) {
         self.core.reload_config();
+        let mut added = Vec::new();
+        let mut removed = Vec::new();
+        let mut changed = HashSet::new();
+        if let Some(base) = &self.from_config {
+            match config_launches(&self.core, base) {
+                Err(e) => tracing::error!("the config's programs stay as they were: {e}"),
+                Ok(launches) => {
+                    let wanted: BTreeMap<String, Launch> = named(launches).into_iter().collect();
+                    for slot in self.programs() {
+                        match wanted.get(&slot.name) {
+                            None => removed.push(slot),
+                            Some(l) if !same(l, &slot.launch()) => {
+                                slot.set_launch(l.clone());
+                                changed.insert(slot.name.clone());
+                            }
+                            Some(_) => {}
+                        }
+                    }
+                    let have = read(&self.programs).keys().cloned().collect::<HashSet<_>>();
+                    for (name, launch) in wanted {
+                        if !have.contains(&name) {
+                            added.push(Arc::new(Slot::new(name, launch)));
+                        }
+                    }
+                }
+            }
+        }
+        for slot in &removed {
+            tracing::info!(program = %slot.name, "no longer in the config: stopping");
+            self.stop(slot, "removed from the config").await;
+            write(&self.programs).remove(&slot.name);
+            self.metrics.forget_program(&slot.name);
+            self.tallies.retain(|(p, _), _| p != &slot.name);
+            self.events
+                .publish("program_removed", json!({ "program": slot.name }));
+        }
         let mut unblocked = 0;
-        for slot in self.programs.values() {
+        for slot in self.programs() {
             let (hosted, hash) = {
                 let now = slot.lock();
                 (now.hosted.clone(), now.hash.clone())
@@ -322,10 +368,22 @@ impl Service {
             if let Some(h) = &hosted {
                 unblocked += h.unblock_all();
             }
-            if hash != file_hash(&slot.launch.file) {
+            if changed.contains(&slot.name) {
+                tracing::info!(program = %slot.name, "its entry in the config changed: restarting");
+                self.restart(&slot).await;
+            } else if hash != file_hash(&slot.launch().file) {
                 tracing::info!(program = %slot.name, "its file changed: restarting");
-                self.restart(slot).await;
+                self.restart(&slot).await;
             }
+        }
+        for slot in added {
+            tracing::info!(program = %slot.name, "new in the config: starting");
+            write(&self.programs).insert(slot.name.clone(), slot.clone());
+            let me = self.clone();
+            let s = slot.clone();
+            let _ = tokio::task::spawn_blocking(move || me.start(&s)).await;
+            self.events
+                .publish("program_added", json!({ "program": slot.name }));
         }
         tracing::info!(unblocked, "reloaded");
         self.events
@@ -336,13 +394,43 @@ impl Service {
     /// once all have ended.
     pub async fn drain(&self, reason: &str) {
         self.draining.store(true, Ordering::Release);
-        let stops = self.programs.values().map(|s| self.stop(s, reason));
+        let programs = self.programs();
+        let stops = programs.iter().map(|s| self.stop(s, reason));
         futures::future::join_all(stops).await;
         self.events.close();
     }
 }
 
 impl Slot {
+    fn new(name: String, launch: Launch) -> Slot {
+        Slot {
+            name,
+            launch: Mutex::new(launch),
+            now: Mutex::new(Now {
+                phase: Phase::Starting,
+                error: None,
+                reason: None,
+                hosted: None,
+                runs: 0,
+                hash: None,
+            }),
+            ended: watch::Sender::new(0),
+            ops: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// What its next run starts from.
+    pub fn launch(&self) -> Launch {
+        self.launch
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_launch(&self, launch: Launch) {
+        *self.launch.lock().unwrap_or_else(|e| e.into_inner()) = launch;
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Now> {
         self.now.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -367,7 +455,7 @@ impl Slot {
         let residents = hosted.as_ref().map_or(0, |h| h.residents().len());
         json!({
             "name": self.name,
-            "file": self.launch.file.display().to_string(),
+            "file": self.launch().file.display().to_string(),
             "state": phase,
             "error": error,
             "stop_reason": reason,
@@ -461,19 +549,6 @@ async fn observe(
                         tally.last_error = t.error.clone();
                     }
                 }
-                for call in &t.tool_calls {
-                    service.events.publish(
-                        "tool_call",
-                        json!({
-                            "program": program,
-                            "resident": t.ai,
-                            "tool": call.name,
-                            "kind": call.kind,
-                            "step": call.step,
-                            "duration_ms": call.duration.as_secs_f64() * 1000.0,
-                        }),
-                    );
-                }
                 service.events.publish(
                     "turn_ended",
                     json!({
@@ -488,6 +563,45 @@ async fn observe(
                         "duration_ms": t.duration.as_secs_f64() * 1000.0,
                     }),
                 );
+            }
+            Observation::ToolCallEnded { ai, call } => {
+                service.metrics.tool_call(&program, &ai, &call);
+                service.events.publish(
+                    "tool_call",
+                    json!({
+                        "program": program,
+                        "resident": ai,
+                        "tool": call.name,
+                        "call_id": call.call_id,
+                        "kind": call.kind,
+                        "step": call.step,
+                        "duration_ms": call.duration.as_secs_f64() * 1000.0,
+                    }),
+                );
+            }
+            Observation::ModelCall { ai, duration, ok } => {
+                service.metrics.model_call(&program, &ai, duration, ok);
+            }
+            Observation::Breaker { owner, from, state } => {
+                service.events.publish(
+                    "breaker",
+                    json!({
+                        "program": program,
+                        // A resident's own breaker, `route` (shared) or `script`.
+                        "owner": owner,
+                        "from": from,
+                        "to": state.status,
+                        "breaker": super::api::breaker_view(&state),
+                    }),
+                );
+            }
+            Observation::Route(RouteEvent::Gone { ai }) => {
+                // Dismissed or failed: its series and tallies leave with it.
+                service.metrics.forget(&program, &ai);
+                service.tallies.remove(&(program.clone(), ai.clone()));
+                service
+                    .events
+                    .publish("gone", json!({ "program": program, "resident": ai }));
             }
             Observation::Route(event) => {
                 let (kind, data) = match event {
@@ -548,4 +662,45 @@ fn file_hash(path: &Path) -> Option<Vec<u8>> {
     std::fs::read(path)
         .ok()
         .map(|bytes| Sha256::digest(&bytes).to_vec())
+}
+
+/// The config's programs now.
+fn config_launches(core: &Core, base: &Path) -> Result<Vec<Launch>, String> {
+    let settings = core.config().serve.clone().unwrap_or_default();
+    super::programs::from_config(&settings, base)
+}
+
+/// Each launch with its name: its file's stem, `-2`, `-3` ... after the first of a stem.
+fn named(launches: Vec<Launch>) -> Vec<(String, Launch)> {
+    let mut taken = HashSet::new();
+    let mut out = Vec::new();
+    for launch in launches {
+        let stem = launch
+            .file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "program".into());
+        let mut name = stem.clone();
+        let mut n = 2;
+        while taken.contains(&name) {
+            name = format!("{stem}-{n}");
+            n += 1;
+        }
+        taken.insert(name.clone());
+        out.push((name, launch));
+    }
+    out
+}
+
+/// Whether two launches start the same program the same way.
+fn same(a: &Launch, b: &Launch) -> bool {
+    a.file == b.file && a.args == b.args && a.state == b.state && a.permissions == b.permissions
+}
+
+fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
 }

@@ -1,0 +1,435 @@
+//! `colony serve` as an operator runs it, through the binary against the fake provider: what
+//! each program may reach (denied by default, granted per program in the config or by flags),
+//! the breaker of a resident's model calls in the API, the events and the scrape, tool calls
+//! told as they end (not at the turn's end), and SIGHUP starting the programs added to the
+//! config and stopping those removed.
+
+mod support;
+
+use serde_json::{Value, json};
+use support::fake::{FakeProvider, Reply};
+use support::script::Sandbox;
+use support::serve::Served;
+
+const KEY: &str = "test-key-good-0123456789";
+
+fn config(fake: &FakeProvider) -> String {
+    format!(
+        "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\nkey = \"{KEY}\"\nbase_url = \"{}\"\n",
+        fake.base_url("openai")
+    )
+}
+
+fn wait_ready(served: &Served) {
+    support::serve::eventually("the service never became ready", || {
+        served.get("/readyz").status == 200
+    });
+}
+
+/// The role and text of the last message of a model call.
+fn last(body: &Value) -> (String, String) {
+    let m = body["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .cloned()
+        .unwrap_or_default();
+    (
+        m["role"].as_str().unwrap_or_default().to_string(),
+        m["content"].as_str().unwrap_or_default().to_string(),
+    )
+}
+
+/// A program whose one tool writes the file it is given as `arg[1]`.
+const WRITER: &str = r#"
+local target = arg[1]
+local save = ai.tool{
+  name = "save",
+  description = "Saves a note",
+  parameters = { text = "string" },
+  handler = function(args)
+    fs.write(target, args.text)
+    return "saved"
+  end,
+}
+ai.spawn{ name = "writer", tools = { save }, deliver_to = "host" }
+ai.watch{}
+"#;
+
+/// Calls `save` for a mail, then answers with the tool's result as it read it.
+fn save_then_say(fake: &FakeProvider) {
+    fake.set_responder(|body, _| {
+        let (role, text) = last(body);
+        if role == "user" {
+            Reply::tool_call("c1", "save", json!({ "text": "a note" }))
+        } else {
+            Reply::text(format!("tool said: {text}"))
+        }
+    });
+}
+
+#[test]
+fn a_program_reaches_only_what_its_entry_in_the_config_allows() {
+    let fake = FakeProvider::start();
+    save_then_say(&fake);
+    let sb = Sandbox::new();
+    let file = sb.write("writer.lua", WRITER);
+    let denied = sb.path("denied.txt");
+    let allowed = sb.path("allowed.txt");
+    sb.write(
+        "config.toml",
+        &format!(
+            "{}\n[serve]\n[[serve.programs]]\nfile = \"{f}\"\nargs = [\"{d}\"]\nstate = \"one\"\n\
+             [[serve.programs]]\nfile = \"{f}\"\nargs = [\"{a}\"]\nstate = \"two\"\nallow_write = [\"{a}\"]\n",
+            config(&fake),
+            f = file.display(),
+            d = denied.display(),
+            a = allowed.display(),
+        ),
+    );
+    let served = Served::start(&sb, &[]);
+    wait_ready(&served);
+    let events = served.events(None);
+    // The same file twice: the second is named `writer-2`.
+    for program in ["writer", "writer-2"] {
+        let m = served.mail(program, json!({ "to": "writer", "content": "note this" }));
+        assert_eq!(m.status, 202, "{}", m.text);
+        let (d, _) = events.until("a delivery", |e| {
+            e.kind == "delivery" && e.data["program"] == program
+        });
+        let text = d.data["text"].as_str().unwrap_or_default().to_string();
+        if program == "writer" {
+            // Nothing granted: the tool's write is refused, naming the flag that grants it.
+            assert!(
+                text.contains(&format!(
+                    "fs.write: writing {} needs --allow-write={}",
+                    denied.display(),
+                    denied.display()
+                )),
+                "{text}"
+            );
+        } else {
+            assert_eq!(text, "tool said: saved");
+        }
+    }
+    assert!(!denied.exists());
+    assert_eq!(std::fs::read_to_string(&allowed).unwrap(), "a note");
+}
+
+#[test]
+fn the_files_given_reach_what_the_flags_allow_and_nothing_without_them() {
+    let fake = FakeProvider::start();
+    save_then_say(&fake);
+    let sb = Sandbox::new();
+    // Relative to the script's folder, as `fs` reads it.
+    let file = sb.write("writer.lua", &WRITER.replace("arg[1]", "\"out.txt\""));
+    sb.write("config.toml", &config(&fake));
+    let out = sb.path("out.txt");
+    let flag = format!("--allow-write={}", out.display());
+    for (flags, written) in [(vec![], false), (vec![flag.as_str()], true)] {
+        let mut args = flags.clone();
+        let file = file.display().to_string();
+        args.push(&file);
+        let mut served = Served::start(&sb, &args);
+        wait_ready(&served);
+        let events = served.events(None);
+        assert_eq!(
+            served
+                .mail("writer", json!({ "to": "writer", "content": "note" }))
+                .status,
+            202
+        );
+        let d = events.next_of("delivery", "writer");
+        let text = d.data["text"].as_str().unwrap_or_default();
+        if written {
+            assert_eq!(text, "tool said: saved");
+        } else {
+            assert!(text.contains("needs --allow-write="), "{text}");
+        }
+        assert_eq!(out.exists(), written, "{flags:?}");
+        served.signal("TERM");
+        assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+    }
+}
+
+/// A resident behind the route's breaker, which opens on the first failed step and waits a
+/// minute before its second probe.
+const GUARDED: &str = r#"
+ai.route{ middleware = { ai.with_breaker{ threshold = 1, first_probe_ms = 60000 } } }
+ai.spawn{ name = "guarded", deliver_to = "host" }
+ai.spawn{ name = "other", deliver_to = "host" }
+ai.watch{}
+"#;
+
+#[test]
+fn a_breaker_shows_in_the_api_the_events_and_the_scrape_and_a_dismissed_resident_leaves_it() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::status(503));
+    let sb = Sandbox::new();
+    let file = sb.write("guarded.lua", GUARDED);
+    sb.write("config.toml", &config(&fake));
+    let served = Served::start(&sb, &[&file.display().to_string()]);
+    wait_ready(&served);
+    let view = served.get("/api/programs/guarded/residents/guarded").json;
+    assert_eq!(view["breaker"], Value::Null, "{view}");
+    let events = served.events(None);
+    assert_eq!(
+        served
+            .mail("guarded", json!({ "to": "guarded", "content": "hello" }))
+            .status,
+        202
+    );
+    // Closed → open on the failed step; the first probe goes at once and fails: open again,
+    // for a minute.
+    let (reopened, passed) = events.until("the breaker reopening", |e| {
+        e.kind == "breaker" && e.data["from"] == "half_open" && e.data["to"] == "open"
+    });
+    let seen: Vec<(Value, Value)> = passed
+        .iter()
+        .filter(|e| e.kind == "breaker")
+        .map(|e| (e.data["from"].clone(), e.data["to"].clone()))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            (json!("closed"), json!("open")),
+            (json!("open"), json!("half_open"))
+        ],
+        "{seen:?}"
+    );
+    assert_eq!(reopened.data["owner"], "route");
+    assert_eq!(reopened.data["program"], "guarded");
+    assert_eq!(reopened.data["breaker"]["failures"], 2);
+    assert!(
+        reopened.data["breaker"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("503")),
+        "{}",
+        reopened.data
+    );
+    let probe_at = reopened.data["breaker"]["next_probe_ms"]
+        .as_u64()
+        .expect("when the next probe goes");
+    // Both residents share the route's breaker: the API shows it on each.
+    for name in ["guarded", "other"] {
+        let view = served.get(&format!("/api/programs/guarded/residents/{name}"));
+        assert_eq!(view.status, 200);
+        let b = &view.json["breaker"];
+        assert_eq!(b["status"], "open", "{}", view.json);
+        assert_eq!(b["next_probe_ms"].as_u64(), Some(probe_at));
+        assert!(
+            b["next_probe_in_ms"]
+                .as_u64()
+                .is_some_and(|ms| ms <= 60_000),
+            "{b}"
+        );
+    }
+    let listed = served.get("/api/programs/guarded/residents").json;
+    assert_eq!(listed["residents"][0]["breaker"]["status"], "open");
+
+    let scrape = served.get("/metrics").text;
+    let parsed = prometheus_parse::Scrape::parse(scrape.lines().map(|l| Ok(l.to_string())))
+        .expect("the scrape parses");
+    let sample = |metric: &str, labels: &[(&str, &str)]| -> Option<f64> {
+        parsed
+            .samples
+            .iter()
+            .find(|s| s.metric == metric && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+            .map(|s| match &s.value {
+                prometheus_parse::Value::Gauge(v)
+                | prometheus_parse::Value::Counter(v)
+                | prometheus_parse::Value::Untyped(v) => *v,
+                other => panic!("{metric}: {other:?}"),
+            })
+    };
+    let guarded = [("program", "guarded"), ("resident", "guarded")];
+    let state = |s: &'static str| {
+        let mut l = guarded.to_vec();
+        l.push(("state", s));
+        sample("colony_breaker_state", &l)
+    };
+    assert_eq!(
+        (state("open"), state("closed"), state("half_open")),
+        (Some(1.0), Some(0.0), Some(0.0)),
+        "{scrape}"
+    );
+    assert_eq!(
+        sample("colony_breaker_next_probe_timestamp_seconds", &guarded),
+        Some(probe_at as f64 / 1000.0)
+    );
+    // Two model steps left (the failed one and the probe), each timed.
+    assert_eq!(
+        sample(
+            "colony_model_calls_total",
+            &[("resident", "guarded"), ("outcome", "error")]
+        ),
+        Some(2.0),
+        "{scrape}"
+    );
+    assert_eq!(
+        sample("colony_model_call_seconds_count", &guarded),
+        Some(2.0),
+        "{scrape}"
+    );
+
+    // Dismissed: its series leave the scrape.
+    let dismissed = served.post("/api/programs/guarded/residents/guarded/dismiss", json!({}));
+    assert_eq!(dismissed.status, 200, "{}", dismissed.text);
+    events.next_of("gone", "guarded");
+    let scrape = served.get("/metrics").text;
+    assert!(
+        !scrape.contains("resident=\"guarded\""),
+        "the dismissed resident is still labelled:\n{scrape}"
+    );
+    assert!(scrape.contains("resident=\"other\""), "{scrape}");
+}
+
+/// A resident whose model notes first (a quick tool), then waits at a gate (a tool that ends
+/// once the gate file exists), then answers.
+const GATED: &str = r#"
+local gate = arg[1] or "gate"
+local note = ai.tool{
+  name = "note", description = "Notes something", parameters = { text = "string" },
+  handler = function() return "noted" end,
+}
+local wait = ai.tool{
+  name = "wait", description = "Waits at the gate", parameters = {}, timeout = 120,
+  handler = function()
+    while not fs.exists(gate) do ai.sleep(20) end
+    return "through"
+  end,
+}
+ai.spawn{ name = "gated", tools = { note, wait }, deliver_to = "host" }
+ai.watch{}
+"#;
+
+#[test]
+fn a_tool_call_is_an_event_as_it_ends_while_its_turn_goes_on() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| match last(body) {
+        (role, _) if role == "user" => Reply::tool_call("c1", "note", json!({ "text": "x" })),
+        (_, text) if text == "noted" => Reply::tool_call("c2", "wait", json!({})),
+        _ => Reply::text("done"),
+    });
+    let sb = Sandbox::new();
+    let file = sb.write("gated.lua", GATED);
+    sb.write("config.toml", &config(&fake));
+    let gate = sb.path("gate");
+    let allow = format!("--allow-read={}", sb.path("").display());
+    let served = Served::start(&sb, &[&allow, &file.display().to_string()]);
+    wait_ready(&served);
+    let events = served.events(None);
+    assert_eq!(
+        served
+            .mail("gated", json!({ "to": "gated", "content": "go" }))
+            .status,
+        202
+    );
+    let (noted, passed) = events.until("the note's call", |e| {
+        e.kind == "tool_call" && e.data["tool"] == "note"
+    });
+    assert_eq!(
+        (noted.data["kind"].as_str(), noted.data["call_id"].as_str()),
+        (Some("ok"), Some("c1"))
+    );
+    // The gate is shut, so the turn cannot have ended: the event came while it went on.
+    assert!(!gate.exists());
+    assert!(passed.iter().all(|e| e.kind != "turn_ended"), "{passed:?}");
+    assert_eq!(
+        served.get("/api/programs/gated/residents/gated").json["state"],
+        "busy"
+    );
+    std::fs::write(&gate, "").unwrap();
+    let (waited, passed) = events.until("the wait's call", |e| {
+        e.kind == "tool_call" && e.data["tool"] == "wait"
+    });
+    assert_eq!(waited.data["kind"], "ok");
+    assert!(passed.iter().all(|e| e.kind != "turn_ended"), "{passed:?}");
+    let (ended, _) = events.until("the turn's end", |e| e.kind == "turn_ended");
+    assert_eq!(ended.data["steps"], 3);
+}
+
+/// A program of one resident named for its file.
+fn desk(name: &str) -> String {
+    format!("ai.spawn{{ name = \"{name}\", deliver_to = \"host\" }}\nai.watch{{}}\n")
+}
+
+fn programs_config(fake: &FakeProvider, files: &[&std::path::Path]) -> String {
+    let mut text = format!("{}\n[serve]\n", config(fake));
+    for f in files {
+        text.push_str(&format!("[[serve.programs]]\nfile = \"{}\"\n", f.display()));
+    }
+    text
+}
+
+#[test]
+fn sighup_starts_the_programs_added_to_the_config_and_stops_those_removed() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| Reply::text(format!("re: {}", last(body).1)));
+    let sb = Sandbox::new();
+    let a = sb.write("alpha.lua", &desk("alpha"));
+    let b = sb.write("beta.lua", &desk("beta"));
+    sb.write("config.toml", &programs_config(&fake, &[&a]));
+    let mut served = Served::start(&sb, &[]);
+    wait_ready(&served);
+    let events = served.events(None);
+    let names = |served: &Served| -> Vec<String> {
+        served.get("/api/programs").json["programs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(&served), ["alpha"]);
+    assert_eq!(
+        served
+            .mail("alpha", json!({ "to": "alpha", "content": "one" }))
+            .status,
+        202
+    );
+    events.next_of("delivery", "alpha");
+    assert!(served.get("/metrics").text.contains("program=\"alpha\""));
+
+    sb.write("config.toml", &programs_config(&fake, &[&b]));
+    served.signal("HUP");
+    events.until("alpha removed", |e| {
+        e.kind == "program_removed" && e.data["program"] == "alpha"
+    });
+    events.until("beta added", |e| {
+        e.kind == "program_added" && e.data["program"] == "beta"
+    });
+    assert_eq!(names(&served), ["beta"]);
+    assert_eq!(served.get("/api/programs/alpha").status, 404);
+    wait_ready(&served);
+    assert_eq!(
+        served
+            .mail("beta", json!({ "to": "beta", "content": "two" }))
+            .status,
+        202
+    );
+    let reply = events.next_of("delivery", "beta");
+    assert_eq!(reply.data["text"], "re: [mail from api] two");
+    // The program that left took its series with it.
+    let scrape = served.get("/metrics").text;
+    assert!(!scrape.contains("program=\"alpha\""), "{scrape}");
+
+    // A config that no longer reads keeps the programs as they are.
+    sb.write(
+        "config.toml",
+        &format!(
+            "{}[[serve.programs]]\nfile = \"{}\"\nallow_read = []\n",
+            programs_config(&fake, &[&b]),
+            a.display()
+        ),
+    );
+    served.signal("HUP");
+    events.until("reloaded", |e| e.kind == "reloaded");
+    assert_eq!(names(&served), ["beta"]);
+    assert!(
+        served.stderr().contains("allow_read = [] allows nothing"),
+        "{}",
+        served.stderr()
+    );
+    served.signal("TERM");
+    assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+}
