@@ -11,12 +11,17 @@
 //! - [`persist`]: what a resident writes to the store as its turns go (conversation, journal,
 //!   audit), in the order that makes a restart safe.
 //! - [`observe`]: what residents do, for an observer outside the program (turns, route events).
+//! - [`budget`]: tokens and cost per resident and per program in a window, kept in the store;
+//!   over it a resident is blocked with kind `budget` until the window resets. The prices are
+//!   [`budget_prices`].
 //! - [`supervision`]: restart policies and the intensity limit, as in OTP.
 //! - The inference middleware the residents' turns go through is [`crate::infer`].
 //!
 //! A script reaches these through its host's translations (`ai.spawn`, `ai.mail`, `ai.watch`
 //! ...); the residents reach the script only through [`crate::script::Script`].
 
+pub mod budget;
+pub mod budget_prices;
 pub mod lifecycle;
 pub mod mail;
 pub mod observe;
