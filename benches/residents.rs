@@ -164,6 +164,7 @@ fn spec(name: String, stack: &SharedInfer, deliver: Deliver, prompt: bool) -> Re
         stack: stack.clone(),
         persist: false,
         workspace: None,
+        budgets: Default::default(),
     }
 }
 

@@ -398,6 +398,7 @@ fn spec(name: String, stack: &SharedInfer, deliver: Deliver) -> ResidentSpec {
         stack: stack.clone(),
         persist: true,
         workspace: None,
+        budgets: Default::default(),
     }
 }
 

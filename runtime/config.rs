@@ -97,6 +97,12 @@ pub struct Config {
     /// What `colony serve` runs when it is given no files, and where it listens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serve: Option<ServeConfig>,
+    /// Per-model prices for cost budgets (`[prices.models."gpt-4.1-mini"] input = 0.4`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prices: Option<crate::residents::budget_prices::Prices>,
+    /// Rate limits per tool, for all tool calls, and per `colony serve` caller (`[rate]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<crate::rate::RateConfig>,
 }
 
 /// `[serve]`: `listen = "127.0.0.1:7878"`, `token_file = "..."`, and `[[serve.programs]]`
@@ -209,6 +215,18 @@ impl Config {
             if let Some(k) = &u.key {
                 secrets::register(k);
             }
+        }
+        if let Some(prices) = &config.prices {
+            prices.validate().map_err(|message| ConfigError::Parse {
+                path: path.into(),
+                message,
+            })?;
+        }
+        if let Some(rate) = &config.rate {
+            rate.validate().map_err(|message| ConfigError::Parse {
+                path: path.into(),
+                message,
+            })?;
         }
         // An MCP server's headers and env usually carry a token.
         for server in config.mcp.values() {

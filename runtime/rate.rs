@@ -10,7 +10,7 @@ use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
 /// A rate as written: `count` per `per`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Rate {
     pub count: NonZeroU32,
     pub per: Duration,
@@ -105,6 +105,108 @@ impl RateLimit {
     }
 }
 
+/// `[rate]` in the config: limits the program does not set itself.
+///
+/// ```toml
+/// [rate]
+/// global = "600/min"     # every tool call of the process, together
+/// caller = "60/min"      # each caller of `colony serve`'s API, by its token's name
+/// [rate.tools]
+/// lookup = "10/min"      # one tool, in every program and turn
+/// [rate.callers]
+/// token = "10/min"       # one caller
+/// ```
+///
+/// The buckets are the process's ([`shared`]): a limit is the same one for every turn and
+/// program that reads it, and a changed rate starts a fresh bucket.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub tools: std::collections::BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub callers: std::collections::BTreeMap<String, String>,
+}
+
+impl RateConfig {
+    /// Checks every rate reads; the error names the table and field.
+    pub fn validate(&self) -> Result<(), String> {
+        let named = |table: &str, k: &str, v: &str| {
+            Rate::parse(v)
+                .map(|_| ())
+                .map_err(|e| format!("[{table}] {k} = {v:?}: {e}"))
+        };
+        for (k, v) in [("global", &self.global), ("caller", &self.caller)] {
+            if let Some(v) = v {
+                named("rate", k, v)?;
+            }
+        }
+        for (k, v) in &self.tools {
+            named("rate.tools", k, v)?;
+        }
+        for (k, v) in &self.callers {
+            named("rate.callers", k, v)?;
+        }
+        Ok(())
+    }
+
+    /// Takes a call of `tool` from its bucket and the global one; `Err` is the `rate_limited`
+    /// message the model reads.
+    pub fn check_tool(&self, tool: &str) -> Result<(), String> {
+        if let Some(text) = self.tools.get(tool)
+            && let Ok(rate) = Rate::parse(text)
+            && let Err(wait) = shared(&format!("tool\0{tool}"), rate).check()
+        {
+            return Err(format!(
+                "rate_limited: {tool} allows {rate} calls (the config's [rate.tools]); try again \
+                 in {:.1} s",
+                wait.as_secs_f64().max(0.1)
+            ));
+        }
+        if let Some(text) = &self.global
+            && let Ok(rate) = Rate::parse(text)
+            && let Err(wait) = shared("global", rate).check()
+        {
+            return Err(format!(
+                "rate_limited: tool calls allow {rate} in all (the config's [rate] global); try \
+                 again in {:.1} s",
+                wait.as_secs_f64().max(0.1)
+            ));
+        }
+        Ok(())
+    }
+
+    /// Takes a request of the caller `name` from its bucket: `Err` is how long until it may
+    /// call again, with the rate.
+    pub fn check_caller(&self, name: &str) -> Result<(), (Rate, Duration)> {
+        let Some(rate) = self
+            .callers
+            .get(name)
+            .or(self.caller.as_ref())
+            .and_then(|t| Rate::parse(t).ok())
+        else {
+            return Ok(());
+        };
+        shared(&format!("caller\0{name}"), rate)
+            .check()
+            .map_err(|wait| (rate, wait))
+    }
+}
+
+/// The process's bucket for `key` at `rate` (made on first use).
+pub fn shared(key: &str, rate: Rate) -> RateLimit {
+    static BUCKETS: std::sync::LazyLock<dashmap::DashMap<(String, Rate), RateLimit>> =
+        std::sync::LazyLock::new(dashmap::DashMap::new);
+    BUCKETS
+        .entry((key.to_string(), rate))
+        .or_insert_with(|| RateLimit::new(rate))
+        .clone()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -141,5 +243,41 @@ mod tests {
         );
         // Clones share the bucket.
         assert!(limit.clone().check().is_err());
+    }
+
+    #[test]
+    fn the_configs_limits_are_named_and_each_has_its_bucket() {
+        let mut config = RateConfig::default();
+        config
+            .tools
+            .insert("rate_test_lookup".into(), "2/min".into());
+        assert!(config.check_tool("rate_test_lookup").is_ok());
+        assert!(config.check_tool("rate_test_lookup").is_ok());
+        let refused = config.check_tool("rate_test_lookup").unwrap_err();
+        assert!(
+            refused.starts_with("rate_limited: rate_test_lookup allows 2/min calls (the config's [rate.tools]); try again in "),
+            "{refused}"
+        );
+        assert!(config.check_tool("rate_test_other").is_ok());
+        config
+            .callers
+            .insert("rate_test_alice".into(), "1/hour".into());
+        assert!(config.check_caller("rate_test_alice").is_ok());
+        assert_eq!(
+            config
+                .check_caller("rate_test_alice")
+                .unwrap_err()
+                .0
+                .to_string(),
+            "1/hour"
+        );
+        assert!(config.check_caller("rate_test_bob").is_ok());
+        config.tools.insert("x".into(), "often".into());
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .starts_with("[rate.tools] x = \"often\": ")
+        );
     }
 }

@@ -27,6 +27,7 @@ const COVERED: &[&str] = &[
     "conversations",
     "store",
     "audit",
+    "usage",
     "mcp",
     "tools",
     "serve",
@@ -90,6 +91,14 @@ fn filled() -> (Sandbox, String) {
                 message: Some("no such file".into()),
             })
             .unwrap();
+        let at = chrono::DateTime::from_timestamp(1_700_000_000 + i as i64 * 3600, 0).unwrap();
+        let usage = colony::vocab::Usage {
+            input: 10,
+            output: 5,
+            ..Default::default()
+        };
+        let spent = colony::residents::budget::Spent::of(&usage, Some(0.01));
+        colony::residents::budget::record(&*store, "alice", at, &spent).unwrap();
     }
     (sb, script.display().to_string())
 }
@@ -197,6 +206,12 @@ fn store() {
 fn audit() {
     let (sb, script) = filled();
     quiet(&sb, &["audit", &script]);
+}
+
+#[test]
+fn usage() {
+    let (sb, script) = filled();
+    quiet(&sb, &["usage", &script]);
 }
 
 #[test]

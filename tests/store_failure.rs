@@ -163,6 +163,7 @@ fn a_step_that_cannot_be_saved_runs_no_tool() {
             stack,
             persist: true,
             workspace: None,
+            budgets: Default::default(),
         })
         .unwrap();
     route.open();

@@ -15,6 +15,7 @@ mod serve;
 mod state;
 mod store;
 mod tools;
+mod usage;
 mod wizard;
 
 use std::path::PathBuf;
@@ -54,6 +55,7 @@ enum Command {
     Conversations(conversations::Args),
     Store(store::Args),
     Audit(audit::Args),
+    Usage(usage::Args),
     Mcp(mcp::Args),
     Tools(tools::Args),
     Serve(serve::Args),
@@ -125,6 +127,7 @@ pub fn main() -> ExitCode {
         Command::Conversations(args) => conversations::run(args),
         Command::Store(args) => store::run(args),
         Command::Audit(args) => audit::run(args),
+        Command::Usage(args) => usage::run(args),
         Command::Mcp(args) => rt.block_on(mcp::run(args)),
         Command::Tools(args) => rt.block_on(tools::run(args)),
         Command::Serve(args) => serve::run(args, rt.handle()),

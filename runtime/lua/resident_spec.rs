@@ -18,6 +18,7 @@ use super::tools::read_tools;
 use super::turn::read_compaction;
 use crate::core::Ask;
 use crate::infer::SharedInfer;
+use crate::residents::budget::{Budget, Budgets, Window};
 use crate::residents::mail::CAPACITY;
 use crate::residents::resident::DEFAULT_MAX_HOP;
 use crate::residents::{
@@ -37,6 +38,8 @@ struct Defaults {
     stack: Option<SharedInfer>,
     /// Where `deliver_to = "host"` goes under an embedding application (else standard output).
     host: Option<mpsc::UnboundedSender<Delivery>>,
+    /// `ai.route{ budget = ... }`: the program's, summed over its residents.
+    budget: Option<Budget>,
 }
 
 impl RouteDefaults {
@@ -47,6 +50,7 @@ impl RouteDefaults {
             layers: Vec::new(),
             stack: None,
             host,
+            budget: None,
         }))
     }
 }
@@ -72,16 +76,18 @@ pub(super) fn route(lua: &Lua, opts: Option<Table>) -> mlua::Result<()> {
     if hired {
         return Err(bad(who, "call ai.route before the first ai.spawn"));
     }
-    let middleware = match &opts {
-        Some(t) => t.get::<Value>("middleware")?,
-        None => Value::Nil,
+    let (middleware, budget) = match &opts {
+        Some(t) => (t.get::<Value>("middleware")?, t.get::<Value>("budget")?),
+        None => (Value::Nil, Value::Nil),
     };
-    let (template, stream) = read_ask(lua, opts, who, &["middleware"])?;
+    let budget = read_budget(&budget, who)?;
+    let (template, stream) = read_ask(lua, opts, who, &["middleware", "budget"])?;
     if stream.is_some() {
         return Err(bad(who, "stream is not a route setting"));
     }
     d.layers = read_layers(middleware, who)?;
     d.template = template;
+    d.budget = budget;
     d.set = true;
     Ok(())
 }
@@ -105,6 +111,7 @@ const SPAWN_FIELDS: &[&str] = &[
     "compact_at",
     "compact_prompt",
     "mcp",
+    "budget",
 ];
 
 /// `ai.spawn{ name, system?, tools?, sources?, deliver_to?, max_steps?, middleware?, restart?,
@@ -131,6 +138,16 @@ pub(super) fn read_spawn(
     let workspace = opts
         .get::<Option<String>>("workspace")
         .map_err(|_| bad(who, "workspace must be a name (a string)"))?;
+    if workspace
+        .as_deref()
+        .is_some_and(|w| w == crate::residents::budget::SPACE)
+    {
+        return Err(bad(
+            who,
+            "workspace \"colony/usage\" is colony's own (its usage)",
+        ));
+    }
+    let own_budget = read_budget(&opts.get::<Value>("budget")?, who)?;
     let tools_value = opts.get::<Value>("tools")?;
     let sources_value = opts.get::<Value>("sources")?;
     let deliver_value = opts.get::<Value>("deliver_to")?;
@@ -194,6 +211,10 @@ pub(super) fn read_spawn(
         build_stack(core, &layers, &bridge, route, &key)
     };
     let ask = own.under(&defaults.0.borrow().template);
+    let budgets = Budgets {
+        own: own_budget,
+        program: defaults.0.borrow().budget.clone(),
+    };
     let spec = ResidentSpec {
         name,
         ask,
@@ -207,8 +228,98 @@ pub(super) fn read_spawn(
         stack,
         persist,
         workspace,
+        budgets,
     };
     Ok((spec, sources))
+}
+
+/// `budget = { tokens = N, cost = X, per = "day" }` (at least one of `tokens` and `cost`; `per`
+/// is `"hour"`, `"day"` (the default) or `"month"`).
+fn read_budget(value: &Value, who: &str) -> mlua::Result<Option<Budget>> {
+    let t = match value {
+        Value::Nil => return Ok(None),
+        Value::Table(t) => t,
+        other => {
+            return Err(bad(
+                who,
+                format!(
+                    "budget must be a table {{ tokens = N, cost = X, per = \"day\" }}, not {}",
+                    shown(other)
+                ),
+            ));
+        }
+    };
+    for pair in t.pairs::<Value, Value>() {
+        let (k, _) = pair?;
+        let known = matches!(&k, Value::String(s) if matches!(s.to_str().as_deref(), Ok("tokens" | "cost" | "per")));
+        if !known {
+            let k = match &k {
+                Value::String(s) => s.to_string_lossy(),
+                other => format!("a {} key", other.type_name()),
+            };
+            return Err(bad(
+                who,
+                format!("budget.{k} is not a budget field (tokens, cost, per)"),
+            ));
+        }
+    }
+    let tokens = match t.get::<Value>("tokens")? {
+        Value::Nil => None,
+        Value::Integer(n) if n > 0 => Some(n as u64),
+        Value::Number(n) if n > 0.0 && n.fract() == 0.0 && n < 1e18 => Some(n as u64),
+        other => {
+            return Err(bad(
+                who,
+                format!(
+                    "budget.tokens must be a whole number above 0, not {}",
+                    shown(&other)
+                ),
+            ));
+        }
+    };
+    let cost = match t.get::<Value>("cost")? {
+        Value::Nil => None,
+        Value::Integer(n) if n > 0 => Some(n as f64),
+        Value::Number(n) if n > 0.0 && n.is_finite() => Some(n),
+        other => {
+            return Err(bad(
+                who,
+                format!(
+                    "budget.cost must be an amount above 0 (in the price table's currency), not {}",
+                    shown(&other)
+                ),
+            ));
+        }
+    };
+    let per = match t.get::<Value>("per")? {
+        Value::Nil => Window::Day,
+        Value::String(s) => {
+            Window::parse(&s.to_string_lossy()).map_err(|e| bad(who, format!("budget: {e}")))?
+        }
+        other => {
+            return Err(bad(
+                who,
+                format!(
+                    "budget.per must be \"hour\", \"day\" or \"month\", not a {}",
+                    other.type_name()
+                ),
+            ));
+        }
+    };
+    if tokens.is_none() && cost.is_none() {
+        return Err(bad(who, "budget needs tokens = N, cost = X or both"));
+    }
+    Ok(Some(Budget { tokens, cost, per }))
+}
+
+/// A value as an error message shows it.
+fn shown(v: &Value) -> String {
+    match v {
+        Value::Integer(n) => n.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => format!("{:?}", s.to_string_lossy()),
+        other => format!("a {}", other.type_name()),
+    }
 }
 
 fn positive(opts: &Table, who: &str, key: &str) -> mlua::Result<Option<u32>> {

@@ -12,6 +12,9 @@
 //!   audit), in the order that makes a restart safe.
 //! - [`breakers`]: where each breaker of the program's model calls stands, for a host's view.
 //! - [`observe`]: what residents do, for an observer outside the program (turns, route events).
+//! - [`budget`]: tokens and cost per resident and per program in a window, kept in the store;
+//!   over it a resident is blocked with kind `budget` until the window resets. The prices are
+//!   [`budget_prices`].
 //! - [`supervision`]: restart policies and the intensity limit, as in OTP.
 //! - The inference middleware the residents' turns go through is [`crate::infer`].
 //!
@@ -19,6 +22,8 @@
 //! ...); the residents reach the script only through [`crate::script::Script`].
 
 pub mod breakers;
+pub mod budget;
+pub mod budget_prices;
 pub mod lifecycle;
 pub mod mail;
 pub mod observe;

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use tokio::sync::mpsc;
 
+use super::budget;
 use super::mail::{Batch, HELD, Mailbox, Provenance, dropped_marker};
 use super::observe::{Observation, ObservedHooks, Timed, TurnReport};
 use super::persist::ResidentHooks;
@@ -71,6 +72,8 @@ pub struct ResidentSpec {
     pub persist: bool,
     /// The store namespace its tools and sources see (`None`: the global space).
     pub workspace: Option<String>,
+    /// Its own and its program's budgets ([`super::budget`]); none by default.
+    pub budgets: super::budget::Budgets,
 }
 
 /// Where a resident's replies and notices go.
@@ -177,6 +180,8 @@ pub struct Resident {
     /// Why it is blocked, while it is.
     blocked: Mutex<Option<TurnError>>,
     unblocked: tokio::sync::Notify,
+    /// Where its usage is counted when the route has no store (an embedding without one).
+    local_usage: std::sync::OnceLock<Arc<dyn Store>>,
 }
 
 /// A snapshot for `ai.residents()`.
@@ -210,6 +215,7 @@ impl Resident {
             restarts: AtomicU32::new(0),
             blocked: Mutex::new(None),
             unblocked: tokio::sync::Notify::new(),
+            local_usage: std::sync::OnceLock::new(),
         }
     }
 
@@ -304,6 +310,72 @@ impl Resident {
         self.lock().clone()
     }
 
+    /// Where its usage is counted: the program's store, else its own memory.
+    fn usage_store<'a>(&'a self, host: &'a dyn Host) -> &'a dyn Store {
+        match host.store() {
+            Some(store) => &**store,
+            None => &**self
+                .local_usage
+                .get_or_init(|| Arc::new(crate::store::memory::MemoryStore::new())),
+        }
+    }
+
+    /// Adds a turn's usage (and its cost, at the config's prices) to the store.
+    fn record_usage(&self, host: &dyn Host, usage: &Usage) {
+        if usage.input + usage.output + usage.cache_read + usage.cache_write == 0 {
+            return;
+        }
+        let cost = host
+            .core()
+            .resolve(&self.spec.ask.overrides)
+            .ok()
+            .and_then(|r| {
+                let prices = host.core().config().prices.clone().unwrap_or_default();
+                prices.cost(&r.endpoint.provider, &r.model, usage)
+            });
+        let spent = budget::Spent::of(usage, cost);
+        if let Err(e) = budget::record(
+            self.usage_store(host),
+            &self.spec.name,
+            chrono::Utc::now(),
+            &spent,
+        ) {
+            tracing::warn!(ai = %self.spec.name, "its usage could not be recorded: {e}");
+        }
+    }
+
+    /// Whether its budgets let it start a turn now.
+    fn over_budget(&self, host: &dyn Host) -> Option<budget::Over> {
+        if self.spec.budgets.is_empty() {
+            return None;
+        }
+        let currency = host
+            .core()
+            .config()
+            .prices
+            .as_ref()
+            .map(|p| p.currency().to_string())
+            .unwrap_or_else(|| super::budget_prices::DEFAULT_CURRENCY.to_string());
+        let store = self.usage_store(host);
+        match budget::over(
+            store,
+            &self.spec.name,
+            &self.spec.budgets,
+            &currency,
+            chrono::Utc::now(),
+        ) {
+            Ok(over) => over,
+            Err(e) => {
+                // A store that cannot be read must not spend without bound: blocked a minute.
+                tracing::warn!(ai = %self.spec.name, "its budget could not be read: {e}");
+                Some(budget::Over {
+                    message: format!("its usage could not be read ({e})"),
+                    resets_at: chrono::Utc::now() + chrono::Duration::minutes(1),
+                })
+            }
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, Vec<Message>> {
         self.conversation.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -365,6 +437,8 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
     let mut serving: Option<Provenance> = None;
     // The conversation's size as last reported, for compaction across turns.
     let mut reported_tokens: Option<u64> = None;
+    // Blocked by a budget: when its window resets.
+    let mut budget_resets: Option<tokio::time::Instant> = None;
     loop {
         if host.stopping() || me.mailbox.is_closed() {
             me.set_state(State::Stopped);
@@ -376,6 +450,10 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
                 tokio::select! {
                     _ = me.unblocked.notified() => {}
                     _ = me.mailbox.notified() => {}
+                    _ = tokio::time::sleep_until(budget_resets.unwrap_or_else(tokio::time::Instant::now)),
+                        if budget_resets.is_some() => {
+                        me.unblock();
+                    }
                     _ = tokio::time::sleep(CONFIG_POLL) => {
                         if host.core().refresh_config() != generation {
                             me.unblock();
@@ -387,6 +465,7 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
                 continue;
             }
             blocked = None;
+            budget_resets = None;
             tracing::info!(ai = %me.spec.name, "unblocked: trying again");
         } else if let Some(o) = &outage {
             me.set_state(State::Outage);
@@ -410,6 +489,46 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
             me.set_state(State::Idle);
             host.settling();
             me.mailbox.notified().await;
+            continue;
+        }
+        if let Some(over) = me.over_budget(host) {
+            // Nothing is taken from the mailbox: the mail waits, saved, for the window's reset.
+            let generation = host.core().refresh_config();
+            let error = TurnError {
+                kind: "budget".into(),
+                message: over.message,
+                permanent: true,
+                ..TurnError::default()
+            };
+            let held = me.mailbox.len();
+            tracing::warn!(ai = %me.spec.name, "blocked: budget: {} (its mail is kept)", error.message);
+            let notice = Delivery {
+                text: format!(
+                    "[colony] {} is blocked: budget: {}. Its {held} waiting arrival(s) are kept; \
+                     it tries again when the window resets, the config file changes or \
+                     ai.unblock({:?}) is called.",
+                    me.spec.name, error.message, me.spec.name
+                ),
+                error: Some(error.message.clone()),
+                blocked: Some(error.clone()),
+                held,
+                ..delivery(me, DeliveryKind::Blocked, serving.as_ref(), None)
+            };
+            if let Err(e) = Box::pin(deliver(me, notice)).await {
+                return Exit::Crashed(e);
+            }
+            me.block(error, |error| {
+                host.report(RouteEvent::Blocked {
+                    ai: me.spec.name.clone(),
+                    error: error.clone(),
+                })
+            });
+            let wait = (over.resets_at - chrono::Utc::now())
+                .to_std()
+                .unwrap_or_default();
+            budget_resets = Some(tokio::time::Instant::now() + wait);
+            blocked = Some(generation);
+            host.settling();
             continue;
         }
         me.set_state(State::Busy);
@@ -491,6 +610,7 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
             }
         };
         host.observe(Observation::TurnEnded(report(me, &out, &batch, began)));
+        me.record_usage(host, &out.usage);
         if let Some(error) = &out.error {
             if host.stopping() {
                 // Cut off by the stop: keep what happened (a restart resumes it), say nothing.

@@ -72,8 +72,20 @@ pub fn foreign_origin(headers: &HeaderMap) -> bool {
     authority != Some(host)
 }
 
+/// Who made a request, as the rate limits name it ([`super::rate`]): put in the request's
+/// extensions once its token is checked.
+#[derive(Debug, Clone)]
+pub struct Caller(pub String);
+
+impl Caller {
+    /// The caller that presented the service's token.
+    pub const TOKEN: &str = "token";
+    /// A caller of a loopback service that has no token.
+    pub const LOCAL: &str = "local";
+}
+
 /// The middleware in front of the API, the metrics and the page.
-pub async fn check(State(guard): State<Guard>, request: Request, next: Next) -> Response {
+pub async fn check(State(guard): State<Guard>, mut request: Request, next: Next) -> Response {
     if foreign_origin(request.headers()) {
         return refuse(
             StatusCode::FORBIDDEN,
@@ -93,6 +105,12 @@ pub async fn check(State(guard): State<Guard>, request: Request, next: Next) -> 
         );
         return answer;
     }
+    let caller = if guard.has_token() {
+        Caller::TOKEN
+    } else {
+        Caller::LOCAL
+    };
+    request.extensions_mut().insert(Caller(caller.to_string()));
     next.run(request).await
 }
 

@@ -10,6 +10,7 @@
 //! - [`metrics`]: the Prometheus text format of counters, histograms and gauges.
 //! - [`programs`]: the config's `[[serve.programs]]`, with each program's permissions.
 //! - [`auth`]: the bearer token and the `Origin` rule.
+//! - [`rate`]: the per-caller rate limits (`429` with `Retry-After`).
 //! - [`dashboard`]: the page at `/`, compiled in.
 
 pub mod api;
@@ -19,6 +20,7 @@ pub mod events;
 pub mod host;
 pub mod metrics;
 pub mod programs;
+pub mod rate;
 pub mod service;
 
 use std::sync::Arc;
@@ -63,6 +65,8 @@ pub fn router(service: Arc<Service>, guard: Guard) -> Router {
         .route("/api/programs/{p}/stop", post(api::stop))
         .route("/api/events", get(api::events))
         .route("/metrics", get(api::metrics))
+        // Inside the token check: a caller is known by its token before its rate is read.
+        .layer(from_fn_with_state(service.clone(), rate::check))
         .layer(from_fn_with_state(guard, auth::check));
     // The page holds no data (it asks the API for everything, with the token): a browser
     // that has no token yet must be able to load it to be asked for one.

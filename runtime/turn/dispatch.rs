@@ -48,6 +48,8 @@ pub struct CallContext<'a> {
     pub hooks: Option<&'a dyn TurnHooks>,
     /// The conversation's files, newest first, for `view_file`.
     pub files: &'a [FileRef],
+    /// The config's rate limits (`[rate]`), as the turn began.
+    pub rates: Option<&'a crate::rate::RateConfig>,
 }
 
 /// A call's answer: the result for the model, the event for the caller, and the files the
@@ -260,6 +262,11 @@ async fn checked(
                 violations.join("; ")
             ),
         ));
+    }
+    if let Some(rates) = cx.rates
+        && let Err(refused) = rates.check_tool(&tool.spec.name)
+    {
+        return Err((EventKind::RateLimited, refused));
     }
     if let Some(limit) = &tool.rate
         && let Err(wait) = limit.check()

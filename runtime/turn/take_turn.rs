@@ -47,6 +47,8 @@ async fn run(
     script: &dyn Script,
     mut spec: TurnSpec,
 ) -> TurnOutcome {
+    // The config's rate limits, as the turn begins.
+    let config = core.config();
     let mut offered = match &spec.dynamic {
         None => narrow(&spec.tools, &spec.allow, &spec.deny),
         Some(_) => narrow(&with_dynamic(&spec), &spec.allow, &spec.deny),
@@ -118,7 +120,7 @@ async fn run(
     offer_view_file(&mut offered, &mut req, &deny_view);
     if !pending.is_empty() {
         let held = viewable(&offered, &req.messages);
-        let cx = context(script, &spec, 0, &offered, &held);
+        let cx = context(script, &spec, 0, &offered, &held, config.rate.as_ref());
         let Some(answers) = run_calls(&cx, &pending, spec.on_tool, &mut out.tool_events).await
         else {
             return cancelled(out, req.messages);
@@ -233,7 +235,7 @@ async fn run(
             unrun(&calls, step, hooks.as_deref(), &mut out.tool_events)
         } else {
             let held = viewable(&offered, &req.messages);
-            let cx = context(script, &spec, step, &offered, &held);
+            let cx = context(script, &spec, step, &offered, &held, config.rate.as_ref());
             match run_calls(&cx, &calls, spec.on_tool, &mut out.tool_events).await {
                 Some(answers) => {
                     whole = Some(answers.iter().map(|a| a.result.clone()).collect());
@@ -268,6 +270,7 @@ fn context<'a>(
     step: u32,
     offered: &'a [super::ToolDef],
     files: &'a [crate::vocab::FileRef],
+    rates: Option<&'a crate::rate::RateConfig>,
 ) -> CallContext<'a> {
     CallContext {
         script,
@@ -278,6 +281,7 @@ fn context<'a>(
         workspace: spec.workspace.as_deref(),
         hooks: spec.hooks.as_deref(),
         files,
+        rates,
     }
 }
 

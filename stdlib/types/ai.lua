@@ -284,6 +284,7 @@ function ai.view_file(ref) end
 
 ---@class ai.RouteOptions: ai.Options
 ---@field middleware? ai.Middleware[] outermost first: { ai.with_context{...}, ai.with_breaker{...}, ai.with_retries{...} }
+---@field budget? ai.Budget the program's: what all its residents together may use per window
 
 --- Opens the composition: the settings every resident starts from (each field a resident sets
 --- wins) and the middleware residents without their own share (one breaker for all of them).
@@ -330,6 +331,12 @@ function ai.route(opts) end
 ---@field workspace? string the store namespace its tools and sources see
 ---@field persist_conversation? boolean keep its conversation, backlog and the turn in flight in the store across restarts
 ---@field mcp? (mcp.ServerSpec|string)[] MCP servers opened before the AI is hired; their tools join its own for the life of the program
+---@field budget? ai.Budget what it may use per window; over it, it is blocked with kind "budget" until the window resets (its mail kept)
+
+---@class ai.Budget usage kept in the store (a restart does not reset it); a turn that starts under it runs to its end
+---@field tokens? integer input, output and cache tokens summed
+---@field cost? number in the price table's currency (the config's [prices], else the shipped US dollar prices)
+---@field per? "hour"|"day"|"month" the window, aligned in UTC; default "day"
 
 --- Hires an AI as a resident: its own conversation and mailbox, each mail a user turn labelled
 --- with its source ("[mail from SOURCE] content"), each turn a `take_turn`, a non-empty reply to
@@ -393,7 +400,7 @@ function ai.residents() end
 --- Why a resident is blocked: a failure that waiting cannot cure. `tostring(err)` reads
 --- `kind: message` (in `on_blocked` and `ai.residents()`; `deliver_to`'s `info.error` is a plain table).
 ---@class ai.BlockedError
----@field kind "auth_error"|"api_error"|"config_error"|"cassette_miss" a key refused (401/403), a request refused as it stands (400, 404 ...), no provider or key configured, a cassette without the request
+---@field kind "auth_error"|"api_error"|"config_error"|"cassette_miss"|"budget" a key refused (401/403), a request refused as it stands (400, 404 ...), no provider or key configured, a cassette without the request, a budget spent (until its window resets)
 ---@field message string
 ---@field status? integer the HTTP status, when there was one
 ---@field transient false

@@ -1,0 +1,110 @@
+//! `colony usage FILE.lua`: what a program's residents used and spent, per resident and day.
+
+use super::Failure;
+use super::state::Target;
+use crate::residents::budget::{self, Spent};
+use crate::residents::budget_prices::DEFAULT_CURRENCY;
+
+/// Print the tokens and cost of a program's residents, per resident and UTC day.
+#[derive(clap::Args)]
+#[command(
+    long_about = "Print what a program's residents used, per resident and UTC day, as aligned \
+        columns: input, output and cache tokens, the turns, and the cost in the price table's \
+        currency (the config's [prices], else the prices shipped for the catalogue's default \
+        models). Tokens of a model without a price are shown as unpriced, not guessed. The \
+        figures are the ones the residents' budgets are held to, kept in the program's store, \
+        so a restart does not reset them. Prints nothing when nothing was used.\n\n\
+        Opens the program's state directory the way the program does, with its lock: while the \
+        program runs this refuses, naming the process that holds it, and while this runs the \
+        program cannot start."
+)]
+pub struct Args {
+    #[command(flatten)]
+    target: Target,
+    /// Only this resident.
+    #[arg(long, value_name = "NAME")]
+    resident: Option<String>,
+}
+
+pub fn run(args: Args) -> Result<(), Failure> {
+    let state = args.target.open("usage")?;
+    let buckets =
+        budget::buckets(&*state.store()).map_err(|e| Failure::run(format!("colony usage: {e}")))?;
+    let currency = crate::config::Config::load()
+        .ok()
+        .and_then(|c| c.prices)
+        .map(|p| p.currency().to_string())
+        .unwrap_or_else(|| DEFAULT_CURRENCY.to_string());
+    let mut rows = vec![
+        [
+            "RESIDENT", "DAY", "INPUT", "OUTPUT", "CACHE", "TURNS", "COST",
+        ]
+        .map(String::from),
+    ];
+    for (resident, hours) in buckets {
+        if args.resident.as_ref().is_some_and(|r| *r != resident) {
+            continue;
+        }
+        let mut days: std::collections::BTreeMap<String, Spent> = Default::default();
+        for (hour, spent) in hours {
+            let day = days.entry(hour.format("%Y-%m-%d").to_string()).or_default();
+            *day = sum(day, &spent);
+        }
+        for (day, s) in days {
+            let mut cost = format!("{:.6} {currency}", s.cost);
+            if s.unpriced > 0 {
+                cost.push_str(&format!(" (+{} tokens unpriced)", s.unpriced));
+            }
+            rows.push([
+                resident.clone(),
+                day,
+                s.input.to_string(),
+                s.output.to_string(),
+                (s.cache_read + s.cache_write).to_string(),
+                s.turns.to_string(),
+                cost,
+            ]);
+        }
+    }
+    if rows.len() == 1 {
+        return Ok(());
+    }
+    let mut widths = [0usize; 7];
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    for row in &rows {
+        let line = format!(
+            "{:<w0$}  {:<w1$}  {:>w2$}  {:>w3$}  {:>w4$}  {:>w5$}  {}",
+            row[0],
+            row[1],
+            row[2],
+            row[3],
+            row[4],
+            row[5],
+            row[6],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3],
+            w4 = widths[4],
+            w5 = widths[5],
+        );
+        println!("{}", line.trim_end());
+    }
+    Ok(())
+}
+
+fn sum(a: &Spent, b: &Spent) -> Spent {
+    Spent {
+        input: a.input + b.input,
+        output: a.output + b.output,
+        cache_read: a.cache_read + b.cache_read,
+        cache_write: a.cache_write + b.cache_write,
+        cost: a.cost + b.cost,
+        unpriced: a.unpriced + b.unpriced,
+        turns: a.turns + b.turns,
+    }
+}

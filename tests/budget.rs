@@ -1,0 +1,236 @@
+//! Budgets through the binary, against the fake provider on loopback: a resident over its token
+//! or cost budget is blocked with kind `budget` (its mail kept), a restart keeps it blocked
+//! (usage is in the store), a program's budget counts every resident, `colony usage` prints
+//! what was used, and a budget or price written wrong is refused by name.
+
+mod support;
+
+use chrono::{Duration, Utc};
+use support::fake::{FakeProvider, Reply};
+use support::script::{Run, Sandbox};
+use support::styled;
+
+/// Longer than any of these runs needs; a run still going then is a hang.
+const GUARD: &str = "120";
+
+/// `worker` with `BUDGET`, mailed "first" by a source at its first start; its reply "one" mails
+/// it "again". Notices, replies and the watch's reason are printed.
+const WORKER: &str = r#"
+ai.route{ model = "m" }
+ai.spawn{ name = "worker", persist_conversation = true, budget = BUDGET,
+  deliver_to = function(reply, info)
+    if info.kind == "blocked" then
+      print(("blocked: %s: %s (%d held)"):format(info.error.kind, info.error.message, info.held))
+    else
+      print(info.kind .. ": " .. reply)
+      if reply == "one" then assert(ai.mail{ to = "worker", source = "desk", content = "again", hop = 0 }) end
+    end
+  end,
+  sources = { function(self)
+    if not store.get("mailed") then
+      store.set("mailed", true)
+      assert(ai.mail{ to = self, source = "desk", content = "first", hop = 0 })
+    end
+  end } }
+local reason = ai.watch{ on_blocked = function()
+  for _, r in ipairs(ai.residents()) do
+    print(("residents: %s %s %s, %d held"):format(r.name, r.state, r.error and r.error.kind or "-", r.held))
+  end
+end }
+print("watch ended: " .. reason)
+"#;
+
+fn run(sandbox: &Sandbox, source: &str) -> Run {
+    let state = sandbox.path("state-dir").display().to_string();
+    sandbox.lua(source, &["--state", &state, "--max-time", GUARD])
+}
+
+fn usage(sandbox: &Sandbox) -> Run {
+    let state = sandbox.path("state-dir").display().to_string();
+    let script = sandbox.path("script.lua").display().to_string();
+    sandbox.colony(&["usage", "--state", &state, &script]).ok()
+}
+
+/// The midnight (UTC) after now, as a budget's message names it; read before and after a run,
+/// so a run that crosses midnight still matches one of them.
+fn next_midnight() -> String {
+    (Utc::now().date_naive() + Duration::days(1))
+        .format("%Y-%m-%dT00:00:00Z")
+        .to_string()
+}
+
+fn today() -> String {
+    Utc::now().date_naive().format("%Y-%m-%d").to_string()
+}
+
+#[track_caller]
+fn assert_exit(run: &Run, code: i32) {
+    assert_eq!(
+        run.code, code,
+        "stdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+}
+
+#[test]
+fn a_token_budget_blocks_the_resident_and_a_restart_keeps_it_blocked_with_its_mail() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("one").usage(10, 5));
+    fake.set_default(Reply::text("not asked").usage(10, 5));
+    let sandbox = styled(&fake, "openai");
+    let source = WORKER.replace("BUDGET", r#"{ tokens = 15, per = "day" }"#);
+
+    let resets = next_midnight();
+    let first = run(&sandbox, &source);
+    assert_exit(&first, 3);
+    let why = format!("over its budget of 15 tokens per day (15 used); it resets at {resets}");
+    assert_eq!(
+        first.lines(),
+        [
+            "reply: one",
+            &format!("blocked: budget: {why} (1 held)"),
+            "residents: worker blocked budget, 1 held",
+            &format!("watch ended: blocked: worker: budget: {why}"),
+        ]
+    );
+    assert_eq!(fake.calls(), 1, "the mail over budget reached no model");
+
+    // A restart: the usage is in the store, so the resident is still over its budget; the
+    // mail it held waits, and no model is called.
+    let second = run(&sandbox, &source);
+    assert_exit(&second, 3);
+    assert_eq!(
+        second.lines(),
+        [
+            &format!("blocked: budget: {why} (1 held)"),
+            "residents: worker blocked budget, 1 held",
+            &format!("watch ended: blocked: worker: budget: {why}"),
+        ]
+    );
+    assert_eq!(fake.calls(), 1);
+    let state = sandbox.path("state-dir").display().to_string();
+    let script = sandbox.path("script.lua").display().to_string();
+    let kept = sandbox
+        .colony(&["conversations", "--state", &state, &script, "list"])
+        .ok();
+    assert_eq!(kept.stdout.trim(), "worker  2 messages, 1 in backlog");
+
+    // `m` has no price: its tokens are shown unpriced, not guessed.
+    assert_eq!(
+        usage(&sandbox).lines(),
+        [
+            "RESIDENT  DAY         INPUT  OUTPUT  CACHE  TURNS  COST",
+            &format!(
+                "worker    {}     10       5      0      1  0.000000 USD (+15 tokens unpriced)",
+                today()
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_cost_budget_in_the_price_tables_currency_blocks_the_resident() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("one").usage(10, 5));
+    fake.set_default(Reply::text("not asked").usage(10, 5));
+    let sandbox = styled(&fake, "openai");
+    // 10 input tokens at 100,000 and 5 output tokens at 200,000 per million: 1 + 1 = 2 EUR.
+    sandbox.write(
+        "config.toml",
+        "[prices]\ncurrency = \"EUR\"\n[prices.models.\"openai/m\"]\ninput = 100000\noutput = 200000\n",
+    );
+    let source = WORKER.replace("BUDGET", "{ cost = 2 }");
+    let resets = next_midnight();
+    let run = run(&sandbox, &source);
+    assert_exit(&run, 3);
+    let why =
+        format!("over its budget of 2 EUR per day (2.000000 EUR spent); it resets at {resets}");
+    assert_eq!(run.lines()[1], format!("blocked: budget: {why} (1 held)"));
+    assert_eq!(fake.calls(), 1);
+    assert_eq!(
+        usage(&sandbox).lines()[1],
+        format!(
+            "worker    {}     10       5      0      1  2.000000 EUR",
+            today()
+        )
+    );
+}
+
+#[test]
+fn the_programs_budget_counts_every_resident() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("from alice").usage(30, 10));
+    fake.set_default(Reply::text("not asked").usage(10, 5));
+    let sandbox = styled(&fake, "openai");
+    let source = r#"
+ai.route{ model = "m", budget = { tokens = 40, per = "hour" } }
+local function show(reply, info)
+  if info.kind == "blocked" then print(info.ai .. " blocked: " .. info.error.message)
+  else print(info.ai .. ": " .. reply); assert(ai.mail{ to = "bob", source = "alice", content = "your turn", hop = 0 }) end
+end
+ai.spawn{ name = "alice", deliver_to = show,
+  sources = { function(self) assert(ai.mail{ to = self, source = "desk", content = "go", hop = 0 }) end } }
+ai.spawn{ name = "bob", deliver_to = show }
+print("watch ended: " .. ai.watch{})
+"#;
+    let run = run(&sandbox, source);
+    assert_exit(&run, 3);
+    let lines = run.lines();
+    assert_eq!(lines[0], "alice: from alice");
+    assert!(
+        lines[1].starts_with(
+            "bob blocked: over the program's budget of 40 tokens per hour (40 used); it resets at "
+        ),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(fake.calls(), 1);
+    let shown = usage(&sandbox);
+    assert_eq!(
+        shown.lines().len(),
+        2,
+        "only alice used anything:\n{}",
+        shown.stdout
+    );
+}
+
+#[test]
+fn a_budget_written_wrong_is_refused_naming_the_field() {
+    let sandbox = Sandbox::new();
+    let source = r#"
+for _, b in ipairs{ 5, { tokens = -1 }, { tokens = 1.5 }, { cost = 0 }, { per = "day" },
+                    { tokens = 1, per = "week" }, { tokens = 1, every = "day" } } do
+  local ok, e = pcall(ai.spawn, { name = "w", budget = b })
+  print(ok, (tostring(e):match("^[^\n]*")))
+end
+"#;
+    let run = sandbox.lua(source, &[]).ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "false\tai.spawn \"w\": budget must be a table { tokens = N, cost = X, per = \"day\" }, not 5",
+            "false\tai.spawn \"w\": budget.tokens must be a whole number above 0, not -1",
+            "false\tai.spawn \"w\": budget.tokens must be a whole number above 0, not 1.5",
+            "false\tai.spawn \"w\": budget.cost must be an amount above 0 (in the price table's currency), not 0",
+            "false\tai.spawn \"w\": budget needs tokens = N, cost = X or both",
+            "false\tai.spawn \"w\": budget: per = \"week\" is not a window: say \"hour\", \"day\" or \"month\"",
+            "false\tai.spawn \"w\": budget.every is not a budget field (tokens, cost, per)",
+        ]
+    );
+}
+
+#[test]
+fn a_price_written_wrong_is_refused_naming_the_file_and_field() {
+    let sandbox = Sandbox::new();
+    let config = sandbox.write("config.toml", "[prices.models.m]\ninput = -2\noutput = 1\n");
+    let run = sandbox.lua("print('never')", &[]).failed();
+    assert!(
+        run.stderr.contains(&format!(
+            "{}: [prices.models.\"m\"] input = -2 is not a price (0 or more, per million tokens)",
+            config.display()
+        )),
+        "stderr:\n{}",
+        run.stderr
+    );
+    assert!(!run.stdout.contains("never"));
+}
