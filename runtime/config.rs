@@ -97,6 +97,19 @@ pub struct Config {
     /// What `colony serve` runs when it is given no files, and where it listens.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub serve: Option<ServeConfig>,
+    /// Where programs keep their state (`[store] url = "postgres://..."`; default: SQLite in
+    /// each program's state directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreConfig>,
+}
+
+/// `[store]`: `url = "postgres://USER@HOST:PORT/DATABASE"` keeps every program's state in that
+/// PostgreSQL database instead of its state directory (`--store URL` overrides it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 /// `[serve]`: `listen = "127.0.0.1:7878"`, `token_file = "..."`, and `[[serve.programs]]`
@@ -184,6 +197,24 @@ impl Config {
             }
             if let Some(k) = &u.key {
                 secrets::register(k);
+            }
+        }
+        if let Some(url) = config.store.as_ref().and_then(|s| s.url.as_deref()) {
+            if !crate::store::postgres::is_postgres(url) {
+                return Err(ConfigError::Parse {
+                    path: path.into(),
+                    message: format!(
+                        "[store] url = {:?} is not a PostgreSQL URL \
+                         (postgres://USER@HOST:PORT/DATABASE)",
+                        crate::store::postgres::redact(url)
+                    ),
+                });
+            }
+            if let Some(password) = url::Url::parse(url)
+                .ok()
+                .and_then(|u| u.password().map(str::to_string))
+            {
+                secrets::register(&password);
             }
         }
         // An MCP server's headers and env usually carry a token.

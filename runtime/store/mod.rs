@@ -18,6 +18,8 @@
 mod group_commit;
 pub mod memory;
 mod off_worker;
+pub mod postgres;
+pub mod select;
 pub mod sqlite;
 pub mod state_dir;
 
