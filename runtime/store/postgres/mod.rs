@@ -331,6 +331,12 @@ impl PostgresStore {
     }
 }
 
+/// Whether any of `texts` holds a NUL character: no such name can have been stored, so a read
+/// of one finds nothing (PostgreSQL would refuse the text outright).
+fn has_nul(texts: &[&str]) -> bool {
+    texts.iter().any(|t| t.contains('\0'))
+}
+
 /// Marks `store`'s update function as running on this thread until dropped.
 struct UpdateGuard(usize);
 
@@ -401,6 +407,9 @@ async fn exec(
 
 impl Store for PostgresStore {
     fn get(&self, space: &str, key: &str) -> StoreResult<Option<Value>> {
+        if has_nul(&[space, key]) {
+            return Ok(None);
+        }
         let text: Option<String> = self.with(|client| async move {
             let stmt = client
                 .prepare_cached("SELECT value FROM colony_kv WHERE space = $1 AND key = $2")
@@ -434,6 +443,9 @@ impl Store for PostgresStore {
     }
 
     fn delete(&self, space: &str, key: &str) -> StoreResult<bool> {
+        if has_nul(&[space, key]) {
+            return Ok(false);
+        }
         self.with(|client| async move {
             let n = exec(
                 &client,
@@ -447,6 +459,9 @@ impl Store for PostgresStore {
     }
 
     fn list(&self, space: &str, prefix: &str) -> StoreResult<Vec<String>> {
+        if has_nul(&[space, prefix]) {
+            return Ok(Vec::new());
+        }
         self.with(|client| async move {
             // A range on the key (collation "C": byte order), not LIKE: `%` and `_` in a
             // prefix are plain characters. `starts_with` is PostgreSQL's prefix test.
@@ -540,6 +555,9 @@ impl Store for PostgresStore {
     }
 
     fn load_cell(&self, name: &str) -> StoreResult<Option<SavedResident>> {
+        if has_nul(&[name]) {
+            return Ok(None);
+        }
         self.with(|mut client| async move { self.read_cell(&mut client, name).await })
     }
 
@@ -653,6 +671,9 @@ impl Store for PostgresStore {
     }
 
     fn clear_cell(&self, name: &str) -> StoreResult<bool> {
+        if has_nul(&[name]) {
+            return Ok(false);
+        }
         self.with(|mut client| async move {
             let e = |e| self.err(e);
             let tx = client.transaction().await.map_err(e)?;
@@ -672,6 +693,9 @@ impl Store for PostgresStore {
     }
 
     fn breaker(&self, key: &str) -> StoreResult<Option<BreakerState>> {
+        if has_nul(&[key]) {
+            return Ok(None);
+        }
         let text: Option<String> = self.with(|client| async move {
             let row = client
                 .query_opt("SELECT state FROM colony_breakers WHERE key = $1", &[&key])
