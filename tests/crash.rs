@@ -229,7 +229,7 @@ fn killed_twenty_times(store_url: Option<String>) {
     let last = sb.colony(&args).ok();
     assert_eq!(last.stdout, "drained\n", "{}", last.stderr);
 
-    let store = ProgramStore::open(&state, store_url.as_deref()).expect("the store opens");
+    let store = ProgramStore::open(&state, store_url.as_deref(), &script).expect("the store opens");
     let store = store.dyn_store();
     let acked: Vec<usize> = store
         .list("", "acked/")

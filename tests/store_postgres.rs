@@ -61,8 +61,9 @@ print("run " .. runs)
     let run = sb.colony(&["store", &script, "get", "runs"]).ok();
     assert_eq!(run.stdout.trim(), "3");
 
-    // Conversations and the audit log, written as residents write them.
-    let store = PostgresStore::open(&url).unwrap();
+    // Conversations and the audit log, written as residents write them (in the program's
+    // schema, named after its file).
+    let store = PostgresStore::open_in(&url, Some("colony_keeper")).unwrap();
     store
         .commit_step(
             "alice",
@@ -250,4 +251,95 @@ fn names_postgres_cannot_hold_are_refused_by_name() {
     // A NUL inside a value is JSON-escaped and round-trips.
     store.set("", "k", &json!("a\0b")).unwrap();
     assert_eq!(store.get("", "k").unwrap(), Some(json!("a\0b")));
+}
+
+/// `colony serve --store URL`: mail accepted before a SIGKILL is in PostgreSQL, and the next
+/// process given the same URL serves it, once, and keeps the conversation there.
+#[test]
+fn serve_keeps_accepted_mail_in_postgres_across_a_sigkill() {
+    use support::fake::{FakeProvider, Reply};
+    use support::serve::Served;
+    let url = support::postgres::database();
+    let fake = FakeProvider::start();
+    let killed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let killed = killed.clone();
+        fake.set_responder(move |body, _| {
+            let text = body["messages"]
+                .as_array()
+                .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+                .and_then(|m| m["content"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            if killed.load(std::sync::atomic::Ordering::SeqCst) {
+                Reply::text(format!("re: {text}"))
+            } else {
+                Reply::text("never heard").delay(60_000)
+            }
+        });
+    }
+    let sb = Sandbox::new();
+    sb.write(
+        "config.toml",
+        &format!(
+            "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\nkey = \"test-key-0123456789\"\n\
+             base_url = \"{}\"\n",
+            fake.base_url("openai")
+        ),
+    );
+    let desk = support::script::project_root()
+        .join("examples/service/desk.lua")
+        .display()
+        .to_string();
+    let ready = |served: &Served| {
+        support::serve::eventually("ready", || served.get("/readyz").status == 200)
+    };
+    let mut served = Served::start(&sb, &["--store", &url, &desk]);
+    ready(&served);
+    let a = served.mail(
+        "desk",
+        json!({ "to": "desk", "content": "keep me", "id": "k-1" }),
+    );
+    assert_eq!(
+        (a.status, a.json["durable"].as_bool()),
+        (202, Some(true)),
+        "{}",
+        a.text
+    );
+    served.signal("KILL");
+    assert_eq!(served.wait(), None, "killed by the signal");
+    killed.store(true, std::sync::atomic::Ordering::SeqCst);
+    drop(served);
+
+    // The held mail is in the database, in the program's own schema.
+    let store = PostgresStore::open_in(&url, Some("colony_desk")).unwrap();
+    let held = store.load_cell("desk").unwrap().expect("desk's cell");
+    assert_eq!(held.backlog.len(), 1, "{held:?}");
+    assert_eq!(held.backlog[0].content, "keep me");
+
+    let served = Served::start(&sb, &["--store", &url, &desk]);
+    let events = served.events(Some(0));
+    let reply = events.next_of("delivery", "desk");
+    assert_eq!(reply.data["text"], "re: [mail from api] keep me");
+    let again = served.mail(
+        "desk",
+        json!({ "to": "desk", "content": "keep me", "id": "k-1" }),
+    );
+    assert_eq!(again.status, 202);
+    support::serve::eventually("the step committed", || {
+        store
+            .load_cell("desk")
+            .unwrap()
+            .is_some_and(|c| c.backlog.is_empty() && !c.messages.is_empty())
+    });
+    let cell = store.load_cell("desk").unwrap().unwrap();
+    let mails = cell
+        .messages
+        .iter()
+        .filter(|m| m.role == colony::vocab::Role::User)
+        .count();
+    assert_eq!(mails, 1, "{:?}", cell.messages);
+    assert!(
+        !sb.state_home().join("colony").exists(),
+        "nothing in a state directory"
+    );
 }

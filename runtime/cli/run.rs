@@ -65,7 +65,7 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         (None, None) => state_dir::default_for(&args.file),
     };
     let url = select::url(args.store.as_deref(), &core.config());
-    let state = ProgramStore::open(&dir, url.as_deref())
+    let state = ProgramStore::open(&dir, url.as_deref(), &args.file)
         .map_err(|e| Failure::run(format!("colony: {e}")))?;
     let base = std::env::current_dir().unwrap_or_default();
     let host = HostSetup {

@@ -36,6 +36,11 @@ pub struct Args {
     /// or Loki).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
+    /// Keep the programs' state in this PostgreSQL database (`postgres://USER@HOST/DB`, each
+    /// program in a schema of its own) instead of their state directories (default: `[store]
+    /// url` in the config).
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
     /// The programs to run (each with its own Lua VM and state directory).
     files: Vec<PathBuf>,
 }
@@ -67,7 +72,11 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
              COLONY_SERVE_TOKEN) before listening on it"
         )));
     }
-    let launches = launches(&args, &settings)?;
+    let mut launches = launches(&args, &settings)?;
+    let store = crate::store::select::url(args.store.as_deref(), &config);
+    for launch in &mut launches {
+        launch.store = store.clone();
+    }
     let service = Service::new(core, launches);
     let guard = Guard::new(token);
     handle.block_on(serve_until_drained(service, guard, addr))
@@ -122,6 +131,7 @@ fn launches(args: &Args, settings: &crate::config::ServeConfig) -> Result<Vec<La
                 file,
                 args: p.args.clone(),
                 state,
+                store: None,
             });
         }
     } else {
@@ -130,6 +140,7 @@ fn launches(args: &Args, settings: &crate::config::ServeConfig) -> Result<Vec<La
                 file: file.clone(),
                 args: Vec::new(),
                 state: state_dir::default_for(file),
+                store: None,
             });
         }
     }

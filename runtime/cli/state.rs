@@ -69,7 +69,7 @@ impl Target {
         };
         if let Some(url) = url {
             // A shared database: no lock to take, and it may be read while the program runs.
-            return ProgramStore::open(Path::new(""), Some(&url))
+            return ProgramStore::open(Path::new(""), Some(&url), &self.script)
                 .map_err(|e| Failure::run(format!("colony {command}: {e}")));
         }
         let dir = match &self.state {

@@ -12,7 +12,7 @@ use tokio::sync::mpsc;
 use crate::core::Core;
 use crate::lua::{HostSetup, Running};
 use crate::residents::{Delivery, Mail, MailError, Observer, ResidentInfo, Route};
-use crate::store::state_dir::StateDir;
+use crate::store::select::ProgramStore;
 use crate::vocab::{FileRef, Message};
 
 /// What the service needs to start a program.
@@ -22,13 +22,15 @@ pub struct Launch {
     pub args: Vec<String>,
     /// Its state directory (locked while it runs).
     pub state: PathBuf,
+    /// A PostgreSQL store's URL, used instead of the state directory (`--store`, `[store] url`).
+    pub store: Option<String>,
 }
 
 /// A program running on its own Lua thread, with its state directory held.
 pub struct Hosted {
     route: Route,
     running: Mutex<Option<Running>>,
-    state: Mutex<Option<StateDir>>,
+    state: Mutex<Option<ProgramStore>>,
 }
 
 /// Starts `launch` with `core`: what it observes goes to `observer`, what its residents hand to
@@ -40,7 +42,8 @@ pub fn start(
     observer: Observer,
     deliveries: mpsc::UnboundedSender<Delivery>,
 ) -> Result<Hosted, String> {
-    let state = StateDir::open(&launch.state).map_err(|e| e.to_string())?;
+    let state = ProgramStore::open(&launch.state, launch.store.as_deref(), &launch.file)
+        .map_err(|e| e.to_string())?;
     let host = HostSetup {
         store: Some(state.dyn_store()),
         deliveries: Some(deliveries),

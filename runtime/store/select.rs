@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::postgres::PostgresStore;
+use super::postgres::{PostgresStore, schema_for};
 use super::state_dir::StateDir;
 use super::{Store, StoreResult};
 
@@ -19,11 +19,15 @@ pub enum ProgramStore {
 }
 
 impl ProgramStore {
-    /// Opens the PostgreSQL store at `url` when there is one, else the state directory `dir`
-    /// (creating it, and locking it).
-    pub fn open(dir: &Path, url: Option<&str>) -> StoreResult<ProgramStore> {
+    /// Opens the PostgreSQL store at `url` when there is one (the tables of `script`'s program
+    /// in a schema of their own, [`schema_for`]), else the state directory `dir` (creating it,
+    /// and locking it).
+    pub fn open(dir: &Path, url: Option<&str>, script: &Path) -> StoreResult<ProgramStore> {
         match url {
-            Some(url) => Ok(ProgramStore::Postgres(Arc::new(PostgresStore::open(url)?))),
+            Some(url) => Ok(ProgramStore::Postgres(Arc::new(PostgresStore::open_in(
+                url,
+                Some(&schema_for(script)),
+            )?))),
             None => StateDir::open(dir).map(ProgramStore::Dir),
         }
     }

@@ -10,6 +10,26 @@ use super::super::{StoreError, StoreResult};
 /// address that drops packets fails within this instead of hanging the program's start.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The PostgreSQL schema a program's tables live in: `colony_<script stem>` (lowercase ASCII
+/// letters, digits and `_`, the rest as `_`, at most 63 bytes), so several programs can share
+/// one database, and every node running the same program file finds the same tables.
+pub fn schema_for(script: &std::path::Path) -> String {
+    let stem = script
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut name = String::from("colony_");
+    name.extend(stem.chars().map(|c| match c.to_ascii_lowercase() {
+        c @ ('a'..='z' | '0'..='9' | '_') => c,
+        _ => '_',
+    }));
+    if name == "colony_" {
+        name.push_str("script");
+    }
+    name.truncate(63);
+    name
+}
+
 /// Whether `url` names a PostgreSQL store (`postgres://` or `postgresql://`).
 pub fn is_postgres(url: &str) -> bool {
     let lower = url.trim_start().to_ascii_lowercase();
@@ -17,7 +37,7 @@ pub fn is_postgres(url: &str) -> bool {
 }
 
 /// The client's configuration for `url`, with a connect timeout when it sets none.
-pub(super) fn config(url: &str) -> StoreResult<tokio_postgres::Config> {
+pub(super) fn config(url: &str, schema: Option<&str>) -> StoreResult<tokio_postgres::Config> {
     let shown = redact(url);
     if !is_postgres(url) {
         return Err(StoreError::Value(format!(
@@ -32,6 +52,14 @@ pub(super) fn config(url: &str) -> StoreResult<tokio_postgres::Config> {
     })?;
     if config.get_connect_timeout().is_none() {
         config.connect_timeout(CONNECT_TIMEOUT);
+    }
+    if let Some(schema) = schema {
+        // Every connection resolves the store's tables in the program's schema.
+        let options = match config.get_options() {
+            Some(given) => format!("{given} -c search_path={schema}"),
+            None => format!("-c search_path={schema}"),
+        };
+        config.options(&options);
     }
     if config.get_application_name().is_none() {
         config.application_name("colony");
@@ -85,14 +113,25 @@ mod tests {
     }
 
     #[test]
+    fn a_program_s_schema_is_its_file_stem() {
+        use std::path::Path;
+        assert_eq!(schema_for(Path::new("/x/watcher.lua")), "colony_watcher");
+        assert_eq!(schema_for(Path::new("My Bot-2.lua")), "colony_my_bot_2");
+        assert_eq!(schema_for(Path::new("été.lua")), "colony__t_");
+        assert_eq!(schema_for(Path::new("")), "colony_script");
+        assert_eq!(schema_for(Path::new(&"a".repeat(100))).len(), 63);
+    }
+
+    #[test]
     fn config_refuses_what_is_not_a_postgres_url() {
-        let err = config("mysql://app:pw@db/x").unwrap_err();
+        let err = config("mysql://app:pw@db/x", None).unwrap_err();
         assert_eq!(err.kind(), "value_error");
         assert!(err.to_string().contains("mysql://app@db/x"), "{err}");
         assert!(!err.to_string().contains("pw"), "{err}");
-        let err = config("postgres://app:pw@db:notaport/x").unwrap_err();
+        let err = config("postgres://app:pw@db:notaport/x", None).unwrap_err();
         assert!(!err.to_string().contains(":pw"), "{err}");
-        let ok = config("postgres://app:pw@127.0.0.1:5432/x").unwrap();
+        let ok = config("postgres://app:pw@127.0.0.1:5432/x", Some("colony_w")).unwrap();
+        assert_eq!(ok.get_options(), Some("-c search_path=colony_w"));
         assert_eq!(ok.get_connect_timeout(), Some(&CONNECT_TIMEOUT));
         assert_eq!(ok.get_dbname(), Some("x"));
     }

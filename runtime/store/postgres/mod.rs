@@ -28,7 +28,7 @@ use serde_json::Value;
 use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
-pub use address::{is_postgres, redact};
+pub use address::{is_postgres, redact, schema_for};
 pub use schema::SCHEMA_VERSION;
 
 use super::off_worker::off_worker;
@@ -99,8 +99,14 @@ impl PostgresStore {
     /// [`StoreError::TooNew`] for a database a newer colony wrote, [`StoreError::Value`] for a
     /// URL that is not one.
     pub fn open(url: &str) -> StoreResult<PostgresStore> {
+        PostgresStore::open_in(url, None)
+    }
+
+    /// [`PostgresStore::open`] with the tables in `schema` (created if missing) instead of
+    /// the URL's default search path: one schema per program ([`address::schema_for`]).
+    pub fn open_in(url: &str, schema: Option<&str>) -> StoreResult<PostgresStore> {
         let shown = redact(url);
-        let config = address::config(url)?;
+        let config = address::config(url, schema)?;
         let manager = Manager::from_config(
             config,
             NoTls,
@@ -117,7 +123,7 @@ impl PostgresStore {
         let store = PostgresStore { shown, pool };
         store.block(async {
             let mut client = store.connection().await?;
-            schema::migrate(&mut client, &store.shown).await
+            schema::migrate(&mut client, &store.shown, schema).await
         })?;
         Ok(store)
     }

@@ -79,8 +79,13 @@ const MIGRATIONS: &[&str] = &[
      CREATE SEQUENCE colony_lease_tokens;"#,
 ];
 
-/// Brings the database behind `client` to [`SCHEMA_VERSION`]; `shown` names it in errors.
-pub(super) async fn migrate(client: &mut tokio_postgres::Client, shown: &str) -> StoreResult<()> {
+/// Brings the database behind `client` (its tables in `schema`, created if missing, when one is
+/// given) to [`SCHEMA_VERSION`]; `shown` names it in errors.
+pub(super) async fn migrate(
+    client: &mut tokio_postgres::Client,
+    shown: &str,
+    schema: Option<&str>,
+) -> StoreResult<()> {
     let err = |doing: &str, e: tokio_postgres::Error| {
         StoreError::Io(format!("{shown}: {doing}: {}", super::describe(&e)))
     };
@@ -91,6 +96,12 @@ pub(super) async fn migrate(client: &mut tokio_postgres::Client, shown: &str) ->
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
         .await
         .map_err(|e| err("cannot take the schema lock", e))?;
+    if let Some(schema) = schema {
+        // A name `schema_for` made: letters, digits and `_` only, so quoting is enough.
+        tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+            .await
+            .map_err(|e| err(&format!("cannot create the schema {schema}"), e))?;
+    }
     let has_schema: bool = tx
         .query_one("SELECT to_regclass('colony_schema') IS NOT NULL", &[])
         .await
