@@ -14,6 +14,7 @@
 //! errors name the database by its URL without the password ([`address::redact`]).
 
 pub mod address;
+pub mod leases;
 mod schema;
 
 use std::collections::HashMap;
@@ -29,6 +30,7 @@ use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
 pub use address::{is_postgres, redact, schema_for};
+pub use leases::{Fence, FencedStore, Lease};
 pub use schema::SCHEMA_VERSION;
 
 use super::off_worker::off_worker;
@@ -411,6 +413,155 @@ async fn exec(
     client.execute(&stmt, params).await
 }
 
+/// The writes to a cell, through a lease's fence when one is given ([`leases`]).
+impl PostgresStore {
+    pub(crate) fn push_backlog_fenced(
+        &self,
+        name: &str,
+        mail: &Mail,
+        fence: Option<&Fence>,
+    ) -> StoreResult<bool> {
+        self.plain("resident name", name)?;
+        let text = self.encode(mail)?;
+        self.with(|mut client| async move {
+            let e = |e| self.err(e);
+            let tx = client.transaction().await.map_err(e)?;
+            self.check_fence(&tx, name, fence).await?;
+            if let Some(id) = &mail.id {
+                let stmt = tx
+                    .prepare_cached(
+                        "INSERT INTO colony_accepted (name, id) VALUES ($1, $2) \
+                         ON CONFLICT (name, id) DO NOTHING",
+                    )
+                    .await
+                    .map_err(e)?;
+                if tx.execute(&stmt, &[&name, id]).await.map_err(e)? == 0 {
+                    return Ok(false);
+                }
+            }
+            ensure_cell(&tx, name).await.map_err(e)?;
+            save_files(&tx, mail.files.iter()).await.map_err(e)?;
+            let stmt = tx
+                .prepare_cached("INSERT INTO colony_backlog (name, mail) VALUES ($1, $2)")
+                .await
+                .map_err(e)?;
+            tx.execute(&stmt, &[&name, &text]).await.map_err(e)?;
+            tx.commit().await.map_err(e)?;
+            Ok(true)
+        })
+    }
+
+    pub(crate) fn commit_step_fenced(
+        &self,
+        name: &str,
+        messages: &[Message],
+        served: usize,
+        dropped: u64,
+        fence: Option<&Fence>,
+    ) -> StoreResult<()> {
+        self.plain("resident name", name)?;
+        let text = self.encode(messages)?;
+        let served = i64::try_from(served).unwrap_or(i64::MAX);
+        let dropped = i64::try_from(dropped).unwrap_or(i64::MAX);
+        self.with(|mut client| async move {
+            let e = |e| self.err(e);
+            let tx = client.transaction().await.map_err(e)?;
+            self.check_fence(&tx, name, fence).await?;
+            save_files(&tx, messages.iter().flat_map(Message::files))
+                .await
+                .map_err(e)?;
+            let stmt = tx
+                .prepare_cached(
+                    "INSERT INTO colony_cells (name, messages, dropped) VALUES ($1, $2, $3) \
+                     ON CONFLICT (name) DO UPDATE SET messages = excluded.messages, \
+                                                      dropped = excluded.dropped",
+                )
+                .await
+                .map_err(e)?;
+            tx.execute(&stmt, &[&name, &text, &dropped])
+                .await
+                .map_err(e)?;
+            if served > 0 {
+                let stmt = tx
+                    .prepare_cached(
+                        "DELETE FROM colony_backlog WHERE seq IN \
+                         (SELECT seq FROM colony_backlog WHERE name = $1 ORDER BY seq LIMIT $2)",
+                    )
+                    .await
+                    .map_err(e)?;
+                tx.execute(&stmt, &[&name, &served]).await.map_err(e)?;
+            }
+            let stmt = tx
+                .prepare_cached("DELETE FROM colony_journal WHERE name = $1")
+                .await
+                .map_err(e)?;
+            tx.execute(&stmt, &[&name]).await.map_err(e)?;
+            tx.commit().await.map_err(e)?;
+            Ok(())
+        })
+    }
+
+    pub(crate) fn journal_fenced(
+        &self,
+        name: &str,
+        entry: &JournalEntry,
+        fence: Option<&Fence>,
+    ) -> StoreResult<()> {
+        self.plain("resident name", name)?;
+        let result = entry.result.as_ref().map(|r| self.encode(r)).transpose()?;
+        let files = (!entry.files.is_empty())
+            .then(|| self.encode(&entry.files))
+            .transpose()?;
+        self.with(|mut client| async move {
+            let e = |e| self.err(e);
+            let tx = client.transaction().await.map_err(e)?;
+            self.check_fence(&tx, name, fence).await?;
+            ensure_cell(&tx, name).await.map_err(e)?;
+            save_files(&tx, entry.files.iter()).await.map_err(e)?;
+            let stmt = tx
+                .prepare_cached(
+                    "INSERT INTO colony_journal (name, call_id, tool, result, files) \
+                     VALUES ($1, $2, $3, $4, $5) \
+                     ON CONFLICT (name, call_id) DO UPDATE SET tool = excluded.tool, \
+                         result = excluded.result, files = excluded.files",
+                )
+                .await
+                .map_err(e)?;
+            tx.execute(
+                &stmt,
+                &[&name, &entry.call_id, &entry.tool, &result, &files],
+            )
+            .await
+            .map_err(e)?;
+            tx.commit().await.map_err(e)?;
+            Ok(())
+        })
+    }
+
+    pub(crate) fn clear_cell_fenced(&self, name: &str, fence: Option<&Fence>) -> StoreResult<bool> {
+        if has_nul(&[name]) {
+            return Ok(false);
+        }
+        self.with(|mut client| async move {
+            let e = |e| self.err(e);
+            let tx = client.transaction().await.map_err(e)?;
+            self.check_fence(&tx, name, fence).await?;
+            let mut removed = 0;
+            for table in ["colony_cells", "colony_backlog", "colony_journal"] {
+                removed += tx
+                    .execute(&format!("DELETE FROM {table} WHERE name = $1"), &[&name])
+                    .await
+                    .map_err(e)?;
+            }
+            tx.execute("DELETE FROM colony_accepted WHERE name = $1", &[&name])
+                .await
+                .map_err(e)?;
+            tx.commit().await.map_err(e)?;
+            Ok(removed > 0)
+        })
+    }
+}
+
 impl Store for PostgresStore {
     fn get(&self, space: &str, key: &str) -> StoreResult<Option<Value>> {
         if has_nul(&[space, key]) {
@@ -568,33 +719,7 @@ impl Store for PostgresStore {
     }
 
     fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<bool> {
-        self.plain("resident name", name)?;
-        let text = self.encode(mail)?;
-        self.with(|mut client| async move {
-            let e = |e| self.err(e);
-            let tx = client.transaction().await.map_err(e)?;
-            if let Some(id) = &mail.id {
-                let stmt = tx
-                    .prepare_cached(
-                        "INSERT INTO colony_accepted (name, id) VALUES ($1, $2) \
-                         ON CONFLICT (name, id) DO NOTHING",
-                    )
-                    .await
-                    .map_err(e)?;
-                if tx.execute(&stmt, &[&name, id]).await.map_err(e)? == 0 {
-                    return Ok(false);
-                }
-            }
-            ensure_cell(&tx, name).await.map_err(e)?;
-            save_files(&tx, mail.files.iter()).await.map_err(e)?;
-            let stmt = tx
-                .prepare_cached("INSERT INTO colony_backlog (name, mail) VALUES ($1, $2)")
-                .await
-                .map_err(e)?;
-            tx.execute(&stmt, &[&name, &text]).await.map_err(e)?;
-            tx.commit().await.map_err(e)?;
-            Ok(true)
-        })
+        self.push_backlog_fenced(name, mail, None)
     }
 
     fn commit_step(
@@ -604,100 +729,16 @@ impl Store for PostgresStore {
         served: usize,
         dropped: u64,
     ) -> StoreResult<()> {
-        self.plain("resident name", name)?;
-        let text = self.encode(messages)?;
-        let served = i64::try_from(served).unwrap_or(i64::MAX);
-        let dropped = i64::try_from(dropped).unwrap_or(i64::MAX);
-        self.with(|mut client| async move {
-            let e = |e| self.err(e);
-            let tx = client.transaction().await.map_err(e)?;
-            save_files(&tx, messages.iter().flat_map(Message::files))
-                .await
-                .map_err(e)?;
-            let stmt = tx
-                .prepare_cached(
-                    "INSERT INTO colony_cells (name, messages, dropped) VALUES ($1, $2, $3) \
-                     ON CONFLICT (name) DO UPDATE SET messages = excluded.messages, \
-                                                      dropped = excluded.dropped",
-                )
-                .await
-                .map_err(e)?;
-            tx.execute(&stmt, &[&name, &text, &dropped])
-                .await
-                .map_err(e)?;
-            if served > 0 {
-                let stmt = tx
-                    .prepare_cached(
-                        "DELETE FROM colony_backlog WHERE seq IN \
-                         (SELECT seq FROM colony_backlog WHERE name = $1 ORDER BY seq LIMIT $2)",
-                    )
-                    .await
-                    .map_err(e)?;
-                tx.execute(&stmt, &[&name, &served]).await.map_err(e)?;
-            }
-            let stmt = tx
-                .prepare_cached("DELETE FROM colony_journal WHERE name = $1")
-                .await
-                .map_err(e)?;
-            tx.execute(&stmt, &[&name]).await.map_err(e)?;
-            tx.commit().await.map_err(e)?;
-            Ok(())
-        })
+        self.commit_step_fenced(name, messages, served, dropped, None)
     }
 
     fn journal(&self, name: &str, entry: &JournalEntry) -> StoreResult<()> {
-        self.plain("resident name", name)?;
-        let result = entry.result.as_ref().map(|r| self.encode(r)).transpose()?;
-        let files = (!entry.files.is_empty())
-            .then(|| self.encode(&entry.files))
-            .transpose()?;
-        self.with(|mut client| async move {
-            let e = |e| self.err(e);
-            let tx = client.transaction().await.map_err(e)?;
-            ensure_cell(&tx, name).await.map_err(e)?;
-            save_files(&tx, entry.files.iter()).await.map_err(e)?;
-            let stmt = tx
-                .prepare_cached(
-                    "INSERT INTO colony_journal (name, call_id, tool, result, files) \
-                     VALUES ($1, $2, $3, $4, $5) \
-                     ON CONFLICT (name, call_id) DO UPDATE SET tool = excluded.tool, \
-                         result = excluded.result, files = excluded.files",
-                )
-                .await
-                .map_err(e)?;
-            tx.execute(
-                &stmt,
-                &[&name, &entry.call_id, &entry.tool, &result, &files],
-            )
-            .await
-            .map_err(e)?;
-            tx.commit().await.map_err(e)?;
-            Ok(())
-        })
+        self.journal_fenced(name, entry, None)
     }
 
     fn clear_cell(&self, name: &str) -> StoreResult<bool> {
-        if has_nul(&[name]) {
-            return Ok(false);
-        }
-        self.with(|mut client| async move {
-            let e = |e| self.err(e);
-            let tx = client.transaction().await.map_err(e)?;
-            let mut removed = 0;
-            for table in ["colony_cells", "colony_backlog", "colony_journal"] {
-                removed += tx
-                    .execute(&format!("DELETE FROM {table} WHERE name = $1"), &[&name])
-                    .await
-                    .map_err(e)?;
-            }
-            tx.execute("DELETE FROM colony_accepted WHERE name = $1", &[&name])
-                .await
-                .map_err(e)?;
-            tx.commit().await.map_err(e)?;
-            Ok(removed > 0)
-        })
+        self.clear_cell_fenced(name, None)
     }
-
     fn breaker(&self, key: &str) -> StoreResult<Option<BreakerState>> {
         if has_nul(&[key]) {
             return Ok(None);
