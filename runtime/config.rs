@@ -103,6 +103,19 @@ pub struct Config {
     /// Rate limits per tool, for all tool calls, and per `colony serve` caller (`[rate]`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<crate::rate::RateConfig>,
+    /// Where programs keep their state (`[store] url = "postgres://..."`; default: SQLite in
+    /// each program's state directory).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub store: Option<StoreConfig>,
+}
+
+/// `[store]`: `url = "postgres://USER@HOST:PORT/DATABASE"` keeps every program's state in that
+/// PostgreSQL database instead of its state directory (`--store URL` overrides it).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
 }
 
 /// `[serve]`: `listen = "127.0.0.1:7878"`, `token_file = "..."`, and `[[serve.programs]]`
@@ -227,6 +240,24 @@ impl Config {
                 path: path.into(),
                 message,
             })?;
+        }
+        if let Some(url) = config.store.as_ref().and_then(|s| s.url.as_deref()) {
+            if !crate::store::postgres::is_postgres(url) {
+                return Err(ConfigError::Parse {
+                    path: path.into(),
+                    message: format!(
+                        "[store] url = {:?} is not a PostgreSQL URL \
+                         (postgres://USER@HOST:PORT/DATABASE)",
+                        crate::store::postgres::redact(url)
+                    ),
+                });
+            }
+            if let Some(password) = url::Url::parse(url)
+                .ok()
+                .and_then(|u| u.password().map(str::to_string))
+            {
+                secrets::register(&password);
+            }
         }
         // An MCP server's headers and env usually carry a token.
         for server in config.mcp.values() {

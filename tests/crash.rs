@@ -9,6 +9,8 @@
 //!   conversation shows as finished ran exactly once;
 //! - every persisted conversation is a valid transcript (each call has exactly one result);
 //! - the audit log agrees with the run counts.
+//!
+//! It runs twice: with the state in SQLite (the state directory) and in PostgreSQL (`--store`).
 
 mod support;
 
@@ -16,7 +18,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use colony::store::state_dir::StateDir;
+use colony::store::select::ProgramStore;
 use colony::vocab::{Message, Part, Role};
 use serde_json::{Value, json};
 use support::fake::{FakeProvider, Reply};
@@ -154,6 +156,16 @@ fn count_files(dir: &Path) -> usize {
 
 #[test]
 fn killed_twenty_times_nothing_is_lost_or_done_twice() {
+    killed_twenty_times(None);
+}
+
+/// The same, the program's state in PostgreSQL (`--store URL`) instead of its state directory.
+#[test]
+fn killed_twenty_times_on_postgres_nothing_is_lost_or_done_twice() {
+    killed_twenty_times(Some(support::postgres::database()));
+}
+
+fn killed_twenty_times(store_url: Option<String>) {
     let fake = FakeProvider::start();
     fake.set_responder(|body, _| respond(body));
     let sb = styled(&fake, "openai");
@@ -171,7 +183,10 @@ fn killed_twenty_times_nothing_is_lost_or_done_twice() {
             markers.display().to_string(),
         ]
     };
-    let args = args(&state);
+    let mut args = args(&state);
+    if let Some(url) = &store_url {
+        args.splice(1..1, ["--store".to_string(), url.clone()]);
+    }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut rng = Rng(SEED);
     let mut kinds = BTreeMap::new();
@@ -214,8 +229,8 @@ fn killed_twenty_times_nothing_is_lost_or_done_twice() {
     let last = sb.colony(&args).ok();
     assert_eq!(last.stdout, "drained\n", "{}", last.stderr);
 
-    let dir = StateDir::open(&state).expect("the state directory opens");
-    let store = dir.dyn_store();
+    let store = ProgramStore::open(&state, store_url.as_deref(), &script).expect("the store opens");
+    let store = store.dyn_store();
     let acked: Vec<usize> = store
         .list("", "acked/")
         .unwrap()

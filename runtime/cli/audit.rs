@@ -2,7 +2,7 @@
 
 use super::Failure;
 use super::state::Target;
-use crate::store::{AuditFilter, Store};
+use crate::store::AuditFilter;
 
 /// Print the log of a program's tool calls.
 #[derive(clap::Args)]
@@ -35,7 +35,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         tool: args.tool,
     };
     let entries = state
-        .store()
+        .dyn_store()
         .audit_log(&filter)
         .map_err(|e| Failure::run(format!("colony audit: {e}")))?;
     if entries.is_empty() {

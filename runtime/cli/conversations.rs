@@ -4,7 +4,7 @@ use clap::Subcommand;
 
 use super::Failure;
 use super::state::{Target, count};
-use crate::store::{SavedResident, Store};
+use crate::store::SavedResident;
 use crate::vocab::{Message, Part};
 
 /// Inspect or clear a program's persisted conversations.
@@ -50,13 +50,13 @@ enum Action {
 
 pub fn run(args: Args) -> Result<(), Failure> {
     let state = args.target.open("conversations")?;
-    let store = state.store();
+    let store = state.dyn_store();
     let fail = |e: crate::store::StoreError| Failure::run(format!("colony conversations: {e}"));
     let load = |name: &str| -> Result<SavedResident, Failure> {
         store.load_cell(name).map_err(fail)?.ok_or_else(|| {
             Failure::run(format!(
                 "colony conversations: no conversation named {name:?} in {}",
-                state.path().display()
+                state.place()
             ))
         })
     };

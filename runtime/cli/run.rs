@@ -12,7 +12,8 @@ use std::time::Duration;
 use super::{Cassettes, Failure, build_core};
 use crate::lua::HostSetup;
 use crate::residents::{Lifecycle, Settled};
-use crate::store::state_dir::{self, StateDir};
+use crate::store::select::{self, ProgramStore};
+use crate::store::state_dir;
 use crate::turn::TurnError;
 
 /// Run a Lua program. Its arguments reach it as `arg` (and `...`).
@@ -29,6 +30,10 @@ pub struct Args {
     /// `colony state`; with --replay, a fresh temporary one, since a cassette replays a fresh start).
     #[arg(long, value_name = "DIR")]
     state: Option<PathBuf>,
+    /// Keep the program's state in this PostgreSQL database (`postgres://USER@HOST/DB`)
+    /// instead of SQLite in the state directory (default: `[store] url` in the config).
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
     /// End the run after this long (`90`, `90s`, `5m`, `1h30m`): the watch stops as on
     /// `ai.stop`, turns in flight get its grace period, and colony exits with status 124.
     #[arg(long, value_name = "DURATION", value_parser = parse_max_time)]
@@ -59,7 +64,9 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         (None, Some(tmp)) => tmp.clone(),
         (None, None) => state_dir::default_for(&args.file),
     };
-    let state = StateDir::open(&dir).map_err(|e| Failure::run(format!("colony: {e}")))?;
+    let url = select::url(args.store.as_deref(), &core.config());
+    let state = ProgramStore::open(&dir, url.as_deref(), &args.file)
+        .map_err(|e| Failure::run(format!("colony: {e}")))?;
     let base = std::env::current_dir().unwrap_or_default();
     let host = HostSetup {
         store: Some(state.dyn_store()),

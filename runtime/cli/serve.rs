@@ -42,6 +42,11 @@ pub struct Args {
     /// What the FILEs given may reach (`colony serve` grants nothing else).
     #[command(flatten)]
     sandbox: super::permissions::SandboxArgs,
+    /// Keep the programs' state in this PostgreSQL database (`postgres://USER@HOST/DB`, each
+    /// program in a schema of its own) instead of their state directories (default: `[store]
+    /// url` in the config).
+    #[arg(long, value_name = "URL")]
+    store: Option<String>,
     /// The programs to run (each with its own Lua VM and state directory).
     files: Vec<PathBuf>,
 }
@@ -73,8 +78,8 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
              COLONY_SERVE_TOKEN) before listening on it"
         )));
     }
-    let programs = programs(&args, &settings)?;
-    let service = Service::new(core, programs).map_err(|e| {
+    let programs = programs(&args, &settings, &config)?;
+    let service = Service::new(core, programs, args.store.clone()).map_err(|e| {
         Failure::input(format!(
             "colony serve: {}: {e}",
             crate::config::path().display()
@@ -114,7 +119,11 @@ fn token(args: &Args, configured: Option<&Path>) -> Result<Option<String>, Failu
 }
 
 /// The programs: the files given, else the config's.
-fn programs(args: &Args, settings: &crate::config::ServeConfig) -> Result<Programs, Failure> {
+fn programs(
+    args: &Args,
+    settings: &crate::config::ServeConfig,
+    config: &crate::config::Config,
+) -> Result<Programs, Failure> {
     let config_file = crate::config::path();
     let (programs, launches) = if args.files.is_empty() {
         // Relative to the config file's folder, where they were written.
@@ -136,6 +145,7 @@ fn programs(args: &Args, settings: &crate::config::ServeConfig) -> Result<Progra
                 args: Vec::new(),
                 state: state_dir::default_for(file),
                 permissions: permissions.clone(),
+                store: crate::store::select::url(args.store.as_deref(), config),
             })
             .collect();
         (Programs::Files(launches.clone()), launches)

@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use super::Failure;
+use crate::store::select::{self, ProgramStore};
 use crate::store::state_dir::{self, STORE_FILE, StateDir};
 
 /// Print the state directory a script's program uses by default.
@@ -47,13 +48,30 @@ pub struct Target {
     /// Read this state directory instead of the script's default one.
     #[arg(long, value_name = "DIR", global = true)]
     state: Option<PathBuf>,
+    /// Read the program's state from this PostgreSQL database (`postgres://USER@HOST/DB`)
+    /// instead of its state directory (default: `[store] url` in the config).
+    #[arg(long, value_name = "URL", global = true)]
+    store: Option<String>,
 }
 
 impl Target {
     /// Opens the state directory the way a program does: locked, so this fails with the holder's
     /// pid and command line while the program runs. A directory without a store is an error
     /// (reading commands create nothing).
-    pub fn open(&self, command: &str) -> Result<StateDir, Failure> {
+    pub fn open(&self, command: &str) -> Result<ProgramStore, Failure> {
+        let url = match &self.store {
+            Some(url) => Some(url.clone()),
+            None => {
+                let config = crate::config::Config::load_from(&crate::config::path())
+                    .map_err(|e| Failure::input(format!("colony {command}: {e}")))?;
+                select::url(None, &config)
+            }
+        };
+        if let Some(url) = url {
+            // A shared database: no lock to take, and it may be read while the program runs.
+            return ProgramStore::open(Path::new(""), Some(&url), &self.script)
+                .map_err(|e| Failure::run(format!("colony {command}: {e}")));
+        }
         let dir = match &self.state {
             Some(dir) => dir.clone(),
             None => {
@@ -71,7 +89,9 @@ impl Target {
                 dir.display()
             )));
         }
-        StateDir::open(&dir).map_err(|e| Failure::run(format!("colony {command}: {e}")))
+        StateDir::open(&dir)
+            .map(ProgramStore::Dir)
+            .map_err(|e| Failure::run(format!("colony {command}: {e}")))
     }
 }
 

@@ -4,7 +4,6 @@ use clap::Subcommand;
 
 use super::Failure;
 use super::state::Target;
-use crate::store::Store;
 
 /// Read a program's key-value store.
 #[derive(clap::Args)]
@@ -44,7 +43,7 @@ enum Action {
 
 pub fn run(args: Args) -> Result<(), Failure> {
     let state = args.target.open("store")?;
-    let store = state.store();
+    let store = state.dyn_store();
     let fail = |e: crate::store::StoreError| Failure::run(format!("colony store: {e}"));
     match args.action {
         Action::Get { key, space } => {
@@ -63,7 +62,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
                     };
                     return Err(Failure::run(format!(
                         "colony store: no key {key:?} in {where_} of {}",
-                        state.path().display()
+                        state.place()
                     )));
                 }
             }

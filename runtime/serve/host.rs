@@ -13,7 +13,7 @@ use crate::embed::{Lend, Program, Runtime};
 use crate::infer::breaker::BreakerState;
 use crate::permissions::Permissions;
 use crate::residents::{Delivery, Lifecycle, Mail, MailError, Observer, ResidentInfo};
-use crate::store::state_dir::StateDir;
+use crate::store::select::ProgramStore;
 use crate::vocab::{FileRef, Message};
 
 /// What the service needs to start a program.
@@ -25,13 +25,15 @@ pub struct Launch {
     pub state: PathBuf,
     /// What it may reach beyond colony's own calls (`colony serve` grants nothing unless told).
     pub permissions: Arc<Permissions>,
+    /// A PostgreSQL store's URL, used instead of the state directory (`--store`, `[store] url`).
+    pub store: Option<String>,
 }
 
 /// A program running on its own Lua thread, with its state directory held.
 pub struct Hosted {
     lifecycle: Lifecycle,
     program: Mutex<Option<Program>>,
-    state: Mutex<Option<StateDir>>,
+    state: Mutex<Option<ProgramStore>>,
 }
 
 /// Starts `launch` on `runtime`: what it observes goes to `observer`, what its residents hand
@@ -43,7 +45,8 @@ pub fn start(
     observer: Observer,
     deliveries: mpsc::UnboundedSender<Delivery>,
 ) -> Result<Hosted, String> {
-    let state = StateDir::open(&launch.state).map_err(|e| e.to_string())?;
+    let state = ProgramStore::open(&launch.state, launch.store.as_deref(), &launch.file)
+        .map_err(|e| e.to_string())?;
     let lend = Lend {
         store: Some(state.dyn_store()),
         observer: Some(observer),

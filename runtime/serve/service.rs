@@ -99,6 +99,8 @@ pub struct Service {
     pub metrics: Metrics,
     programs: RwLock<BTreeMap<String, Arc<Slot>>>,
     from_config: Option<PathBuf>,
+    /// `--store`, for the config's programs (started again on SIGHUP).
+    store: Option<String>,
     draining: AtomicBool,
     ids: Mutex<IdMemory>,
     tallies: DashMap<(String, String), Tally>,
@@ -107,10 +109,16 @@ pub struct Service {
 impl Service {
     /// A service for `programs` (named by file stem; a second of the same stem gets `-2`).
     /// `Err`: the config's entries are wrong.
-    pub fn new(core: Core, programs: Programs) -> Result<Arc<Service>, String> {
+    /// `store` is `--store`: the PostgreSQL URL the config's programs keep their state in
+    /// (else the config's `[store] url`, read again on SIGHUP).
+    pub fn new(
+        core: Core,
+        programs: Programs,
+        store: Option<String>,
+    ) -> Result<Arc<Service>, String> {
         let (launches, from_config) = match programs {
             Programs::Files(launches) => (launches, None),
-            Programs::Config(base) => (config_launches(&core, &base)?, Some(base)),
+            Programs::Config(base) => (config_launches(&core, &base, store.as_deref())?, Some(base)),
         };
         let mut slots = BTreeMap::new();
         for (name, launch) in named(launches) {
@@ -123,6 +131,7 @@ impl Service {
             metrics: Metrics::default(),
             programs: RwLock::new(slots),
             from_config,
+            store,
             draining: AtomicBool::new(false),
             ids: Mutex::new(IdMemory::default()),
             tallies: DashMap::new(),
@@ -327,7 +336,7 @@ impl Service {
         let mut removed = Vec::new();
         let mut changed = HashSet::new();
         if let Some(base) = &self.from_config {
-            match config_launches(&self.core, base) {
+            match config_launches(&self.core, base, self.store.as_deref()) {
                 Err(e) => tracing::error!("the config's programs stay as they were: {e}"),
                 Ok(launches) => {
                     let wanted: BTreeMap<String, Launch> = named(launches).into_iter().collect();
@@ -665,9 +674,15 @@ fn file_hash(path: &Path) -> Option<Vec<u8>> {
 }
 
 /// The config's programs now.
-fn config_launches(core: &Core, base: &Path) -> Result<Vec<Launch>, String> {
-    let settings = core.config().serve.clone().unwrap_or_default();
-    super::programs::from_config(&settings, base)
+fn config_launches(core: &Core, base: &Path, store: Option<&str>) -> Result<Vec<Launch>, String> {
+    let config = core.config();
+    let settings = config.serve.clone().unwrap_or_default();
+    let mut launches = super::programs::from_config(&settings, base)?;
+    let url = crate::store::select::url(store, &config);
+    for launch in &mut launches {
+        launch.store = url.clone();
+    }
+    Ok(launches)
 }
 
 /// Each launch with its name: its file's stem, `-2`, `-3` ... after the first of a stem.

@@ -18,6 +18,8 @@
 mod group_commit;
 pub mod memory;
 mod off_worker;
+pub mod postgres;
+pub mod select;
 pub mod sqlite;
 pub mod state_dir;
 
@@ -48,6 +50,9 @@ pub enum StoreError {
     /// A value that JSON cannot hold, or an update function that failed.
     #[error("{0}")]
     Value(String),
+    /// A write through a lease another node has taken over (or that was released): refused.
+    #[error("{0}")]
+    Fenced(String),
 }
 
 impl StoreError {
@@ -58,6 +63,7 @@ impl StoreError {
             StoreError::Damaged(_) => "damaged",
             StoreError::Io(_) => "io_error",
             StoreError::Value(_) => "value_error",
+            StoreError::Fenced(_) => "fenced",
         }
     }
 }

@@ -6,6 +6,7 @@
 pub mod browser;
 pub mod fake;
 pub mod mcp;
+pub mod postgres;
 pub mod pty;
 pub mod script;
 pub mod serve;

@@ -1,0 +1,168 @@
+//! The PostgreSQL store's schema and the versioned steps that bring a database to it.
+//!
+//! Every table is prefixed `colony_`, so a database that holds other tables can host a store
+//! beside them. The version is the one row of `colony_schema`; opening takes a transaction-level
+//! advisory lock first, so nodes starting together migrate one after the other, and refuses a
+//! database a newer colony wrote ([`StoreError::TooNew`]), leaving it untouched. Keys and names
+//! use the `"C"` collation: listing and ordering are by bytes, as in the SQLite store.
+
+use super::super::{StoreError, StoreResult};
+
+/// The schema version this build writes: the number of [`MIGRATIONS`].
+pub const SCHEMA_VERSION: i32 = MIGRATIONS.len() as i32;
+
+/// The advisory lock key opening holds while it reads and migrates the schema ("Coln").
+const MIGRATION_LOCK: i64 = 0x436f_6c6e;
+
+/// One step per version: `MIGRATIONS[i]` takes a database from version `i` to `i + 1`. Append
+/// only; never edit a released step.
+const MIGRATIONS: &[&str] = &[
+    // 1: everything the SQLite store holds at its version 4.
+    r#"CREATE TABLE colony_kv (
+         space TEXT COLLATE "C" NOT NULL,
+         key   TEXT COLLATE "C" NOT NULL,
+         value TEXT NOT NULL,
+         PRIMARY KEY (space, key)
+     );
+     CREATE TABLE colony_cells (
+         name     TEXT COLLATE "C" PRIMARY KEY,
+         messages TEXT NOT NULL,
+         dropped  BIGINT NOT NULL DEFAULT 0
+     );
+     CREATE TABLE colony_backlog (
+         seq  BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+         name TEXT COLLATE "C" NOT NULL,
+         mail TEXT NOT NULL
+     );
+     CREATE INDEX colony_backlog_by_name ON colony_backlog (name, seq);
+     CREATE TABLE colony_journal (
+         seq     BIGINT GENERATED ALWAYS AS IDENTITY,
+         name    TEXT COLLATE "C" NOT NULL,
+         call_id TEXT NOT NULL,
+         tool    TEXT NOT NULL,
+         result  TEXT,
+         files   TEXT,
+         PRIMARY KEY (name, call_id)
+     );
+     CREATE TABLE colony_accepted (
+         name TEXT COLLATE "C" NOT NULL,
+         id   TEXT NOT NULL,
+         PRIMARY KEY (name, id)
+     );
+     CREATE TABLE colony_files (
+         sha256 TEXT PRIMARY KEY,
+         data   BYTEA NOT NULL
+     );
+     CREATE TABLE colony_breakers (
+         key   TEXT PRIMARY KEY,
+         state TEXT NOT NULL
+     );
+     CREATE TABLE colony_audit (
+         id          BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+         at_ms       BIGINT NOT NULL,
+         resident    TEXT NOT NULL,
+         tool        TEXT NOT NULL,
+         args_hash   TEXT NOT NULL,
+         duration_ms DOUBLE PRECISION NOT NULL,
+         outcome     TEXT NOT NULL,
+         message     TEXT
+     );
+     CREATE INDEX colony_audit_by_resident ON colony_audit (resident, id);
+     CREATE INDEX colony_audit_by_tool ON colony_audit (tool, id);"#,
+    // 2: leases (placement): who owns what until when, and the fencing token of that ownership.
+    r#"CREATE TABLE colony_leases (
+         name       TEXT COLLATE "C" PRIMARY KEY,
+         owner      TEXT NOT NULL,
+         token      BIGINT NOT NULL,
+         expires_at TIMESTAMPTZ NOT NULL
+     );
+     CREATE SEQUENCE colony_lease_tokens;"#,
+];
+
+/// Brings the database behind `client` (its tables in `schema`, created if missing, when one is
+/// given) to [`SCHEMA_VERSION`]; `shown` names it in errors.
+pub(super) async fn migrate(
+    client: &mut tokio_postgres::Client,
+    shown: &str,
+    schema: Option<&str>,
+) -> StoreResult<()> {
+    let err = |doing: &str, e: tokio_postgres::Error| {
+        StoreError::Io(format!("{shown}: {doing}: {}", super::describe(&e)))
+    };
+    let tx = client
+        .transaction()
+        .await
+        .map_err(|e| err("cannot open a transaction", e))?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(|e| err("cannot take the schema lock", e))?;
+    if let Some(schema) = schema {
+        // A name `schema_for` made: letters, digits and `_` only, so quoting is enough.
+        tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS \"{schema}\""))
+            .await
+            .map_err(|e| err(&format!("cannot create the schema {schema}"), e))?;
+    }
+    let has_schema: bool = tx
+        .query_one("SELECT to_regclass('colony_schema') IS NOT NULL", &[])
+        .await
+        .map_err(|e| err("cannot read its schema", e))?
+        .get(0);
+    let version: i32 = if has_schema {
+        let rows = tx
+            .query("SELECT version FROM colony_schema", &[])
+            .await
+            .map_err(|e| err("cannot read its schema version", e))?;
+        match rows.as_slice() {
+            [row] => row.get(0),
+            _ => {
+                return Err(StoreError::Damaged(format!(
+                    "{shown}: colony_schema holds {} rows instead of one; the database was left \
+                     as it is",
+                    rows.len()
+                )));
+            }
+        }
+    } else {
+        let kv: bool = tx
+            .query_one("SELECT to_regclass('colony_kv') IS NOT NULL", &[])
+            .await
+            .map_err(|e| err("cannot read its schema", e))?
+            .get(0);
+        if kv {
+            return Err(StoreError::Damaged(format!(
+                "{shown} holds colony tables without colony_schema: not a store colony wrote; \
+                 it was left as it is"
+            )));
+        }
+        tx.batch_execute(
+            "CREATE TABLE colony_schema (version INTEGER NOT NULL);
+             INSERT INTO colony_schema (version) VALUES (0);",
+        )
+        .await
+        .map_err(|e| err("cannot create colony_schema", e))?;
+        0
+    };
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::TooNew(format!(
+            "{shown} was written by a newer colony (store schema version {version}; this colony \
+             knows versions up to {SCHEMA_VERSION}); it was left as it is: run it with that \
+             newer colony"
+        )));
+    }
+    if version < 0 {
+        return Err(StoreError::Damaged(format!(
+            "{shown} has an impossible schema version {version}; it was left as it is"
+        )));
+    }
+    for (i, step) in MIGRATIONS.iter().enumerate().skip(version as usize) {
+        let to = i as i32 + 1;
+        let what = format!("cannot bring its schema to version {to}");
+        tx.batch_execute(step).await.map_err(|e| err(&what, e))?;
+        tx.execute("UPDATE colony_schema SET version = $1", &[&to])
+            .await
+            .map_err(|e| err(&what, e))?;
+    }
+    tx.commit()
+        .await
+        .map_err(|e| err("cannot commit its schema", e))
+}
