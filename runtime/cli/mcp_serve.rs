@@ -54,6 +54,12 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     if !args.file.is_file() {
         return Err(missing(&args.file));
     }
+    // First: whatever the program prints from its first line on goes to stderr.
+    let streams = stdio::protocol_streams().map_err(|e| {
+        Failure::run(format!(
+            "colony mcp serve: cannot take stdin and stdout: {e}"
+        ))
+    })?;
     let core = build_core(&args.cassettes, &tokio::runtime::Handle::current())?;
     let dir = args
         .state
@@ -75,7 +81,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         exports,
         route: lifecycle.route().clone(),
     };
-    let ended = stdio::serve(offer, "colony")
+    let ended = stdio::serve(offer, "colony", streams)
         .await
         .map_err(|e| Failure::run(format!("colony mcp serve: {e}")))?;
     tracing::info!("colony mcp serve: {ended:?}");
