@@ -370,6 +370,7 @@ async fn run_on_this_thread(
         exports.set_ready();
     }
     if host.linger
+        && host.exports.as_ref().is_some_and(|e| !e.is_empty())
         && matches!(
             result.as_ref().map(|v| v.front()),
             Ok(Some(Value::Boolean(true)))

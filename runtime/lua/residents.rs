@@ -43,7 +43,7 @@ pub struct HostSetup {
     /// resources, prompts), for the host that serves them.
     pub exports: Option<crate::mcp::server::Exports>,
     /// Keep the VM answering tool calls after the main chunk returns, until the program is
-    /// stopped (a program served over MCP).
+    /// stopped, when it exports something over MCP (`exports`).
     pub linger: bool,
 }
 

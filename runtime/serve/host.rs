@@ -27,6 +27,8 @@ pub struct Launch {
 /// A program running on its own Lua thread, with its state directory held.
 pub struct Hosted {
     route: Route,
+    /// What it offers over MCP (`/mcp`).
+    exports: crate::mcp::server::Exports,
     running: Mutex<Option<Running>>,
     state: Mutex<Option<StateDir>>,
 }
@@ -41,23 +43,35 @@ pub fn start(
     deliveries: mpsc::UnboundedSender<Delivery>,
 ) -> Result<Hosted, String> {
     let state = StateDir::open(&launch.state).map_err(|e| e.to_string())?;
+    let exports = crate::mcp::server::Exports::default();
     let host = HostSetup {
         store: Some(state.dyn_store()),
         deliveries: Some(deliveries),
         mails_in: true,
         observer: Some(observer),
+        exports: Some(exports.clone()),
+        linger: true,
         ..HostSetup::default()
     };
     let running =
         crate::lua::start_file(core, &launch.file, launch.args.clone(), host).map_err(|e| e.0)?;
     Ok(Hosted {
         route: running.route().clone(),
+        exports,
         running: Mutex::new(Some(running)),
         state: Mutex::new(Some(state)),
     })
 }
 
 impl Hosted {
+    /// What it offers over MCP, and the route its calls run on.
+    pub fn offer(&self) -> crate::mcp::server::Offer {
+        crate::mcp::server::Offer {
+            exports: self.exports.clone(),
+            route: self.route.clone(),
+        }
+    }
+
     /// Waits until the program's watch is up (or it stops before).
     pub async fn opened(&self) {
         self.route.opened().await

@@ -9,12 +9,14 @@
 //! - [`metrics`]: the Prometheus text format of counters, histograms and gauges.
 //! - [`auth`]: the bearer token and the `Origin` rule.
 //! - [`dashboard`]: the page at `/`, compiled in.
+//! - [`mcp`]: the hosted programs' exports over MCP at `/mcp` (Streamable HTTP).
 
 pub mod api;
 pub mod auth;
 pub mod dashboard;
 pub mod events;
 pub mod host;
+pub mod mcp;
 pub mod metrics;
 pub mod service;
 
@@ -38,6 +40,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 /// Every route of the service: the health endpoints and the page open to all (but a foreign
 /// `Origin`), everything else behind `guard`.
 pub fn router(service: Arc<Service>, guard: Guard) -> Router {
+    let over_mcp = mcp::routes(service.clone(), guard.clone());
     let guarded = Router::new()
         .route("/api/programs", get(api::programs))
         .route("/api/programs/{p}", get(api::program))
@@ -70,6 +73,7 @@ pub fn router(service: Arc<Service>, guard: Guard) -> Router {
         .layer(from_fn(auth::same_origin));
     guarded
         .merge(open)
+        .merge(over_mcp)
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
         .with_state(service)
 }

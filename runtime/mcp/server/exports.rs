@@ -154,6 +154,15 @@ impl Exports {
         self.0.changes.send_modify(|c| c.prompts += 1);
     }
 
+    /// Whether the program offers nothing at all.
+    pub fn is_empty(&self) -> bool {
+        let len = |n: Result<usize, ()>| n.unwrap_or(0);
+        len(self.0.tools.read().map(|l| l.len()).map_err(|_| ())) == 0
+            && len(self.0.residents.read().map(|l| l.len()).map_err(|_| ())) == 0
+            && len(self.0.resources.read().map(|l| l.len()).map_err(|_| ())) == 0
+            && len(self.0.prompts.read().map(|l| l.len()).map_err(|_| ())) == 0
+    }
+
     pub fn tools(&self) -> Vec<ToolDef> {
         read(&self.0.tools)
     }

@@ -59,6 +59,9 @@ impl Programs for One {
     }
 }
 
+/// How long a request waits for a program that is still starting.
+const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The revisions served, oldest first.
 pub fn revisions() -> Vec<ProtocolVersion> {
     vec![
@@ -144,8 +147,17 @@ impl Server {
         }
     }
 
-    fn find_tool(&self, name: &str) -> Option<(Offer, Target)> {
-        for offer in self.programs.offers() {
+    /// The programs' offers, each once it has made its first exports (waiting at most
+    /// [`READY_WAIT`] for a program still starting).
+    async fn offers(&self) -> Vec<Offer> {
+        let offers = self.programs.offers();
+        futures::future::join_all(offers.iter().map(|o| tokio::time::timeout(READY_WAIT, o.ready())))
+            .await;
+        offers
+    }
+
+    async fn find_tool(&self, name: &str) -> Option<(Offer, Target)> {
+        for offer in self.offers().await {
             if let Some(t) = offer
                 .exports
                 .tools()
@@ -263,7 +275,7 @@ impl ServerHandler for Server {
     ) -> Result<ListToolsResult, ErrorData> {
         let mut seen = std::collections::HashSet::new();
         let mut tools = Vec::new();
-        for offer in self.programs.offers() {
+        for offer in self.offers().await {
             for t in offer.exports.tools() {
                 if seen.insert(t.spec.name.clone()) {
                     tools.push(json!({
@@ -293,10 +305,10 @@ impl ServerHandler for Server {
     ) -> Result<CallToolResponse, ErrorData> {
         let caller = self.caller_of(&context);
         let args = request.arguments.clone().unwrap_or_default();
-        let Some((offer, target)) = self.find_tool(&request.name) else {
+        let Some((offer, target)) = self.find_tool(&request.name).await else {
             // Not offered: unknown, or a tool the program did not mark exportable.
             let message = format!("unknown tool {:?}: it is not exported", request.name);
-            for offer in self.programs.offers() {
+            for offer in self.offers().await {
                 call::refused(
                     &offer.route,
                     &caller,
@@ -354,8 +366,8 @@ impl ServerHandler for Server {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
         let list: Vec<Value> = self
-            .programs
             .offers()
+            .await
             .iter()
             .flat_map(|o| o.exports.resources())
             .filter(|r| !r.template)
@@ -370,8 +382,8 @@ impl ServerHandler for Server {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
         let list: Vec<Value> = self
-            .programs
             .offers()
+            .await
             .iter()
             .flat_map(|o| o.exports.resources())
             .filter(|r| r.template)
@@ -385,7 +397,7 @@ impl ServerHandler for Server {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        for offer in self.programs.offers() {
+        for offer in self.offers().await {
             if let Some(v) = content::read(&offer, &request.uri).await {
                 return model::<rmcp::model::ReadResourceResult>(v?).map(Into::into);
             }
@@ -402,8 +414,8 @@ impl ServerHandler for Server {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
         let list: Vec<Value> = self
-            .programs
             .offers()
+            .await
             .iter()
             .flat_map(|o| o.exports.prompts())
             .map(|p| content::prompt_entry(&p))
@@ -417,7 +429,7 @@ impl ServerHandler for Server {
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         let args = request.arguments.clone().unwrap_or_default();
-        for offer in self.programs.offers() {
+        for offer in self.offers().await {
             if let Some(p) = offer
                 .exports
                 .prompts()
@@ -442,7 +454,7 @@ impl ServerHandler for Server {
         let asked = serde_json::to_value(&request).unwrap_or(Value::Null);
         let name = asked["ref"]["name"].as_str().unwrap_or("");
         let mut values = Vec::new();
-        for offer in self.programs.offers() {
+        for offer in self.offers().await {
             if let Some(p) = offer.exports.prompts().into_iter().find(|p| p.name == name) {
                 values =
                     content::complete(&offer, &p, &request.argument.name, &request.argument.value)
@@ -466,7 +478,7 @@ impl ServerHandler for Server {
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         // Tell this client when a program adds to a list, until it goes away.
-        for offer in self.programs.offers() {
+        for offer in self.offers().await {
             let mut changes = offer.exports.changes();
             let peer = context.peer.clone();
             tokio::spawn(async move {
