@@ -41,7 +41,14 @@ struct Gate {
 /// The `/mcp` route, to merge into the service's router.
 pub fn routes(service: Arc<Service>, guard: Guard) -> Router<Arc<Service>> {
     let programs = Arc::new(Hosted(service));
-    let caller = Caller(if guard.has_token() { "token" } else { "loopback" }.into());
+    let caller = Caller(
+        if guard.has_token() {
+            "token"
+        } else {
+            "loopback"
+        }
+        .into(),
+    );
     let factory = {
         let programs = programs.clone();
         move || Ok(Server::new(programs.clone(), caller.clone(), "colony"))
@@ -67,7 +74,11 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
             .and_then(|v| v.to_str().ok())
             .unwrap_or("?")
             .to_string();
-        Some((StatusCode::FORBIDDEN, "forbidden", format!("a request from another origin ({origin}) was refused")))
+        Some((
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("a request from another origin ({origin}) was refused"),
+        ))
     } else if !gate.guard.admits(request.headers()) {
         let what = if request.headers().contains_key(header::AUTHORIZATION) {
             "a request with a wrong bearer token was refused"
@@ -92,7 +103,14 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         }
         return answer;
     }
-    let caller = Caller(if gate.guard.has_token() { "token" } else { "loopback" }.into());
+    let caller = Caller(
+        if gate.guard.has_token() {
+            "token"
+        } else {
+            "loopback"
+        }
+        .into(),
+    );
     request.extensions_mut().insert(caller);
     next.run(request).await
 }

@@ -151,8 +151,12 @@ impl Server {
     /// [`READY_WAIT`] for a program still starting).
     async fn offers(&self) -> Vec<Offer> {
         let offers = self.programs.offers();
-        futures::future::join_all(offers.iter().map(|o| tokio::time::timeout(READY_WAIT, o.ready())))
-            .await;
+        futures::future::join_all(
+            offers
+                .iter()
+                .map(|o| tokio::time::timeout(READY_WAIT, o.ready())),
+        )
+        .await;
         offers
     }
 
