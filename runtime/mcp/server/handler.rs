@@ -160,6 +160,27 @@ impl Server {
         offers
     }
 
+    /// `Ok` for a resource (or a template's instance) some program offers.
+    async fn known_resource(&self, uri: &str) -> Result<(), ErrorData> {
+        let known = self.offers().await.iter().any(|o| {
+            o.exports.resources().iter().any(|r| {
+                if r.template {
+                    content::match_template(&r.uri, uri).is_some()
+                } else {
+                    r.uri == uri
+                }
+            })
+        });
+        if known {
+            Ok(())
+        } else {
+            Err(ErrorData::resource_not_found(
+                format!("no resource {uri:?}"),
+                Some(json!({ "uri": uri })),
+            ))
+        }
+    }
+
     async fn find_tool(&self, name: &str) -> Option<(Offer, Target)> {
         for offer in self.offers().await {
             if let Some(t) = offer
@@ -230,8 +251,30 @@ async fn send(
 }
 
 /// A call's outcome as the client reads it: the text (and the structured value when the text is
-/// a JSON object), images and audio as their blocks, other files as embedded resources.
+/// a JSON object), images and audio as their blocks, other files as embedded resources. A
+/// handler that answers `{ content = { blocks... } }` gives its MCP content blocks as they are.
 fn result(outcome: Outcome) -> Result<CallToolResponse, ErrorData> {
+    if !outcome.is_error
+        && let Ok(Value::Object(o)) = serde_json::from_str::<Value>(&outcome.text)
+        && let Some(Value::Array(blocks)) = o.get("content")
+        && blocks
+            .iter()
+            .all(|b| b.get("type").is_some_and(Value::is_string))
+    {
+        let mut r = json!({ "content": blocks });
+        if let Some(e) = o
+            .get("is_error")
+            .or(o.get("isError"))
+            .and_then(Value::as_bool)
+        {
+            r["isError"] = json!(e);
+        }
+        if let Some(s) = o.get("structured") {
+            r["structuredContent"] = s.clone();
+        }
+        let r: rmcp::model::CallToolResult = model(r)?;
+        return Ok(r.into());
+    }
     let mut content = vec![json!({ "type": "text", "text": outcome.text })];
     content.extend(outcome.files.iter().filter_map(content::file_block));
     let mut r = json!({ "content": content, "isError": outcome.is_error });
@@ -258,7 +301,7 @@ impl ServerHandler for Server {
             "protocolVersion": ProtocolVersion::V_2025_11_25,
             "capabilities": {
                 "tools": { "listChanged": true },
-                "resources": { "listChanged": true },
+                "resources": { "listChanged": true, "subscribe": true },
                 "prompts": { "listChanged": true },
                 "logging": {},
                 "completions": {}
@@ -469,6 +512,24 @@ impl ServerHandler for Server {
         let total = values.len();
         values.truncate(100);
         model(json!({ "completion": { "values": values, "total": total, "hasMore": total > 100 } }))
+    }
+
+    /// Accepted for a resource the programs offer; colony's resources do not announce updates
+    /// yet (`notifications/resources/updated` is never sent), so a subscription only succeeds.
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.known_resource(&request.uri).await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.known_resource(&request.uri).await
     }
 
     async fn set_level(
