@@ -231,6 +231,11 @@ pub struct Lend {
     pub deliveries: Option<mpsc::UnboundedSender<Delivery>>,
     /// What the program may reach beyond colony's own calls; `None`: everything.
     pub permissions: Option<Arc<Permissions>>,
+    /// Where the program puts what it offers as an MCP server, for a host that serves it.
+    pub exports: Option<crate::mcp::server::Exports>,
+    /// Keep the VM answering tool calls after the main chunk returns (a program that exports
+    /// something over MCP), until the program is stopped.
+    pub linger: bool,
 }
 
 /// What a program was started from, to start it again.
@@ -259,6 +264,8 @@ impl Launch {
             // The application mails in: the program's watch runs until it is stopped.
             mails_in: true,
             observer: self.lend.observer.clone(),
+            exports: self.lend.exports.clone(),
+            linger: self.lend.linger,
             ..HostSetup::default()
         };
         if let Some(p) = &self.lend.permissions {

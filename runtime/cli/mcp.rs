@@ -53,6 +53,10 @@ enum Action {
     },
     /// Add the servers of a Claude Desktop config or a `.mcp.json` (its `mcpServers` object).
     Import { file: PathBuf },
+    /// Serve a program's exports over MCP on stdin and stdout.
+    Serve(super::mcp_serve::ServeArgs),
+    /// Print (or --write) the `mcpServers` entry that runs `colony mcp serve FILE.lua`.
+    Install(super::mcp_serve::InstallArgs),
 }
 
 fn load() -> Result<Config, Failure> {
@@ -80,6 +84,8 @@ fn pairs(items: &[String], sep: char, what: &str) -> Result<BTreeMap<String, Str
 
 pub async fn run(args: Args) -> Result<(), Failure> {
     match args.action {
+        Action::Serve(args) => super::mcp_serve::serve(args).await,
+        Action::Install(args) => super::mcp_serve::install(args),
         Action::Add {
             name,
             headers,

@@ -6,6 +6,7 @@ mod chat;
 mod config;
 mod conversations;
 mod mcp;
+mod mcp_serve;
 mod models;
 pub mod permissions;
 mod providers;

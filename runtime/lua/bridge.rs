@@ -347,6 +347,7 @@ enum Ctx {
 /// `origin`, `hop`, `ai` (the mail it serves) and `workspace`.
 fn ctx_table(lua: &Lua, cx: ToolContext) -> mlua::Result<Table> {
     let t = lua.create_table()?;
+    super::mcp_export::add_ctx(lua, &t, &cx.call_id)?;
     t.set("call_id", cx.call_id)?;
     t.set("name", cx.name)?;
     t.set("step", cx.step)?;

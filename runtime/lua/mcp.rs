@@ -33,6 +33,7 @@ impl UserData for ConnValue {
 
 pub fn register(lua: &Lua) -> mlua::Result<Table> {
     let m = lua.create_table()?;
+    super::mcp_export::register(lua, &m)?;
     m.set(
         "connect",
         lua.create_async_function(|lua, (target, opts): (Value, Option<Table>)| async move {

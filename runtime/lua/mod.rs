@@ -23,6 +23,7 @@ pub mod fs;
 pub mod http;
 pub mod json;
 pub mod mcp;
+pub mod mcp_export;
 pub mod messages;
 pub mod middleware;
 pub mod parallel;
@@ -209,6 +210,9 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
             .collect(),
     ));
     lua.set_app_data(bridge);
+    if let Some(exports) = &host.exports {
+        lua.set_app_data(exports.clone());
+    }
     guard_coroutines(&lua)?;
     let json = json::register(&lua)?;
     let ai = ai::register(&lua)?;
@@ -360,6 +364,20 @@ async fn run_on_this_thread(
         runner.call_async::<MultiValue>(call_args),
     )
     .await;
+    // A program served over MCP keeps answering calls after its main chunk returns, until
+    // it is stopped.
+    if let Some(exports) = &host.exports {
+        exports.set_ready();
+    }
+    if host.linger
+        && host.exports.as_ref().is_some_and(|e| !e.is_empty())
+        && matches!(
+            result.as_ref().map(|v| v.front()),
+            Ok(Some(Value::Boolean(true)))
+        )
+    {
+        lifecycle.stopped().await;
+    }
     // The MCP servers the program kept open are shut down in order, not killed.
     lifecycle.close_servers().await;
     let result = result.map_err(|e| ScriptError(plain(&e)))?;

@@ -112,6 +112,7 @@ const SPAWN_FIELDS: &[&str] = &[
     "compact_prompt",
     "mcp",
     "budget",
+    "export",
 ];
 
 /// `ai.spawn{ name, system?, tools?, sources?, deliver_to?, max_steps?, middleware?, restart?,

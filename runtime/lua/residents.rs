@@ -39,6 +39,12 @@ pub struct HostSetup {
     pub interrupt: super::watchdog::Interrupt,
     /// Who looks on from outside (`colony serve`): told every turn and route event.
     pub observer: Option<crate::residents::Observer>,
+    /// What the program offers as an MCP server (its exportable tools, exported residents,
+    /// resources, prompts), for the host that serves them.
+    pub exports: Option<crate::mcp::server::Exports>,
+    /// Keep the VM answering tool calls after the main chunk returns, until the program is
+    /// stopped, when it exports something over MCP (`exports`).
+    pub linger: bool,
 }
 
 /// The host's tools, by name, in the VM's app data.
@@ -143,10 +149,12 @@ fn bad(who: &str, what: impl std::fmt::Display) -> mlua::Error {
 /// `ai.spawn{...}` → the name: the table read, the resident hired.
 fn spawn(lua: &Lua, opts: Table, mcp_tools: Vec<ToolDef>) -> mlua::Result<String> {
     let life = lifecycle(lua);
+    let offer = super::mcp_export::ResidentOffer::read(&opts)?;
     let (spec, sources) = read_spawn(lua, &life, opts, mcp_tools)?;
     let name = spec.name.clone();
     life.spawn(spec, sources)
         .map_err(|e| bad(&format!("ai.spawn {name:?}"), e))?;
+    offer.offer(lua);
     Ok(name)
 }
 

@@ -101,7 +101,9 @@ const TOOL_FIELDS: &[&str] = &[
 /// `ai.tool{ name, description, parameters, handler, timeout?, exportable?, idempotent?, rate? }`.
 fn tool(lua: &Lua, spec: Table) -> mlua::Result<ToolValue> {
     super::convert::check_fields(&spec, "ai.tool", TOOL_FIELDS)?;
-    Ok(ToolValue(tool_def(lua, &spec, "ai.tool")?))
+    let def = tool_def(lua, &spec, "ai.tool")?;
+    super::mcp_export::exported_tool(lua, &def);
+    Ok(ToolValue(def))
 }
 
 fn tool_def(lua: &Lua, spec: &Table, who: &str) -> mlua::Result<ToolDef> {

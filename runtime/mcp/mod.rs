@@ -13,6 +13,7 @@
 //! - [`toolset`]: a turn's servers opened at once, their tools made into [`crate::turn::ToolDef`]s,
 //!   and the per-server report; `dynamic` adds the `mcp_connect` / `mcp_disconnect` tools.
 //! - [`cache`]: the `colony tools refresh` cache of every configured server's tools.
+//! - [`server`]: the other direction: colony as an MCP server of a program's exports.
 
 pub mod cache;
 pub mod dynamic;
@@ -20,6 +21,7 @@ pub mod handler;
 pub mod http_client;
 pub mod naming;
 pub mod result;
+pub mod server;
 pub mod session;
 pub mod spec;
 pub mod toolset;

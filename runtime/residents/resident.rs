@@ -182,6 +182,9 @@ pub struct Resident {
     unblocked: tokio::sync::Notify,
     /// Where its usage is counted when the route has no store (an embedding without one).
     local_usage: std::sync::OnceLock<Arc<dyn Store>>,
+    /// Senders waiting for the reply to their mail, by the mail's `source` (an MCP client
+    /// calling an exported resident): the reply of a turn that served it goes to them.
+    awaited: Mutex<std::collections::HashMap<String, tokio::sync::oneshot::Sender<Delivery>>>,
 }
 
 /// A snapshot for `ai.residents()`.
@@ -216,7 +219,42 @@ impl Resident {
             blocked: Mutex::new(None),
             unblocked: tokio::sync::Notify::new(),
             local_usage: std::sync::OnceLock::new(),
+            awaited: Mutex::new(std::collections::HashMap::new()),
         }
+    }
+
+    /// The reply to the next turn that serves a mail from `source` goes to the returned
+    /// receiver instead of `deliver_to` (a caller waiting for its answer). Mail from `source`
+    /// should be posted after this; [`Resident::forget_reply`] when the caller gives up.
+    pub fn await_reply(&self, source: &str) -> tokio::sync::oneshot::Receiver<Delivery> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.awaited
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(source.to_string(), tx);
+        rx
+    }
+
+    pub fn forget_reply(&self, source: &str) {
+        self.awaited
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(source);
+    }
+
+    /// Hands `d` to the callers awaiting a reply to any mail of `batch`; whether there were any.
+    fn answer_awaited(&self, batch: &[super::mail::Mail], d: &Delivery) -> bool {
+        let mut awaited = self.awaited.lock().unwrap_or_else(|e| e.into_inner());
+        if awaited.is_empty() {
+            return false;
+        }
+        let mut any = false;
+        for m in batch {
+            if let Some(tx) = awaited.remove(&m.source) {
+                any |= tx.send(d.clone()).is_ok();
+            }
+        }
+        any
     }
 
     pub fn name(&self) -> &str {
@@ -762,6 +800,9 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
             usage: out.usage,
             ..delivery(me, DeliveryKind::Reply, provenance.as_ref(), Some(out.stop))
         };
+        if me.answer_awaited(&batch.mail, &d) {
+            continue;
+        }
         if let Err(e) = Box::pin(deliver(me, d)).await {
             return Exit::Crashed(e);
         }

@@ -30,7 +30,7 @@ impl Guard {
 
     /// Whether `headers` carry the token (`Authorization: Bearer T`, or the dashboard's
     /// `colony_token` cookie, which the browser sends with its event stream).
-    fn admits(&self, headers: &HeaderMap) -> bool {
+    pub fn admits(&self, headers: &HeaderMap) -> bool {
         let Some(token) = &self.token else {
             return true;
         };

@@ -32,6 +32,8 @@ pub struct Launch {
 /// A program running on its own Lua thread, with its state directory held.
 pub struct Hosted {
     lifecycle: Lifecycle,
+    /// What it offers over MCP (`/mcp`).
+    exports: crate::mcp::server::Exports,
     program: Mutex<Option<Program>>,
     state: Mutex<Option<ProgramStore>>,
 }
@@ -47,23 +49,35 @@ pub fn start(
 ) -> Result<Hosted, String> {
     let state = ProgramStore::open(&launch.state, launch.store.as_deref(), &launch.file)
         .map_err(|e| e.to_string())?;
+    let exports = crate::mcp::server::Exports::default();
     let lend = Lend {
         store: Some(state.dyn_store()),
         observer: Some(observer),
         deliveries: Some(deliveries),
         permissions: Some(launch.permissions.clone()),
+        exports: Some(exports.clone()),
+        linger: true,
     };
     let program = runtime
         .load_with(&launch.file, launch.args.clone(), lend)
         .map_err(|e| e.to_string())?;
     Ok(Hosted {
         lifecycle: program.lifecycle().clone(),
+        exports,
         program: Mutex::new(Some(program)),
         state: Mutex::new(Some(state)),
     })
 }
 
 impl Hosted {
+    /// What it offers over MCP, and the route its calls run on.
+    pub fn offer(&self) -> crate::mcp::server::Offer {
+        crate::mcp::server::Offer {
+            exports: self.exports.clone(),
+            route: self.lifecycle.route().clone(),
+        }
+    }
+
     /// Waits until the program's watch is up (or it stops before).
     pub async fn opened(&self) {
         self.lifecycle.opened().await

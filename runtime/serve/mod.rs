@@ -12,12 +12,14 @@
 //! - [`auth`]: the bearer token and the `Origin` rule.
 //! - [`rate`]: the per-caller rate limits (`429` with `Retry-After`).
 //! - [`dashboard`]: the page at `/`, compiled in.
+//! - [`mcp`]: the hosted programs' exports over MCP at `/mcp` (Streamable HTTP).
 
 pub mod api;
 pub mod auth;
 pub mod dashboard;
 pub mod events;
 pub mod host;
+pub mod mcp;
 pub mod metrics;
 pub mod programs;
 pub mod rate;
@@ -43,6 +45,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
 /// Every route of the service: the health endpoints and the page open to all (but a foreign
 /// `Origin`), everything else behind `guard`.
 pub fn router(service: Arc<Service>, guard: Guard) -> Router {
+    let over_mcp = mcp::routes(service.clone(), guard.clone());
     let guarded = Router::new()
         .route("/api/programs", get(api::programs))
         .route("/api/programs/{p}", get(api::program))
@@ -77,6 +80,7 @@ pub fn router(service: Arc<Service>, guard: Guard) -> Router {
         .layer(from_fn(auth::same_origin));
     guarded
         .merge(open)
+        .merge(over_mcp)
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
         .with_state(service)
 }

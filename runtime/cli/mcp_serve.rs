@@ -1,0 +1,167 @@
+//! `colony mcp serve FILE.lua` (a program's exports served over stdio, for Claude Desktop,
+//! Claude Code, VS Code or any MCP client) and `colony mcp install FILE.lua --name N` (the
+//! `mcpServers` entry that runs it).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use super::{Cassettes, Failure, build_core};
+use crate::lua::HostSetup;
+use crate::mcp::server::stdio::{self, Ended};
+use crate::mcp::server::{Exports, Offer};
+use crate::store::state_dir::{self, StateDir};
+
+/// Serve a program's exportable tools, exported residents, resources and prompts over MCP on
+/// stdin and stdout (logs go to stderr). Ends with 0 when stdin closes, on SIGINT or SIGTERM,
+/// or when the program stops.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    cassettes: Cassettes,
+    /// The program's state directory (default: beside the file, as `colony run` uses).
+    #[arg(long, value_name = "DIR")]
+    state: Option<PathBuf>,
+    /// The program to serve.
+    file: PathBuf,
+    /// Arguments for the program.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+/// Print (or write into a file) the `mcpServers` entry that runs `colony mcp serve FILE.lua`,
+/// for `claude_desktop_config.json`, `.mcp.json` and the like.
+#[derive(clap::Args)]
+pub struct InstallArgs {
+    /// The program to serve.
+    file: PathBuf,
+    /// The server's name in the client.
+    #[arg(long)]
+    name: String,
+    /// Add the entry to this JSON file (created if missing; other entries are kept).
+    #[arg(long, value_name = "PATH")]
+    write: Option<PathBuf>,
+}
+
+fn missing(file: &Path) -> Failure {
+    Failure::input(format!(
+        "colony: cannot read {}: no such file",
+        file.display()
+    ))
+}
+
+pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
+    if !args.file.is_file() {
+        return Err(missing(&args.file));
+    }
+    // First: whatever the program prints from its first line on goes to stderr.
+    let streams = stdio::protocol_streams().map_err(|e| {
+        Failure::run(format!(
+            "colony mcp serve: cannot take stdin and stdout: {e}"
+        ))
+    })?;
+    let core = build_core(&args.cassettes, &tokio::runtime::Handle::current())?;
+    let dir = args
+        .state
+        .clone()
+        .unwrap_or_else(|| state_dir::default_for(&args.file));
+    let state = StateDir::open(&dir).map_err(|e| Failure::run(format!("colony mcp serve: {e}")))?;
+    let exports = Exports::default();
+    let host = HostSetup {
+        store: Some(state.dyn_store()),
+        mails_in: true,
+        exports: Some(exports.clone()),
+        linger: true,
+        ..HostSetup::default()
+    };
+    let running = crate::lua::start_file(core, &args.file, args.args.clone(), host)
+        .map_err(|e| Failure::run(e.0))?;
+    let lifecycle = running.lifecycle.clone();
+    let offer = Offer {
+        exports,
+        route: lifecycle.route().clone(),
+    };
+    let ended = stdio::serve(offer, "colony", streams)
+        .await
+        .map_err(|e| Failure::run(format!("colony mcp serve: {e}")))?;
+    tracing::info!("colony mcp serve: {ended:?}");
+    let reason = match &ended {
+        Ended::Closed => "the MCP client closed stdin".to_string(),
+        Ended::Signal(s) => format!("{s}"),
+        Ended::Stopped(r) => r.clone(),
+    };
+    lifecycle.stop(reason);
+    let joined = tokio::task::spawn_blocking(move || running.join())
+        .await
+        .map_err(|e| Failure::run(format!("colony mcp serve: the Lua thread panicked: {e}")))?;
+    drop(state);
+    joined.map_err(|e| Failure::run(e.0))
+}
+
+/// The entry: the absolute path of this binary, `mcp serve` and the program's absolute path.
+pub fn entry(file: &Path) -> Result<Value, Failure> {
+    let program = std::path::absolute(file)
+        .map_err(|e| Failure::input(format!("colony mcp install: {}: {e}", file.display())))?;
+    let colony = std::env::current_exe()
+        .map_err(|e| Failure::run(format!("colony mcp install: where is colony? {e}")))?;
+    Ok(json!({
+        "command": colony.display().to_string(),
+        "args": ["mcp", "serve", program.display().to_string()],
+    }))
+}
+
+pub fn install(args: InstallArgs) -> Result<(), Failure> {
+    if !args.file.is_file() {
+        return Err(missing(&args.file));
+    }
+    if args.name.trim().is_empty() {
+        return Err(Failure::input(
+            "colony mcp install: --name must not be empty",
+        ));
+    }
+    let entry = entry(&args.file)?;
+    let Some(path) = args.write else {
+        let doc = json!({ "mcpServers": { args.name: entry } });
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        return Ok(());
+    };
+    let mut doc = match std::fs::read_to_string(&path) {
+        Ok(text) if text.trim().is_empty() => json!({}),
+        Ok(text) => serde_json::from_str::<Value>(&text).map_err(|e| {
+            Failure::input(format!(
+                "colony mcp install: {} is not JSON ({e}); it was left as it is",
+                path.display()
+            ))
+        })?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => json!({}),
+        Err(e) => {
+            return Err(Failure::input(format!(
+                "colony mcp install: cannot read {}: {e}",
+                path.display()
+            )));
+        }
+    };
+    let Some(root) = doc.as_object_mut() else {
+        return Err(Failure::input(format!(
+            "colony mcp install: {} holds no JSON object; it was left as it is",
+            path.display()
+        )));
+    };
+    let servers = root.entry("mcpServers").or_insert_with(|| json!({}));
+    let Some(servers) = servers.as_object_mut() else {
+        return Err(Failure::input(format!(
+            "colony mcp install: {}: mcpServers is not an object; it was left as it is",
+            path.display()
+        )));
+    };
+    servers.insert(args.name.clone(), entry);
+    let text = serde_json::to_string_pretty(&doc).unwrap_or_default() + "\n";
+    std::fs::write(&path, text).map_err(|e| {
+        Failure::run(format!(
+            "colony mcp install: cannot write {}: {e}",
+            path.display()
+        ))
+    })?;
+    println!("{}: added {} to mcpServers", path.display(), args.name);
+    Ok(())
+}

@@ -1,0 +1,262 @@
+//! One `tools/call` from outside: an exported tool run through the same dispatch a turn uses
+//! (arguments checked against its schema before the handler runs, its deadline, its rate), or
+//! an exported resident mailed the message and waited for, with progress while it works. Every
+//! call ends in one audit line naming the caller.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Map, Value, json};
+
+use super::exports::{Exports, Report, Reporter, ResidentExport};
+use crate::residents::{DeliveryKind, Mail, Route};
+use crate::store::AuditEntry;
+use crate::turn::dispatch::{CallContext, run_call};
+use crate::turn::{EventKind, ToolDef, ToolEvent};
+use crate::vocab::{FileRef, ToolCall};
+
+/// Who made a call, as the audit log and the rate limits name them (`mcp:stdio`,
+/// `mcp:token`, `mcp:loopback`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Caller(pub String);
+
+impl Caller {
+    /// The audit log's `resident` column for calls from outside.
+    pub fn label(&self) -> String {
+        format!("mcp:{}", self.0)
+    }
+}
+
+/// How a call ended, for the client.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Outcome {
+    pub text: String,
+    pub files: Vec<FileRef>,
+    pub is_error: bool,
+}
+
+static CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// A call id no other call of this process has.
+pub fn call_id() -> String {
+    format!(
+        "mcp-{}-{}",
+        std::process::id(),
+        CALLS.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// Runs `tool` with `args` for `caller`; its handler's reports go to `reporter`.
+pub async fn tool(
+    route: &Route,
+    exports: &Exports,
+    tool: &ToolDef,
+    args: Map<String, Value>,
+    caller: &Caller,
+    reporter: Option<Reporter>,
+) -> Outcome {
+    let call = ToolCall {
+        id: call_id(),
+        name: tool.spec.name.clone(),
+        arguments: Value::Object(args).to_string(),
+        opaque: None,
+    };
+    let _reporting = reporter.map(|r| exports.reporting(&call.id, r));
+    let script = route.script();
+    let tools = std::slice::from_ref(tool);
+    let pin = Map::new();
+    let cx = CallContext {
+        script: &*script,
+        tools,
+        pin: &pin,
+        step: 0,
+        provenance: None,
+        workspace: None,
+        hooks: None,
+        files: &[],
+    };
+    let answer = run_call(&cx, &call).await;
+    audit(route, caller, &call, &answer.event);
+    Outcome {
+        text: answer.result.content,
+        files: answer.files,
+        is_error: answer.result.is_error,
+    }
+}
+
+/// The schema of an exported resident's tool.
+pub fn resident_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "message": { "type": "string", "description": "What to tell it; its reply is the answer." }
+        },
+        "required": ["message"],
+        "additionalProperties": false
+    })
+}
+
+/// How often a client waiting for a resident hears that it still works.
+const HEARTBEAT: Duration = Duration::from_secs(1);
+
+/// Mails `resident` the call's `message` (from `mcp:<caller>`) and answers its reply, or an
+/// error once its deadline passes, the mail is refused, or the program stops.
+pub async fn resident(
+    route: &Route,
+    resident: &ResidentExport,
+    args: Map<String, Value>,
+    caller: &Caller,
+    reporter: Option<Reporter>,
+) -> Outcome {
+    let started = Instant::now();
+    let id = call_id();
+    let call = ToolCall {
+        id: id.clone(),
+        name: resident.name.clone(),
+        arguments: Value::Object(args.clone()).to_string(),
+        opaque: None,
+    };
+    let (kind, outcome) = ask_resident(route, resident, &args, caller, &id, reporter).await;
+    let event = ToolEvent {
+        step: 0,
+        call_id: id,
+        name: resident.name.clone(),
+        kind,
+        outcome: outcome.text.chars().take(500).collect(),
+        duration: started.elapsed(),
+    };
+    audit(route, caller, &call, &event);
+    outcome
+}
+
+fn failed(kind: EventKind, text: String) -> (EventKind, Outcome) {
+    (
+        kind,
+        Outcome {
+            text,
+            files: Vec::new(),
+            is_error: true,
+        },
+    )
+}
+
+async fn ask_resident(
+    route: &Route,
+    export: &ResidentExport,
+    args: &Map<String, Value>,
+    caller: &Caller,
+    id: &str,
+    reporter: Option<Reporter>,
+) -> (EventKind, Outcome) {
+    let schema = ToolDef::new(
+        &export.name,
+        "",
+        resident_schema(),
+        None,
+        crate::turn::Handler::ViewFile,
+    );
+    if let Ok(def) = schema {
+        let violations = def.violations(&Value::Object(args.clone()));
+        if !violations.is_empty() {
+            return failed(
+                EventKind::Schema,
+                format!(
+                    "the arguments do not match the tool's schema: {}",
+                    violations.join("; ")
+                ),
+            );
+        }
+    }
+    let message = args.get("message").and_then(Value::as_str).unwrap_or("");
+    let Some(resident) = route.resident(&export.name) else {
+        return failed(
+            EventKind::Error,
+            format!(
+                "{} is not running (the program has not hired it, or it is gone)",
+                export.name
+            ),
+        );
+    };
+    // Each call's mail has a sender of its own, so its reply finds its way back here.
+    let source = format!("{} ({id})", caller.label());
+    let reply = resident.await_reply(&source);
+    if let Err(e) = route.mail(Mail::new(&export.name, &source, message, 0)) {
+        resident.forget_reply(&source);
+        return failed(EventKind::Error, route.refusal(e, &export.name, 0));
+    }
+    let beat = async {
+        let Some(report) = reporter else {
+            return std::future::pending().await;
+        };
+        let mut n = 0.0;
+        loop {
+            tokio::time::sleep(HEARTBEAT).await;
+            n += 1.0;
+            report(Report::Progress {
+                progress: n,
+                total: None,
+                message: Some(format!("{} is working ({n:.0} s)", export.name)),
+            });
+        }
+    };
+    let outcome = tokio::select! {
+        r = reply => match r {
+            Ok(d) if d.kind == DeliveryKind::Reply => (
+                EventKind::Ok,
+                Outcome { text: d.text, files: Vec::new(), is_error: false },
+            ),
+            Ok(d) => failed(EventKind::Error, d.text),
+            Err(_) => failed(EventKind::Cancelled, format!("{} ended before it replied", export.name)),
+        },
+        _ = tokio::time::sleep(export.deadline) => failed(
+            EventKind::Deadline,
+            format!("{} did not reply within {} s", export.name, export.deadline.as_secs_f64()),
+        ),
+        reason = route.stopped() => failed(
+            EventKind::Cancelled,
+            format!("the program stopped before {} replied: {reason}", export.name),
+        ),
+        _ = beat => unreachable!("the heartbeat never ends"),
+    };
+    resident.forget_reply(&source);
+    outcome
+}
+
+/// One audit line for a call from outside, in the program's store.
+pub fn audit(route: &Route, caller: &Caller, call: &ToolCall, event: &ToolEvent) {
+    let entry = crate::residents::persist::audit_entry(&caller.label(), call, event);
+    write(route, &entry);
+}
+
+/// One audit line for a request refused before it reached a tool (a foreign `Origin`, a
+/// missing token): `tool` names what was asked, `outcome` why it was refused.
+pub fn refused(route: &Route, caller: &Caller, tool: &str, outcome: &str, message: &str) {
+    let at_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let entry = AuditEntry {
+        at_ms,
+        resident: caller.label(),
+        tool: tool.to_string(),
+        args_hash: String::new(),
+        duration_ms: 0.0,
+        outcome: outcome.to_string(),
+        message: Some(crate::secrets::redact(message)),
+    };
+    write(route, &entry);
+}
+
+fn write(route: &Route, entry: &AuditEntry) {
+    if let Some(store) = route.store()
+        && let Err(e) = store.audit(entry)
+    {
+        tracing::error!("cannot write the audit line of an MCP call: {e}");
+    }
+}
+
+/// A reporter that forwards to `send` in order, from any thread.
+pub fn reporter(send: impl Fn(Report) + Send + Sync + 'static) -> Reporter {
+    Arc::new(send)
+}

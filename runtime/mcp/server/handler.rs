@@ -1,0 +1,570 @@
+//! colony's side of an MCP session as a server, on `rmcp`'s [`ServerHandler`]: the lists
+//! (tools, resources, templates, prompts) read from the programs' [`Exports`] at each request,
+//! calls run by [`super::call`], resources and prompts read by the script's functions,
+//! `logging/setLevel`, completions, and `notifications/*/list_changed` when a program adds
+//! to its lists.
+
+// Logging (`logging/setLevel`, `notifications/message`) is deprecated in rmcp for the stateless
+// 2026 revision; the revisions served here (2025-03-26 to 2025-11-25) still define it.
+#![allow(deprecated)]
+
+use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, ServerConfig, SetLevelRequestParams,
+};
+use rmcp::service::{NotificationContext, Peer, RequestContext};
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::call::{self, Caller, Outcome};
+use super::content;
+use super::exports::{Exports, Report, Reporter};
+use crate::residents::Route;
+
+/// One program's offer: what it exports and the route its handlers and residents run on.
+#[derive(Clone)]
+pub struct Offer {
+    pub exports: Exports,
+    pub route: Route,
+}
+
+impl Offer {
+    /// Waits until the program has made its first exports: its main chunk returned, or its
+    /// watch is up (a program that watches does not return while it serves), or it stopped.
+    pub async fn ready(&self) {
+        tokio::select! {
+            _ = self.exports.ready() => {}
+            _ = self.route.opened() => {}
+        }
+    }
+}
+
+/// The programs a server offers now (a hosted program restarts with new exports).
+pub trait Programs: Send + Sync {
+    fn offers(&self) -> Vec<Offer>;
+}
+
+/// One program, fixed (`colony mcp serve`).
+pub struct One(pub Offer);
+
+impl Programs for One {
+    fn offers(&self) -> Vec<Offer> {
+        vec![self.0.clone()]
+    }
+}
+
+/// How long a request waits for a program that is still starting.
+const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The revisions served, oldest first.
+pub fn revisions() -> Vec<ProtocolVersion> {
+    vec![
+        ProtocolVersion::V_2025_03_26,
+        ProtocolVersion::V_2025_06_18,
+        ProtocolVersion::V_2025_11_25,
+    ]
+}
+
+/// A server for one session. Cheap to clone.
+#[derive(Clone)]
+pub struct Server {
+    programs: Arc<dyn Programs>,
+    /// Who is on the other end when the request does not say (stdio).
+    caller: Caller,
+    name: String,
+    /// The least severe level the client wants (`logging/setLevel`); everything until it says.
+    level: Arc<Mutex<Option<LoggingLevel>>>,
+}
+
+/// Reads a model value from JSON (rmcp's types are `non_exhaustive`, JSON is their contract).
+fn model<T: DeserializeOwned>(v: Value) -> Result<T, ErrorData> {
+    serde_json::from_value(v).map_err(|e| ErrorData::internal_error(e.to_string(), None))
+}
+
+fn rank(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
+    }
+}
+
+/// What a call's client is told while it runs, in order: a channel drained by one task, which
+/// the call waits for before it answers (so progress arrives before the result).
+struct Notifier {
+    reporter: Reporter,
+    drained: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    pub fn new(programs: Arc<dyn Programs>, caller: Caller, name: impl Into<String>) -> Server {
+        Server {
+            programs,
+            caller,
+            name: name.into(),
+            level: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// The caller of this request: what the HTTP front put in its extensions, else the
+    /// session's.
+    fn caller_of(&self, context: &RequestContext<RoleServer>) -> Caller {
+        context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|p| p.extensions.get::<Caller>())
+            .or_else(|| context.extensions.get::<Caller>())
+            .cloned()
+            .unwrap_or_else(|| self.caller.clone())
+    }
+
+    fn notifier(&self, context: &RequestContext<RoleServer>) -> Notifier {
+        let token = context.meta.get_progress_token();
+        let peer = context.peer.clone();
+        let level = self.level.clone();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<Report>();
+        let drained = tokio::spawn(async move {
+            while let Some(report) = rx.recv().await {
+                send(&peer, token.as_ref(), &level, report).await;
+            }
+        });
+        Notifier {
+            reporter: call::reporter(move |r| {
+                let _ = tx.send(r);
+            }),
+            drained,
+        }
+    }
+
+    /// The programs' offers, each once it has made its first exports (waiting at most
+    /// [`READY_WAIT`] for a program still starting).
+    async fn offers(&self) -> Vec<Offer> {
+        let offers = self.programs.offers();
+        futures::future::join_all(
+            offers
+                .iter()
+                .map(|o| tokio::time::timeout(READY_WAIT, o.ready())),
+        )
+        .await;
+        offers
+    }
+
+    /// `Ok` for a resource (or a template's instance) some program offers.
+    async fn known_resource(&self, uri: &str) -> Result<(), ErrorData> {
+        let known = self.offers().await.iter().any(|o| {
+            o.exports.resources().iter().any(|r| {
+                if r.template {
+                    content::match_template(&r.uri, uri).is_some()
+                } else {
+                    r.uri == uri
+                }
+            })
+        });
+        if known {
+            Ok(())
+        } else {
+            Err(ErrorData::resource_not_found(
+                format!("no resource {uri:?}"),
+                Some(json!({ "uri": uri })),
+            ))
+        }
+    }
+
+    async fn find_tool(&self, name: &str) -> Option<(Offer, Target)> {
+        for offer in self.offers().await {
+            if let Some(t) = offer
+                .exports
+                .tools()
+                .into_iter()
+                .find(|t| t.spec.name == name)
+            {
+                return Some((offer, Target::Tool(Box::new(t))));
+            }
+            if let Some(r) = offer
+                .exports
+                .residents()
+                .into_iter()
+                .find(|r| r.name == name)
+            {
+                return Some((offer, Target::Resident(r)));
+            }
+        }
+        None
+    }
+}
+
+enum Target {
+    Tool(Box<crate::turn::ToolDef>),
+    Resident(super::exports::ResidentExport),
+}
+
+#[allow(deprecated)]
+async fn send(
+    peer: &Peer<RoleServer>,
+    token: Option<&rmcp::model::ProgressToken>,
+    level: &Mutex<Option<LoggingLevel>>,
+    report: Report,
+) {
+    match report {
+        Report::Progress {
+            progress,
+            total,
+            message,
+        } => {
+            // Progress goes only to a request that asked for it (with a token).
+            let Some(token) = token else { return };
+            let mut p = json!({ "progressToken": token, "progress": progress });
+            if let Some(t) = total {
+                p["total"] = json!(t);
+            }
+            if let Some(m) = message {
+                p["message"] = json!(m);
+            }
+            if let Ok(p) = model(p) {
+                let _ = peer.notify_progress(p).await;
+            }
+        }
+        Report::Log { level: l, data } => {
+            let Ok(asked) = model::<LoggingLevel>(json!(l)) else {
+                return;
+            };
+            let least = *level.lock().unwrap_or_else(|e| e.into_inner());
+            if least.is_some_and(|least| rank(asked) < rank(least)) {
+                return;
+            }
+            if let Ok(p) = model(json!({ "level": l, "logger": "colony", "data": data })) {
+                let _ = peer.notify_logging_message(p).await;
+            }
+        }
+    }
+}
+
+/// A call's outcome as the client reads it: the text (and the structured value when the text is
+/// a JSON object), images and audio as their blocks, other files as embedded resources. A
+/// handler that answers `{ content = { blocks... } }` gives its MCP content blocks as they are.
+fn result(outcome: Outcome) -> Result<CallToolResponse, ErrorData> {
+    if !outcome.is_error
+        && let Ok(Value::Object(o)) = serde_json::from_str::<Value>(&outcome.text)
+        && let Some(Value::Array(blocks)) = o.get("content")
+        && blocks
+            .iter()
+            .all(|b| b.get("type").is_some_and(Value::is_string))
+    {
+        let mut r = json!({ "content": blocks });
+        if let Some(e) = o
+            .get("is_error")
+            .or(o.get("isError"))
+            .and_then(Value::as_bool)
+        {
+            r["isError"] = json!(e);
+        }
+        if let Some(s) = o.get("structured") {
+            r["structuredContent"] = s.clone();
+        }
+        let r: rmcp::model::CallToolResult = model(r)?;
+        return Ok(r.into());
+    }
+    let mut content = vec![json!({ "type": "text", "text": outcome.text })];
+    content.extend(outcome.files.iter().filter_map(content::file_block));
+    let mut r = json!({ "content": content, "isError": outcome.is_error });
+    if !outcome.is_error
+        && let Ok(Value::Object(o)) = serde_json::from_str::<Value>(&outcome.text)
+    {
+        r["structuredContent"] = Value::Object(o);
+    }
+    let r: rmcp::model::CallToolResult = model(r)?;
+    Ok(r.into())
+}
+
+fn refused(text: String) -> Result<CallToolResponse, ErrorData> {
+    result(Outcome {
+        text,
+        files: Vec::new(),
+        is_error: true,
+    })
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        model(json!({
+            "protocolVersion": ProtocolVersion::V_2025_11_25,
+            "capabilities": {
+                "tools": { "listChanged": true },
+                "resources": { "listChanged": true, "subscribe": true },
+                "prompts": { "listChanged": true },
+                "logging": {},
+                "completions": {}
+            },
+            "serverInfo": { "name": self.name, "version": env!("CARGO_PKG_VERSION") },
+        }))
+        .expect("a valid server config")
+    }
+
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        Cow::Owned(revisions())
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let mut seen = std::collections::HashSet::new();
+        let mut tools = Vec::new();
+        for offer in self.offers().await {
+            for t in offer.exports.tools() {
+                if seen.insert(t.spec.name.clone()) {
+                    tools.push(json!({
+                        "name": t.spec.name,
+                        "description": t.spec.description,
+                        "inputSchema": t.spec.parameters,
+                    }));
+                }
+            }
+            for r in offer.exports.residents() {
+                if seen.insert(r.name.clone()) {
+                    tools.push(json!({
+                        "name": r.name,
+                        "description": r.description,
+                        "inputSchema": call::resident_schema(),
+                    }));
+                }
+            }
+        }
+        model(json!({ "tools": tools }))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let caller = self.caller_of(&context);
+        let args = request.arguments.clone().unwrap_or_default();
+        let Some((offer, target)) = self.find_tool(&request.name).await else {
+            // Not offered: unknown, or a tool the program did not mark exportable.
+            let message = format!("unknown tool {:?}: it is not exported", request.name);
+            for offer in self.offers().await {
+                call::refused(
+                    &offer.route,
+                    &caller,
+                    &request.name,
+                    "not_exported",
+                    &message,
+                );
+            }
+            return refused(message);
+        };
+        let notifier = self.notifier(&context);
+        let cancelled = context.ct.clone();
+        let run = async {
+            match &target {
+                Target::Tool(def) => {
+                    call::tool(
+                        &offer.route,
+                        &offer.exports,
+                        def,
+                        args,
+                        &caller,
+                        Some(notifier.reporter.clone()),
+                    )
+                    .await
+                }
+                Target::Resident(r) => {
+                    call::resident(
+                        &offer.route,
+                        r,
+                        args,
+                        &caller,
+                        Some(notifier.reporter.clone()),
+                    )
+                    .await
+                }
+            }
+        };
+        let outcome = tokio::select! {
+            o = run => o,
+            _ = cancelled.cancelled() => Outcome {
+                text: "cancelled by the client".into(),
+                files: Vec::new(),
+                is_error: true,
+            },
+        };
+        let Notifier { reporter, drained } = notifier;
+        drop(reporter);
+        let _ = drained.await;
+        result(outcome)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let list: Vec<Value> = self
+            .offers()
+            .await
+            .iter()
+            .flat_map(|o| o.exports.resources())
+            .filter(|r| !r.template)
+            .map(|r| content::resource_entry(&r, "uri"))
+            .collect();
+        model(json!({ "resources": list }))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let list: Vec<Value> = self
+            .offers()
+            .await
+            .iter()
+            .flat_map(|o| o.exports.resources())
+            .filter(|r| r.template)
+            .map(|r| content::resource_entry(&r, "uriTemplate"))
+            .collect();
+        model(json!({ "resourceTemplates": list }))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        for offer in self.offers().await {
+            if let Some(v) = content::read(&offer, &request.uri).await {
+                return model::<rmcp::model::ReadResourceResult>(v?).map(Into::into);
+            }
+        }
+        Err(ErrorData::resource_not_found(
+            format!("no resource {:?}", request.uri),
+            Some(json!({ "uri": request.uri })),
+        ))
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let list: Vec<Value> = self
+            .offers()
+            .await
+            .iter()
+            .flat_map(|o| o.exports.prompts())
+            .map(|p| content::prompt_entry(&p))
+            .collect();
+        model(json!({ "prompts": list }))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let args = request.arguments.clone().unwrap_or_default();
+        for offer in self.offers().await {
+            if let Some(p) = offer
+                .exports
+                .prompts()
+                .into_iter()
+                .find(|p| p.name == request.name)
+            {
+                let v = content::prompt(&offer, &p, args).await?;
+                return model::<rmcp::model::GetPromptResult>(v).map(Into::into);
+            }
+        }
+        Err(ErrorData::invalid_params(
+            format!("no prompt {:?}", request.name),
+            None,
+        ))
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let asked = serde_json::to_value(&request).unwrap_or(Value::Null);
+        let name = asked["ref"]["name"].as_str().unwrap_or("");
+        let mut values = Vec::new();
+        for offer in self.offers().await {
+            if let Some(p) = offer.exports.prompts().into_iter().find(|p| p.name == name) {
+                values =
+                    content::complete(&offer, &p, &request.argument.name, &request.argument.value)
+                        .await?;
+                break;
+            }
+        }
+        let total = values.len();
+        values.truncate(100);
+        model(json!({ "completion": { "values": values, "total": total, "hasMore": total > 100 } }))
+    }
+
+    /// Accepted for a resource the programs offer; colony's resources do not announce updates
+    /// yet (`notifications/resources/updated` is never sent), so a subscription only succeeds.
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.known_resource(&request.uri).await
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.known_resource(&request.uri).await
+    }
+
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        *self.level.lock().unwrap_or_else(|e| e.into_inner()) = Some(request.level);
+        Ok(())
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        // Tell this client when a program adds to a list, until it goes away.
+        for offer in self.offers().await {
+            let mut changes = offer.exports.changes();
+            let peer = context.peer.clone();
+            tokio::spawn(async move {
+                let mut last = *changes.borrow_and_update();
+                while changes.changed().await.is_ok() {
+                    let now = *changes.borrow_and_update();
+                    let sent = if now.tools != last.tools {
+                        peer.notify_tool_list_changed().await.is_ok()
+                    } else if now.resources != last.resources {
+                        peer.notify_resource_list_changed().await.is_ok()
+                    } else if now.prompts != last.prompts {
+                        peer.notify_prompt_list_changed().await.is_ok()
+                    } else {
+                        true
+                    };
+                    last = now;
+                    if !sent || peer.is_transport_closed() {
+                        break;
+                    }
+                }
+            });
+        }
+    }
+}

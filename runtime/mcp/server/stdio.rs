@@ -1,0 +1,100 @@
+//! One program served over stdin and stdout (what a `claude_desktop_config.json` or `.mcp.json`
+//! entry runs): stdout carries only protocol messages, logs go to stderr. It ends when stdin
+//! closes, on SIGINT or SIGTERM, or when the program stops.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::Arc;
+
+use rmcp::ServiceExt;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::call::Caller;
+use super::handler::{Offer, One, Server};
+
+/// Why serving ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ended {
+    /// The client closed stdin (or the transport failed).
+    Closed,
+    /// SIGINT or SIGTERM.
+    Signal(&'static str),
+    /// The program stopped: its reason.
+    Stopped(String),
+}
+
+pub type Reader = Box<dyn AsyncRead + Send + Unpin>;
+pub type Writer = Box<dyn AsyncWrite + Send + Unpin>;
+
+fn is_fifo(f: &File) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    f.metadata().is_ok_and(|m| m.file_type().is_fifo())
+}
+
+/// A descriptor of our own for `fd` (closing it leaves `fd` open).
+fn dup(fd: i32) -> std::io::Result<File> {
+    // SAFETY: dup returns a new descriptor we own, or -1.
+    let new = unsafe { libc::dup(fd) };
+    if new < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `new` is a fresh descriptor nobody else holds.
+    Ok(unsafe { File::from_raw_fd(new) })
+}
+
+/// The protocol's streams: stdin, and stdout moved to a descriptor of its own while fd 1 is
+/// pointed at stderr, so nothing else the process writes (a script's `print`) reaches the
+/// client. Pipes (how clients start servers) are read and written without blocking threads, so
+/// the end of a session does not wait on a read that never returns.
+pub fn protocol_streams() -> std::io::Result<(Reader, Writer)> {
+    let input = dup(std::io::stdin().as_raw_fd())?;
+    let output = dup(std::io::stdout().as_raw_fd())?;
+    // SAFETY: dup2 onto fd 1 replaces it atomically; std's stdout writes to fd 1 from now on.
+    if unsafe { libc::dup2(2, 1) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let reader: Reader = if is_fifo(&input) {
+        Box::new(tokio::net::unix::pipe::Receiver::from_file(input)?)
+    } else {
+        Box::new(tokio::fs::File::from_std(input))
+    };
+    let writer: Writer = if is_fifo(&output) {
+        Box::new(tokio::net::unix::pipe::Sender::from_file(output)?)
+    } else {
+        Box::new(tokio::fs::File::from_std(output))
+    };
+    Ok((reader, writer))
+}
+
+/// Serves `offer` on `streams` (from [`protocol_streams`], taken before the program starts)
+/// until one of [`Ended`] happens.
+pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Result<Ended, String> {
+    let route = offer.route.clone();
+    // What the client lists first is what the program exports once it has started.
+    offer.ready().await;
+    let server = Server::new(Arc::new(One(offer)), Caller("stdio".into()), name);
+    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    let serving = async {
+        match server.serve(streams).await {
+            Ok(running) => {
+                let token = running.cancellation_token();
+                let ended = tokio::select! {
+                    _ = running.waiting() => Ended::Closed,
+                    _ = int.recv() => Ended::Signal("SIGINT"),
+                    _ = term.recv() => Ended::Signal("SIGTERM"),
+                    reason = route.stopped() => Ended::Stopped(reason),
+                };
+                token.cancel();
+                Ok(ended)
+            }
+            // The client went away before (or while) it said hello.
+            Err(e) => {
+                tracing::info!("the MCP session did not start: {e}");
+                Ok(Ended::Closed)
+            }
+        }
+    };
+    serving.await
+}

@@ -1,0 +1,116 @@
+//! `/mcp` on `colony serve`: the hosted programs' exports over Streamable HTTP, on `rmcp`'s
+//! server (sessions with `Mcp-Session-Id`, SSE answers with priming events and `Last-Event-ID`
+//! resumption, `DELETE` to end a session, `405` for what is not offered). It shares the
+//! service's bearer token and `Origin` rule; a request refused by either is audited in every
+//! program's log, and a caller admitted is named in the audit lines of its calls (`mcp:token`
+//! with a token, `mcp:loopback` without).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+
+use super::auth::{self, Guard};
+use super::service::Service;
+use crate::mcp::server::{Caller, Offer, Programs, Server, call};
+
+/// The programs the service hosts now (a restarted one brings its new exports).
+struct Hosted(Arc<Service>);
+
+impl Programs for Hosted {
+    fn offers(&self) -> Vec<Offer> {
+        self.0
+            .programs()
+            .filter_map(|slot| slot.hosted())
+            .map(|h| h.offer())
+            .collect()
+    }
+}
+
+#[derive(Clone)]
+struct Gate {
+    guard: Guard,
+    programs: Arc<Hosted>,
+}
+
+/// The `/mcp` route, to merge into the service's router.
+pub fn routes(service: Arc<Service>, guard: Guard) -> Router<Arc<Service>> {
+    let programs = Arc::new(Hosted(service));
+    let caller = Caller(
+        if guard.has_token() {
+            "token"
+        } else {
+            "loopback"
+        }
+        .into(),
+    );
+    let factory = {
+        let programs = programs.clone();
+        move || Ok(Server::new(programs.clone(), caller.clone(), "colony"))
+    };
+    let mut config = StreamableHttpServerConfig::default();
+    // Without a token the service listens on loopback only, and rmcp's own `Host` check (the
+    // loopback names) stops DNS rebinding; with one it may listen anywhere, under any name.
+    if guard.has_token() {
+        config = config.disable_allowed_hosts();
+    }
+    let mcp = StreamableHttpService::new(factory, Arc::new(LocalSessionManager::default()), config);
+    Router::new()
+        .route_service("/mcp", mcp)
+        .layer(from_fn_with_state(Gate { guard, programs }, gate))
+}
+
+/// The token and the `Origin` rule, audited when they refuse.
+async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
+    let refusal = if auth::foreign_origin(request.headers()) {
+        let origin = request
+            .headers()
+            .get(header::ORIGIN)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("?")
+            .to_string();
+        Some((
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("a request from another origin ({origin}) was refused"),
+        ))
+    } else if !gate.guard.admits(request.headers()) {
+        let what = if request.headers().contains_key(header::AUTHORIZATION) {
+            "a request with a wrong bearer token was refused"
+        } else {
+            "a request without a bearer token was refused"
+        };
+        Some((StatusCode::UNAUTHORIZED, "unauthorized", what.to_string()))
+    } else {
+        None
+    };
+    if let Some((status, kind, message)) = refusal {
+        let who = Caller("http".into());
+        for offer in gate.programs.offers() {
+            call::refused(&offer.route, &who, "(mcp)", kind, &message);
+        }
+        let mut answer = auth::refuse(status, kind, &message).into_response();
+        if status == StatusCode::UNAUTHORIZED {
+            answer.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                "Bearer".parse().expect("a header"),
+            );
+        }
+        return answer;
+    }
+    let caller = Caller(
+        if gate.guard.has_token() {
+            "token"
+        } else {
+            "loopback"
+        }
+        .into(),
+    );
+    request.extensions_mut().insert(caller);
+    next.run(request).await
+}

