@@ -23,6 +23,7 @@ pub mod fs;
 pub mod http;
 pub mod json;
 pub mod mcp;
+pub mod mcp_client;
 pub mod messages;
 pub mod middleware;
 pub mod parallel;

@@ -105,6 +105,7 @@ const SPAWN_FIELDS: &[&str] = &[
     "compact_at",
     "compact_prompt",
     "mcp",
+    "on_elicit",
 ];
 
 /// `ai.spawn{ name, system?, tools?, sources?, deliver_to?, max_steps?, middleware?, restart?,

@@ -7,7 +7,10 @@
 //!   a deadline and `notifications/cancelled`, re-initialising a dead session, restarting a dead child).
 //! - [`http_client`]: rmcp's HTTP client, reading the TypeScript SDK's 400 for a dead session as
 //!   the 404 the spec asks for.
-//! - [`handler`]: our side of the protocol: `ping`, `roots/list`, the server's log lines.
+//! - [`handler`]: our side of the protocol: `ping`, `roots/list`, `elicitation/create`, the
+//!   server's log lines.
+//! - [`elicit`]: a server's questions for our user, answered by the program's elicitor (an
+//!   `on_elicit` hook) or declined.
 //! - [`naming`]: `<server>__<tool>` names that every provider accepts, and which are dropped.
 //! - [`result`]: a `tools/call` result as the text a model reads.
 //! - [`toolset`]: a turn's servers opened at once, their tools made into [`crate::turn::ToolDef`]s,
@@ -16,6 +19,7 @@
 
 pub mod cache;
 pub mod dynamic;
+pub mod elicit;
 pub mod handler;
 pub mod http_client;
 pub mod naming;

@@ -356,6 +356,7 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
     let handler = Handler {
         server: spec.name.clone(),
         roots: spec.roots.clone(),
+        elicit: spec.elicit.clone(),
     };
     let failed = |message: String| McpError::Connect {
         server: spec.name.clone(),

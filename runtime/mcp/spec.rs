@@ -37,6 +37,8 @@ pub struct ServerSpec {
     pub transport: Transport,
     /// What `roots/list` answers (URIs such as `file:///home/me/project`).
     pub roots: Vec<String>,
+    /// Who answers the server's `elicitation/create` (none: declined).
+    pub elicit: Option<super::elicit::Hook>,
 }
 
 /// One server as the config file (and the `mcpServers` files) write it: `url` (with optional
@@ -99,6 +101,7 @@ impl ServerConfig {
             name: name.to_string(),
             transport,
             roots: self.roots,
+            elicit: None,
         })
     }
 }
