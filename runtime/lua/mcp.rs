@@ -124,6 +124,8 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
             }
         })?,
     )?;
+    // Resources and prompts (runtime/lua/mcp_client.rs).
+    super::mcp_client::register(lua, &m)?;
     Ok(m)
 }
 
@@ -152,7 +154,7 @@ fn opened(
     }
 }
 
-fn fail(lua: &Lua, e: &McpError) -> mlua::Result<MultiValue> {
+pub(super) fn fail(lua: &Lua, e: &McpError) -> mlua::Result<MultiValue> {
     Ok(MultiValue::from_iter([
         Value::Nil,
         Value::Table(error_table(lua, e.kind(), &e.to_string())?),
@@ -167,7 +169,7 @@ fn tool_list(lua: &Lua, tools: Vec<crate::turn::ToolDef>) -> mlua::Result<MultiV
     Ok(MultiValue::from_iter([Value::Table(list)]))
 }
 
-fn conn_arg(v: &Value, who: &str) -> mlua::Result<Arc<Connection>> {
+pub(super) fn conn_arg(v: &Value, who: &str) -> mlua::Result<Arc<Connection>> {
     conn_named(v, who).map(|(conn, _)| conn)
 }
 

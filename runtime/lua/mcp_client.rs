@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use mlua::{Function, Lua, Table, Value};
+use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use super::bridge::{self, FnId, HandlerOutcome, LuaBridge};
 use super::convert::misuse;
@@ -95,4 +95,153 @@ pub fn apply_elicit(
         }
     }
     Ok(())
+}
+
+/// `mcp.resources(conn)`, `mcp.read(conn, uri)`, `mcp.prompts(conn)`,
+/// `mcp.get_prompt(conn, name, args)`: each answers `nil, err` when the server fails.
+pub fn register(lua: &Lua, m: &Table) -> mlua::Result<()> {
+    m.set(
+        "resources",
+        lua.create_async_function(|lua, conn: Value| async move {
+            let conn = super::mcp::conn_arg(&conn, "mcp.resources")?;
+            let listed = match conn.list_resources().await {
+                Ok(l) => l,
+                Err(e) => return super::mcp::fail(&lua, &e),
+            };
+            // Templates too, marked by their `uri_template`; a server without them may refuse.
+            let templates = conn.list_resource_templates().await.unwrap_or_default();
+            let list = lua.create_table()?;
+            for item in listed.iter().chain(&templates) {
+                list.push(snake(&lua, item)?)?;
+            }
+            Ok(MultiValue::from_iter([Value::Table(list)]))
+        })?,
+    )?;
+    m.set(
+        "read",
+        lua.create_async_function(|lua, (conn, uri): (Value, Value)| async move {
+            let who = "mcp.read";
+            let conn = super::mcp::conn_arg(&conn, who)?;
+            let Value::String(uri) = uri else {
+                return Err(misuse(format!(
+                    "{who}: uri must be a string (a resource's uri from mcp.resources)"
+                )));
+            };
+            let read = match conn.read_resource(&uri.to_string_lossy()).await {
+                Ok(r) => r,
+                Err(e) => return super::mcp::fail(&lua, &e),
+            };
+            let list = lua.create_table()?;
+            for c in read {
+                let t = lua.create_table()?;
+                t.set("uri", c.uri)?;
+                t.set("mime_type", c.mime_type)?;
+                t.set("text", c.text)?;
+                if let Some(f) = &c.file {
+                    t.set("file", super::files::file_table(&lua, f)?)?;
+                }
+                list.push(t)?;
+            }
+            Ok(MultiValue::from_iter([Value::Table(list)]))
+        })?,
+    )?;
+    m.set(
+        "prompts",
+        lua.create_async_function(|lua, conn: Value| async move {
+            let conn = super::mcp::conn_arg(&conn, "mcp.prompts")?;
+            match conn.list_prompts().await {
+                Ok(listed) => {
+                    let list = lua.create_table()?;
+                    for item in &listed {
+                        list.push(snake(&lua, item)?)?;
+                    }
+                    Ok(MultiValue::from_iter([Value::Table(list)]))
+                }
+                Err(e) => super::mcp::fail(&lua, &e),
+            }
+        })?,
+    )?;
+    m.set(
+        "get_prompt",
+        lua.create_async_function(
+            |lua, (conn, name, args): (Value, Value, Value)| async move {
+                let who = "mcp.get_prompt";
+                let conn = super::mcp::conn_arg(&conn, who)?;
+                let Value::String(name) = name else {
+                    return Err(misuse(format!(
+                        "{who}: name must be a string (a prompt's name from mcp.prompts)"
+                    )));
+                };
+                let args = match args {
+                    Value::Nil => serde_json::Map::new(),
+                    v @ Value::Table(_) => match super::convert::to_json(&lua, v)? {
+                        serde_json::Value::Object(m) => m,
+                        serde_json::Value::Array(a) if a.is_empty() => serde_json::Map::new(),
+                        _ => {
+                            return Err(misuse(format!(
+                                "{who}: args must be a table of argument names to strings"
+                            )));
+                        }
+                    },
+                    other => {
+                        return Err(misuse(format!(
+                            "{who}: args must be a table, not {}",
+                            other.type_name()
+                        )));
+                    }
+                };
+                // Prompt arguments are strings on the wire.
+                let args = args
+                    .into_iter()
+                    .map(|(k, v)| match v {
+                        serde_json::Value::String(s) => (k, serde_json::Value::String(s)),
+                        other => (k, serde_json::Value::String(other.to_string())),
+                    })
+                    .collect();
+                match conn.get_prompt(&name.to_string_lossy(), args).await {
+                    Ok(p) => {
+                        let t = snake(&lua, &p)?;
+                        if let (Value::Table(t), Some(msgs)) =
+                            (&t, p.get("messages").and_then(|m| m.as_array()))
+                        {
+                            let list = lua.create_table()?;
+                            for m in msgs {
+                                let row = snake(&lua, m)?;
+                                if let (Value::Table(row), Some(c)) = (&row, m.get("content")) {
+                                    row.set("text", crate::mcp::result::content_to_text(c))?;
+                                }
+                                list.push(row)?;
+                            }
+                            t.set("messages", list)?;
+                        }
+                        Ok(MultiValue::from_iter([t]))
+                    }
+                    Err(e) => super::mcp::fail(&lua, &e),
+                }
+            },
+        )?,
+    )?;
+    Ok(())
+}
+
+/// A wire object as a Lua table with snake_case keys at its top level (`mimeType` is
+/// `mime_type`, `uriTemplate` is `uri_template`); nested values as they are.
+fn snake(lua: &Lua, v: &serde_json::Value) -> mlua::Result<Value> {
+    let Some(map) = v.as_object() else {
+        return super::convert::from_json(lua, v);
+    };
+    let t = lua.create_table()?;
+    for (k, v) in map {
+        let mut key = String::with_capacity(k.len() + 2);
+        for ch in k.chars() {
+            if ch.is_ascii_uppercase() {
+                key.push('_');
+                key.push(ch.to_ascii_lowercase());
+            } else {
+                key.push(ch);
+            }
+        }
+        t.set(key, super::convert::from_json(lua, v)?)?;
+    }
+    Ok(Value::Table(t))
 }

@@ -15,6 +15,8 @@
 //! - [`result`]: a `tools/call` result as the text a model reads.
 //! - [`toolset`]: a turn's servers opened at once, their tools made into [`crate::turn::ToolDef`]s,
 //!   and the per-server report; `dynamic` adds the `mcp_connect` / `mcp_disconnect` tools.
+//! - [`resources`]: a server's resources (`resources/list`, `resources/read`, binary contents
+//!   as files) and prompts (`prompts/list`, `prompts/get`).
 //! - [`cache`]: the `colony tools refresh` cache of every configured server's tools.
 
 pub mod cache;
@@ -23,6 +25,7 @@ pub mod elicit;
 pub mod handler;
 pub mod http_client;
 pub mod naming;
+pub mod resources;
 pub mod result;
 pub mod session;
 pub mod spec;

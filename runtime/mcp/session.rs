@@ -194,6 +194,40 @@ impl Connection {
         Ok(tools)
     }
 
+    /// Sends one request that changes nothing on the server (a list, a read), re-initialising a
+    /// dead HTTP session once: what `resources` and `prompts` are built on.
+    pub(super) async fn ask(
+        &self,
+        req: ClientRequest,
+        timeout: Duration,
+    ) -> Result<ServerResult, McpError> {
+        let _guard = self.enter();
+        let mut retried = false;
+        loop {
+            let peer = self.peer().await?;
+            match self.request(&peer, req.clone(), timeout).await {
+                Err(Failure::Retry(e)) if !retried && self.is_http() => {
+                    tracing::info!(target: "colony::mcp", server = %self.spec.name, "re-initialising after: {e}");
+                    retried = true;
+                    self.reset().await;
+                }
+                Err(f) => {
+                    let e = f.into_error();
+                    if matches!(e, McpError::Closed { .. }) {
+                        self.reset().await;
+                    }
+                    return Err(e);
+                }
+                Ok(answer) => return Ok(answer),
+            }
+        }
+    }
+
+    /// The server's name for errors about what it answered.
+    pub(super) fn unexpected(&self, what: &str) -> McpError {
+        self.closed(&format!("{what} got an answer of another kind"))
+    }
+
     /// Calls `tool` with `args`; past `deadline` the server is told to cancel it.
     pub async fn call(
         &self,
