@@ -45,6 +45,7 @@ fn main() {
             },
             roots: Vec::new(),
             elicit: None,
+            auth: None,
         };
         let conn = Connection::open(spec).await.expect("connect");
         let deadline = Duration::from_secs(30);

@@ -38,6 +38,7 @@ fn http(url: &str) -> ServerSpec {
         },
         roots: Vec::new(),
         elicit: None,
+        auth: None,
     }
 }
 
@@ -208,6 +209,7 @@ async fn servers_that_cannot_be_reached_fail_with_connect_errors() {
         },
         roots: Vec::new(),
         elicit: None,
+        auth: None,
     };
     let e = Connection::open(spec).await.err().unwrap();
     assert_eq!(e.kind(), "connect_error", "{e}");
@@ -222,6 +224,7 @@ async fn servers_that_cannot_be_reached_fail_with_connect_errors() {
         },
         roots: Vec::new(),
         elicit: None,
+        auth: None,
     };
     let e = Connection::open(spec).await.err().unwrap();
     assert!(e.to_string().contains("cannot start"), "{e}");

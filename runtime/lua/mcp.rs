@@ -207,6 +207,7 @@ const SPEC_FIELDS: &[&str] = &[
     "cwd",
     "roots",
     "on_elicit",
+    "auth",
 ];
 
 /// `mcp.connect(url_or_spec, opts?)`: a URL (opts may give `name`, `headers`, `roots`), or a table.
@@ -217,7 +218,7 @@ fn connect_spec(lua: &Lua, target: Value, opts: Option<Table>) -> mlua::Result<S
             let url = url.to_string_lossy();
             let spec = lua.create_table()?;
             if let Some(o) = &opts {
-                check_fields(o, who, &["name", "headers", "roots", "on_elicit"])?;
+                check_fields(o, who, &["name", "headers", "roots", "on_elicit", "auth"])?;
                 for pair in o.pairs::<Value, Value>() {
                     let (k, v) = pair?;
                     spec.set(k, v)?;
@@ -282,6 +283,7 @@ pub fn read_spec(lua: &Lua, v: Value, who: &str) -> mlua::Result<ServerSpec> {
         copy.set(k, v)?;
     }
     let elicit = super::mcp_client::take_elicit(lua, &copy, who)?;
+    let authorizer = super::mcp_client::take_authorizer(lua, &copy, who)?;
     let json = to_json(lua, Value::Table(copy))?;
     let name = match json.get("name") {
         Some(serde_json::Value::String(n)) => n.clone(),
@@ -311,6 +313,9 @@ pub fn read_spec(lua: &Lua, v: Value, who: &str) -> mlua::Result<ServerSpec> {
         .into_spec(&name)
         .map_err(|e| misuse(format!("{who}: {e}")))?;
     spec.elicit = elicit;
+    if let Some(a) = authorizer {
+        spec.auth.get_or_insert_with(Default::default).authorizer = Some(a);
+    }
     Ok(spec)
 }
 

@@ -245,3 +245,94 @@ fn snake(lua: &Lua, v: &serde_json::Value) -> mlua::Result<Value> {
     }
     Ok(Value::Table(t))
 }
+
+/// `auth = { on_authorize = fn(url) }`: the program sends the person (or itself) to the
+/// authorization page and answers the URL the browser was sent back to; `redirect_uri` (in the
+/// same table) is where the authorization server is told to send it.
+struct LuaAuthorizer {
+    bridge: LuaBridge,
+    func: FnId,
+    redirect_uri: String,
+}
+
+impl crate::mcp::oauth::Authorizer for LuaAuthorizer {
+    fn redirect_uri(&self) -> String {
+        self.redirect_uri.clone()
+    }
+
+    fn authorize(&self, url: String) -> BoxFuture<'static, Result<String, String>> {
+        let (bridge, func) = (self.bridge.clone(), self.func);
+        Box::pin(async move {
+            let ctx = serde_json::json!({ "name": "on_authorize" });
+            match bridge.call_tool(func, serde_json::json!(url), ctx).await {
+                HandlerOutcome::Value(text) | HandlerOutcome::Attached(text, _) => Ok(text),
+                HandlerOutcome::Refused(e)
+                | HandlerOutcome::Deadline(e)
+                | HandlerOutcome::Thrown(e) => Err(format!("on_authorize: {e}")),
+                HandlerOutcome::Raised(f) => Err(format!("on_authorize: {}", f.message)),
+                HandlerOutcome::Gone => Err(crate::script::GONE.into()),
+            }
+        })
+    }
+}
+
+/// Takes `on_authorize` and `redirect_uri` out of a spec table's `auth` (a copy of it is put in
+/// its place, so the rest reads as JSON) and makes the authorizer.
+pub fn take_authorizer(
+    lua: &Lua,
+    t: &Table,
+    who: &str,
+) -> mlua::Result<Option<crate::mcp::oauth::AuthorizerHook>> {
+    let Value::Table(auth) = t.get::<Value>("auth")? else {
+        return Ok(None);
+    };
+    let copy = lua.create_table()?;
+    for pair in auth.pairs::<Value, Value>() {
+        let (k, v) = pair?;
+        copy.set(k, v)?;
+    }
+    let hook = copy.get::<Value>("on_authorize")?;
+    let redirect = copy.get::<Value>("redirect_uri")?;
+    copy.set("on_authorize", Value::Nil)?;
+    copy.set("redirect_uri", Value::Nil)?;
+    t.set("auth", copy)?;
+    let f = match hook {
+        Value::Nil => {
+            if !matches!(redirect, Value::Nil) {
+                return Err(misuse(format!(
+                    "{who}: auth.redirect_uri goes with auth.on_authorize"
+                )));
+            }
+            return Ok(None);
+        }
+        Value::Function(f) => f,
+        other => {
+            return Err(misuse(format!(
+                "{who}: auth.on_authorize must be a function, not {}",
+                other.type_name()
+            )));
+        }
+    };
+    let redirect_uri = match redirect {
+        Value::Nil => "http://127.0.0.1/callback".to_string(),
+        Value::String(s) => s.to_string_lossy(),
+        other => {
+            return Err(misuse(format!(
+                "{who}: auth.redirect_uri must be a string, not {}",
+                other.type_name()
+            )));
+        }
+    };
+    let bridge = lua
+        .app_data_ref::<LuaBridge>()
+        .expect("the VM has a bridge")
+        .clone();
+    let func = bridge::register(lua, f);
+    Ok(Some(crate::mcp::oauth::AuthorizerHook(Arc::new(
+        LuaAuthorizer {
+            bridge,
+            func,
+            redirect_uri,
+        },
+    ))))
+}

@@ -258,6 +258,7 @@ pub(crate) fn read_servers(
                     },
                     roots: Vec::new(),
                     elicit: None,
+                    auth: None,
                 })
             }
             v => super::mcp::read_spec(lua, v, &format!("{who}: mcp[{}]", i + 1))?,

@@ -15,6 +15,8 @@
 //! - [`result`]: a `tools/call` result as the text a model reads.
 //! - [`toolset`]: a turn's servers opened at once, their tools made into [`crate::turn::ToolDef`]s,
 //!   and the per-server report; `dynamic` adds the `mcp_connect` / `mcp_disconnect` tools.
+//! - [`oauth`]: OAuth 2.1 for remote servers (rmcp's `auth`): tokens in the state directory,
+//!   the authorizer that sends a person to the sign-in page, `[mcp.NAME.auth]`.
 //! - [`resources`]: a server's resources (`resources/list`, `resources/read`, binary contents
 //!   as files) and prompts (`prompts/list`, `prompts/get`).
 //! - [`cache`]: the `colony tools refresh` cache of every configured server's tools.
@@ -25,6 +27,7 @@ pub mod elicit;
 pub mod handler;
 pub mod http_client;
 pub mod naming;
+pub mod oauth;
 pub mod resources;
 pub mod result;
 pub mod session;

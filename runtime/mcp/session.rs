@@ -427,8 +427,33 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
                 .referer(false)
                 .build()
                 .map_err(|e| failed(format!("the HTTP client: {e}")))?;
+            let base = super::http_client::SessionAware(client);
+            // Tokens from an earlier sign-in (`colony mcp login`) go with every request; a
+            // server that refuses them, or asks for them, is authorized now (or told how).
+            let auth = spec.auth.clone().unwrap_or_default();
+            let manager = match super::oauth::stored(&spec.name, url).await? {
+                Some(m) => Some(m),
+                None => {
+                    let plain = StreamableHttpClientTransport::with_client(base.clone(), config.clone());
+                    match handler.clone().serve(plain).await {
+                        Ok(service) => return checked(spec, service).await,
+                        Err(e) => match e.auth_challenge() {
+                            Some(challenge) => {
+                                let challenge = challenge.to_string();
+                                tracing::info!(target: "colony::mcp", server = %spec.name, "the server asks for authorization");
+                                Some(
+                                    super::oauth::authorize(&spec.name, url, &auth, Some(&challenge))
+                                        .await?,
+                                )
+                            }
+                            None => return Err(failed(innermost(&e))),
+                        },
+                    }
+                }
+            };
+            let manager = manager.expect("stored or authorized");
             let transport = StreamableHttpClientTransport::with_client(
-                super::http_client::SessionAware(client),
+                rmcp::transport::AuthClient::new(base, manager),
                 config,
             );
             handler
@@ -479,6 +504,11 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
                 .map_err(|e| failed(innermost(&e)))?
         }
     };
+    checked(spec, service).await
+}
+
+/// The session, unless the server answered a revision we do not speak.
+async fn checked(spec: &ServerSpec, service: Service) -> Result<Live, McpError> {
     let version = service
         .peer_info()
         .map(|i| i.protocol_version.to_string())

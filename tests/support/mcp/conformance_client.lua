@@ -4,7 +4,27 @@
 local url = assert(arg[1], "the conformance harness passes the server URL")
 local scenario = os.getenv("MCP_CONFORMANCE_SCENARIO") or ""
 
+local context = {}
+if os.getenv("MCP_CONFORMANCE_CONTEXT") then
+  context = assert(json.decode(os.getenv("MCP_CONFORMANCE_CONTEXT")))
+end
+
 local opts = { name = "conformance" }
+if scenario:find("^auth/") then
+  -- The suite's authorization server approves at once: colony takes its redirect itself.
+  opts.auth = {
+    authorize = "headless",
+    client_metadata_url = "https://conformance-test.local/client-metadata.json",
+  }
+  if context.client_id then
+    opts.auth.client_id = context.client_id
+    opts.auth.client_secret = context.client_secret
+  end
+  if scenario:find("^auth/client%-credentials") then
+    opts.auth.grant = "client_credentials"
+    opts.auth.client_metadata_url = nil
+  end
+end
 if scenario == "elicitation-sep1034-client-defaults" then
   -- Accept every form as it comes: colony fills in the schema's defaults.
   opts.on_elicit = function(req)
