@@ -107,7 +107,10 @@ fn elicit(hook: Option<&str>) -> (Vec<String>, String) {
            mcp.close(conn)"#
     );
     let run = sb.lua(&script, &[]).ok();
-    (run.lines().iter().map(|l| l.to_string()).collect(), run.stderr)
+    (
+        run.lines().iter().map(|l| l.to_string()).collect(),
+        run.stderr,
+    )
 }
 
 #[test]
@@ -121,7 +124,10 @@ fn elicitation_is_answered_by_the_hook() {
     ));
     let text = lines.join("\n");
     assert_eq!(lines[0], "listed\ttrue", "{text}\n{stderr}");
-    assert!(text.contains("User provided the requested information"), "{text}\n{stderr}");
+    assert!(
+        text.contains("User provided the requested information"),
+        "{text}\n{stderr}"
+    );
     assert!(text.contains("- Name: Ada"), "{text}");
     assert!(text.contains("- Email: ada@example.org"), "{text}");
 }
@@ -159,7 +165,8 @@ fn a_hook_that_is_not_a_function_is_refused() {
         )
         .failed();
     assert!(
-        run.stderr.contains("on_elicit must be a function, not string"),
+        run.stderr
+            .contains("on_elicit must be a function, not string"),
         "{}",
         run.stderr
     );

@@ -152,7 +152,10 @@ mod tests {
         let a = with_defaults(a, Some(&schema));
         assert_eq!(
             a.content.unwrap(),
-            json!({"name": "Ann", "age": 30}).as_object().unwrap().clone()
+            json!({"name": "Ann", "age": 30})
+                .as_object()
+                .unwrap()
+                .clone()
         );
         let a = with_defaults(read_answer(&json!("accept")).unwrap(), Some(&schema));
         assert_eq!(a.content.unwrap()["name"], "John");

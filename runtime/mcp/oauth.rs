@@ -68,7 +68,9 @@ impl AuthConfig {
     pub fn check(&self, server: &str) -> Result<(), McpError> {
         match self.grant.as_deref() {
             None | Some("authorization_code") => Ok(()),
-            Some("client_credentials") if self.client_id.is_some() && self.client_secret.is_some() => {
+            Some("client_credentials")
+                if self.client_id.is_some() && self.client_secret.is_some() =>
+            {
                 Ok(())
             }
             Some("client_credentials") => Err(McpError::Config(format!(
