@@ -44,6 +44,8 @@ fn main() {
                 headers: Default::default(),
             },
             roots: Vec::new(),
+            elicit: None,
+            auth: None,
         };
         let conn = Connection::open(spec).await.expect("connect");
         let deadline = Duration::from_secs(30);

@@ -135,6 +135,8 @@ fn a_typescript_server_restarted_answers_400_and_is_reinitialised() {
                 headers: Default::default(),
             },
             roots: Vec::new(),
+            elicit: None,
+            auth: None,
         };
         let conn = colony::mcp::Connection::open(spec).await.unwrap();
         let long = std::time::Duration::from_secs(60);

@@ -37,6 +37,8 @@ fn http(url: &str) -> ServerSpec {
             headers: BTreeMap::from([("Authorization".into(), "Bearer t0ken".into())]),
         },
         roots: Vec::new(),
+        elicit: None,
+        auth: None,
     }
 }
 
@@ -206,6 +208,8 @@ async fn servers_that_cannot_be_reached_fail_with_connect_errors() {
             cwd: None,
         },
         roots: Vec::new(),
+        elicit: None,
+        auth: None,
     };
     let e = Connection::open(spec).await.err().unwrap();
     assert_eq!(e.kind(), "connect_error", "{e}");
@@ -219,6 +223,8 @@ async fn servers_that_cannot_be_reached_fail_with_connect_errors() {
             cwd: None,
         },
         roots: Vec::new(),
+        elicit: None,
+        auth: None,
     };
     let e = Connection::open(spec).await.err().unwrap();
     assert!(e.to_string().contains("cannot start"), "{e}");

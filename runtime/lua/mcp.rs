@@ -125,6 +125,8 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
             }
         })?,
     )?;
+    // Resources and prompts (runtime/lua/mcp_client.rs).
+    super::mcp_client::register(lua, &m)?;
     Ok(m)
 }
 
@@ -153,7 +155,7 @@ fn opened(
     }
 }
 
-fn fail(lua: &Lua, e: &McpError) -> mlua::Result<MultiValue> {
+pub(super) fn fail(lua: &Lua, e: &McpError) -> mlua::Result<MultiValue> {
     Ok(MultiValue::from_iter([
         Value::Nil,
         Value::Table(error_table(lua, e.kind(), &e.to_string())?),
@@ -168,7 +170,7 @@ fn tool_list(lua: &Lua, tools: Vec<crate::turn::ToolDef>) -> mlua::Result<MultiV
     Ok(MultiValue::from_iter([Value::Table(list)]))
 }
 
-fn conn_arg(v: &Value, who: &str) -> mlua::Result<Arc<Connection>> {
+pub(super) fn conn_arg(v: &Value, who: &str) -> mlua::Result<Arc<Connection>> {
     conn_named(v, who).map(|(conn, _)| conn)
 }
 
@@ -197,7 +199,16 @@ pub fn named(lua: &Lua, name: &str) -> Result<ServerSpec, McpError> {
 }
 
 const SPEC_FIELDS: &[&str] = &[
-    "name", "url", "headers", "command", "args", "env", "cwd", "roots",
+    "name",
+    "url",
+    "headers",
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "roots",
+    "on_elicit",
+    "auth",
 ];
 
 /// `mcp.connect(url_or_spec, opts?)`: a URL (opts may give `name`, `headers`, `roots`), or a table.
@@ -208,7 +219,7 @@ fn connect_spec(lua: &Lua, target: Value, opts: Option<Table>) -> mlua::Result<S
             let url = url.to_string_lossy();
             let spec = lua.create_table()?;
             if let Some(o) = &opts {
-                check_fields(o, who, &["name", "headers", "roots"])?;
+                check_fields(o, who, &["name", "headers", "roots", "on_elicit", "auth"])?;
                 for pair in o.pairs::<Value, Value>() {
                     let (k, v) = pair?;
                     spec.set(k, v)?;
@@ -219,9 +230,12 @@ fn connect_spec(lua: &Lua, target: Value, opts: Option<Table>) -> mlua::Result<S
         }
         Value::Table(t) => {
             if let Some(o) = opts {
-                check_fields(&o, who, &["name"])?;
+                check_fields(&o, who, &["name", "on_elicit"])?;
                 if let Some(n) = o.get::<Option<String>>("name")? {
                     t.set("name", n)?;
+                }
+                if let f @ Value::Function(_) = o.get::<Value>("on_elicit")? {
+                    t.set("on_elicit", f)?;
                 }
             }
             read_spec(lua, Value::Table(t), who)
@@ -263,7 +277,15 @@ pub fn read_spec(lua: &Lua, v: Value, who: &str) -> mlua::Result<ServerSpec> {
         }
     };
     check_fields(&t, who, SPEC_FIELDS)?;
-    let json = to_json(lua, Value::Table(t.clone()))?;
+    // The hook is a function, not JSON: read apart from the rest, on a copy of the table.
+    let copy = lua.create_table()?;
+    for pair in t.pairs::<Value, Value>() {
+        let (k, v) = pair?;
+        copy.set(k, v)?;
+    }
+    let elicit = super::mcp_client::take_elicit(lua, &copy, who)?;
+    let authorizer = super::mcp_client::take_authorizer(lua, &copy, who)?;
+    let json = to_json(lua, Value::Table(copy))?;
     let name = match json.get("name") {
         Some(serde_json::Value::String(n)) => n.clone(),
         Some(_) => return Err(misuse(format!("{who}: name must be a string"))),
@@ -288,9 +310,14 @@ pub fn read_spec(lua: &Lua, v: Value, who: &str) -> mlua::Result<ServerSpec> {
     if let Some(command) = &config.command {
         super::sandbox::check_run(lua, who, command)?;
     }
-    config
+    let mut spec = config
         .into_spec(&name)
-        .map_err(|e| misuse(format!("{who}: {e}")))
+        .map_err(|e| misuse(format!("{who}: {e}")))?;
+    spec.elicit = elicit;
+    if let Some(a) = authorizer {
+        spec.auth.get_or_insert_with(Default::default).authorizer = Some(a);
+    }
+    Ok(spec)
 }
 
 /// A name for a server given without one: the URL's host, or the command's file name.

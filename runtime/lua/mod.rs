@@ -24,6 +24,7 @@ pub mod http;
 pub mod json;
 pub mod mcp;
 pub mod mcp_export;
+pub mod mcp_client;
 pub mod messages;
 pub mod middleware;
 pub mod parallel;

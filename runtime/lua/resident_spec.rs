@@ -113,6 +113,7 @@ const SPAWN_FIELDS: &[&str] = &[
     "mcp",
     "budget",
     "export",
+    "on_elicit",
 ];
 
 /// `ai.spawn{ name, system?, tools?, sources?, deliver_to?, max_steps?, middleware?, restart?,

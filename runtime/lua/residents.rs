@@ -67,7 +67,9 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
         // Async only to open `mcp` servers first: without them the future is ready at once and
         // nothing yields.
         lua.create_async_function(|lua, opts: Table| async move {
-            let servers = super::turn::read_servers(&lua, opts.get::<Value>("mcp")?, "ai.spawn")?;
+            let mut servers =
+                super::turn::read_servers(&lua, opts.get::<Value>("mcp")?, "ai.spawn")?;
+            super::mcp_client::apply_elicit(&lua, &opts, &mut servers, "ai.spawn")?;
             if servers.is_empty() {
                 return Ok((spawn(&lua, opts, Vec::new())?, Value::Nil));
             }

@@ -65,6 +65,7 @@ const TURN_OPTIONS: &[&str] = &[
     "mcp",
     "dynamic_mcp",
     "middleware",
+    "on_elicit",
 ];
 
 /// What a turn reports of its MCP servers besides the outcome.
@@ -97,7 +98,8 @@ async fn run_turn(
     let tools_value = opts.get::<Value>("tools")?;
     // `read_ask` reads the shared options; the turn's tools are read below, handlers and all.
     let (mut ask, stream) = read_ask(lua, Some(opts.clone()), who, TURN_OPTIONS)?;
-    let servers = read_servers(lua, opts.get::<Value>("mcp")?, who)?;
+    let mut servers = read_servers(lua, opts.get::<Value>("mcp")?, who)?;
+    super::mcp_client::apply_elicit(lua, &opts, &mut servers, who)?;
     let dynamic_allow = names(&opts, "dynamic_mcp", who)?;
     let mut messages: Vec<Message> = match opts.get::<Value>("messages")? {
         Value::Nil => Vec::new(),
@@ -252,6 +254,8 @@ pub(crate) fn read_servers(
                         reason: e.to_string(),
                     },
                     roots: Vec::new(),
+                    elicit: None,
+                    auth: None,
                 })
             }
             v => super::mcp::read_spec(lua, v, &format!("{who}: mcp[{}]", i + 1))?,

@@ -1,14 +1,16 @@
 //! Our side of the protocol, what the server may ask of us: `ping` (answered `{}` by rmcp's
-//! default), `roots/list` with the configured roots, and the log lines a server sends, which go to
-//! our log under the server's name. Anything else gets rmcp's `-32601`; progress for tokens we do
-//! not know is dropped by rmcp's default.
+//! default), `roots/list` with the configured roots, `elicitation/create` (answered by the
+//! program's elicitor, declined without one; the capability is offered only with one), and the
+//! log lines a server sends, which go to our log under the server's name. Anything else gets
+//! rmcp's `-32601`; progress for tokens we do not know is dropped by rmcp's default.
 
 #![allow(deprecated)] // roots and logging are deprecated in the 2026 revision; we speak 2025's.
 
 use rmcp::ClientHandler;
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, Implementation, ListRootsResult,
-    LoggingMessageNotificationParam, ProtocolVersion, Root,
+    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
+    ElicitationCapability, FormElicitationCapability, Implementation, ListRootsResult,
+    LoggingMessageNotificationParam, ProtocolVersion, Root, UrlElicitationCapability,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 
@@ -17,12 +19,20 @@ use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 pub struct Handler {
     pub server: String,
     pub roots: Vec<String>,
+    pub elicit: Option<super::elicit::Hook>,
 }
 
 impl ClientHandler for Handler {
     fn get_info(&self) -> ClientConfig {
         let mut caps = ClientCapabilities::default();
         caps.roots = Some(Default::default());
+        if self.elicit.is_some() {
+            caps.elicitation = Some(
+                ElicitationCapability::new()
+                    .with_form(FormElicitationCapability::new())
+                    .with_url(UrlElicitationCapability::new()),
+            );
+        }
         ClientConfig::new(
             caps,
             Implementation::new("colony", env!("CARGO_PKG_VERSION")),
@@ -45,5 +55,36 @@ impl ClientHandler for Handler {
         _context: NotificationContext<RoleClient>,
     ) {
         tracing::info!(target: "colony::mcp", server = %self.server, level = ?params.level, "{}", params.data);
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, rmcp::ErrorData> {
+        use super::elicit;
+        let Some(hook) = &self.elicit else {
+            tracing::info!(target: "colony::mcp", server = %self.server,
+                "declined an elicitation request (no on_elicit hook)");
+            return Ok(ElicitResult::new(ElicitationAction::Decline));
+        };
+        let params = serde_json::to_value(&request).unwrap_or_default();
+        let asked = elicit::request(&self.server, &params);
+        let schema = asked.schema.clone();
+        let answer = hook.0.elicit(asked).await.map_err(|e| {
+            tracing::warn!(target: "colony::mcp", server = %self.server, "on_elicit: {e}");
+            rmcp::ErrorData::internal_error(format!("the client's elicitation failed: {e}"), None)
+        })?;
+        let answer = elicit::with_defaults(answer, schema.as_ref());
+        let action = match answer.action.as_str() {
+            "accept" => ElicitationAction::Accept,
+            "cancel" => ElicitationAction::Cancel,
+            _ => ElicitationAction::Decline,
+        };
+        let mut result = ElicitResult::new(action);
+        if let Some(content) = answer.content {
+            result = result.with_content(serde_json::Value::Object(content));
+        }
+        Ok(result)
     }
 }

@@ -7,19 +7,29 @@
 //!   a deadline and `notifications/cancelled`, re-initialising a dead session, restarting a dead child).
 //! - [`http_client`]: rmcp's HTTP client, reading the TypeScript SDK's 400 for a dead session as
 //!   the 404 the spec asks for.
-//! - [`handler`]: our side of the protocol: `ping`, `roots/list`, the server's log lines.
+//! - [`handler`]: our side of the protocol: `ping`, `roots/list`, `elicitation/create`, the
+//!   server's log lines.
+//! - [`elicit`]: a server's questions for our user, answered by the program's elicitor (an
+//!   `on_elicit` hook) or declined.
 //! - [`naming`]: `<server>__<tool>` names that every provider accepts, and which are dropped.
 //! - [`result`]: a `tools/call` result as the text a model reads.
 //! - [`toolset`]: a turn's servers opened at once, their tools made into [`crate::turn::ToolDef`]s,
 //!   and the per-server report; `dynamic` adds the `mcp_connect` / `mcp_disconnect` tools.
+//! - [`oauth`]: OAuth 2.1 for remote servers (rmcp's `auth`): tokens in the state directory,
+//!   the authorizer that sends a person to the sign-in page, `[mcp.NAME.auth]`.
+//! - [`resources`]: a server's resources (`resources/list`, `resources/read`, binary contents
+//!   as files) and prompts (`prompts/list`, `prompts/get`).
 //! - [`cache`]: the `colony tools refresh` cache of every configured server's tools.
 //! - [`server`]: the other direction: colony as an MCP server of a program's exports.
 
 pub mod cache;
 pub mod dynamic;
+pub mod elicit;
 pub mod handler;
 pub mod http_client;
 pub mod naming;
+pub mod oauth;
+pub mod resources;
 pub mod result;
 pub mod server;
 pub mod session;

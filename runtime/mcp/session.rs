@@ -151,8 +151,13 @@ impl Connection {
     pub async fn list_tools(&self) -> Result<Vec<ListedTool>, McpError> {
         let _guard = self.enter();
         let mut retried = false;
+        let mut authorized = false;
         loop {
             match self.list_pages().await {
+                Err(Failure::Auth(_, challenge)) if !authorized => {
+                    authorized = true;
+                    self.reauthorize(&challenge).await?;
+                }
                 Err(Failure::Retry(e)) if !retried && self.is_http() => {
                     tracing::info!(target: "colony::mcp", server = %self.spec.name, "re-initialising after: {e}");
                     retried = true;
@@ -194,6 +199,45 @@ impl Connection {
         Ok(tools)
     }
 
+    /// Sends one request that changes nothing on the server (a list, a read), re-initialising a
+    /// dead HTTP session once: what `resources` and `prompts` are built on.
+    pub(super) async fn ask(
+        &self,
+        req: ClientRequest,
+        timeout: Duration,
+    ) -> Result<ServerResult, McpError> {
+        let _guard = self.enter();
+        let mut retried = false;
+        let mut authorized = false;
+        loop {
+            let peer = self.peer().await?;
+            match self.request(&peer, req.clone(), timeout).await {
+                Err(Failure::Auth(_, challenge)) if !authorized => {
+                    authorized = true;
+                    self.reauthorize(&challenge).await?;
+                }
+                Err(Failure::Retry(e)) if !retried && self.is_http() => {
+                    tracing::info!(target: "colony::mcp", server = %self.spec.name, "re-initialising after: {e}");
+                    retried = true;
+                    self.reset().await;
+                }
+                Err(f) => {
+                    let e = f.into_error();
+                    if matches!(e, McpError::Closed { .. }) {
+                        self.reset().await;
+                    }
+                    return Err(e);
+                }
+                Ok(answer) => return Ok(answer),
+            }
+        }
+    }
+
+    /// The server's name for errors about what it answered.
+    pub(super) fn unexpected(&self, what: &str) -> McpError {
+        self.closed(&format!("{what} got an answer of another kind"))
+    }
+
     /// Calls `tool` with `args`; past `deadline` the server is told to cancel it.
     pub async fn call(
         &self,
@@ -213,6 +257,7 @@ impl Connection {
             }
         };
         let mut retried = false;
+        let mut authorized = false;
         loop {
             let peer = self.peer().await?;
             let params =
@@ -224,6 +269,10 @@ impl Connection {
                     return Ok(shape(&json));
                 }
                 Ok(_) => return Err(self.closed("tools/call got an answer of another kind")),
+                Err(Failure::Auth(_, challenge)) if !authorized => {
+                    authorized = true;
+                    self.reauthorize(&challenge).await?;
+                }
                 Err(Failure::Retry(e)) if !retried && self.is_http() => {
                     tracing::info!(target: "colony::mcp", server = %self.spec.name, "re-initialising after: {e}");
                     retried = true;
@@ -260,6 +309,17 @@ impl Connection {
 
     fn failure(&self, e: ServiceError, timeout: Duration) -> Failure {
         let server = self.spec.name.clone();
+        // A 401 or 403 with a challenge: the request was refused before it ran.
+        if let Some(challenge) = e.auth_challenge() {
+            let challenge = challenge.to_string();
+            return Failure::Auth(
+                McpError::Connect {
+                    server,
+                    message: format!("the server refused our authorization ({challenge})"),
+                },
+                challenge,
+            );
+        }
         match e {
             ServiceError::McpError(data) => Failure::Final(McpError::Rpc {
                 server,
@@ -290,6 +350,20 @@ impl Connection {
                 message: other.to_string(),
             }),
         }
+    }
+
+    /// Authorizes again after the server's `challenge` (an expired sign-in, a call that needs
+    /// more scope: step-up), then starts a new session with the new tokens. Once per request.
+    async fn reauthorize(&self, challenge: &str) -> Result<(), McpError> {
+        let Transport::Http { url, .. } = &self.spec.transport else {
+            return Err(self.closed("a stdio server asked for authorization"));
+        };
+        tracing::info!(target: "colony::mcp", server = %self.spec.name,
+            "the server asks for authorization (or more scope); authorizing");
+        let auth = self.spec.auth.clone().unwrap_or_default();
+        super::oauth::authorize(&self.spec.name, url, &auth, Some(challenge)).await?;
+        self.reset().await;
+        Ok(())
     }
 
     fn closed(&self, message: &str) -> McpError {
@@ -342,12 +416,14 @@ impl Drop for InFlight<'_> {
 enum Failure {
     Retry(McpError),
     Final(McpError),
+    /// Refused for want of authorization (or of scope), with the server's `WWW-Authenticate`.
+    Auth(McpError, String),
 }
 
 impl Failure {
     fn into_error(self) -> McpError {
         match self {
-            Failure::Retry(e) | Failure::Final(e) => e,
+            Failure::Retry(e) | Failure::Final(e) | Failure::Auth(e, _) => e,
         }
     }
 }
@@ -356,6 +432,7 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
     let handler = Handler {
         server: spec.name.clone(),
         roots: spec.roots.clone(),
+        elicit: spec.elicit.clone(),
     };
     let failed = |message: String| McpError::Connect {
         server: spec.name.clone(),
@@ -392,8 +469,39 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
                 .referer(false)
                 .build()
                 .map_err(|e| failed(format!("the HTTP client: {e}")))?;
+            let base = super::http_client::SessionAware(client);
+            // Tokens from an earlier sign-in (`colony mcp login`) go with every request; a
+            // server that refuses them, or asks for them, is authorized now (or told how).
+            let auth = spec.auth.clone().unwrap_or_default();
+            let manager = match super::oauth::stored(&spec.name, url).await? {
+                Some(m) => Some(m),
+                None => {
+                    let plain =
+                        StreamableHttpClientTransport::with_client(base.clone(), config.clone());
+                    match handler.clone().serve(plain).await {
+                        Ok(service) => return checked(spec, service).await,
+                        Err(e) => match e.auth_challenge() {
+                            Some(challenge) => {
+                                let challenge = challenge.to_string();
+                                tracing::info!(target: "colony::mcp", server = %spec.name, "the server asks for authorization");
+                                Some(
+                                    super::oauth::authorize(
+                                        &spec.name,
+                                        url,
+                                        &auth,
+                                        Some(&challenge),
+                                    )
+                                    .await?,
+                                )
+                            }
+                            None => return Err(failed(innermost(&e))),
+                        },
+                    }
+                }
+            };
+            let manager = manager.expect("stored or authorized");
             let transport = StreamableHttpClientTransport::with_client(
-                super::http_client::SessionAware(client),
+                rmcp::transport::AuthClient::new(base, manager),
                 config,
             );
             handler
@@ -444,6 +552,11 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
                 .map_err(|e| failed(innermost(&e)))?
         }
     };
+    checked(spec, service).await
+}
+
+/// The session, unless the server answered a revision we do not speak.
+async fn checked(spec: &ServerSpec, service: Service) -> Result<Live, McpError> {
     let version = service
         .peer_info()
         .map(|i| i.protocol_version.to_string())

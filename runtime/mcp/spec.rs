@@ -37,6 +37,10 @@ pub struct ServerSpec {
     pub transport: Transport,
     /// What `roots/list` answers (URIs such as `file:///home/me/project`).
     pub roots: Vec<String>,
+    /// Who answers the server's `elicitation/create` (none: declined).
+    pub elicit: Option<super::elicit::Hook>,
+    /// OAuth settings for a remote server (none: the defaults, and tokens only if stored).
+    pub auth: Option<super::oauth::Auth>,
 }
 
 /// One server as the config file (and the `mcpServers` files) write it: `url` (with optional
@@ -57,6 +61,9 @@ pub struct ServerConfig {
     pub cwd: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub roots: Vec<String>,
+    /// `[mcp.NAME.auth]`: OAuth settings for a remote server behind an authorization server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<super::oauth::AuthConfig>,
     /// Claude Desktop and `.mcp.json` write `"type": "http"` / `"stdio"` / `"sse"`; kept so an
     /// imported entry round-trips, and used only to refuse the old SSE transport.
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
@@ -78,6 +85,9 @@ impl ServerConfig {
                     )));
                 }
                 check_url(name, &url)?;
+                if let Some(a) = &self.auth {
+                    a.check(name)?;
+                }
                 Transport::Http {
                     url,
                     headers: self.headers,
@@ -99,6 +109,11 @@ impl ServerConfig {
             name: name.to_string(),
             transport,
             roots: self.roots,
+            elicit: None,
+            auth: self.auth.map(|config| super::oauth::Auth {
+                config,
+                authorizer: None,
+            }),
         })
     }
 }
@@ -108,6 +123,7 @@ impl ServerSpec {
     pub fn to_config(&self) -> ServerConfig {
         let mut c = ServerConfig {
             roots: self.roots.clone(),
+            auth: self.auth.as_ref().map(|a| a.config.clone()),
             ..ServerConfig::default()
         };
         match &self.transport {

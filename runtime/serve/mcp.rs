@@ -26,6 +26,7 @@ impl Programs for Hosted {
     fn offers(&self) -> Vec<Offer> {
         self.0
             .programs()
+            .into_iter()
             .filter_map(|slot| slot.hosted())
             .map(|h| h.offer())
             .collect()

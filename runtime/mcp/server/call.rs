@@ -66,6 +66,8 @@ pub async fn tool(
     let script = route.script();
     let tools = std::slice::from_ref(tool);
     let pin = Map::new();
+    // The tool's rate limits hold for MCP callers as for the program's own residents.
+    let config = route.core().config();
     let cx = CallContext {
         script: &*script,
         tools,
@@ -75,6 +77,7 @@ pub async fn tool(
         workspace: None,
         hooks: None,
         files: &[],
+        rates: config.rate.as_ref(),
     };
     let answer = run_call(&cx, &call).await;
     audit(route, caller, &call, &answer.event);

@@ -1,8 +1,39 @@
 -- The client the MCP conformance suite drives (`conformance client --command "colony run THIS"`):
--- it appends its mock server's URL and names the scenario in MCP_CONFORMANCE_SCENARIO.
+-- it appends its mock server's URL, names the scenario in MCP_CONFORMANCE_SCENARIO and gives
+-- what a scenario needs (a pre-registered client's id and secret) in MCP_CONFORMANCE_CONTEXT.
 local url = assert(arg[1], "the conformance harness passes the server URL")
 local scenario = os.getenv("MCP_CONFORMANCE_SCENARIO") or ""
-local conn, err = mcp.connect(url, { name = "conformance" })
+
+local context = {}
+if os.getenv("MCP_CONFORMANCE_CONTEXT") then
+  context = assert(json.decode(os.getenv("MCP_CONFORMANCE_CONTEXT")))
+end
+
+local opts = { name = "conformance" }
+if scenario:find("^auth/") then
+  -- The suite's authorization server approves at once: colony takes its redirect itself.
+  opts.auth = {
+    authorize = "headless",
+    client_metadata_url = "https://conformance-test.local/client-metadata.json",
+  }
+  if context.client_id then
+    opts.auth.client_id = context.client_id
+    opts.auth.client_secret = context.client_secret
+  end
+  if scenario:find("^auth/client%-credentials") then
+    opts.auth.grant = "client_credentials"
+    opts.auth.client_metadata_url = nil
+  end
+end
+if scenario == "elicitation-sep1034-client-defaults" then
+  -- Accept every form as it comes: colony fills in the schema's defaults.
+  opts.on_elicit = function(req)
+    print("elicit", req.server, req.mode, req.message)
+    return "accept"
+  end
+end
+
+local conn, err = mcp.connect(url, opts)
 if not conn then
   io.stderr:write("connect failed: ", tostring(err), "\n")
   os.exit(1)
@@ -15,7 +46,8 @@ end
 for _, t in ipairs(tools) do print("tool", t.name) end
 if scenario == "tools_call" then
   print("add_numbers", mcp.call(conn, "add_numbers", { a = 5, b = 3 }))
-elseif scenario == "sse-retry" then
+else
+  -- Every other scenario: call each tool the server lists, with no arguments.
   for _, t in ipairs(tools) do
     local name = t.name:gsub("^conformance__", "")
     print(name, mcp.call(conn, name, {}))
