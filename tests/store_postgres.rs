@@ -343,3 +343,32 @@ fn serve_keeps_accepted_mail_in_postgres_across_a_sigkill() {
         "nothing in a state directory"
     );
 }
+
+/// The server drops every connection of the store (a restart, a failover, an idle timeout):
+/// the next calls connect afresh instead of failing on a dead connection.
+#[test]
+fn calls_after_the_server_dropped_the_connections_connect_afresh() {
+    let url = support::postgres::database();
+    let db = url.rsplit_once('/').unwrap().1.to_string();
+    let store = PostgresStore::open(&url).unwrap();
+    // Several connections in the pool.
+    std::thread::scope(|s| {
+        for i in 0..4 {
+            let store = &store;
+            s.spawn(move || store.set("", &format!("k{i}"), &json!(i)).unwrap());
+        }
+    });
+    let server = support::postgres::server();
+    let killed = server.sql(
+        "postgres",
+        &format!(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = '{db}'"
+        ),
+    );
+    assert_ne!(killed, "0", "the store's connections were cut");
+    for i in 0..4 {
+        assert_eq!(store.get("", &format!("k{i}")).unwrap(), Some(json!(i)));
+    }
+    store.set("", "after", &json!(true)).unwrap();
+    assert_eq!(store.get("", "after").unwrap(), Some(json!(true)));
+}

@@ -113,7 +113,11 @@ impl PostgresStore {
             config,
             NoTls,
             ManagerConfig {
-                recycling_method: RecyclingMethod::Fast,
+                // An idle connection is checked with an empty query before it is handed out: one
+                // the server dropped (a restart, a failover, `pg_terminate_backend`) is replaced
+                // instead of failing the call. (`Fast` only asks whether the client noticed,
+                // which it may not have yet.)
+                recycling_method: RecyclingMethod::Verified,
             },
         );
         let pool = Pool::builder(manager)
