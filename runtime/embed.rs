@@ -231,6 +231,8 @@ pub struct Lend {
     pub deliveries: Option<mpsc::UnboundedSender<Delivery>>,
     /// What the program may reach beyond colony's own calls; `None`: everything.
     pub permissions: Option<Arc<Permissions>>,
+    /// The most Lua memory the program may hold, in bytes; `None`: the default (1 GiB).
+    pub max_memory: Option<usize>,
 }
 
 /// What a program was started from, to start it again.
@@ -264,6 +266,7 @@ impl Launch {
         if let Some(p) = &self.lend.permissions {
             host.permissions = p.clone();
         }
+        host.max_memory = self.lend.max_memory;
         let running =
             crate::lua::start_file(self.core.clone(), &self.path, self.args.clone(), host)?;
         Ok(Program {

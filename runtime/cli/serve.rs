@@ -39,7 +39,8 @@ pub struct Args {
     /// or Loki).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
-    /// What the FILEs given may reach (`colony serve` grants nothing else).
+    /// What the FILEs given may reach (`colony serve` grants nothing else), and the most Lua
+    /// memory each may hold.
     #[command(flatten)]
     sandbox: super::permissions::SandboxArgs,
     /// The programs to run (each with its own Lua VM and state directory).
@@ -136,6 +137,7 @@ fn programs(args: &Args, settings: &crate::config::ServeConfig) -> Result<Progra
                 args: Vec::new(),
                 state: state_dir::default_for(file),
                 permissions: permissions.clone(),
+                max_memory: args.sandbox.max_memory(),
             })
             .collect();
         (Programs::Files(launches.clone()), launches)

@@ -25,6 +25,8 @@ pub struct Launch {
     pub state: PathBuf,
     /// What it may reach beyond colony's own calls (`colony serve` grants nothing unless told).
     pub permissions: Arc<Permissions>,
+    /// The most Lua memory it may hold (`--max-memory`); `None`: the default.
+    pub max_memory: Option<usize>,
 }
 
 /// A program running on its own Lua thread, with its state directory held.
@@ -49,6 +51,7 @@ pub fn start(
         observer: Some(observer),
         deliveries: Some(deliveries),
         permissions: Some(launch.permissions.clone()),
+        max_memory: launch.max_memory,
     };
     let program = runtime
         .load_with(&launch.file, launch.args.clone(), lend)

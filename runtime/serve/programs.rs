@@ -38,6 +38,7 @@ fn launch(p: &ServeProgram, base: &Path) -> Result<Launch, String> {
         args: p.args.clone(),
         state,
         permissions: Arc::new(permissions(p, base)?),
+        max_memory: None,
     })
 }
 
