@@ -236,6 +236,8 @@ pub struct Lend {
     /// Keep the VM answering tool calls after the main chunk returns (a program that exports
     /// something over MCP), until the program is stopped.
     pub linger: bool,
+    /// The most Lua memory the program may hold, in bytes; `None`: the default (1 GiB).
+    pub max_memory: Option<usize>,
 }
 
 /// What a program was started from, to start it again.
@@ -271,6 +273,7 @@ impl Launch {
         if let Some(p) = &self.lend.permissions {
             host.permissions = p.clone();
         }
+        host.max_memory = self.lend.max_memory;
         let running =
             crate::lua::start_file(self.core.clone(), &self.path, self.args.clone(), host)?;
         Ok(Program {

@@ -202,3 +202,79 @@ async fn a_host_drives_a_program_through_its_lifecycle() {
         "done"
     );
 }
+
+/// A host of several programs lends each what it needs (`Runtime::load_with`): the observer
+/// hears the turn, each tool call as it ends and each model step; the deliveries reach the
+/// host's own channel (not `Program::delivery`); the permissions lent are the program's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_lends_a_program_an_observer_a_deliveries_channel_and_its_permissions() {
+    use colony::embed::Lend;
+    use colony::residents::{Mail, Observation};
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "peek", json!({})));
+    fake.push(Reply::text("looked"));
+    let runtime = Runtime::with_config(fake_config(&fake), tokio::runtime::Handle::current());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.lua");
+    std::fs::write(
+        &path,
+        "local peek = ai.tool{ name = 'peek', description = 'Reads a file', parameters = {}, \
+         handler = function() return fs.read('secret.txt') end } \
+         ai.spawn{ name = 'a', tools = { peek }, deliver_to = 'host' } ai.watch{}",
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("secret.txt"), "the secret").unwrap();
+    let (observer, mut observed) = tokio::sync::mpsc::unbounded_channel();
+    let (deliveries, mut delivered) = tokio::sync::mpsc::unbounded_channel();
+    let lend = Lend {
+        observer: Some(observer),
+        deliveries: Some(deliveries),
+        permissions: Some(std::sync::Arc::new(colony::permissions::Permissions::none())),
+        ..Lend::default()
+    };
+    let mut program = runtime.load_with(&path, vec![], lend).unwrap();
+    program.opened().await;
+    program.mail(Mail::new("a", "host", "look", 0)).unwrap();
+    let d = delivered
+        .recv()
+        .await
+        .expect("the reply, on the host's channel");
+    assert_eq!((d.ai.as_str(), d.text.as_str()), ("a", "looked"));
+    // The tool's read was refused: nothing was granted.
+    let calls = support::model_calls(&fake);
+    let result = calls[1]["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+    assert!(
+        result
+            .as_str()
+            .is_some_and(|r| r.contains("needs --allow-read=")),
+        "{result}"
+    );
+    program.stop("done");
+    // Its own channel was lent away: `delivery` has nothing for the host.
+    assert!(program.delivery().await.is_none());
+    program.join().await.unwrap();
+    let mut kinds = Vec::new();
+    while let Ok(o) = observed.try_recv() {
+        kinds.push(match o {
+            Observation::TurnStarted { .. } => "turn_started".to_string(),
+            Observation::ToolCallEnded { call, .. } => {
+                format!("tool {} {}", call.name, call.kind.as_str())
+            }
+            Observation::ModelCall { ok, .. } => format!("model ok={ok}"),
+            Observation::TurnEnded(_) => "turn_ended".to_string(),
+            other => format!("{other:?}"),
+        });
+    }
+    assert_eq!(
+        kinds,
+        [
+            "turn_started",
+            "model ok=true",
+            "tool peek error",
+            "model ok=true",
+            "turn_ended",
+            // The stop ended it: it left the route.
+            "Route(Gone { ai: \"a\" })"
+        ]
+    );
+}

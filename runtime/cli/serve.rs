@@ -39,7 +39,8 @@ pub struct Args {
     /// or Loki).
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
-    /// What the FILEs given may reach (`colony serve` grants nothing else).
+    /// What the FILEs given may reach (`colony serve` grants nothing else), and the most Lua
+    /// memory each may hold.
     #[command(flatten)]
     sandbox: super::permissions::SandboxArgs,
     /// Keep the programs' state in this PostgreSQL database (`postgres://USER@HOST/DB`, each
@@ -146,6 +147,7 @@ fn programs(
                 state: state_dir::default_for(file),
                 permissions: permissions.clone(),
                 store: crate::store::select::url(args.store.as_deref(), config),
+                max_memory: args.sandbox.max_memory(),
             })
             .collect();
         (Programs::Files(launches.clone()), launches)

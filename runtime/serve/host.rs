@@ -27,6 +27,8 @@ pub struct Launch {
     pub permissions: Arc<Permissions>,
     /// A PostgreSQL store's URL, used instead of the state directory (`--store`, `[store] url`).
     pub store: Option<String>,
+    /// The most Lua memory it may hold (`--max-memory`); `None`: the default.
+    pub max_memory: Option<usize>,
 }
 
 /// A program running on its own Lua thread, with its state directory held.
@@ -57,6 +59,7 @@ pub fn start(
         permissions: Some(launch.permissions.clone()),
         exports: Some(exports.clone()),
         linger: true,
+        max_memory: launch.max_memory,
     };
     let program = runtime
         .load_with(&launch.file, launch.args.clone(), lend)

@@ -39,6 +39,7 @@ fn launch(p: &ServeProgram, base: &Path) -> Result<Launch, String> {
         state,
         permissions: Arc::new(permissions(p, base)?),
         store: None,
+        max_memory: None,
     })
 }
 

@@ -709,7 +709,11 @@ fn named(launches: Vec<Launch>) -> Vec<(String, Launch)> {
 
 /// Whether two launches start the same program the same way.
 fn same(a: &Launch, b: &Launch) -> bool {
-    a.file == b.file && a.args == b.args && a.state == b.state && a.permissions == b.permissions
+    a.file == b.file
+        && a.args == b.args
+        && a.state == b.state
+        && a.permissions == b.permissions
+        && a.max_memory == b.max_memory
 }
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
