@@ -82,15 +82,20 @@ fn main() {
         .enable_all()
         .build()
         .expect("runtime");
-    let (colony_ms, python_ms) = rt.block_on(async {
-        (latencies(&colony_url).await, latencies(&python_url).await)
-    });
+    let (colony_ms, python_ms) =
+        rt.block_on(async { (latencies(&colony_url).await, latencies(&python_url).await) });
     let (c50, c99) = summary(colony_ms);
     let (p50, p99) = summary(python_ms);
-    println!("mcp_server: tools/call over loopback HTTP, {CALLS} calls after {WARMUP} warm-up, one client (colony's)");
+    println!(
+        "mcp_server: tools/call over loopback HTTP, {CALLS} calls after {WARMUP} warm-up, one client (colony's)"
+    );
     println!("  colony serve /mcp (Lua echo):  p50 {c50:.3} ms  p99 {c99:.3} ms");
     println!("  Python SDK server (echo):      p50 {p50:.3} ms  p99 {p99:.3} ms");
-    println!("  ratio (python / colony):       p50 {:.2}x  p99 {:.2}x", p50 / c50, p99 / c99);
+    println!(
+        "  ratio (python / colony):       p50 {:.2}x  p99 {:.2}x",
+        p50 / c50,
+        p99 / c99
+    );
 
     let started = Instant::now();
     let done: usize = rt.block_on(async {
@@ -100,7 +105,11 @@ fn main() {
                 let conn = Connection::open(spec(&url)).await.expect("connect");
                 for i in 0..CALLS_PER_SESSION {
                     let out = conn
-                        .call("echo", json!({"text": format!("{s}/{i}")}), Duration::from_secs(60))
+                        .call(
+                            "echo",
+                            json!({"text": format!("{s}/{i}")}),
+                            Duration::from_secs(60),
+                        )
                         .await
                         .expect("call");
                     assert!(!out.is_error);
