@@ -201,6 +201,13 @@ async fn serve_until_drained(
     tokio::spawn(on_signals(service.clone(), signals, drained_tx));
     let app = serve::router(service, guard);
     let (closing_tx, closing) = tokio::sync::watch::channel(false);
+    // Small answers go out at once: without TCP_NODELAY an MCP client's next request waits
+    // out the peer's delayed ACK (40 ms a call on Linux).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("cannot set TCP_NODELAY: {e}");
+        }
+    });
     let server = axum::serve(listener, app).with_graceful_shutdown(async move {
         let _ = drained_rx.await;
         let _ = closing_tx.send(true);

@@ -161,7 +161,7 @@ function ai.parallel(...) end
 ---@field parameters? table a JSON Schema, or the shorthand `{ city = "string", days = "integer?" }`: each value one of "string", "integer", "number", "boolean", "object", "array", "null", with `?` for optional (a table with `type`, `properties`, `required`, `$schema`, `$ref`, `anyOf`, `oneOf` or `allOf` is read as a schema)
 ---@field handler fun(args: table, ctx: { call_id: string, name: string, step: integer, ai?: string, origin?: string, hop?: integer, workspace?: string }): any (`ai`, `origin`, `hop`, `workspace` in a resident's turn) returns a string, a table (sent as JSON), `{ text = "...", files = { ai.FileSpec... } }` (text with files attached to the result), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
 ---@field timeout? number seconds before the call is abandoned (default 120; at most a year); a handler that never waits is stopped then too (`deadline`)
----@field exportable? boolean may be served by colony's MCP server
+---@field exportable? boolean served by `colony mcp serve` and `/mcp` on `colony serve` (a tool without it is neither listed nor run there)
 ---@field rate? string how often it may be called, `"10/min"`, `"5/s"`, `"100/hour"`, `"1000/day"` (a token bucket shared by every turn that offers it: that many at once, then one more each period/count); a call over it is answered `rate_limited` without running
 ---@field idempotent? boolean running it twice is harmless: a call cut off by a restart runs again (otherwise it is answered "interrupted by a restart")
 
@@ -332,6 +332,7 @@ function ai.route(opts) end
 ---@field persist_conversation? boolean keep its conversation, backlog and the turn in flight in the store across restarts
 ---@field mcp? (mcp.ServerSpec|string)[] MCP servers opened before the AI is hired; their tools join its own for the life of the program
 ---@field budget? ai.Budget what it may use per window; over it, it is blocked with kind "budget" until the window resets (its mail kept)
+---@field export? boolean|{ description?: string, timeout?: number } offered over MCP as a tool of its name taking `{ message }`: mails it and answers its reply (timeout in seconds, 300 by default)
 
 ---@class ai.Budget usage kept in the store (a restart does not reset it); a turn that starts under it runs to its end
 ---@field tokens? integer input, output and cache tokens summed

@@ -112,3 +112,36 @@ function mcp.servers() end
 --- the first call of one of its tools. An empty list when there is no cache.
 ---@return ai.ToolValue[]
 function mcp.cached_tools() end
+
+-- colony as an MCP server (`colony mcp serve FILE.lua`, `/mcp` on `colony serve`): what the
+-- program exports. Tools: `ai.tool{ ..., exportable = true }`; residents:
+-- `ai.spawn{ ..., export = true | { description?: string, timeout?: number } }`. In a handler
+-- called over MCP, `ctx.progress(n, total?, message?)` and `ctx.log(level, data)` tell the client
+-- (each answers whether it was told; both are nil in a call that did not come over MCP).
+
+---@class mcp.ResourceSpec
+---@field uri string a `{placeholder}` makes it a template (RFC 6570 level 1)
+---@field name? string
+---@field description? string
+---@field mime_type? string
+---@field read fun(args: { uri: string, [string]: string }, ctx: table): string|{ text?: string, blob?: string, mime_type?: string } the text, or `{ text }` / `{ blob = base64, mime_type }`
+
+--- Offers a resource (or a template) to MCP clients.
+---@param spec mcp.ResourceSpec
+function mcp.resource(spec) end
+
+---@class mcp.PromptArgument
+---@field name string
+---@field description? string
+---@field required? boolean
+
+---@class mcp.PromptSpec
+---@field name string
+---@field description? string
+---@field arguments? mcp.PromptArgument[]
+---@field get fun(args: table<string, string>, ctx: table): string|{ role: string, content: string|table }[]|{ messages: { role: string, content: string|table }[], description?: string } text (one user message) or messages
+---@field complete? fun(args: { argument: string, value: string }): string[] completions of an argument's value
+
+--- Offers a prompt to MCP clients.
+---@param spec mcp.PromptSpec
+function mcp.prompt(spec) end
