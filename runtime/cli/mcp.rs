@@ -53,6 +53,14 @@ enum Action {
     },
     /// Add the servers of a Claude Desktop config or a `.mcp.json` (its `mcpServers` object).
     Import { file: PathBuf },
+    /// Sign in to a remote server behind OAuth (opens the browser, or prints the page to open).
+    Login {
+        /// The server's name.
+        name: String,
+        /// Print the sign-in page's URL without opening a browser.
+        #[arg(long)]
+        no_browser: bool,
+    },
 }
 
 fn load() -> Result<Config, Failure> {
@@ -80,6 +88,7 @@ fn pairs(items: &[String], sep: char, what: &str) -> Result<BTreeMap<String, Str
 
 pub async fn run(args: Args) -> Result<(), Failure> {
     match args.action {
+        Action::Login { name, no_browser } => super::mcp_login::run(name, no_browser).await,
         Action::Add {
             name,
             headers,

@@ -6,6 +6,7 @@ mod chat;
 mod config;
 mod conversations;
 mod mcp;
+mod mcp_login;
 mod models;
 pub mod permissions;
 mod providers;
