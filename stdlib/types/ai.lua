@@ -188,6 +188,7 @@ function ai.tool(def) end
 ---@field compact_prompt? string
 ---@field mcp? (mcp.ServerSpec|string)[] MCP servers opened (all at once) for this turn, their tools offered as `<server>__<tool>`; a string names a configured server. Closed when the turn ends.
 ---@field dynamic_mcp? string[] URL prefixes and configured server names the model may connect itself, through the `mcp_connect{ name, server }` and `mcp_disconnect{ name }` tools (new tools from the next step on)
+---@field on_elicit? fun(req: mcp.ElicitRequest): mcp.ElicitAnswer answers `elicitation/create` for each of the turn's `mcp` servers that has no hook of its own
 ---@field middleware? ai.Middleware[] wrap this turn's model calls as a resident's are (`ai.with_retries`, `ai.with_breaker`, `ai.with_context`; outermost first); a breaker here keeps its state for every turn of the script
 
 ---@class ai.Usage
@@ -330,6 +331,7 @@ function ai.route(opts) end
 ---@field workspace? string the store namespace its tools and sources see
 ---@field persist_conversation? boolean keep its conversation, backlog and the turn in flight in the store across restarts
 ---@field mcp? (mcp.ServerSpec|string)[] MCP servers opened before the AI is hired; their tools join its own for the life of the program
+---@field on_elicit? fun(req: mcp.ElicitRequest): mcp.ElicitAnswer answers `elicitation/create` for each of its `mcp` servers that has no hook of its own
 
 --- Hires an AI as a resident: its own conversation and mailbox, each mail a user turn labelled
 --- with its source ("[mail from SOURCE] content"), each turn a `take_turn`, a non-empty reply to
