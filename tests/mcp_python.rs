@@ -26,6 +26,8 @@ fn stdio(env: &[(&str, &str)], roots: &[&str]) -> ServerSpec {
             cwd: None,
         },
         roots: roots.iter().map(|r| r.to_string()).collect(),
+        elicit: None,
+        auth: None,
     }
 }
 
@@ -271,6 +273,8 @@ fn raw(version: &str) -> ServerSpec {
             cwd: None,
         },
         roots: vec!["file:///srv/here".into()],
+        elicit: None,
+        auth: None,
     }
 }
 

@@ -57,6 +57,14 @@ enum Action {
     Serve(super::mcp_serve::ServeArgs),
     /// Print (or --write) the `mcpServers` entry that runs `colony mcp serve FILE.lua`.
     Install(super::mcp_serve::InstallArgs),
+    /// Sign in to a remote server behind OAuth (opens the browser, or prints the page to open).
+    Login {
+        /// The server's name.
+        name: String,
+        /// Print the sign-in page's URL without opening a browser.
+        #[arg(long)]
+        no_browser: bool,
+    },
 }
 
 fn load() -> Result<Config, Failure> {
@@ -86,6 +94,7 @@ pub async fn run(args: Args) -> Result<(), Failure> {
     match args.action {
         Action::Serve(args) => super::mcp_serve::serve(args).await,
         Action::Install(args) => super::mcp_serve::install(args),
+        Action::Login { name, no_browser } => super::mcp_login::run(name, no_browser).await,
         Action::Add {
             name,
             headers,

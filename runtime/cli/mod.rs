@@ -7,6 +7,7 @@ mod config;
 mod conversations;
 mod mcp;
 mod mcp_serve;
+mod mcp_login;
 mod models;
 pub mod permissions;
 mod providers;

@@ -188,6 +188,7 @@ function ai.tool(def) end
 ---@field compact_prompt? string
 ---@field mcp? (mcp.ServerSpec|string)[] MCP servers opened (all at once) for this turn, their tools offered as `<server>__<tool>`; a string names a configured server. Closed when the turn ends.
 ---@field dynamic_mcp? string[] URL prefixes and configured server names the model may connect itself, through the `mcp_connect{ name, server }` and `mcp_disconnect{ name }` tools (new tools from the next step on)
+---@field on_elicit? fun(req: mcp.ElicitRequest): mcp.ElicitAnswer answers `elicitation/create` for each of the turn's `mcp` servers that has no hook of its own
 ---@field middleware? ai.Middleware[] wrap this turn's model calls as a resident's are (`ai.with_retries`, `ai.with_breaker`, `ai.with_context`; outermost first); a breaker here keeps its state for every turn of the script
 
 ---@class ai.Usage
@@ -333,6 +334,7 @@ function ai.route(opts) end
 ---@field mcp? (mcp.ServerSpec|string)[] MCP servers opened before the AI is hired; their tools join its own for the life of the program
 ---@field budget? ai.Budget what it may use per window; over it, it is blocked with kind "budget" until the window resets (its mail kept)
 ---@field export? boolean|{ description?: string, timeout?: number } offered over MCP as a tool of its name taking `{ message }`: mails it and answers its reply (timeout in seconds, 300 by default)
+---@field on_elicit? fun(req: mcp.ElicitRequest): mcp.ElicitAnswer answers `elicitation/create` for each of its `mcp` servers that has no hook of its own
 
 ---@class ai.Budget usage kept in the store (a restart does not reset it); a turn that starts under it runs to its end
 ---@field tokens? integer input, output and cache tokens summed

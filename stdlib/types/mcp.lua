@@ -31,6 +31,64 @@ mcp = {}
 ---@field env? table<string, string>
 ---@field cwd? string
 ---@field roots? string[] what `roots/list` answers (URIs such as "file:///home/me/project")
+---@field on_elicit? fun(req: mcp.ElicitRequest): mcp.ElicitAnswer answers the server's `elicitation/create` (none: declined)
+---@field auth? mcp.Auth OAuth settings for a remote server
+
+--- What a server asks the user (`elicitation/create`).
+---@class mcp.ElicitRequest
+---@field server string
+---@field mode "form"|"url"
+---@field message string
+---@field schema? table the form's JSON Schema (`requestedSchema`)
+---@field url? string the page to open, for "url"
+
+--- `"accept"`, `"decline"`, `"cancel"`, or `{ action, content }` (a table without `action` is
+--- the accepted form); an accepted form gets the schema's defaults for the fields left out.
+---@alias mcp.ElicitAnswer "accept"|"decline"|"cancel"|{ action?: "accept"|"decline"|"cancel", content?: table }
+
+--- OAuth 2.1 for a remote server (`[mcp.NAME.auth]` in the config). Tokens are kept in the state
+--- directory (0600) for every program; `colony mcp login NAME` signs in through the browser.
+---@class mcp.Auth
+---@field client_id? string a client registered beforehand
+---@field client_secret? string
+---@field client_metadata_url? string an HTTPS client ID metadata document
+---@field client_name? string the name colony registers under (default "colony")
+---@field scopes? string[] default: those the server's challenge or metadata name
+---@field grant? "authorization_code"|"client_credentials"
+---@field authorize? "headless" colony opens the page itself and takes its redirect (servers that approve without a person)
+---@field on_authorize? fun(url: string): string sends the person to `url`; answers the URL the browser came back to
+---@field redirect_uri? string where the authorization server sends the browser back (with `on_authorize`)
+
+--- A resource or a resource template the server lists.
+---@class mcp.Resource
+---@field uri? string
+---@field uri_template? string for a template
+---@field name string
+---@field title? string
+---@field description? string
+---@field mime_type? string
+
+--- One part of a read resource: its text, or its bytes as a file.
+---@class mcp.ResourceContents
+---@field uri string
+---@field mime_type? string
+---@field text? string
+---@field file? ai.File
+
+---@class mcp.Prompt
+---@field name string
+---@field title? string
+---@field description? string
+---@field arguments? { name: string, description?: string, required?: boolean }[]
+
+---@class mcp.PromptMessage
+---@field role "user"|"assistant"
+---@field content table the content block as the server sent it
+---@field text string the block's text (other blocks as JSON)
+
+---@class mcp.PromptResult
+---@field description? string
+---@field messages mcp.PromptMessage[]
 
 ---@class mcp.Connection
 ---@field name string
@@ -71,7 +129,7 @@ mcp = {}
 
 --- Connects (handshake included): a URL, or a table `{ command, args, env, cwd }`.
 ---@param target string|mcp.ServerSpec
----@param opts? { name?: string, headers?: table<string, string>, roots?: string[] }
+---@param opts? { name?: string, headers?: table<string, string>, roots?: string[], on_elicit?: fun(req: mcp.ElicitRequest): mcp.ElicitAnswer, auth?: mcp.Auth }
 ---@return mcp.Connection? conn, mcp.Error? err
 function mcp.connect(target, opts) end
 
@@ -145,3 +203,26 @@ function mcp.resource(spec) end
 --- Offers a prompt to MCP clients.
 ---@param spec mcp.PromptSpec
 function mcp.prompt(spec) end
+
+--- The server's resources and resource templates (every page).
+---@param conn mcp.Connection
+---@return mcp.Resource[]? resources, mcp.Error? err
+function mcp.resources(conn) end
+
+--- Reads a resource: text as text, binary contents as files.
+---@param conn mcp.Connection
+---@param uri string
+---@return mcp.ResourceContents[]? contents, mcp.Error? err
+function mcp.read(conn, uri) end
+
+--- The server's prompts (every page).
+---@param conn mcp.Connection
+---@return mcp.Prompt[]? prompts, mcp.Error? err
+function mcp.prompts(conn) end
+
+--- Gets a prompt with its arguments (strings; other values are sent as their JSON).
+---@param conn mcp.Connection
+---@param name string
+---@param args? table<string, string>
+---@return mcp.PromptResult? prompt, mcp.Error? err
+function mcp.get_prompt(conn, name, args) end
