@@ -89,11 +89,11 @@ pub enum Mutation {
 fn mutation() -> impl Strategy<Value = Mutation> {
     let at = any::<usize>();
     prop_oneof![
-        (at.clone(), 1u8..=255).prop_map(|(at, bits)| Mutation::Flip { at, bits }),
-        (at.clone(), 1usize..64).prop_map(|(at, len)| Mutation::Cut { at, len }),
-        (at.clone(), interesting_bytes()).prop_map(|(at, bytes)| Mutation::Insert { at, bytes }),
-        (at.clone(), 1usize..256).prop_map(|(at, len)| Mutation::Duplicate { at, len }),
-        at.clone().prop_map(|at| Mutation::Truncate { at }),
+        (at, 1u8..=255).prop_map(|(at, bits)| Mutation::Flip { at, bits }),
+        (at, 1usize..64).prop_map(|(at, len)| Mutation::Cut { at, len }),
+        (at, interesting_bytes()).prop_map(|(at, bytes)| Mutation::Insert { at, bytes }),
+        (at, 1usize..256).prop_map(|(at, len)| Mutation::Duplicate { at, len }),
+        at.prop_map(|at| Mutation::Truncate { at }),
         (at, 1usize..4096).prop_map(|(at, depth)| Mutation::Nest { at, depth }),
     ]
 }
@@ -169,7 +169,7 @@ pub fn json_value() -> impl Strategy<Value = Value> {
     let leaf = prop_oneof![
         Just(Value::Null),
         any::<bool>().prop_map(Value::Bool),
-        any::<i64>().prop_map(|n| Value::from(n)),
+        any::<i64>().prop_map(Value::from),
         any::<f64>()
             .prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::Number)),
         ".{0,24}".prop_map(Value::String),

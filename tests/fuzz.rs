@@ -42,8 +42,17 @@ static IN_FLIGHT: std::sync::LazyLock<
 > = std::sync::LazyLock::new(|| {
     // One watcher for the process: it looks twice a second for a case past `HANG`.
     std::thread::spawn(|| {
+        let mut ticks = 0u64;
         loop {
             std::thread::sleep(Duration::from_millis(500));
+            ticks += 1;
+            // A long run says how far it is, once a minute.
+            if ticks.is_multiple_of(120) {
+                eprintln!(
+                    "fuzz: {} executions so far in this process",
+                    targets::EXECUTIONS.load(Ordering::Relaxed)
+                );
+            }
             let hung = IN_FLIGHT
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())

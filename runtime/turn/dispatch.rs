@@ -150,7 +150,13 @@ async fn run(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, ToolEvent, V
         gen_ai.tool.call.id = %call.id,
     );
     let started = Instant::now();
-    let (kind, content, files, traceback) = outcome(cx, tools, call).instrument(span).await;
+    let (kind, mut content, files, mut traceback) = outcome(cx, tools, call).instrument(span).await;
+    if kind != EventKind::Ok {
+        // A failure's message is colony's text (a handler's error, a refusal): a key it quotes
+        // goes no further, not to the model, the transcript, the store or the log.
+        content = crate::secrets::redact(&content);
+        traceback = traceback.map(|t| crate::secrets::redact(&t));
+    }
     let duration = started.elapsed();
     if kind != EventKind::Ok {
         log_failure(cx, call, kind, &content, traceback.as_deref());

@@ -1,0 +1,302 @@
+//! A hostile provider, through the binary: a server on loopback that answers every model call
+//! with invalid UTF-8, JSON nested 100,000 deep, a stream that never ends, or an SSE line that
+//! never ends. Each must end the call with a typed error (`ai.ask` answers `nil, err`), within
+//! the call's timeout and the response limit, never a hang or a crash. The run carries
+//! `--max-time` only as a guard against hanging: the tests assert it did not fire.
+//!
+//! The planted key: a key `sk-PLANTED-...` in the environment and the config, and a token in an
+//! MCP server's headers, never appear in what colony writes (trace-level logs, the cassette it
+//! records, the store, the audit, error messages, stdout).
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+
+use support::fake::{FakeProvider, Reply};
+use support::script::Sandbox;
+
+/// Longer than any of these runs needs; a run still going then is a hang.
+const GUARD: &str = "90";
+
+#[derive(Clone, Copy, Debug)]
+enum Hostility {
+    InvalidUtf8,
+    Deep,
+    EndlessStream,
+    EndlessLine,
+}
+
+/// Starts a server that answers every request as `how`, on its own threads; its base URL.
+fn hostile(how: Hostility) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(conn) = conn else { return };
+            std::thread::spawn(move || answer(conn, how));
+        }
+    });
+    url
+}
+
+fn answer(mut conn: TcpStream, how: Hostility) {
+    // Read the request: its headers, then its body by Content-Length.
+    let mut reader = BufReader::new(conn.try_clone().expect("a second handle"));
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+            length = v.trim().parse().unwrap_or(0);
+        }
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut body = vec![0u8; length];
+    if reader.read_exact(&mut body).is_err() {
+        return;
+    }
+    let streamed = String::from_utf8_lossy(&body).contains("\"stream\":true");
+    let kind = if streamed {
+        "text/event-stream"
+    } else {
+        "application/json"
+    };
+    let frame = |payload: &[u8]| -> Vec<u8> {
+        if streamed {
+            [b"data: ", payload, b"\n\n"].concat()
+        } else {
+            payload.to_vec()
+        }
+    };
+    match how {
+        Hostility::InvalidUtf8 | Hostility::Deep => {
+            let payload: Vec<u8> = match how {
+                Hostility::InvalidUtf8 => {
+                    let mut p = br#"{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"bad "#.to_vec();
+                    p.extend_from_slice(b"\xff\xfe\xc3\x28");
+                    p.extend_from_slice(br#""},"finish_reason":"stop"}]}"#);
+                    p
+                }
+                _ => [&b"{\"choices\":"[..], &b"[".repeat(100_000)].concat(),
+            };
+            let body = frame(&payload);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = conn.write_all(head.as_bytes());
+            let _ = conn.write_all(&body);
+        }
+        Hostility::EndlessStream => {
+            let head =
+                format!("HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\nconnection: close\r\n\r\n");
+            let _ = conn.write_all(head.as_bytes());
+            let delta = frame(br#"{"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"more "}}]}"#);
+            let chunk = delta.repeat(64);
+            while conn.write_all(&chunk).is_ok() {}
+        }
+        Hostility::EndlessLine => {
+            let head =
+                format!("HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\nconnection: close\r\n\r\n");
+            let _ = conn.write_all(head.as_bytes());
+            let _ = conn.write_all(if streamed {
+                b"data: {\"choices\":\""
+            } else {
+                b"{\"choices\":\""
+            });
+            let chunk = b"a".repeat(16 * 1024);
+            while conn.write_all(&chunk).is_ok() {}
+        }
+    }
+}
+
+/// `ai.ask` streamed and not, against `how`; each answer's error kind and message, one line each.
+fn ask_hostile(how: Hostility) -> Vec<String> {
+    let url = hostile(how);
+    let sb = Sandbox::new()
+        .env("OPENAI_API_KEY", "test-key-hostile-0123456789")
+        .env("OPENAI_BASE_URL", &url);
+    sb.write(
+        "config.toml",
+        "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\ntimeout = 5\nmax_response_bytes = 4000000\n",
+    );
+    let run = sb.lua(
+        r#"
+for _, stream in ipairs{ false, true } do
+  local opts = { provider = "openai" }
+  if stream then opts.stream = function() end end
+  local reply, err = ai.ask("hi", opts)
+  print(("%s reply=%s kind=%s: %s"):format(stream and "streamed" or "whole", tostring(reply),
+    err and err.kind or "-", err and tostring(err.message or err):sub(1, 160) or "-"))
+end
+"#,
+        &["--max-time", GUARD],
+    );
+    assert_eq!(
+        run.code, 0,
+        "{how:?}: stdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+    run.lines().iter().map(|l| l.to_string()).collect()
+}
+
+#[track_caller]
+fn assert_typed(lines: &[String], kinds: &[&str]) {
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    for line in lines {
+        assert!(line.contains(" reply=nil "), "{line}");
+        assert!(
+            kinds.iter().any(|k| line.contains(&format!(" kind={k}: "))),
+            "expected one of {kinds:?}: {line}"
+        );
+    }
+}
+
+#[test]
+fn invalid_utf8_from_the_provider_is_a_typed_error() {
+    let lines = ask_hostile(Hostility::InvalidUtf8);
+    assert_typed(&lines, &["parse_error"]);
+}
+
+#[test]
+fn json_nested_100000_deep_is_a_typed_error() {
+    let lines = ask_hostile(Hostility::Deep);
+    assert_typed(&lines, &["parse_error"]);
+}
+
+#[test]
+fn a_stream_that_never_ends_is_cut_at_the_limit_or_the_timeout() {
+    let lines = ask_hostile(Hostility::EndlessStream);
+    assert_typed(&lines, &["fetch_error", "timeout"]);
+}
+
+#[test]
+fn an_sse_line_that_never_ends_is_cut_at_the_limit_or_the_timeout() {
+    let lines = ask_hostile(Hostility::EndlessLine);
+    assert_typed(&lines, &["fetch_error", "timeout", "parse_error"]);
+}
+
+/// The planted key and token.
+const PLANTED: &str = "sk-PLANTED-4f1c9e2a7b3d8e6f";
+const PLANTED_CONFIG: &str = "sk-PLANTED-config-9a8b7c6d5e";
+const PLANTED_HEADER: &str = "sk-PLANTED-header-1029384756";
+
+#[test]
+fn a_planted_key_never_appears_in_what_colony_writes() {
+    let fake = FakeProvider::start();
+    // A tool call that fails, naming nothing secret; then a reply; then an error answer that
+    // echoes what a careless server might (the request's key).
+    fake.push(Reply::tool_call(
+        "c1",
+        "lookup",
+        serde_json::json!({ "q": "x" }),
+    ));
+    fake.push(Reply::text("done"));
+    fake.set_default(Reply::status(401));
+    let sb = Sandbox::new()
+        .env("OPENAI_API_KEY", PLANTED)
+        .env("OPENAI_BASE_URL", &fake.base_url("openai"))
+        .env("RUST_LOG", "trace");
+    sb.write(
+        "config.toml",
+        &format!(
+            "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\n\n\
+             [use.code]\nprovider = \"openai\"\nkey = \"{PLANTED_CONFIG}\"\n\n\
+             [mcp.docs]\nurl = \"http://127.0.0.1:9/mcp\"\nheaders = {{ Authorization = \"Bearer {PLANTED_HEADER}\" }}\n"
+        ),
+    );
+    let state = sb.path("state-dir").display().to_string();
+    let cassette = sb.path("recorded.jsonl").display().to_string();
+    let run = sb.lua(
+        r#"
+local lookup = ai.tool{ name = "lookup", parameters = { q = "string" },
+  handler = function(args) error("lookup failed for " .. args.q .. " with " .. tostring(os.getenv("OPENAI_API_KEY"))) end }
+local r = ai.take_turn{ prompt = "find x", tools = { lookup } }
+print("reply", r.reply)
+store.set("seen", { key_env = "OPENAI_API_KEY" })
+local reply, err = ai.ask("again")
+print("refused", err and err.kind, err and tostring(err.message))
+local reply2, err2 = ai.ask("code", { use = "code" })
+print("code", err2 and err2.kind, err2 and tostring(err2.message))
+local ok, e = pcall(mcp.connect, "docs")
+print("mcp", ok, tostring(e))
+"#,
+        &["--state", &state, "--record", &cassette, "--max-time", GUARD],
+    );
+    assert_ne!(run.code, 124, "the guard fired:\n{}", run.stderr);
+    assert!(
+        run.stdout.contains("reply\tdone"),
+        "stdout:\n{}\nstderr:\n{}",
+        run.stdout,
+        run.stderr
+    );
+    // The key did reach the provider (the test would prove nothing otherwise).
+    assert!(
+        fake.requests()
+            .iter()
+            .any(|r| r.header("authorization") == Some(&format!("Bearer {PLANTED}"))),
+        "the fake never saw the planted key"
+    );
+    let script = sb.path("script.lua").display().to_string();
+    let audit = sb.colony(&["audit", "--state", &state, &script]);
+    let conversations = sb.colony(&[
+        "conversations",
+        "--state",
+        &state,
+        &script,
+        "export",
+        "script",
+    ]);
+    let usage = sb.colony(&["usage", "--state", &state, &script]);
+    let mut written: Vec<(String, Vec<u8>)> = vec![
+        ("stdout".into(), run.stdout.clone().into_bytes()),
+        (
+            "stderr (trace logs, error messages)".into(),
+            run.stderr.clone().into_bytes(),
+        ),
+        ("colony audit".into(), audit.stdout.into_bytes()),
+        (
+            "colony conversations".into(),
+            conversations.stdout.into_bytes(),
+        ),
+        ("colony usage".into(), usage.stdout.into_bytes()),
+    ];
+    // Every file colony wrote: the cassette, the state directory (the store's database and its
+    // journal), anything else in the sandbox but the config the user wrote.
+    let mut stack = vec![sb.path("")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n != "config.toml") {
+                written.push((path.display().to_string(), std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    assert!(
+        written
+            .iter()
+            .any(|(name, _)| name.ends_with("recorded.jsonl")),
+        "no cassette was written"
+    );
+    assert!(
+        run.stderr.contains("TRACE") || run.stderr.contains("trace"),
+        "no trace-level log:\n{}",
+        run.stderr
+    );
+    for (name, bytes) in &written {
+        for secret in [PLANTED, PLANTED_CONFIG, PLANTED_HEADER, "PLANTED"] {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{secret} appears in {name}:\n{}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+    }
+}
