@@ -45,6 +45,8 @@ fn spec(url: &str) -> ServerSpec {
             headers: Default::default(),
         },
         roots: Vec::new(),
+        elicit: None,
+        auth: None,
     }
 }
 

@@ -28,8 +28,8 @@ pub struct Args {
 
 pub fn run(args: Args) -> Result<(), Failure> {
     let state = args.target.open("usage")?;
-    let buckets =
-        budget::buckets(&*state.dyn_store()).map_err(|e| Failure::run(format!("colony usage: {e}")))?;
+    let buckets = budget::buckets(&*state.dyn_store())
+        .map_err(|e| Failure::run(format!("colony usage: {e}")))?;
     let currency = crate::config::Config::load()
         .ok()
         .and_then(|c| c.prices)

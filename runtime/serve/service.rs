@@ -118,7 +118,9 @@ impl Service {
     ) -> Result<Arc<Service>, String> {
         let (launches, from_config) = match programs {
             Programs::Files(launches) => (launches, None),
-            Programs::Config(base) => (config_launches(&core, &base, store.as_deref())?, Some(base)),
+            Programs::Config(base) => {
+                (config_launches(&core, &base, store.as_deref())?, Some(base))
+            }
         };
         let mut slots = BTreeMap::new();
         for (name, launch) in named(launches) {
