@@ -87,7 +87,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     tracing::info!("colony mcp serve: {ended:?}");
     let reason = match &ended {
         Ended::Closed => "the MCP client closed stdin".to_string(),
-        Ended::Signal(s) => format!("{s}"),
+        Ended::Signal(s) => s.to_string(),
         Ended::Stopped(r) => r.clone(),
     };
     lifecycle.stop(reason);
