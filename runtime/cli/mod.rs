@@ -16,6 +16,7 @@ mod scripts;
 mod serve;
 mod state;
 mod store;
+mod table;
 mod tools;
 mod usage;
 mod wizard;

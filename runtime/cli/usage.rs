@@ -69,31 +69,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
     if rows.len() == 1 {
         return Ok(());
     }
-    let mut widths = [0usize; 7];
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    for row in &rows {
-        let line = format!(
-            "{:<w0$}  {:<w1$}  {:>w2$}  {:>w3$}  {:>w4$}  {:>w5$}  {}",
-            row[0],
-            row[1],
-            row[2],
-            row[3],
-            row[4],
-            row[5],
-            row[6],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-            w3 = widths[3],
-            w4 = widths[4],
-            w5 = widths[5],
-        );
-        println!("{}", line.trim_end());
-    }
+    super::table::print(&rows, [false, false, true, true, true, true, false]);
     Ok(())
 }
 
