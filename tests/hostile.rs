@@ -11,115 +11,17 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-
 use support::fake::{FakeProvider, Reply};
+use support::hostile::{self, Hostility};
 use support::script::Sandbox;
 use support::serve::Served;
 
 /// Longer than any of these runs needs; a run still going then is a hang.
 const GUARD: &str = "90";
 
-#[derive(Clone, Copy, Debug)]
-enum Hostility {
-    InvalidUtf8,
-    Deep,
-    EndlessStream,
-    EndlessLine,
-}
-
-/// Starts a server that answers every request as `how`, on its own threads; its base URL.
-fn hostile(how: Hostility) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(conn) = conn else { return };
-            std::thread::spawn(move || answer(conn, how));
-        }
-    });
-    url
-}
-
-fn answer(mut conn: TcpStream, how: Hostility) {
-    // Read the request: its headers, then its body by Content-Length.
-    let mut reader = BufReader::new(conn.try_clone().expect("a second handle"));
-    let mut length = 0usize;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            length = v.trim().parse().unwrap_or(0);
-        }
-        if line == "\r\n" {
-            break;
-        }
-    }
-    let mut body = vec![0u8; length];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
-    let streamed = String::from_utf8_lossy(&body).contains("\"stream\":true");
-    let kind = if streamed {
-        "text/event-stream"
-    } else {
-        "application/json"
-    };
-    let frame = |payload: &[u8]| -> Vec<u8> {
-        if streamed {
-            [b"data: ", payload, b"\n\n"].concat()
-        } else {
-            payload.to_vec()
-        }
-    };
-    match how {
-        Hostility::InvalidUtf8 | Hostility::Deep => {
-            let payload: Vec<u8> = match how {
-                Hostility::InvalidUtf8 => {
-                    let mut p = br#"{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"bad "#.to_vec();
-                    p.extend_from_slice(b"\xff\xfe\xc3\x28");
-                    p.extend_from_slice(br#""},"finish_reason":"stop"}]}"#);
-                    p
-                }
-                _ => [&b"{\"choices\":"[..], &b"[".repeat(100_000)].concat(),
-            };
-            let body = frame(&payload);
-            let head = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = conn.write_all(head.as_bytes());
-            let _ = conn.write_all(&body);
-        }
-        Hostility::EndlessStream => {
-            let head =
-                format!("HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\nconnection: close\r\n\r\n");
-            let _ = conn.write_all(head.as_bytes());
-            let delta = frame(br#"{"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"more "}}]}"#);
-            let chunk = delta.repeat(64);
-            while conn.write_all(&chunk).is_ok() {}
-        }
-        Hostility::EndlessLine => {
-            let head =
-                format!("HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\nconnection: close\r\n\r\n");
-            let _ = conn.write_all(head.as_bytes());
-            let _ = conn.write_all(if streamed {
-                b"data: {\"choices\":\""
-            } else {
-                b"{\"choices\":\""
-            });
-            let chunk = b"a".repeat(16 * 1024);
-            while conn.write_all(&chunk).is_ok() {}
-        }
-    }
-}
-
 /// `ai.ask` streamed and not, against `how`; each answer's error kind and message, one line each.
 fn ask_hostile(how: Hostility) -> Vec<String> {
-    let url = hostile(how);
+    let url = hostile::provider(how);
     let sb = Sandbox::new()
         .env("OPENAI_API_KEY", "test-key-hostile-0123456789")
         .env("OPENAI_BASE_URL", &url);
@@ -404,7 +306,10 @@ ai.watch{}
     let (blocked, passed) = events.until("the desk blocked", |e| e.kind == "blocked");
     // The echoing answer reached what is shown (so the key would have, but for redaction).
     assert!(
-        blocked.data.to_string().contains("Incorrect API key provided"),
+        blocked
+            .data
+            .to_string()
+            .contains("Incorrect API key provided"),
         "{blocked:?}"
     );
     seen.push(delivery);
@@ -433,7 +338,10 @@ ai.watch{}
         Some(&session),
         serde_json::json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"lookup","arguments":{"q":"y"}}}),
     );
-    assert!(call_text.contains("lookup failed for y with"), "{call_text}");
+    assert!(
+        call_text.contains("lookup failed for y with"),
+        "{call_text}"
+    );
 
     let mut written: Vec<(String, Vec<u8>)> = vec![
         ("an MCP tools/call answer".into(), call_text.into_bytes()),
