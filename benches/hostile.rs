@@ -37,6 +37,8 @@ print(result and result.text or err.kind)
 }
 
 /// Runs `colony run` of `source` in `sb`; its peak RSS in MiB, the wall time and what it printed.
+// The child is reaped by `wait4` (which gives its rusage), not by `Child::wait`.
+#[allow(clippy::zombie_processes)]
 fn peak(sb: &Sandbox, source: &str) -> (f64, f64, String) {
     let file = sb.write("script.lua", source).display().to_string();
     let started = Instant::now();
