@@ -68,6 +68,15 @@ static IN_FLIGHT: std::sync::LazyLock<
     Default::default()
 });
 
+/// Says a target is done and how many executions the process has made so far: the last line a
+/// long run prints holds its total, whichever target ends last.
+fn done(target: &str) {
+    eprintln!(
+        "fuzz: {target} done; {} executions so far in this process",
+        targets::EXECUTIONS.load(Ordering::Relaxed)
+    );
+}
+
 /// Runs `f` as one case of `target`, watched for a hang.
 fn watched(target: &'static str, f: impl FnOnce()) {
     let me = std::thread::current().id();
@@ -117,6 +126,7 @@ macro_rules! styles {
                     watched(stringify!($name), || $target(style, &bytes));
                 });
             }
+            done(stringify!($name));
         }
     };
 }
@@ -131,6 +141,7 @@ fn provider_events() {
             watched("provider_events", || targets::provider_events(style, &events));
         });
     }
+    done("provider_events");
 }
 
 #[test]
@@ -143,6 +154,7 @@ fn text_tool_calls() {
     proptest!(config(), |(text in text)| {
         watched("text_tool_calls", || targets::text_tool_calls(&text));
     });
+    done("text_tool_calls");
 }
 
 #[test]
@@ -155,6 +167,7 @@ fn json_decode() {
     proptest!(config(), |(bytes in bytes)| {
         watched("json_decode", || targets::json_decode(&bytes));
     });
+    done("json_decode");
 }
 
 #[test]
@@ -169,6 +182,7 @@ fn cassettes() {
     proptest!(config(), |(text in text)| {
         watched("cassettes", || targets::cassette(scratch(), &text));
     });
+    done("cassettes");
 }
 
 #[test]
@@ -187,6 +201,7 @@ fn configs() {
     proptest!(config(), |(text in text)| {
         watched("configs", || targets::config(scratch(), &text));
     });
+    done("configs");
 }
 
 #[test]
@@ -203,6 +218,7 @@ fn stored_json() {
     proptest!(config(), |(bytes in bytes)| {
         watched("stored_json", || targets::stored(&bytes));
     });
+    done("stored_json");
 }
 
 #[test]
@@ -214,6 +230,7 @@ fn mcp_messages() {
     proptest!(config(), |(value in result, text in servers)| {
         watched("mcp_messages", || targets::mcp(&value, &text));
     });
+    done("mcp_messages");
 }
 
 /// What a long run prints: the executions across the targets of this process.
