@@ -1,7 +1,7 @@
 //! The fuzz targets' smoke run (`fuzz/targets.rs`): each parser that reads bytes from outside
 //! gets a few hundred generated inputs and must answer every one without a panic or a hang. The
 //! long run is the same file with more cases (`fuzz/README.md`):
-//! `COLONY_FUZZ_CASES=500000 cargo test --release --test fuzz -- --test-threads 1 --nocapture`.
+//! `COLONY_FUZZ_CASES=670000 cargo test --profile bench --test fuzz -- --test-threads 2 --nocapture`.
 //!
 //! Crashes the harness has found are kept below as regression tests, with the input it shrank.
 
