@@ -17,6 +17,8 @@
 //!   and the per-server report; `dynamic` adds the `mcp_connect` / `mcp_disconnect` tools.
 //! - [`oauth`]: OAuth 2.1 for remote servers (rmcp's `auth`): tokens in the state directory,
 //!   the authorizer that sends a person to the sign-in page, `[mcp.NAME.auth]`.
+//! - [`enterprise`]: enterprise-managed authorization (cross-app access): the identity
+//!   provider's ID token exchanged for an ID-JAG, and that for the server's token.
 //! - [`resources`]: a server's resources (`resources/list`, `resources/read`, binary contents
 //!   as files) and prompts (`prompts/list`, `prompts/get`).
 //! - [`cache`]: the `colony tools refresh` cache of every configured server's tools.
@@ -25,6 +27,7 @@
 pub mod cache;
 pub mod dynamic;
 pub mod elicit;
+pub mod enterprise;
 pub mod handler;
 pub mod http_client;
 pub mod naming;

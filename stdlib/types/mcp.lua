@@ -54,7 +54,14 @@ mcp = {}
 ---@field client_metadata_url? string an HTTPS client ID metadata document
 ---@field client_name? string the name colony registers under (default "colony")
 ---@field scopes? string[] default: those the server's challenge or metadata name
----@field grant? "authorization_code"|"client_credentials"
+---@field grant? "authorization_code"|"client_credentials"|"enterprise" a person signs in (default); a service's own credentials; the enterprise's identity provider vouches for the person
+---@field private_key? string `client_credentials` without a secret: the client's private key (PEM), which signs a JWT for each token request
+---@field signing_algorithm? "RS256"|"RS384"|"RS512"|"ES256"|"ES384" the private key's algorithm
+---@field idp_issuer? string `enterprise`: the identity provider's issuer
+---@field idp_token_endpoint? string `enterprise`: its token endpoint
+---@field idp_client_id? string `enterprise`: colony's client there
+---@field idp_client_secret? string `enterprise`: that client's secret, if it has one
+---@field id_token? string `enterprise`: the person's ID token from the identity provider
 ---@field authorize? "headless" colony opens the page itself and takes its redirect (servers that approve without a person)
 ---@field on_authorize? fun(url: string): string sends the person to `url`; answers the URL the browser came back to
 ---@field redirect_uri? string where the authorization server sends the browser back (with `on_authorize`)
