@@ -11,6 +11,8 @@
 //!   server's log lines.
 //! - [`elicit`]: a server's questions for our user, answered by the program's elicitor (an
 //!   `on_elicit` hook) or declined.
+//! - [`sampling`]: a server's `sampling/createMessage`, answered by the use-type the program
+//!   names (`sampling = "helper"`) through the core, or refused.
 //! - [`naming`]: `<server>__<tool>` names that every provider accepts, and which are dropped.
 //! - [`result`]: a `tools/call` result as the text a model reads.
 //! - [`toolset`]: a turn's servers opened at once, their tools made into [`crate::turn::ToolDef`]s,
@@ -21,6 +23,7 @@
 //!   provider's ID token exchanged for an ID-JAG, and that for the server's token.
 //! - [`resources`]: a server's resources (`resources/list`, `resources/read`, binary contents
 //!   as files) and prompts (`prompts/list`, `prompts/get`).
+//! - [`resource_tools`]: a server's resources as read-only tools of a turn (`resources = true`).
 //! - [`cache`]: the `colony tools refresh` cache of every configured server's tools.
 //! - [`server`]: the other direction: colony as an MCP server of a program's exports.
 
@@ -32,8 +35,10 @@ pub mod handler;
 pub mod http_client;
 pub mod naming;
 pub mod oauth;
+pub mod resource_tools;
 pub mod resources;
 pub mod result;
+pub mod sampling;
 pub mod server;
 pub mod session;
 pub mod spec;

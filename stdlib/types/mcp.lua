@@ -33,6 +33,8 @@ mcp = {}
 ---@field roots? string[] what `roots/list` answers (URIs such as "file:///home/me/project")
 ---@field on_elicit? fun(req: mcp.ElicitRequest): mcp.ElicitAnswer answers the server's `elicitation/create` (none: declined)
 ---@field auth? mcp.Auth OAuth settings for a remote server
+---@field resources? boolean a turn offers the server's resources as read-only tools (`<server>__read_<resource>`, or `<server>__read_resource{ uri }` for many); default false
+---@field sampling? string the use-type whose model answers the server's `sampling/createMessage` (none: refused, and not offered)
 
 --- What a server asks the user (`elicitation/create`).
 ---@class mcp.ElicitRequest
@@ -136,7 +138,7 @@ mcp = {}
 
 --- Connects (handshake included): a URL, or a table `{ command, args, env, cwd }`.
 ---@param target string|mcp.ServerSpec
----@param opts? { name?: string, headers?: table<string, string>, roots?: string[], on_elicit?: fun(req: mcp.ElicitRequest): mcp.ElicitAnswer, auth?: mcp.Auth }
+---@param opts? { name?: string, headers?: table<string, string>, roots?: string[], on_elicit?: fun(req: mcp.ElicitRequest): mcp.ElicitAnswer, auth?: mcp.Auth, resources?: boolean, sampling?: string }
 ---@return mcp.Connection? conn, mcp.Error? err
 function mcp.connect(target, opts) end
 
