@@ -111,10 +111,26 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     )?;
     m.set(
         "cached_tools",
-        lua.create_function(|lua, ()| match cache::load() {
+        lua.create_function(|lua, opts: Option<Table>| match cache::load() {
             Ok(Some(c)) => {
+                let who = "mcp.cached_tools";
+                // `{ on_elicit = fn }`: who answers these servers' questions (a front end's
+                // person at the terminal).
+                let elicit = match &opts {
+                    Some(o) => {
+                        check_fields(o, who, &["on_elicit"])?;
+                        super::mcp_client::elicit_hook(lua, o.get("on_elicit")?, who)?
+                    }
+                    None => None,
+                };
                 let core = super::ai::core(lua);
-                let (tools, conns) = cache::tools(&c, &core.config().mcp);
+                let prepare = |mut spec: ServerSpec| {
+                    if spec.elicit.is_none() {
+                        spec.elicit = elicit.clone();
+                    }
+                    wired(lua, spec)
+                };
+                let (tools, conns) = cache::tools(&c, &core.config().mcp, &prepare);
                 hold(lua, &conns);
                 tool_list(lua, tools).map(|mut v| v.pop_front().unwrap_or(Value::Nil))
             }

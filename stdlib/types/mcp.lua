@@ -176,9 +176,11 @@ function mcp.close(conn) end
 function mcp.servers() end
 
 --- The tools of `colony tools refresh`'s cache, ready for `tools = {...}`; each server starts on
---- the first call of one of its tools. An empty list when there is no cache.
+--- the first call of one of its tools. An empty list when there is no cache. `on_elicit` answers
+--- these servers' questions (as `colony chat` asks the person at the terminal).
+---@param opts? { on_elicit?: fun(req: mcp.ElicitRequest): mcp.ElicitAnswer }
 ---@return ai.ToolValue[]
-function mcp.cached_tools() end
+function mcp.cached_tools(opts) end
 
 -- colony as an MCP server (`colony mcp serve FILE.lua`, `/mcp` on `colony serve`): what the
 -- program exports. Tools: `ai.tool{ ..., exportable = true }`; residents:
