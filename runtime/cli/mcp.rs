@@ -1,4 +1,4 @@
-//! `colony mcp add|del|list|test|import`: the MCP servers configured by name (`[mcp.NAME]` in the
+//! `colony mcp add|del|list|test|import` (and `login`/`logout`, `serve`/`install` elsewhere): the MCP servers configured by name (`[mcp.NAME]` in the
 //! config file), which `mcp = { "NAME" }`, `mcp.connect_named` and `colony tools refresh` use.
 
 use std::collections::BTreeMap;
@@ -65,6 +65,11 @@ enum Action {
         #[arg(long)]
         no_browser: bool,
     },
+    /// Remove the tokens kept for a remote server (the next connection signs in again).
+    Logout {
+        /// The server's name.
+        name: String,
+    },
 }
 
 fn load() -> Result<Config, Failure> {
@@ -95,6 +100,7 @@ pub async fn run(args: Args) -> Result<(), Failure> {
         Action::Serve(args) => super::mcp_serve::serve(args).await,
         Action::Install(args) => super::mcp_serve::install(args),
         Action::Login { name, no_browser } => super::mcp_login::run(name, no_browser).await,
+        Action::Logout { name } => super::mcp_login::logout(name),
         Action::Add {
             name,
             headers,
