@@ -43,6 +43,9 @@ fn add_list_test_del_and_import() {
         "https://example.org/mcp",
         "--header",
         "Authorization: Bearer s3cret-token-value",
+        "--resources",
+        "--sampling",
+        "helper",
     ])
     .ok();
     let list = sb.colony(&["mcp", "list"]).ok();
@@ -55,6 +58,10 @@ fn add_list_test_del_and_import() {
     );
     let config = std::fs::read_to_string(sb.path("config.toml")).unwrap();
     assert!(config.contains("[mcp.time.env]\nTZ = \"UTC\""), "{config}");
+    assert!(
+        config.contains("resources = true\nsampling = \"helper\""),
+        "{config}"
+    );
 
     let test = sb.colony(&["mcp", "test", "time"]).ok();
     let lines = test.lines();

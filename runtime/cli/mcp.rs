@@ -33,6 +33,12 @@ enum Action {
         /// The command's working directory.
         #[arg(long)]
         cwd: Option<String>,
+        /// Offer the server's resources to turns as read-only tools.
+        #[arg(long)]
+        resources: bool,
+        /// The use-type whose model answers the server's sampling requests (none: refused).
+        #[arg(long, value_name = "USE")]
+        sampling: Option<String>,
         /// The server's URL (Streamable HTTP).
         url: Option<String>,
         /// After `--`: the command that starts the server (stdio), and its arguments.
@@ -106,10 +112,12 @@ pub async fn run(args: Args) -> Result<(), Failure> {
             headers,
             env,
             cwd,
+            resources,
+            sampling,
             url,
             command,
         } => {
-            let config = if let Some(url) = url {
+            let mut config = if let Some(url) = url {
                 if !command.is_empty() {
                     return Err(Failure::input(
                         "colony mcp add: give a URL or -- COMMAND ARGS..., not both",
@@ -144,6 +152,8 @@ pub async fn run(args: Args) -> Result<(), Failure> {
                     ..ServerConfig::default()
                 }
             };
+            config.resources = resources.then_some(true);
+            config.sampling = sampling;
             let spec = config
                 .clone()
                 .into_spec(&name)
