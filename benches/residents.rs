@@ -97,7 +97,7 @@ impl Counting {
 }
 
 impl Infer for Counting {
-    async fn infer<'a>(
+    async fn step<'a>(
         &'a self,
         req: &'a InferRequest,
         _ep: &'a Endpoint,
@@ -130,7 +130,7 @@ struct Stamping {
 }
 
 impl Infer for Stamping {
-    async fn infer<'a>(
+    async fn step<'a>(
         &'a self,
         _req: &'a InferRequest,
         _ep: &'a Endpoint,

@@ -344,7 +344,7 @@ struct Answering {
 }
 
 impl Infer for Answering {
-    async fn infer<'a>(
+    async fn step<'a>(
         &'a self,
         _req: &'a InferRequest,
         _ep: &'a Endpoint,
@@ -367,7 +367,7 @@ struct Holding {
 }
 
 impl Infer for Holding {
-    async fn infer<'a>(
+    async fn step<'a>(
         &'a self,
         req: &'a InferRequest,
         _ep: &'a Endpoint,
@@ -902,7 +902,7 @@ struct Calling {
 }
 
 impl Infer for Calling {
-    async fn infer<'a>(
+    async fn step<'a>(
         &'a self,
         req: &'a InferRequest,
         _ep: &'a Endpoint,

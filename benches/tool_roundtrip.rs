@@ -4,8 +4,13 @@
 //! runtime (a resident's turn), with the call's context as a turn sends it (typed fields, made
 //! into the handler's `ctx` table on the Lua thread), and once more from the Lua thread with the
 //! context as a JSON value (how it travelled before). Aim: at or under 5 us from the Lua thread.
+//! Each figure is measured with the watchdog hook and without, side by side (aim: the hook under
+//! 3 %; benches/common/watchdog.rs says how).
 //!
 //! Run: `cargo bench --bench tool_roundtrip`
+
+#[path = "common/watchdog.rs"]
+mod watchdog;
 
 use std::time::Instant;
 
@@ -24,6 +29,26 @@ fn deadline() -> Option<Instant> {
 }
 
 fn main() {
+    let (with, without) = watchdog::pair(measure);
+    let (same_thread, cross_thread, json_ctx) = (with[0], with[1], with[2]);
+    println!("Lua tool call round trip through the bridge ({CALLS} calls, handler `a + b`)");
+    println!("from the Lua thread   {same_thread:>7.2} us/call  (aim: at or under 5 us)");
+    println!("from the core runtime {cross_thread:>7.2} us/call  (two thread wake-ups per call)");
+    println!("from the Lua thread, the context as JSON {json_ctx:>7.2} us/call");
+    println!();
+    watchdog::header("the same calls");
+    watchdog::line("from the Lua thread", "us", with[0], without[0]);
+    watchdog::line("from the core runtime", "us", with[1], without[1]);
+    watchdog::line(
+        "from the Lua thread, JSON context",
+        "us",
+        with[2],
+        without[2],
+    );
+}
+
+/// The three figures, in us per call: from the Lua thread, from the core, with a JSON context.
+fn measure() -> Vec<f64> {
     let core_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -87,12 +112,6 @@ fn main() {
             started.elapsed().as_secs_f64() * 1e6 / n as f64
         });
         let cross_thread = cross.await.expect("the core task");
-
-        println!("Lua tool call round trip through the bridge ({CALLS} calls, handler `a + b`)");
-        println!("from the Lua thread   {same_thread:>7.2} us/call  (aim: at or under 5 us)");
-        println!(
-            "from the core runtime {cross_thread:>7.2} us/call  (two thread wake-ups per call)"
-        );
-        println!("from the Lua thread, the context as JSON {json_ctx:>7.2} us/call");
-    });
+        vec![same_thread, cross_thread, json_ctx]
+    })
 }

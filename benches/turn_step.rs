@@ -1,8 +1,13 @@
 //! The runtime's own cost per step of a turn: a Lua `ai.take_turn` of N steps (N-1 tool calls,
 //! then an answer) against the fake provider, minus the same N HTTP exchanges sent by a bare
-//! reqwest loop (the very request bodies colony sent, captured from the fake), per step.
+//! reqwest loop (the very request bodies colony sent, captured from the fake), per step. Measured
+//! with the watchdog hook and without, side by side (aim: the hook under 3 %;
+//! benches/common/watchdog.rs says how).
 //!
 //! Run: `cargo bench --bench turn_step`
+
+#[path = "common/watchdog.rs"]
+mod watchdog;
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -43,22 +48,11 @@ fn script(base_url: &str, turns: usize) -> String {
     )
 }
 
-/// This process's user+system CPU time so far (the fake server's included: it is the same in
-/// both loops, so it cancels out of the difference).
-fn cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    let after_name = &stat[stat.rfind(')').expect("a stat line") + 2..];
-    let fields: Vec<&str> = after_name.split_whitespace().collect();
-    let ticks: u64 =
-        fields[11].parse::<u64>().unwrap_or(0) + fields[12].parse::<u64>().unwrap_or(0);
-    Duration::from_millis(ticks * 10) // USER_HZ is 100 on Linux
-}
-
 /// Wall and CPU time of `f`.
 fn timed(f: impl FnOnce()) -> (Duration, Duration) {
-    let (wall, cpu0) = (Instant::now(), cpu());
+    let (wall, cpu0) = (Instant::now(), watchdog::cpu());
     f();
-    (wall.elapsed(), cpu() - cpu0)
+    (wall.elapsed(), watchdog::cpu() - cpu0)
 }
 
 fn colony_turns(core: &Core, base_url: &str, turns: usize) {
@@ -88,6 +82,37 @@ async fn bare_turns(client: &reqwest::Client, url: &str, bodies: &[Value], turns
 }
 
 fn main() {
+    let (with, without) = watchdog::pair(measure);
+    let (bare_wall, bare_cpu, colony_wall, colony_cpu) = (with[0], with[1], with[2], with[3]);
+    println!(
+        "runtime cost per step: ai.take_turn of {STEPS} steps ({} tool calls) x {TURNS} turns, best of {}",
+        STEPS - 1,
+        3 * 5
+    );
+    println!(
+        "                           wall us/step   CPU us/step (this process, fake server included)"
+    );
+    println!("bare reqwest, same bodies  {bare_wall:>12.1}  {bare_cpu:>12.1}");
+    println!("colony take_turn           {colony_wall:>12.1}  {colony_cpu:>12.1}");
+    println!(
+        "colony's own cost          {:>12.1}  {:>12.1}",
+        colony_wall - bare_wall,
+        colony_cpu - bare_cpu
+    );
+    println!();
+    watchdog::header("per step");
+    watchdog::line("colony take_turn, wall", "us", with[2], without[2]);
+    watchdog::line("colony take_turn, CPU", "us", with[3], without[3]);
+    watchdog::line(
+        "colony's own cost, CPU",
+        "us",
+        with[3] - with[1],
+        without[3] - without[1],
+    );
+}
+
+/// Best of 5, in us per step: the bare floor's wall and CPU time, then colony's.
+fn measure() -> Vec<f64> {
     let fake = FakeProvider::start();
     fake.set_responder(responder);
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -131,26 +156,5 @@ fn main() {
     }
     let steps = (TURNS * STEPS) as f64;
     let per = |d: Duration| d.as_secs_f64() * 1e6 / steps;
-    println!(
-        "runtime cost per step: ai.take_turn of {STEPS} steps ({} tool calls) x {TURNS} turns, best of 5",
-        STEPS - 1
-    );
-    println!(
-        "                           wall us/step   CPU us/step (this process, fake server included)"
-    );
-    println!(
-        "bare reqwest, same bodies  {:>12.1}  {:>12.1}",
-        per(bare.0),
-        per(bare.1)
-    );
-    println!(
-        "colony take_turn           {:>12.1}  {:>12.1}",
-        per(colony.0),
-        per(colony.1)
-    );
-    println!(
-        "colony's own cost          {:>12.1}  {:>12.1}",
-        per(colony.0) - per(bare.0),
-        per(colony.1) - per(bare.1)
-    );
+    vec![per(bare.0), per(bare.1), per(colony.0), per(colony.1)]
 }

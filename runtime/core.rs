@@ -224,8 +224,10 @@ impl Core {
         Ok(resolved.endpoint)
     }
 
-    /// One model call on the core's runtime.
-    pub async fn infer(
+    /// One model call as the innermost step of every middleware stack: the provider called
+    /// ([`Providers::call`]) inside a traced `step` span that records the tokens used. It has no
+    /// retries, breaker or context handling: those are the layers of [`crate::infer`] around it.
+    pub async fn call_provider(
         &self,
         req: &InferRequest,
         ep: &Endpoint,
@@ -241,7 +243,7 @@ impl Core {
         let result = self
             .inner
             .providers
-            .infer(req, ep, on_text)
+            .call(req, ep, on_text)
             .instrument(span.clone())
             .await;
         match &result {

@@ -24,12 +24,12 @@
 //!   streamed (`sse`) responses; `errors` classifies failures; `wire_names` reshapes tool names;
 //!   `text_tools` is the fallback for models without native tools; `structured` answers that
 //!   validate against a schema; `body` bounded response bodies; `replay` answers from cassettes.
-//!   `Providers::infer` is the one call that reaches a model.
+//!   `Providers::call` is the one call that reaches a model.
 //! - [`config`]: settings by use-type (`chat`, `code`, `helper`, `general`) from the TOML config,
 //!   the environment and the catalogue, resolved into an endpoint for each request.
 //! - [`core`]: what a program talks to: the config (read again when its file changes), the
 //!   providers and the multi-thread runtime, with `Core::prepare` / `Core::settle` (overrides to
-//!   a neutral request and an endpoint), `Core::infer`, and `Ask::under` (a resident's settings
+//!   a neutral request and an endpoint), `Core::call_provider` (the innermost step), and `Ask::under` (a resident's settings
 //!   under its route's).
 //! - [`script`]: the seam through which the core reaches the script hosting a program: the
 //!   `Script` trait (run a handler, a callback, a source), `FnId`, `HandlerOutcome`, `Fault`,
@@ -52,12 +52,12 @@
 //!   `supervision` (restart policies), `observe` (what residents do, for an observer outside),
 //!   `breakers` (where each breaker of the program's model calls stands).
 //! - [`infer`]: inference middleware, the layers that serve one step of every turn around the
-//!   core: `Infer` (`DynInfer`/`SharedInfer` for stacks chosen at run time), `clock`, `retries`
+//!   core: `Infer::step` (`DynInfer`/`SharedInfer` for stacks chosen at run time), `clock`, `retries`
 //!   (`with_retries`), `breaker` (`with_breaker`, its state and `BreakerStore`), `context`
 //!   (`with_context`), `stack` (a stack from a host's `LayerSpec`s; each owner's breaker key),
 //!   `scripted` (a fake step for tests).
 //! - [`structured`]: answers that are JSON matching a schema: ask, validate locally, correct once
-//!   (`ai.infer_structured`).
+//!   (`ask_structured`, behind `ai.infer_structured`).
 //! - [`rate`]: rate limits (`"10/min"`) as token buckets, for tools and callers.
 //! - [`permissions`]: what a program may reach beyond colony's own calls (`--allow-*`): hosts,
 //!   paths resolved before they are checked, processes, the environment.

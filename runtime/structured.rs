@@ -57,7 +57,7 @@ impl StructuredError {
 /// `name` (default [`DEFAULT_NAME`]). An answer that is not JSON or breaks the schema is sent
 /// back with the validator's messages and asked for again; a second failure is
 /// [`StructuredError::Invalid`].
-pub async fn infer_structured(
+pub async fn ask_structured(
     core: &Core,
     ask: Ask,
     schema: Value,
@@ -74,7 +74,7 @@ pub async fn infer_structured(
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let inferred = core.infer(&req, &ep, None).await?;
+        let inferred = core.call_provider(&req, &ep, None).await?;
         usage.add(&inferred.usage);
         let text = inferred.text();
         let problem = match check(&validator, &text) {

@@ -6,118 +6,22 @@
 //!
 //! The planted key: a key `sk-PLANTED-...` in the environment and the config, and a token in an
 //! MCP server's headers, never appear in what colony writes (trace-level logs, the cassette it
-//! records, the store, the audit, error messages, stdout).
+//! records, the store, the audit, error messages, stdout), nor in what `colony serve` answers
+//! (the API, the event stream, the metrics, the dashboard, MCP over HTTP).
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
-
 use support::fake::{FakeProvider, Reply};
+use support::hostile::{self, Hostility};
 use support::script::Sandbox;
+use support::serve::Served;
 
 /// Longer than any of these runs needs; a run still going then is a hang.
 const GUARD: &str = "90";
 
-#[derive(Clone, Copy, Debug)]
-enum Hostility {
-    InvalidUtf8,
-    Deep,
-    EndlessStream,
-    EndlessLine,
-}
-
-/// Starts a server that answers every request as `how`, on its own threads; its base URL.
-fn hostile(how: Hostility) -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("a loopback port");
-    let url = format!("http://{}/v1", listener.local_addr().unwrap());
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(conn) = conn else { return };
-            std::thread::spawn(move || answer(conn, how));
-        }
-    });
-    url
-}
-
-fn answer(mut conn: TcpStream, how: Hostility) {
-    // Read the request: its headers, then its body by Content-Length.
-    let mut reader = BufReader::new(conn.try_clone().expect("a second handle"));
-    let mut length = 0usize;
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).unwrap_or(0) == 0 {
-            return;
-        }
-        if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
-            length = v.trim().parse().unwrap_or(0);
-        }
-        if line == "\r\n" {
-            break;
-        }
-    }
-    let mut body = vec![0u8; length];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
-    let streamed = String::from_utf8_lossy(&body).contains("\"stream\":true");
-    let kind = if streamed {
-        "text/event-stream"
-    } else {
-        "application/json"
-    };
-    let frame = |payload: &[u8]| -> Vec<u8> {
-        if streamed {
-            [b"data: ", payload, b"\n\n"].concat()
-        } else {
-            payload.to_vec()
-        }
-    };
-    match how {
-        Hostility::InvalidUtf8 | Hostility::Deep => {
-            let payload: Vec<u8> = match how {
-                Hostility::InvalidUtf8 => {
-                    let mut p = br#"{"id":"x","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"bad "#.to_vec();
-                    p.extend_from_slice(b"\xff\xfe\xc3\x28");
-                    p.extend_from_slice(br#""},"finish_reason":"stop"}]}"#);
-                    p
-                }
-                _ => [&b"{\"choices\":"[..], &b"[".repeat(100_000)].concat(),
-            };
-            let body = frame(&payload);
-            let head = format!(
-                "HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = conn.write_all(head.as_bytes());
-            let _ = conn.write_all(&body);
-        }
-        Hostility::EndlessStream => {
-            let head =
-                format!("HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\nconnection: close\r\n\r\n");
-            let _ = conn.write_all(head.as_bytes());
-            let delta = frame(br#"{"id":"x","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"more "}}]}"#);
-            let chunk = delta.repeat(64);
-            while conn.write_all(&chunk).is_ok() {}
-        }
-        Hostility::EndlessLine => {
-            let head =
-                format!("HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\nconnection: close\r\n\r\n");
-            let _ = conn.write_all(head.as_bytes());
-            let _ = conn.write_all(if streamed {
-                b"data: {\"choices\":\""
-            } else {
-                b"{\"choices\":\""
-            });
-            let chunk = b"a".repeat(16 * 1024);
-            while conn.write_all(&chunk).is_ok() {}
-        }
-    }
-}
-
 /// `ai.ask` streamed and not, against `how`; each answer's error kind and message, one line each.
 fn ask_hostile(how: Hostility) -> Vec<String> {
-    let url = hostile(how);
+    let url = hostile::provider(how);
     let sb = Sandbox::new()
         .env("OPENAI_API_KEY", "test-key-hostile-0123456789")
         .env("OPENAI_BASE_URL", &url);
@@ -253,7 +157,19 @@ print("mcp", ok, tostring(e))
         "script",
     ]);
     let usage = sb.colony(&["usage", "--state", &state, &script]);
+    // The tool cache, with the server whose headers hold a key (it is dead: the refresh says so).
+    let refresh = sb.colony(&["tools", "refresh"]);
+    assert!(
+        refresh.stdout.contains("docs") || refresh.stderr.contains("docs"),
+        "{}{}",
+        refresh.stdout,
+        refresh.stderr
+    );
     let mut written: Vec<(String, Vec<u8>)> = vec![
+        (
+            "colony tools refresh".into(),
+            [refresh.stdout.as_bytes(), refresh.stderr.as_bytes()].concat(),
+        ),
         ("stdout".into(), run.stdout.clone().into_bytes()),
         (
             "stderr (trace logs, error messages)".into(),
@@ -290,6 +206,196 @@ print("mcp", ok, tostring(e))
         "no trace-level log:\n{}",
         run.stderr
     );
+    for (name, bytes) in &written {
+        for secret in [PLANTED, PLANTED_CONFIG, PLANTED_HEADER, "PLANTED"] {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{secret} appears in {name}:\n{}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+    }
+}
+
+/// One JSON-RPC message POSTed to `/mcp`: the answer's session id and text (JSON or SSE).
+fn mcp_post(
+    served: &Served,
+    session: Option<&str>,
+    message: serde_json::Value,
+) -> (Option<String>, String) {
+    let mut r = served
+        .client()
+        .post(format!("{}/mcp", served.url))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-11-25")
+        .json(&message);
+    if let Some(s) = session {
+        r = r.header("mcp-session-id", s);
+    }
+    let answer = served.send(r);
+    let session = answer
+        .headers
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    (session, answer.text)
+}
+
+#[test]
+fn a_planted_key_never_appears_in_what_colony_serve_answers() {
+    let fake = FakeProvider::start();
+    // The first mail: a tool call whose handler fails quoting the key, then a reply. The second
+    // mail: a 401 whose body echoes the key in full, as a careless server might.
+    fake.push(Reply::tool_call(
+        "c1",
+        "lookup",
+        serde_json::json!({ "q": "x" }),
+    ));
+    fake.push(Reply::text("done"));
+    fake.set_default(Reply::status(401).body(format!(
+        r#"{{"error":{{"message":"Incorrect API key provided: {PLANTED}","type":"invalid_request_error","code":"invalid_api_key"}}}}"#
+    )));
+    let sb = Sandbox::new()
+        .env("OPENAI_API_KEY", PLANTED)
+        .env("RUST_LOG", "trace");
+    sb.write(
+        "config.toml",
+        &format!(
+            "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\nbase_url = \"{}\"\n\n\
+             [use.code]\nprovider = \"openai\"\nkey = \"{PLANTED_CONFIG}\"\n\n\
+             [mcp.docs]\nurl = \"http://127.0.0.1:9/mcp\"\nheaders = {{ Authorization = \"Bearer {PLANTED_HEADER}\" }}\n",
+            fake.base_url("openai")
+        ),
+    );
+    let program = sb.write(
+        "leaky.lua",
+        r#"
+local lookup = ai.tool{ name = "lookup", description = "Looks a thing up", exportable = true,
+  parameters = { q = "string" },
+  handler = function(args) error("lookup failed for " .. args.q .. " with " .. tostring(os.getenv("OPENAI_API_KEY"))) end }
+ai.spawn{ name = "desk", system = "You look things up.", tools = { lookup },
+  persist_conversation = true, deliver_to = "host" }
+ai.watch{}
+"#,
+    );
+    let program = program.display().to_string();
+    let mut served = Served::start(&sb, &["--allow-env", &program]);
+    let events = served.events(None);
+    let ready = || served.get("/api/programs/leaky/residents/desk").status == 200;
+    support::serve::eventually("the desk never came up", ready);
+    assert_eq!(
+        served
+            .mail(
+                "leaky",
+                serde_json::json!({ "to": "desk", "content": "find x" })
+            )
+            .status,
+        202
+    );
+    let (delivery, mut seen) = events.until("the desk's reply", |e| e.kind == "delivery");
+    assert_eq!(delivery.data["text"], "done", "{delivery:?}");
+    assert_eq!(
+        served
+            .mail(
+                "leaky",
+                serde_json::json!({ "to": "desk", "content": "again" })
+            )
+            .status,
+        202
+    );
+    let (blocked, passed) = events.until("the desk blocked", |e| e.kind == "blocked");
+    // The echoing answer reached what is shown (so the key would have, but for redaction).
+    assert!(
+        blocked
+            .data
+            .to_string()
+            .contains("Incorrect API key provided"),
+        "{blocked:?}"
+    );
+    seen.push(delivery);
+    seen.extend(passed);
+    seen.push(blocked);
+    // The key did reach the provider, and the handler did quote it (the test would prove
+    // nothing otherwise).
+    assert!(
+        fake.requests()
+            .iter()
+            .any(|r| r.header("authorization") == Some(&format!("Bearer {PLANTED}"))),
+        "the fake never saw the planted key"
+    );
+    // The exported tool over MCP, failing the same way.
+    let init = serde_json::json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+        "protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"t","version":"1"}}});
+    let (session, init_text) = mcp_post(&served, None, init);
+    let session = session.unwrap_or_else(|| panic!("no MCP session: {init_text}"));
+    mcp_post(
+        &served,
+        Some(&session),
+        serde_json::json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    let (_, call_text) = mcp_post(
+        &served,
+        Some(&session),
+        serde_json::json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"lookup","arguments":{"q":"y"}}}),
+    );
+    assert!(
+        call_text.contains("lookup failed for y with"),
+        "{call_text}"
+    );
+
+    let mut written: Vec<(String, Vec<u8>)> = vec![
+        ("an MCP tools/call answer".into(), call_text.into_bytes()),
+        ("the MCP initialize answer".into(), init_text.into_bytes()),
+    ];
+    for path in [
+        "/",
+        "/api/programs",
+        "/api/programs/leaky",
+        "/api/programs/leaky/residents",
+        "/api/programs/leaky/residents/desk",
+        "/api/programs/leaky/residents/desk/conversation",
+        "/metrics",
+    ] {
+        let answer = served.get(path);
+        assert_eq!(answer.status, 200, "{path}: {}", answer.text);
+        written.push((format!("GET {path}"), answer.text.into_bytes()));
+    }
+    let desk = served.get("/api/programs/leaky/residents/desk").json;
+    assert_eq!(desk["state"], "blocked", "{desk}");
+    for e in &seen {
+        written.push((
+            format!("the {} event", e.kind),
+            e.data.to_string().into_bytes(),
+        ));
+    }
+    served.signal("TERM");
+    assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+    written.push(("colony serve's stdout".into(), served.stdout().into_bytes()));
+    written.push((
+        "colony serve's stderr (trace logs)".into(),
+        served.stderr().into_bytes(),
+    ));
+    assert!(
+        served.stderr().contains("TRACE") || served.stderr().contains("trace"),
+        "no trace-level log"
+    );
+    let audit = sb.colony(&["audit", &program]);
+    assert_eq!(audit.code, 0, "{}", audit.stderr);
+    assert!(audit.stdout.contains("lookup"), "{}", audit.stdout);
+    written.push(("colony audit".into(), audit.stdout.into_bytes()));
+    // Every file colony wrote: the program's state directory and anything else in the sandbox
+    // but the config the user wrote.
+    let mut stack = vec![sb.path("")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n != "config.toml") {
+                written.push((path.display().to_string(), std::fs::read(&path).unwrap()));
+            }
+        }
+    }
     for (name, bytes) in &written {
         for secret in [PLANTED, PLANTED_CONFIG, PLANTED_HEADER, "PLANTED"] {
             assert!(

@@ -2,8 +2,9 @@
 //! official Python SDK's client and the TypeScript SDK's client list and call a program's
 //! exported tools; a tool not marked exportable is neither listed nor run; arguments that break
 //! the schema are refused before the handler runs; an exported resident answers a question end to
-//! end against the fake provider; every call is in the audit log under the caller. Also `colony
-//! mcp install`, and the ways a session ends (stdin closed, SIGTERM).
+//! end against the fake provider; every call is in the audit log under the caller; a served
+//! program gets only the permissions granted to it. Also `colony mcp install`, and the ways a
+//! session ends (stdin closed, SIGTERM).
 
 mod support;
 
@@ -363,4 +364,95 @@ fn install_prints_the_entry_and_writes_it_beside_the_others() {
     let run = sb.colony(&["mcp", "install", "nowhere.lua", "--name", "x"]);
     assert_ne!(run.code, 0);
     assert!(run.stderr.contains("nowhere.lua"), "{}", run.stderr);
+}
+
+/// One `tools/call` over stdio to `colony mcp serve ARGS...`: the call's result.
+fn call_over_stdio(sb: &Sandbox, args: &[&str], tool: &str, arguments: Value) -> Value {
+    use std::io::Write;
+    let mut command = vec!["mcp", "serve"];
+    command.extend_from_slice(args);
+    let mut child = sb
+        .command(&command)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        let mut stdin = child.stdin.take().unwrap();
+        for m in [
+            json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}),
+            json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+            json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":tool,"arguments":arguments}}),
+        ] {
+            writeln!(stdin, "{m}").unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|m| m["id"] == 2)
+        .unwrap_or_else(|| panic!("no answer to the call: {stdout}"))["result"]
+        .clone()
+}
+
+#[test]
+fn a_served_program_is_denied_by_default_and_granted_by_flag_or_by_its_serve_entry() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    std::fs::create_dir_all(sb.path("notes")).unwrap();
+    let secret = sb.write("notes/secret.txt", "the vault code is 0451");
+    let peek = sb.write(
+        "peek.lua",
+        r#"ai.tool{ name = "peek", description = "Reads a file", exportable = true,
+             parameters = { path = "string" },
+             handler = function(args) return fs.read(args.path) end }"#,
+    );
+    let (peek, secret) = (peek.display().to_string(), secret.display().to_string());
+    let state = sb.path("peek-state").display().to_string();
+    let args = json!({ "path": secret });
+    let text = |r: &Value| r["content"][0]["text"].as_str().unwrap_or("").to_string();
+
+    // Nothing granted: refused, and the message names the flag to add.
+    let denied = call_over_stdio(&sb, &["--state", &state, &peek], "peek", args.clone());
+    assert_eq!(denied["isError"], true, "{denied}");
+    assert!(text(&denied).contains("--allow-read"), "{denied}");
+    assert!(!text(&denied).contains("0451"), "{denied}");
+
+    // A flag grants it.
+    let folder = sb.path("notes").display().to_string();
+    let allow = format!("--allow-read={folder}");
+    let granted = call_over_stdio(
+        &sb,
+        &[&allow, "--state", &state, &peek],
+        "peek",
+        args.clone(),
+    );
+    assert_eq!(granted["isError"], false, "{granted}");
+    assert!(text(&granted).contains("0451"), "{granted}");
+
+    // Without flags, the config's [[serve.programs]] entry for the same file grants it.
+    let mut config = std::fs::read_to_string(sb.path("config.toml")).unwrap();
+    config.push_str("\n[[serve.programs]]\nfile = \"peek.lua\"\nallow_read = [\"notes\"]\n");
+    sb.write("config.toml", &config);
+    let by_entry = call_over_stdio(&sb, &["--state", &state, &peek], "peek", args.clone());
+    assert_eq!(by_entry["isError"], false, "{by_entry}");
+    assert!(text(&by_entry).contains("0451"), "{by_entry}");
+
+    // `colony mcp install` writes the flags it is given into the entry.
+    let run = sb.colony(&["mcp", "install", &peek, "--name", "peek", &allow]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let doc: Value = serde_json::from_str(&run.stdout).unwrap();
+    assert_eq!(
+        doc["mcpServers"]["peek"]["args"],
+        json!(["mcp", "serve", allow, peek])
+    );
 }

@@ -9,7 +9,7 @@ mod support;
 use colony::config::{Config, Overrides};
 use colony::core::{Ask, Core};
 use colony::providers::Providers;
-use colony::structured::{StructuredError, StructuredOutcome, infer_structured};
+use colony::structured::{StructuredError, StructuredOutcome, ask_structured};
 use colony::vocab::Message;
 use serde_json::{Value, json};
 use support::fake::{FakeProvider, Reply};
@@ -38,7 +38,7 @@ fn ask(fake: &FakeProvider, style: &str) -> Ask {
     }
 }
 
-/// `infer_structured` on a fresh core and runtime, as the Lua binding will call it.
+/// `ask_structured` on a fresh core and runtime, as the Lua binding will call it.
 fn run(
     fake: &FakeProvider,
     style: &str,
@@ -54,7 +54,7 @@ fn run(
         Providers::new(None, None),
         rt.handle().clone(),
     );
-    rt.block_on(infer_structured(
+    rt.block_on(ask_structured(
         &core,
         ask(fake, style),
         schema,
@@ -291,7 +291,7 @@ fn without_a_schema_no_tool_is_added() {
         rt.handle().clone(),
     );
     let (req, ep) = core.prepare(ask(&fake, "anthropic")).unwrap();
-    let inferred = rt.block_on(core.infer(&req, &ep, None)).unwrap();
+    let inferred = rt.block_on(core.call_provider(&req, &ep, None)).unwrap();
     assert_eq!(inferred.text(), "Ada Lovelace.");
     let body = &model_calls(&fake)[0];
     assert!(body.get("tools").is_none(), "{body}");

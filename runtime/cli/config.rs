@@ -158,7 +158,7 @@ pub async fn round_trip(core: &Core, use_type: &str) -> Result<String, String> {
     };
     let (req, ep) = core.prepare(ask).map_err(|e| e.to_string())?;
     let started = Instant::now();
-    let result = core.infer(&req, &ep, None).await;
+    let result = core.call_provider(&req, &ep, None).await;
     let ms = started.elapsed().as_millis();
     match result {
         Ok(inferred) => Ok(format!(

@@ -6,19 +6,27 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
+use super::permissions::SandboxArgs;
 use super::{Cassettes, Failure, build_core};
 use crate::lua::HostSetup;
 use crate::mcp::server::stdio::{self, Ended};
 use crate::mcp::server::{Exports, Offer};
+use crate::permissions::Permissions;
 use crate::store::state_dir::{self, StateDir};
 
 /// Serve a program's exportable tools, exported residents, resources and prompts over MCP on
 /// stdin and stdout (logs go to stderr). Ends with 0 when stdin closes, on SIGINT or SIGTERM,
 /// or when the program stops.
+///
+/// The program reaches nothing beyond colony's own calls (model providers, configured MCP
+/// servers) but what the --allow-* flags grant; without any, what the config's
+/// `[[serve.programs]]` entry for the same file allows, as `colony serve` would give it.
 #[derive(clap::Args)]
 pub struct ServeArgs {
     #[command(flatten)]
     cassettes: Cassettes,
+    #[command(flatten)]
+    sandbox: SandboxArgs,
     /// The program's state directory (default: beside the file, as `colony run` uses).
     #[arg(long, value_name = "DIR")]
     state: Option<PathBuf>,
@@ -41,6 +49,9 @@ pub struct InstallArgs {
     /// Add the entry to this JSON file (created if missing; other entries are kept).
     #[arg(long, value_name = "PATH")]
     write: Option<PathBuf>,
+    /// The permissions the served program gets (written into the entry's arguments).
+    #[command(flatten)]
+    sandbox: SandboxArgs,
 }
 
 fn missing(file: &Path) -> Failure {
@@ -66,10 +77,13 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         .clone()
         .unwrap_or_else(|| state_dir::default_for(&args.file));
     let state = StateDir::open(&dir).map_err(|e| Failure::run(format!("colony mcp serve: {e}")))?;
+    let permissions = permissions(&args, &core.config())?;
     let exports = Exports::default();
     let host = HostSetup {
         store: Some(state.dyn_store()),
         mails_in: true,
+        permissions: std::sync::Arc::new(permissions),
+        max_memory: args.sandbox.max_memory(),
         exports: Some(exports.clone()),
         linger: true,
         ..HostSetup::default()
@@ -98,15 +112,50 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     joined.map_err(|e| Failure::run(e.0))
 }
 
-/// The entry: the absolute path of this binary, `mcp serve` and the program's absolute path.
-pub fn entry(file: &Path) -> Result<Value, Failure> {
+/// What the served program may reach: what the flags grant, else what the config's
+/// `[[serve.programs]]` entry for the same file allows, else nothing.
+fn permissions(args: &ServeArgs, config: &crate::config::Config) -> Result<Permissions, Failure> {
+    if args.sandbox.given() {
+        return Ok(args
+            .sandbox
+            .granted(&std::env::current_dir().unwrap_or_default()));
+    }
+    let Some(settings) = &config.serve else {
+        return Ok(Permissions::none());
+    };
+    let config_file = crate::config::path();
+    let base = config_file
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    match crate::serve::programs::entry_for(settings, &base, &args.file) {
+        Some(entry) => crate::serve::programs::permissions(entry, &base).map_err(|e| {
+            Failure::input(format!(
+                "colony mcp serve: {}: the [[serve.programs]] entry for {}: {e}",
+                config_file.display(),
+                args.file.display()
+            ))
+        }),
+        None => Ok(Permissions::none()),
+    }
+}
+
+/// The entry: the absolute path of this binary, `mcp serve`, the permission flags and the
+/// program's absolute path.
+pub fn entry(file: &Path, flags: &[String]) -> Result<Value, Failure> {
     let program = std::path::absolute(file)
         .map_err(|e| Failure::input(format!("colony mcp install: {}: {e}", file.display())))?;
     let colony = std::env::current_exe()
         .map_err(|e| Failure::run(format!("colony mcp install: where is colony? {e}")))?;
+    let args: Vec<String> = ["mcp", "serve"]
+        .into_iter()
+        .map(String::from)
+        .chain(flags.iter().cloned())
+        .chain([program.display().to_string()])
+        .collect();
     Ok(json!({
         "command": colony.display().to_string(),
-        "args": ["mcp", "serve", program.display().to_string()],
+        "args": args,
     }))
 }
 
@@ -119,7 +168,7 @@ pub fn install(args: InstallArgs) -> Result<(), Failure> {
             "colony mcp install: --name must not be empty",
         ));
     }
-    let entry = entry(&args.file)?;
+    let entry = entry(&args.file, &args.sandbox.flags())?;
     let Some(path) = args.write else {
         let doc = json!({ "mcpServers": { args.name: entry } });
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());

@@ -59,6 +59,48 @@ impl SandboxArgs {
         self.granted(base)
     }
 
+    /// Whether any of these flags was given (`--max-memory` aside).
+    pub fn given(&self) -> bool {
+        self.sandbox
+            || self.allow_all
+            || self.allow_net.is_some()
+            || self.allow_read.is_some()
+            || self.allow_write.is_some()
+            || self.allow_run
+            || self.allow_env
+    }
+
+    /// The flags again, as a command line that gives the same (`colony mcp install` writes them
+    /// into the entry it prints); paths as given.
+    pub fn flags(&self) -> Vec<String> {
+        fn list<T>(
+            name: &str,
+            items: &Option<Vec<T>>,
+            show: impl Fn(&T) -> String,
+        ) -> Option<String> {
+            let items = items.as_ref()?;
+            let shown: Vec<String> = items.iter().map(show).filter(|s| !s.is_empty()).collect();
+            Some(if shown.is_empty() {
+                format!("--{name}")
+            } else {
+                format!("--{name}={}", shown.join(","))
+            })
+        }
+        let path = |p: &PathBuf| p.display().to_string();
+        let mut flags = Vec::new();
+        flags.extend(self.sandbox.then(|| "--sandbox".to_string()));
+        flags.extend(list("allow-net", &self.allow_net, |h: &String| {
+            h.trim().to_string()
+        }));
+        flags.extend(list("allow-read", &self.allow_read, path));
+        flags.extend(list("allow-write", &self.allow_write, path));
+        flags.extend(self.allow_run.then(|| "--allow-run".to_string()));
+        flags.extend(self.allow_env.then(|| "--allow-env".to_string()));
+        flags.extend(self.allow_all.then(|| "--allow-all".to_string()));
+        flags.extend(self.max_memory.map(|m| format!("--max-memory={m}")));
+        flags
+    }
+
     /// The permissions these flags give where nothing is granted by default (`colony serve`):
     /// only what they allow, paths resolved against `base`.
     pub fn granted(&self, base: &Path) -> Permissions {

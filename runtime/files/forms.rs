@@ -1,5 +1,5 @@
-//! The per-provider table (DESIGN §6): the form a file takes on each API's wire, by its kind and
-//! content type, and nothing hopeful. One arm per shape an API documents:
+//! The per-provider table (ARCHITECTURE.md, "Files"): the form a file takes on each API's wire, by
+//! its kind and content type, and nothing hopeful. One arm per shape an API documents:
 //!
 //! | kind | Anthropic | Gemini | OpenAI chat |
 //! |---|---|---|---|

@@ -1,4 +1,4 @@
-//! Files a program attaches to what it sends a model (DESIGN §6).
+//! Files a program attaches to what it sends a model (ARCHITECTURE.md, "Files").
 //!
 //! A file's content type is taken from the caller when given, else sniffed from its bytes
 //! (`infer`), else guessed from its name (`mime_guess`); it is normalised (case and parameters

@@ -387,7 +387,7 @@ impl Drop for ProbeGuard<'_> {
 }
 
 impl<I: Infer> Infer for Breaker<I> {
-    async fn infer<'a>(
+    async fn step<'a>(
         &'a self,
         req: &'a InferRequest,
         ep: &'a Endpoint,
@@ -398,7 +398,7 @@ impl<I: Infer> Infer for Breaker<I> {
             live: &self.state,
             armed: probe,
         };
-        let result = self.inner.infer(req, ep, on_text).await;
+        let result = self.inner.step(req, ep, on_text).await;
         guard.armed = false;
         self.settle(&result, probe);
         result

@@ -43,7 +43,7 @@ impl<I: Infer> Context<I> {
 }
 
 impl<I: Infer> Infer for Context<I> {
-    async fn infer<'a>(
+    async fn step<'a>(
         &'a self,
         req: &'a InferRequest,
         ep: &'a Endpoint,
@@ -57,7 +57,7 @@ impl<I: Infer> Infer for Context<I> {
             added.push(text);
         }
         if added.is_empty() {
-            return self.inner.infer(req, ep, on_text).await;
+            return self.inner.step(req, ep, on_text).await;
         }
         let mut req = req.clone();
         let mut system = req.system.take().unwrap_or_default();
@@ -69,6 +69,6 @@ impl<I: Infer> Infer for Context<I> {
         }
         req.system = Some(system);
         let mut on_text = on_text;
-        self.inner.infer(&req, ep, reborrow(&mut on_text)).await
+        self.inner.step(&req, ep, reborrow(&mut on_text)).await
     }
 }

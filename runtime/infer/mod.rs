@@ -7,7 +7,7 @@
 //!
 //! ```ignore
 //! let stack = Breaker::new(Retries::new(core));   // one breaker step = one retried call
-//! let inferred = stack.infer(&req, &ep, None).await;
+//! let inferred = stack.step(&req, &ep, None).await;
 //! ```
 //!
 //! - [`clock`]: where the layers read the time and how they wait ([`clock::TokioClock`] in
@@ -20,6 +20,14 @@
 //! - [`stack`]: a stack built from a host's layer specs ([`stack::LayerSpec`]), with each breaker's
 //!   state kept in the program's store under its owner's key.
 //! - [`scripted`]: a fake inner step answering from a queue, for tests.
+//!
+//! "Infer" names one thing in Rust: serving a step through these layers ([`Infer::step`]). The
+//! other calls that reach a model have names of their own (ARCHITECTURE.md, "Names for a model
+//! call"): [`Providers::call`](crate::providers::Providers::call) puts one request on the wire,
+//! [`Core::call_provider`] is the innermost step, [`crate::turn::model_call::call_model`] is a
+//! script's or a turn's call through a stack, and [`crate::structured::ask_structured`] asks for
+//! an answer matching a schema. In Lua, `ai.infer` and `ai.infer_with_tools` are aliases of
+//! `ai.ask_simple` and `ai.take_turn`.
 //!
 //! Outcomes are values: a layer answers `Ok(Inferred)` or `Err(ProviderError)` and never panics
 //! or throws; each loop decides at its own call site what a failure means. A step the breaker
@@ -51,12 +59,12 @@ pub type OnText<'a> = Option<&'a mut (dyn FnMut(&str) + Send)>;
 /// What a step answers: the model's reply, or why there is none.
 pub type StepResult = Result<Inferred, ProviderError>;
 
-/// Serves one inference step. [`Core`] is the innermost implementation (it reaches the provider);
+/// Serves one inference step. [`Core`] is the innermost implementation ([`Core::call_provider`]);
 /// the layers of this module wrap another `Infer`; tests use [`scripted::Scripted`].
 ///
 /// The returned future is `Send` because residents run on the multi-thread runtime.
 pub trait Infer: Send + Sync {
-    fn infer<'a>(
+    fn step<'a>(
         &'a self,
         req: &'a InferRequest,
         ep: &'a Endpoint,
@@ -65,20 +73,20 @@ pub trait Infer: Send + Sync {
 }
 
 impl Infer for Core {
-    fn infer<'a>(
+    fn step<'a>(
         &'a self,
         req: &'a InferRequest,
         ep: &'a Endpoint,
         on_text: OnText<'a>,
     ) -> impl Future<Output = StepResult> + Send + 'a {
-        Core::infer(self, req, ep, on_text)
+        Core::call_provider(self, req, ep, on_text)
     }
 }
 
 /// The object-safe form of [`Infer`], for stacks chosen at run time (middleware installed on the
 /// route or per AI from Lua): every `Infer` is one, and [`SharedInfer`] is an `Infer` again.
 pub trait DynInfer: Send + Sync {
-    fn infer_boxed<'a>(
+    fn step_boxed<'a>(
         &'a self,
         req: &'a InferRequest,
         ep: &'a Endpoint,
@@ -87,13 +95,13 @@ pub trait DynInfer: Send + Sync {
 }
 
 impl<T: Infer> DynInfer for T {
-    fn infer_boxed<'a>(
+    fn step_boxed<'a>(
         &'a self,
         req: &'a InferRequest,
         ep: &'a Endpoint,
         on_text: OnText<'a>,
     ) -> BoxFuture<'a, StepResult> {
-        Box::pin(self.infer(req, ep, on_text))
+        Box::pin(self.step(req, ep, on_text))
     }
 }
 
@@ -101,13 +109,13 @@ impl<T: Infer> DynInfer for T {
 pub type SharedInfer = Arc<dyn DynInfer>;
 
 impl Infer for SharedInfer {
-    fn infer<'a>(
+    fn step<'a>(
         &'a self,
         req: &'a InferRequest,
         ep: &'a Endpoint,
         on_text: OnText<'a>,
     ) -> impl Future<Output = StepResult> + Send + 'a {
-        (**self).infer_boxed(req, ep, on_text)
+        (**self).step_boxed(req, ep, on_text)
     }
 }
 

@@ -103,7 +103,7 @@ impl<I: Infer> Retries<I> {
 }
 
 impl<I: Infer> Infer for Retries<I> {
-    async fn infer<'a>(
+    async fn step<'a>(
         &'a self,
         req: &'a InferRequest,
         ep: &'a Endpoint,
@@ -112,7 +112,7 @@ impl<I: Infer> Infer for Retries<I> {
         let attempts = self.policy.attempts.max(1);
         let mut failed = 0;
         loop {
-            let err = match self.inner.infer(req, ep, reborrow(&mut on_text)).await {
+            let err = match self.inner.step(req, ep, reborrow(&mut on_text)).await {
                 Ok(inferred) => return Ok(inferred),
                 Err(e) => e,
             };

@@ -38,7 +38,7 @@ impl Scripted {
 }
 
 impl Infer for Scripted {
-    fn infer<'a>(
+    fn step<'a>(
         &'a self,
         _req: &'a InferRequest,
         _ep: &'a Endpoint,

@@ -67,7 +67,7 @@ pub(super) fn secs(s: u64) -> Duration {
 
 pub(super) async fn run(stack: &impl Infer) -> StepResult {
     let (req, ep) = step_args();
-    stack.infer(&req, &ep, None).await
+    stack.step(&req, &ep, None).await
 }
 
 pub(super) type Log = Arc<Mutex<Vec<(BreakerStatus, BreakerStatus, TransitionInfo)>>>;
@@ -105,7 +105,7 @@ async fn retries_inside_the_breaker_one_step_is_one_retried_call() {
     // Type-erased, as a route would hold it: refusals still come back as values.
     let shared: SharedInfer = Arc::new(stack);
     clock.advance(secs(1));
-    let probe = shared.infer(&step_args().0, &step_args().1, None).await;
+    let probe = shared.step(&step_args().0, &step_args().1, None).await;
     assert_eq!(
         probe.unwrap_err().kind(),
         "config_error",

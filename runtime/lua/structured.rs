@@ -49,7 +49,7 @@ async fn structured(lua: &Lua, opts: Table) -> mlua::Result<MultiValue> {
         return Err(bad(who, "give a prompt or messages"));
     }
     let core = core(lua);
-    match crate::structured::infer_structured(&core, ask, schema, name).await {
+    match crate::structured::ask_structured(&core, ask, schema, name).await {
         Ok(outcome) => Ok(MultiValue::from_iter([from_json(lua, &outcome.value)?])),
         Err(e) => Ok(MultiValue::from_iter([
             Value::Nil,

@@ -1,7 +1,7 @@
 //! A `tools/call` result as the text a model reads: `structuredContent` as JSON when present, else
 //! the content blocks joined by newlines (text as it is, other blocks as JSON). Images, audio and
-//! embedded resources become files attached to the result (DESIGN §6), each in the form the
-//! provider's API takes.
+//! embedded resources become files attached to the result (ARCHITECTURE.md, "Files"), each in the
+//! form the provider's API takes.
 
 use std::sync::Arc;
 

@@ -315,9 +315,10 @@ impl Providers {
             .expect("a call limit's semaphore is never closed")
     }
 
-    /// One model call. With `on_text`, the response is streamed and each text delta handed over
-    /// as it arrives; without, the whole response is fetched at once.
-    pub async fn infer(
+    /// Sends one request to the endpoint's provider, or answers it from the replayed cassette
+    /// (and records the answer when recording). With `on_text`, the response is streamed and each
+    /// text delta handed over as it arrives; without, the whole response is fetched at once.
+    pub async fn call(
         &self,
         req: &InferRequest,
         ep: &Endpoint,

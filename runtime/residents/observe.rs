@@ -114,14 +114,14 @@ pub(super) struct Timed<'a> {
 }
 
 impl Infer for Timed<'_> {
-    async fn infer<'b>(
+    async fn step<'b>(
         &'b self,
         req: &'b InferRequest,
         ep: &'b Endpoint,
         on_text: OnText<'b>,
     ) -> StepResult {
         let began = std::time::Instant::now();
-        let result = self.inner.infer_boxed(req, ep, on_text).await;
+        let result = self.inner.step_boxed(req, ep, on_text).await;
         let refused = matches!(&result, Err(e) if crate::infer::breaker::is_circuit_open(e));
         if !refused {
             let _ = self.observer.send(Observation::ModelCall {

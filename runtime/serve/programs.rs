@@ -26,6 +26,20 @@ pub fn from_config(settings: &ServeConfig, base: &Path) -> Result<Vec<Launch>, S
         .collect()
 }
 
+/// The config's entry for `file` (the same file once both paths are resolved), if it has one:
+/// where `colony mcp serve FILE` finds the permissions `colony serve` would give it.
+pub fn entry_for<'a>(
+    settings: &'a ServeConfig,
+    base: &Path,
+    file: &Path,
+) -> Option<&'a ServeProgram> {
+    let wanted = std::fs::canonicalize(file).ok()?;
+    settings
+        .programs
+        .iter()
+        .find(|p| std::fs::canonicalize(base.join(&p.file)).is_ok_and(|f| f == wanted))
+}
+
 fn launch(p: &ServeProgram, base: &Path) -> Result<Launch, String> {
     let file = base.join(&p.file);
     let state = p

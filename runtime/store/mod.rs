@@ -1,4 +1,5 @@
-//! The durable store (DESIGN §7): what a program keeps across restarts.
+//! The durable store (ARCHITECTURE.md, "The store's guarantees"): what a program keeps across
+//! restarts.
 //!
 //! - the Lua-visible key-value space (`store.get/set/delete/list/update`), one namespace per
 //!   workspace (`""` is the program's global space);

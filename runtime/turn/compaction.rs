@@ -85,7 +85,7 @@ pub async fn compact(
     req.tool_choice = ToolChoice::None;
     let ep = core.settle(&spec.ask.overrides, &mut req)?;
     let span = tracing::info_span!("compaction", messages = messages.len());
-    let summary = stack.infer_boxed(&req, &ep, None).instrument(span).await?;
+    let summary = stack.step_boxed(&req, &ep, None).instrument(span).await?;
     usage.add(&summary.usage);
     let summary = summary.text();
     if summary.trim().is_empty() {

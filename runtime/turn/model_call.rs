@@ -56,14 +56,14 @@ where
     };
     let req = &*req;
     let Some(on_text) = on_text else {
-        return Ok(stack.infer_boxed(req, &ep, None).await);
+        return Ok(stack.step_boxed(req, &ep, None).await);
     };
     let (tx, mut rx) = mpsc::unbounded_channel::<String>();
     let call = async move {
         let mut send = move |t: &str| {
             let _ = tx.send(t.to_string());
         };
-        stack.infer_boxed(req, &ep, Some(&mut send)).await
+        stack.step_boxed(req, &ep, Some(&mut send)).await
     };
     let forward = async {
         while let Some(delta) = rx.recv().await {

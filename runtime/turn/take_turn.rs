@@ -190,7 +190,7 @@ async fn run(
         if last {
             req.tool_choice = ToolChoice::None;
         }
-        let attempt = infer(
+        let attempt = model_step(
             core,
             stack,
             script,
@@ -434,7 +434,7 @@ fn not_saved(out: TurnOutcome, messages: Vec<Message>, message: String) -> TurnO
 
 /// One model call (with the refused-attachment retry), text deltas forwarded to the script's
 /// `on_text` in order; a callback that raises is logged, and the call goes on.
-async fn infer(
+async fn model_step(
     core: &Core,
     stack: &dyn DynInfer,
     script: &dyn Script,

@@ -5,6 +5,7 @@
 
 pub mod browser;
 pub mod fake;
+pub mod hostile;
 pub mod mcp;
 pub mod postgres;
 pub mod pty;

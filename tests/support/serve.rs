@@ -115,6 +115,11 @@ impl Served {
         }
     }
 
+    /// The client the helpers use (no token added), for a request they do not make.
+    pub fn client(&self) -> &reqwest::Client {
+        &self.client
+    }
+
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }

@@ -165,14 +165,14 @@ struct Gated {
 }
 
 impl Infer for Gated {
-    async fn infer<'a>(
+    async fn step<'a>(
         &'a self,
         req: &'a InferRequest,
         ep: &'a Endpoint,
         on_text: OnText<'a>,
     ) -> StepResult {
         self.gate.notified().await;
-        self.inner.infer(req, ep, on_text).await
+        self.inner.step(req, ep, on_text).await
     }
 }
 
@@ -187,7 +187,7 @@ fn gated_breaker(clock: &Arc<ManualClock>, answers: Vec<StepResult>) -> Breaker<
 async fn open_it(b: &Breaker<Gated>) {
     for _ in 0..3 {
         let (req, ep) = step_args();
-        let step = b.infer(&req, &ep, None);
+        let step = b.step(&req, &ep, None);
         tokio::pin!(step);
         assert!(futures::poll!(&mut step).is_pending());
         b.inner().gate.notify_one();
@@ -204,7 +204,7 @@ async fn one_probe_at_a_time() {
     let b = gated_breaker(&clock, answers);
     open_it(&b).await;
     let (req, ep) = step_args();
-    let probe = b.infer(&req, &ep, None);
+    let probe = b.step(&req, &ep, None);
     tokio::pin!(probe);
     assert!(futures::poll!(&mut probe).is_pending());
     assert_eq!(b.state().status, HalfOpen);
@@ -225,13 +225,13 @@ async fn a_dropped_probe_lets_the_next_step_probe() {
     open_it(&b).await;
     {
         let (req, ep) = step_args();
-        let probe = b.infer(&req, &ep, None);
+        let probe = b.step(&req, &ep, None);
         tokio::pin!(probe);
         assert!(futures::poll!(&mut probe).is_pending());
     } // dropped: the resident was cancelled mid-probe
     assert_eq!(b.state().status, HalfOpen);
     let (req, ep) = step_args();
-    let probe = b.infer(&req, &ep, None);
+    let probe = b.step(&req, &ep, None);
     tokio::pin!(probe);
     assert!(
         futures::poll!(&mut probe).is_pending(),

@@ -137,6 +137,6 @@ async fn retries_lend_the_stream_hook_to_each_attempt() {
     let (req, ep) = step_args();
     let mut seen = String::new();
     let mut hook = |d: &str| seen.push_str(d);
-    r.infer(&req, &ep, Some(&mut hook)).await.unwrap();
+    r.step(&req, &ep, Some(&mut hook)).await.unwrap();
     assert_eq!(seen, "hello");
 }

@@ -17,7 +17,7 @@ use crate::vocab::InferRequest;
 struct Systems(Mutex<Vec<Option<String>>>);
 
 impl Infer for Systems {
-    async fn infer<'a>(
+    async fn step<'a>(
         &'a self,
         req: &'a InferRequest,
         _ep: &'a Endpoint,
@@ -38,7 +38,7 @@ fn suffix(text: &str) -> LayerSpec {
 async fn step(stack: &SharedInfer) -> StepResult {
     let (mut req, ep) = step_args();
     req.system = Some("base".into());
-    stack.infer(&req, &ep, None).await
+    stack.step(&req, &ep, None).await
 }
 
 #[tokio::test]
