@@ -4,9 +4,12 @@
 //! Off unless the program names the use-type that answers (`sampling = "helper"` on the
 //! server's spec or its `[mcp.NAME]` entry): a server must not spend the program's tokens, or
 //! read its model's answers, without being let. With a use-type, the capability is offered at
-//! the handshake and each request goes to that use-type's model through the [`Core`], like any
-//! other call the program makes (its key, its limits, its traces); without one, the capability
-//! is not offered and a request is refused with an error that says how to allow it.
+//! the handshake and each request goes to that use-type's model through the [`Core`]; without
+//! one, the capability
+//! is not offered and a request is refused with an error that says how to allow it. The call is
+//! one [`Core::call_provider`]: the use-type's settings and key, a traced step, the provider's
+//! concurrency bound; not a resident's middleware (retries, breaker, budget), which belongs to
+//! the resident's own turns.
 //!
 //! The request's `modelPreferences` are hints the specification lets a client ignore: the
 //! use-type's own model answers. `systemPrompt`, `maxTokens`, `temperature` and
@@ -97,7 +100,7 @@ impl Sampler for CoreSampler {
                 .map_err(|e| format!("use-type {use_type}: {e}"))?;
             let model = req.model.clone();
             let done = core
-                .infer(&req, &ep, None)
+                .call_provider(&req, &ep, None)
                 .await
                 .map_err(|e| format!("use-type {use_type}: {e}"))?;
             Ok(json!({
