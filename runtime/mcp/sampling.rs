@@ -5,11 +5,10 @@
 //! server's spec or its `[mcp.NAME]` entry): a server must not spend the program's tokens, or
 //! read its model's answers, without being let. With a use-type, the capability is offered at
 //! the handshake and each request goes to that use-type's model through the [`Core`]; without
-//! one, the capability
-//! is not offered and a request is refused with an error that says how to allow it. The call is
-//! one [`Core::call_provider`]: the use-type's settings and key, a traced step, the provider's
-//! concurrency bound; not a resident's middleware (retries, breaker, budget), which belongs to
-//! the resident's own turns.
+//! one, the capability is not offered and a request is refused with an error that says how to
+//! allow it. The call is one [`Core::call_provider`]: the use-type's settings and key, a traced
+//! step, the provider's concurrency bound; not a resident's middleware (retries, breaker,
+//! budget), which belongs to the resident's own turns.
 //!
 //! The request's `modelPreferences` are hints the specification lets a client ignore: the
 //! use-type's own model answers. `systemPrompt`, `maxTokens`, `temperature` and
