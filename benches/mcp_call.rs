@@ -46,6 +46,8 @@ fn main() {
             roots: Vec::new(),
             elicit: None,
             auth: None,
+            resources: false,
+            sampling: None,
         };
         let conn = Connection::open(spec).await.expect("connect");
         let deadline = Duration::from_secs(30);

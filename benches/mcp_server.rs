@@ -47,6 +47,8 @@ fn spec(url: &str) -> ServerSpec {
         roots: Vec::new(),
         elicit: None,
         auth: None,
+        resources: false,
+        sampling: None,
     }
 }
 

@@ -42,7 +42,9 @@
 //!   `session` per server (Streamable HTTP or stdio; paging, deadlines with `notifications/cancelled`,
 //!   re-initialising, restarting a dead child), `http_client`, `handler`, `naming`
 //!   (`<server>__<tool>`), `result` shaping, `toolset` (a turn's servers at once, reported),
-//!   `dynamic` (`mcp_connect`), the tool `cache`.
+//!   `resource_tools` (resources as read-only tools), `dynamic` (`mcp_connect`), the tool
+//!   `cache`, `elicit` and `sampling` (a server's questions for the user and its model),
+//!   `oauth` and `enterprise` (OAuth 2.1, enterprise-managed authorization), `resources`.
 //! - [`residents`]: AIs hosted as residents: the `lifecycle` of a running program (residents
 //!   before the watch, the watch, sources, the stop, the grace), the `route` (table, nursery,
 //!   stop, settling when all is idle or blocked), each `resident`'s loop, outage path and blocked

@@ -158,10 +158,89 @@ local function takes_tools(use)
   return not (row and row.tools == "none")
 end
 
--- MCP tools come from the MCP client's cache once it is there (not for a model without tools).
+-- A turn's spinner, stopped while a server asks the person something.
+local pause_spinner = function() end
+
+-- A field's answer as its schema types it: nil and why when it does not read as one.
+local function typed(text, field)
+  local kind = field.type
+  if field.enum then
+    for _, choice in ipairs(field.enum) do
+      if text == tostring(choice) then return choice end
+    end
+    return nil, "one of: " .. table.concat(field.enum, ", ")
+  elseif kind == "number" or kind == "integer" then
+    local n = tonumber(text)
+    if not n or (kind == "integer" and math.type(n) ~= "integer") then
+      return nil, "a" .. (kind == "integer" and "n integer" or " number")
+    end
+    return n
+  elseif kind == "boolean" then
+    local t = text:lower()
+    if t == "y" or t == "yes" or t == "true" then return true end
+    if t == "n" or t == "no" or t == "false" then return false end
+    return nil, "yes or no"
+  end
+  return text
+end
+
+-- A server asks the person at the terminal (elicitation): its message, then each field of its
+-- form, typed as the schema says (in the order of their names; an empty line leaves a field
+-- out, which its default fills). Ctrl-D declines, Ctrl-C cancels. On a terminal the questions
+-- go beside the reply; piped, on stderr, and the answers come from the next lines of input.
+local function ask_person(req)
+  pause_spinner()
+  local out = styled and io.stdout or io.stderr
+  out:write(dim("[" .. req.server .. "] asks: ") .. (req.message or "") .. "\n")
+  out:flush()
+  local function read(prompt)
+    local line, why = term.readline(prompt)
+    if line then return line end
+    return nil, why == "interrupted" and "cancel" or "decline"
+  end
+  if req.mode == "url" then
+    out:write("  open " .. tostring(req.url) .. "\n")
+    out:flush()
+    local _, gave_up = read("  press Enter when done (Ctrl-D declines) ")
+    return gave_up or "accept"
+  end
+  local props = (req.schema or {}).properties or {}
+  local required = {}
+  for _, name in ipairs((req.schema or {}).required or {}) do required[name] = true end
+  local names = {}
+  for name in pairs(props) do names[#names + 1] = name end
+  table.sort(names)
+  local content = {}
+  for _, name in ipairs(names) do
+    local field = props[name]
+    local label = field.title or name
+    local hint = field.enum and (" (" .. table.concat(field.enum, "/") .. ")")
+      or field.type == "boolean" and " (y/n)" or ""
+    if field.default ~= nil then hint = hint .. " [" .. tostring(field.default) .. "]" end
+    if field.description then out:write(dim("  " .. field.description) .. "\n") end
+    while true do
+      -- The line editor shows its prompt on a terminal only.
+      if not term.is_tty("stdin") then out:write("  " .. label .. hint .. ":\n"); out:flush() end
+      local line, gave_up = read("  " .. label .. hint .. ": ")
+      if not line then return gave_up end
+      if line == "" and (not required[name] or field.default ~= nil) then break end
+      local value, why = typed(line, field)
+      if value ~= nil then
+        content[name] = value
+        break
+      end
+      out:write("  " .. label .. " is " .. (why or "required") .. "\n")
+      out:flush()
+    end
+  end
+  return { action = "accept", content = content }
+end
+
+-- MCP tools come from the MCP client's cache once it is there (not for a model without tools);
+-- their servers' questions are asked at the terminal.
 local function cached_tools(use)
   if not takes_tools(use) then return {} end
-  if mcp and mcp.cached_tools then return mcp.cached_tools() or {} end
+  if mcp and mcp.cached_tools then return mcp.cached_tools{ on_elicit = ask_person } or {} end
   return {}
 end
 
@@ -269,6 +348,7 @@ local function exchange(use, messages, text, files)
   local function stop_spinner()
     if spinner then spinner:stop(); spinner = nil end
   end
+  pause_spinner = stop_spinner
   local opts = {
     messages = history, system = SYSTEM, tools = offered_tools(use),
     use = use, provider = settings.provider, model = settings.model,

@@ -1,6 +1,7 @@
 //! `colony chat` as a person uses it: through a pseudo-terminal against the fake provider (a
 //! conversation continued across invocations, a tool call shown, Ctrl-C during a slow stream,
-//! the Markdown rendering), and piped (plain output).
+//! the Markdown rendering), and piped (plain output; a server's questions asked and answered
+//! from the next lines of input, Ctrl-D declining).
 
 mod support;
 
@@ -469,4 +470,90 @@ fn a_turn_that_raises_is_reported_and_the_conversation_kept() {
     assert_eq!(model_calls(&fake).len(), 0);
     let history = sb.colony(&["chat", "--history"]).ok();
     assert!(!history.stdout.contains("Go on"), "{}", history.stdout);
+}
+
+/// `colony chat` fed `input` on a pipe, with the elicitation fixture server configured and its
+/// tools cached; the model calls its `signup` tool, then says `Welcome.`. Stdout, stderr, and
+/// what the tool answered (the form's answer, as JSON) in the model's second request.
+fn chat_with_a_server_that_asks(input: &str) -> (String, String, Value) {
+    use std::io::Write;
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    sb.write(
+        "config.toml",
+        &format!(
+            "[mcp.signup]\ncommand = \"python3\"\nargs = [\"{}\"]\n",
+            support::mcp::server_script()
+                .with_file_name("elicit_server.py")
+                .display()
+        ),
+    );
+    sb.colony(&["tools", "refresh"]).ok();
+    fake.push(Reply::tool_call("toolu_1", "signup__signup", json!({})));
+    fake.push(Reply::text("Welcome."));
+    let mut child = sb
+        .command(&["chat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).to_string(),
+        String::from_utf8_lossy(&out.stderr).to_string(),
+    );
+    let calls = model_calls(&fake);
+    assert_eq!(calls.len(), 2, "{stdout}\n{stderr}");
+    let result = calls[1]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .find(|p| p["type"] == "tool_result")
+        .expect("the tool's result");
+    let text = result["content"]
+        .as_array()
+        .map(|c| c[0]["text"].as_str().unwrap_or("").to_string())
+        .or_else(|| result["content"].as_str().map(str::to_string))
+        .unwrap();
+    (
+        stdout,
+        stderr,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+#[test]
+fn a_server_that_asks_is_answered_by_the_person_at_the_terminal() {
+    // Fields in the order of their names: age (typed: "forty" is asked again), name, plan
+    // (one of a list: "gold" is asked again), subscribe (left to its default).
+    let (stdout, stderr, answer) =
+        chat_with_a_server_that_asks("Sign me up\nforty\n42\nAda\ngold\npro\n\n");
+    assert_eq!(stdout, "Welcome.\n", "{stderr}");
+    assert!(stderr.contains("[signup] asks: Who are you?"), "{stderr}");
+    assert!(stderr.contains("Your age in years"), "{stderr}");
+    assert!(stderr.contains("age is an integer"), "{stderr}");
+    assert!(stderr.contains("plan is one of: basic, pro"), "{stderr}");
+    assert_eq!(
+        answer,
+        json!({
+            "action": "accept",
+            "content": { "age": 42, "name": "Ada", "plan": "pro", "subscribe": false }
+        }),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn ctrl_d_while_a_server_asks_declines() {
+    let (stdout, stderr, answer) = chat_with_a_server_that_asks("Sign me up\n42\n");
+    assert_eq!(stdout, "Welcome.\n", "{stderr}");
+    assert_eq!(answer, json!({ "action": "decline" }), "{stderr}");
 }

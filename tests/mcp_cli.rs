@@ -1,6 +1,7 @@
 //! `colony mcp ...` and `colony tools ...` through the binary, with `mcp-server-time` (PyPI) and
 //! the Python test server as the configured servers; `mcp-server-time` driven from Lua with
-//! `mcp.connect`; `mcp.cached_tools()` offering the cached tools, connecting on first call.
+//! `mcp.connect`; `mcp.cached_tools()` offering the cached tools, connecting on first call; and
+//! `colony mcp test` against `colony mcp serve FILE.lua` configured as a stdio server.
 
 mod support;
 
@@ -42,6 +43,9 @@ fn add_list_test_del_and_import() {
         "https://example.org/mcp",
         "--header",
         "Authorization: Bearer s3cret-token-value",
+        "--resources",
+        "--sampling",
+        "helper",
     ])
     .ok();
     let list = sb.colony(&["mcp", "list"]).ok();
@@ -54,6 +58,10 @@ fn add_list_test_del_and_import() {
     );
     let config = std::fs::read_to_string(sb.path("config.toml")).unwrap();
     assert!(config.contains("[mcp.time.env]\nTZ = \"UTC\""), "{config}");
+    assert!(
+        config.contains("resources = true\nsampling = \"helper\""),
+        "{config}"
+    );
 
     let test = sb.colony(&["mcp", "test", "time"]).ok();
     let lines = test.lines();
@@ -372,4 +380,68 @@ fn servers_a_program_keeps_open_are_shut_down_in_order_when_it_ends() {
     assert_eq!(run.stdout.trim(), "1", "{}", run.stderr);
     let seen = std::fs::read_to_string(&log).unwrap_or_default();
     assert_eq!(seen, "stdin closed\n", "the server was killed, not closed");
+}
+
+/// colony's own client against colony's own server: `colony mcp install` prints the entry that
+/// runs `colony mcp serve FILE.lua`, `colony mcp import` configures it, and `colony mcp test`
+/// connects over stdio and lists the program's exportable tools (and only those); a turn then
+/// calls one through the configured name, against the fake provider.
+#[test]
+fn mcp_test_lists_what_colony_mcp_serve_exports() {
+    let sb = Sandbox::new();
+    let program = sb.write(
+        "desk.lua",
+        r#"ai.tool{ name = "greet", description = "Says hello to someone",
+             parameters = { type = "object", properties = { who = { type = "string" } }, required = { "who" } },
+             exportable = true,
+             handler = function(args) return "Hello, " .. args.who .. "!" end }
+           ai.tool{ name = "secret", description = "Not exported",
+             parameters = { type = "object" }, handler = function() return "no" end }"#,
+    );
+    let entry = sb.path("entry.json");
+    sb.colony(&[
+        "mcp",
+        "install",
+        &program.display().to_string(),
+        "--name",
+        "desk",
+        "--write",
+        &entry.display().to_string(),
+    ])
+    .ok();
+    let imported = sb
+        .colony(&["mcp", "import", &entry.display().to_string()])
+        .ok();
+    assert_eq!(imported.stdout, "imported desk\n");
+    let test = sb.colony(&["mcp", "test", "desk"]).ok();
+    let lines = test.lines();
+    assert!(
+        lines[0].starts_with("desk: MCP 2025-11-25 (colony ") && lines[0].ends_with(", 1 tools"),
+        "{}\n{}",
+        test.stdout,
+        test.stderr
+    );
+    assert_eq!(lines[1..], ["  greet\tSays hello to someone"]);
+
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call(
+        "t1",
+        "desk__greet",
+        json!({ "who": "Ada" }),
+    ));
+    fake.push(Reply::text("Greeted."));
+    let config = std::fs::read_to_string(sb.path("config.toml")).unwrap();
+    let sb = support::styled(&fake, "anthropic");
+    sb.write(
+        "config.toml",
+        &format!("{config}\n[use.general]\nprovider = \"anthropic\"\n"),
+    );
+    let run = sb
+        .lua(
+            r#"local r = ai.take_turn{ prompt = "greet Ada", mcp = { "desk" } }
+               print(r.reply, r.tool_events[1].outcome)"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "Greeted.\tHello, Ada!\n", "{}", run.stderr);
 }

@@ -1,12 +1,17 @@
 //! What colony's MCP client does beyond tools, against `@modelcontextprotocol/server-everything`
 //! (npm) over stdio, through `colony run`: its resources listed and read (text as text, a blob as
 //! a file), its prompts listed and got with arguments, and its elicitation tool answered by an
-//! `on_elicit` hook (accepted, declined, a hook that raises, no hook at all).
+//! `on_elicit` hook (accepted, declined, a hook that raises, no hook at all); and resources
+//! offered to a turn as read-only tools (`resources = true`), against the fake provider: one
+//! `read_resource{ uri }` for server-everything's many, one tool each for
+//! tests/support/mcp/resources_server.py's two, binary contents as files, none without the flag.
 
 mod support;
 
-use support::mcp;
+use serde_json::{Value, json};
+use support::fake::{FakeProvider, Reply};
 use support::script::Sandbox;
+use support::{mcp, model_calls};
 
 fn everything() -> String {
     format!(
@@ -170,4 +175,147 @@ fn a_hook_that_is_not_a_function_is_refused() {
         "{}",
         run.stderr
     );
+}
+
+/// A turn against the fake provider with `server` (Lua) in its `mcp` list, the model calling
+/// `calls` in its first step; the reply, and the bodies of the model calls.
+fn turn_with(server: &str, calls: Vec<(&str, &str, serde_json::Value)>) -> (String, Vec<Value>) {
+    let fake = FakeProvider::start();
+    if !calls.is_empty() {
+        fake.push(Reply::tool_calls(calls));
+    }
+    fake.push(Reply::text("Read."));
+    let sb = support::styled(&fake, "anthropic");
+    sb.write("config.toml", "[use.general]\nprovider = \"anthropic\"\n");
+    let script = format!(
+        r#"local r = ai.take_turn{{ prompt = "read it", mcp = {{ {server} }} }}
+           print(r.reply)
+           for _, e in ipairs(r.tool_events) do print("event", e.name, e.outcome) end"#
+    );
+    let run = sb.lua(&script, &[]).ok();
+    (run.stdout, model_calls(&fake))
+}
+
+fn offered(body: &Value) -> Vec<(String, String)> {
+    body["tools"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|t| {
+                    (
+                        t["name"].as_str().unwrap().to_string(),
+                        t["description"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_turn_reads_a_servers_many_resources_through_read_resource() {
+    let server = format!(
+        r#"{{ name = "everything", command = "node", args = {{ "{}", "stdio" }}, resources = true }}"#,
+        mcp::everything().display()
+    );
+    let (stdout, calls) = turn_with(
+        &server,
+        vec![
+            (
+                "c1",
+                "everything__read_resource",
+                json!({"uri": "demo://resource/dynamic/text/1"}),
+            ),
+            (
+                "c2",
+                "everything__read_resource",
+                json!({"uri": "demo://resource/dynamic/blob/2"}),
+            ),
+        ],
+    );
+    assert!(stdout.starts_with("Read.\n"), "{stdout}");
+    let tools = offered(&calls[0]);
+    let (_, description) = tools
+        .iter()
+        .find(|(n, _)| n == "everything__read_resource")
+        .unwrap_or_else(|| panic!("{tools:?}"));
+    assert!(
+        description.contains("demo://resource/static/"),
+        "the listed URIs: {description}"
+    );
+    assert!(
+        description.contains("demo://resource/dynamic/blob/{resourceId}"),
+        "the templates: {description}"
+    );
+    assert!(
+        !tools
+            .iter()
+            .any(|(n, _)| n.starts_with("everything__read_") && n != "everything__read_resource"),
+        "a server with many resources gets one reader: {tools:?}"
+    );
+    let second = calls[1].to_string();
+    assert!(second.contains("Resource 1"), "the text read: {second}");
+    // The blob (text/plain bytes) reaches the model as the attached file's contents.
+    assert!(
+        second.contains("demo://resource/dynamic/blob/2 is binary, text/plain: attached as 2"),
+        "{second}"
+    );
+    assert!(
+        second.contains("Resource 2: This is a base64 blob"),
+        "{second}"
+    );
+}
+
+#[test]
+fn a_turn_offers_a_few_resources_as_one_tool_each_and_an_image_as_a_file() {
+    let server = format!(
+        r#"{{ name = "docs", command = "python3", args = {{ "{}" }}, resources = true }}"#,
+        mcp::server_script()
+            .with_file_name("resources_server.py")
+            .display()
+    );
+    let (stdout, calls) = turn_with(
+        &server,
+        vec![
+            ("c1", "docs__read_notes", json!({})),
+            ("c2", "docs__read_logo", json!({})),
+        ],
+    );
+    assert_eq!(
+        stdout,
+        "Read.\nevent\tdocs__read_notes\t# Notes\nShip on Friday.\nevent\tdocs__read_logo\t(file:///logo.png is binary, image/png: attached as logo.png)\n"
+    );
+    let tools = offered(&calls[0]);
+    assert_eq!(
+        tools,
+        [
+            (
+                "docs__read_notes".to_string(),
+                "The team's notes. (text/markdown, read-only)".to_string()
+            ),
+            (
+                "docs__read_logo".to_string(),
+                "Reads the resource file:///logo.png. (image/png, read-only)".to_string()
+            ),
+        ]
+    );
+    let second = &calls[1];
+    assert!(second.to_string().contains("Ship on Friday."), "{second}");
+    assert!(
+        second.to_string().contains(r#""media_type":"image/png""#),
+        "the PNG goes to the model as an image: {second}"
+    );
+}
+
+#[test]
+fn without_resources_true_a_turn_offers_no_resource_tools() {
+    let server = format!(
+        r#"{{ name = "docs", command = "python3", args = {{ "{}" }} }}"#,
+        mcp::server_script()
+            .with_file_name("resources_server.py")
+            .display()
+    );
+    let (stdout, calls) = turn_with(&server, vec![]);
+    assert_eq!(stdout, "Read.\n");
+    assert_eq!(offered(&calls[0]), []);
 }

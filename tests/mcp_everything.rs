@@ -137,6 +137,8 @@ fn a_typescript_server_restarted_answers_400_and_is_reinitialised() {
             roots: Vec::new(),
             elicit: None,
             auth: None,
+            resources: false,
+            sampling: None,
         };
         let conn = colony::mcp::Connection::open(spec).await.unwrap();
         let long = std::time::Duration::from_secs(60);

@@ -4,7 +4,7 @@
 //! --no-browser` prints the page, a browser (curl following redirects) opens it and comes back
 //! to colony's loopback listener; the tokens are then in the state directory (file 0600, folder
 //! 0700) and `colony mcp test` uses them, and the access token appears in no output, not even
-//! the debug log. Inside `unshare -rn` (loopback only), as tests/mcp_conformance.rs is.
+//! the debug log; `colony mcp logout` removes them, after which the server asks again. Inside `unshare -rn` (loopback only), as tests/mcp_conformance.rs is.
 
 mod support;
 
@@ -40,12 +40,17 @@ echo "--- token"
 TOKEN=$(sed -n 's/.*"access_token": *"\([^"]*\)".*/\1/p' "$XDG_STATE_HOME"/colony/mcp-auth/docs-*.json)
 test -n "$TOKEN" && echo "stored"
 cat "$D/login.err" "$D/test.err" "$D/login.out" | grep -c -F "$TOKEN" || true
+echo "--- logout"
+"$COLONY" mcp logout docs
+ls "$XDG_STATE_HOME"/colony/mcp-auth | wc -l
+"$COLONY" mcp test docs 2>&1 || echo "exit $?"
+"$COLONY" mcp logout docs
 echo "--- unknown"
 "$COLONY" mcp login nosuch 2>&1 || echo "exit $?"
 "#;
 
 #[test]
-fn login_signs_in_through_the_browser_and_the_tokens_are_used_and_kept_secret() {
+fn login_signs_in_through_the_browser_the_tokens_are_kept_secret_and_logout_removes_them() {
     let prefix = mcp::npm_prefix();
     let sb = Sandbox::new();
     let out = Command::new("unshare")
@@ -95,6 +100,23 @@ fn login_signs_in_through_the_browser_and_the_tokens_are_used_and_kept_secret() 
         section("token").trim(),
         "stored\n0",
         "the access token is in no output"
+    );
+    let logout = section("logout");
+    let lines: Vec<&str> = logout.lines().collect();
+    assert_eq!(
+        lines[0], "docs: signed out (its tokens are removed)",
+        "{logout}"
+    );
+    assert_eq!(lines[1].trim(), "0", "no token file is left: {logout}");
+    assert!(
+        logout.contains("the server needs authorization: run `colony mcp login docs`")
+            && logout.contains("exit 1"),
+        "{logout}"
+    );
+    assert_eq!(
+        lines.last().copied(),
+        Some("docs: no tokens were kept"),
+        "{logout}"
     );
     let unknown = section("unknown");
     assert!(

@@ -28,6 +28,8 @@ fn stdio(env: &[(&str, &str)], roots: &[&str]) -> ServerSpec {
         roots: roots.iter().map(|r| r.to_string()).collect(),
         elicit: None,
         auth: None,
+        resources: false,
+        sampling: None,
     }
 }
 
@@ -41,6 +43,8 @@ fn http(url: &str) -> ServerSpec {
         roots: Vec::new(),
         elicit: None,
         auth: None,
+        resources: false,
+        sampling: None,
     }
 }
 
@@ -212,6 +216,8 @@ async fn servers_that_cannot_be_reached_fail_with_connect_errors() {
         roots: Vec::new(),
         elicit: None,
         auth: None,
+        resources: false,
+        sampling: None,
     };
     let e = Connection::open(spec).await.err().unwrap();
     assert_eq!(e.kind(), "connect_error", "{e}");
@@ -227,6 +233,8 @@ async fn servers_that_cannot_be_reached_fail_with_connect_errors() {
         roots: Vec::new(),
         elicit: None,
         auth: None,
+        resources: false,
+        sampling: None,
     };
     let e = Connection::open(spec).await.err().unwrap();
     assert!(e.to_string().contains("cannot start"), "{e}");
@@ -275,6 +283,8 @@ fn raw(version: &str) -> ServerSpec {
         roots: vec!["file:///srv/here".into()],
         elicit: None,
         auth: None,
+        resources: false,
+        sampling: None,
     }
 }
 

@@ -1,4 +1,4 @@
-//! `colony mcp add|del|list|test|import`: the MCP servers configured by name (`[mcp.NAME]` in the
+//! `colony mcp add|del|list|test|import` (and `login`/`logout`, `serve`/`install` elsewhere): the MCP servers configured by name (`[mcp.NAME]` in the
 //! config file), which `mcp = { "NAME" }`, `mcp.connect_named` and `colony tools refresh` use.
 
 use std::collections::BTreeMap;
@@ -33,6 +33,12 @@ enum Action {
         /// The command's working directory.
         #[arg(long)]
         cwd: Option<String>,
+        /// Offer the server's resources to turns as read-only tools.
+        #[arg(long)]
+        resources: bool,
+        /// The use-type whose model answers the server's sampling requests (none: refused).
+        #[arg(long, value_name = "USE")]
+        sampling: Option<String>,
         /// The server's URL (Streamable HTTP).
         url: Option<String>,
         /// After `--`: the command that starts the server (stdio), and its arguments.
@@ -65,6 +71,11 @@ enum Action {
         #[arg(long)]
         no_browser: bool,
     },
+    /// Remove the tokens kept for a remote server (the next connection signs in again).
+    Logout {
+        /// The server's name.
+        name: String,
+    },
 }
 
 fn load() -> Result<Config, Failure> {
@@ -95,15 +106,18 @@ pub async fn run(args: Args) -> Result<(), Failure> {
         Action::Serve(args) => super::mcp_serve::serve(args).await,
         Action::Install(args) => super::mcp_serve::install(args),
         Action::Login { name, no_browser } => super::mcp_login::run(name, no_browser).await,
+        Action::Logout { name } => super::mcp_login::logout(name),
         Action::Add {
             name,
             headers,
             env,
             cwd,
+            resources,
+            sampling,
             url,
             command,
         } => {
-            let config = if let Some(url) = url {
+            let mut config = if let Some(url) = url {
                 if !command.is_empty() {
                     return Err(Failure::input(
                         "colony mcp add: give a URL or -- COMMAND ARGS..., not both",
@@ -138,6 +152,8 @@ pub async fn run(args: Args) -> Result<(), Failure> {
                     ..ServerConfig::default()
                 }
             };
+            config.resources = resources.then_some(true);
+            config.sampling = sampling;
             let spec = config
                 .clone()
                 .into_spec(&name)

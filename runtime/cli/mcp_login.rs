@@ -1,5 +1,6 @@
 //! `colony mcp login NAME`: signs in to a configured remote server behind OAuth, once; the
 //! tokens are kept in the state directory and every program that names the server uses them.
+//! `colony mcp logout NAME` removes them.
 //!
 //! The authorization page opens in the browser (or its URL is printed, for a machine without
 //! one); the authorization server sends the browser back to a listener on 127.0.0.1 at a port
@@ -153,6 +154,33 @@ pub async fn run(name: String, no_browser: bool) -> Result<(), Failure> {
             "{name}: the server did not ask for a sign-in ({} tools)",
             tools.len()
         );
+    }
+    Ok(())
+}
+
+/// `colony mcp logout NAME`: the server's kept tokens removed (the next connection signs in
+/// again, or is told to).
+pub fn logout(name: String) -> Result<(), Failure> {
+    let who = "colony mcp logout";
+    let cfg = Config::load().map_err(|e| Failure::input(format!("{who}: {e}")))?;
+    let config = cfg
+        .mcp
+        .get(&name)
+        .ok_or_else(|| Failure::input(format!("{who}: no server named {name:?}")))?;
+    let Some(url) = &config.url else {
+        return Err(Failure::input(format!(
+            "{who}: {name} is a local command; only remote (URL) servers sign in"
+        )));
+    };
+    let kept = oauth::token_path(&name, url);
+    match std::fs::remove_file(&kept) {
+        Ok(()) => println!("{name}: signed out (its tokens are removed)"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            println!("{name}: no tokens were kept")
+        }
+        Err(e) => {
+            return Err(Failure::run(format!("{who}: {}: {e}", kept.display())));
+        }
     }
     Ok(())
 }

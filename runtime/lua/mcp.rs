@@ -111,10 +111,26 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     )?;
     m.set(
         "cached_tools",
-        lua.create_function(|lua, ()| match cache::load() {
+        lua.create_function(|lua, opts: Option<Table>| match cache::load() {
             Ok(Some(c)) => {
+                let who = "mcp.cached_tools";
+                // `{ on_elicit = fn }`: who answers these servers' questions (a front end's
+                // person at the terminal).
+                let elicit = match &opts {
+                    Some(o) => {
+                        check_fields(o, who, &["on_elicit"])?;
+                        super::mcp_client::elicit_hook(lua, o.get("on_elicit")?, who)?
+                    }
+                    None => None,
+                };
                 let core = super::ai::core(lua);
-                let (tools, conns) = cache::tools(&c, &core.config().mcp);
+                let prepare = |mut spec: ServerSpec| {
+                    if spec.elicit.is_none() {
+                        spec.elicit = elicit.clone();
+                    }
+                    wired(lua, spec)
+                };
+                let (tools, conns) = cache::tools(&c, &core.config().mcp, &prepare);
                 hold(lua, &conns);
                 tool_list(lua, tools).map(|mut v| v.pop_front().unwrap_or(Value::Nil))
             }
@@ -195,7 +211,15 @@ pub fn named(lua: &Lua, name: &str) -> Result<ServerSpec, McpError> {
             "no MCP server named {name:?} is configured (colony mcp add)"
         ))
     })?;
-    config.into_spec(name)
+    config.into_spec(name).map(|spec| wired(lua, spec))
+}
+
+/// A spec whose `sampling` names a use-type, answered through this program's core.
+fn wired(lua: &Lua, mut spec: ServerSpec) -> ServerSpec {
+    if let Some(s) = &spec.sampling {
+        spec.sampling = Some(s.wired(&core(lua)));
+    }
+    spec
 }
 
 const SPEC_FIELDS: &[&str] = &[
@@ -209,6 +233,8 @@ const SPEC_FIELDS: &[&str] = &[
     "roots",
     "on_elicit",
     "auth",
+    "resources",
+    "sampling",
 ];
 
 /// `mcp.connect(url_or_spec, opts?)`: a URL (opts may give `name`, `headers`, `roots`), or a table.
@@ -219,7 +245,19 @@ fn connect_spec(lua: &Lua, target: Value, opts: Option<Table>) -> mlua::Result<S
             let url = url.to_string_lossy();
             let spec = lua.create_table()?;
             if let Some(o) = &opts {
-                check_fields(o, who, &["name", "headers", "roots", "on_elicit", "auth"])?;
+                check_fields(
+                    o,
+                    who,
+                    &[
+                        "name",
+                        "headers",
+                        "roots",
+                        "on_elicit",
+                        "auth",
+                        "resources",
+                        "sampling",
+                    ],
+                )?;
                 for pair in o.pairs::<Value, Value>() {
                     let (k, v) = pair?;
                     spec.set(k, v)?;
@@ -304,6 +342,18 @@ pub fn read_spec(lua: &Lua, v: Value, who: &str) -> mlua::Result<ServerSpec> {
             }
         }
     }
+    if let Some(v) = fields.get("sampling").filter(|v| !v.is_string()) {
+        return Err(misuse(format!(
+            "{who}: server {name}: sampling is the name of the use-type that answers (\"helper\"), not {}",
+            json_type(v)
+        )));
+    }
+    if let Some(v) = fields.get("resources").filter(|v| !v.is_boolean()) {
+        return Err(misuse(format!(
+            "{who}: server {name}: resources is true or false, not {}",
+            json_type(v)
+        )));
+    }
     let config: ServerConfig =
         serde_json::from_value(fields).map_err(|e| misuse(format!("{who}: server {name}: {e}")))?;
     // A server the script starts itself is a process it runs; configured servers are colony's.
@@ -317,7 +367,18 @@ pub fn read_spec(lua: &Lua, v: Value, who: &str) -> mlua::Result<ServerSpec> {
     if let Some(a) = authorizer {
         spec.auth.get_or_insert_with(Default::default).authorizer = Some(a);
     }
-    Ok(spec)
+    Ok(wired(lua, spec))
+}
+
+/// The Lua type a JSON value came from, for errors.
+fn json_type(v: &serde_json::Value) -> &'static str {
+    match v {
+        serde_json::Value::Null => "nil",
+        serde_json::Value::Bool(_) => "a boolean",
+        serde_json::Value::Number(_) => "a number",
+        serde_json::Value::String(_) => "a string",
+        serde_json::Value::Array(_) | serde_json::Value::Object(_) => "a table",
+    }
 }
 
 /// A name for a server given without one: the URL's host, or the command's file name.

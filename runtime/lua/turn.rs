@@ -256,6 +256,8 @@ pub(crate) fn read_servers(
                     roots: Vec::new(),
                     elicit: None,
                     auth: None,
+                    resources: false,
+                    sampling: None,
                 })
             }
             v => super::mcp::read_spec(lua, v, &format!("{who}: mcp[{}]", i + 1))?,

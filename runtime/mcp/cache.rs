@@ -16,7 +16,7 @@ use serde_json::Value;
 
 use super::session::ListedTool;
 use super::spec::ServerConfig;
-use super::{Connection, McpError, naming, toolset};
+use super::{Connection, McpError, ServerSpec, naming, toolset};
 use crate::turn::ToolDef;
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -153,10 +153,12 @@ pub async fn refresh(servers: &BTreeMap<String, ServerConfig>) -> Cache {
 
 /// The cached tools of the servers still configured as they were, as turn tools named
 /// `<server>__<tool>`, and their connections (for shutting them down); each server is connected
-/// on the first call of one of its tools.
+/// on the first call of one of its tools. `prepare` finishes each spec first (the front end's
+/// elicitor, a sampling use-type wired to the program's core).
 pub fn tools(
     cache: &Cache,
     configured: &BTreeMap<String, ServerConfig>,
+    prepare: &dyn Fn(ServerSpec) -> ServerSpec,
 ) -> (Vec<ToolDef>, Vec<Arc<Connection>>) {
     let mut taken = std::collections::HashSet::new();
     let mut out = Vec::new();
@@ -165,7 +167,7 @@ pub fn tools(
         let Ok(spec) = config.clone().into_spec(name) else {
             continue;
         };
-        let conn: Arc<Connection> = Connection::new(spec);
+        let conn: Arc<Connection> = Connection::new(prepare(spec));
         conns.push(conn.clone());
         let listed: Vec<ListedTool> = server
             .tools

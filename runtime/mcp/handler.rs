@@ -1,6 +1,8 @@
 //! Our side of the protocol, what the server may ask of us: `ping` (answered `{}` by rmcp's
 //! default), `roots/list` with the configured roots, `elicitation/create` (answered by the
 //! program's elicitor, declined without one; the capability is offered only with one), and the
+//! `sampling/createMessage` (answered by the use-type the program named, refused without one; the
+//! capability is offered only with one), and the
 //! log lines a server sends, which go to our log under the server's name. Anything else gets
 //! rmcp's `-32601`; progress for tokens we do not know is dropped by rmcp's default.
 
@@ -8,9 +10,10 @@
 
 use rmcp::ClientHandler;
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ElicitRequestParams, ElicitResult, ElicitationAction,
-    ElicitationCapability, FormElicitationCapability, Implementation, ListRootsResult,
-    LoggingMessageNotificationParam, ProtocolVersion, Root, UrlElicitationCapability,
+    ClientCapabilities, ClientConfig, CreateMessageRequestParams, CreateMessageResult,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability, ErrorCode,
+    FormElicitationCapability, Implementation, ListRootsResult, LoggingMessageNotificationParam,
+    ProtocolVersion, Root, UrlElicitationCapability,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleClient};
 
@@ -20,6 +23,7 @@ pub struct Handler {
     pub server: String,
     pub roots: Vec<String>,
     pub elicit: Option<super::elicit::Hook>,
+    pub sampling: Option<super::sampling::Hook>,
 }
 
 impl ClientHandler for Handler {
@@ -32,6 +36,9 @@ impl ClientHandler for Handler {
                     .with_form(FormElicitationCapability::new())
                     .with_url(UrlElicitationCapability::new()),
             );
+        }
+        if self.sampling.is_some() {
+            caps.sampling = Some(Default::default());
         }
         ClientConfig::new(
             caps,
@@ -86,5 +93,33 @@ impl ClientHandler for Handler {
             result = result.with_content(serde_json::Value::Object(content));
         }
         Ok(result)
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, rmcp::ErrorData> {
+        let Some(hook) = &self.sampling else {
+            tracing::info!(target: "colony::mcp", server = %self.server,
+                "refused a sampling request (sampling is not enabled for this server)");
+            // -1: the user (here, the program) rejected the request.
+            return Err(rmcp::ErrorData::new(
+                ErrorCode(-1),
+                format!(
+                    "sampling is not enabled for server {}: the program names a use-type to answer (sampling = \"helper\")",
+                    self.server
+                ),
+                None,
+            ));
+        };
+        let params = serde_json::to_value(&params).unwrap_or_default();
+        let answer = hook.0.sample(params).await.map_err(|e| {
+            tracing::warn!(target: "colony::mcp", server = %self.server, "sampling: {e}");
+            rmcp::ErrorData::internal_error(format!("the client's sampling failed: {e}"), None)
+        })?;
+        serde_json::from_value(answer).map_err(|e| {
+            rmcp::ErrorData::internal_error(format!("the client's sampling answer: {e}"), None)
+        })
     }
 }

@@ -11,26 +11,34 @@
 //!   server's log lines.
 //! - [`elicit`]: a server's questions for our user, answered by the program's elicitor (an
 //!   `on_elicit` hook) or declined.
+//! - [`sampling`]: a server's `sampling/createMessage`, answered by the use-type the program
+//!   names (`sampling = "helper"`) through the core, or refused.
 //! - [`naming`]: `<server>__<tool>` names that every provider accepts, and which are dropped.
 //! - [`result`]: a `tools/call` result as the text a model reads.
 //! - [`toolset`]: a turn's servers opened at once, their tools made into [`crate::turn::ToolDef`]s,
 //!   and the per-server report; `dynamic` adds the `mcp_connect` / `mcp_disconnect` tools.
 //! - [`oauth`]: OAuth 2.1 for remote servers (rmcp's `auth`): tokens in the state directory,
 //!   the authorizer that sends a person to the sign-in page, `[mcp.NAME.auth]`.
+//! - [`enterprise`]: enterprise-managed authorization (cross-app access): the identity
+//!   provider's ID token exchanged for an ID-JAG, and that for the server's token.
 //! - [`resources`]: a server's resources (`resources/list`, `resources/read`, binary contents
 //!   as files) and prompts (`prompts/list`, `prompts/get`).
+//! - [`resource_tools`]: a server's resources as read-only tools of a turn (`resources = true`).
 //! - [`cache`]: the `colony tools refresh` cache of every configured server's tools.
 //! - [`server`]: the other direction: colony as an MCP server of a program's exports.
 
 pub mod cache;
 pub mod dynamic;
 pub mod elicit;
+pub mod enterprise;
 pub mod handler;
 pub mod http_client;
 pub mod naming;
 pub mod oauth;
+pub mod resource_tools;
 pub mod resources;
 pub mod result;
+pub mod sampling;
 pub mod server;
 pub mod session;
 pub mod spec;

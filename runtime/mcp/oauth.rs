@@ -20,8 +20,8 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use rmcp::transport::AuthorizationManager;
 use rmcp::transport::auth::{
-    AuthError, AuthorizationRequest, ClientCredentialsConfig, CredentialStore, OAuthState,
-    StoredCredentials,
+    AuthError, AuthorizationMetadata, AuthorizationRequest, AuthorizationSession,
+    ClientCredentialsConfig, CredentialStore, JwtSigningAlgorithm, StoredCredentials,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -48,10 +48,32 @@ pub struct AuthConfig {
     /// The scopes to ask for (default: those the server's challenge or metadata name).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
-    /// `"authorization_code"` (a person signs in; the default) or `"client_credentials"` (a
-    /// service with `client_id` and `client_secret`, no person).
+    /// `"authorization_code"` (a person signs in; the default), `"client_credentials"` (a
+    /// service with `client_id` and `client_secret` or `private_key`, no person) or
+    /// `"enterprise"` (the enterprise's identity provider vouches for the person: its ID token
+    /// is exchanged for an ID-JAG, which the server's authorization server takes for a token).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grant: Option<String>,
+    /// For `client_credentials` without a secret: the client's private key (PEM), with which
+    /// colony signs a JWT assertion for each token request (RFC 7523 `private_key_jwt`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub private_key: Option<String>,
+    /// The private key's algorithm: `"RS256"`, `"RS384"`, `"RS512"`, `"ES256"` or `"ES384"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signing_algorithm: Option<String>,
+    /// For `enterprise`: the identity provider (its issuer, token endpoint and the client
+    /// colony is registered as there, with a secret if it has one) and the person's ID token
+    /// from it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idp_issuer: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idp_token_endpoint: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idp_client_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub idp_client_secret: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id_token: Option<String>,
     /// `"headless"`: colony opens the authorization page itself and takes the redirect, for
     /// authorization servers that approve a registered client without a person (test servers,
     /// pre-consented clients). By default a person signs in (`colony mcp login`).
@@ -60,30 +82,78 @@ pub struct AuthConfig {
 }
 
 impl AuthConfig {
-    fn client_credentials(&self) -> bool {
-        self.grant.as_deref() == Some("client_credentials")
-    }
-
     /// Checks what cannot work, with the field named.
     pub fn check(&self, server: &str) -> Result<(), McpError> {
+        let missing = |grant: &str, fields: &[(&str, bool)]| {
+            let absent: Vec<String> = fields
+                .iter()
+                .filter(|(_, present)| !present)
+                .map(|(f, _)| format!("auth.{f}"))
+                .collect();
+            if absent.is_empty() {
+                Ok(())
+            } else {
+                Err(McpError::Config(format!(
+                    "server {server}: auth.grant = \"{grant}\" needs {}",
+                    absent.join(" and ")
+                )))
+            }
+        };
         match self.grant.as_deref() {
             None | Some("authorization_code") => Ok(()),
-            Some("client_credentials")
-                if self.client_id.is_some() && self.client_secret.is_some() =>
-            {
-                Ok(())
+            Some("client_credentials") => {
+                missing(
+                    "client_credentials",
+                    &[("client_id", self.client_id.is_some())],
+                )?;
+                match (&self.client_secret, &self.private_key) {
+                    (Some(_), Some(_)) => Err(McpError::Config(format!(
+                        "server {server}: auth.client_secret and auth.private_key are two ways to authenticate a client: give one"
+                    ))),
+                    (None, None) => Err(McpError::Config(format!(
+                        "server {server}: auth.grant = \"client_credentials\" needs auth.client_secret or auth.private_key"
+                    ))),
+                    (None, Some(_)) => self.algorithm(server).map(|_| ()),
+                    (Some(_), None) => Ok(()),
+                }
             }
-            Some("client_credentials") => Err(McpError::Config(format!(
-                "server {server}: auth.grant = \"client_credentials\" needs auth.client_id and auth.client_secret"
-            ))),
+            Some("enterprise") => missing(
+                "enterprise",
+                &[
+                    ("client_id", self.client_id.is_some()),
+                    ("idp_issuer", self.idp_issuer.is_some()),
+                    ("idp_token_endpoint", self.idp_token_endpoint.is_some()),
+                    ("idp_client_id", self.idp_client_id.is_some()),
+                    ("id_token", self.id_token.is_some()),
+                ],
+            ),
             Some(other) => Err(McpError::Config(format!(
-                "server {server}: auth.grant is \"authorization_code\" or \"client_credentials\", not {other:?}"
+                "server {server}: auth.grant is \"authorization_code\", \"client_credentials\" or \"enterprise\", not {other:?}"
             ))),
         }?;
         match self.authorize.as_deref() {
             None | Some("headless") => Ok(()),
             Some(other) => Err(McpError::Config(format!(
                 "server {server}: auth.authorize is \"headless\" or left out, not {other:?}"
+            ))),
+        }
+    }
+}
+
+impl AuthConfig {
+    /// `signing_algorithm`, which a `private_key` needs.
+    fn algorithm(&self, server: &str) -> Result<JwtSigningAlgorithm, McpError> {
+        match self.signing_algorithm.as_deref() {
+            Some("RS256") => Ok(JwtSigningAlgorithm::RS256),
+            Some("RS384") => Ok(JwtSigningAlgorithm::RS384),
+            Some("RS512") => Ok(JwtSigningAlgorithm::RS512),
+            Some("ES256") => Ok(JwtSigningAlgorithm::ES256),
+            Some("ES384") => Ok(JwtSigningAlgorithm::ES384),
+            None => Err(McpError::Config(format!(
+                "server {server}: auth.private_key needs auth.signing_algorithm (\"RS256\", \"RS384\", \"RS512\", \"ES256\" or \"ES384\")"
+            ))),
+            Some(other) => Err(McpError::Config(format!(
+                "server {server}: auth.signing_algorithm is \"RS256\", \"RS384\", \"RS512\", \"ES256\" or \"ES384\", not {other:?}"
             ))),
         }
     }
@@ -163,7 +233,7 @@ pub fn token_path(server: &str, url: &str) -> PathBuf {
 /// The tokens of one server in their file (the folder 0700, the file 0600).
 #[derive(Clone)]
 pub struct FileStore {
-    path: PathBuf,
+    pub(super) path: PathBuf,
 }
 
 impl FileStore {
@@ -244,7 +314,7 @@ fn register_secrets(creds: &StoredCredentials) {
     }
 }
 
-fn auth_failed(server: &str, e: impl std::fmt::Display) -> McpError {
+pub(super) fn auth_failed(server: &str, e: impl std::fmt::Display) -> McpError {
     McpError::Connect {
         server: server.to_string(),
         message: format!("authorization failed: {e}"),
@@ -261,6 +331,10 @@ pub async fn stored(server: &str, url: &str) -> Result<Option<AuthorizationManag
         .await
         .map_err(|e| auth_failed(server, e))?;
     manager.set_credential_store(store);
+    if let Err(e) = discover(server, url, &mut manager, None).await {
+        tracing::warn!(target: "colony::mcp", server, "the stored tokens cannot be used ({e}); authorizing again");
+        return Ok(None);
+    }
     match manager.initialize_from_store().await {
         Ok(true) => Ok(Some(manager)),
         Ok(false) => Ok(None),
@@ -269,6 +343,80 @@ pub async fn stored(server: &str, url: &str) -> Result<Option<AuthorizationManag
             Ok(None)
         }
     }
+}
+
+/// Finds the server's authorization server (from its `challenge`, its protected-resource
+/// metadata, its own authorization-server metadata, or the 2025-03-26 default endpoints) and
+/// gives its metadata to `manager`.
+///
+/// rmcp holds the metadata's `issuer` to the URL it was fetched for (RFC 8414 section 3.3).
+/// One case is let through: a 2025-03-26 server serves its authorization server's metadata at
+/// the root of its own origin, and some name an issuer with a path there (`https://host/oauth`
+/// for `https://host/.well-known/oauth-authorization-server`). The check is there against
+/// mix-ups between authorization servers; an issuer on the same origin as the metadata and the
+/// MCP server is the same party, so that metadata is taken. An issuer on another origin is
+/// still refused.
+async fn discover(
+    server: &str,
+    url: &str,
+    manager: &mut AuthorizationManager,
+    challenge: Option<&str>,
+) -> Result<AuthorizationMetadata, McpError> {
+    let metadata = match manager.resolve_metadata_from_challenge(challenge).await {
+        Ok(resolution) => resolution.metadata,
+        Err(AuthError::AuthorizationServerMismatch {
+            expected_issuer,
+            received_issuer,
+        }) => same_origin_metadata(url, &expected_issuer, &received_issuer)
+            .await
+            .ok_or_else(|| {
+                auth_failed(
+                    server,
+                    format!("the authorization server's metadata names the issuer {received_issuer}, not {expected_issuer}"),
+                )
+            })?,
+        Err(e) => return Err(auth_failed(server, e)),
+    };
+    manager.set_metadata(metadata.clone());
+    Ok(metadata)
+}
+
+/// The origin (`scheme://host:port`) of a URL.
+fn origin(url: &str) -> Option<String> {
+    let u = url::Url::parse(url).ok()?;
+    Some(u.origin().ascii_serialization())
+}
+
+/// The metadata at the root of the MCP server's origin, when both the issuer expected there
+/// and the one it names are on that origin (see [`discover`]).
+async fn same_origin_metadata(
+    url: &str,
+    expected: &str,
+    received: &str,
+) -> Option<AuthorizationMetadata> {
+    let home = origin(url)?;
+    if origin(expected)? != home || origin(received)? != home {
+        return None;
+    }
+    // Only the root metadata of the server's own origin is expected at the origin itself.
+    if expected.trim_end_matches('/') != home {
+        return None;
+    }
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .ok()?;
+    let resp = client
+        .get(format!("{home}/.well-known/oauth-authorization-server"))
+        .send()
+        .await
+        .ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    let metadata: AuthorizationMetadata = resp.json().await.ok()?;
+    (metadata.issuer.as_deref() == Some(received)).then_some(metadata)
 }
 
 /// Obtains tokens for `server` at `url` (after its `challenge`, the `WWW-Authenticate` of its 401
@@ -285,75 +433,182 @@ pub async fn authorize(
         .await
         .map_err(|e| auth_failed(server, e))?;
     manager.set_credential_store(FileStore::new(server, url));
-    let mut state = OAuthState::Unauthorized(manager);
-    if cfg.client_credentials() {
-        let (Some(id), Some(secret)) = (&cfg.client_id, &cfg.client_secret) else {
-            unreachable!("checked above");
-        };
-        crate::secrets::register(secret);
-        let config = ClientCredentialsConfig::ClientSecret {
-            client_id: id.clone(),
-            client_secret: secret.clone(),
-            scopes: cfg.scopes.clone(),
-            resource: Some(url.to_string()),
-        };
-        state
-            .authenticate_client_credentials(config)
-            .await
-            .map_err(|e| auth_failed(server, e))?;
-    } else {
-        let headless = AuthorizerHook(Arc::new(Headless));
-        let chosen = match (&auth.authorizer, cfg.authorize.as_deref()) {
-            (Some(a), _) => Some(a),
-            (None, Some("headless")) => Some(&headless),
-            (None, _) => None,
-        };
-        let Some(authorizer) = chosen else {
-            return Err(McpError::Connect {
-                server: server.to_string(),
-                message: format!(
-                    "the server needs authorization: run `colony mcp login {server}` (or give mcp.connect an auth.on_authorize hook)"
-                ),
-            });
-        };
-        let mut req = AuthorizationRequest::new(authorizer.0.redirect_uri())
-            .with_client_name(cfg.client_name.clone().unwrap_or_else(|| "colony".into()));
-        if let Some(m) = &cfg.client_metadata_url {
-            req = req.with_client_metadata_url(m.clone());
+    let metadata = discover(server, url, &mut manager, challenge).await?;
+    match cfg.grant.as_deref() {
+        Some("client_credentials") => client_credentials(server, url, cfg, manager).await,
+        Some("enterprise") => {
+            super::enterprise::exchange(server, url, cfg, manager, metadata).await
         }
-        if let Some(id) = &cfg.client_id {
-            req = req.with_preregistered_client(id.clone());
-        }
-        if let Some(s) = &cfg.client_secret {
-            crate::secrets::register(s);
-            req = req.with_client_secret(s.clone());
-        }
-        if !cfg.scopes.is_empty() {
-            req = req.with_scopes(cfg.scopes.iter().cloned());
-        }
-        if let Some(ch) = challenge {
-            req = req.with_challenge(ch.to_string());
-        }
-        state
-            .start_authorization(req)
-            .await
-            .map_err(|e| auth_failed(server, e))?;
-        let page = state
-            .get_authorization_url()
-            .await
-            .map_err(|e| auth_failed(server, e))?;
-        let back = authorizer
-            .0
-            .authorize(page)
-            .await
-            .map_err(|e| auth_failed(server, e))?;
-        state
-            .handle_callback_url(&back)
-            .await
-            .map_err(|e| auth_failed(server, e))?;
+        _ => authorization_code(server, auth, manager, challenge).await,
     }
-    // The manager saved the tokens into its FileStore as they came.
-    state
-        .into_authorization_manager()
-        .ok_or_else(|| auth_failed(server, "no tokens came back"))
+}
+
+/// A service's own credentials (a secret, or a JWT signed with its private key) for a token.
+async fn client_credentials(
+    server: &str,
+    url: &str,
+    cfg: &AuthConfig,
+    manager: AuthorizationManager,
+) -> Result<AuthorizationManager, McpError> {
+    let Some(id) = &cfg.client_id else {
+        unreachable!("checked by AuthConfig::check");
+    };
+    let config = match (&cfg.client_secret, &cfg.private_key) {
+        (Some(secret), _) => {
+            crate::secrets::register(secret);
+            ClientCredentialsConfig::ClientSecret {
+                client_id: id.clone(),
+                client_secret: secret.clone(),
+                scopes: cfg.scopes.clone(),
+                resource: Some(url.to_string()),
+            }
+        }
+        (None, Some(key)) => {
+            crate::secrets::register(key);
+            ClientCredentialsConfig::PrivateKeyJwt {
+                client_id: id.clone(),
+                signing_key: key.as_bytes().to_vec(),
+                signing_algorithm: cfg.algorithm(server)?,
+                token_endpoint_audience: None,
+                scopes: cfg.scopes.clone(),
+                resource: Some(url.to_string()),
+            }
+        }
+        (None, None) => unreachable!("checked by AuthConfig::check"),
+    };
+    let mut manager = manager;
+    manager
+        .validate_client_credentials_metadata(&config)
+        .and_then(|()| manager.configure_client_credentials(&config))
+        .map_err(|e| auth_failed(server, e))?;
+    // The manager saves the token into its FileStore as it comes. rmcp's future for the JWT
+    // request holds a form serializer that is not `Sync` across an await, so it is not `Send`:
+    // it runs to its end on a runtime of its own, on a blocking thread.
+    let server_name = server.to_string();
+    tokio::task::spawn_blocking(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| auth_failed(&server_name, e))?;
+        rt.block_on(manager.exchange_client_credentials(&config))
+            .map_err(|e| auth_failed(&server_name, e))?;
+        Ok(manager)
+    })
+    .await
+    .map_err(|e| auth_failed(server, e))?
+}
+
+/// A person signs in (or a headless authorizer takes the redirect): PKCE, the code, the token.
+async fn authorization_code(
+    server: &str,
+    auth: &Auth,
+    manager: AuthorizationManager,
+    challenge: Option<&str>,
+) -> Result<AuthorizationManager, McpError> {
+    let cfg = &auth.config;
+    let headless = AuthorizerHook(Arc::new(Headless));
+    let chosen = match (&auth.authorizer, cfg.authorize.as_deref()) {
+        (Some(a), _) => Some(a),
+        (None, Some("headless")) => Some(&headless),
+        (None, _) => None,
+    };
+    let Some(authorizer) = chosen else {
+        return Err(McpError::Connect {
+            server: server.to_string(),
+            message: format!(
+                "the server needs authorization: run `colony mcp login {server}` (or give mcp.connect an auth.on_authorize hook)"
+            ),
+        });
+    };
+    let mut req = AuthorizationRequest::new(authorizer.0.redirect_uri())
+        .with_client_name(cfg.client_name.clone().unwrap_or_else(|| "colony".into()));
+    if let Some(m) = &cfg.client_metadata_url {
+        req = req.with_client_metadata_url(m.clone());
+    }
+    if let Some(id) = &cfg.client_id {
+        req = req.with_preregistered_client(id.clone());
+    }
+    if let Some(s) = &cfg.client_secret {
+        crate::secrets::register(s);
+        req = req.with_client_secret(s.clone());
+    }
+    if !cfg.scopes.is_empty() {
+        req = req.with_scopes(cfg.scopes.iter().cloned());
+    }
+    if let Some(ch) = challenge {
+        req = req.with_challenge(ch.to_string());
+    }
+    let session = AuthorizationSession::new(manager, req)
+        .await
+        .map_err(|(_, e)| auth_failed(server, e))?;
+    let back = authorizer
+        .0
+        .authorize(session.get_authorization_url().to_string())
+        .await
+        .map_err(|e| auth_failed(server, e))?;
+    // The manager saves the tokens into its FileStore as they come.
+    session
+        .handle_callback_url(&back)
+        .await
+        .map_err(|e| auth_failed(server, e))?;
+    Ok(session.auth_manager)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_issuer_on_another_origin_is_refused_before_anything_is_fetched() {
+        // Port 9 (discard) is never asked: each of these is refused on the URLs alone.
+        let mcp = "http://127.0.0.1:9/mcp";
+        for (expected, received) in [
+            ("http://127.0.0.1:9", "http://evil.example/oauth"),
+            ("http://127.0.0.1:9", "https://127.0.0.1:9/oauth"),
+            ("http://127.0.0.1:9/tenant", "http://127.0.0.1:9/oauth"),
+            ("http://other.example", "http://other.example/oauth"),
+        ] {
+            assert!(
+                same_origin_metadata(mcp, expected, received)
+                    .await
+                    .is_none(),
+                "{expected} / {received}"
+            );
+        }
+    }
+
+    fn cfg(grant: &str) -> AuthConfig {
+        AuthConfig {
+            grant: Some(grant.into()),
+            ..AuthConfig::default()
+        }
+    }
+
+    #[test]
+    fn each_grant_names_the_fields_it_lacks() {
+        let err = |c: AuthConfig| c.check("docs").unwrap_err().to_string();
+        assert_eq!(
+            err(cfg("client_credentials")),
+            "server docs: auth.grant = \"client_credentials\" needs auth.client_id"
+        );
+        let mut c = cfg("client_credentials");
+        c.client_id = Some("svc".into());
+        assert_eq!(
+            err(c.clone()),
+            "server docs: auth.grant = \"client_credentials\" needs auth.client_secret or auth.private_key"
+        );
+        c.private_key = Some("-----BEGIN PRIVATE KEY-----".into());
+        assert!(err(c.clone()).contains("auth.private_key needs auth.signing_algorithm"));
+        c.signing_algorithm = Some("HS256".into());
+        assert!(err(c.clone()).ends_with("not \"HS256\""));
+        c.signing_algorithm = Some("ES256".into());
+        assert!(c.check("docs").is_ok());
+        c.client_secret = Some("s".into());
+        assert!(err(c).contains("give one"));
+        assert_eq!(
+            err(cfg("enterprise")),
+            "server docs: auth.grant = \"enterprise\" needs auth.client_id and auth.idp_issuer and auth.idp_token_endpoint and auth.idp_client_id and auth.id_token"
+        );
+        assert!(err(cfg("password")).ends_with("not \"password\""));
+    }
 }

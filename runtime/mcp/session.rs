@@ -433,6 +433,7 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
         server: spec.name.clone(),
         roots: spec.roots.clone(),
         elicit: spec.elicit.clone(),
+        sampling: spec.sampling.as_ref().and_then(|s| s.sampler.clone()),
     };
     let failed = |message: String| McpError::Connect {
         server: spec.name.clone(),

@@ -41,6 +41,10 @@ pub struct ServerSpec {
     pub elicit: Option<super::elicit::Hook>,
     /// OAuth settings for a remote server (none: the defaults, and tokens only if stored).
     pub auth: Option<super::oauth::Auth>,
+    /// Whether a turn offers the server's resources as read-only tools (`resources = true`).
+    pub resources: bool,
+    /// Which use-type answers the server's `sampling/createMessage` (none: refused).
+    pub sampling: Option<super::sampling::Sampling>,
 }
 
 /// One server as the config file (and the `mcpServers` files) write it: `url` (with optional
@@ -64,6 +68,14 @@ pub struct ServerConfig {
     /// `[mcp.NAME.auth]`: OAuth settings for a remote server behind an authorization server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth: Option<super::oauth::AuthConfig>,
+    /// `resources = true`: a turn offers the server's resources as read-only tools
+    /// (`<server>__read_<resource>`, or `<server>__read_resource{ uri }`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<bool>,
+    /// `sampling = "helper"`: the server may ask that use-type's model (`sampling/createMessage`);
+    /// without it the server's requests are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sampling: Option<String>,
     /// Claude Desktop and `.mcp.json` write `"type": "http"` / `"stdio"` / `"sse"`; kept so an
     /// imported entry round-trips, and used only to refuse the old SSE transport.
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
@@ -114,6 +126,8 @@ impl ServerConfig {
                 config,
                 authorizer: None,
             }),
+            resources: self.resources.unwrap_or(false),
+            sampling: self.sampling.map(super::sampling::Sampling::new),
         })
     }
 }
@@ -124,6 +138,8 @@ impl ServerSpec {
         let mut c = ServerConfig {
             roots: self.roots.clone(),
             auth: self.auth.as_ref().map(|a| a.config.clone()),
+            resources: self.resources.then_some(true),
+            sampling: self.sampling.as_ref().map(|s| s.use_type.clone()),
             ..ServerConfig::default()
         };
         match &self.transport {

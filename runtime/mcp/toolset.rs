@@ -1,5 +1,6 @@
 //! A turn's MCP servers: all opened and listed at once, their tools made into turn tools named
-//! `<server>__<tool>`, and a report per server (a server that fails is reported and skipped; the
+//! `<server>__<tool>` (and, for a server whose spec says `resources = true`, its resources as
+//! read-only tools), and a report per server (a server that fails is reported and skipped; the
 //! turn goes on with the others).
 
 use std::collections::HashSet;
@@ -92,8 +93,15 @@ pub async fn open(specs: Vec<ServerSpec>, taken: &mut HashSet<String>) -> Opened
     for (name, result) in opened {
         match result {
             Ok((conn, listed)) => {
-                let (tools, report) = adopt(&conn, &listed, taken).await;
+                let (tools, mut report) = adopt(&conn, &listed, taken).await;
                 out.tools.extend(tools);
+                if conn.spec().resources {
+                    let readers = super::resource_tools::offer(&conn, taken).await;
+                    report
+                        .tools
+                        .extend(readers.iter().map(|t| t.spec.name.clone()));
+                    out.tools.extend(readers);
+                }
                 out.servers.push(report);
                 out.connections.push(conn);
             }

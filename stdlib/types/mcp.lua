@@ -33,6 +33,8 @@ mcp = {}
 ---@field roots? string[] what `roots/list` answers (URIs such as "file:///home/me/project")
 ---@field on_elicit? fun(req: mcp.ElicitRequest): mcp.ElicitAnswer answers the server's `elicitation/create` (none: declined)
 ---@field auth? mcp.Auth OAuth settings for a remote server
+---@field resources? boolean a turn offers the server's resources as read-only tools (`<server>__read_<resource>`, or `<server>__read_resource{ uri }` for many); default false
+---@field sampling? string the use-type whose model answers the server's `sampling/createMessage` (none: refused, and not offered)
 
 --- What a server asks the user (`elicitation/create`).
 ---@class mcp.ElicitRequest
@@ -54,7 +56,14 @@ mcp = {}
 ---@field client_metadata_url? string an HTTPS client ID metadata document
 ---@field client_name? string the name colony registers under (default "colony")
 ---@field scopes? string[] default: those the server's challenge or metadata name
----@field grant? "authorization_code"|"client_credentials"
+---@field grant? "authorization_code"|"client_credentials"|"enterprise" a person signs in (default); a service's own credentials; the enterprise's identity provider vouches for the person
+---@field private_key? string `client_credentials` without a secret: the client's private key (PEM), which signs a JWT for each token request
+---@field signing_algorithm? "RS256"|"RS384"|"RS512"|"ES256"|"ES384" the private key's algorithm
+---@field idp_issuer? string `enterprise`: the identity provider's issuer
+---@field idp_token_endpoint? string `enterprise`: its token endpoint
+---@field idp_client_id? string `enterprise`: colony's client there
+---@field idp_client_secret? string `enterprise`: that client's secret, if it has one
+---@field id_token? string `enterprise`: the person's ID token from the identity provider
 ---@field authorize? "headless" colony opens the page itself and takes its redirect (servers that approve without a person)
 ---@field on_authorize? fun(url: string): string sends the person to `url`; answers the URL the browser came back to
 ---@field redirect_uri? string where the authorization server sends the browser back (with `on_authorize`)
@@ -129,7 +138,7 @@ mcp = {}
 
 --- Connects (handshake included): a URL, or a table `{ command, args, env, cwd }`.
 ---@param target string|mcp.ServerSpec
----@param opts? { name?: string, headers?: table<string, string>, roots?: string[], on_elicit?: fun(req: mcp.ElicitRequest): mcp.ElicitAnswer, auth?: mcp.Auth }
+---@param opts? { name?: string, headers?: table<string, string>, roots?: string[], on_elicit?: fun(req: mcp.ElicitRequest): mcp.ElicitAnswer, auth?: mcp.Auth, resources?: boolean, sampling?: string }
 ---@return mcp.Connection? conn, mcp.Error? err
 function mcp.connect(target, opts) end
 
@@ -167,9 +176,11 @@ function mcp.close(conn) end
 function mcp.servers() end
 
 --- The tools of `colony tools refresh`'s cache, ready for `tools = {...}`; each server starts on
---- the first call of one of its tools. An empty list when there is no cache.
+--- the first call of one of its tools. An empty list when there is no cache. `on_elicit` answers
+--- these servers' questions (as `colony chat` asks the person at the terminal).
+---@param opts? { on_elicit?: fun(req: mcp.ElicitRequest): mcp.ElicitAnswer }
 ---@return ai.ToolValue[]
-function mcp.cached_tools() end
+function mcp.cached_tools(opts) end
 
 -- colony as an MCP server (`colony mcp serve FILE.lua`, `/mcp` on `colony serve`): what the
 -- program exports. Tools: `ai.tool{ ..., exportable = true }`; residents:

@@ -23,6 +23,22 @@ if scenario:find("^auth/") then
   if scenario:find("^auth/client%-credentials") then
     opts.auth.grant = "client_credentials"
     opts.auth.client_metadata_url = nil
+    if context.private_key_pem then
+      opts.auth.private_key = context.private_key_pem
+      opts.auth.signing_algorithm = context.signing_algorithm
+    end
+  end
+  if scenario == "auth/cross-app-access-complete-flow" then
+    -- The enterprise's identity provider has signed the person in: its ID token is exchanged.
+    opts.auth = {
+      grant = "enterprise",
+      client_id = context.client_id,
+      client_secret = context.client_secret,
+      idp_issuer = context.idp_issuer,
+      idp_token_endpoint = context.idp_token_endpoint,
+      idp_client_id = context.idp_client_id,
+      id_token = context.idp_id_token,
+    }
   end
 end
 if scenario == "elicitation-sep1034-client-defaults" then
