@@ -15,26 +15,11 @@ use support::mcp;
 use support::script::{Sandbox, project_root};
 
 /// The scenarios colony's server does not pass yet, and why.
-const NOT_YET: &[(&str, &str)] = &[
-    (
-        "tools-call-sampling",
-        "ctx.sample (a tool asking the client's model through sampling/createMessage) is not built yet",
-    ),
-    (
-        "tools-call-elicitation",
-        "ctx.elicit (a tool asking the client's user through elicitation/create) is not built yet",
-    ),
-    (
-        "elicitation-sep1034-defaults",
-        "ctx.elicit is not built yet",
-    ),
-    ("elicitation-sep1330-enums", "ctx.elicit is not built yet"),
-    (
-        "server-sse-polling",
-        "a tool cannot yet close its SSE stream mid-call for the client to resume with \
-         Last-Event-ID (SEP-1699's test_reconnection)",
-    ),
-];
+const NOT_YET: &[(&str, &str)] = &[(
+    "server-sse-polling",
+    "a tool cannot yet close its SSE stream mid-call for the client to resume with \
+     Last-Event-ID (SEP-1699's test_reconnection)",
+)];
 
 /// Every server scenario the installed suite lists.
 fn listed() -> Vec<String> {

@@ -1,8 +1,8 @@
 //! What a program offers as an MCP server, in Lua: `mcp.resource{...}`, `mcp.prompt{...}`,
 //! `export = true` on `ai.spawn`, and inside a tool handler called over MCP `ctx.progress` and
-//! `ctx.log`. Each only translates into the core's [`Exports`] (the server is
-//! [`crate::mcp::server`]); a tool made with `ai.tool{ exportable = true }` is added by
-//! [`exported_tool`].
+//! `ctx.log` (`ctx.sample` and `ctx.elicit` are in [`super::mcp_ask`]). Each only translates
+//! into the core's [`Exports`] (the server is [`crate::mcp::server`]); a tool made with
+//! `ai.tool{ exportable = true }` is added by [`exported_tool`].
 
 use mlua::{Function, Lua, Table, Value};
 
@@ -206,8 +206,11 @@ impl ResidentOffer {
 }
 
 /// Adds `progress(n, total?, message?)` and `log(level, data)` to the `ctx` of a call that
-/// came over MCP (its id says so); each answers whether the client was told.
+/// came over MCP (its id says so); each answers whether the client was told. `sample` and
+/// `elicit` are on every call's `ctx` ([`super::mcp_ask`]): outside MCP they answer
+/// `nil, { kind = "unsupported" }`.
 pub fn add_ctx(lua: &Lua, ctx: &Table, call_id: &str) -> mlua::Result<()> {
+    super::mcp_ask::add_ctx(lua, ctx, exports(lua), call_id)?;
     if !call_id.starts_with("mcp-") {
         return Ok(());
     }

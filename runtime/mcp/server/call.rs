@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
+use super::ask::Asker;
 use super::exports::{Exports, Report, Reporter, ResidentExport};
 use crate::residents::{DeliveryKind, Mail, Route};
 use crate::store::AuditEntry;
@@ -47,7 +48,8 @@ pub fn call_id() -> String {
     )
 }
 
-/// Runs `tool` with `args` for `caller`; its handler's reports go to `reporter`.
+/// Runs `tool` with `args` for `caller`; its handler's reports go to `reporter`, its questions
+/// (`ctx.sample`, `ctx.elicit`) to `asker`.
 pub async fn tool(
     route: &Route,
     exports: &Exports,
@@ -55,6 +57,7 @@ pub async fn tool(
     args: Map<String, Value>,
     caller: &Caller,
     reporter: Option<Reporter>,
+    asker: Option<Asker>,
 ) -> Outcome {
     let call = ToolCall {
         id: call_id(),
@@ -62,7 +65,7 @@ pub async fn tool(
         arguments: Value::Object(args).to_string(),
         opaque: None,
     };
-    let _reporting = reporter.map(|r| exports.reporting(&call.id, r));
+    let _reporting = reporter.map(|r| exports.reporting(&call.id, r, asker));
     let script = route.script();
     let tools = std::slice::from_ref(tool);
     let pin = Map::new();

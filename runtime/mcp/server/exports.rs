@@ -10,6 +10,7 @@ use dashmap::DashMap;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use super::ask::{Asker, Question, Unanswered};
 use crate::script::FnId;
 use crate::turn::ToolDef;
 
@@ -73,6 +74,14 @@ pub enum Report {
 /// Where a call's reports go (the client that made it).
 pub type Reporter = Arc<dyn Fn(Report) + Send + Sync>;
 
+/// The client of a call running now: where its reports go, and who answers its questions
+/// (`None` where nobody can, as for a resident's reply).
+#[derive(Clone)]
+struct Link {
+    reporter: Reporter,
+    asker: Option<Asker>,
+}
+
 /// Which of the lists changed, for `notifications/*/list_changed`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Changes {
@@ -92,8 +101,8 @@ struct Inner {
     resources: RwLock<Vec<ResourceExport>>,
     prompts: RwLock<Vec<PromptExport>>,
     changes: watch::Sender<Changes>,
-    /// The calls running now, by call id: where their handlers' reports go.
-    calls: DashMap<String, Reporter>,
+    /// The calls running now, by call id: their clients.
+    calls: DashMap<String, Link>,
     /// The program's main chunk has returned (what it exports at the start is all there).
     ready: watch::Sender<bool>,
 }
@@ -195,9 +204,16 @@ impl Exports {
         self.0.changes.subscribe()
     }
 
-    /// Routes the reports of call `call_id` to `to` until the returned guard is dropped.
-    pub fn reporting(&self, call_id: &str, to: Reporter) -> Reporting {
-        self.0.calls.insert(call_id.to_string(), to);
+    /// Routes the reports of call `call_id` to `to`, and its questions to `asker`, until the
+    /// returned guard is dropped.
+    pub fn reporting(&self, call_id: &str, to: Reporter, asker: Option<Asker>) -> Reporting {
+        self.0.calls.insert(
+            call_id.to_string(),
+            Link {
+                reporter: to,
+                asker,
+            },
+        );
         Reporting {
             exports: self.clone(),
             call_id: call_id.to_string(),
@@ -207,13 +223,27 @@ impl Exports {
     /// Hands `report` to the client of call `call_id`; `false` when nobody listens (the call
     /// did not come over MCP, or it has ended).
     pub fn report(&self, call_id: &str, report: Report) -> bool {
-        match self.0.calls.get(call_id) {
+        let to = self.0.calls.get(call_id).map(|l| l.reporter.clone());
+        match to {
             Some(to) => {
-                let to = to.clone();
                 to(report);
                 true
             }
             None => false,
+        }
+    }
+
+    /// Asks the client of call `call_id` `question`; [`Unanswered::Unsupported`] when there is
+    /// no client to ask (the call did not come over MCP, or it has ended).
+    pub async fn ask(&self, call_id: &str, question: Question) -> Result<Value, Unanswered> {
+        let asker = self.0.calls.get(call_id).and_then(|l| l.asker.clone());
+        match asker {
+            Some(ask) => ask(question).await,
+            None => Err(Unanswered::Unsupported(
+                "this call did not come over MCP (a model's turn or the program called the \
+                 tool), so there is no client to ask"
+                    .into(),
+            )),
         }
     }
 }
@@ -261,7 +291,7 @@ mod tests {
         let e = Exports::default();
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
         let sink = seen.clone();
-        let guard = e.reporting("c1", Arc::new(move |r| sink.lock().unwrap().push(r)));
+        let guard = e.reporting("c1", Arc::new(move |r| sink.lock().unwrap().push(r)), None);
         let log = Report::Log {
             level: "info".into(),
             data: Value::from("hi"),
@@ -271,5 +301,33 @@ mod tests {
         drop(guard);
         assert!(!e.report("c1", log.clone()));
         assert_eq!(*seen.lock().unwrap(), vec![log]);
+    }
+
+    #[tokio::test]
+    async fn a_question_reaches_the_calls_client_and_outside_a_call_nobody() {
+        let e = Exports::default();
+        let asker: Asker = Arc::new(|q| {
+            Box::pin(async move {
+                match q {
+                    Question::Sample(p) => Ok(serde_json::json!({ "heard": p })),
+                    Question::Elicit(_) => Err(Unanswered::Refused("no".into())),
+                }
+            })
+        });
+        let guard = e.reporting("c1", Arc::new(|_| {}), Some(asker));
+        let q = Question::Sample(Value::from("hi"));
+        assert_eq!(
+            e.ask("c1", q.clone()).await,
+            Ok(serde_json::json!({ "heard": "hi" }))
+        );
+        assert!(matches!(
+            e.ask("c2", q.clone()).await,
+            Err(Unanswered::Unsupported(_))
+        ));
+        drop(guard);
+        assert!(matches!(
+            e.ask("c1", q).await,
+            Err(Unanswered::Unsupported(_))
+        ));
     }
 }

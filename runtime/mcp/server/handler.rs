@@ -22,6 +22,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use super::ask::{self, Asker};
 use super::call::{self, Caller, Outcome};
 use super::content;
 use super::exports::{Exports, Report, Reporter};
@@ -105,6 +106,8 @@ fn rank(level: LoggingLevel) -> u8 {
 struct Notifier {
     reporter: Reporter,
     drained: tokio::task::JoinHandle<()>,
+    /// Asks this call's client (`ctx.sample`, `ctx.elicit`), on the call's own stream.
+    asker: Asker,
 }
 
 impl Server {
@@ -144,6 +147,7 @@ impl Server {
                 let _ = tx.send(r);
             }),
             drained,
+            asker: ask::asker(context.peer.clone(), context.id.clone()),
         }
     }
 
@@ -378,6 +382,7 @@ impl ServerHandler for Server {
                         args,
                         &caller,
                         Some(notifier.reporter.clone()),
+                        Some(notifier.asker.clone()),
                     )
                     .await
                 }
@@ -401,7 +406,9 @@ impl ServerHandler for Server {
                 is_error: true,
             },
         };
-        let Notifier { reporter, drained } = notifier;
+        let Notifier {
+            reporter, drained, ..
+        } = notifier;
         drop(reporter);
         let _ = drained.await;
         result(outcome)

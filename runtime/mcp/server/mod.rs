@@ -3,6 +3,7 @@
 //! and prompts, served on `rmcp`'s server over stdio (`colony mcp serve`) or Streamable HTTP
 //! (`/mcp` on `colony serve`).
 //!
+//! - [`ask`]: what a handler asks its client (`ctx.sample`, `ctx.elicit`).
 //! - [`exports`]: what a program offers, filled by its host as the script runs.
 //! - [`handler`]: the session's [`rmcp::ServerHandler`] over the programs' offers.
 //! - [`call`]: one `tools/call` (arguments checked against the schema before any handler runs,
@@ -12,12 +13,14 @@
 //!
 //! The core never reaches the script here but through [`crate::script::Script`].
 
+pub mod ask;
 pub mod call;
 pub mod content;
 pub mod exports;
 pub mod handler;
 pub mod stdio;
 
+pub use ask::{Asker, Question, Unanswered};
 pub use call::Caller;
 pub use exports::{Exports, Report, ResidentExport};
 pub use handler::{Offer, One, Programs, Server};
