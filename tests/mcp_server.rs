@@ -475,9 +475,22 @@ fn a_declined_question_is_an_answer_and_a_client_without_the_capability_is_not_a
         "{message}"
     );
     assert_eq!(report["asked"].as_array().unwrap().len(), 1, "{report}");
-    // A client that declares neither is asked nothing.
-    let report = python_answering(&sb, None, json!([["ask_user", { "who": "Ana" }]]));
+    // A client that declares neither is asked nothing; over stdio there is no SSE stream to close.
+    let report = python_answering(
+        &sb,
+        None,
+        json!([["ask_user", { "who": "Ana" }], ["close_stream", {}]]),
+    );
     let answers = answers_of(&report);
+    assert_eq!(answers[1]["closed"], false, "{report}");
+    assert_eq!(answers[1]["error"], "unsupported", "{report}");
+    assert!(
+        answers[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no SSE stream to close"),
+        "{report}"
+    );
     assert_eq!(answers[0]["error"], "unsupported", "{report}");
     assert!(
         answers[0]["message"]

@@ -12,12 +12,11 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use super::auth::{self, Guard};
 use super::service::Service;
-use crate::mcp::server::{Caller, Offer, Programs, Server, call};
+use crate::mcp::server::{Caller, Offer, Programs, Server, Streams, call};
 
 /// The programs the service hosts now (a restarted one brings its new exports).
 struct Hosted(Arc<Service>);
@@ -50,9 +49,13 @@ pub fn routes(service: Arc<Service>, guard: Guard) -> Router<Arc<Service>> {
         }
         .into(),
     );
+    let streams = Arc::new(Streams::default());
     let factory = {
-        let programs = programs.clone();
-        move || Ok(Server::new(programs.clone(), caller.clone(), "colony"))
+        let (programs, streams) = (programs.clone(), streams.clone());
+        move || {
+            Ok(Server::new(programs.clone(), caller.clone(), "colony")
+                .with_streams(streams.clone()))
+        }
     };
     let mut config = StreamableHttpServerConfig::default();
     // Without a token the service listens on loopback only, and rmcp's own `Host` check (the
@@ -60,7 +63,7 @@ pub fn routes(service: Arc<Service>, guard: Guard) -> Router<Arc<Service>> {
     if guard.has_token() {
         config = config.disable_allowed_hosts();
     }
-    let mcp = StreamableHttpService::new(factory, Arc::new(LocalSessionManager::default()), config);
+    let mcp = StreamableHttpService::new(factory, streams, config);
     Router::new()
         .route_service("/mcp", mcp)
         .layer(from_fn_with_state(Gate { guard, programs }, gate))

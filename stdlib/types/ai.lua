@@ -169,6 +169,7 @@ function ai.parallel(...) end
 ---@field workspace? string
 ---@field progress? fun(n: number, total?: number, message?: string): boolean tells the client how far the call is (true when it was told)
 ---@field log? fun(level: "debug"|"info"|"notice"|"warning"|"error"|"critical"|"alert"|"emergency", data: any): boolean `notifications/message` (true when it was told)
+---@field close_stream? fun(retry?: number): boolean?, mcp.Error? only over MCP: closes this call's SSE stream mid-call (SSE polling), asking the client to resume it after `retry` seconds (1 by default); the answer reaches it there. `nil, { kind = "unsupported" }` over stdio
 ---@field sample fun(spec: mcp.SampleSpec): mcp.SampleResult?, mcp.Error? asks the client's model (`sampling/createMessage`)
 ---@field elicit fun(spec: mcp.ElicitSpec): mcp.ElicitResult?, mcp.Error? asks the client's user (`elicitation/create`); a decline or cancel is a result, not an error
 

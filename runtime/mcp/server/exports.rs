@@ -74,12 +74,22 @@ pub enum Report {
 /// Where a call's reports go (the client that made it).
 pub type Reporter = Arc<dyn Fn(Report) + Send + Sync>;
 
-/// The client of a call running now: where its reports go, and who answers its questions
-/// (`None` where nobody can, as for a resident's reply).
+/// Closes a call's SSE stream mid-call, asking its client to come back after the duration
+/// (SSE polling, SEP-1699); `Err` says why it cannot.
+pub type Closer = Arc<
+    dyn Fn(std::time::Duration) -> futures::future::BoxFuture<'static, Result<(), String>>
+        + Send
+        + Sync,
+>;
+
+/// The client of a call running now: where its reports go, who answers its questions, and how
+/// its stream is closed (`None` where nobody can: a resident's reply asks nothing, stdio has no
+/// stream to close).
 #[derive(Clone)]
-struct Link {
-    reporter: Reporter,
-    asker: Option<Asker>,
+pub struct Client {
+    pub reporter: Reporter,
+    pub asker: Option<Asker>,
+    pub closer: Option<Closer>,
 }
 
 /// Which of the lists changed, for `notifications/*/list_changed`.
@@ -102,7 +112,7 @@ struct Inner {
     prompts: RwLock<Vec<PromptExport>>,
     changes: watch::Sender<Changes>,
     /// The calls running now, by call id: their clients.
-    calls: DashMap<String, Link>,
+    calls: DashMap<String, Client>,
     /// The program's main chunk has returned (what it exports at the start is all there).
     ready: watch::Sender<bool>,
 }
@@ -204,16 +214,10 @@ impl Exports {
         self.0.changes.subscribe()
     }
 
-    /// Routes the reports of call `call_id` to `to`, and its questions to `asker`, until the
-    /// returned guard is dropped.
-    pub fn reporting(&self, call_id: &str, to: Reporter, asker: Option<Asker>) -> Reporting {
-        self.0.calls.insert(
-            call_id.to_string(),
-            Link {
-                reporter: to,
-                asker,
-            },
-        );
+    /// Routes the reports and questions of call `call_id` to `client` until the returned guard
+    /// is dropped.
+    pub fn reporting(&self, call_id: &str, client: Client) -> Reporting {
+        self.0.calls.insert(call_id.to_string(), client);
         Reporting {
             exports: self.clone(),
             call_id: call_id.to_string(),
@@ -244,6 +248,22 @@ impl Exports {
                  tool), so there is no client to ask"
                     .into(),
             )),
+        }
+    }
+
+    /// Closes the SSE stream of call `call_id` (the client resumes it after `retry`).
+    pub async fn close_stream(
+        &self,
+        call_id: &str,
+        retry: std::time::Duration,
+    ) -> Result<(), String> {
+        let closer = self.0.calls.get(call_id).and_then(|l| l.closer.clone());
+        match closer {
+            Some(close) => close(retry).await,
+            None => Err(
+                "this call has no SSE stream to close (it did not come over Streamable HTTP)"
+                    .into(),
+            ),
         }
     }
 }
@@ -291,7 +311,14 @@ mod tests {
         let e = Exports::default();
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
         let sink = seen.clone();
-        let guard = e.reporting("c1", Arc::new(move |r| sink.lock().unwrap().push(r)), None);
+        let guard = e.reporting(
+            "c1",
+            Client {
+                reporter: Arc::new(move |r| sink.lock().unwrap().push(r)),
+                asker: None,
+                closer: None,
+            },
+        );
         let log = Report::Log {
             level: "info".into(),
             data: Value::from("hi"),
@@ -314,7 +341,14 @@ mod tests {
                 }
             })
         });
-        let guard = e.reporting("c1", Arc::new(|_| {}), Some(asker));
+        let guard = e.reporting(
+            "c1",
+            Client {
+                reporter: Arc::new(|_| {}),
+                asker: Some(asker),
+                closer: None,
+            },
+        );
         let q = Question::Sample(Value::from("hi"));
         assert_eq!(
             e.ask("c1", q.clone()).await,

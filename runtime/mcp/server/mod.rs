@@ -10,6 +10,8 @@
 //!   the caller in the audit log).
 //! - [`content`]: resources, templates and prompts made by the script's functions.
 //! - [`stdio`]: one program on stdin and stdout.
+//! - [`streams`]: the Streamable HTTP sessions, with a call's stream closed mid-call and
+//!   resumed (SSE polling).
 //!
 //! The core never reaches the script here but through [`crate::script::Script`].
 
@@ -19,8 +21,10 @@ pub mod content;
 pub mod exports;
 pub mod handler;
 pub mod stdio;
+pub mod streams;
 
 pub use ask::{Asker, Question, Unanswered};
 pub use call::Caller;
-pub use exports::{Exports, Report, ResidentExport};
+pub use exports::{Client, Exports, Report, ResidentExport};
 pub use handler::{Offer, One, Programs, Server};
+pub use streams::Streams;

@@ -29,3 +29,11 @@ ai.tool{
     return { action = r.action, content = r.content }
   end,
 }
+ai.tool{
+  name = "close_stream", description = "Closes its SSE stream (not over stdio)", exportable = true,
+  parameters = {},
+  handler = function(_, ctx)
+    local closed, err = ctx.close_stream()
+    return { closed = closed or false, error = err and err.kind, message = err and err.message }
+  end,
+}

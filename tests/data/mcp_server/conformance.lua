@@ -156,3 +156,12 @@ tool("test_elicitation_sep1330_enums", "Asks with each kind of enum", function(_
   if not r then return nil, err end
   return "Elicitation completed: action=" .. r.action .. ", content=" .. json.encode(r.content or {})
 end)
+
+-- SSE polling (SEP-1699): the tool closes its stream mid-call; the client resumes it with
+-- Last-Event-ID and the answer comes on the resumed stream.
+tool("test_reconnection", "Closes its SSE stream mid-call", function(_, ctx)
+  local closed, err = ctx.close_stream(0.1)
+  if not closed then return nil, err end
+  ai.sleep(0.1)
+  return "Reconnection test completed successfully"
+end)
