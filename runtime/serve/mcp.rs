@@ -1,9 +1,10 @@
 //! `/mcp` on `colony serve`: the hosted programs' exports over Streamable HTTP, on `rmcp`'s
 //! server (sessions with `Mcp-Session-Id`, SSE answers with priming events and `Last-Event-ID`
 //! resumption, `DELETE` to end a session, `405` for what is not offered). It shares the
-//! service's bearer token and `Origin` rule; a request refused by either is audited in every
-//! program's log, and a caller admitted is named in the audit lines of its calls (`mcp:token`
-//! with a token, `mcp:loopback` without).
+//! service's bearer tokens, `Origin` rule and per-caller rate limits; a request refused by any is
+//! audited in every program's log, and a caller admitted is named in the audit lines of its
+//! calls by its token's name (`mcp:alice`; `mcp:token` for a single unnamed token,
+//! `mcp:loopback` without one).
 
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use super::auth::{self, Guard};
+use super::rate;
 use super::service::Service;
 use crate::mcp::server::{Caller, Offer, Programs, Server, Streams, call};
 
@@ -36,6 +38,16 @@ impl Programs for Hosted {
 struct Gate {
     guard: Guard,
     programs: Arc<Hosted>,
+}
+
+impl Gate {
+    /// Audits a refusal in every program's log, under `who` (`http` before a token is known).
+    fn audit_refusal(&self, who: &str, kind: &str, message: &str) {
+        let who = Caller(who.into());
+        for offer in self.programs.offers() {
+            call::refused(&offer.route, &who, "(mcp)", kind, message);
+        }
+    }
 }
 
 /// The `/mcp` route, to merge into the service's router.
@@ -94,10 +106,7 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         None
     };
     if let Some((status, kind, message)) = refusal {
-        let who = Caller("http".into());
-        for offer in gate.programs.offers() {
-            call::refused(&offer.route, &who, "(mcp)", kind, &message);
-        }
+        gate.audit_refusal("http", kind, &message);
         let mut answer = auth::refuse(status, kind, &message).into_response();
         if status == StatusCode::UNAUTHORIZED {
             answer.headers_mut().insert(
@@ -107,14 +116,19 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         }
         return answer;
     }
-    let caller = Caller(
-        if gate.guard.has_token() {
-            "token"
-        } else {
-            "loopback"
-        }
-        .into(),
-    );
-    request.extensions_mut().insert(caller);
+    // The caller is its token's name (`token` for a single unnamed one), `loopback` without.
+    let name = gate.guard.caller(request.headers()).map(str::to_string);
+    let limited = name.as_deref().unwrap_or(auth::Caller::LOCAL);
+    if let Some(answer) = rate::over(&gate.programs.0, limited) {
+        gate.audit_refusal(
+            name.as_deref().unwrap_or("loopback"),
+            "rate_limited",
+            &format!("a request of caller {limited:?} over its rate limit was refused"),
+        );
+        return answer;
+    }
+    request
+        .extensions_mut()
+        .insert(Caller(name.unwrap_or_else(|| "loopback".into())));
     next.run(request).await
 }
