@@ -470,3 +470,59 @@ fn named_tokens_name_their_callers_in_the_audit_log_and_in_the_rate_limits() {
         );
     }
 }
+
+#[test]
+fn with_an_authorization_server_the_protected_resource_metadata_is_published_and_named_on_401() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let config = std::fs::read_to_string(sb.path("config.toml")).unwrap()
+        + "[serve]\nauthorization_servers = [\"https://auth.example\"]\nscopes = [\"mcp:tools\"]\n";
+    sb.write("config.toml", &config);
+    let served = serve(&sb, true);
+    let resource = format!("{}/mcp", served.url);
+    let at = format!("{}/.well-known/oauth-protected-resource/mcp", served.url);
+    for path in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ] {
+        let r = served.get_with(path, &[], true);
+        assert_eq!(r.status, 200, "{path}: {}", r.text);
+        assert_eq!(r.json["resource"], resource.as_str(), "{}", r.text);
+        assert_eq!(
+            r.json["authorization_servers"],
+            json!(["https://auth.example"])
+        );
+        assert_eq!(r.json["scopes_supported"], json!(["mcp:tools"]));
+        assert_eq!(r.json["bearer_methods_supported"], json!(["header"]));
+    }
+    let raw = Raw::new(&served);
+    let r = raw.post(&[], initialize("2025-11-25"));
+    assert_eq!(r.status, 401, "{}", r.text);
+    assert_eq!(
+        r.headers["www-authenticate"],
+        format!("Bearer resource_metadata=\"{at}\"").as_str()
+    );
+    // The configured token is still what admits a caller.
+    let r = raw.post(&[("authorization", BEARER)], initialize("2025-11-25"));
+    assert_eq!(r.status, 200, "{}", r.text);
+}
+
+#[test]
+fn without_an_authorization_server_there_is_no_metadata_and_a_bad_one_is_refused_at_start() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let served = serve(&sb, true);
+    let r = served.get_with("/.well-known/oauth-protected-resource", &[], true);
+    assert_eq!(r.status, 404, "{}", r.text);
+    drop(served);
+    let config = std::fs::read_to_string(sb.path("config.toml")).unwrap()
+        + "[serve]\nauthorization_servers = [\"http://auth.example\"]\n";
+    sb.write("config.toml", &config);
+    let run = sb.colony(&["serve", "--listen", "127.0.0.1:0", &program()]);
+    assert_ne!(run.code, 0);
+    assert!(
+        run.stderr.contains("authorization_servers") && run.stderr.contains("https"),
+        "{}",
+        run.stderr
+    );
+}

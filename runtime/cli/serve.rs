@@ -76,6 +76,12 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
             "colony serve: --listen {listen:?} is not an address (IP:PORT, e.g. 127.0.0.1:7878)"
         ))
     })?;
+    serve::protected_resource::check(&settings).map_err(|e| {
+        Failure::input(format!(
+            "colony serve: {}: {e}",
+            crate::config::path().display()
+        ))
+    })?;
     let tokens = tokens(&args, settings.token_file.as_deref())?;
     if tokens.is_empty() && !addr.ip().is_loopback() {
         return Err(Failure::input(format!(

@@ -16,8 +16,8 @@ use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use super::auth::{self, Guard};
-use super::rate;
 use super::service::Service;
+use super::{protected_resource, rate};
 use crate::mcp::server::{Caller, Offer, Programs, Server, Streams, call};
 
 /// The programs the service hosts now (a restarted one brings its new exports).
@@ -109,10 +109,10 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         gate.audit_refusal("http", kind, &message);
         let mut answer = auth::refuse(status, kind, &message).into_response();
         if status == StatusCode::UNAUTHORIZED {
-            answer.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                "Bearer".parse().expect("a header"),
-            );
+            let challenge = protected_resource::challenge(&gate.programs.0, request.headers());
+            answer
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, challenge);
         }
         return answer;
     }
