@@ -118,8 +118,9 @@ pub struct StoreConfig {
     pub url: Option<String>,
 }
 
-/// `[serve]`: `listen = "127.0.0.1:7878"`, `token_file = "..."`, and `[[serve.programs]]`
-/// tables (`file`, `args`, `state`).
+/// `[serve]`: `listen = "127.0.0.1:7878"`, `token_file = "..."`, `authorization_servers`,
+/// `resource_url` and `scopes` (`/mcp`'s OAuth metadata), and `[[serve.programs]]` tables
+/// (`file`, `args`, `state`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServeConfig {
@@ -127,6 +128,16 @@ pub struct ServeConfig {
     pub listen: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_file: Option<PathBuf>,
+    /// OAuth 2.1 authorization servers for `/mcp`, published in its protected-resource metadata
+    /// (RFC 9728); colony does not validate the tokens they issue.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub authorization_servers: Vec<String>,
+    /// `/mcp`'s URL as clients reach it (behind a proxy); default `http://HOST/mcp`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource_url: Option<String>,
+    /// The scopes the metadata lists (`scopes_supported`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub programs: Vec<ServeProgram>,
 }

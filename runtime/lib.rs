@@ -78,7 +78,9 @@
 //!   permissions checked by those modules, and wrappers around `io`, `os` and `load`.
 //!   `watchdog`: the instruction-count hook that stops code that never waits (deadlines, signals).
 //!   `store`: the program's store by workspace. `mcp`: `connect`/`tools`/`call`/`close`/`servers`/
-//!   `cached_tools`, and the server specs that `mcp = {...}` on turns and residents shares.
+//!   `cached_tools`, and the server specs that `mcp = {...}` on turns and residents shares;
+//!   `mcp_export` what a program offers as an MCP server, `mcp_ask` a handler's `ctx.sample` and
+//!   `ctx.elicit`.
 //!   `json`. `term`: the terminal for front ends (line editor, Markdown rendering, spinner,
 //!   Ctrl-C that cancels a call in flight); `colony`: colony's own commands, scripts, examples
 //!   and config.

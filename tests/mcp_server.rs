@@ -456,3 +456,173 @@ fn a_served_program_is_denied_by_default_and_granted_by_flag_or_by_its_serve_ent
         json!(["mcp", "serve", allow, peek])
     );
 }
+
+fn asking() -> String {
+    project_root()
+        .join("tests/data/mcp_server/asking.lua")
+        .display()
+        .to_string()
+}
+
+/// The Python SDK's client against tests/data/mcp_server/asking.lua over stdio, answering the
+/// server's sampling and elicitation requests as `answers` says (`None`: it declares neither).
+fn python_answering(sb: &Sandbox, answers: Option<Value>, calls: Value) -> Value {
+    let mut cmd = Command::new(mcp::python());
+    cmd.arg(project_root().join("tests/support/mcp/sdk_client.py"))
+        .arg("stdio")
+        .args([
+            env!("CARGO_BIN_EXE_colony"),
+            "mcp",
+            "serve",
+            "--state",
+            &state(sb),
+            &asking(),
+        ]);
+    if let Some(a) = answers {
+        cmd.env("ANSWERS", a.to_string());
+    }
+    client(sb, cmd, calls)
+}
+
+/// Each call's text read as JSON.
+fn answers_of(report: &Value) -> Vec<Value> {
+    report["calls"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            assert_eq!(c["is_error"], false, "{report}");
+            serde_json::from_str(c["text"].as_str().unwrap())
+                .unwrap_or_else(|e| panic!("not JSON ({e}): {report}"))
+        })
+        .collect()
+}
+
+#[test]
+fn a_tool_asks_the_python_clients_model_and_user_and_gets_their_answers() {
+    let sb = Sandbox::new();
+    let report = python_answering(
+        &sb,
+        Some(json!({
+            "sampling": "Lisbon",
+            "elicitation": { "action": "accept", "content": { "city": "Porto", "days": 2 } }
+        })),
+        json!([
+            ["ask_model", { "question": "Capital of Portugal?" }],
+            ["ask_user", { "who": "Ana" }]
+        ]),
+    );
+    let answers = answers_of(&report);
+    assert_eq!(
+        answers[0],
+        json!({ "text": "Lisbon", "model": "py-model", "role": "assistant", "stop_reason": "endTurn" })
+    );
+    assert_eq!(
+        answers[1],
+        json!({ "action": "accept", "content": { "city": "Porto", "days": 2 } })
+    );
+    // What the client was asked, as the handler said it.
+    let asked = report["asked"].as_array().unwrap();
+    assert_eq!(asked.len(), 2, "{report}");
+    let s = &asked[0]["sampling"];
+    assert_eq!(
+        s["messages"],
+        json!([{ "role": "user", "content": { "type": "text", "text": "Capital of Portugal?" } }]),
+        "{s}"
+    );
+    assert_eq!(s["systemPrompt"], "Answer in one word.", "{s}");
+    assert_eq!(s["maxTokens"], 20, "{s}");
+    assert_eq!(s["temperature"], 0.5, "{s}");
+    assert_eq!(
+        s["modelPreferences"]["hints"],
+        json!([{ "name": "small" }]),
+        "{s}"
+    );
+    // rmcp carries priorities and temperature as f32: values a binary fraction holds exactly.
+    assert_eq!(s["modelPreferences"]["speedPriority"], 0.75, "{s}");
+    let e = &asked[1]["elicitation"];
+    assert_eq!(e["message"], "Which city, Ana?", "{e}");
+    let schema = &e["requestedSchema"];
+    assert_eq!(schema["type"], "object", "{e}");
+    assert_eq!(schema["required"], json!(["city"]), "{e}");
+    assert_eq!(schema["properties"]["days"]["default"], 3, "{e}");
+    assert_eq!(schema["properties"]["city"]["type"], "string", "{e}");
+}
+
+#[test]
+fn a_declined_question_is_an_answer_and_a_client_without_the_capability_is_not_asked() {
+    let sb = Sandbox::new();
+    // Elicitation only: the user declines; sampling was never declared.
+    let report = python_answering(
+        &sb,
+        Some(json!({ "elicitation": { "action": "decline" } })),
+        json!([["ask_user", { "who": "Ana" }], ["ask_model", { "question": "?" }]]),
+    );
+    let answers = answers_of(&report);
+    assert_eq!(answers[0], json!({ "action": "decline" }));
+    assert_eq!(answers[1]["error"], "unsupported", "{report}");
+    let message = answers[1]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("ctx.sample:") && message.contains("no sampling capability"),
+        "{message}"
+    );
+    assert_eq!(report["asked"].as_array().unwrap().len(), 1, "{report}");
+    // A client that declares neither is asked nothing; over stdio there is no SSE stream to close.
+    let report = python_answering(
+        &sb,
+        None,
+        json!([["ask_user", { "who": "Ana" }], ["close_stream", {}]]),
+    );
+    let answers = answers_of(&report);
+    assert_eq!(answers[1]["closed"], false, "{report}");
+    assert_eq!(answers[1]["error"], "unsupported", "{report}");
+    assert!(
+        answers[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no SSE stream to close"),
+        "{report}"
+    );
+    assert_eq!(answers[0]["error"], "unsupported", "{report}");
+    assert!(
+        answers[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no elicitation capability"),
+        "{report}"
+    );
+    assert_eq!(report["asked"], json!([]));
+}
+
+#[test]
+fn in_a_models_turn_there_is_no_client_to_ask_and_a_bad_question_raises() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "ask", json!({})));
+    fake.push(Reply::text("done"));
+    let sb = sandbox(&fake);
+    let run = sb
+        .lua(
+            r#"local t = ai.tool{ name = "ask", parameters = {}, handler = function(_, ctx)
+                 local a, e1 = ctx.sample{ prompt = "hi" }
+                 local b, e2 = ctx.elicit{ message = "hi", schema = { properties = {} } }
+                 local ok, bad = pcall(ctx.sample, { promt = "typo" })
+                 local ok2, bad2 = pcall(ctx.elicit, { message = "hi" })
+                 return table.concat({ tostring(a), tostring(b), e1.kind, e2.kind, e1.message,
+                   tostring(ok), tostring(bad), tostring(ok2), tostring(bad2) }, "\n")
+               end }
+               local r = ai.run{ prompt = "go", tools = { t } }
+               print(r.text)"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout.trim(), "done");
+    let result = support::model_calls(&fake)[1].to_string();
+    for expected in [
+        r"nil\nnil\nunsupported\nunsupported\nctx.sample: this call did not come over MCP",
+        r"false\n",
+        r#"ctx.sample: unknown field \"promt\""#,
+        "ctx.elicit: schema",
+    ] {
+        assert!(result.contains(expected), "{expected} in {result}");
+    }
+}

@@ -399,3 +399,130 @@ fn without_a_token_the_loopback_service_serves_mcp_to_loopback_callers() {
     assert_ne!(r.status, 200, "{}", r.text);
     drop(served);
 }
+
+#[test]
+fn named_tokens_name_their_callers_in_the_audit_log_and_in_the_rate_limits() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let file = sb
+        .write(
+            "tokens",
+            "# one a line\nalice: tok-alice-1f2e3d\nbob: tok-bob-9c8d7e\n",
+        )
+        .display()
+        .to_string();
+    // Alice may make three requests a minute (a session's initialize, initialized, one call).
+    let toml = format!(
+        "[rate.callers]\nalice = \"3/min\"\n[[serve.programs]]\nfile = \"{}\"\nstate = \"{}\"\n",
+        program(),
+        state(&sb)
+    );
+    let config = std::fs::read_to_string(sb.path("config.toml")).unwrap() + &toml;
+    sb.write("config.toml", &config);
+    let served = Served::start(&sb, &["--token-file", &file]);
+    let raw = Raw::new(&served);
+    let version = ("mcp-protocol-version", "2025-11-25");
+    let call = |n: u64| json!({"jsonrpc":"2.0","id":n,"method":"tools/call","params":{"name":"add","arguments":{"a":n,"b":1}}});
+    let mut last = Vec::new();
+    for token in ["tok-alice-1f2e3d", "tok-bob-9c8d7e"] {
+        let bearer = format!("Bearer {token}");
+        let auth = ("authorization", bearer.as_str());
+        let r = raw.post(&[auth], initialize("2025-11-25"));
+        assert_eq!(r.status, 200, "{token}: {}", r.text);
+        let session = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+        let sid = ("mcp-session-id", session.as_str());
+        let r = raw.post(
+            &[auth, sid, version],
+            json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+        );
+        assert_eq!(r.status, 202, "{token}: {}", r.text);
+        let r = raw.post(&[auth, sid, version], call(2));
+        assert_eq!(r.status, 200, "{token}: {}", r.text);
+        assert!(r.text.contains("sum"), "{token}: {}", r.text);
+        // The fourth request: over alice's limit, within bob's (who has none).
+        let r = raw.post(&[auth, sid, version], call(3));
+        last.push((r.status, r.headers.get("retry-after").is_some(), r.text));
+    }
+    assert_eq!((last[0].0, last[0].1), (429, true), "{}", last[0].2);
+    assert!(last[0].2.contains("alice"), "{}", last[0].2);
+    assert_eq!(last[1].0, 200, "{}", last[1].2);
+    // A token nobody was given.
+    let r = raw.post(
+        &[("authorization", "Bearer tok-carol-000000")],
+        initialize("2025-11-25"),
+    );
+    assert_eq!(r.status, 401, "{}", r.text);
+    let log = audit_after(&sb, served);
+    let rows = |who: &str, what: &str| {
+        log.lines()
+            .filter(|l| l.contains(who) && l.contains(what))
+            .count()
+    };
+    assert_eq!(rows("mcp:alice", " add "), 1, "{log}");
+    assert_eq!(rows("mcp:bob", " add "), 2, "{log}");
+    assert_eq!(rows("mcp:alice", "rate_limited"), 1, "{log}");
+    assert_eq!(rows("mcp:bob", "rate_limited"), 0, "{log}");
+    assert_eq!(rows("mcp:http", "unauthorized"), 1, "{log}");
+    for secret in ["tok-alice", "tok-bob", "tok-carol"] {
+        assert!(
+            !log.contains(secret),
+            "a token reached the audit log: {log}"
+        );
+    }
+}
+
+#[test]
+fn with_an_authorization_server_the_protected_resource_metadata_is_published_and_named_on_401() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let config = std::fs::read_to_string(sb.path("config.toml")).unwrap()
+        + "[serve]\nauthorization_servers = [\"https://auth.example\"]\nscopes = [\"mcp:tools\"]\n";
+    sb.write("config.toml", &config);
+    let served = serve(&sb, true);
+    let resource = format!("{}/mcp", served.url);
+    let at = format!("{}/.well-known/oauth-protected-resource/mcp", served.url);
+    for path in [
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-protected-resource",
+    ] {
+        let r = served.get_with(path, &[], true);
+        assert_eq!(r.status, 200, "{path}: {}", r.text);
+        assert_eq!(r.json["resource"], resource.as_str(), "{}", r.text);
+        assert_eq!(
+            r.json["authorization_servers"],
+            json!(["https://auth.example"])
+        );
+        assert_eq!(r.json["scopes_supported"], json!(["mcp:tools"]));
+        assert_eq!(r.json["bearer_methods_supported"], json!(["header"]));
+    }
+    let raw = Raw::new(&served);
+    let r = raw.post(&[], initialize("2025-11-25"));
+    assert_eq!(r.status, 401, "{}", r.text);
+    assert_eq!(
+        r.headers["www-authenticate"],
+        format!("Bearer resource_metadata=\"{at}\"").as_str()
+    );
+    // The configured token is still what admits a caller.
+    let r = raw.post(&[("authorization", BEARER)], initialize("2025-11-25"));
+    assert_eq!(r.status, 200, "{}", r.text);
+}
+
+#[test]
+fn without_an_authorization_server_there_is_no_metadata_and_a_bad_one_is_refused_at_start() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let served = serve(&sb, true);
+    let r = served.get_with("/.well-known/oauth-protected-resource", &[], true);
+    assert_eq!(r.status, 404, "{}", r.text);
+    drop(served);
+    let config = std::fs::read_to_string(sb.path("config.toml")).unwrap()
+        + "[serve]\nauthorization_servers = [\"http://auth.example\"]\n";
+    sb.write("config.toml", &config);
+    let run = sb.colony(&["serve", "--listen", "127.0.0.1:0", &program()]);
+    assert_ne!(run.code, 0);
+    assert!(
+        run.stderr.contains("authorization_servers") && run.stderr.contains("https"),
+        "{}",
+        run.stderr
+    );
+}

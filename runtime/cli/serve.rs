@@ -14,6 +14,7 @@ use std::sync::Arc;
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::{Cassettes, Failure, build_core};
+use crate::serve::auth::read_tokens;
 use crate::serve::{self, Guard, Launch, Programs, Service};
 use crate::store::state_dir;
 
@@ -24,7 +25,9 @@ use crate::store::state_dir;
 /// `allow_env`, `allow_all`); SIGHUP starts those added and stops those removed. A program
 /// reaches nothing beyond model providers and configured MCP servers unless allowed (the
 /// --allow-* flags below, for the FILEs given). The token (`--token-file`, else COLONY_SERVE_TOKEN, else `[serve] token_file`)
-/// is asked of every request but /healthz and /readyz; it is required off loopback.
+/// is asked of every request but /healthz and /readyz; it is required off loopback. A token file
+/// may name several tokens, one a line as `NAME: TOKEN`; a caller is known by its token's name
+/// (`token` for a single unnamed one) in the audit log and in `[rate.callers]`.
 #[derive(clap::Args)]
 pub struct Args {
     #[command(flatten)]
@@ -32,7 +35,8 @@ pub struct Args {
     /// The address to listen on (default `[serve] listen`, else 127.0.0.1:7878; port 0 picks one).
     #[arg(long, value_name = "ADDR")]
     listen: Option<String>,
-    /// A file holding the bearer token (its first line).
+    /// A file holding the bearer token (its first line), or several, one a line as `NAME: TOKEN`:
+    /// NAME is the caller in the audit log (`mcp:NAME`) and in `[rate.callers]`.
     #[arg(long, value_name = "FILE")]
     token_file: Option<PathBuf>,
     /// How log lines on stderr are written: `text`, or `json` (one object a line, for journald
@@ -72,8 +76,14 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
             "colony serve: --listen {listen:?} is not an address (IP:PORT, e.g. 127.0.0.1:7878)"
         ))
     })?;
-    let token = token(&args, settings.token_file.as_deref())?;
-    if token.is_none() && !addr.ip().is_loopback() {
+    serve::protected_resource::check(&settings).map_err(|e| {
+        Failure::input(format!(
+            "colony serve: {}: {e}",
+            crate::config::path().display()
+        ))
+    })?;
+    let tokens = tokens(&args, settings.token_file.as_deref())?;
+    if tokens.is_empty() && !addr.ip().is_loopback() {
         return Err(Failure::input(format!(
             "colony serve: {addr} is not a loopback address: set a token (--token-file FILE or \
              COLONY_SERVE_TOKEN) before listening on it"
@@ -86,12 +96,13 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
             crate::config::path().display()
         ))
     })?;
-    let guard = Guard::new(token);
+    let guard = Guard::named(tokens);
     handle.block_on(serve_until_drained(service, guard, addr))
 }
 
-/// The token, if one is set; an unreadable or empty token file is an error, not "no token".
-fn token(args: &Args, configured: Option<&Path>) -> Result<Option<String>, Failure> {
+/// The tokens, if any are set (one, or several with names: [`read_tokens`]); an unreadable or
+/// empty token file is an error, not "no token".
+fn tokens(args: &Args, configured: Option<&Path>) -> Result<Vec<(String, String)>, Failure> {
     let file = args
         .token_file
         .as_deref()
@@ -100,23 +111,22 @@ fn token(args: &Args, configured: Option<&Path>) -> Result<Option<String>, Failu
         } else {
             configured
         });
-    let text = match file {
-        Some(path) => std::fs::read_to_string(path).map_err(|e| {
-            Failure::input(format!(
-                "colony serve: cannot read the token file {}: {e}",
-                path.display()
-            ))
-        })?,
+    let (text, from) = match file {
+        Some(path) => (
+            std::fs::read_to_string(path).map_err(|e| {
+                Failure::input(format!(
+                    "colony serve: cannot read the token file {}: {e}",
+                    path.display()
+                ))
+            })?,
+            format!("the token file {}", path.display()),
+        ),
         None => match std::env::var("COLONY_SERVE_TOKEN") {
-            Ok(t) => t,
-            Err(_) => return Ok(None),
+            Ok(t) => (t, "COLONY_SERVE_TOKEN".to_string()),
+            Err(_) => return Ok(Vec::new()),
         },
     };
-    let token = text.lines().next().unwrap_or("").trim().to_string();
-    if token.is_empty() {
-        return Err(Failure::input("colony serve: the token is empty"));
-    }
-    Ok(Some(token))
+    read_tokens(&text).map_err(|e| Failure::input(format!("colony serve: {from}: {e}")))
 }
 
 /// The programs: the files given, else the config's.

@@ -1,8 +1,8 @@
 //! What a program offers as an MCP server, in Lua: `mcp.resource{...}`, `mcp.prompt{...}`,
 //! `export = true` on `ai.spawn`, and inside a tool handler called over MCP `ctx.progress` and
-//! `ctx.log`. Each only translates into the core's [`Exports`] (the server is
-//! [`crate::mcp::server`]); a tool made with `ai.tool{ exportable = true }` is added by
-//! [`exported_tool`].
+//! `ctx.log` (`ctx.sample` and `ctx.elicit` are in [`super::mcp_ask`]). Each only translates
+//! into the core's [`Exports`] (the server is [`crate::mcp::server`]); a tool made with
+//! `ai.tool{ exportable = true }` is added by [`exported_tool`].
 
 use mlua::{Function, Lua, Table, Value};
 
@@ -205,9 +205,18 @@ impl ResidentOffer {
     }
 }
 
+/// How long a client whose stream `ctx.close_stream()` closed waits before it comes back.
+const CLOSE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Adds `progress(n, total?, message?)` and `log(level, data)` to the `ctx` of a call that
-/// came over MCP (its id says so); each answers whether the client was told.
+/// came over MCP (its id says so); each answers whether the client was told. So does
+/// `close_stream(retry?)` (SSE polling): over Streamable HTTP it closes the call's SSE stream,
+/// asking the client to resume it after `retry` seconds (1 by default), and the answer reaches
+/// the client there; elsewhere `nil, { kind = "unsupported" }`. `sample` and
+/// `elicit` are on every call's `ctx` ([`super::mcp_ask`]): outside MCP they answer
+/// `nil, { kind = "unsupported" }`.
 pub fn add_ctx(lua: &Lua, ctx: &Table, call_id: &str) -> mlua::Result<()> {
+    super::mcp_ask::add_ctx(lua, ctx, exports(lua), call_id)?;
     if !call_id.starts_with("mcp-") {
         return Ok(());
     }
@@ -226,6 +235,31 @@ pub fn add_ctx(lua: &Lua, ctx: &Table, call_id: &str) -> mlua::Result<()> {
                 ))
             },
         )?,
+    )?;
+    let id = call_id.to_string();
+    ctx.set(
+        "close_stream",
+        lua.create_async_function(move |lua, retry: Option<f64>| {
+            let id = id.clone();
+            async move {
+                let who = "ctx.close_stream";
+                let retry = match retry {
+                    Some(s) => super::convert::seconds_option(who, "retry", s)?,
+                    None => CLOSE_RETRY,
+                };
+                match exports(&lua).close_stream(&id, retry).await {
+                    Ok(()) => Ok(mlua::MultiValue::from_iter([Value::Boolean(true)])),
+                    Err(e) => {
+                        let err = super::convert::error_table(
+                            &lua,
+                            "unsupported",
+                            &format!("{who}: {e}"),
+                        )?;
+                        Ok(mlua::MultiValue::from_iter([Value::Nil, Value::Table(err)]))
+                    }
+                }
+            }
+        })?,
     )?;
     let id = call_id.to_string();
     ctx.set(

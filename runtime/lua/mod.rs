@@ -23,6 +23,7 @@ pub mod fs;
 pub mod http;
 pub mod json;
 pub mod mcp;
+pub mod mcp_ask;
 pub mod mcp_client;
 pub mod mcp_export;
 pub mod messages;

@@ -11,29 +11,100 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
-/// The token, if any. Its text never appears in an answer, a log line or the page.
+/// The tokens, if any, each with the name of its caller. Their text never appears in an
+/// answer, a log line or the page.
 #[derive(Clone, Default)]
 pub struct Guard {
-    token: Option<Arc<[u8]>>,
+    tokens: Arc<[(String, Box<[u8]>)]>,
+}
+
+/// What a token file holds: one token (its first line; the caller is `token`), or one named
+/// token a line, `NAME: TOKEN` (the caller is NAME). Blank lines and `#` comments are skipped.
+/// `Err` names the line at fault.
+pub fn read_tokens(text: &str) -> Result<Vec<(String, String)>, String> {
+    let lines: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim()))
+        .filter(|(_, l)| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    let named = |l: &str| {
+        let (name, token) = l.split_once(':')?;
+        let (name, token) = (name.trim(), token.trim());
+        let ok = !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c))
+            && !token.is_empty()
+            && !token.contains(char::is_whitespace);
+        ok.then(|| (name.to_string(), token.to_string()))
+    };
+    match lines.as_slice() {
+        [] => Err("the token is empty".into()),
+        // One line that names nobody: the one-token form.
+        [(_, only)] if named(only).is_none() => Ok(vec![(Caller::TOKEN.into(), only.to_string())]),
+        _ => {
+            let mut tokens: Vec<(String, String)> = Vec::new();
+            for (n, l) in lines {
+                let Some((name, token)) = named(l) else {
+                    return Err(format!(
+                        "line {n} is not `NAME: TOKEN` (a file of several tokens names each; \
+                         NAME is letters, digits, `_`, `-` or `.`)"
+                    ));
+                };
+                if name == Caller::LOCAL {
+                    return Err(format!(
+                        "line {n}: the name {name:?} is kept for callers without a token"
+                    ));
+                }
+                if tokens.iter().any(|(other, _)| *other == name) {
+                    return Err(format!("line {n}: the name {name:?} is given twice"));
+                }
+                if tokens.iter().any(|(_, other)| *other == token) {
+                    return Err(format!(
+                        "line {n}: {name:?} has the same token as another name"
+                    ));
+                }
+                tokens.push((name, token));
+            }
+            Ok(tokens)
+        }
+    }
 }
 
 impl Guard {
+    /// One token, or none; its caller is `token`.
     pub fn new(token: Option<String>) -> Guard {
+        Guard::named(
+            token
+                .map(|t| vec![(Caller::TOKEN.to_string(), t)])
+                .unwrap_or_default(),
+        )
+    }
+
+    /// Named tokens (none: no token is asked).
+    pub fn named(tokens: Vec<(String, String)>) -> Guard {
         Guard {
-            token: token.map(|t| Arc::from(t.into_bytes())),
+            tokens: tokens
+                .into_iter()
+                .map(|(name, t)| (name, t.into_bytes().into_boxed_slice()))
+                .collect(),
         }
     }
 
     pub fn has_token(&self) -> bool {
-        self.token.is_some()
+        !self.tokens.is_empty()
     }
 
-    /// Whether `headers` carry the token (`Authorization: Bearer T`, or the dashboard's
+    /// Whether `headers` carry a token (`Authorization: Bearer T`, or the dashboard's
     /// `colony_token` cookie, which the browser sends with its event stream).
     pub fn admits(&self, headers: &HeaderMap) -> bool {
-        let Some(token) = &self.token else {
-            return true;
-        };
+        !self.has_token() || self.caller(headers).is_some()
+    }
+
+    /// The name of the token `headers` carry, `None` when they carry none of them. Every token
+    /// is compared, each in constant time, whichever matches.
+    pub fn caller(&self, headers: &HeaderMap) -> Option<&str> {
         let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
@@ -46,10 +117,15 @@ impl Guard {
             .flat_map(|v| v.split(';'))
             .filter_map(|c| c.trim().strip_prefix("colony_token="))
             .next();
-        [bearer, cookie]
-            .into_iter()
-            .flatten()
-            .any(|given| bool::from(given.as_bytes().ct_eq(token)))
+        let mut found = None;
+        for given in [bearer, cookie].into_iter().flatten() {
+            for (name, token) in self.tokens.iter() {
+                if bool::from(given.as_bytes().ct_eq(token)) && found.is_none() {
+                    found = Some(name.as_str());
+                }
+            }
+        }
+        found
     }
 }
 
@@ -72,8 +148,8 @@ pub fn foreign_origin(headers: &HeaderMap) -> bool {
     authority != Some(host)
 }
 
-/// Who made a request, as the rate limits name it ([`super::rate`]): put in the request's
-/// extensions once its token is checked.
+/// Who made a request, as the rate limits name it ([`super::rate`]): the name of the token it
+/// presented, put in the request's extensions once its token is checked.
 #[derive(Debug, Clone)]
 pub struct Caller(pub String);
 
@@ -105,12 +181,11 @@ pub async fn check(State(guard): State<Guard>, mut request: Request, next: Next)
         );
         return answer;
     }
-    let caller = if guard.has_token() {
-        Caller::TOKEN
-    } else {
-        Caller::LOCAL
-    };
-    request.extensions_mut().insert(Caller(caller.to_string()));
+    let caller = guard
+        .caller(request.headers())
+        .unwrap_or(Caller::LOCAL)
+        .to_string();
+    request.extensions_mut().insert(Caller(caller));
     next.run(request).await
 }
 
@@ -161,6 +236,26 @@ mod tests {
         assert!(!g.admits(&headers(&[("authorization", "Bearer s3cret-tokenX")])));
         assert!(!g.admits(&headers(&[("authorization", "s3cret-token")])));
         assert!(Guard::new(None).admits(&headers(&[])));
+    }
+
+    #[test]
+    fn each_named_token_is_its_callers_and_one_line_is_the_one_token_form() {
+        let g = Guard::named(read_tokens("# who\nalice: tok-a-123\n\nbob: tok-b-456\n").unwrap());
+        let bearer = |t: &str| headers(&[("authorization", &format!("Bearer {t}"))]);
+        assert_eq!(g.caller(&bearer("tok-a-123")), Some("alice"));
+        assert_eq!(g.caller(&bearer("tok-b-456")), Some("bob"));
+        assert_eq!(g.caller(&bearer("tok-b-45")), None);
+        assert!(!g.admits(&bearer("alice")));
+        assert_eq!(
+            read_tokens("s3cret-token\n").unwrap(),
+            vec![("token".to_string(), "s3cret-token".to_string())]
+        );
+        let err = |t: &str| read_tokens(t).unwrap_err();
+        assert!(err("").contains("empty"));
+        assert!(err("alice: a\nplain\n").contains("line 2"));
+        assert!(err("alice: a\nalice: b\n").contains("twice"));
+        assert!(err("alice: a\nbob: a\n").contains("same token"));
+        assert!(err("local: a\nbob: b\n").contains("kept"));
     }
 
     #[test]

@@ -1,9 +1,10 @@
 //! `/mcp` on `colony serve`: the hosted programs' exports over Streamable HTTP, on `rmcp`'s
 //! server (sessions with `Mcp-Session-Id`, SSE answers with priming events and `Last-Event-ID`
 //! resumption, `DELETE` to end a session, `405` for what is not offered). It shares the
-//! service's bearer token and `Origin` rule; a request refused by either is audited in every
-//! program's log, and a caller admitted is named in the audit lines of its calls (`mcp:token`
-//! with a token, `mcp:loopback` without).
+//! service's bearer tokens, `Origin` rule and per-caller rate limits; a request refused by any is
+//! audited in every program's log, and a caller admitted is named in the audit lines of its
+//! calls by its token's name (`mcp:alice`; `mcp:token` for a single unnamed token,
+//! `mcp:loopback` without one).
 
 use std::sync::Arc;
 
@@ -12,12 +13,12 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use super::auth::{self, Guard};
 use super::service::Service;
-use crate::mcp::server::{Caller, Offer, Programs, Server, call};
+use super::{protected_resource, rate};
+use crate::mcp::server::{Caller, Offer, Programs, Server, Streams, call};
 
 /// The programs the service hosts now (a restarted one brings its new exports).
 struct Hosted(Arc<Service>);
@@ -39,6 +40,16 @@ struct Gate {
     programs: Arc<Hosted>,
 }
 
+impl Gate {
+    /// Audits a refusal in every program's log, under `who` (`http` before a token is known).
+    fn audit_refusal(&self, who: &str, kind: &str, message: &str) {
+        let who = Caller(who.into());
+        for offer in self.programs.offers() {
+            call::refused(&offer.route, &who, "(mcp)", kind, message);
+        }
+    }
+}
+
 /// The `/mcp` route, to merge into the service's router.
 pub fn routes(service: Arc<Service>, guard: Guard) -> Router<Arc<Service>> {
     let programs = Arc::new(Hosted(service));
@@ -50,9 +61,13 @@ pub fn routes(service: Arc<Service>, guard: Guard) -> Router<Arc<Service>> {
         }
         .into(),
     );
+    let streams = Arc::new(Streams::default());
     let factory = {
-        let programs = programs.clone();
-        move || Ok(Server::new(programs.clone(), caller.clone(), "colony"))
+        let (programs, streams) = (programs.clone(), streams.clone());
+        move || {
+            Ok(Server::new(programs.clone(), caller.clone(), "colony")
+                .with_streams(streams.clone()))
+        }
     };
     let mut config = StreamableHttpServerConfig::default();
     // Without a token the service listens on loopback only, and rmcp's own `Host` check (the
@@ -60,7 +75,7 @@ pub fn routes(service: Arc<Service>, guard: Guard) -> Router<Arc<Service>> {
     if guard.has_token() {
         config = config.disable_allowed_hosts();
     }
-    let mcp = StreamableHttpService::new(factory, Arc::new(LocalSessionManager::default()), config);
+    let mcp = StreamableHttpService::new(factory, streams, config);
     Router::new()
         .route_service("/mcp", mcp)
         .layer(from_fn_with_state(Gate { guard, programs }, gate))
@@ -91,27 +106,29 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         None
     };
     if let Some((status, kind, message)) = refusal {
-        let who = Caller("http".into());
-        for offer in gate.programs.offers() {
-            call::refused(&offer.route, &who, "(mcp)", kind, &message);
-        }
+        gate.audit_refusal("http", kind, &message);
         let mut answer = auth::refuse(status, kind, &message).into_response();
         if status == StatusCode::UNAUTHORIZED {
-            answer.headers_mut().insert(
-                header::WWW_AUTHENTICATE,
-                "Bearer".parse().expect("a header"),
-            );
+            let challenge = protected_resource::challenge(&gate.programs.0, request.headers());
+            answer
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, challenge);
         }
         return answer;
     }
-    let caller = Caller(
-        if gate.guard.has_token() {
-            "token"
-        } else {
-            "loopback"
-        }
-        .into(),
-    );
-    request.extensions_mut().insert(caller);
+    // The caller is its token's name (`token` for a single unnamed one), `loopback` without.
+    let name = gate.guard.caller(request.headers()).map(str::to_string);
+    let limited = name.as_deref().unwrap_or(auth::Caller::LOCAL);
+    if let Some(answer) = rate::over(&gate.programs.0, limited) {
+        gate.audit_refusal(
+            name.as_deref().unwrap_or("loopback"),
+            "rate_limited",
+            &format!("a request of caller {limited:?} over its rate limit was refused"),
+        );
+        return answer;
+    }
+    request
+        .extensions_mut()
+        .insert(Caller(name.unwrap_or_else(|| "loopback".into())));
     next.run(request).await
 }

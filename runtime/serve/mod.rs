@@ -11,6 +11,7 @@
 //! - [`programs`]: the config's `[[serve.programs]]`, with each program's permissions.
 //! - [`auth`]: the bearer token and the `Origin` rule.
 //! - [`rate`]: the per-caller rate limits (`429` with `Retry-After`).
+//! - [`protected_resource`]: `/mcp`'s OAuth protected-resource metadata (RFC 9728).
 //! - [`dashboard`]: the page at `/`, compiled in.
 //! - [`mcp`]: the hosted programs' exports over MCP at `/mcp` (Streamable HTTP).
 
@@ -22,6 +23,7 @@ pub mod host;
 pub mod mcp;
 pub mod metrics;
 pub mod programs;
+pub mod protected_resource;
 pub mod rate;
 pub mod service;
 
@@ -77,6 +79,7 @@ pub fn router(service: Arc<Service>, guard: Guard) -> Router {
         .route("/", get(dashboard::page))
         .route("/healthz", get(api::healthz))
         .route("/readyz", get(api::readyz))
+        .merge(protected_resource::routes())
         .layer(from_fn(auth::same_origin));
     guarded
         .merge(open)

@@ -155,11 +155,29 @@ function ai.parallel(...) end
 --- Calling a tool value runs its handler directly (arguments checked against the schema first).
 ---@overload fun(args: table): any
 
+--- A tool handler's `ctx`. `ai`, `origin`, `hop` and `workspace` are there in a resident's turn;
+--- `progress` and `log` only in a call that came over MCP (colony's MCP server), where `sample`
+--- and `elicit` ask the client that called. Outside MCP (a model's turn, the program) `sample`
+--- and `elicit` answer `nil, { kind = "unsupported" }`.
+---@class ai.ToolContext
+---@field call_id string
+---@field name string
+---@field step integer
+---@field ai? string
+---@field origin? string
+---@field hop? integer
+---@field workspace? string
+---@field progress? fun(n: number, total?: number, message?: string): boolean tells the client how far the call is (true when it was told)
+---@field log? fun(level: "debug"|"info"|"notice"|"warning"|"error"|"critical"|"alert"|"emergency", data: any): boolean `notifications/message` (true when it was told)
+---@field close_stream? fun(retry?: number): boolean?, mcp.Error? only over MCP: closes this call's SSE stream mid-call (SSE polling), asking the client to resume it after `retry` seconds (1 by default); the answer reaches it there. `nil, { kind = "unsupported" }` over stdio
+---@field sample fun(spec: mcp.SampleSpec): mcp.SampleResult?, mcp.Error? asks the client's model (`sampling/createMessage`)
+---@field elicit fun(spec: mcp.ElicitSpec): mcp.ElicitResult?, mcp.Error? asks the client's user (`elicitation/create`); a decline or cancel is a result, not an error
+
 ---@class ai.ToolDef
 ---@field name string may contain dots (`notes.search`): reshaped on the wire and mapped back
 ---@field description? string
 ---@field parameters? table a JSON Schema, or the shorthand `{ city = "string", days = "integer?" }`: each value one of "string", "integer", "number", "boolean", "object", "array", "null", with `?` for optional (a table with `type`, `properties`, `required`, `$schema`, `$ref`, `anyOf`, `oneOf` or `allOf` is read as a schema)
----@field handler fun(args: table, ctx: { call_id: string, name: string, step: integer, ai?: string, origin?: string, hop?: integer, workspace?: string }): any (`ai`, `origin`, `hop`, `workspace` in a resident's turn) returns a string, a table (sent as JSON), `{ text = "...", files = { ai.FileSpec... } }` (text with files attached to the result), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
+---@field handler fun(args: table, ctx: ai.ToolContext): any returns a string, a table (sent as JSON), `{ text = "...", files = { ai.FileSpec... } }` (text with files attached to the result), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
 ---@field timeout? number seconds before the call is abandoned (default 120; at most a year); a handler that never waits is stopped then too (`deadline`)
 ---@field exportable? boolean served by `colony mcp serve` and `/mcp` on `colony serve` (a tool without it is neither listed nor run there)
 ---@field rate? string how often it may be called, `"10/min"`, `"5/s"`, `"100/hour"`, `"1000/day"` (a token bucket shared by every turn that offers it: that many at once, then one more each period/count); a call over it is answered `rate_limited` without running

@@ -13,10 +13,11 @@
 --- answered a request with a JSON-RPC error), `timeout` (no answer within the deadline; the
 --- server was told to cancel), `closed` (the session ended: the child died, the connection
 --- dropped), `config` (a server named but not configured, or a spec colony cannot use), and, from
---- `mcp.call`, `tool_error` (the server flagged the result `isError`). Concatenates and prints as
+--- `mcp.call`, `tool_error` (the server flagged the result `isError`); from `ctx.sample` and
+--- `ctx.elicit`, `unsupported` (no client that can be asked). Concatenates and prints as
 --- `kind: message`.
 ---@class mcp.Error
----@field kind "connect_error"|"unsupported_version"|"rpc_error"|"timeout"|"closed"|"config"|"tool_error"
+---@field kind "connect_error"|"unsupported_version"|"rpc_error"|"timeout"|"closed"|"config"|"tool_error"|"unsupported"
 ---@field message string
 
 ---@class mcp
@@ -186,7 +187,48 @@ function mcp.cached_tools(opts) end
 -- program exports. Tools: `ai.tool{ ..., exportable = true }`; residents:
 -- `ai.spawn{ ..., export = true | { description?: string, timeout?: number } }`. In a handler
 -- called over MCP, `ctx.progress(n, total?, message?)` and `ctx.log(level, data)` tell the client
--- (each answers whether it was told; both are nil in a call that did not come over MCP).
+-- (each answers whether it was told; both are nil in a call that did not come over MCP), and
+-- `ctx.sample{...}` / `ctx.elicit{...}` ask it (see `ai.ToolContext`).
+
+---@class mcp.SampleMessage
+---@field role "user"|"assistant"
+---@field content string|table text, or a content block as MCP spells it (`{ type = "image", data = base64, mimeType = "image/png" }`)
+
+---@class mcp.ModelPreferences
+---@field hints? (string|{ name: string })[] model names the client may match
+---@field cost_priority? number 0 to 1
+---@field speed_priority? number 0 to 1
+---@field intelligence_priority? number 0 to 1
+
+---@class mcp.SampleSpec
+---@field prompt? string one user message (give it or `messages`)
+---@field messages? mcp.SampleMessage[]
+---@field system? string the system prompt
+---@field max_tokens? integer default 1024
+---@field temperature? number
+---@field stop_sequences? string[]
+---@field model_preferences? mcp.ModelPreferences
+---@field include_context? "none"|"this_server"|"all_servers"
+---@field metadata? table passed to the client as it is
+
+--- What the client's model answered. `err.kind` is `unsupported` (the client declared no
+--- sampling capability, or the call did not come over MCP), `rpc_error` (the client refused:
+--- its user said no, say) or `closed` (the session ended).
+---@class mcp.SampleResult
+---@field text string the text of its text blocks
+---@field role string
+---@field content table the content as MCP spells it
+---@field model? string the model the client used
+---@field stop_reason? string
+
+---@class mcp.ElicitSpec
+---@field message string what the user is asked
+---@field schema table a flat JSON Schema object (`type = "object"` may be left out): `properties` of strings, numbers, integers, booleans and enums (`enum`, `oneOf` of `{ const, title }`, arrays of them), each with `default`, `title`, `description`; `required`
+
+--- The user's answer: `action` is `"accept"` (with `content`), `"decline"` or `"cancel"`.
+---@class mcp.ElicitResult
+---@field action "accept"|"decline"|"cancel"
+---@field content? table the form's values, by property
 
 ---@class mcp.ResourceSpec
 ---@field uri string a `{placeholder}` makes it a template (RFC 6570 level 1)

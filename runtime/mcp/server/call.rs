@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Map, Value, json};
 
-use super::exports::{Exports, Report, Reporter, ResidentExport};
+use super::exports::{Client, Exports, Report, Reporter, ResidentExport};
 use crate::residents::{DeliveryKind, Mail, Route};
 use crate::store::AuditEntry;
 use crate::turn::dispatch::{CallContext, run_call};
@@ -47,14 +47,15 @@ pub fn call_id() -> String {
     )
 }
 
-/// Runs `tool` with `args` for `caller`; its handler's reports go to `reporter`.
+/// Runs `tool` with `args` for `caller`; its handler's reports and questions (`ctx.progress`,
+/// `ctx.sample` ...) go to `client`.
 pub async fn tool(
     route: &Route,
     exports: &Exports,
     tool: &ToolDef,
     args: Map<String, Value>,
     caller: &Caller,
-    reporter: Option<Reporter>,
+    client: Option<Client>,
 ) -> Outcome {
     let call = ToolCall {
         id: call_id(),
@@ -62,7 +63,7 @@ pub async fn tool(
         arguments: Value::Object(args).to_string(),
         opaque: None,
     };
-    let _reporting = reporter.map(|r| exports.reporting(&call.id, r));
+    let _reporting = client.map(|c| exports.reporting(&call.id, c));
     let script = route.script();
     let tools = std::slice::from_ref(tool);
     let pin = Map::new();

@@ -10,6 +10,7 @@ use dashmap::DashMap;
 use serde_json::Value;
 use tokio::sync::watch;
 
+use super::ask::{Asker, Question, Unanswered};
 use crate::script::FnId;
 use crate::turn::ToolDef;
 
@@ -73,6 +74,24 @@ pub enum Report {
 /// Where a call's reports go (the client that made it).
 pub type Reporter = Arc<dyn Fn(Report) + Send + Sync>;
 
+/// Closes a call's SSE stream mid-call, asking its client to come back after the duration
+/// (SSE polling, SEP-1699); `Err` says why it cannot.
+pub type Closer = Arc<
+    dyn Fn(std::time::Duration) -> futures::future::BoxFuture<'static, Result<(), String>>
+        + Send
+        + Sync,
+>;
+
+/// The client of a call running now: where its reports go, who answers its questions, and how
+/// its stream is closed (`None` where nobody can: a resident's reply asks nothing, stdio has no
+/// stream to close).
+#[derive(Clone)]
+pub struct Client {
+    pub reporter: Reporter,
+    pub asker: Option<Asker>,
+    pub closer: Option<Closer>,
+}
+
 /// Which of the lists changed, for `notifications/*/list_changed`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Changes {
@@ -92,8 +111,8 @@ struct Inner {
     resources: RwLock<Vec<ResourceExport>>,
     prompts: RwLock<Vec<PromptExport>>,
     changes: watch::Sender<Changes>,
-    /// The calls running now, by call id: where their handlers' reports go.
-    calls: DashMap<String, Reporter>,
+    /// The calls running now, by call id: their clients.
+    calls: DashMap<String, Client>,
     /// The program's main chunk has returned (what it exports at the start is all there).
     ready: watch::Sender<bool>,
 }
@@ -195,9 +214,10 @@ impl Exports {
         self.0.changes.subscribe()
     }
 
-    /// Routes the reports of call `call_id` to `to` until the returned guard is dropped.
-    pub fn reporting(&self, call_id: &str, to: Reporter) -> Reporting {
-        self.0.calls.insert(call_id.to_string(), to);
+    /// Routes the reports and questions of call `call_id` to `client` until the returned guard
+    /// is dropped.
+    pub fn reporting(&self, call_id: &str, client: Client) -> Reporting {
+        self.0.calls.insert(call_id.to_string(), client);
         Reporting {
             exports: self.clone(),
             call_id: call_id.to_string(),
@@ -207,13 +227,43 @@ impl Exports {
     /// Hands `report` to the client of call `call_id`; `false` when nobody listens (the call
     /// did not come over MCP, or it has ended).
     pub fn report(&self, call_id: &str, report: Report) -> bool {
-        match self.0.calls.get(call_id) {
+        let to = self.0.calls.get(call_id).map(|l| l.reporter.clone());
+        match to {
             Some(to) => {
-                let to = to.clone();
                 to(report);
                 true
             }
             None => false,
+        }
+    }
+
+    /// Asks the client of call `call_id` `question`; [`Unanswered::Unsupported`] when there is
+    /// no client to ask (the call did not come over MCP, or it has ended).
+    pub async fn ask(&self, call_id: &str, question: Question) -> Result<Value, Unanswered> {
+        let asker = self.0.calls.get(call_id).and_then(|l| l.asker.clone());
+        match asker {
+            Some(ask) => ask(question).await,
+            None => Err(Unanswered::Unsupported(
+                "this call did not come over MCP (a model's turn or the program called the \
+                 tool), so there is no client to ask"
+                    .into(),
+            )),
+        }
+    }
+
+    /// Closes the SSE stream of call `call_id` (the client resumes it after `retry`).
+    pub async fn close_stream(
+        &self,
+        call_id: &str,
+        retry: std::time::Duration,
+    ) -> Result<(), String> {
+        let closer = self.0.calls.get(call_id).and_then(|l| l.closer.clone());
+        match closer {
+            Some(close) => close(retry).await,
+            None => Err(
+                "this call has no SSE stream to close (it did not come over Streamable HTTP)"
+                    .into(),
+            ),
         }
     }
 }
@@ -261,7 +311,14 @@ mod tests {
         let e = Exports::default();
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
         let sink = seen.clone();
-        let guard = e.reporting("c1", Arc::new(move |r| sink.lock().unwrap().push(r)));
+        let guard = e.reporting(
+            "c1",
+            Client {
+                reporter: Arc::new(move |r| sink.lock().unwrap().push(r)),
+                asker: None,
+                closer: None,
+            },
+        );
         let log = Report::Log {
             level: "info".into(),
             data: Value::from("hi"),
@@ -271,5 +328,40 @@ mod tests {
         drop(guard);
         assert!(!e.report("c1", log.clone()));
         assert_eq!(*seen.lock().unwrap(), vec![log]);
+    }
+
+    #[tokio::test]
+    async fn a_question_reaches_the_calls_client_and_outside_a_call_nobody() {
+        let e = Exports::default();
+        let asker: Asker = Arc::new(|q| {
+            Box::pin(async move {
+                match q {
+                    Question::Sample(p) => Ok(serde_json::json!({ "heard": p })),
+                    Question::Elicit(_) => Err(Unanswered::Refused("no".into())),
+                }
+            })
+        });
+        let guard = e.reporting(
+            "c1",
+            Client {
+                reporter: Arc::new(|_| {}),
+                asker: Some(asker),
+                closer: None,
+            },
+        );
+        let q = Question::Sample(Value::from("hi"));
+        assert_eq!(
+            e.ask("c1", q.clone()).await,
+            Ok(serde_json::json!({ "heard": "hi" }))
+        );
+        assert!(matches!(
+            e.ask("c2", q.clone()).await,
+            Err(Unanswered::Unsupported(_))
+        ));
+        drop(guard);
+        assert!(matches!(
+            e.ask("c1", q).await,
+            Err(Unanswered::Unsupported(_))
+        ));
     }
 }

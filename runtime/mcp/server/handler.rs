@@ -22,9 +22,11 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use super::ask::{self, Asker};
 use super::call::{self, Caller, Outcome};
 use super::content;
-use super::exports::{Exports, Report, Reporter};
+use super::exports::{Client, Closer, Exports, Report, Reporter};
+use super::streams::Streams;
 use crate::residents::Route;
 
 /// One program's offer: what it exports and the route its handlers and residents run on.
@@ -80,6 +82,8 @@ pub struct Server {
     name: String,
     /// The least severe level the client wants (`logging/setLevel`); everything until it says.
     level: Arc<Mutex<Option<LoggingLevel>>>,
+    /// The HTTP sessions, where a call may close its stream (none over stdio).
+    streams: Option<Arc<Streams>>,
 }
 
 /// Reads a model value from JSON (rmcp's types are `non_exhaustive`, JSON is their contract).
@@ -105,6 +109,18 @@ fn rank(level: LoggingLevel) -> u8 {
 struct Notifier {
     reporter: Reporter,
     drained: tokio::task::JoinHandle<()>,
+    /// Asks this call's client (`ctx.sample`, `ctx.elicit`), on the call's own stream.
+    asker: Asker,
+}
+
+impl Notifier {
+    fn client(&self, closer: Option<Closer>) -> Client {
+        Client {
+            reporter: self.reporter.clone(),
+            asker: Some(self.asker.clone()),
+            closer,
+        }
+    }
 }
 
 impl Server {
@@ -114,7 +130,46 @@ impl Server {
             caller,
             name: name.into(),
             level: Arc::new(Mutex::new(None)),
+            streams: None,
         }
+    }
+
+    /// A server on `/mcp`'s sessions: its calls may close their SSE streams (SSE polling).
+    pub fn with_streams(mut self, streams: Arc<Streams>) -> Server {
+        self.streams = Some(streams);
+        self
+    }
+
+    /// The HTTP session of this request and the sessions it is in, if it came over HTTP.
+    fn session_of(&self, context: &RequestContext<RoleServer>) -> Option<(Arc<Streams>, String)> {
+        let streams = self.streams.clone()?;
+        let session = context
+            .extensions
+            .get::<axum::http::request::Parts>()?
+            .headers
+            .get("mcp-session-id")?
+            .to_str()
+            .ok()?
+            .to_string();
+        Some((streams, session))
+    }
+
+    /// Forgets this call's stream; a call that closed it answers once its client is back.
+    async fn finish(&self, context: &RequestContext<RoleServer>) {
+        if let Some((streams, session)) = self.session_of(context) {
+            streams.finish(&session.into(), &context.id).await;
+        }
+    }
+
+    /// How this call closes its stream, over HTTP.
+    fn closer(&self, context: &RequestContext<RoleServer>) -> Option<Closer> {
+        let (streams, session) = self.session_of(context)?;
+        let request = context.id.clone();
+        let session: rmcp::transport::common::server_side_http::SessionId = session.into();
+        Some(Arc::new(move |retry| {
+            let (streams, session, request) = (streams.clone(), session.clone(), request.clone());
+            Box::pin(async move { streams.close(&session, &request, retry).await })
+        }))
     }
 
     /// The caller of this request: what the HTTP front put in its extensions, else the
@@ -144,6 +199,7 @@ impl Server {
                 let _ = tx.send(r);
             }),
             drained,
+            asker: ask::asker(context.peer.clone(), context.id.clone()),
         }
     }
 
@@ -364,6 +420,7 @@ impl ServerHandler for Server {
                     &message,
                 );
             }
+            self.finish(&context).await;
             return refused(message);
         };
         let notifier = self.notifier(&context);
@@ -377,7 +434,7 @@ impl ServerHandler for Server {
                         def,
                         args,
                         &caller,
-                        Some(notifier.reporter.clone()),
+                        Some(notifier.client(self.closer(&context))),
                     )
                     .await
                 }
@@ -401,9 +458,12 @@ impl ServerHandler for Server {
                 is_error: true,
             },
         };
-        let Notifier { reporter, drained } = notifier;
+        let Notifier {
+            reporter, drained, ..
+        } = notifier;
         drop(reporter);
         let _ = drained.await;
+        self.finish(&context).await;
         result(outcome)
     }
 

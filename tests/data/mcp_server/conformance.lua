@@ -109,3 +109,59 @@ mcp.prompt{ name = "test_prompt_with_image", description = "Shows an image",
       { role = "user", content = "Please analyze the image above." },
     } }
   end }
+
+-- Sampling and elicitation: the handler asks the client that called it (ctx.sample, ctx.elicit).
+tool("test_sampling", "Asks the client's model", function(args, ctx)
+  local r, err = ctx.sample{ prompt = args.prompt, max_tokens = 100 }
+  if not r then return nil, err end
+  return "LLM response: " .. r.text
+end, { prompt = "string" })
+tool("test_elicitation", "Asks the client's user", function(args, ctx)
+  local r, err = ctx.elicit{ message = args.message, schema = {
+    properties = {
+      username = { type = "string", description = "User's response" },
+      email = { type = "string", description = "User's email address" },
+    },
+    required = { "username", "email" } } }
+  if not r then return nil, err end
+  return "User response: action=" .. r.action .. ", content=" .. json.encode(r.content or {})
+end, { message = "string" })
+tool("test_elicitation_sep1034_defaults", "Asks with a default for each primitive type",
+  function(_, ctx)
+    local r, err = ctx.elicit{ message = "Please review your details", schema = { properties = {
+      name = { type = "string", default = "John Doe" },
+      age = { type = "integer", default = 30 },
+      score = { type = "number", default = 95.5 },
+      status = { type = "string", enum = { "active", "inactive", "pending" }, default = "active" },
+      verified = { type = "boolean", default = true },
+    } } }
+    if not r then return nil, err end
+    return "Elicitation completed: action=" .. r.action .. ", content=" .. json.encode(r.content or {})
+  end)
+tool("test_elicitation_sep1330_enums", "Asks with each kind of enum", function(_, ctx)
+  local r, err = ctx.elicit{ message = "Please choose", schema = { properties = {
+    untitledSingle = { type = "string", enum = { "option1", "option2", "option3" } },
+    titledSingle = { type = "string", oneOf = {
+      { const = "value1", title = "First Option" },
+      { const = "value2", title = "Second Option" },
+      { const = "value3", title = "Third Option" } } },
+    legacyEnum = { type = "string", enum = { "opt1", "opt2", "opt3" },
+      enumNames = { "Option One", "Option Two", "Option Three" } },
+    untitledMulti = { type = "array", items = { type = "string", enum = { "option1", "option2", "option3" } } },
+    titledMulti = { type = "array", items = { anyOf = {
+      { const = "value1", title = "First Choice" },
+      { const = "value2", title = "Second Choice" },
+      { const = "value3", title = "Third Choice" } } } },
+  } } }
+  if not r then return nil, err end
+  return "Elicitation completed: action=" .. r.action .. ", content=" .. json.encode(r.content or {})
+end)
+
+-- SSE polling (SEP-1699): the tool closes its stream mid-call; the client resumes it with
+-- Last-Event-ID and the answer comes on the resumed stream.
+tool("test_reconnection", "Closes its SSE stream mid-call", function(_, ctx)
+  local closed, err = ctx.close_stream(0.1)
+  if not closed then return nil, err end
+  ai.sleep(0.1)
+  return "Reconnection test completed successfully"
+end)

@@ -1,20 +1,54 @@
 """The Python SDK's client against colony's MCP server: `sdk_client.py stdio COMMAND ARGS...` or
 `sdk_client.py http URL [TOKEN]`. Lists the tools, then makes the calls named in the CALLS
 environment variable (a JSON list of [name, arguments]) and prints one JSON object: the tool
-names, each call's text and isError, and the progress messages heard."""
+names, each call's text and isError, and the progress messages heard.
+
+With ANSWERS (a JSON object with `sampling`: the text its model answers, and/or `elicitation`:
+the result its user gives), it declares those capabilities and answers the server's requests;
+each request's params are reported under `asked`."""
 
 import asyncio
 import json
 import os
 import sys
 
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 
 
+def callbacks(out):
+    """The sampling and elicitation callbacks ANSWERS asks for (none without it)."""
+    answers = json.loads(os.environ.get("ANSWERS", "{}"))
+    kw = {}
+    if "sampling" in answers:
+
+        async def sampling(context, params):
+            out["asked"].append(
+                {"sampling": params.model_dump(mode="json", exclude_none=True, by_alias=True)}
+            )
+            return types.CreateMessageResult(
+                role="assistant",
+                content=types.TextContent(type="text", text=answers["sampling"]),
+                model="py-model",
+                stopReason="endTurn",
+            )
+
+        kw["sampling_callback"] = sampling
+    if "elicitation" in answers:
+
+        async def elicitation(context, params):
+            out["asked"].append(
+                {"elicitation": params.model_dump(mode="json", exclude_none=True, by_alias=True)}
+            )
+            return types.ElicitResult(**answers["elicitation"])
+
+        kw["elicitation_callback"] = elicitation
+    return kw
+
+
 async def session_run(read, write):
-    out = {"progress": [], "calls": []}
-    async with ClientSession(read, write) as session:
+    out = {"progress": [], "calls": [], "asked": []}
+    async with ClientSession(read, write, **callbacks(out)) as session:
         init = await session.initialize()
         out["version"] = str(init.protocol_version)
         tools = await session.list_tools()
