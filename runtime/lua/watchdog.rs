@@ -201,7 +201,14 @@ end
 /// Raises the VM's [`Interrupt`] on SIGINT and SIGTERM from a task on `runtime` (the VM's own
 /// thread may be the one spinning), for as long as the returned guard lives. The watch starts
 /// it: before a watch, a signal ends the process as it always did.
-pub fn listen(lua: &Lua, runtime: &tokio::runtime::Handle) -> Option<Listening> {
+///
+/// The route is told to stop first: a source the interrupt cuts short must find the program
+/// stopping, or its restart policy would start it again before the watch hears the signal.
+pub fn listen(
+    lua: &Lua,
+    runtime: &tokio::runtime::Handle,
+    route: crate::residents::Route,
+) -> Option<Listening> {
     let interrupt = lua.app_data_ref::<Interrupt>()?.clone();
     let task = runtime.spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
@@ -216,6 +223,7 @@ pub fn listen(lua: &Lua, runtime: &tokio::runtime::Handle) -> Option<Listening> 
                 _ = term.recv() => "SIGTERM",
                 _ = int.recv() => "SIGINT",
             };
+            route.stop(why);
             interrupt.raise(why);
         }
     });
