@@ -3,7 +3,7 @@
 //! answers read back. A call that did not come over MCP has no client to ask: both answer
 //! `nil, { kind = "unsupported" }` there, as for a client that declared no such capability.
 
-use mlua::{Lua, MultiValue, Table, Value};
+use mlua::{Function, Lua, MultiValue, Table, Value};
 use serde_json::{Map, Value as Json, json};
 
 use super::convert::{check_fields, error_table, from_json, misuse, to_json};
@@ -14,41 +14,66 @@ const MAX_TOKENS: u64 = 1024;
 
 /// Adds `sample` and `elicit` to the `ctx` of call `call_id`.
 pub fn add_ctx(lua: &Lua, ctx: &Table, exports: Exports, call_id: &str) -> mlua::Result<()> {
-    let (id, ex) = (call_id.to_string(), exports.clone());
+    // A call that did not come over MCP has nobody to ask: its `sample` and `elicit` are made
+    // once per VM (they check their arguments, then answer `unsupported`), not once per call,
+    // which cost every tool call of a model's turn two async functions.
+    if !call_id.starts_with("mcp-") {
+        if lua.app_data_ref::<NotOverMcp>().is_none() {
+            let made = NotOverMcp {
+                sample: sample_fn(lua, String::new(), exports.clone())?,
+                elicit: elicit_fn(lua, String::new(), exports)?,
+            };
+            lua.set_app_data(made);
+        }
+        let cached = lua.app_data_ref::<NotOverMcp>().expect("made above");
+        ctx.set("sample", cached.sample.clone())?;
+        ctx.set("elicit", cached.elicit.clone())?;
+        return Ok(());
+    }
     ctx.set(
         "sample",
-        lua.create_async_function(move |lua, spec: Value| {
-            let (id, ex) = (id.clone(), ex.clone());
-            async move {
-                let who = "ctx.sample";
-                let params = sample_params(&lua, table(spec, who)?)?;
-                match ex.ask(&id, Question::Sample(params)).await {
-                    Ok(answer) => Ok(MultiValue::from_iter([Value::Table(sampled(
-                        &lua, &answer,
-                    )?)])),
-                    Err(e) => unanswered(&lua, who, e),
-                }
-            }
-        })?,
+        sample_fn(lua, call_id.to_string(), exports.clone())?,
     )?;
-    let (id, ex) = (call_id.to_string(), exports);
-    ctx.set(
-        "elicit",
-        lua.create_async_function(move |lua, spec: Value| {
-            let (id, ex) = (id.clone(), ex.clone());
-            async move {
-                let who = "ctx.elicit";
-                let params = elicit_params(&lua, table(spec, who)?)?;
-                match ex.ask(&id, Question::Elicit(params)).await {
-                    Ok(answer) => Ok(MultiValue::from_iter([Value::Table(elicited(
-                        &lua, &answer,
-                    )?)])),
-                    Err(e) => unanswered(&lua, who, e),
-                }
-            }
-        })?,
-    )?;
+    ctx.set("elicit", elicit_fn(lua, call_id.to_string(), exports)?)?;
     Ok(())
+}
+
+/// `ctx.sample` and `ctx.elicit` for the calls that did not come over MCP, made once.
+struct NotOverMcp {
+    sample: Function,
+    elicit: Function,
+}
+
+fn sample_fn(lua: &Lua, id: String, ex: Exports) -> mlua::Result<Function> {
+    lua.create_async_function(move |lua, spec: Value| {
+        let (id, ex) = (id.clone(), ex.clone());
+        async move {
+            let who = "ctx.sample";
+            let params = sample_params(&lua, table(spec, who)?)?;
+            match ex.ask(&id, Question::Sample(params)).await {
+                Ok(answer) => Ok(MultiValue::from_iter([Value::Table(sampled(
+                    &lua, &answer,
+                )?)])),
+                Err(e) => unanswered(&lua, who, e),
+            }
+        }
+    })
+}
+
+fn elicit_fn(lua: &Lua, id: String, ex: Exports) -> mlua::Result<Function> {
+    lua.create_async_function(move |lua, spec: Value| {
+        let (id, ex) = (id.clone(), ex.clone());
+        async move {
+            let who = "ctx.elicit";
+            let params = elicit_params(&lua, table(spec, who)?)?;
+            match ex.ask(&id, Question::Elicit(params)).await {
+                Ok(answer) => Ok(MultiValue::from_iter([Value::Table(elicited(
+                    &lua, &answer,
+                )?)])),
+                Err(e) => unanswered(&lua, who, e),
+            }
+        }
+    })
 }
 
 fn table(spec: Value, who: &str) -> mlua::Result<Table> {
