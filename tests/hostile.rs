@@ -90,6 +90,38 @@ const PLANTED: &str = "sk-PLANTED-4f1c9e2a7b3d8e6f";
 const PLANTED_CONFIG: &str = "sk-PLANTED-config-9a8b7c6d5e";
 const PLANTED_HEADER: &str = "sk-PLANTED-header-1029384756";
 
+/// Every file in the sandbox but the config the user wrote (the cassette, the state directory's
+/// store and journal, the tool cache), with its bytes.
+fn files_written(sb: &Sandbox) -> Vec<(String, Vec<u8>)> {
+    let mut written = Vec::new();
+    let mut stack = vec![sb.path("")];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n != "config.toml") {
+                written.push((path.display().to_string(), std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    written
+}
+
+/// No planted key (nor the word PLANTED) in any of `written`.
+#[track_caller]
+fn assert_no_planted_key(written: &[(String, Vec<u8>)]) {
+    for (name, bytes) in written {
+        for secret in [PLANTED, PLANTED_CONFIG, PLANTED_HEADER, "PLANTED"] {
+            assert!(
+                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
+                "{secret} appears in {name}:\n{}",
+                String::from_utf8_lossy(bytes)
+            );
+        }
+    }
+}
+
 #[test]
 fn a_planted_key_never_appears_in_what_colony_writes() {
     let fake = FakeProvider::start();
@@ -184,17 +216,7 @@ print("mcp", ok, tostring(e))
     ];
     // Every file colony wrote: the cassette, the state directory (the store's database and its
     // journal), anything else in the sandbox but the config the user wrote.
-    let mut stack = vec![sb.path("")];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.file_name().is_some_and(|n| n != "config.toml") {
-                written.push((path.display().to_string(), std::fs::read(&path).unwrap()));
-            }
-        }
-    }
+    written.extend(files_written(&sb));
     assert!(
         written
             .iter()
@@ -206,15 +228,7 @@ print("mcp", ok, tostring(e))
         "no trace-level log:\n{}",
         run.stderr
     );
-    for (name, bytes) in &written {
-        for secret in [PLANTED, PLANTED_CONFIG, PLANTED_HEADER, "PLANTED"] {
-            assert!(
-                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
-                "{secret} appears in {name}:\n{}",
-                String::from_utf8_lossy(bytes)
-            );
-        }
-    }
+    assert_no_planted_key(&written);
 }
 
 /// One JSON-RPC message POSTed to `/mcp`: the answer's session id and text (JSON or SSE).
@@ -385,24 +399,6 @@ ai.watch{}
     written.push(("colony audit".into(), audit.stdout.into_bytes()));
     // Every file colony wrote: the program's state directory and anything else in the sandbox
     // but the config the user wrote.
-    let mut stack = vec![sb.path("")];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else if path.file_name().is_some_and(|n| n != "config.toml") {
-                written.push((path.display().to_string(), std::fs::read(&path).unwrap()));
-            }
-        }
-    }
-    for (name, bytes) in &written {
-        for secret in [PLANTED, PLANTED_CONFIG, PLANTED_HEADER, "PLANTED"] {
-            assert!(
-                !bytes.windows(secret.len()).any(|w| w == secret.as_bytes()),
-                "{secret} appears in {name}:\n{}",
-                String::from_utf8_lossy(bytes)
-            );
-        }
-    }
+    written.extend(files_written(&sb));
+    assert_no_planted_key(&written);
 }
