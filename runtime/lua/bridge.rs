@@ -259,25 +259,29 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                     };
                     let run = run_tool(&lua, (&protected, &handler), func, args, ctx);
                     let run = within(workspace, provenance, run);
-                    // The hook asks whether the caller is still waiting, the select waits for
-                    // it to stop: both look at the one reply.
-                    let reply = std::rc::Rc::new(RefCell::new(Some(reply)));
+                    // The watchdog asks whether the caller is still waiting (from its own
+                    // thread too), the select waits for it to stop: both look at the one reply.
+                    let reply = std::sync::Arc::new(std::sync::Mutex::new(Some(reply)));
                     let waiting = reply.clone();
                     let limit = super::watchdog::Limit {
                         deadline,
                         abandoned: Some(Box::new(move || {
-                            waiting.borrow().as_ref().is_none_or(|r| r.is_closed())
+                            let reply = waiting.lock().unwrap_or_else(|e| e.into_inner());
+                            reply.as_ref().is_none_or(|r| r.is_closed())
                         })),
                         ..Default::default()
                     };
-                    let run = super::watchdog::guarded(limit, run);
-                    let gave_up = std::future::poll_fn(|cx| match reply.borrow_mut().as_mut() {
-                        Some(r) => r.poll_closed(cx),
-                        None => std::task::Poll::Ready(()),
+                    let run = super::watchdog::guarded(&lua, limit, run);
+                    let gave_up = std::future::poll_fn(|cx| {
+                        match reply.lock().unwrap_or_else(|e| e.into_inner()).as_mut() {
+                            Some(r) => r.poll_closed(cx),
+                            None => std::task::Poll::Ready(()),
+                        }
                     });
                     tokio::select! {
                         outcome = run => {
-                            if let Some(reply) = reply.borrow_mut().take() {
+                            let taken = reply.lock().unwrap_or_else(|e| e.into_inner()).take();
+                            if let Some(reply) = taken {
                                 let _ = reply.send(outcome);
                             }
                         }
@@ -292,7 +296,7 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                     mut reply,
                 } => {
                     let run = within(workspace, None, run_source(&lua, func, ai));
-                    let run = super::watchdog::as_callback(run);
+                    let run = super::watchdog::as_callback(&lua, run);
                     tokio::select! {
                         ended = run => { let _ = reply.send(ended); }
                         // The source was ended (its resident left, the watch ended).
@@ -301,7 +305,7 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                 }
                 Job::Callback { func, args, reply } => {
                     let run = run_callback(&lua, func, args);
-                    let result = super::watchdog::as_callback(run).await;
+                    let result = super::watchdog::as_callback(&lua, run).await;
                     match reply {
                         Reply::To(reply) => {
                             let _ = reply.send(result);

@@ -188,7 +188,6 @@ pub fn new_vm(core: Core) -> mlua::Result<(Lua, bridge::LuaJobs)> {
 pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::LuaJobs)> {
     let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())?;
     lua.set_memory_limit(host.max_memory.unwrap_or(DEFAULT_MAX_MEMORY))?;
-    // First: the hook reaches only the coroutines made after it.
     watchdog::install(&lua, host.interrupt.clone())?;
     lua.set_app_data(core.with_own_client());
     lua.set_app_data(bridge::Functions::default());
@@ -269,19 +268,25 @@ fn guard_coroutines(lua: &Lua) -> mlua::Result<()> {
     let guard: Function = lua
         .load(
             r#"
-local pending = ...
-local resume, wrap, create = coroutine.resume, coroutine.wrap, coroutine.create
+local pending, enter, leave, is_stop = ...
+local resume, wrap, create, error = coroutine.resume, coroutine.wrap, coroutine.create, error
 local message = "ai.* and other waiting calls cannot run inside a coroutine the script created: "
   .. "use ai.parallel(f1, f2, ...) to run work concurrently"
-local function checked(ok, first, ...)
+local function checked(co, ok, first, ...)
+  leave(co)
+  if not ok and is_stop(first) then error(first, 0) end
   if ok and first == pending then return false, message end
   return ok, first, ...
 end
-coroutine.resume = function(co, ...) return checked(resume(co, ...)) end
+coroutine.resume = function(co, ...)
+  enter(co)
+  return checked(co, resume(co, ...))
+end
 coroutine.wrap = function(f)
   local co = create(f)
   return function(...)
-    local results = table.pack(checked(resume(co, ...)))
+    enter(co)
+    local results = table.pack(checked(co, resume(co, ...)))
     if not results[1] then error(results[2], 2) end
     return table.unpack(results, 2, results.n)
   end
@@ -290,7 +295,14 @@ end
         )
         .set_name("=colony.coroutine")
         .into_function()?;
-    guard.call::<()>(Value::LightUserData(Lua::poll_pending()))
+    // The watchdog sets its hook on a coroutine the script made only while it is resumed.
+    let (enter, leave) = watchdog::resume_marks(lua)?;
+    guard.call::<()>((
+        Value::LightUserData(Lua::poll_pending()),
+        enter,
+        leave,
+        watchdog::is_stop(lua)?,
+    ))
 }
 
 /// A `package.preload` loader that returns `value`.
@@ -362,6 +374,7 @@ async fn run_on_this_thread(
     call_args.extend(varargs);
     // The main chunk has no deadline, but a stop asked while it spins ends it.
     let result = watchdog::guarded(
+        &lua,
         watchdog::Limit::default(),
         runner.call_async::<MultiValue>(call_args),
     )

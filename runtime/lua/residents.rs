@@ -341,7 +341,7 @@ async fn on_event(lua: &Lua, event: RouteEvent, hooks: &Hooks) {
                 let told = match turn_error(lua, &error) {
                     Ok(err) => {
                         let hook = f.call_async::<()>((ai.as_str(), err));
-                        super::watchdog::as_callback(hook).await
+                        super::watchdog::as_callback(lua, hook).await
                     }
                     Err(e) => Err(e),
                 };
@@ -353,7 +353,9 @@ async fn on_event(lua: &Lua, event: RouteEvent, hooks: &Hooks) {
         }
     };
     if let Some(f) = f
-        && let Err(e) = super::watchdog::as_callback(f.call_async::<()>((
+        && let Err(e) = super::watchdog::as_callback(
+            lua,
+            f.call_async::<()>((
             id.as_str(),
             ai.as_str(),
             message.as_str(),

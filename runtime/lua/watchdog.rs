@@ -1,28 +1,50 @@
 //! Lua code that never waits cannot freeze the program.
 //!
 //! The VM runs on one thread, so a tool handler spinning in a loop holds every other script
-//! function of its program, and no timer or signal handler on that thread can run to stop it. An
-//! instruction-count hook (every [`EVERY`] instructions) looks at the callback that is running:
-//! each callback the core starts (a tool handler, a source, a `deliver_to`, a hook) runs
-//! [`guarded`] with its [`Limit`], and the hook stops it with a [`Stop`] error once that limit is
-//! passed. A tool is stopped at its own deadline (its `timeout`), or at once when its caller gave
-//! up; any other callback once it has run [`MAX_SLICE`] without waiting. When the process is
-//! told to stop ([`Interrupt`], SIGINT or SIGTERM), Lua code that runs [`INTERRUPT_GRACE`]
-//! without waiting is stopped from then on: the main chunk too.
+//! function of its program, and no timer or signal handler on that thread can run to stop it.
+//! Each callback the core starts (a tool handler, a source, a `deliver_to`, a hook, the main
+//! chunk) runs [`guarded`] with its [`Limit`]. A tool is stopped at its own deadline (its
+//! `timeout`), or at once when its caller gave up; any other callback once it has run
+//! [`MAX_SLICE`] without waiting. When the process is told to stop ([`Interrupt`], SIGINT or
+//! SIGTERM), Lua code that runs [`INTERRUPT_GRACE`] without waiting is stopped from then on.
 //!
-//! A [`Stop`] cannot be caught: `pcall` and `xpcall` are wrapped to raise it again, so a
-//! handler that wraps its loop in `pcall` is still stopped.
+//! **The hook is set only when a stop is due.** While any instruction-count hook is set, Lua
+//! 5.4 runs every instruction of the hooked coroutine through its hook check (its "trap" mode),
+//! not only every [`EVERY`]th: Lua-heavy code ran twice as slow under a hook set for good
+//! (benches/tool_roundtrip: a handler of 10,000 Lua steps, 289 µs against 145 µs). So a thread
+//! of the VM's own, the watchdog, looks every [`TICK`] at what the VM's thread is running (the
+//! callbacks being polled, and the coroutines they resumed, learnt from mlua's resume events and
+//! from `coroutine.resume`), and when the innermost callback's stop is due it sets the hook on
+//! those coroutines. The hook then stops the code within [`EVERY`] instructions, and is taken
+//! off again when the poll ends. A stop comes at most one [`TICK`] late.
+//!
+//! Setting a hook from another thread while Lua runs is what `lua.c` does from its SIGINT
+//! handler; Lua's source says `lua_sethook` "can be called during a signal, under 'reasonable'
+//! assumptions", and its loops look for a hook set meanwhile at every jump. A hook is only ever
+//! set on a coroutine that is kept alive meanwhile (pinned or being resumed), under the lock the
+//! VM's thread takes to end a poll.
+//!
+//! A [`Stop`] cannot be caught: `pcall`, `xpcall` and `coroutine.resume` are wrapped to raise
+//! it again, so a handler that wraps its loop in `pcall` is still stopped.
 
 use std::cell::RefCell;
+use std::ffi::CStr;
 use std::future::Future;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use mlua::{Function, HookTriggers, Lua, Value, VmState};
+use mlua::thread::{ThreadEvent, ThreadTriggers};
+use mlua::{Function, Lua, Thread, Value, ffi};
 
-/// How often the hook looks, in VM instructions (about 10 to 50 µs of Lua work).
-const EVERY: u32 = 1000;
+/// How often the hook looks once it is set, in VM instructions (about 10 to 50 µs of Lua work).
+const EVERY: i32 = 1000;
+/// How often the watchdog looks at a VM that is running a callback: a stop is at most this late.
+const TICK: Duration = Duration::from_millis(10);
+/// After this many ticks with no callback running, the watchdog sleeps until one starts.
+const IDLE_TICKS: u32 = 100;
+/// Where the hook finds the function that raises the stop (the VM's registry).
+const CHECK_KEY: &CStr = c"colony.watchdog.check";
 /// The longest a callback without a deadline of its own (a source, a `deliver_to`, a hook) may
 /// run without waiting.
 pub const MAX_SLICE: Duration = Duration::from_secs(10);
@@ -36,8 +58,9 @@ pub struct Limit {
     pub deadline: Option<Instant>,
     /// Stopped once it has run this long without waiting.
     pub slice: Option<Duration>,
-    /// Stopped as soon as this answers true (its caller gave up).
-    pub abandoned: Option<Box<dyn Fn() -> bool>>,
+    /// Stopped as soon as this answers true (its caller gave up). Asked from the watchdog's
+    /// thread too.
+    pub abandoned: Option<Box<dyn Fn() -> bool + Send + Sync>>,
 }
 
 impl Limit {
@@ -86,98 +109,331 @@ impl Interrupt {
     }
 }
 
-/// The callback the VM's thread is polling, and when this poll began.
-struct Running {
+/// One poll of a callback: since when, and under what limit.
+struct Polled {
     since: Instant,
-    limit: Rc<Limit>,
+    limit: Arc<Limit>,
 }
 
-thread_local! {
-    static RUNNING: RefCell<Option<Running>> = const { RefCell::new(None) };
+/// A coroutine of the VM, for the watchdog to set the hook on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct State(*mut ffi::lua_State);
+
+// SAFETY: the watchdog only passes the pointer to `lua_sethook`, which may be called from
+// another thread, and only while the coroutine is alive: a state is listed in `Watch::running`
+// only while the VM's thread keeps it alive (pinned until the poll ends, or being resumed), and
+// it is taken off the list under the same lock the watchdog holds while it sets hooks.
+unsafe impl Send for State {}
+
+/// What the VM's thread is running, as the watchdog sees it.
+#[derive(Default)]
+struct Watch {
+    /// The callbacks being polled, the innermost last (a callback can run another inside).
+    polls: Vec<Polled>,
+    /// The coroutines running Lua code for them.
+    running: Vec<State>,
+    /// The hook is set on every coroutine in `running`.
+    armed: bool,
+    /// The watchdog sleeps until a callback starts.
+    parked: bool,
+    /// The VM is gone: the watchdog ends.
+    quit: bool,
 }
 
-/// Runs `work` under `limit`: while it is polled, the hook holds it to that limit.
-pub async fn guarded<F: Future>(limit: Limit, work: F) -> F::Output {
-    let limit = Rc::new(limit);
-    let mut work = std::pin::pin!(work);
-    std::future::poll_fn(move |cx| {
-        let outer = RUNNING.replace(Some(Running {
+struct Shared {
+    watch: Mutex<Watch>,
+    wake: Condvar,
+    interrupt: Interrupt,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Watch> {
+        self.watch.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The VM's side of its watchdog, kept in its app data.
+struct Dog {
+    shared: Arc<Shared>,
+    /// The coroutines mlua resumed during the poll, kept alive until it ends.
+    pins: RefCell<Vec<Thread>>,
+}
+
+impl Dog {
+    /// A poll of a callback under `limit` begins.
+    fn enter(&self, limit: Arc<Limit>) {
+        let mut watch = self.shared.lock();
+        watch.polls.push(Polled {
             since: Instant::now(),
-            limit: limit.clone(),
-        }));
-        let polled = work.as_mut().poll(cx);
-        RUNNING.set(outer);
-        polled
-    })
-    .await
+            limit,
+        });
+        if watch.parked {
+            watch.parked = false;
+            self.shared.wake.notify_one();
+        }
+    }
+
+    /// The poll ends; the outermost one takes the hook off what it set it on.
+    fn leave(&self) {
+        let mut watch = self.shared.lock();
+        watch.polls.pop();
+        if !watch.polls.is_empty() {
+            return;
+        }
+        if watch.armed {
+            for state in &watch.running {
+                // SAFETY: on the VM's thread, with the coroutine pinned or being resumed.
+                unsafe { ffi::lua_sethook(state.0, None, 0, 0) };
+            }
+            watch.armed = false;
+        }
+        watch.running.clear();
+        drop(watch);
+        let pins = std::mem::take(&mut *self.pins.borrow_mut());
+        drop(pins);
+    }
+
+    /// mlua resumes `thread` (a callback's coroutine, at each of its polls).
+    fn resumed(&self, thread: Thread) {
+        let state = State(thread.state());
+        if self.run(state) {
+            self.pins.borrow_mut().push(thread);
+        }
+    }
+
+    /// `state` runs Lua code for the callback being polled: listed (and hooked, if the stop is
+    /// already due). False when no callback is being polled, or it was listed already.
+    fn run(&self, state: State) -> bool {
+        let mut watch = self.shared.lock();
+        if watch.polls.is_empty() || watch.running.contains(&state) {
+            return false;
+        }
+        if watch.armed {
+            arm(state);
+        }
+        watch.running.push(state);
+        true
+    }
+
+    /// `state`, resumed by `coroutine.resume`, has stopped running.
+    fn ran(&self, state: State) {
+        let mut watch = self.shared.lock();
+        if let Some(at) = watch.running.iter().rposition(|s| *s == state) {
+            watch.running.remove(at);
+            if watch.armed {
+                // SAFETY: on the VM's thread, while the script still holds the coroutine.
+                unsafe { ffi::lua_sethook(state.0, None, 0, 0) };
+            }
+        }
+    }
+
+    /// The stop due for the innermost callback, if any: what the hook raises.
+    fn due(&self) -> Option<Stop> {
+        let watch = self.shared.lock();
+        due(watch.polls.last()?, &self.shared.interrupt, Instant::now())
+    }
+}
+
+impl Drop for Dog {
+    fn drop(&mut self) {
+        self.shared.lock().quit = true;
+        self.shared.wake.notify_one();
+    }
+}
+
+/// The stop due for `polled` at `now`, if any.
+fn due(polled: &Polled, interrupt: &Interrupt, now: Instant) -> Option<Stop> {
+    let limit = &polled.limit;
+    // Once the stop is asked, nothing may run long without waiting (a source that crashes
+    // and restarts spinning included).
+    if let Some((at, why)) = interrupt.raised()
+        && now >= at + INTERRUPT_GRACE
+        && now.duration_since(polled.since) >= INTERRUPT_GRACE
+    {
+        return Some(Stop::Interrupted(why));
+    }
+    if limit.deadline.is_some_and(|d| now >= d) {
+        return Some(Stop::Deadline(
+            "it ran past its timeout without finishing".into(),
+        ));
+    }
+    if limit.abandoned.as_ref().is_some_and(|gone| gone()) {
+        return Some(Stop::Deadline(
+            "its caller stopped waiting (the call's timeout)".into(),
+        ));
+    }
+    if let Some(slice) = limit.slice
+        && now.duration_since(polled.since) >= slice
+    {
+        return Some(Stop::Deadline(format!(
+            "it ran {} s without waiting (a callback may run at most {} s at a time)",
+            slice.as_secs_f64(),
+            slice.as_secs_f64()
+        )));
+    }
+    None
+}
+
+/// Sets the hook on `state`.
+fn arm(state: State) {
+    // SAFETY: see `State`: the coroutine is alive while it is listed.
+    unsafe { ffi::lua_sethook(state.0, Some(hook), ffi::LUA_MASKCOUNT, EVERY) };
+}
+
+/// The hook, every [`EVERY`] instructions once set: calls the VM's check, which raises the
+/// [`Stop`] as a Lua error (through mlua, so it reaches Rust as the error it is).
+unsafe extern "C-unwind" fn hook(state: *mut ffi::lua_State, _: *mut ffi::lua_Debug) {
+    // SAFETY: a hook runs on the VM's thread with room on the stack for this (Lua gives a hook
+    // LUA_MINSTACK slots); the check takes no arguments and returns none.
+    unsafe {
+        if ffi::lua_getfield(state, ffi::LUA_REGISTRYINDEX, CHECK_KEY.as_ptr())
+            == ffi::LUA_TFUNCTION
+        {
+            ffi::lua_call(state, 0, 0);
+        } else {
+            ffi::lua_pop(state, 1);
+        }
+    }
+}
+
+/// The watchdog's thread: every [`TICK`] while a callback runs, sets the hook once its stop is
+/// due; sleeps while none does.
+fn watch(shared: Arc<Shared>) {
+    let mut idle = 0;
+    let mut watch = shared.lock();
+    loop {
+        if watch.quit {
+            return;
+        }
+        match watch.polls.last() {
+            None => {
+                idle += 1;
+                if idle >= IDLE_TICKS {
+                    watch.parked = true;
+                    while watch.parked && !watch.quit {
+                        watch = shared.wake.wait(watch).unwrap_or_else(|e| e.into_inner());
+                    }
+                    idle = 0;
+                    continue;
+                }
+            }
+            Some(polled) => {
+                idle = 0;
+                if !watch.armed && due(polled, &shared.interrupt, Instant::now()).is_some() {
+                    for state in &watch.running {
+                        arm(*state);
+                    }
+                    watch.armed = true;
+                }
+            }
+        }
+        watch = shared
+            .wake
+            .wait_timeout(watch, TICK)
+            .unwrap_or_else(|e| e.into_inner())
+            .0;
+    }
+}
+
+/// Runs `work` under `limit`: while it is polled, the watchdog holds it to that limit.
+pub fn guarded<F: Future>(lua: &Lua, limit: Limit, work: F) -> impl Future<Output = F::Output> {
+    let dog = lua.app_data_ref::<Rc<Dog>>().map(|d| Rc::clone(&d));
+    let limit = Arc::new(limit);
+    async move {
+        let Some(dog) = dog else {
+            return work.await;
+        };
+        /// Ends the poll however it ends (a panic included).
+        struct Polling<'a>(&'a Dog);
+        impl Drop for Polling<'_> {
+            fn drop(&mut self) {
+                self.0.leave();
+            }
+        }
+        let mut work = std::pin::pin!(work);
+        std::future::poll_fn(move |cx| {
+            dog.enter(limit.clone());
+            let _polling = Polling(&dog);
+            work.as_mut().poll(cx)
+        })
+        .await
+    }
 }
 
 /// Runs `work` as a callback without a deadline of its own (a source, a `deliver_to`, a hook):
 /// stopped once it runs [`MAX_SLICE`] without waiting.
-pub async fn as_callback<F: Future>(work: F) -> F::Output {
-    guarded(Limit::callback(), work).await
+pub fn as_callback<F: Future>(lua: &Lua, work: F) -> impl Future<Output = F::Output> {
+    guarded(lua, Limit::callback(), work)
 }
 
-/// Installs the hook on the VM (before any thread is made, so every coroutine has it) and makes
-/// `pcall` and `xpcall` pass a [`Stop`] on.
+/// Starts the VM's watchdog and makes `pcall` and `xpcall` pass a [`Stop`] on.
 pub fn install(lua: &Lua, interrupt: Interrupt) -> mlua::Result<()> {
     lua.set_app_data(interrupt.clone());
-    // Only for the benches' with-and-without comparison (benches/README: the hook's cost): a VM
-    // without the hook cannot stop code that spins, so nothing else reads this.
-    if std::env::var_os("COLONY_BENCH_NO_WATCHDOG").is_none() {
-        lua.set_global_hook(
-            HookTriggers::new().every_nth_instruction(EVERY),
-            move |_, _| check(&interrupt),
-        )?;
-    }
-    let is_stop = lua.create_function(|_, v: Value| {
-        Ok(matches!(v, Value::Error(e) if Stop::of(&e).is_some()))
-    })?;
     let wrap: Function = lua
         .load(UNCATCHABLE)
         .set_name("=colony.watchdog")
         .into_function()?;
-    wrap.call::<()>(is_stop)
+    wrap.call::<()>(is_stop(lua)?)?;
+    // Only for the benches' with-and-without comparison (benches/README: the watchdog's cost):
+    // a VM without it cannot stop code that spins, so nothing else reads this.
+    if std::env::var_os("COLONY_BENCH_NO_WATCHDOG").is_some() {
+        return Ok(());
+    }
+    let shared = Arc::new(Shared {
+        watch: Mutex::default(),
+        wake: Condvar::new(),
+        interrupt,
+    });
+    let theirs = shared.clone();
+    std::thread::Builder::new()
+        .name("colony-watchdog".into())
+        .spawn(move || watch(theirs))
+        .map_err(|e| mlua::Error::external(format!("cannot start the watchdog thread: {e}")))?;
+    let dog = Rc::new(Dog {
+        shared,
+        pins: RefCell::default(),
+    });
+    let checks = dog.clone();
+    let check = lua.create_function(move |_, ()| match checks.due() {
+        Some(stop) => Err(mlua::Error::external(stop)),
+        None => Ok(()),
+    })?;
+    let key = CHECK_KEY.to_str().expect("an ASCII key");
+    lua.set_named_registry_value(key, check)?;
+    let resumes = dog.clone();
+    lua.set_thread_event_callback(ThreadTriggers::ON_RESUME, move |_, event| {
+        if let ThreadEvent::Resume(thread) = event {
+            resumes.resumed(thread);
+        }
+        Ok(())
+    });
+    lua.set_app_data(dog);
+    Ok(())
 }
 
-fn check(interrupt: &Interrupt) -> mlua::Result<VmState> {
-    let stop = RUNNING.with_borrow(|running| {
-        let running = running.as_ref()?;
-        let now = Instant::now();
-        let limit = &running.limit;
-        // Once the stop is asked, nothing may run long without waiting (a source that
-        // crashes and restarts spinning included).
-        if let Some((at, why)) = interrupt.raised()
-            && now >= at + INTERRUPT_GRACE
-            && now.duration_since(running.since) >= INTERRUPT_GRACE
-        {
-            return Some(Stop::Interrupted(why));
+/// `is_stop(e)`: whether the Lua error value `e` is a [`Stop`].
+pub fn is_stop(lua: &Lua) -> mlua::Result<Function> {
+    lua.create_function(|_, v: Value| Ok(matches!(v, Value::Error(e) if Stop::of(&e).is_some())))
+}
+
+/// `enter(co)` and `leave(co)`, for `coroutine.resume` to call around a resume: the watchdog
+/// sets the hook on a coroutine only while it is being resumed.
+pub fn resume_marks(lua: &Lua) -> mlua::Result<(Function, Function)> {
+    let dog = lua.app_data_ref::<Rc<Dog>>().map(|d| Rc::clone(&d));
+    let (entering, leaving) = (dog.clone(), dog);
+    let enter = lua.create_function(move |_, co: Value| {
+        if let (Some(dog), Value::Thread(co)) = (&entering, co) {
+            dog.run(State(co.state()));
         }
-        if limit.deadline.is_some_and(|d| now >= d) {
-            return Some(Stop::Deadline(
-                "it ran past its timeout without finishing".into(),
-            ));
+        Ok(())
+    })?;
+    let leave = lua.create_function(move |_, co: Value| {
+        if let (Some(dog), Value::Thread(co)) = (&leaving, co) {
+            dog.ran(State(co.state()));
         }
-        if limit.abandoned.as_ref().is_some_and(|gone| gone()) {
-            return Some(Stop::Deadline(
-                "its caller stopped waiting (the call's timeout)".into(),
-            ));
-        }
-        if let Some(slice) = limit.slice
-            && now.duration_since(running.since) >= slice
-        {
-            return Some(Stop::Deadline(format!(
-                "it ran {} s without waiting (a callback may run at most {} s at a time)",
-                slice.as_secs_f64(),
-                slice.as_secs_f64()
-            )));
-        }
-        None
-    });
-    match stop {
-        Some(stop) => Err(mlua::Error::external(stop)),
-        None => Ok(VmState::Continue),
-    }
+        Ok(())
+    })?;
+    Ok((enter, leave))
 }
 
 /// `pcall` and `xpcall` that raise a [`Stop`] again instead of returning it (an `xpcall`
