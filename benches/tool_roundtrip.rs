@@ -47,12 +47,7 @@ fn main() {
         with[2],
         without[2],
     );
-    watchdog::line(
-        "a handler of 10,000 Lua steps",
-        "us",
-        with[3],
-        without[3],
-    );
+    watchdog::line("a handler of 10,000 Lua steps", "us", with[3], without[3]);
 }
 
 /// The four figures, in us per call: from the Lua thread, from the core, with a JSON context, and
@@ -137,7 +132,9 @@ fn measure() -> Vec<f64> {
         let busy_args = json!({"n": 10_000});
         let started = Instant::now();
         for _ in 0..n {
-            let out = bridge.call_handler(busy, busy_args.clone(), cx.clone()).await;
+            let out = bridge
+                .call_handler(busy, busy_args.clone(), cx.clone())
+                .await;
             assert!(matches!(out, HandlerOutcome::Value(_)), "{out:?}");
         }
         let lua_work = started.elapsed().as_secs_f64() * 1e6 / n as f64;

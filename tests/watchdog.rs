@@ -121,6 +121,44 @@ print(#string.rep("x", 10))
     );
 }
 
+#[test]
+fn a_tool_spinning_inside_a_coroutine_it_made_is_stopped_and_cannot_catch_it() {
+    // The watchdog hooks a coroutine the script made only while it is resumed: one that spins
+    // between two yields, resumed through coroutine.wrap and pcall, is stopped all the same.
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "spin", json!({})));
+    fake.push(Reply::text("it gave up"));
+    let sb = styled(&fake, "openai");
+    sb.write("config.toml", "[use.general]\nprovider = \"openai\"\n");
+    let run = sb
+        .lua(
+            r#"
+local spin = ai.tool{ name = "spin", parameters = {}, timeout = 0.5, handler = function()
+  local gen = coroutine.wrap(function()
+    coroutine.yield(1)
+    while true do end
+  end)
+  gen()
+  local caught = pcall(gen)
+  return "caught: " .. tostring(caught)
+end }
+local r = ai.take_turn{ prompt = "go", tools = { spin } }
+print(r.reply)
+for _, e in ipairs(r.tool_events) do print(e.name, e.kind) end
+-- a coroutine made before the call still runs at full speed, unhooked
+local co = coroutine.wrap(function() local s = 0 for i = 1, 1000 do s = s + i end return s end)
+print(co())
+"#,
+            &["--max-time", "120"],
+        )
+        .ok();
+    assert_eq!(run.lines(), ["it gave up", "spin\tdeadline", "500500"]);
+    assert_eq!(
+        tool_results(&fake),
+        ["Error: the tool did not finish within its deadline of 0.5 s"]
+    );
+}
+
 /// Starts `source` under `colony run`, waits for its first line on stdout (the spinning code has
 /// started), sends `signal`, and returns the exit status and the rest of stdout.
 fn signalled(sb: &Sandbox, source: &str, signal: &str) -> (std::process::ExitStatus, Vec<String>) {

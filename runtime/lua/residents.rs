@@ -355,11 +355,8 @@ async fn on_event(lua: &Lua, event: RouteEvent, hooks: &Hooks) {
     if let Some(f) = f
         && let Err(e) = super::watchdog::as_callback(
             lua,
-            f.call_async::<()>((
-            id.as_str(),
-            ai.as_str(),
-            message.as_str(),
-        )))
+            f.call_async::<()>((id.as_str(), ai.as_str(), message.as_str())),
+        )
         .await
     {
         tracing::warn!("[{id}] {hook} raised: {}", super::fault(&e));
