@@ -91,72 +91,59 @@ print(ai.watch{})
     );
 }
 
-#[test]
-fn a_spinning_tool_in_the_scripts_own_turn_is_stopped_at_its_timeout() {
+/// Runs a script whose tool `spin` (timeout 0.5 s) has `handler` as its body, in the script's
+/// own turn, then `after`; returns what it printed and the tool results the model was sent.
+fn own_turn_with_spinning_tool(handler: &str, after: &str) -> (Vec<String>, Vec<String>) {
     let fake = FakeProvider::start();
     fake.push(Reply::tool_call("c1", "spin", json!({})));
     fake.push(Reply::text("it gave up"));
     let sb = styled(&fake, "openai");
     sb.write("config.toml", "[use.general]\nprovider = \"openai\"\n");
-    let run = sb
-        .lua(
-            r#"
-local spin = ai.tool{ name = "spin", parameters = {}, timeout = 0.5, handler = function()
-  while true do end
-end }
-local r = ai.take_turn{ prompt = "go", tools = { spin } }
+    let script = format!(
+        r#"
+local spin = ai.tool{{ name = "spin", parameters = {{}}, timeout = 0.5, handler = function()
+{handler}
+end }}
+local r = ai.take_turn{{ prompt = "go", tools = {{ spin }} }}
 print(r.reply)
 for _, e in ipairs(r.tool_events) do print(e.name, e.kind) end
--- the program goes on: its VM is free again
-print(#string.rep("x", 10))
-"#,
-            &["--max-time", "120"],
-        )
-        .ok();
-    assert_eq!(run.lines(), ["it gave up", "spin\tdeadline", "10"]);
-    let results = tool_results(&fake);
-    assert_eq!(
-        results,
-        ["Error: the tool did not finish within its deadline of 0.5 s"]
+{after}
+"#
     );
+    let run = sb.lua(&script, &["--max-time", "120"]).ok();
+    let lines = run.lines().iter().map(|l| l.to_string()).collect();
+    (lines, tool_results(&fake))
+}
+
+const DEADLINE_RESULT: &str = "Error: the tool did not finish within its deadline of 0.5 s";
+
+#[test]
+fn a_spinning_tool_in_the_scripts_own_turn_is_stopped_at_its_timeout() {
+    let (lines, results) = own_turn_with_spinning_tool(
+        "while true do end",
+        "-- the program goes on: its VM is free again\nprint(#string.rep(\"x\", 10))",
+    );
+    assert_eq!(lines, ["it gave up", "spin\tdeadline", "10"]);
+    assert_eq!(results, [DEADLINE_RESULT]);
 }
 
 #[test]
 fn a_tool_spinning_inside_a_coroutine_it_made_is_stopped_and_cannot_catch_it() {
     // The watchdog hooks a coroutine the script made only while it is resumed: one that spins
     // between two yields, resumed through coroutine.wrap and pcall, is stopped all the same.
-    let fake = FakeProvider::start();
-    fake.push(Reply::tool_call("c1", "spin", json!({})));
-    fake.push(Reply::text("it gave up"));
-    let sb = styled(&fake, "openai");
-    sb.write("config.toml", "[use.general]\nprovider = \"openai\"\n");
-    let run = sb
-        .lua(
-            r#"
-local spin = ai.tool{ name = "spin", parameters = {}, timeout = 0.5, handler = function()
-  local gen = coroutine.wrap(function()
+    let (lines, results) = own_turn_with_spinning_tool(
+        r#"local gen = coroutine.wrap(function()
     coroutine.yield(1)
     while true do end
   end)
   gen()
   local caught = pcall(gen)
-  return "caught: " .. tostring(caught)
-end }
-local r = ai.take_turn{ prompt = "go", tools = { spin } }
-print(r.reply)
-for _, e in ipairs(r.tool_events) do print(e.name, e.kind) end
--- a coroutine made before the call still runs at full speed, unhooked
-local co = coroutine.wrap(function() local s = 0 for i = 1, 1000 do s = s + i end return s end)
-print(co())
-"#,
-            &["--max-time", "120"],
-        )
-        .ok();
-    assert_eq!(run.lines(), ["it gave up", "spin\tdeadline", "500500"]);
-    assert_eq!(
-        tool_results(&fake),
-        ["Error: the tool did not finish within its deadline of 0.5 s"]
+  return "caught: " .. tostring(caught)"#,
+        // A coroutine made after the call runs unhooked, to its end.
+        "local co = coroutine.wrap(function() local s = 0 for i = 1, 1000 do s = s + i end return s end)\nprint(co())",
     );
+    assert_eq!(lines, ["it gave up", "spin\tdeadline", "500500"]);
+    assert_eq!(results, [DEADLINE_RESULT]);
 }
 
 /// Starts `source` under `colony run`, waits for its first line on stdout (the spinning code has

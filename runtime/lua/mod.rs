@@ -269,7 +269,7 @@ fn guard_coroutines(lua: &Lua) -> mlua::Result<()> {
         .load(
             r#"
 local pending, enter, leave, is_stop = ...
-local resume, wrap, create, error = coroutine.resume, coroutine.wrap, coroutine.create, error
+local resume, create, error = coroutine.resume, coroutine.create, error
 local message = "ai.* and other waiting calls cannot run inside a coroutine the script created: "
   .. "use ai.parallel(f1, f2, ...) to run work concurrently"
 local function checked(co, ok, first, ...)
