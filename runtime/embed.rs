@@ -238,6 +238,8 @@ pub struct Lend {
     pub linger: bool,
     /// The most Lua memory the program may hold, in bytes; `None`: the default (1 GiB).
     pub max_memory: Option<usize>,
+    /// Where its residents run when several nodes share it (`crate::cluster`); `None`: here.
+    pub placement: Option<Arc<dyn crate::residents::Placement>>,
 }
 
 /// What a program was started from, to start it again.
@@ -268,6 +270,7 @@ impl Launch {
             observer: self.lend.observer.clone(),
             exports: self.lend.exports.clone(),
             linger: self.lend.linger,
+            placement: self.lend.placement.clone(),
             ..HostSetup::default()
         };
         if let Some(p) = &self.lend.permissions {

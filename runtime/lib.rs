@@ -61,6 +61,9 @@
 //! - [`rate`]: rate limits (`"10/min"`) as token buckets, for tools and callers.
 //! - [`permissions`]: what a program may reach beyond colony's own calls (`--allow-*`): hosts,
 //!   paths resolved before they are checked, processes, the environment.
+//! - [`cluster`]: several `colony serve` nodes sharing a program: residents placed by leases in
+//!   PostgreSQL (rendezvous hashing over the live nodes, taken over when a node is gone), mail
+//!   between nodes over NATS JetStream. The core's side of it is `residents::placement`.
 //! - [`serve`]: `colony serve`: programs as a service on one HTTP listener (control API,
 //!   events, metrics, dashboard); `host` is its one adapter to the program lifecycle (through
 //!   `embed`), `programs` the config's programs and their permissions.
@@ -94,6 +97,7 @@
 //! so a script reads synchronously. The core is `Send` and runs on the multi-thread runtime.
 
 pub mod cli;
+pub mod cluster;
 pub mod config;
 pub mod core;
 pub mod duration;

@@ -52,6 +52,20 @@ pub struct Args {
     /// url` in the config).
     #[arg(long, value_name = "URL")]
     store: Option<String>,
+    /// Join a cluster of nodes that share the programs (the same files on every node): each
+    /// resident that keeps its conversation runs on one node at a time, placed by leases in the
+    /// `--store` PostgreSQL database, and mail reaches it over this NATS server
+    /// (`nats://HOST:4222`, JetStream enabled: `nats-server -js`).
+    #[arg(long, value_name = "URL")]
+    cluster: Option<String>,
+    /// This node's name in the cluster, unique in it (default: the host's name and the
+    /// process id).
+    #[arg(long, value_name = "NAME", requires = "cluster")]
+    node: Option<String>,
+    /// How long a node's leases last unless renewed: a node that dies is taken over this long
+    /// after its last heartbeat (e.g. `10s`, the default).
+    #[arg(long, value_name = "DURATION", requires = "cluster")]
+    lease: Option<String>,
     /// The programs to run (each with its own Lua VM and state directory).
     files: Vec<PathBuf>,
 }
@@ -89,8 +103,15 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
              COLONY_SERVE_TOKEN) before listening on it"
         )));
     }
-    let programs = programs(&args, &settings, &config)?;
-    let service = Service::new(core, programs, args.store.clone()).map_err(|e| {
+    let cluster = cluster(&args)?;
+    if cluster.is_some() && crate::store::select::url(args.store.as_deref(), &config).is_none() {
+        return Err(Failure::input(
+            "colony serve: --cluster needs a store every node shares: --store postgres://... \
+             (or [store] url in the config)",
+        ));
+    }
+    let programs = programs(&args, &settings, &config, cluster.as_ref())?;
+    let service = Service::new(core, programs, args.store.clone(), cluster).map_err(|e| {
         Failure::input(format!(
             "colony serve: {}: {e}",
             crate::config::path().display()
@@ -129,11 +150,43 @@ fn tokens(args: &Args, configured: Option<&Path>) -> Result<Vec<(String, String)
     read_tokens(&text).map_err(|e| Failure::input(format!("colony serve: {from}: {e}")))
 }
 
+/// How this node joins a cluster (`--cluster`), if it does.
+fn cluster(args: &Args) -> Result<Option<crate::cluster::ClusterOptions>, Failure> {
+    let Some(nats) = &args.cluster else {
+        return Ok(None);
+    };
+    if !nats.starts_with("nats://") && !nats.starts_with("tls://") {
+        return Err(Failure::input(format!(
+            "colony serve: --cluster {nats:?} is not a NATS server's URL (say nats://HOST:4222)"
+        )));
+    }
+    let lease = match &args.lease {
+        None => crate::cluster::DEFAULT_LEASE,
+        Some(text) => crate::duration::parse(text)
+            .ok()
+            .filter(|d| *d >= std::time::Duration::from_millis(300))
+            .ok_or_else(|| {
+                Failure::input(format!(
+                    "colony serve: --lease {text:?} is not a duration of at least 300ms (say 10s)"
+                ))
+            })?,
+    };
+    Ok(Some(crate::cluster::ClusterOptions {
+        nats: nats.clone(),
+        node: args
+            .node
+            .clone()
+            .unwrap_or_else(crate::cluster::ClusterOptions::default_node),
+        lease,
+    }))
+}
+
 /// The programs: the files given, else the config's.
 fn programs(
     args: &Args,
     settings: &crate::config::ServeConfig,
     config: &crate::config::Config,
+    cluster: Option<&crate::cluster::ClusterOptions>,
 ) -> Result<Programs, Failure> {
     let config_file = crate::config::path();
     let (programs, launches) = if args.files.is_empty() {
@@ -158,6 +211,7 @@ fn programs(
                 permissions: permissions.clone(),
                 store: crate::store::select::url(args.store.as_deref(), config),
                 max_memory: args.sandbox.max_memory(),
+                cluster: cluster.cloned(),
             })
             .collect();
         (Programs::Files(launches.clone()), launches)

@@ -202,6 +202,9 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     if let Some(observer) = &host.observer {
         route.set_observer(observer.clone());
     }
+    if let Some(placement) = &host.placement {
+        route.set_placement(placement.clone());
+    }
     lua.set_app_data(Lifecycle::new(route, host.mails_in));
     lua.set_app_data(resident_spec::RouteDefaults::new(host.deliveries.clone()));
     lua.set_app_data(residents::HostTools(

@@ -45,6 +45,8 @@ pub struct HostSetup {
     /// Keep the VM answering tool calls after the main chunk returns, until the program is
     /// stopped, when it exports something over MCP (`exports`).
     pub linger: bool,
+    /// Where the residents run when several nodes share the program (a cluster).
+    pub placement: Option<std::sync::Arc<dyn crate::residents::Placement>>,
 }
 
 /// The host's tools, by name, in the VM's app data.
@@ -220,8 +222,9 @@ fn dismiss(lua: &Lua, name: &str) -> mlua::Result<MultiValue> {
 }
 
 /// `ai.residents()` → `{ { name, state, conversation, held, dropped, restarts, refused, served,
-/// error? }, ... }` (`error` while blocked), spawned ones not yet registered (before the watch)
-/// with state `pending`.
+/// error?, node? }, ... }` (`error` while blocked), spawned ones not yet registered (before the
+/// watch) with state `pending`; in a cluster, each with its `node`, those running on another
+/// node with state `elsewhere`.
 fn residents(lua: &Lua) -> mlua::Result<Table> {
     let list = lua.create_table()?;
     for r in lifecycle(lua).residents() {
@@ -234,6 +237,7 @@ fn residents(lua: &Lua) -> mlua::Result<Table> {
         t.set("restarts", r.restarts)?;
         t.set("refused", r.refused)?;
         t.set("served", r.served)?;
+        t.set("node", r.node)?;
         if let Some(e) = &r.error {
             t.set("error", turn_error(lua, e)?)?;
         }

@@ -59,6 +59,15 @@ struct LifeState {
     pending_names: HashSet<String>,
     /// The running sources of each resident.
     sources: HashMap<String, Vec<AbortHandle>>,
+    /// In a cluster, the residents placed (on one node at a time, [`super::placement`]), and
+    /// whether each runs here now.
+    placed: HashMap<String, Placed>,
+}
+
+/// A placed resident: what it is hired with, to hire it again each time it is claimed here.
+struct Placed {
+    pending: Pending,
+    here: bool,
 }
 
 /// Where a program's watch is.
@@ -80,6 +89,7 @@ pub struct Source {
     pub policy: RestartPolicy,
 }
 
+#[derive(Clone)]
 struct Pending {
     spec: ResidentSpec,
     sources: Vec<Source>,
@@ -148,6 +158,7 @@ impl Lifecycle {
                     pending: Vec::new(),
                     pending_names: HashSet::new(),
                     sources: HashMap::new(),
+                    placed: HashMap::new(),
                 }),
                 events: broadcast::channel(256).0,
                 servers: Mutex::new(Vec::new()),
@@ -172,8 +183,7 @@ impl Lifecycle {
         match st.watch {
             Watch::Running => {
                 drop(st);
-                self.hire(spec, sources)?;
-                Ok(())
+                self.admit(Pending { spec, sources })
             }
             Watch::Ended => Err(HireError::WatchEnded),
             Watch::NotYet => {
@@ -186,9 +196,76 @@ impl Lifecycle {
         }
     }
 
-    /// Whether any resident was hired (registered or waiting for the watch).
+    /// Whether any resident was hired (registered, waiting for the watch, or placed).
     pub fn has_residents(&self) -> bool {
-        !self.state().pending.is_empty() || !self.inner.route.is_empty()
+        let st = self.state();
+        !st.pending.is_empty() || !st.placed.is_empty() || !self.inner.route.is_empty()
+    }
+
+    /// The placed residents' names, each with whether it runs here now, in name order.
+    pub fn placed(&self) -> Vec<(String, bool)> {
+        let mut list: Vec<(String, bool)> = self
+            .state()
+            .placed
+            .iter()
+            .map(|(name, p)| (name.clone(), p.here))
+            .collect();
+        list.sort();
+        list
+    }
+
+    /// Starts the placed resident `name` here (its lease is held): it resumes from its saved
+    /// cell. `Ok(false)`: it is not placed, or already here.
+    pub fn claim(&self, name: &str) -> Result<bool, SpawnError> {
+        let pending = {
+            let mut st = self.state();
+            match st.placed.get_mut(name) {
+                Some(p) if !p.here => {
+                    p.here = true;
+                    p.pending.clone()
+                }
+                _ => return Ok(false),
+            }
+        };
+        match self.hire(pending.spec, pending.sources) {
+            Ok(()) => Ok(true),
+            Err(e) => {
+                if let Some(p) = self.state().placed.get_mut(name) {
+                    p.here = false;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Ends the placed resident `name` here, its saved cell kept for the node that claims it
+    /// next (its lease was handed over or lost). Whether it ran here.
+    pub fn retire(&self, name: &str) -> bool {
+        {
+            let mut st = self.state();
+            match st.placed.get_mut(name) {
+                Some(p) if p.here => p.here = false,
+                _ => return false,
+            }
+        }
+        self.inner.route.retire(name);
+        self.end_sources(name);
+        true
+    }
+
+    /// The hop limit of the placed resident `name` (mail past it is refused before it leaves
+    /// this node); `None`: no such placed resident.
+    pub fn placed_max_hop(&self, name: &str) -> Option<u32> {
+        self.state()
+            .placed
+            .get(name)
+            .map(|p| p.pending.spec.max_hop)
+    }
+
+    /// Whether the resident `name` runs here with nothing to do (no turn in flight, no mail
+    /// waiting): a placed one may then be handed over without cutting a turn.
+    pub fn at_rest(&self, name: &str) -> bool {
+        self.inner.route.resident(name).is_some_and(|r| r.at_rest())
     }
 
     /// Posts `mail` to its recipient ([`Route::mail`]): `Ok` once it is accepted (for a resident
@@ -214,6 +291,14 @@ impl Lifecycle {
         let route = &self.inner.route;
         let removed_pending = {
             let mut st = self.state();
+            // A placed resident running on another node is dismissed there.
+            match st.placed.get(name) {
+                Some(p) if !p.here => return false,
+                Some(_) => {
+                    st.placed.remove(name);
+                }
+                None => {}
+            }
             let before = st.pending.len();
             let persisted = st
                 .pending
@@ -238,7 +323,23 @@ impl Lifecycle {
     /// [`State::Pending`]) in the order hired.
     pub fn residents(&self) -> Vec<ResidentInfo> {
         let mut list = self.inner.route.residents();
-        list.extend(self.state().pending.iter().map(|q| ResidentInfo {
+        let placement = self.inner.route.placement();
+        if let Some(p) = placement {
+            for r in &mut list {
+                r.node = Some(p.node().to_string());
+            }
+        }
+        let mut elsewhere: Vec<String> = self
+            .state()
+            .placed
+            .iter()
+            .filter(|(_, p)| !p.here)
+            .map(|(name, _)| name.clone())
+            .collect();
+        elsewhere.sort();
+        list.extend(elsewhere.iter().filter_map(|name| self.resident(name)));
+        let st = self.state();
+        list.extend(st.pending.iter().map(|q| ResidentInfo {
             name: q.spec.name.clone(),
             state: State::Pending,
             conversation: 0,
@@ -248,8 +349,39 @@ impl Lifecycle {
             error: None,
             refused: 0,
             served: 0,
+            node: None,
         }));
         list
+    }
+
+    /// The resident `name` as [`Lifecycle::residents`] shows it (registered here, or placed on
+    /// another node); `None`: no such resident, or one still waiting for the watch.
+    pub fn resident(&self, name: &str) -> Option<ResidentInfo> {
+        let placement = self.inner.route.placement();
+        if let Some(r) = self.inner.route.resident(name) {
+            let mut info = r.info();
+            info.node = placement.map(|p| p.node().to_string());
+            return Some(info);
+        }
+        let st = self.state();
+        let placed = st.placed.get(name).filter(|p| !p.here)?;
+        Some(ResidentInfo {
+            name: placed.pending.spec.name.clone(),
+            state: State::Elsewhere,
+            conversation: 0,
+            held: 0,
+            dropped: 0,
+            restarts: 0,
+            error: None,
+            refused: 0,
+            served: 0,
+            node: placement.and_then(|p| p.node_of(name)),
+        })
+    }
+
+    /// Whether mail to `name` can be posted: it is registered here or placed in the cluster.
+    pub fn knows(&self, name: &str) -> bool {
+        self.inner.route.resident(name).is_some() || self.state().placed.contains_key(name)
     }
 
     /// Waits until the watch is up and mail is delivered; returns at once if it is, and also
@@ -350,13 +482,17 @@ impl Lifecycle {
             // Everyone registers before the route opens, so no early mail finds a name missing.
             for q in pending {
                 let name = q.spec.name.clone();
-                self.hire(q.spec, q.sources)
-                    .map_err(|e| WatchError::Hire(name, e))?;
+                self.admit(q).map_err(|e| match e {
+                    HireError::Spawn(e) => WatchError::Hire(name.clone(), e),
+                    _ => WatchError::Hire(name.clone(), SpawnError::Taken(name.clone())),
+                })?;
             }
             route.open();
             events
         };
-        if route.is_empty() {
+        if let Some(placement) = route.placement() {
+            placement.start(self.clone());
+        } else if route.is_empty() {
             route.stop("there are no residents");
         }
         let mut signals = if opts.signals {
@@ -396,6 +532,9 @@ impl Lifecycle {
                 "{cut} resident(s) were still busy after the grace period and were stopped"
             );
         }
+        if let Some(placement) = route.placement() {
+            placement.ended();
+        }
         // Failures reported while stopping still reach the callbacks.
         while let Ok(event) = events.try_recv() {
             self.hand_on(event, &mut on_event).await;
@@ -417,6 +556,30 @@ impl Lifecycle {
         }
         let _ = self.inner.events.send(event.clone());
         on_event(event).await
+    }
+
+    /// Hires `q` once the watch runs: placed in a cluster (dormant until claimed here), else
+    /// registered at once.
+    fn admit(&self, q: Pending) -> Result<(), HireError> {
+        if let Some(placement) = self.inner.route.placement()
+            && placement.places(&q.spec)
+        {
+            let name = q.spec.name.clone();
+            let mut st = self.state();
+            if st.placed.contains_key(&name) || self.inner.route.resident(&name).is_some() {
+                return Err(HireError::Taken(name));
+            }
+            st.placed.insert(
+                name,
+                Placed {
+                    pending: q,
+                    here: false,
+                },
+            );
+            return Ok(());
+        }
+        self.hire(q.spec, q.sources)?;
+        Ok(())
     }
 
     /// Registers a resident on the route and starts its sources.

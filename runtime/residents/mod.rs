@@ -10,6 +10,7 @@
 //! - [`mail`]: mail, provenance, the mailbox (which is also the held backlog).
 //! - [`persist`]: what a resident writes to the store as its turns go (conversation, journal,
 //!   audit), in the order that makes a restart safe.
+//! - [`placement`]: where residents run when several nodes share a program (a cluster).
 //! - [`breakers`]: where each breaker of the program's model calls stands, for a host's view.
 //! - [`observe`]: what residents do, for an observer outside the program (turns, route events).
 //! - [`budget`]: tokens and cost per resident and per program in a window, kept in the store;
@@ -28,6 +29,7 @@ pub mod lifecycle;
 pub mod mail;
 pub mod observe;
 pub mod persist;
+pub mod placement;
 pub mod resident;
 pub mod route;
 pub mod supervision;
@@ -35,6 +37,7 @@ pub mod supervision;
 pub use lifecycle::{HireError, Lifecycle, Source, Watch, WatchError, WatchOptions};
 pub use mail::{Mail, MailError, Mailbox, Provenance};
 pub use observe::{Observation, Observer, TurnReport};
+pub use placement::Placement;
 pub use resident::{Deliver, Delivery, DeliveryKind, Resident, ResidentInfo, ResidentSpec};
 pub use route::{Listener, Route, RouteEvent, Settled, SpawnError};
 pub use supervision::{Restart, RestartPolicy};

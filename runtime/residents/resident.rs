@@ -52,6 +52,7 @@ pub const UNDELIVERED_NOTE: &str = "[colony] Your last reply was not delivered: 
     deliver_to, so nobody reads your replies. Speak through your tools.";
 
 /// Everything a resident is hired with.
+#[derive(Clone)]
 pub struct ResidentSpec {
     pub name: String,
     /// System, settings (use-type, provider, model ...) and request shaping for every turn;
@@ -138,6 +139,8 @@ pub enum State {
     Blocked,
     /// Hired before the watch, not registered yet ([`super::Lifecycle::residents`]).
     Pending,
+    /// Placed on another node of the cluster ([`super::placement`]): `node` names it.
+    Elsewhere,
 }
 
 impl State {
@@ -150,6 +153,7 @@ impl State {
             State::Stopped => "stopped",
             State::Blocked => "blocked",
             State::Pending => "pending",
+            State::Elsewhere => "elsewhere",
         }
     }
 
@@ -161,6 +165,7 @@ impl State {
             3 => State::Restarting,
             5 => State::Blocked,
             6 => State::Pending,
+            7 => State::Elsewhere,
             _ => State::Stopped,
         }
     }
@@ -204,6 +209,8 @@ pub struct ResidentInfo {
     pub refused: u64,
     /// Mails its turns have served (taken into its conversation).
     pub served: u64,
+    /// In a cluster, the node it runs on (`None`: this process, not in a cluster, or not known).
+    pub node: Option<String>,
 }
 
 impl Resident {
@@ -285,6 +292,7 @@ impl Resident {
             error: self.blocked_by(),
             refused: self.mailbox.refused(),
             served: self.mailbox.served_count(),
+            node: None,
         }
     }
 

@@ -28,6 +28,7 @@ use tokio::task::AbortHandle;
 use super::breakers::{Breakers, Tracked};
 use super::mail::{Mail, MailError};
 use super::observe::{Observation, Observer};
+use super::placement::Placement;
 use super::resident::{Host, Resident, ResidentInfo, ResidentSpec, State, live};
 use super::supervision::{Decision, Exit, Supervisor};
 use crate::core::Core;
@@ -136,6 +137,9 @@ struct Inner {
     observer: OnceLock<Observer>,
     /// Where each breaker of the residents' stacks stands ([`Route::breaker_store`]).
     breakers: Arc<Breakers>,
+    /// In a cluster, where mail to a resident placed on another node goes; and an empty table
+    /// is not "every resident gone" (this node may take some over yet).
+    placement: OnceLock<Arc<dyn Placement>>,
 }
 
 impl Host for Inner {
@@ -226,6 +230,7 @@ impl Route {
                 grace: Mutex::new(DEFAULT_GRACE),
                 observer: OnceLock::new(),
                 breakers: Arc::default(),
+                placement: OnceLock::new(),
             }),
         }
     }
@@ -367,13 +372,39 @@ impl Route {
     /// Posts `mail` to its recipient. A recipient whose mailbox holds its capacity of waiting
     /// mails refuses it with [`MailError::MailboxFull`] (for a persisted one, before saving it):
     /// the sender may try again once some are served.
+    /// In a cluster, mail to a resident running on another node is forwarded to it
+    /// ([`Placement::forward`]).
     pub fn mail(&self, mail: Mail) -> Result<(), MailError> {
+        self.post(mail, true)
+    }
+
+    /// [`Route::mail`] to a resident running here, never forwarded: how mail a cluster brought
+    /// from another node is delivered (`NoRecipient` if it is not here, or no longer).
+    pub fn mail_here(&self, mail: Mail) -> Result<(), MailError> {
+        self.post(mail, false)
+    }
+
+    /// Places the route's residents with `placement` (before the watch; the first one lent is
+    /// kept).
+    pub fn set_placement(&self, placement: Arc<dyn Placement>) {
+        let _ = self.inner.placement.set(placement);
+    }
+
+    /// The placement lent, if the program is part of a cluster.
+    pub fn placement(&self) -> Option<&Arc<dyn Placement>> {
+        self.inner.placement.get()
+    }
+
+    fn post(&self, mail: Mail, forward: bool) -> Result<(), MailError> {
         if !self.inner.accepting.load(Ordering::Acquire) {
             return Err(MailError::NoRecipient);
         }
         let table = read(&self.inner.table);
         let Some(entry) = table.get(&mail.to) else {
             drop(table);
+            if forward && let Some(placement) = self.inner.placement.get() {
+                return placement.forward(mail);
+            }
             // Before the watch and while stopping, refusals are expected; not once it runs.
             if *self.inner.open.borrow() {
                 tracing::warn!(
@@ -456,6 +487,21 @@ impl Route {
         self.inner.breakers.forget(name);
         self.report(RouteEvent::Gone { ai: name.into() });
         self.inner.check_all_gone();
+        self.inner.quiet.notify_one();
+        true
+    }
+
+    /// Ends the AI `name` here without ending it for good: its task is stopped (a turn in
+    /// flight with it: its saved cell resumes it wherever it is claimed next), its name freed,
+    /// its saved conversation kept. A cluster retires a resident it hands over or lost.
+    pub fn retire(&self, name: &str) -> bool {
+        let entry = write(&self.inner.table).remove(name);
+        let Some(entry) = entry else { return false };
+        entry.resident.mailbox.close();
+        entry.resident.set_state(State::Stopped);
+        entry.task.abort();
+        self.inner.breakers.forget(name);
+        self.report(RouteEvent::Gone { ai: name.into() });
         self.inner.quiet.notify_one();
         true
     }
@@ -667,7 +713,10 @@ impl Inner {
     }
 
     fn check_all_gone(&self) {
-        if *self.open.borrow() && self.ever.load(Ordering::Acquire) && read(&self.table).is_empty()
+        if *self.open.borrow()
+            && self.ever.load(Ordering::Acquire)
+            && self.placement.get().is_none()
+            && read(&self.table).is_empty()
         {
             self.stop_with("every resident is gone");
         }

@@ -91,6 +91,7 @@ fn resident_view(s: &Service, slot: &Slot, hosted: &Hosted, r: &ResidentInfo) ->
     json!({
         "name": r.name,
         "state": r.state,
+        "node": r.node,
         "mailbox": r.held,
         "capacity": hosted.capacity(&r.name),
         "held": r.held,
@@ -231,10 +232,10 @@ pub async fn mail(
     };
     // A program just started registers its residents when its watch comes up: mail sent in
     // that moment waits for it (a little) instead of finding nobody.
-    if hosted.resident(&m.to).is_none() && !hosted.is_open() {
+    if !hosted.knows(&m.to) && !hosted.is_open() {
         let _ = tokio::time::timeout(OPEN_PATIENCE, hosted.opened()).await;
     }
-    if hosted.resident(&m.to).is_none() {
+    if !hosted.knows(&m.to) {
         return no_resident(&m.to);
     }
     let mut files = Vec::new();

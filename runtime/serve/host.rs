@@ -29,6 +29,8 @@ pub struct Launch {
     pub store: Option<String>,
     /// The most Lua memory it may hold (`--max-memory`); `None`: the default.
     pub max_memory: Option<usize>,
+    /// The cluster it joins (`--cluster`); needs a PostgreSQL store.
+    pub cluster: Option<crate::cluster::ClusterOptions>,
 }
 
 /// A program running on its own Lua thread, with its state directory held.
@@ -51,9 +53,29 @@ pub fn start(
 ) -> Result<Hosted, String> {
     let state = ProgramStore::open(&launch.state, launch.store.as_deref(), &launch.file)
         .map_err(|e| e.to_string())?;
+    let cluster = match (&launch.cluster, &state) {
+        (None, _) => None,
+        (Some(options), ProgramStore::Postgres(pg)) => Some(crate::cluster::Cluster::join(
+            options,
+            pg.clone(),
+            &crate::store::postgres::schema_for(&launch.file),
+            runtime.core().handle(),
+        )?),
+        (Some(_), ProgramStore::Dir(_)) => {
+            return Err(
+                "--cluster needs a store every node shares: --store postgres://... (or [store] \
+                 url in the config)"
+                    .into(),
+            );
+        }
+    };
     let exports = crate::mcp::server::Exports::default();
     let lend = Lend {
-        store: Some(state.dyn_store()),
+        store: Some(match &cluster {
+            Some(c) => c.store(),
+            None => state.dyn_store(),
+        }),
+        placement: cluster.as_ref().map(|c| c.placement()),
         observer: Some(observer),
         deliveries: Some(deliveries),
         permissions: Some(launch.permissions.clone()),
@@ -107,16 +129,21 @@ impl Hosted {
     }
 
     pub fn resident(&self, name: &str) -> Option<ResidentInfo> {
-        self.lifecycle.route().resident(name).map(|r| r.info())
+        self.lifecycle.resident(name)
+    }
+
+    /// Whether mail to `name` can be posted (it runs here, or on another node of the cluster).
+    pub fn knows(&self, name: &str) -> bool {
+        self.lifecycle.knows(name)
     }
 
     /// Whether `name` keeps its conversation in the state directory (mail to it is durable
-    /// once accepted).
+    /// once accepted). A resident placed on another node keeps it.
     pub fn persists(&self, name: &str) -> Option<bool> {
-        self.lifecycle
-            .route()
-            .resident(name)
-            .map(|r| r.spec.persist)
+        match self.lifecycle.route().resident(name) {
+            Some(r) => Some(r.spec.persist),
+            None => self.lifecycle.knows(name).then_some(true),
+        }
     }
 
     /// `name`'s mailbox capacity.

@@ -54,6 +54,7 @@ fn launch(p: &ServeProgram, base: &Path) -> Result<Launch, String> {
         permissions: Arc::new(permissions(p, base)?),
         store: None,
         max_memory: None,
+        cluster: None,
     })
 }
 

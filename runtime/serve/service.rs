@@ -101,6 +101,8 @@ pub struct Service {
     from_config: Option<PathBuf>,
     /// `--store`, for the config's programs (started again on SIGHUP).
     store: Option<String>,
+    /// `--cluster`, likewise.
+    cluster: Option<crate::cluster::ClusterOptions>,
     draining: AtomicBool,
     ids: Mutex<IdMemory>,
     tallies: DashMap<(String, String), Tally>,
@@ -115,12 +117,14 @@ impl Service {
         core: Core,
         programs: Programs,
         store: Option<String>,
+        cluster: Option<crate::cluster::ClusterOptions>,
     ) -> Result<Arc<Service>, String> {
         let (launches, from_config) = match programs {
             Programs::Files(launches) => (launches, None),
-            Programs::Config(base) => {
-                (config_launches(&core, &base, store.as_deref())?, Some(base))
-            }
+            Programs::Config(base) => (
+                config_launches(&core, &base, store.as_deref(), cluster.as_ref())?,
+                Some(base),
+            ),
         };
         let mut slots = BTreeMap::new();
         for (name, launch) in named(launches) {
@@ -134,6 +138,7 @@ impl Service {
             programs: RwLock::new(slots),
             from_config,
             store,
+            cluster,
             draining: AtomicBool::new(false),
             ids: Mutex::new(IdMemory::default()),
             tallies: DashMap::new(),
@@ -338,7 +343,12 @@ impl Service {
         let mut removed = Vec::new();
         let mut changed = HashSet::new();
         if let Some(base) = &self.from_config {
-            match config_launches(&self.core, base, self.store.as_deref()) {
+            match config_launches(
+                &self.core,
+                base,
+                self.store.as_deref(),
+                self.cluster.as_ref(),
+            ) {
                 Err(e) => tracing::error!("the config's programs stay as they were: {e}"),
                 Ok(launches) => {
                     let wanted: BTreeMap<String, Launch> = named(launches).into_iter().collect();
@@ -676,13 +686,19 @@ fn file_hash(path: &Path) -> Option<Vec<u8>> {
 }
 
 /// The config's programs now.
-fn config_launches(core: &Core, base: &Path, store: Option<&str>) -> Result<Vec<Launch>, String> {
+fn config_launches(
+    core: &Core,
+    base: &Path,
+    store: Option<&str>,
+    cluster: Option<&crate::cluster::ClusterOptions>,
+) -> Result<Vec<Launch>, String> {
     let config = core.config();
     let settings = config.serve.clone().unwrap_or_default();
     let mut launches = super::programs::from_config(&settings, base)?;
     let url = crate::store::select::url(store, &config);
     for launch in &mut launches {
         launch.store = url.clone();
+        launch.cluster = cluster.cloned();
     }
     Ok(launches)
 }

@@ -18,7 +18,7 @@
 
 mod group_commit;
 pub mod memory;
-mod off_worker;
+pub(crate) mod off_worker;
 pub mod postgres;
 pub mod select;
 pub mod sqlite;

@@ -406,7 +406,7 @@ function ai.dismiss(name) end
 
 ---@class ai.ResidentInfo
 ---@field name string
----@field state "idle"|"busy"|"outage"|"blocked"|"restarting"|"stopped"|"pending"
+---@field state "idle"|"busy"|"outage"|"blocked"|"restarting"|"stopped"|"pending"|"elsewhere" `elsewhere`: on another node of the cluster
 ---@field conversation integer messages in its stored conversation
 ---@field held integer arrivals waiting (all of them kept while blocked)
 ---@field dropped integer older arrivals discarded in the current outage
@@ -414,6 +414,7 @@ function ai.dismiss(name) end
 ---@field error? ai.BlockedError while blocked: why
 ---@field refused integer mails refused with "mailbox_full"
 ---@field served integer mails its turns have served
+---@field node? string in a cluster (`colony serve --cluster`), the node it runs on
 
 ---@return ai.ResidentInfo[]
 function ai.residents() end

@@ -7,6 +7,7 @@ pub mod browser;
 pub mod fake;
 pub mod hostile;
 pub mod mcp;
+pub mod nats;
 pub mod postgres;
 pub mod pty;
 pub mod script;

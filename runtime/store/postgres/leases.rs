@@ -49,10 +49,10 @@ pub struct Fence {
     pub token: i64,
 }
 
-const LEASE_COLUMNS: &str =
+pub(super) const LEASE_COLUMNS: &str =
     "name, owner, token, (extract(epoch FROM expires_at) * 1000)::bigint AS expires_at_ms";
 
-fn lease_of(row: &tokio_postgres::Row) -> Lease {
+pub(super) fn lease_of(row: &tokio_postgres::Row) -> Lease {
     Lease {
         name: row.get(0),
         owner: row.get(1),

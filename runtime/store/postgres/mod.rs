@@ -15,6 +15,8 @@
 
 pub mod address;
 pub mod leases;
+mod nodes;
+mod shared_files;
 mod schema;
 
 use std::collections::HashMap;

@@ -77,6 +77,11 @@ const MIGRATIONS: &[&str] = &[
          expires_at TIMESTAMPTZ NOT NULL
      );
      CREATE SEQUENCE colony_lease_tokens;"#,
+    // 3: the nodes of a cluster, each alive until its heartbeat's expiry.
+    r#"CREATE TABLE colony_nodes (
+         node       TEXT COLLATE "C" PRIMARY KEY,
+         expires_at TIMESTAMPTZ NOT NULL
+     );"#,
 ];
 
 /// Brings the database behind `client` (its tables in `schema`, created if missing, when one is

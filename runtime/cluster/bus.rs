@@ -1,0 +1,224 @@
+//! Mail between nodes over NATS JetStream.
+//!
+//! One stream per program (`COLONY_MAIL_<program>`, work-queue retention, on disk), one subject
+//! per resident (`colony.<program>.mail.<hash of the name>`: a name may hold characters a
+//! subject cannot), and one durable pull consumer per resident, which only the node holding
+//! its lease reads. A mail is published with its id as `Nats-Msg-Id`, so JetStream keeps one
+//! copy of a mail sent twice within its duplicate window; the sender's `ai.mail` answers once
+//! JetStream has acknowledged it (it is on the server's disk). The owner acks a mail only once
+//! it is in the resident's saved backlog; a mail delivered again after a crash finds its id
+//! among the cell's accepted ids and is served once.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, AckKind, consumer, stream};
+use futures::StreamExt;
+use sha2::{Digest, Sha256};
+
+use crate::residents::{Mail, MailError};
+
+/// How long a publish waits for JetStream's acknowledgement.
+const PUBLISH_PATIENCE: Duration = Duration::from_secs(10);
+/// How long a delivered mail may go unacknowledged before JetStream delivers it again (its
+/// owner died with it in hand).
+const ACK_WAIT: Duration = Duration::from_secs(10);
+/// How long a mail the owner could not take yet (its mailbox full, the store unreachable)
+/// waits before it is delivered again.
+const RETRY_AFTER: Duration = Duration::from_secs(1);
+
+/// A program's mail stream on one NATS server.
+#[derive(Clone)]
+pub struct Bus {
+    js: jetstream::Context,
+    stream: String,
+    program: String,
+    /// The server's address without credentials, for messages.
+    shown: String,
+}
+
+/// What became of one delivered mail.
+pub enum Taken {
+    /// In the resident's saved backlog (or a repeat of one that is): ack it.
+    Kept,
+    /// Not now (mailbox full, store unreachable): deliver it again a little later.
+    Later,
+    /// The resident no longer runs here: deliver it again to whoever claims it.
+    NotHere,
+    /// Refused for good (a hop past its limit, a message that is not mail).
+    Refused,
+}
+
+impl Bus {
+    /// Connects to the NATS server at `url` and makes sure `program`'s stream exists.
+    pub async fn connect(url: &str, program: &str) -> Result<Bus, String> {
+        let shown = shown(url);
+        let client = async_nats::ConnectOptions::new()
+            .name(format!("colony {program}"))
+            .connect(url)
+            .await
+            .map_err(|e| format!("cannot reach the NATS server at {shown}: {e}"))?;
+        let js = jetstream::new(client);
+        let stream = format!("COLONY_MAIL_{program}");
+        js.get_or_create_stream(stream::Config {
+            name: stream.clone(),
+            subjects: vec![format!("colony.{program}.mail.*")],
+            retention: stream::RetentionPolicy::WorkQueue,
+            storage: stream::StorageType::File,
+            duplicate_window: Duration::from_secs(120),
+            ..Default::default()
+        })
+        .await
+        .map_err(|e| {
+            format!("{shown}: cannot open the stream {stream} (is JetStream enabled, `nats-server -js`?): {e}")
+        })?;
+        Ok(Bus {
+            js,
+            stream,
+            program: program.to_string(),
+            shown,
+        })
+    }
+
+    fn subject(&self, name: &str) -> String {
+        format!("colony.{}.mail.{}", self.program, token(name))
+    }
+
+    /// Sends `mail` (which has an id) to its resident's subject; `Ok` once JetStream has it.
+    pub async fn publish(&self, mail: &Mail) -> Result<(), MailError> {
+        let body = match serde_json::to_vec(mail) {
+            Ok(b) => b,
+            Err(e) => {
+                tracing::error!(to = %mail.to, "mail not sent: cannot write it as JSON: {e}");
+                return Err(MailError::NotSaved);
+            }
+        };
+        let mut message = jetstream::message::PublishMessage::build().payload(body.into());
+        if let Some(id) = &mail.id {
+            message = message.message_id(id);
+        }
+        let sent = async {
+            self.js
+                .send_publish(self.subject(&mail.to), message)
+                .await
+                .map_err(|e| e.to_string())?
+                .await
+                .map_err(|e| e.to_string())
+        };
+        match tokio::time::timeout(PUBLISH_PATIENCE, sent).await {
+            Ok(Ok(_ack)) => Ok(()),
+            Ok(Err(e)) => {
+                tracing::error!(to = %mail.to, "mail not accepted: {}: {e}", self.shown);
+                Err(MailError::NotSaved)
+            }
+            Err(_) => {
+                tracing::error!(
+                    to = %mail.to,
+                    "mail not accepted: {} did not acknowledge it within {} s",
+                    self.shown,
+                    PUBLISH_PATIENCE.as_secs()
+                );
+                Err(MailError::NotSaved)
+            }
+        }
+    }
+
+    /// Reads `name`'s mail until `take` answers [`Taken::NotHere`] or the connection fails
+    /// (the caller reads again), handing each to `take` in order and acking what it kept.
+    pub async fn consume<F, Fut>(&self, name: &str, mut take: F) -> Result<(), String>
+    where
+        F: FnMut(Mail) -> Fut,
+        Fut: std::future::Future<Output = Taken>,
+    {
+        let durable = format!("r{}", token(name));
+        let stream = self
+            .js
+            .get_stream(&self.stream)
+            .await
+            .map_err(|e| format!("{}: cannot open {}: {e}", self.shown, self.stream))?;
+        let consumer: consumer::PullConsumer = stream
+            .get_or_create_consumer(
+                &durable,
+                consumer::pull::Config {
+                    durable_name: Some(durable.clone()),
+                    filter_subject: self.subject(name),
+                    ack_policy: consumer::AckPolicy::Explicit,
+                    ack_wait: ACK_WAIT,
+                    ..Default::default()
+                },
+            )
+            .await
+            .map_err(|e| format!("{}: cannot open the consumer of {name:?}: {e}", self.shown))?;
+        let mut messages = consumer
+            .messages()
+            .await
+            .map_err(|e| format!("{}: cannot read the mail of {name:?}: {e}", self.shown))?;
+        while let Some(message) = messages.next().await {
+            let message = message.map_err(|e| format!("{}: {e}", self.shown))?;
+            let taken = match serde_json::from_slice::<Mail>(&message.payload) {
+                Ok(mail) if mail.to == name => take(mail).await,
+                Ok(mail) => {
+                    tracing::error!(to = %mail.to, "mail on the subject of {name:?}: dropped");
+                    Taken::Refused
+                }
+                Err(e) => {
+                    tracing::error!(ai = %name, "a message that is not mail: dropped: {e}");
+                    Taken::Refused
+                }
+            };
+            let acked = match taken {
+                Taken::Kept => message.double_ack().await,
+                Taken::Later => message.ack_with(AckKind::Nak(Some(RETRY_AFTER))).await,
+                Taken::NotHere => {
+                    let _ = message.ack_with(AckKind::Nak(None)).await;
+                    return Ok(());
+                }
+                Taken::Refused => message.ack_with(AckKind::Term).await,
+            };
+            if let Err(e) = acked {
+                tracing::warn!(ai = %name, "{}: cannot acknowledge a mail: {e}", self.shown);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A resident's name as one subject token: the first 16 bytes of its SHA-256, in hex.
+fn token(name: &str) -> String {
+    let digest = Sha256::digest(name.as_bytes());
+    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `url` without a password, for messages.
+fn shown(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if u.password().is_some() => {
+            let _ = u.set_password(Some("***"));
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_is_a_subject_token_whatever_the_name() {
+        for name in ["desk", "a.b", "with space", "*", ">", "ünï"] {
+            let t = token(name);
+            assert_eq!(t.len(), 32);
+            assert!(t.chars().all(|c| c.is_ascii_hexdigit()), "{t}");
+        }
+        assert_ne!(token("a"), token("b"));
+    }
+
+    #[test]
+    fn a_password_is_not_shown() {
+        assert_eq!(
+            shown("nats://colony:secret@127.0.0.1:4222"),
+            "nats://colony:***@127.0.0.1:4222"
+        );
+        assert_eq!(shown("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+    }
+}

@@ -1,0 +1,384 @@
+//! Several nodes sharing one program's residents: state in PostgreSQL, mail over NATS JetStream
+//! (`colony serve --cluster nats://HOST:4222 --store postgres://...` on each node, the same
+//! program files everywhere).
+//!
+//! A [`Cluster`] is one program's [`Placement`] on one node. Each resident that keeps its
+//! conversation runs on one node at a time, the holder of its lease in PostgreSQL
+//! ([`crate::store::postgres::leases`]); every cell write goes through a [`FencedStore`], so a
+//! node that lost a lease (paused past it, cut off) cannot write after another took over.
+//!
+//! Every [`ClusterOptions::lease`]`/3` a round ([`Cluster::round`]): the node beats its heart in
+//! `colony_nodes`, renews the leases it holds (a lost one retires its resident here), and, by
+//! rendezvous hashing over the live nodes ([`rendezvous`]), claims the residents that should
+//! run here and whose lease is free or expired, and hands over, once at rest, the ones that
+//! should run on another live node (a node that joins gets its share). A node stopped with
+//! SIGTERM releases everything once its turns have finished ([`Placement::ended`]); one that
+//! died is taken over once its leases expire.
+//!
+//! Mail to a resident not running here is published to its subject ([`bus`]); the node that
+//! holds its lease reads it through the resident's durable consumer and acks it once it is in
+//! the saved backlog.
+
+pub mod bus;
+pub mod rendezvous;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::runtime::Handle;
+use tokio::sync::Notify;
+use tokio::task::AbortHandle;
+
+use crate::residents::{Lifecycle, Mail, MailError, Placement};
+use crate::store::postgres::{FencedStore, Lease, PostgresStore};
+use crate::store::{Store, StoreResult, off_worker::off_worker};
+use bus::{Bus, Taken};
+
+/// How long a lease (and a node's heartbeat) lasts unless renewed: a node that dies is taken
+/// over this long after its last round.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+
+/// How a node joins a cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// The NATS server (`nats://HOST:4222`), with JetStream enabled.
+    pub nats: String,
+    /// This node's name: unique in the cluster.
+    pub node: String,
+    /// How long a lease lasts unless renewed.
+    pub lease: Duration,
+}
+
+impl ClusterOptions {
+    /// A node name for this process when none is given: the host's name and the process id.
+    pub fn default_node() -> String {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .ok()
+            .filter(|h| !h.is_empty())
+            .unwrap_or_else(|| "node".into());
+        format!("{host}-{}", std::process::id())
+    }
+}
+
+/// One program's placement on one node of a cluster.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    node: String,
+    ttl: Duration,
+    pg: Arc<PostgresStore>,
+    fenced: Arc<FencedStore>,
+    bus: Bus,
+    handle: Handle,
+    lifecycle: OnceLock<Lifecycle>,
+    state: Mutex<Placing>,
+    /// Told at the program's end: the rounds stop.
+    ended: Notify,
+    /// For the ids of mail sent without one (a redelivery must find it accepted).
+    sent: AtomicU64,
+}
+
+#[derive(Default)]
+struct Placing {
+    /// The leases held, by resident.
+    held: HashMap<String, Lease>,
+    /// The consumer reading each held resident's mail.
+    consumers: HashMap<String, AbortHandle>,
+    /// Who runs what, as of the last round (unexpired leases only).
+    owners: HashMap<String, String>,
+    rounds: Option<AbortHandle>,
+    over: bool,
+}
+
+impl Cluster {
+    /// Joins the cluster for the program whose state is in `pg` (its tables in a schema of
+    /// their own; `program` names its stream): connects to NATS on `handle`'s runtime. The
+    /// store the program must be given is [`Cluster::store`].
+    pub fn join(
+        options: &ClusterOptions,
+        pg: Arc<PostgresStore>,
+        program: &str,
+        handle: &Handle,
+    ) -> Result<Cluster, String> {
+        if options.node.is_empty() || options.node.contains('\0') {
+            return Err(format!("the node name {:?} is not usable", options.node));
+        }
+        let bus = off_worker(|| {
+            let _enter = handle.enter();
+            futures::executor::block_on(Bus::connect(&options.nats, program))
+        })?;
+        let fenced = Arc::new(FencedStore::new(pg.clone(), &options.node));
+        Ok(Cluster {
+            inner: Arc::new(Shared {
+                node: options.node.clone(),
+                ttl: options.lease.max(Duration::from_millis(300)),
+                pg,
+                fenced,
+                bus,
+                handle: handle.clone(),
+                lifecycle: OnceLock::new(),
+                state: Mutex::new(Placing::default()),
+                ended: Notify::new(),
+                sent: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// The store the program's residents write through: fenced by this node's leases.
+    pub fn store(&self) -> Arc<dyn Store> {
+        self.inner.fenced.clone()
+    }
+
+    /// The placement to lend the program.
+    pub fn placement(&self) -> Arc<dyn Placement> {
+        Arc::new(self.clone())
+    }
+}
+
+impl Shared {
+    fn state(&self) -> std::sync::MutexGuard<'_, Placing> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One round: heartbeat, renewals, claims and handovers (blocking: the store's calls).
+    fn round(self: &Arc<Self>, lifecycle: &Lifecycle) -> StoreResult<()> {
+        let pg = &self.pg;
+        pg.beat(&self.node, self.ttl)?;
+        let live = pg.live_nodes()?;
+        let now = pg.now_ms()?;
+        let leases: HashMap<String, Lease> = pg
+            .leases()?
+            .into_iter()
+            .map(|l| (l.name.clone(), l))
+            .collect();
+        self.state().owners = leases
+            .values()
+            .filter(|l| l.expires_at_ms > now)
+            .map(|l| (l.name.clone(), l.owner.clone()))
+            .collect();
+        for (name, here) in lifecycle.placed() {
+            if lifecycle.stopping() || self.state().over {
+                return Ok(());
+            }
+            let want = rendezvous::owner(&name, &live);
+            if here {
+                let Some(lease) = self.state().held.get(&name).cloned() else {
+                    continue;
+                };
+                match pg.renew(&lease, self.ttl)? {
+                    Some(renewed) => {
+                        self.state().held.insert(name.clone(), renewed);
+                    }
+                    None => {
+                        tracing::warn!(ai = %name, node = %self.node, "its lease was lost: it no longer runs here");
+                        self.let_go(lifecycle, &name, false);
+                        continue;
+                    }
+                }
+                if want.is_some_and(|w| w != self.node) && lifecycle.at_rest(&name) {
+                    tracing::info!(ai = %name, to = want.unwrap_or(""), "handed over");
+                    self.let_go(lifecycle, &name, true);
+                }
+            } else if want == Some(self.node.as_str()) {
+                let free = leases
+                    .get(&name)
+                    .is_none_or(|l| l.owner == self.node || l.expires_at_ms <= now);
+                if free {
+                    self.claim(lifecycle, &name)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn claim(self: &Arc<Self>, lifecycle: &Lifecycle, name: &str) -> StoreResult<()> {
+        let Some(lease) = self.pg.acquire(name, &self.node, self.ttl)? else {
+            return Ok(());
+        };
+        self.fenced.hold(&lease);
+        self.state().held.insert(name.to_string(), lease.clone());
+        match lifecycle.claim(name) {
+            Ok(_) => {
+                tracing::info!(ai = %name, node = %self.node, token = lease.token, "claimed");
+                self.read_mail(lifecycle, name);
+            }
+            Err(e) => {
+                tracing::error!(ai = %name, "cannot start it here: {e}");
+                self.state().held.remove(name);
+                self.fenced.forget(name);
+                let _ = self.pg.release(&lease);
+            }
+        }
+        Ok(())
+    }
+
+    /// Ends `name` here: its mail is no longer read, it is retired, and its lease, with
+    /// `release`, is handed back at once.
+    fn let_go(&self, lifecycle: &Lifecycle, name: &str, release: bool) {
+        let (lease, consumer) = {
+            let mut st = self.state();
+            (st.held.remove(name), st.consumers.remove(name))
+        };
+        if let Some(c) = consumer {
+            c.abort();
+        }
+        lifecycle.retire(name);
+        self.fenced.forget(name);
+        if release
+            && let Some(lease) = lease
+            && let Err(e) = self.pg.release(&lease)
+        {
+            tracing::warn!(ai = %name, "cannot release its lease (it expires by itself): {e}");
+        }
+    }
+
+    /// Starts reading `name`'s mail from its consumer into its mailbox.
+    fn read_mail(self: &Arc<Self>, lifecycle: &Lifecycle, name: &str) {
+        let shared = self.clone();
+        let route = lifecycle.route().clone();
+        let name = name.to_string();
+        let key = name.clone();
+        let task = self.handle.spawn(async move {
+            loop {
+                let take = |mut mail: Mail| {
+                    let route = route.clone();
+                    let pg = shared.pg.clone();
+                    async move {
+                        let kept = tokio::task::spawn_blocking(move || {
+                            if let Err(e) = pg.fill_files(&mut mail.files) {
+                                tracing::warn!(to = %mail.to, "cannot read its files: {e}");
+                                return Err(MailError::NotSaved);
+                            }
+                            let files = route.core().files();
+                            mail.files.iter().for_each(|f| files.remember(f));
+                            route.mail_here(mail)
+                        })
+                        .await;
+                        match kept {
+                            Ok(Ok(())) => Taken::Kept,
+                            Ok(Err(MailError::NoRecipient)) => Taken::NotHere,
+                            Ok(Err(MailError::MailboxFull | MailError::NotSaved)) | Err(_) => {
+                                Taken::Later
+                            }
+                            Ok(Err(e)) => {
+                                tracing::warn!("mail refused: {}", e.as_str());
+                                Taken::Refused
+                            }
+                        }
+                    }
+                };
+                match shared.bus.consume(&name, take).await {
+                    Ok(()) if route.resident(&name).is_none() => return,
+                    Ok(()) => {}
+                    Err(e) => tracing::warn!(ai = %name, "reading its mail again: {e}"),
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        });
+        if let Some(old) = self.state().consumers.insert(key, task.abort_handle()) {
+            old.abort();
+        }
+    }
+}
+
+impl Placement for Cluster {
+    fn node(&self) -> &str {
+        &self.inner.node
+    }
+
+    fn start(&self, lifecycle: Lifecycle) {
+        let shared = self.inner.clone();
+        if shared.lifecycle.set(lifecycle.clone()).is_err() {
+            return;
+        }
+        let every = shared.ttl / 3;
+        let task = shared.handle.clone().spawn(async move {
+            loop {
+                let (s, l) = (shared.clone(), lifecycle.clone());
+                let done = tokio::task::spawn_blocking(move || s.round(&l)).await;
+                match done {
+                    Ok(Err(e)) => tracing::warn!("placement round: {e}"),
+                    Err(e) => tracing::error!("placement round: {e}"),
+                    Ok(Ok(())) => {}
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(every) => {}
+                    _ = shared.ended.notified() => return,
+                }
+            }
+        });
+        self.inner.state().rounds = Some(task.abort_handle());
+    }
+
+    fn ended(&self) {
+        let shared = &self.inner;
+        let (held, consumers, rounds) = {
+            let mut st = shared.state();
+            st.over = true;
+            (
+                std::mem::take(&mut st.held),
+                std::mem::take(&mut st.consumers),
+                st.rounds.take(),
+            )
+        };
+        shared.ended.notify_one();
+        if let Some(r) = rounds {
+            r.abort();
+        }
+        for c in consumers.values() {
+            c.abort();
+        }
+        off_worker(|| {
+            for lease in held.values() {
+                shared.fenced.forget(&lease.name);
+                if let Err(e) = shared.pg.release(lease) {
+                    tracing::warn!(ai = %lease.name, "cannot release its lease: {e}");
+                }
+            }
+            if let Err(e) = shared.pg.leave(&shared.node) {
+                tracing::warn!(node = %shared.node, "cannot leave the cluster: {e}");
+            }
+        });
+        tracing::info!(node = %shared.node, released = held.len(), "left the cluster");
+    }
+
+    fn forward(&self, mut mail: Mail) -> Result<(), MailError> {
+        let shared = &self.inner;
+        let Some(lifecycle) = shared.lifecycle.get() else {
+            return Err(MailError::NoRecipient);
+        };
+        let Some(max_hop) = lifecycle.placed_max_hop(&mail.to) else {
+            return Err(MailError::NoRecipient);
+        };
+        if mail.hop > max_hop {
+            return Err(MailError::HopLimit);
+        }
+        if mail.id.is_none() {
+            // A redelivery after a crash must find it among the accepted ids.
+            let n = shared.sent.fetch_add(1, Ordering::Relaxed);
+            let at = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap_or_default()
+                .as_nanos();
+            mail.id = Some(format!("colony:{}:{at:x}:{n}", shared.node));
+        }
+        off_worker(|| {
+            if let Err(e) = shared.pg.put_files(&mail.files) {
+                tracing::error!(to = %mail.to, "mail not accepted: cannot keep its files: {e}");
+                return Err(MailError::NotSaved);
+            }
+            let _enter = shared.handle.enter();
+            futures::executor::block_on(shared.bus.publish(&mail))
+        })
+    }
+
+    fn node_of(&self, name: &str) -> Option<String> {
+        self.inner.state().owners.get(name).cloned()
+    }
+}

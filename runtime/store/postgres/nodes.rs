@@ -1,0 +1,83 @@
+//! The nodes of a cluster as the database knows them: each one alive while its heartbeat has not
+//! expired, on the database's clock (so the nodes' clocks need not agree). Placement
+//! (`crate::cluster`) spreads the residents over the nodes alive and takes over the leases of
+//! one that is gone.
+
+use std::time::Duration;
+
+use super::PostgresStore;
+use super::leases::Lease;
+use crate::store::StoreResult;
+
+impl PostgresStore {
+    /// The heartbeat of `node`: alive for `ttl` from now.
+    pub fn beat(&self, node: &str, ttl: Duration) -> StoreResult<()> {
+        self.plain("node", node)?;
+        let ms = ttl.as_secs_f64() * 1000.0;
+        self.with(|client| async move {
+            client
+                .execute(
+                    "INSERT INTO colony_nodes (node, expires_at) \
+                     VALUES ($1, now() + $2 * interval '1 millisecond') \
+                     ON CONFLICT (node) DO UPDATE SET expires_at = excluded.expires_at",
+                    &[&node, &ms],
+                )
+                .await
+                .map_err(|e| self.err(e))?;
+            Ok(())
+        })
+    }
+
+    /// The nodes whose heartbeat has not expired, in name order.
+    pub fn live_nodes(&self) -> StoreResult<Vec<String>> {
+        self.with(|client| async move {
+            let rows = client
+                .query(
+                    "SELECT node FROM colony_nodes WHERE expires_at > now() ORDER BY node",
+                    &[],
+                )
+                .await
+                .map_err(|e| self.err(e))?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+    }
+
+    /// `node` leaves the cluster at once (the others need not wait for its heartbeat to expire).
+    pub fn leave(&self, node: &str) -> StoreResult<()> {
+        self.with(|client| async move {
+            client
+                .execute("DELETE FROM colony_nodes WHERE node = $1", &[&node])
+                .await
+                .map_err(|e| self.err(e))?;
+            Ok(())
+        })
+    }
+
+    /// Every lease the database holds (expired or not), in name order: who runs what.
+    pub fn leases(&self) -> StoreResult<Vec<Lease>> {
+        self.with(|client| async move {
+            let rows = client
+                .query(
+                    &format!(
+                        "SELECT {} FROM colony_leases ORDER BY name",
+                        super::leases::LEASE_COLUMNS
+                    ),
+                    &[],
+                )
+                .await
+                .map_err(|e| self.err(e))?;
+            Ok(rows.iter().map(super::leases::lease_of).collect())
+        })
+    }
+
+    /// Milliseconds since the Unix epoch on the database's clock (to tell an expired lease).
+    pub fn now_ms(&self) -> StoreResult<i64> {
+        self.with(|client| async move {
+            let row = client
+                .query_one("SELECT (extract(epoch FROM now()) * 1000)::bigint", &[])
+                .await
+                .map_err(|e| self.err(e))?;
+            Ok(row.get(0))
+        })
+    }
+}

@@ -1,0 +1,472 @@
+//! Several `colony serve` nodes sharing one program (`--cluster nats://... --store postgres://...`),
+//! against a real PostgreSQL and a real NATS server with JetStream on loopback.
+//!
+//! The three-node test: a program of 60 persisted residents and a tool that counts each of its
+//! runs by call id in the store. Three nodes start and spread the residents; 10,000 mails with
+//! ids are sent through the nodes' APIs (each retried on another node until one accepts it);
+//! midway one node is SIGKILLed, later another is SIGTERMed and a fourth joins, and then one
+//! is paused with SIGSTOP past its leases and resumed (its writes after the pause must be
+//! refused: another node has taken its residents over). At the end:
+//! - every acknowledged mail is in its resident's conversation exactly once, a reply after it;
+//! - no tool call ran twice, and every call a conversation shows as finished ran;
+//! - every conversation is a valid transcript (each call answered once);
+//! - every resident is owned by exactly one live node (the nodes' APIs and the lease table).
+
+mod support;
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use colony::store::postgres::{PostgresStore, schema_for};
+use colony::store::{SavedResident, Store};
+use colony::vocab::{Message, Part, Role};
+use serde_json::{Value, json};
+use support::fake::{FakeProvider, Reply};
+use support::serve::Served;
+use support::styled;
+
+const RESIDENTS: usize = 60;
+const MAILS: usize = 10_000;
+/// How many clients send at once.
+const SENDERS: usize = 16;
+/// Short leases, so a node that dies is taken over within the test's patience.
+const LEASE: &str = "2s";
+
+const PROGRAM: &str = r#"
+local work = ai.tool{ name = "work", description = "Does the work a mail asks for",
+  parameters = { mail = "integer" },
+  handler = function(args, ctx)
+    store.update("runs/" .. ctx.call_id, function(n) return (n or 0) + 1 end)
+    return "worked on mail " .. args.mail
+  end }
+for i = 1, 60 do
+  ai.spawn{ name = string.format("r%02d", i), provider = "openai", model = "m",
+    persist_conversation = true, tools = { work }, deliver_to = function() end }
+end
+ai.watch{}
+"#;
+
+fn resident_of(n: usize) -> String {
+    format!("r{:02}", n % RESIDENTS + 1)
+}
+
+/// A call of `work` for each mail of the trailing user turns; after the results, a reply (or
+/// the calls again, under new ids, for those a takeover interrupted).
+fn respond(body: &Value) -> Reply {
+    let messages = body["messages"].as_array().cloned().unwrap_or_default();
+    let last = messages.last().cloned().unwrap_or(Value::Null);
+    if last["role"] == "tool" {
+        let mut tail = Vec::new();
+        for m in messages.iter().rev() {
+            if m["role"] != "tool" {
+                break;
+            }
+            tail.push(m.clone());
+        }
+        let calls = messages
+            .iter()
+            .rev()
+            .find(|m| m["role"] == "assistant")
+            .map(|m| m["tool_calls"].as_array().cloned().unwrap_or_default())
+            .unwrap_or_default();
+        let again: Vec<(String, String, Value)> = tail
+            .iter()
+            .filter(|r| r["content"].as_str().unwrap_or("").contains("interrupted"))
+            .filter_map(|r| {
+                let call = calls.iter().find(|c| c["id"] == r["tool_call_id"])?;
+                let args: Value =
+                    serde_json::from_str(call["function"]["arguments"].as_str()?).ok()?;
+                Some((format!("{}r", call["id"].as_str()?), "work".into(), args))
+            })
+            .collect();
+        if !again.is_empty() {
+            return Reply::tool_calls(again);
+        }
+        return Reply::text("answered");
+    }
+    let mut mails = Vec::new();
+    for m in messages.iter().rev() {
+        if m["role"] != "user" {
+            break;
+        }
+        if let Some(n) = m["content"]
+            .as_str()
+            .and_then(|t| t.strip_prefix("[mail from sender] mail "))
+        {
+            mails.push(n.parse::<u64>().unwrap());
+        }
+    }
+    mails.reverse();
+    if mails.is_empty() {
+        return Reply::text("nothing to do");
+    }
+    Reply::tool_calls(
+        mails
+            .iter()
+            .map(|n| (format!("w{n}"), "work".to_string(), json!({ "mail": n })))
+            .collect(),
+    )
+}
+
+struct Cluster<'a> {
+    sb: &'a support::script::Sandbox,
+    script: String,
+    store: String,
+    nats: String,
+}
+
+impl Cluster<'_> {
+    fn node(&self, name: &str) -> Served {
+        Served::start(
+            self.sb,
+            &[
+                "--store",
+                &self.store,
+                "--cluster",
+                &self.nats,
+                "--node",
+                name,
+                "--lease",
+                LEASE,
+                &self.script,
+            ],
+        )
+    }
+}
+
+/// The residents each node runs itself (not `elsewhere`), by node name.
+fn local(nodes: &[(&str, &Served)]) -> BTreeMap<String, Vec<String>> {
+    let mut out = BTreeMap::new();
+    for (name, served) in nodes {
+        let a = served.get("/api/programs/desk/residents?limit=1000");
+        let list = a.json["residents"].as_array().cloned().unwrap_or_default();
+        let mine: Vec<String> = list
+            .iter()
+            .filter(|r| r["state"] != "elsewhere" && r["state"] != "pending")
+            .map(|r| {
+                assert_eq!(r["node"], *name, "a resident here names its node: {r}");
+                r["name"].as_str().unwrap().to_string()
+            })
+            .collect();
+        out.insert(name.to_string(), mine);
+    }
+    out
+}
+
+/// Waits until every resident runs on exactly one of `nodes`, each node running some.
+fn wait_spread(nodes: &[(&str, &Served)]) -> BTreeMap<String, Vec<String>> {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let now = local(nodes);
+        let all: Vec<&String> = now.values().flatten().collect();
+        let distinct: HashSet<&&String> = all.iter().collect();
+        if all.len() == RESIDENTS
+            && distinct.len() == RESIDENTS
+            && now.values().all(|v| !v.is_empty())
+        {
+            return now;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the residents were never spread over {:?}: {now:?}",
+            nodes.iter().map(|n| n.0).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Sends mail `n` through `nodes` (starting at one chosen by `n`) until one accepts it.
+fn send(nodes: &[&Served], n: usize) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let body = json!({
+        "to": resident_of(n), "source": "sender", "content": format!("mail {n}"),
+        "id": format!("m{n}"),
+    });
+    let mut i = n;
+    loop {
+        let a = nodes[i % nodes.len()].mail("desk", body.clone());
+        if a.status == 202 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "mail {n} was never accepted: {} {}",
+            a.status,
+            a.text
+        );
+        i += 1;
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Sends mails `from..=to`, sixteen senders at a time (as many clients would).
+fn send_range(nodes: &[&Served], from: usize, to: usize, fake: &FakeProvider) {
+    let next = AtomicUsize::new(from);
+    std::thread::scope(|s| {
+        for _ in 0..SENDERS {
+            s.spawn(|| {
+                loop {
+                    let n = next.fetch_add(1, Ordering::Relaxed);
+                    if n > to {
+                        return;
+                    }
+                    send(nodes, n);
+                    if n % 500 == 0 {
+                        // The fake keeps every request it saw: let them go.
+                        fake.take_requests();
+                    }
+                }
+            });
+        }
+    });
+}
+
+fn signal(served: &Served, sig: &str) {
+    let pid = served.child.as_ref().unwrap().id().to_string();
+    let ok = std::process::Command::new("kill")
+        .args([sig, &pid])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+#[test]
+fn three_nodes_share_sixty_residents_and_lose_nothing() {
+    let store_url = support::postgres::database();
+    let nats = support::nats::server().url();
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| respond(body));
+    let sb = styled(&fake, "openai");
+    let script = sb.write("desk.lua", PROGRAM);
+    let cluster = Cluster {
+        sb: &sb,
+        script: script.display().to_string(),
+        store: store_url.clone(),
+        nats,
+    };
+    let started = Instant::now();
+    let mut n1 = cluster.node("n1");
+    let mut n2 = cluster.node("n2");
+    let n3 = cluster.node("n3");
+    let spread = wait_spread(&[("n1", &n1), ("n2", &n2), ("n3", &n3)]);
+    eprintln!(
+        "spread over three nodes after {:?}: {:?}",
+        started.elapsed(),
+        spread.iter().map(|(k, v)| (k, v.len())).collect::<Vec<_>>()
+    );
+
+    send_range(&[&n1, &n2, &n3], 1, 3000, &fake);
+    eprintln!("3,000 mails accepted after {:?}; SIGKILL n1", started.elapsed());
+    let mut c1 = n1.child.take().unwrap();
+    c1.kill().unwrap();
+    c1.wait().unwrap();
+
+    send_range(&[&n2, &n3], 3001, 6000, &fake);
+    eprintln!("6,000 accepted after {:?}; SIGTERM n2", started.elapsed());
+    signal(&n2, "-TERM");
+    let status = n2.child.take().unwrap().wait().unwrap();
+    assert!(status.success(), "n2 drained and ended: {status:?}\n{}", n2.stderr());
+    let n4 = cluster.node("n4");
+
+    send_range(&[&n3, &n4], 6001, 8000, &fake);
+    eprintln!("8,000 accepted after {:?}; SIGSTOP n3", started.elapsed());
+    signal(&n3, "-STOP");
+    // Past its leases: n4 takes its residents over while it sleeps.
+    let paused = Instant::now();
+    send_range(&[&n4], 8001, 9000, &fake);
+    while paused.elapsed() < Duration::from_secs(6) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    signal(&n3, "-CONT");
+    send_range(&[&n3, &n4], 9001, MAILS, &fake);
+    eprintln!("10,000 accepted after {:?}", started.elapsed());
+
+    // Drained: every mail answered, nothing waiting, read from the shared store itself.
+    let pg = PostgresStore::open_in(&store_url, Some(&schema_for(&script))).unwrap();
+    let names: Vec<String> = (0..RESIDENTS).map(resident_of).collect();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    let cells = loop {
+        let cells: Vec<(String, SavedResident)> = names
+            .iter()
+            .map(|n| (n.clone(), pg.load_cell(n).unwrap().unwrap_or_default()))
+            .collect();
+        let answered = cells
+            .iter()
+            .map(|(_, c)| c.messages.iter().filter(|m| is_reply(m)).count())
+            .sum::<usize>();
+        let waiting = cells
+            .iter()
+            .any(|(_, c)| !c.backlog.is_empty() || !c.journal.is_empty());
+        if !waiting && all_answered(&cells) {
+            eprintln!("drained after {:?} ({answered} replies)", started.elapsed());
+            break cells;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not drained: {answered} replies so far\nn3:\n{}\nn4:\n{}",
+            tail(&n3.stderr()),
+            tail(&n4.stderr())
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    };
+
+    let mut answered = BTreeMap::new();
+    let mut finished = 0;
+    for (name, cell) in &cells {
+        finished += check_transcript(name, &cell.messages, &mut answered);
+    }
+    for n in 1..=MAILS {
+        assert_eq!(
+            answered.get(&n),
+            Some(&1),
+            "mail {n} answered exactly once (to {})",
+            resident_of(n)
+        );
+        assert_eq!(answered.len(), MAILS, "answered only the mails sent");
+    }
+    let mut runs = 0;
+    for key in pg.list("", "runs/").unwrap() {
+        let count = pg.get("", &key).unwrap().unwrap().as_u64().unwrap();
+        assert_eq!(count, 1, "{key} ran {count} times");
+        runs += 1;
+    }
+    assert!(runs >= finished, "{runs} runs, {finished} finished calls");
+
+    // Every resident owned by exactly one live node, and the lease table agrees.
+    let now = wait_spread(&[("n3", &n3), ("n4", &n4)]);
+    let leases = pg.leases().unwrap();
+    assert_eq!(leases.len(), RESIDENTS, "{leases:?}");
+    for lease in &leases {
+        assert!(
+            now[&lease.owner].contains(&lease.name),
+            "{} is leased to {} but runs elsewhere: {now:?}",
+            lease.name,
+            lease.owner
+        );
+    }
+    let fenced = n3.stderr().matches("was refused: its lease").count();
+    eprintln!(
+        "done after {:?}: {runs} tool runs, {finished} finished calls; n3's writes refused \
+         after its pause: {fenced}",
+        started.elapsed()
+    );
+}
+
+fn is_reply(m: &Message) -> bool {
+    m.role == Role::Assistant && m.tool_calls().next().is_none()
+}
+
+/// Whether every mail sent has a reply after it (counted loosely, to know when to look
+/// closely).
+fn all_answered(cells: &[(String, SavedResident)]) -> bool {
+    let mut answered = HashSet::new();
+    for (_, cell) in cells {
+        let mut open = Vec::new();
+        for m in &cell.messages {
+            if m.role == Role::User
+                && let Some(n) = m.text().strip_prefix("[mail from sender] mail ")
+            {
+                open.push(n.to_string());
+            }
+            if is_reply(m) {
+                answered.extend(open.drain(..));
+            }
+        }
+    }
+    answered.len() >= MAILS
+}
+
+fn tail(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(40)..].join("\n")
+}
+
+/// Checks one conversation: every call has exactly one result in the next message, no result
+/// without a call; counts each mail's user turn once it is followed by a final reply. Returns
+/// the number of results that finished (not interrupted).
+fn check_transcript(
+    name: &str,
+    messages: &[Message],
+    answered: &mut BTreeMap<usize, usize>,
+) -> usize {
+    let mut finished = 0;
+    let mut open_mails: Vec<usize> = Vec::new();
+    for (i, m) in messages.iter().enumerate() {
+        match m.role {
+            Role::User => {
+                if let Some(n) = m.text().strip_prefix("[mail from sender] mail ") {
+                    open_mails.push(n.parse().unwrap());
+                }
+            }
+            Role::Assistant => {
+                let calls: Vec<String> = m.tool_calls().map(|c| c.id.clone()).collect();
+                if calls.is_empty() {
+                    for n in open_mails.drain(..) {
+                        *answered.entry(n).or_insert(0) += 1;
+                    }
+                    continue;
+                }
+                let next = messages
+                    .get(i + 1)
+                    .unwrap_or_else(|| panic!("{name}: calls at the end"));
+                assert_eq!(
+                    next.role,
+                    Role::Tool,
+                    "{name}: calls without results at {i}"
+                );
+                let results: Vec<String> = next.tool_results().map(|r| r.call_id.clone()).collect();
+                let set: HashSet<&String> = results.iter().collect();
+                assert_eq!(
+                    set.len(),
+                    results.len(),
+                    "{name}: a call answered twice at {i}"
+                );
+                assert_eq!(
+                    calls.iter().collect::<HashSet<_>>(),
+                    set,
+                    "{name}: calls and results differ at {i}"
+                );
+                finished += next
+                    .parts
+                    .iter()
+                    .filter(|p| matches!(p, Part::ToolResult(r) if !r.is_error))
+                    .count();
+            }
+            Role::Tool => {
+                let prev = &messages[i - 1];
+                assert!(
+                    prev.role == Role::Assistant && prev.tool_calls().next().is_some(),
+                    "{name}: results without calls at {i}"
+                );
+            }
+            Role::System => {}
+        }
+    }
+    assert!(
+        open_mails.is_empty(),
+        "{name}: mail without an answer: {open_mails:?}"
+    );
+    finished
+}
+
+/// `--cluster` without a store every node shares is refused at once, naming what is missing.
+#[test]
+fn a_cluster_needs_a_shared_store() {
+    let fake = FakeProvider::start();
+    let sb = styled(&fake, "openai");
+    let script = sb.write("desk.lua", PROGRAM);
+    let run = sb.colony(&[
+        "serve",
+        "--cluster",
+        "nats://127.0.0.1:4222",
+        &script.display().to_string(),
+    ]);
+    assert_ne!(run.code, 0);
+    assert!(
+        run.stderr.contains("--cluster needs a store every node shares"),
+        "{}",
+        run.stderr
+    );
+}
