@@ -24,6 +24,14 @@ use colony::script::{Script, ToolContext};
 use serde_json::json;
 
 const CALLS: u32 = 100_000;
+/// Each figure is the best of this many batches of its calls: a batch the machine slowed (this
+/// 2-core machine's neighbours take time now and then) does not count.
+const BATCHES: u32 = 20;
+
+/// Microseconds per call of a batch of `n` calls begun at `started`.
+fn per_call(started: Instant, n: u32) -> f64 {
+    started.elapsed().as_secs_f64() * 1e6 / n as f64
+}
 
 /// A tool's deadline, as dispatch gives each call (its `timeout` from now).
 fn deadline() -> Option<Instant> {
@@ -33,7 +41,10 @@ fn deadline() -> Option<Instant> {
 fn main() {
     let (with, without) = watchdog::pair(measure);
     let (same_thread, cross_thread, json_ctx) = (with[0], with[1], with[2]);
-    println!("Lua tool call round trip through the bridge ({CALLS} calls, handler `a + b`)");
+    println!(
+        "Lua tool call round trip through the bridge ({CALLS} calls in {BATCHES} batches, the \
+         best batch; handler `a + b`)"
+    );
     println!("from the Lua thread   {same_thread:>7.2} us/call  (aim: at or under 5 us)");
     println!("from the core runtime {cross_thread:>7.2} us/call  (two thread wake-ups per call)");
     println!("from the Lua thread, the context as JSON {json_ctx:>7.2} us/call");
@@ -90,30 +101,40 @@ fn measure() -> Vec<f64> {
         for _ in 0..10_000 {
             bridge.call_handler(id, args.clone(), cx.clone()).await;
         }
-        let started = Instant::now();
-        for _ in 0..CALLS {
-            let out = bridge.call_handler(id, args.clone(), cx.clone()).await;
-            assert_eq!(out, HandlerOutcome::Value("5".into()));
+        let mut same_thread = f64::MAX;
+        for _ in 0..BATCHES {
+            let started = Instant::now();
+            for _ in 0..CALLS / BATCHES {
+                let out = bridge.call_handler(id, args.clone(), cx.clone()).await;
+                assert_eq!(out, HandlerOutcome::Value("5".into()));
+            }
+            same_thread = same_thread.min(per_call(started, CALLS / BATCHES));
         }
-        let same_thread = started.elapsed().as_secs_f64() * 1e6 / CALLS as f64;
 
-        let started = Instant::now();
-        for _ in 0..CALLS {
-            let out = bridge.call_tool(id, args.clone(), ctx.clone()).await;
-            assert_eq!(out, HandlerOutcome::Value("5".into()));
+        let mut json_ctx = f64::MAX;
+        for _ in 0..BATCHES {
+            let started = Instant::now();
+            for _ in 0..CALLS / BATCHES {
+                let out = bridge.call_tool(id, args.clone(), ctx.clone()).await;
+                assert_eq!(out, HandlerOutcome::Value("5".into()));
+            }
+            json_ctx = json_ctx.min(per_call(started, CALLS / BATCHES));
         }
-        let json_ctx = started.elapsed().as_secs_f64() * 1e6 / CALLS as f64;
 
         // From the core: each call crosses threads both ways.
         let remote = bridge.clone();
         let (args2, cx2) = (args.clone(), cx.clone());
         let cross = core_rt.spawn(async move {
-            let n = CALLS / 10;
-            let started = Instant::now();
-            for _ in 0..n {
-                remote.call_handler(id, args2.clone(), cx2.clone()).await;
+            let n = CALLS / 10 / BATCHES;
+            let mut best = f64::MAX;
+            for _ in 0..BATCHES {
+                let started = Instant::now();
+                for _ in 0..n {
+                    remote.call_handler(id, args2.clone(), cx2.clone()).await;
+                }
+                best = best.min(per_call(started, n));
             }
-            started.elapsed().as_secs_f64() * 1e6 / n as f64
+            best
         });
         let cross_thread = cross.await.expect("the core task");
 
@@ -128,16 +149,19 @@ fn measure() -> Vec<f64> {
             .eval()
             .expect("a busy handler");
         let busy = bridge::register(&lua, busy);
-        let n = CALLS / 100;
+        let n = CALLS / 100 / BATCHES;
         let busy_args = json!({"n": 10_000});
-        let started = Instant::now();
-        for _ in 0..n {
-            let out = bridge
-                .call_handler(busy, busy_args.clone(), cx.clone())
-                .await;
-            assert!(matches!(out, HandlerOutcome::Value(_)), "{out:?}");
+        let mut lua_work = f64::MAX;
+        for _ in 0..BATCHES {
+            let started = Instant::now();
+            for _ in 0..n {
+                let out = bridge
+                    .call_handler(busy, busy_args.clone(), cx.clone())
+                    .await;
+                assert!(matches!(out, HandlerOutcome::Value(_)), "{out:?}");
+            }
+            lua_work = lua_work.min(per_call(started, n));
         }
-        let lua_work = started.elapsed().as_secs_f64() * 1e6 / n as f64;
         vec![same_thread, cross_thread, json_ctx, lua_work]
     })
 }

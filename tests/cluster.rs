@@ -2,7 +2,7 @@
 //! against a real PostgreSQL and a real NATS server with JetStream on loopback.
 //!
 //! The three-node test: a program of 60 persisted residents and a tool that counts each of its
-//! runs by call id in the store. Three nodes start and spread the residents; 10,000 mails with
+//! runs by call id in the store (one call per turn, for the mails it serves). Three nodes start and spread the residents; 10,000 mails with
 //! ids are sent through the nodes' APIs (each retried on another node until one accepts it);
 //! midway one node is SIGKILLed, later another is SIGTERMed and a fourth joins, and then one
 //! is paused with SIGSTOP past its leases and resumed (its writes after the pause must be
@@ -34,11 +34,11 @@ const SENDERS: usize = 16;
 const LEASE: &str = "2s";
 
 const PROGRAM: &str = r#"
-local work = ai.tool{ name = "work", description = "Does the work a mail asks for",
-  parameters = { mail = "integer" },
+local work = ai.tool{ name = "work", description = "Does the work the mails ask for",
+  parameters = { mails = "string" },
   handler = function(args, ctx)
     store.update("runs/" .. ctx.call_id, function(n) return (n or 0) + 1 end)
-    return "worked on mail " .. args.mail
+    return "worked on mails " .. args.mails
   end }
 for i = 1, 60 do
   ai.spawn{ name = string.format("r%02d", i), provider = "openai", model = "m",
@@ -51,8 +51,8 @@ fn resident_of(n: usize) -> String {
     format!("r{:02}", n % RESIDENTS + 1)
 }
 
-/// A call of `work` for each mail of the trailing user turns; after the results, a reply (or
-/// the calls again, under new ids, for those a takeover interrupted).
+/// One call of `work` for the mails of the trailing user turns; after its result, a reply (or
+/// the call again, under a new id, when a takeover interrupted it).
 fn respond(body: &Value) -> Reply {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let last = messages.last().cloned().unwrap_or(Value::Null);
@@ -98,14 +98,15 @@ fn respond(body: &Value) -> Reply {
         }
     }
     mails.reverse();
-    if mails.is_empty() {
+    let Some(first) = mails.first() else {
         return Reply::text("nothing to do");
-    }
-    Reply::tool_calls(
-        mails
-            .iter()
-            .map(|n| (format!("w{n}"), "work".to_string(), json!({ "mail": n })))
-            .collect(),
+    };
+    // One call for the mails a turn serves (up to 24), named by the first.
+    let list: Vec<String> = mails.iter().map(u64::to_string).collect();
+    Reply::tool_call(
+        format!("w{first}"),
+        "work",
+        json!({ "mails": list.join(",") }),
     )
 }
 
@@ -258,7 +259,10 @@ fn three_nodes_share_sixty_residents_and_lose_nothing() {
     );
 
     send_range(&[&n1, &n2, &n3], 1, 3000, &fake);
-    eprintln!("3,000 mails accepted after {:?}; SIGKILL n1", started.elapsed());
+    eprintln!(
+        "3,000 mails accepted after {:?}; SIGKILL n1",
+        started.elapsed()
+    );
     let mut c1 = n1.child.take().unwrap();
     c1.kill().unwrap();
     c1.wait().unwrap();
@@ -267,7 +271,11 @@ fn three_nodes_share_sixty_residents_and_lose_nothing() {
     eprintln!("6,000 accepted after {:?}; SIGTERM n2", started.elapsed());
     signal(&n2, "-TERM");
     let status = n2.child.take().unwrap().wait().unwrap();
-    assert!(status.success(), "n2 drained and ended: {status:?}\n{}", n2.stderr());
+    assert!(
+        status.success(),
+        "n2 drained and ended: {status:?}\n{}",
+        n2.stderr()
+    );
     let n4 = cluster.node("n4");
 
     send_range(&[&n3, &n4], 6001, 8000, &fake);
@@ -302,6 +310,16 @@ fn three_nodes_share_sixty_residents_and_lose_nothing() {
         if !waiting && all_answered(&cells) {
             eprintln!("drained after {:?} ({answered} replies)", started.elapsed());
             break cells;
+        }
+        if std::env::var_os("COLONY_CLUSTER_DEBUG").is_some() {
+            let busy: Vec<String> = cells
+                .iter()
+                .filter(|(_, c)| !c.backlog.is_empty() || !c.journal.is_empty())
+                .map(|(n, c)| format!("{n}:{}/{}", c.backlog.len(), c.journal.len()))
+                .collect();
+            eprintln!("{:?} waiting: {busy:?}", started.elapsed());
+            std::fs::write("/tmp/n3.log", n3.stderr()).unwrap();
+            std::fs::write("/tmp/n4.log", n4.stderr()).unwrap();
         }
         assert!(
             Instant::now() < deadline,
@@ -465,7 +483,8 @@ fn a_cluster_needs_a_shared_store() {
     ]);
     assert_ne!(run.code, 0);
     assert!(
-        run.stderr.contains("--cluster needs a store every node shares"),
+        run.stderr
+            .contains("--cluster needs a store every node shares"),
         "{}",
         run.stderr
     );

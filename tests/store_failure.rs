@@ -1,6 +1,7 @@
 //! A persisted resident whose store cannot write: the step's reply cannot be saved, so its
 //! tool calls do not run (a restart could not know they had), and the turn takes the outage
-//! path until the store writes again; then the calls run once.
+//! path until the store writes again; then the calls run once. A call whose start cannot be
+//! journaled (in a cluster: the node lost the resident's lease) does not run either.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -24,10 +25,12 @@ use colony::turn::{Compaction, ToolDef};
 use colony::vocab::{Inferred, Message, Part, Role, Stop, ToolCall, Usage};
 use serde_json::{Value, json};
 
-/// A store whose `commit_step` fails while `broken` is set.
+/// A store whose `commit_step` fails while `broken` is set, and whose `journal` fails while
+/// `journal_broken` is.
 struct Flaky {
     inner: MemoryStore,
     broken: AtomicBool,
+    journal_broken: AtomicBool,
 }
 
 impl Store for Flaky {
@@ -67,6 +70,9 @@ impl Store for Flaky {
         self.inner.commit_step(n, m, served, d)
     }
     fn journal(&self, n: &str, e: &JournalEntry) -> StoreResult<()> {
+        if self.journal_broken.load(Ordering::SeqCst) {
+            return Err(StoreError::Fenced("its lease was taken over".into()));
+        }
         self.inner.journal(n, e)
     }
     fn clear_cell(&self, n: &str) -> StoreResult<bool> {
@@ -120,6 +126,7 @@ fn a_step_that_cannot_be_saved_runs_no_tool() {
     let store = Arc::new(Flaky {
         inner: MemoryStore::new(),
         broken: AtomicBool::new(true),
+        journal_broken: AtomicBool::new(false),
     });
     let route = Route::with_store(core, LuaBridge::detached(), Some(store.clone()));
     let runs = Arc::new(AtomicUsize::new(0));
@@ -198,5 +205,92 @@ fn a_step_that_cannot_be_saved_runs_no_tool() {
     assert_eq!(
         roles,
         [Role::User, Role::Assistant, Role::Tool, Role::Assistant]
+    );
+}
+
+/// The call's start cannot be journaled (a cluster node whose lease was taken over): the tool
+/// does not run, its result says why, and the turn goes on to the model's answer.
+#[test]
+fn a_call_whose_start_cannot_be_journaled_does_not_run() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let cassette = Cassette::load(file.path()).unwrap();
+    let core = Core::new(
+        Config::default(),
+        Providers::new(Some(Arc::new(cassette)), None),
+        rt.handle().clone(),
+    );
+    let store = Arc::new(Flaky {
+        inner: MemoryStore::new(),
+        broken: AtomicBool::new(false),
+        journal_broken: AtomicBool::new(true),
+    });
+    let route = Route::with_store(core, LuaBridge::detached(), Some(store.clone()));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let work = ToolDef::native("work", "Works", json!({}), move |_| {
+        let counted = counted.clone();
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(json!("worked"))
+        }
+    })
+    .unwrap();
+    let answers = vec![
+        Ok(call()),
+        Ok(Inferred {
+            message: Message::assistant("done"),
+            stop: Stop::EndTurn,
+            usage: Usage::default(),
+            model: None,
+        }),
+    ];
+    let stack: SharedInfer = Arc::new(Scripted::new(ManualClock::new(0), answers));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    route
+        .spawn(ResidentSpec {
+            name: "r".into(),
+            ask: Ask::default(),
+            tools: vec![work],
+            max_steps: 8,
+            max_hop: DEFAULT_MAX_HOP,
+            mailbox: colony::residents::mail::CAPACITY,
+            compaction: Compaction {
+                enabled: false,
+                ..Compaction::default()
+            },
+            deliver: Deliver::Channel(tx),
+            restart: RestartPolicy::new(Restart::Permanent),
+            stack,
+            persist: true,
+            workspace: None,
+            budgets: Default::default(),
+        })
+        .unwrap();
+    route.open();
+    route.mail(Mail::new("r", "t", "go", 0)).unwrap();
+    rt.block_on(async {
+        let d = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .expect("a delivery")
+            .unwrap();
+        assert_eq!(d.kind, DeliveryKind::Reply, "{}", d.text);
+    });
+    assert_eq!(runs.load(Ordering::SeqCst), 0, "the call did not run");
+    let cell = store.load_cell("r").unwrap().unwrap();
+    let result = cell.messages[2]
+        .tool_results()
+        .next()
+        .expect("the call's result");
+    assert!(result.is_error, "{result:?}");
+    assert!(
+        result.content.contains("not run: cannot journal the call")
+            && result.content.contains("its lease was taken over"),
+        "{}",
+        result.content
     );
 }

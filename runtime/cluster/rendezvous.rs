@@ -37,7 +37,11 @@ mod tests {
             let a = owner(&name, &live).unwrap();
             let mut reversed = live.clone();
             reversed.reverse();
-            assert_eq!(Some(a), owner(&name, &reversed), "the order of the list matters");
+            assert_eq!(
+                Some(a),
+                owner(&name, &reversed),
+                "the order of the list matters"
+            );
             count[live.iter().position(|n| n == a).unwrap()] += 1;
         }
         for c in count {

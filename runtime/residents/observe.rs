@@ -83,10 +83,8 @@ impl TurnHooks for ObservedHooks {
             .map_or(Recorded::Nothing, |h| h.recorded(call_id))
     }
 
-    fn started(&self, call: &ToolCall) {
-        if let Some(h) = &self.inner {
-            h.started(call)
-        }
+    fn started(&self, call: &ToolCall) -> Result<(), String> {
+        self.inner.as_ref().map_or(Ok(()), |h| h.started(call))
     }
 
     fn finished(&self, call: &ToolCall, result: &ToolResult, files: &[FileRef], event: &ToolEvent) {

@@ -6,7 +6,8 @@
 //! 1. `ai.mail` answers `true` only after the mail is in the backlog on disk;
 //! 2. a step's model reply is committed (with the served mail moved from the backlog into the
 //!    conversation, in the same transaction) before any of its calls run;
-//! 3. each call is journaled as started, then as finished with its result;
+//! 3. each call is journaled as started (a call that cannot be is not run), then as finished
+//!    with its result;
 //! 4. the step's results are committed (and the journal cleared) before the next model call.
 //!
 //! So a restart finds either a transcript ending in a reply (the turn was done), or one ending in
@@ -105,9 +106,9 @@ impl TurnHooks for ResidentHooks {
         }
     }
 
-    fn started(&self, call: &ToolCall) {
+    fn started(&self, call: &ToolCall) -> Result<(), String> {
         if !self.persist {
-            return;
+            return Ok(());
         }
         let entry = JournalEntry {
             call_id: call.id.clone(),
@@ -115,9 +116,10 @@ impl TurnHooks for ResidentHooks {
             result: None,
             files: Vec::new(),
         };
-        if let Err(e) = self.store.journal(&self.name, &entry) {
-            tracing::error!(ai = %self.name, "cannot journal a call: {e}");
-        }
+        self.store.journal(&self.name, &entry).map_err(|e| {
+            tracing::error!(ai = %self.name, call = %call.id, "cannot journal a call: not run: {e}");
+            format!("not run: cannot journal the call: {e}")
+        })
     }
 
     fn finished(&self, call: &ToolCall, result: &ToolResult, files: &[FileRef], event: &ToolEvent) {

@@ -123,10 +123,10 @@ pub async fn run_call(cx: &CallContext<'_>, call: &ToolCall) -> Answer {
         };
         (result, event, Vec::new())
     } else {
-        if let Some(h) = cx.hooks {
-            h.started(call);
+        match cx.hooks.map_or(Ok(()), |h| h.started(call)) {
+            Ok(()) => run(cx, call).await,
+            Err(why) => not_journaled(cx, call, why),
         }
-        run(cx, call).await
     };
     // A call the end of the program cut off did not finish: the journal keeps it as started.
     if let Some(h) = cx.hooks
@@ -139,6 +139,29 @@ pub async fn run_call(cx: &CallContext<'_>, call: &ToolCall) -> Answer {
         event,
         files,
     }
+}
+
+/// A call whose start could not be journaled: not run, an error result saying why.
+fn not_journaled(
+    cx: &CallContext<'_>,
+    call: &ToolCall,
+    why: String,
+) -> (ToolResult, ToolEvent, Vec<FileRef>) {
+    let event = ToolEvent {
+        step: cx.step,
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        kind: EventKind::NotRun,
+        outcome: why.chars().take(EVENT_OUTCOME_CHARS).collect(),
+        duration: std::time::Duration::ZERO,
+    };
+    let result = ToolResult {
+        call_id: call.id.clone(),
+        name: call.name.clone(),
+        content: why,
+        is_error: true,
+    };
+    (result, event, Vec::new())
 }
 
 async fn run(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, ToolEvent, Vec<FileRef>) {

@@ -99,8 +99,12 @@ pub trait TurnHooks: Send + Sync {
     fn recorded(&self, _call_id: &str) -> Recorded {
         Recorded::Nothing
     }
-    /// A call is about to run.
-    fn started(&self, _call: &ToolCall) {}
+    /// A call is about to run. An error (the journal cannot record it: the store is down, or
+    /// in a cluster this node no longer holds the resident's lease) and it does not run: a
+    /// restart, or the node that took over, could not tell that it had.
+    fn started(&self, _call: &ToolCall) -> Result<(), String> {
+        Ok(())
+    }
     /// A call ended (whether it ran, was refused, or was reused).
     fn finished(
         &self,

@@ -16,8 +16,8 @@
 pub mod address;
 pub mod leases;
 mod nodes;
-mod shared_files;
 mod schema;
+mod shared_files;
 
 use std::collections::HashMap;
 use std::future::Future;
