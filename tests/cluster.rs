@@ -10,7 +10,10 @@
 //! - every acknowledged mail is in its resident's conversation exactly once, a reply after it;
 //! - no tool call ran twice, and every call a conversation shows as finished ran;
 //! - every conversation is a valid transcript (each call answered once);
-//! - every resident is owned by exactly one live node (the nodes' APIs and the lease table).
+//! - every resident is owned by exactly one live node (the nodes' APIs and the lease table),
+//!   and each node names, for a resident it does not run, the node that does.
+//!
+//! `COLONY_CLUSTER_DEBUG=1` prints, while it drains, the residents with mail or calls waiting.
 
 mod support;
 
@@ -318,8 +321,6 @@ fn three_nodes_share_sixty_residents_and_lose_nothing() {
                 .map(|(n, c)| format!("{n}:{}/{}", c.backlog.len(), c.journal.len()))
                 .collect();
             eprintln!("{:?} waiting: {busy:?}", started.elapsed());
-            std::fs::write("/tmp/n3.log", n3.stderr()).unwrap();
-            std::fs::write("/tmp/n4.log", n4.stderr()).unwrap();
         }
         assert!(
             Instant::now() < deadline,
@@ -363,6 +364,29 @@ fn three_nodes_share_sixty_residents_and_lose_nothing() {
             lease.name,
             lease.owner
         );
+    }
+    // Each node names, for a resident it does not run, the node that does.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for (name, served, other) in [("n3", &n3, "n4"), ("n4", &n4, "n3")] {
+        loop {
+            let list = served.get("/api/programs/desk/residents?limit=1000").json["residents"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let elsewhere: Vec<&Value> = list.iter().filter(|r| r["state"] == "elsewhere").collect();
+            let right = elsewhere.len() == now[other].len()
+                && elsewhere
+                    .iter()
+                    .all(|r| r["node"] == other && now[other].iter().any(|n| r["name"] == *n));
+            if right {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} does not say where its other residents run: {elsewhere:?} vs {now:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
     let fenced = n3.stderr().matches("was refused: its lease").count();
     eprintln!(

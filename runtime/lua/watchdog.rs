@@ -109,9 +109,10 @@ impl Interrupt {
     }
 }
 
-/// One poll of a callback: since when, and under what limit.
+/// One poll of a callback: since when (as the watchdog first saw it: a poll costs no clock
+/// read, and a slice is at most one tick longer), and under what limit.
 struct Polled {
-    since: Instant,
+    since: Option<Instant>,
     limit: Arc<Limit>,
 }
 
@@ -163,10 +164,7 @@ impl Dog {
     /// A poll of a callback under `limit` begins.
     fn enter(&self, limit: Arc<Limit>) {
         let mut watch = self.shared.lock();
-        watch.polls.push(Polled {
-            since: Instant::now(),
-            limit,
-        });
+        watch.polls.push(Polled { since: None, limit });
         if watch.parked {
             watch.parked = false;
             self.shared.wake.notify_one();
@@ -189,8 +187,8 @@ impl Dog {
         }
         watch.running.clear();
         drop(watch);
-        let pins = std::mem::take(&mut *self.pins.borrow_mut());
-        drop(pins);
+        // Cleared, not taken: the next call reuses the buffer instead of allocating one.
+        self.pins.borrow_mut().clear();
     }
 
     /// mlua resumes `thread` (a callback's coroutine, at each of its polls).
@@ -246,9 +244,10 @@ fn due(polled: &Polled, interrupt: &Interrupt, now: Instant) -> Option<Stop> {
     let limit = &polled.limit;
     // Once the stop is asked, nothing may run long without waiting (a source that crashes
     // and restarts spinning included).
+    let running = polled.since.map_or(Duration::ZERO, |since| now.duration_since(since));
     if let Some((at, why)) = interrupt.raised()
         && now >= at + INTERRUPT_GRACE
-        && now.duration_since(polled.since) >= INTERRUPT_GRACE
+        && running >= INTERRUPT_GRACE
     {
         return Some(Stop::Interrupted(why));
     }
@@ -263,7 +262,7 @@ fn due(polled: &Polled, interrupt: &Interrupt, now: Instant) -> Option<Stop> {
         ));
     }
     if let Some(slice) = limit.slice
-        && now.duration_since(polled.since) >= slice
+        && running >= slice
     {
         return Some(Stop::Deadline(format!(
             "it ran {} s without waiting (a callback may run at most {} s at a time)",
@@ -305,8 +304,8 @@ fn watch(shared: Arc<Shared>) {
         if watch.quit {
             return;
         }
-        match watch.polls.last() {
-            None => {
+        match watch.polls.is_empty() {
+            true => {
                 idle += 1;
                 if idle >= IDLE_TICKS {
                     watch.parked = true;
@@ -317,9 +316,14 @@ fn watch(shared: Arc<Shared>) {
                     continue;
                 }
             }
-            Some(polled) => {
+            false => {
                 idle = 0;
-                if !watch.armed && due(polled, &shared.interrupt, Instant::now()).is_some() {
+                let now = Instant::now();
+                for polled in &mut watch.polls {
+                    polled.since.get_or_insert(now);
+                }
+                let polled = watch.polls.last().expect("a poll");
+                if !watch.armed && due(polled, &shared.interrupt, now).is_some() {
                     for state in &watch.running {
                         arm(*state);
                     }
