@@ -513,3 +513,43 @@ fn a_cluster_needs_a_shared_store() {
         run.stderr
     );
 }
+
+/// A NATS server that cannot be reached: the program fails to start, saying which server and
+/// why, and the service goes on (its API answers).
+#[test]
+fn an_unreachable_nats_server_fails_the_program_loudly() {
+    let store_url = support::postgres::database();
+    let fake = FakeProvider::start();
+    let sb = styled(&fake, "openai");
+    let script = sb.write("desk.lua", PROGRAM);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let nats = format!("nats://127.0.0.1:{port}");
+    let served = Served::start(
+        &sb,
+        &[
+            "--store",
+            &store_url,
+            "--cluster",
+            &nats,
+            &script.display().to_string(),
+        ],
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let p = served.get("/api/programs/desk").json;
+        if p["state"] == "failed" {
+            let error = p["error"].as_str().unwrap_or("");
+            assert!(
+                error.contains(&format!("cannot reach the NATS server at {nats}")),
+                "{p}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "never failed: {p}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
