@@ -104,11 +104,7 @@ fn placed(nodes: &[&Served]) {
 }
 
 fn served(nodes: &[&Served]) -> u64 {
-    nodes
-        .iter()
-        .flat_map(|n| local(n))
-        .map(|(_, s)| s)
-        .sum()
+    nodes.iter().flat_map(|n| local(n)).map(|(_, s)| s).sum()
 }
 
 /// Posts `MAILS` mails from `CLIENTS` clients over `nodes`; the time until all are served.

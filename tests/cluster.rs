@@ -216,7 +216,7 @@ fn send_range(nodes: &[&Served], from: usize, to: usize, fake: &FakeProvider) {
                         return;
                     }
                     send(nodes, n);
-                    if n % 500 == 0 {
+                    if n.is_multiple_of(500) {
                         // The fake keeps every request it saw: let them go.
                         fake.take_requests();
                     }
@@ -373,7 +373,8 @@ fn three_nodes_share_sixty_residents_and_lose_nothing() {
                 .as_array()
                 .cloned()
                 .unwrap_or_default();
-            let elsewhere: Vec<&Value> = list.iter().filter(|r| r["state"] == "elsewhere").collect();
+            let elsewhere: Vec<&Value> =
+                list.iter().filter(|r| r["state"] == "elsewhere").collect();
             let right = elsewhere.len() == now[other].len()
                 && elsewhere
                     .iter()

@@ -244,7 +244,9 @@ fn due(polled: &Polled, interrupt: &Interrupt, now: Instant) -> Option<Stop> {
     let limit = &polled.limit;
     // Once the stop is asked, nothing may run long without waiting (a source that crashes
     // and restarts spinning included).
-    let running = polled.since.map_or(Duration::ZERO, |since| now.duration_since(since));
+    let running = polled
+        .since
+        .map_or(Duration::ZERO, |since| now.duration_since(since));
     if let Some((at, why)) = interrupt.raised()
         && now >= at + INTERRUPT_GRACE
         && running >= INTERRUPT_GRACE
