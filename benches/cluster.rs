@@ -4,8 +4,8 @@
 //! engines.
 //!
 //! 1. **Mails/s, one node and three**: 60 persisted residents; 16 clients post 3,000 mails with
-//!    ids (round robin over the nodes), the clock stopping once every mail is served (the sum of
-//!    the residents' `served` over the nodes' APIs). With three nodes, two thirds of the mails
+//!    ids (round robin over the nodes), the clock stopping once every mail is served (the user
+//!    turns in the residents' conversations, read from the shared store). With three nodes, two thirds of the mails
 //!    reach their resident over NATS.
 //! 2. **Takeover after SIGKILL**: one of the three nodes is killed; one mail is sent through
 //!    the others to each resident it ran, and the clock stops when every one of them has served
@@ -19,6 +19,11 @@ mod support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use std::path::Path;
+
+use colony::store::Store;
+use colony::store::postgres::{PostgresStore, schema_for};
+use colony::vocab::Role;
 use serde_json::{Value, json};
 use support::fake::{FakeProvider, Reply};
 use support::script::Sandbox;
@@ -43,6 +48,11 @@ struct Bench {
 }
 
 impl Bench {
+    /// The program's tables in the database `db`, read directly.
+    fn store(&self, db: &str) -> PostgresStore {
+        PostgresStore::open_in(db, Some(&schema_for(Path::new(&self.script)))).expect("the store")
+    }
+
     /// A node of a fresh cluster (`db` names the store: each run has a database of its own).
     fn node(&self, db: &str, name: &str, lease: &str) -> Served {
         Served::start(
@@ -103,12 +113,23 @@ fn placed(nodes: &[&Served]) {
     }
 }
 
-fn served(nodes: &[&Served]) -> u64 {
-    nodes.iter().flat_map(|n| local(n)).map(|(_, s)| s).sum()
+/// The mails served so far, as the shared store has them: the user turns in the residents'
+/// conversations (a node's `served` counts start again when a resident moves to it).
+fn served(pg: &PostgresStore) -> u64 {
+    (1..=RESIDENTS)
+        .map(|i| {
+            pg.load_cell(&format!("r{i:02}"))
+                .ok()
+                .flatten()
+                .map_or(0, |c| {
+                    c.messages.iter().filter(|m| m.role == Role::User).count()
+                }) as u64
+        })
+        .sum()
 }
 
 /// Posts `MAILS` mails from `CLIENTS` clients over `nodes`; the time until all are served.
-fn throughput(nodes: &[&Served], tag: &str) -> (f64, f64) {
+fn throughput(nodes: &[&Served], pg: &PostgresStore, tag: &str) -> (f64, f64) {
     let next = AtomicUsize::new(0);
     let start = Instant::now();
     std::thread::scope(|s| {
@@ -130,7 +151,7 @@ fn throughput(nodes: &[&Served], tag: &str) -> (f64, f64) {
         }
     });
     let accepted = start.elapsed();
-    while served(nodes) < MAILS as u64 {
+    while served(pg) < MAILS as u64 {
         assert!(
             start.elapsed() < Duration::from_secs(600),
             "mail never all served"
@@ -195,7 +216,8 @@ fn main() {
     let db = support::postgres::database();
     let one = bench.node(&db, "solo", "10s");
     placed(&[&one]);
-    let (acc1, srv1) = throughput(&[&one], "one");
+    let pg = bench.store(&db);
+    let (acc1, srv1) = throughput(&[&one], &pg, "one");
     drop(one);
     println!(
         "cluster: {MAILS} mails from {CLIENTS} clients to {RESIDENTS} persisted residents, one node: \
@@ -210,7 +232,8 @@ fn main() {
         .collect();
     let refs: Vec<&Served> = nodes.iter().collect();
     placed(&refs);
-    let (acc3, srv3) = throughput(&refs, "three");
+    let pg = bench.store(&db);
+    let (acc3, srv3) = throughput(&refs, &pg, "three");
     drop(nodes);
     println!(
         "cluster: the same over three nodes (2/3 of the mails over NATS): {acc3:.0} accepted/s, \

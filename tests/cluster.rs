@@ -554,3 +554,63 @@ fn an_unreachable_nats_server_fails_the_program_loudly() {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A file attached to mail sent through one node reaches the resident on another with its
+/// bytes (they go through the shared store; only the reference crosses NATS).
+#[test]
+fn a_file_crosses_nodes_with_its_bytes() {
+    let store_url = support::postgres::database();
+    let nats = support::nats::server().url();
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("seen"));
+    let sb = styled(&fake, "openai");
+    let script = sb.write(
+        "desk.lua",
+        r#"
+for i = 1, 6 do
+  ai.spawn{ name = "f" .. i, provider = "openai", model = "m", persist_conversation = true,
+    deliver_to = function() end }
+end
+ai.watch{}
+"#,
+    );
+    let cluster = Cluster {
+        sb: &sb,
+        script: script.display().to_string(),
+        store: store_url,
+        nats,
+    };
+    let a = cluster.node("a");
+    let b = cluster.node("b");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let on_b = loop {
+        let here = local(&[("a", &a), ("b", &b)]);
+        if here.values().map(Vec::len).sum::<usize>() == 6 && !here["b"].is_empty() {
+            break here["b"][0].clone();
+        }
+        assert!(Instant::now() < deadline, "never spread: {here:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let sent = a.mail(
+        "desk",
+        json!({
+            "to": on_b, "content": "look at this", "id": "with-a-file",
+            "files": [{ "name": "note.txt", "content_type": "text/plain",
+                        "data": "aGVsbG8gYWNyb3NzIG5vZGVz" }],
+        }),
+    );
+    assert_eq!(sent.status, 202, "{}", sent.text);
+    loop {
+        let bodies: Vec<String> = fake.requests().iter().map(|r| r.body.to_string()).collect();
+        if let Some(body) = bodies.iter().find(|b| b.contains("look at this")) {
+            assert!(body.contains("hello across nodes"), "{body}");
+            assert!(!body.contains("not available"), "{body}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the mail never reached {on_b} on b"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -289,7 +289,7 @@ pub async fn mail(
                 MailError::NotSaved => refuse(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "not_saved",
-                    "the mail could not be saved in the state directory: not accepted",
+                    "the mail could not be saved (in the state directory, the store, or for a resident on another node the cluster's NATS server): not accepted",
                 ),
                 other => refuse(
                     StatusCode::UNPROCESSABLE_ENTITY,
