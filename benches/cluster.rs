@@ -179,7 +179,8 @@ fn takeover(bench: &Bench, lease: &str) -> (Duration, usize) {
     child.kill().expect("SIGKILL");
     child.wait().unwrap();
     for (i, name) in victims.iter().enumerate() {
-        let body = json!({ "to": name, "content": "after", "id": format!("after-{i}") });
+        // Ids of this run's own: the NATS server (and its duplicate window) outlives the run.
+        let body = json!({ "to": name, "content": "after", "id": format!("after-{lease}-{i}") });
         let via = if i % 2 == 0 { &b } else { &c };
         let r = via.mail("desk", body);
         assert_eq!(r.status, 202, "{}", r.text);

@@ -556,7 +556,8 @@ fn an_unreachable_nats_server_fails_the_program_loudly() {
 }
 
 /// A file attached to mail sent through one node reaches the resident on another with its
-/// bytes (they go through the shared store; only the reference crosses NATS).
+/// bytes (they go through the shared store; only the reference crosses NATS); and one id sent
+/// to two residents is two mails (an id names a mail to one resident).
 #[test]
 fn a_file_crosses_nodes_with_its_bytes() {
     let store_url = support::postgres::database();
@@ -567,7 +568,7 @@ fn a_file_crosses_nodes_with_its_bytes() {
     let script = sb.write(
         "desk.lua",
         r#"
-for i = 1, 6 do
+for i = 1, 12 do
   ai.spawn{ name = "f" .. i, provider = "openai", model = "m", persist_conversation = true,
     deliver_to = function() end }
 end
@@ -585,12 +586,20 @@ ai.watch{}
     let deadline = Instant::now() + Duration::from_secs(120);
     let on_b = loop {
         let here = local(&[("a", &a), ("b", &b)]);
-        if here.values().map(Vec::len).sum::<usize>() == 6 && !here["b"].is_empty() {
-            break here["b"][0].clone();
+        if here.values().map(Vec::len).sum::<usize>() == 12 && here["b"].len() >= 2 {
+            break here["b"].clone();
         }
         assert!(Instant::now() < deadline, "never spread: {here:?}");
         std::thread::sleep(Duration::from_millis(100));
     };
+    let (on_b, other) = (on_b[0].clone(), on_b[1].clone());
+    for to in [&on_b, &other] {
+        let sent = a.mail(
+            "desk",
+            json!({ "to": to, "content": format!("same id to {to}"), "id": "ticket-41" }),
+        );
+        assert_eq!(sent.status, 202, "{}", sent.text);
+    }
     let sent = a.mail(
         "desk",
         json!({
@@ -602,7 +611,14 @@ ai.watch{}
     assert_eq!(sent.status, 202, "{}", sent.text);
     loop {
         let bodies: Vec<String> = fake.requests().iter().map(|r| r.body.to_string()).collect();
-        if let Some(body) = bodies.iter().find(|b| b.contains("look at this")) {
+        let both = [&on_b, &other].iter().all(|to| {
+            bodies
+                .iter()
+                .any(|b| b.contains(&format!("same id to {to}")))
+        });
+        if let Some(body) = bodies.iter().find(|b| b.contains("look at this"))
+            && both
+        {
             assert!(body.contains("hello across nodes"), "{body}");
             assert!(!body.contains("not available"), "{body}");
             break;

@@ -3,8 +3,9 @@
 //! One stream per program (`COLONY_MAIL_<program>`, work-queue retention, on disk), one subject
 //! per resident (`colony.<program>.mail.<hash of the name>`: a name may hold characters a
 //! subject cannot), and one durable pull consumer per resident, which only the node holding
-//! its lease reads. A mail is published with its id as `Nats-Msg-Id`, so JetStream keeps one
-//! copy of a mail sent twice within its duplicate window; the sender's `ai.mail` answers once
+//! its lease reads. A mail is published with `Nats-Msg-Id` = its resident's hash and its id
+//! (an id is unique per resident, not across them), so JetStream keeps one copy of a mail sent
+//! twice within its duplicate window; the sender's `ai.mail` answers once
 //! JetStream has acknowledged it (it is on the server's disk). The owner acks a mail only once
 //! it is in the resident's saved backlog; a mail delivered again after a crash finds its id
 //! among the cell's accepted ids and is served once.
@@ -94,7 +95,8 @@ impl Bus {
         };
         let mut message = jetstream::message::PublishMessage::build().payload(body.into());
         if let Some(id) = &mail.id {
-            message = message.message_id(id);
+            // An id names a mail to one resident: the same id to another is another mail.
+            message = message.message_id(format!("{}/{id}", token(&mail.to)));
         }
         let sent = async {
             self.js
