@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use colony::store::postgres::{PostgresStore, schema_for};
 use colony::store::{SavedResident, Store};
-use colony::vocab::{Message, Part, Role};
+use colony::vocab::{Message, Role};
 use serde_json::{Value, json};
 use support::fake::{FakeProvider, Reply};
 use support::serve::Served;
@@ -334,7 +334,7 @@ fn three_nodes_share_sixty_residents_and_lose_nothing() {
     let mut answered = BTreeMap::new();
     let mut finished = 0;
     for (name, cell) in &cells {
-        finished += check_transcript(name, &cell.messages, &mut answered);
+        finished += support::transcript::check(name, "sender", &cell.messages, &mut answered);
     }
     for n in 1..=MAILS {
         assert_eq!(
@@ -424,74 +424,6 @@ fn all_answered(cells: &[(String, SavedResident)]) -> bool {
 fn tail(text: &str) -> String {
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(40)..].join("\n")
-}
-
-/// Checks one conversation: every call has exactly one result in the next message, no result
-/// without a call; counts each mail's user turn once it is followed by a final reply. Returns
-/// the number of results that finished (not interrupted).
-fn check_transcript(
-    name: &str,
-    messages: &[Message],
-    answered: &mut BTreeMap<usize, usize>,
-) -> usize {
-    let mut finished = 0;
-    let mut open_mails: Vec<usize> = Vec::new();
-    for (i, m) in messages.iter().enumerate() {
-        match m.role {
-            Role::User => {
-                if let Some(n) = m.text().strip_prefix("[mail from sender] mail ") {
-                    open_mails.push(n.parse().unwrap());
-                }
-            }
-            Role::Assistant => {
-                let calls: Vec<String> = m.tool_calls().map(|c| c.id.clone()).collect();
-                if calls.is_empty() {
-                    for n in open_mails.drain(..) {
-                        *answered.entry(n).or_insert(0) += 1;
-                    }
-                    continue;
-                }
-                let next = messages
-                    .get(i + 1)
-                    .unwrap_or_else(|| panic!("{name}: calls at the end"));
-                assert_eq!(
-                    next.role,
-                    Role::Tool,
-                    "{name}: calls without results at {i}"
-                );
-                let results: Vec<String> = next.tool_results().map(|r| r.call_id.clone()).collect();
-                let set: HashSet<&String> = results.iter().collect();
-                assert_eq!(
-                    set.len(),
-                    results.len(),
-                    "{name}: a call answered twice at {i}"
-                );
-                assert_eq!(
-                    calls.iter().collect::<HashSet<_>>(),
-                    set,
-                    "{name}: calls and results differ at {i}"
-                );
-                finished += next
-                    .parts
-                    .iter()
-                    .filter(|p| matches!(p, Part::ToolResult(r) if !r.is_error))
-                    .count();
-            }
-            Role::Tool => {
-                let prev = &messages[i - 1];
-                assert!(
-                    prev.role == Role::Assistant && prev.tool_calls().next().is_some(),
-                    "{name}: results without calls at {i}"
-                );
-            }
-            Role::System => {}
-        }
-    }
-    assert!(
-        open_mails.is_empty(),
-        "{name}: mail without an answer: {open_mails:?}"
-    );
-    finished
 }
 
 /// `--cluster` without a store every node shares is refused at once, naming what is missing.

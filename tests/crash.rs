@@ -14,12 +14,11 @@
 
 mod support;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use colony::store::select::ProgramStore;
-use colony::vocab::{Message, Part, Role};
 use serde_json::{Value, json};
 use support::fake::{FakeProvider, Reply};
 use support::styled;
@@ -246,7 +245,8 @@ fn killed_twenty_times(store_url: Option<String>) {
             cell.backlog.is_empty() && cell.journal.is_empty(),
             "{name} drained"
         );
-        finished_results += check_transcript(name, &cell.messages, &mut answered);
+        finished_results +=
+            support::transcript::check(name, "feeder", &cell.messages, &mut answered);
     }
     for n in &acked {
         assert_eq!(
@@ -276,72 +276,4 @@ fn killed_twenty_times(store_url: Option<String>) {
         ok <= runs_total && runs_total <= ok + interrupted,
         "runs {runs_total}, ok {ok}, interrupted {interrupted}"
     );
-}
-
-/// Checks one conversation: every call has exactly one result in the next message, no result
-/// without a call; counts each mail's user turn once it is followed by a final reply. Returns
-/// the number of results that finished (not interrupted).
-fn check_transcript(
-    name: &str,
-    messages: &[Message],
-    answered: &mut BTreeMap<usize, usize>,
-) -> usize {
-    let mut finished = 0;
-    let mut open_mails: Vec<usize> = Vec::new();
-    for (i, m) in messages.iter().enumerate() {
-        match m.role {
-            Role::User => {
-                if let Some(n) = m.text().strip_prefix("[mail from feeder] mail ") {
-                    open_mails.push(n.parse().unwrap());
-                }
-            }
-            Role::Assistant => {
-                let calls: Vec<String> = m.tool_calls().map(|c| c.id.clone()).collect();
-                if calls.is_empty() {
-                    for n in open_mails.drain(..) {
-                        *answered.entry(n).or_insert(0) += 1;
-                    }
-                    continue;
-                }
-                let next = messages
-                    .get(i + 1)
-                    .unwrap_or_else(|| panic!("{name}: calls at the end"));
-                assert_eq!(
-                    next.role,
-                    Role::Tool,
-                    "{name}: calls without results at {i}"
-                );
-                let results: Vec<String> = next.tool_results().map(|r| r.call_id.clone()).collect();
-                let set: HashSet<&String> = results.iter().collect();
-                assert_eq!(
-                    set.len(),
-                    results.len(),
-                    "{name}: a call answered twice at {i}"
-                );
-                assert_eq!(
-                    calls.iter().collect::<HashSet<_>>(),
-                    set,
-                    "{name}: calls and results differ at {i}"
-                );
-                finished += next
-                    .parts
-                    .iter()
-                    .filter(|p| matches!(p, Part::ToolResult(r) if !r.is_error))
-                    .count();
-            }
-            Role::Tool => {
-                let prev = &messages[i - 1];
-                assert!(
-                    prev.role == Role::Assistant && prev.tool_calls().next().is_some(),
-                    "{name}: results without calls at {i}"
-                );
-            }
-            Role::System => {}
-        }
-    }
-    assert!(
-        open_mails.is_empty(),
-        "{name}: mail without an answer: {open_mails:?}"
-    );
-    finished
 }

@@ -339,18 +339,11 @@ impl Lifecycle {
         elsewhere.sort();
         list.extend(elsewhere.iter().filter_map(|name| self.resident(name)));
         let st = self.state();
-        list.extend(st.pending.iter().map(|q| ResidentInfo {
-            name: q.spec.name.clone(),
-            state: State::Pending,
-            conversation: 0,
-            held: 0,
-            dropped: 0,
-            restarts: 0,
-            error: None,
-            refused: 0,
-            served: 0,
-            node: None,
-        }));
+        list.extend(
+            st.pending
+                .iter()
+                .map(|q| ResidentInfo::absent(&q.spec.name, State::Pending, None)),
+        );
         list
     }
 
@@ -365,18 +358,11 @@ impl Lifecycle {
         }
         let st = self.state();
         let placed = st.placed.get(name).filter(|p| !p.here)?;
-        Some(ResidentInfo {
-            name: placed.pending.spec.name.clone(),
-            state: State::Elsewhere,
-            conversation: 0,
-            held: 0,
-            dropped: 0,
-            restarts: 0,
-            error: None,
-            refused: 0,
-            served: 0,
-            node: placement.and_then(|p| p.node_of(name)),
-        })
+        Some(ResidentInfo::absent(
+            &placed.pending.spec.name,
+            State::Elsewhere,
+            placement.and_then(|p| p.node_of(name)),
+        ))
     }
 
     /// Whether mail to `name` can be posted: it is registered here or placed in the cluster.

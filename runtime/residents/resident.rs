@@ -213,6 +213,25 @@ pub struct ResidentInfo {
     pub node: Option<String>,
 }
 
+impl ResidentInfo {
+    /// A resident with no task here (waiting for the watch, or on another node): nothing
+    /// counted yet.
+    pub fn absent(name: &str, state: State, node: Option<String>) -> ResidentInfo {
+        ResidentInfo {
+            name: name.to_string(),
+            state,
+            conversation: 0,
+            held: 0,
+            dropped: 0,
+            restarts: 0,
+            error: None,
+            refused: 0,
+            served: 0,
+            node,
+        }
+    }
+}
+
 impl Resident {
     pub fn new(spec: ResidentSpec) -> Resident {
         Resident {

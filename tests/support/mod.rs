@@ -12,6 +12,7 @@ pub mod postgres;
 pub mod pty;
 pub mod script;
 pub mod serve;
+pub mod transcript;
 
 use serde_json::Value;
 
