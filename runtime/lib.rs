@@ -116,5 +116,6 @@ pub mod serve;
 pub mod shipped;
 pub mod store;
 pub mod structured;
+pub mod tls;
 pub mod turn;
 pub mod vocab;

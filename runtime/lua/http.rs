@@ -314,7 +314,7 @@ fn client(lua: &Lua) -> reqwest::Client {
     if let Some(c) = lua.app_data_ref::<ScriptClient>() {
         return c.0.clone();
     }
-    let client = reqwest::Client::builder()
+    let client = crate::tls::client_builder()
         .pool_idle_timeout(Duration::from_secs(90))
         .redirect(reqwest::redirect::Policy::none())
         .referer(false)

@@ -179,7 +179,7 @@ impl Authorizer for Headless {
 
     fn authorize(&self, url: String) -> BoxFuture<'static, Result<String, String>> {
         Box::pin(async move {
-            let client = reqwest::Client::builder()
+            let client = crate::tls::client_builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .timeout(std::time::Duration::from_secs(30))
                 .build()
@@ -402,7 +402,7 @@ async fn same_origin_metadata(
     if expected.trim_end_matches('/') != home {
         return None;
     }
-    let client = reqwest::Client::builder()
+    let client = crate::tls::client_builder()
         .redirect(reqwest::redirect::Policy::none())
         .timeout(std::time::Duration::from_secs(30))
         .build()

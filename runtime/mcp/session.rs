@@ -465,7 +465,7 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(custom);
             // The server's headers (a bearer token) go only where it was configured: no redirect
             // to another host, no Referer.
-            let client = reqwest::Client::builder()
+            let client = crate::tls::client_builder()
                 .redirect(crate::providers::same_origin_redirects("the MCP server"))
                 .referer(false)
                 .build()

@@ -169,7 +169,7 @@ fn origin(base_url: &str) -> &str {
 /// idle ones), so one pool holds at most the call limit plus 100 sockets to a host, however
 /// the load comes.
 fn new_client() -> reqwest::Client {
-    reqwest::Client::builder()
+    crate::tls::client_builder()
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(DEFAULT_MAX_CONCURRENT_CALLS)
         .redirect(same_origin_redirects("the provider"))
