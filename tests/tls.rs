@@ -12,6 +12,7 @@ use std::sync::Arc;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use support::fake::{FakeProvider, Reply};
+use support::script::Sandbox;
 use support::styled;
 
 /// Runs `openssl` with `args` in `dir`, failing loudly when it cannot.
@@ -149,19 +150,26 @@ local reply, err = ai.ask("hello", { provider = "openai", model = "m" })
 print(reply or ("error: " .. tostring(err)))
 "#;
 
-#[test]
-fn a_model_call_over_tls_is_made_when_the_store_trusts_the_server() {
+/// The fake provider answering `reply` behind a TLS terminator, the folder holding the
+/// terminator's CA (`ca.pem`), and a sandbox whose OpenAI base URL is the terminator's.
+fn behind_tls(reply: &str) -> (FakeProvider, tempfile::TempDir, Sandbox) {
     let fake = FakeProvider::start();
-    fake.set_default(Reply::text("over tls"));
+    fake.set_default(Reply::text(reply));
     let certs = tempfile::tempdir().expect("a temp dir");
     certificates(certs.path());
     let port = terminator(certs.path(), fake.addr());
+    let sandbox = styled(&fake, "openai").env(
+        "OPENAI_BASE_URL",
+        &format!("https://127.0.0.1:{port}/openai/v1"),
+    );
+    (fake, certs, sandbox)
+}
+
+#[test]
+fn a_model_call_over_tls_is_made_when_the_store_trusts_the_server() {
+    let (fake, certs, sandbox) = behind_tls("over tls");
     let ca = certs.path().join("ca.pem");
-    let run = styled(&fake, "openai")
-        .env(
-            "OPENAI_BASE_URL",
-            &format!("https://127.0.0.1:{port}/openai/v1"),
-        )
+    let run = sandbox
         // rustls-native-certs reads the store from here instead of /etc/ssl/certs.
         .env("SSL_CERT_FILE", ca.to_str().expect("a UTF-8 path"))
         .lua(ASK, &[])
@@ -172,23 +180,46 @@ fn a_model_call_over_tls_is_made_when_the_store_trusts_the_server() {
 
 #[test]
 fn a_model_call_to_a_server_the_store_does_not_trust_is_refused_naming_the_certificate() {
-    let fake = FakeProvider::start();
-    fake.set_default(Reply::text("must not be read"));
-    let certs = tempfile::tempdir().expect("a temp dir");
-    certificates(certs.path());
-    let port = terminator(certs.path(), fake.addr());
+    let (fake, _certs, sandbox) = behind_tls("must not be read");
     // The machine's own store: it does not hold the CA made above.
-    let run = styled(&fake, "openai")
-        .env(
-            "OPENAI_BASE_URL",
-            &format!("https://127.0.0.1:{port}/openai/v1"),
-        )
-        .lua(ASK, &[]);
-    let all = format!("{}{}", run.stdout, run.stderr);
+    let run = sandbox.lua(ASK, &[]).ok();
     assert!(
-        all.contains("certificate") || all.contains("UnknownIssuer"),
-        "the error names the certificate:\n{all}"
+        run.stdout.starts_with("error: ")
+            && run
+                .stdout
+                .contains("invalid peer certificate: UnknownIssuer"),
+        "the error names the certificate:\n{}",
+        run.stdout
     );
-    assert!(!all.contains("must not be read"), "{all}");
     assert_eq!(fake.calls(), 0, "nothing reached the provider");
+}
+
+#[test]
+fn with_no_certificate_store_a_tls_call_fails_saying_so_and_plain_http_still_works() {
+    let (fake, certs, sandbox) = behind_tls("plain");
+    let plain = fake.base_url("openai");
+    let missing = certs.path().join("no-such-bundle.pem");
+    let run = sandbox
+        .env("SSL_CERT_FILE", missing.to_str().expect("a UTF-8 path"))
+        .env("SSL_CERT_DIR", missing.to_str().expect("a UTF-8 path"))
+        .lua(
+            &format!(
+                r#"{ASK}
+local reply, err = ai.ask("hello", {{ provider = "openai", model = "m", base_url = "{plain}" }})
+print(reply or ("error: " .. tostring(err)))
+"#
+            ),
+            &[],
+        )
+        .ok();
+    let lines = run.lines();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    assert!(
+        lines[0].starts_with("error: ")
+            && lines[0].contains("No CA certificates were loaded from the system"),
+        "the TLS call names the missing store: {}",
+        lines[0]
+    );
+    assert_eq!(lines[1], "plain", "the plain HTTP call is answered");
+    assert_eq!(fake.calls(), 1);
 }
