@@ -1,11 +1,11 @@
 //! Lists the example programs (`examples/*.lua`) for `runtime/shipped.rs` to compile in, so an
 //! example added to the folder is known to `colony ask` without a list kept by hand; and, on
-//! Linux, has a release `colony` binary's line tables compressed at link time.
+//! Linux, has a release `colony` binary linked small (see `shrink_release_binary`).
 
 use std::fmt::Write;
 
 fn main() {
-    compress_line_tables();
+    shrink_release_binary();
     println!("cargo::rerun-if-changed=examples");
     let mut names: Vec<String> = std::fs::read_dir("examples")
         .expect("the examples folder")
@@ -27,15 +27,51 @@ fn main() {
     std::fs::write(out, list).expect("write the examples list");
 }
 
-/// A release binary keeps its line tables (`debug = "line-tables-only"` in Cargo.toml), so a
-/// panic's backtrace names file:line, but uncompressed they are four fifths of the binary that
-/// `cargo install` puts on disk. The linker compresses them with zlib, which std's backtrace
-/// reads (it does not read zstd-compressed sections: their frames lose their file:line). Only
-/// the `colony` binary's link is affected; nothing is compiled differently.
-fn compress_line_tables() {
+/// What `cargo install` puts on disk, kept small while a panic's backtrace still names
+/// file:line and function. Cargo.toml splits the debug info (`split-debuginfo = "unpacked"`):
+/// the binary keeps the line table of colony's code (with what it inlines) and the symbol
+/// table, which between them give every frame its file:line and name; the rest (inlined
+/// frames) is in a `.dwo` file under `target/`, named by its absolute path, and is optional.
+/// The link, on Linux and for the `colony` binary only:
+/// - compresses the debug sections with zlib, which std's backtrace reads (it does not read
+///   zstd: frames in zstd-compressed sections lose their file:line);
+/// - packs relative relocations (`-z pack-relative-relocs`, 1 MB less), where the C library
+///   applies them (glibc 2.36 and later; an older one refuses to start such a binary).
+///
+/// The symbol table (4 MB) stays: `--discard-all` would take the binary under 30 MB, but std
+/// finds the start of a short backtrace (`RUST_BACKTRACE=1`) by the symbol
+/// `__rust_end_short_backtrace`, which the debug info does not name, and prints no frame.
+fn shrink_release_binary() {
     let release = std::env::var("PROFILE").as_deref() == Ok("release");
     let linux = std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux");
-    if release && linux {
-        println!("cargo::rustc-link-arg-bins=-Wl,--compress-debug-sections=zlib");
+    if !(release && linux) {
+        return;
     }
+    println!("cargo::rustc-link-arg-bins=-Wl,--compress-debug-sections=zlib");
+    if glibc_reads_relr() {
+        println!("cargo::rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
+    }
+}
+
+/// Whether the binary is built for this machine and its glibc is 2.36 or later, the first to
+/// apply packed relative relocations (DT_RELR). Unknown (a cross build, musl, no `getconf`)
+/// means no.
+fn glibc_reads_relr() -> bool {
+    let native = std::env::var("HOST").ok() == std::env::var("TARGET").ok();
+    let gnu = std::env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu");
+    if !(native && gnu) {
+        return false;
+    }
+    let Ok(out) = std::process::Command::new("getconf")
+        .arg("GNU_LIBC_VERSION")
+        .output()
+    else {
+        return false;
+    };
+    // "glibc 2.36"
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut version = text.trim().trim_start_matches("glibc ").split('.');
+    let major: u32 = version.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let minor: u32 = version.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    (major, minor) >= (2, 36)
 }
