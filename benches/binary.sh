@@ -21,8 +21,10 @@ awk -v b="${BIN#"$ROOT"/}" -v s="$SIZE" 'BEGIN { printf "installed binary: %s, %
 
 echo "largest sections (bytes as stored; the .debug_* ones are zlib-compressed):"
 size -A "$BIN" | awk '$1 ~ /^\./ { printf "  %-20s %10d\n", $1, $2 }' | sort -k2 -n -r | head -12
-LOADED=$(size -A "$BIN" | awk '$1 == "Total" { print $2 }')
-printf '  %-20s %10d\n' "(symbols, headers)" $((SIZE - LOADED))
+# What the sections hold in the file (.bss and .tbss take no room there); the rest of the file
+# is the symbol table and the headers.
+STORED=$(size -A "$BIN" | awk '$1 ~ /^\./ && $1 != ".bss" && $1 != ".tbss" { n += $2 } END { print n }')
+printf '  %-20s %10d\n' "(symbols, headers)" $((SIZE - STORED))
 
 echo "the panic on purpose:"
 TRACE=$(COLONY_PANIC_ON_PURPOSE=1 RUST_BACKTRACE=1 "$BIN" providers 2>&1 || true)
