@@ -10,6 +10,7 @@ use mlua::{Function, Lua, MultiValue, Table, Value};
 
 use super::convert::{misuse, provider_error, to_json};
 use super::messages::{calls_table, read_history};
+use super::options::Options;
 use crate::config::Overrides;
 use crate::core::{Ask, Core};
 use crate::providers::catalogue::CATALOGUE;
@@ -150,23 +151,23 @@ pub fn read_ask(
     who: &str,
     extra_keys: &[&str],
 ) -> mlua::Result<(Ask, Option<Function>)> {
+    match opts {
+        None => Ok((Ask::default(), None)),
+        Some(t) => read_ask_from(lua, &Options::read(lua, t, who)?, who, extra_keys),
+    }
+}
+
+/// [`read_ask`] from options already read (a turn reads more of them itself).
+pub fn read_ask_from(
+    lua: &Lua,
+    opts: &Options,
+    who: &str,
+    extra_keys: &[&str],
+) -> mlua::Result<(Ask, Option<Function>)> {
     let bad = |what: String| super::convert::misuse(format!("{who}: {what}"));
     let mut ask = Ask::default();
-    let Some(opts) = opts else {
-        return Ok((ask, None));
-    };
-    for pair in opts.pairs::<Value, Value>() {
-        let (k, _) = pair?;
-        let name = match &k {
-            Value::String(s) => s.to_string_lossy(),
-            other => {
-                return Err(bad(format!(
-                    "an option key must be a string, not {}",
-                    other.type_name()
-                )));
-            }
-        };
-        if !OPTIONS.contains(&name.as_str()) && !extra_keys.contains(&name.as_str()) {
+    for name in opts.keys() {
+        if !OPTIONS.contains(&name) && !extra_keys.contains(&name) {
             let mut known: Vec<&str> = OPTIONS.to_vec();
             known.extend_from_slice(extra_keys);
             return Err(bad(format!(

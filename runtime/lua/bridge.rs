@@ -350,19 +350,23 @@ enum Ctx {
 /// The `ctx` table of a turn's call: `call_id`, `name`, `step`, and in a resident's turn
 /// `origin`, `hop`, `ai` (the mail it serves) and `workspace`.
 fn ctx_table(lua: &Lua, cx: ToolContext) -> mlua::Result<Table> {
-    let t = lua.create_table()?;
+    use super::fields::{self, Field};
+    let mut record = vec![
+        (c"call_id", Field::Str(&cx.call_id)),
+        (c"name", Field::Str(&cx.name)),
+        (c"step", Field::Int(cx.step.into())),
+    ];
+    if let Some(p) = &cx.provenance {
+        record.push((c"origin", Field::Str(&p.origin)));
+        record.push((c"hop", Field::Int(p.hop.into())));
+        record.push((c"ai", Field::Str(&p.to)));
+    }
+    if let Some(w) = &cx.workspace {
+        record.push((c"workspace", Field::Str(w)));
+    }
+    // One protected call for the plain fields (a table is made for every call).
+    let t = fields::record(lua, &record, None)?;
     super::mcp_export::add_ctx(lua, &t, &cx.call_id)?;
-    t.set("call_id", cx.call_id)?;
-    t.set("name", cx.name)?;
-    t.set("step", cx.step)?;
-    if let Some(p) = cx.provenance {
-        t.set("origin", p.origin)?;
-        t.set("hop", p.hop)?;
-        t.set("ai", p.to)?;
-    }
-    if let Some(w) = cx.workspace {
-        t.set("workspace", w)?;
-    }
     Ok(t)
 }
 

@@ -172,7 +172,7 @@ pub(super) fn read_spawn(
         _ => return Err(bad(who, "max_hop must be a count (0 or more)")),
     };
     let mailbox = positive(&opts, who, "mailbox")?.map_or(CAPACITY, |n| n as usize);
-    let compaction = read_compaction(&opts, who)?;
+    let compaction = read_compaction(&super::options::Options::read(lua, opts.clone(), who)?, who)?;
     let sources = read_sources(lua, &sources_value, who)?;
     let defaults = lua
         .app_data_ref::<RouteDefaults>()

@@ -6,12 +6,16 @@
 //! callbacks are reached through the VM's [`LuaBridge`], each in its own coroutine, so the calls
 //! of one step run concurrently.
 
+use std::ffi::CStr;
+
 use mlua::{Function, Lua, Table, Value};
 
-use super::ai::{core, read_ask};
+use super::ai::{core, read_ask_from};
 use super::bridge::{self, FnId, LuaBridge};
 use super::convert::{error_table, to_json};
+use super::fields::{self, Field};
 use super::messages::{history_table, read_history};
+use super::options::Options;
 use super::tools::read_tools;
 use crate::turn::{self, Compaction, DEFAULT_MAX_STEPS, EventKind, TurnOutcome, TurnSpec};
 use crate::vocab::{Message, Usage};
@@ -22,7 +26,7 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
         lua.create_async_function(|lua, opts: Table| async move {
             let (outcome, servers) =
                 run_turn(&lua, opts, "ai.take_turn", DEFAULT_MAX_STEPS).await?;
-            turn_table(&lua, outcome, servers, "reply", "tool_events")
+            turn_table(&lua, outcome, servers, c"reply", c"tool_events")
         })?,
     )?;
     ai.set(
@@ -30,14 +34,14 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
         lua.create_async_function(|lua, opts: Table| async move {
             let (outcome, servers) =
                 run_turn(&lua, opts, "ai.infer_with_tools", DEFAULT_MAX_STEPS).await?;
-            turn_table(&lua, outcome, servers, "reply", "tool_events")
+            turn_table(&lua, outcome, servers, c"reply", c"tool_events")
         })?,
     )?;
     ai.set(
         "run",
         lua.create_async_function(|lua, opts: Table| async move {
             let (outcome, servers) = run_turn(&lua, opts, "ai.run", DEFAULT_MAX_STEPS + 1).await?;
-            turn_table(&lua, outcome, servers, "text", "tools")
+            turn_table(&lua, outcome, servers, c"text", c"tools")
         })?,
     )?;
     Ok(())
@@ -95,11 +99,12 @@ async fn run_turn(
     who: &str,
     default_steps: u32,
 ) -> mlua::Result<(TurnOutcome, McpReport)> {
+    let opts = Options::read(lua, opts, who)?;
     let tools_value = opts.get::<Value>("tools")?;
     // `read_ask` reads the shared options; the turn's tools are read below, handlers and all.
-    let (mut ask, stream) = read_ask(lua, Some(opts.clone()), who, TURN_OPTIONS)?;
+    let (mut ask, stream) = read_ask_from(lua, &opts, who, TURN_OPTIONS)?;
     let mut servers = read_servers(lua, opts.get::<Value>("mcp")?, who)?;
-    super::mcp_client::apply_elicit(lua, &opts, &mut servers, who)?;
+    super::mcp_client::apply_elicit(lua, opts.table(), &mut servers, who)?;
     let dynamic_allow = names(&opts, "dynamic_mcp", who)?;
     let mut messages: Vec<Message> = match opts.get::<Value>("messages")? {
         Value::Nil => Vec::new(),
@@ -179,7 +184,7 @@ async fn run_turn(
         None
     } else {
         let mut taken = spec.tools.iter().map(|t| t.spec.name.clone()).collect();
-        Some(crate::mcp::toolset::open(servers, &mut taken).await)
+        Some(Box::pin(crate::mcp::toolset::open(servers, &mut taken)).await)
     };
     if let Some(o) = &opened {
         spec.tools.extend(o.tools.iter().cloned());
@@ -208,19 +213,21 @@ async fn run_turn(
             "ai/breaker/script",
         )
     });
+    // Boxed, as are the MCP futures above and below: this future is moved whole into the box
+    // mlua makes of every call of `ai.run`, so what it holds inline is copied on every turn.
     let outcome = match &stack {
-        Some(stack) => turn::take_turn(&core, &**stack, &bridge, spec).await,
-        None => turn::take_turn(&core, &core, &bridge, spec).await,
+        Some(stack) => Box::pin(turn::take_turn(&core, &**stack, &bridge, spec)).await,
+        None => Box::pin(turn::take_turn(&core, &core, &bridge, spec)).await,
     };
     drop(registered);
     let mut report = McpReport::default();
     if let Some(o) = opened {
-        o.close().await;
+        Box::pin(o.close()).await;
         report.servers = Some(o.servers);
     }
     if let Some(d) = dynamic {
         report.dynamic = Some(d.live());
-        d.close().await;
+        Box::pin(d.close()).await;
     }
     Ok((outcome, report))
 }
@@ -296,7 +303,7 @@ pub(crate) fn servers_table(
     Ok(list)
 }
 
-fn names(opts: &Table, key: &str, who: &str) -> mlua::Result<Vec<String>> {
+fn names(opts: &Options, key: &str, who: &str) -> mlua::Result<Vec<String>> {
     match opts.get::<Value>(key)? {
         Value::Nil => Ok(Vec::new()),
         Value::String(s) => Ok(vec![s.to_string_lossy()]),
@@ -308,7 +315,7 @@ fn names(opts: &Table, key: &str, who: &str) -> mlua::Result<Vec<String>> {
     }
 }
 
-pub(crate) fn read_compaction(opts: &Table, who: &str) -> mlua::Result<Compaction> {
+pub(crate) fn read_compaction(opts: &Options, who: &str) -> mlua::Result<Compaction> {
     let mut c = Compaction::default();
     match opts.get::<Option<String>>("compact")?.as_deref() {
         None | Some("client") => {}
@@ -339,64 +346,47 @@ pub(crate) fn read_compaction(opts: &Table, who: &str) -> mlua::Result<Compactio
 }
 
 pub fn usage_table(lua: &Lua, u: &Usage) -> mlua::Result<Table> {
-    let t = lua.create_table()?;
-    t.set("input", u.input)?;
-    t.set("output", u.output)?;
-    t.set("cache_read", u.cache_read)?;
-    t.set("cache_write", u.cache_write)?;
-    t.set("reasoning", u.reasoning)?;
-    Ok(t)
+    fields::record(lua, &usage_fields(u), None)
+}
+
+fn usage_fields(u: &Usage) -> Vec<(&'static CStr, Field<'static>)> {
+    vec![
+        (c"input", Field::count(u.input)),
+        (c"output", Field::count(u.output)),
+        (c"cache_read", Field::count(u.cache_read)),
+        (c"cache_write", Field::count(u.cache_write)),
+        (c"reasoning", Field::count(u.reasoning)),
+    ]
 }
 
 /// A turn's outcome as a Lua table. `take_turn` names the reply `reply` and the events
-/// `tool_events`; `ai.run` names them `text` and `tools`.
+/// `tool_events`; `ai.run` names them `text` and `tools`. Made in one protected call
+/// ([`fields`]): it is built on every turn.
 fn turn_table(
     lua: &Lua,
     o: TurnOutcome,
     mcp: McpReport,
-    reply_key: &str,
-    events_key: &str,
+    reply_key: &'static CStr,
+    events_key: &'static CStr,
 ) -> mlua::Result<Table> {
-    let t = lua.create_table()?;
-    if let Some(servers) = &mcp.servers {
-        t.set("servers", servers_table(lua, servers)?)?;
-    }
-    if let Some(live) = &mcp.dynamic {
-        let list = lua.create_table()?;
-        for l in live {
-            let row = lua.create_table()?;
-            row.set("name", l.name.as_str())?;
-            row.set("server", l.server.as_str())?;
-            if let Some(v) = &l.version {
-                row.set("version", v.as_str())?;
-            }
-            set_names(lua, &row, "tools", &l.tools)?;
-            set_names(lua, &row, "dropped", &l.dropped)?;
-            list.push(row)?;
-        }
-        t.set("dynamic_mcp", list)?;
-    }
-    t.set(reply_key, o.reply)?;
-    t.set("stop", o.stop.as_str())?;
-    t.set("steps", o.steps)?;
-    t.set("usage", usage_table(lua, &o.usage)?)?;
-    t.set("compactions", o.compactions)?;
-    let events = lua.create_table()?;
-    for e in &o.tool_events {
-        let row = lua.create_table()?;
-        row.set("step", e.step)?;
-        row.set("name", e.name.as_str())?;
-        row.set("call_id", e.call_id.as_str())?;
-        row.set("kind", kind_name(e.kind))?;
-        row.set("ok", e.kind == EventKind::Ok)?;
-        row.set("outcome", e.outcome.as_str())?;
-        row.set("duration_ms", e.duration.as_secs_f64() * 1000.0)?;
-        events.push(row)?;
-    }
-    t.set(events_key, events)?;
-    if let Some(e) = &o.error {
-        t.set("error", error_table(lua, &e.kind, &e.message)?)?;
-    }
+    let events = o
+        .tool_events
+        .iter()
+        .map(|e| {
+            Field::Record(vec![
+                (c"step", Field::Int(e.step.into())),
+                (c"name", Field::Str(&e.name)),
+                (c"call_id", Field::Str(&e.call_id)),
+                (c"kind", Field::Str(kind_name(e.kind))),
+                (c"ok", Field::Bool(e.kind == EventKind::Ok)),
+                (c"outcome", Field::Str(&e.outcome)),
+                (
+                    c"duration_ms",
+                    Field::Num(e.duration.as_secs_f64() * 1000.0),
+                ),
+            ])
+        })
+        .collect();
     // The transcript is built as Lua tables when first read: a loop that only wants the reply
     // (most of them) does not pay for it on every turn.
     let messages = o.messages;
@@ -412,7 +402,39 @@ fn turn_table(
             Ok(Value::Nil)
         })?,
     )?;
-    t.set_metatable(Some(lazy))?;
+    let t = fields::record(
+        lua,
+        &[
+            (reply_key, Field::Str(&o.reply)),
+            (c"stop", Field::Str(o.stop.as_str())),
+            (c"steps", Field::Int(o.steps.into())),
+            (c"usage", Field::Record(usage_fields(&o.usage))),
+            (c"compactions", Field::Int(o.compactions.into())),
+            (events_key, Field::List(events)),
+        ],
+        Some(&lazy),
+    )?;
+    if let Some(e) = &o.error {
+        t.raw_set("error", error_table(lua, &e.kind, &e.message)?)?;
+    }
+    if let Some(servers) = &mcp.servers {
+        t.raw_set("servers", servers_table(lua, servers)?)?;
+    }
+    if let Some(live) = &mcp.dynamic {
+        let list = lua.create_table()?;
+        for l in live {
+            let row = lua.create_table()?;
+            row.set("name", l.name.as_str())?;
+            row.set("server", l.server.as_str())?;
+            if let Some(v) = &l.version {
+                row.set("version", v.as_str())?;
+            }
+            set_names(lua, &row, "tools", &l.tools)?;
+            set_names(lua, &row, "dropped", &l.dropped)?;
+            list.push(row)?;
+        }
+        t.raw_set("dynamic_mcp", list)?;
+    }
     Ok(t)
 }
 

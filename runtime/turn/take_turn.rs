@@ -149,7 +149,16 @@ async fn run(
             0
         };
         if spec.compaction.enabled && window.would_overflow(&spec.compaction, estimated) {
-            match compaction::compact(core, stack, &spec, &req, &mut out.usage).await {
+            // Boxed: a compaction is rare, and inline its future would be part of every turn's.
+            match Box::pin(compaction::compact(
+                core,
+                stack,
+                &spec,
+                &req,
+                &mut out.usage,
+            ))
+            .await
+            {
                 Ok(messages) => {
                     // The latest request's files (or the last round's) inline; the earlier
                     // ones the compaction kept are reference lines.
