@@ -169,7 +169,7 @@ fn next_request(model: &str, answer: &Inferred) -> Value {
         ],
         ..Default::default()
     };
-    gemini().request(&req, &endpoint(), true).body
+    gemini().request(&req, &endpoint(), true).json()
 }
 
 #[test]
@@ -329,7 +329,7 @@ fn vercel_google_reasoning() {
         messages: vec![Message::user("q"), inferred.message.clone()],
         ..Default::default()
     };
-    let body = gemini().request(&req, &endpoint(), false).body;
+    let body = gemini().request(&req, &endpoint(), false).json();
     assert_eq!(
         body["contents"][1]["parts"],
         json!([{"text": deltas.concat(), "thoughtSignature": sent[0]}])

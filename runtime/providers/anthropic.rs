@@ -38,11 +38,7 @@ impl Codec for Anthropic {
     fn request(&self, req: &InferRequest, ep: &Endpoint, stream: bool) -> WireRequest {
         let mut body = request_body(req, stream);
         merge_extra(&mut body, req.extra.as_ref());
-        WireRequest {
-            url: format!("{}/messages", ep.base()),
-            headers: headers(ep),
-            body,
-        }
+        WireRequest::with_json(format!("{}/messages", ep.base()), headers(ep), &body)
     }
 
     fn parse(&self, body: &[u8]) -> Result<Inferred, ProviderError> {
@@ -63,7 +59,7 @@ impl Codec for Anthropic {
         WireRequest {
             url: format!("{}/models?limit={MODELS_PAGE}", ep.base()),
             headers: headers(ep),
-            body: Value::Null,
+            body: Vec::new(),
         }
     }
 

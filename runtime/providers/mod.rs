@@ -81,7 +81,24 @@ impl std::fmt::Debug for Endpoint {
 pub struct WireRequest {
     pub url: String,
     pub headers: Vec<(String, String)>,
-    pub body: Value,
+    /// The JSON body, written out (empty for a GET).
+    pub body: Vec<u8>,
+}
+
+impl WireRequest {
+    /// A request whose body is this JSON value.
+    pub fn with_json(url: String, headers: Vec<(String, String)>, body: &Value) -> WireRequest {
+        WireRequest {
+            url,
+            headers,
+            body: serde_json::to_vec(body).expect("a JSON value serialises"),
+        }
+    }
+
+    /// The body read back as JSON, for whoever looks inside it (tests, mostly).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("a codec writes JSON")
+    }
 }
 
 /// One wire style's translations, both ways.
@@ -402,8 +419,15 @@ impl Providers {
         for (k, v) in &wire.headers {
             builder = builder.header(k, v);
         }
+        if !wire
+            .headers
+            .iter()
+            .any(|(k, _)| k.eq_ignore_ascii_case("content-type"))
+        {
+            builder = builder.header(reqwest::header::CONTENT_TYPE, "application/json");
+        }
         let response = builder
-            .json(&wire.body)
+            .body(wire.body)
             .send()
             .await
             .map_err(|e| transport_failure(&e, ep))?;

@@ -36,15 +36,13 @@
 //! Only the first choice is read: colony never asks for `n > 1`, and if `extra` does, the other
 //! choices are dropped.
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use reqwest::header::HeaderMap;
 use serde_json::{Map, Value, json};
 
-use super::{Assembler, Codec, Endpoint, ProviderError, WireRequest, errors, merge_extra};
+use super::{Assembler, Codec, Endpoint, ProviderError, WireRequest, errors};
 use crate::vocab::{
-    FileRef, InferRequest, Inferred, Message, Opaque, Part, ResponseSchema, Role, Stop, Style,
-    ToolCall, ToolChoice, ToolResult, ToolSpec, Usage,
+    InferRequest, Inferred, Message, Opaque, Part, ResponseSchema, Role, Stop, Style, ToolCall,
+    Usage,
 };
 
 pub struct OpenAi;
@@ -57,68 +55,22 @@ const REASONING_FIELDS: [&str; 2] = ["reasoning_content", "reasoning"];
 const TOOL_CALL_FIELDS: [&str; 4] = ["index", "id", "type", "function"];
 
 /// A failed tool result has no wire flag: the model learns of the failure from this prefix.
-const ERROR_PREFIX: &str = "Error: ";
+pub(super) const ERROR_PREFIX: &str = "Error: ";
 
 impl Codec for OpenAi {
     fn request(&self, req: &InferRequest, ep: &Endpoint, stream: bool) -> WireRequest {
-        let mut body = Map::new();
-        body.insert("model".into(), json!(req.model));
-        body.insert("messages".into(), Value::Array(messages(req)));
-        if let Some(temperature) = req.temperature {
-            body.insert("temperature".into(), json!(temperature));
-        }
-        if let Some(max_tokens) = req.max_tokens {
-            body.insert("max_tokens".into(), json!(max_tokens));
-        }
-        if !req.stop_sequences.is_empty() {
-            body.insert("stop".into(), json!(req.stop_sequences));
-        }
-        if !req.tools.is_empty() {
-            let tools = req.tools.iter().map(tool_out).collect();
-            body.insert("tools".into(), Value::Array(tools));
-            body.insert("tool_choice".into(), tool_choice_out(&req.tool_choice));
-        }
-        if let Some(schema) = &req.response_schema {
-            body.insert("response_format".into(), response_format(schema));
-        }
-        if stream {
-            body.insert("stream".into(), json!(true));
-            // Without it the usage never arrives in a stream.
-            body.insert("stream_options".into(), json!({"include_usage": true}));
-        }
-        let mut body = Value::Object(body);
-        merge_extra(&mut body, req.extra.as_ref());
         WireRequest {
             url: format!("{}/chat/completions", ep.base()),
             headers: auth_headers(ep),
-            body,
+            body: outgoing::body(req, stream),
         }
     }
 
     fn parse(&self, body: &[u8]) -> Result<Inferred, ProviderError> {
-        let value: Value = serde_json::from_slice(body)
-            .map_err(|e| ProviderError::Parse(format!("chat completion is not JSON: {e}")))?;
-        if carries_error(&value) {
-            // Some compatible servers answer 200 with an error body.
-            let text = String::from_utf8_lossy(body);
-            return Err(errors::classify(200, &HeaderMap::new(), &text));
+        match whole::read(body) {
+            Some(draft) => draft.into_inferred(),
+            None => parse_value(body),
         }
-        let mut draft = Draft::default();
-        draft.read_model(&value);
-        if let Some(usage) = value.get("usage").filter(|u| u.is_object()) {
-            draft.usage = read_usage(usage);
-        }
-        let choice = choices(&value)?
-            .iter()
-            .find(|c| choice_index(c) == 0)
-            .ok_or_else(|| ProviderError::Parse("chat completion has no choices".into()))?;
-        let message = choice
-            .get("message")
-            .filter(|m| m.is_object())
-            .ok_or_else(|| ProviderError::Parse("chat completion choice has no message".into()))?;
-        draft.read_message(message)?;
-        draft.finish_reason = text_field(choice, "finish_reason").map(str::to_string);
-        draft.into_inferred()
     }
 
     fn assembler(&self) -> Box<dyn Assembler> {
@@ -129,7 +81,7 @@ impl Codec for OpenAi {
         WireRequest {
             url: format!("{}/models", ep.base()),
             headers: auth_headers(ep),
-            body: Value::Null,
+            body: Vec::new(),
         }
     }
 
@@ -153,146 +105,13 @@ fn auth_headers(ep: &Endpoint) -> Vec<(String, String)> {
 // ---------------------------------------------------------------------------------------------
 // Outgoing
 
-fn messages(req: &InferRequest) -> Vec<Value> {
-    let mut out = Vec::new();
-    if let Some(system) = req.system.as_deref().filter(|s| !s.is_empty()) {
-        out.push(json!({"role": "system", "content": system}));
-    }
-    for message in &req.messages {
-        match message.role {
-            Role::System => out.push(json!({"role": "system", "content": message.text()})),
-            Role::Assistant => {
-                out.push(assistant_message(message));
-                out.extend(message.tool_results().map(tool_result_out));
-            }
-            Role::User | Role::Tool => {
-                // Results answer the previous assistant message, so they come before any text.
-                let results: Vec<Value> = message.tool_results().map(tool_result_out).collect();
-                let text = message.text();
-                let user_text =
-                    !text.is_empty() || (message.role == Role::User && results.is_empty());
-                out.extend(results);
-                let images: Vec<Value> = message.files().filter_map(image_part).collect();
-                if !images.is_empty() {
-                    // Content parts: the text, then each image as a data URL.
-                    let mut content = Vec::with_capacity(images.len() + 1);
-                    if !text.is_empty() {
-                        content.push(json!({"type": "text", "text": text}));
-                    }
-                    content.extend(images);
-                    out.push(json!({"role": "user", "content": content}));
-                } else if user_text {
-                    out.push(json!({"role": "user", "content": text}));
-                }
-            }
-        }
-    }
-    out
-}
-
-/// `content` is the text, or `null` when the message only calls tools (a text-less assistant
-/// message without calls still needs a string). Opaque fields of this style are added beside.
-fn assistant_message(message: &Message) -> Value {
-    let text = message.text();
-    let calls: Vec<Value> = message.tool_calls().map(tool_call_out).collect();
-    let content = match (text.is_empty(), calls.is_empty()) {
-        (true, false) => Value::Null,
-        _ => json!(text),
-    };
-    let mut wire = Map::new();
-    wire.insert("role".into(), json!("assistant"));
-    wire.insert("content".into(), content);
-    if !calls.is_empty() {
-        wire.insert("tool_calls".into(), Value::Array(calls));
-    }
-    for part in &message.parts {
-        if let Part::Reasoning { opaque, .. } | Part::Text { opaque, .. } = part {
-            add_opaque(&mut wire, opaque.as_ref());
-        }
-    }
-    Value::Object(wire)
-}
-
-fn tool_call_out(call: &ToolCall) -> Value {
-    // An empty argument text is what no-argument calls sometimes stream; servers want an object.
-    let arguments = if call.arguments.trim().is_empty() {
-        "{}"
-    } else {
-        call.arguments.as_str()
-    };
-    let mut wire = Map::new();
-    wire.insert("id".into(), json!(call.id));
-    wire.insert("type".into(), json!("function"));
-    wire.insert(
-        "function".into(),
-        json!({"name": call.name, "arguments": arguments}),
-    );
-    add_opaque(&mut wire, call.opaque.as_ref());
-    Value::Object(wire)
-}
-
-/// Adds the fields of an opaque value made by this style; others' data is dropped. Fields colony
-/// already set win, so opaque data can never change the role, text or calls.
-fn add_opaque(wire: &mut Map<String, Value>, opaque: Option<&Opaque>) {
-    let Some(fields) = opaque
-        .filter(|o| o.style == Style::Openai)
-        .and_then(|o| o.data.as_object())
-    else {
-        return;
-    };
-    for (key, value) in fields {
-        wire.entry(key.clone()).or_insert_with(|| value.clone());
-    }
-}
-
-/// An image the file renderer left as a file (only for an endpoint that reads images) as an
-/// `image_url` content part with a base64 data URL.
-fn image_part(file: &FileRef) -> Option<Value> {
-    let data = STANDARD.encode(file.data.as_deref()?);
-    let url = format!("data:{};base64,{data}", file.content_type);
-    Some(json!({"type": "image_url", "image_url": {"url": url}}))
-}
-
-fn tool_result_out(result: &ToolResult) -> Value {
-    let content = if result.is_error {
-        format!("{ERROR_PREFIX}{}", result.content)
-    } else {
-        result.content.clone()
-    };
-    json!({"role": "tool", "tool_call_id": result.call_id, "content": content})
-}
-
-fn tool_out(tool: &ToolSpec) -> Value {
-    // A tool without parameters still needs a schema on the wire.
-    let parameters = match &tool.parameters {
-        Value::Null => json!({"type": "object", "properties": {}}),
-        schema => schema.clone(),
-    };
-    let mut function = Map::new();
-    function.insert("name".into(), json!(tool.name));
-    if !tool.description.is_empty() {
-        function.insert("description".into(), json!(tool.description));
-    }
-    function.insert("parameters".into(), parameters);
-    json!({"type": "function", "function": function})
-}
-
-fn tool_choice_out(choice: &ToolChoice) -> Value {
-    match choice {
-        ToolChoice::Auto => json!("auto"),
-        ToolChoice::None => json!("none"),
-        ToolChoice::Required => json!("required"),
-        ToolChoice::Tool(name) => json!({"type": "function", "function": {"name": name}}),
-    }
-}
-
 /// Structured output: `{"type":"json_schema","json_schema":{name, schema, strict: false}}`.
 ///
 /// `strict` stays false: strict mode demands that every property be listed in `required` and
 /// every object say `additionalProperties: false`, which ordinary user schemas (optional fields,
 /// open objects) break, and the server then refuses the whole request. Without it the schema
 /// still guides the model, and colony validates the answer itself.
-fn response_format(schema: &ResponseSchema) -> Value {
+pub(super) fn response_format(schema: &ResponseSchema) -> Value {
     json!({
         "type": "json_schema",
         "json_schema": {
@@ -327,6 +146,34 @@ fn schema_name(name: &str) -> String {
 
 // ---------------------------------------------------------------------------------------------
 // Incoming
+
+/// A whole answer through a JSON value: any shape a server may send, each fault named. Answers of
+/// the usual shape take [`whole::read`] instead, which gives the same answer without the tree.
+fn parse_value(body: &[u8]) -> Result<Inferred, ProviderError> {
+    let value: Value = serde_json::from_slice(body)
+        .map_err(|e| ProviderError::Parse(format!("chat completion is not JSON: {e}")))?;
+    if carries_error(&value) {
+        // Some compatible servers answer 200 with an error body.
+        let text = String::from_utf8_lossy(body);
+        return Err(errors::classify(200, &HeaderMap::new(), &text));
+    }
+    let mut draft = Draft::default();
+    draft.read_model(&value);
+    if let Some(usage) = value.get("usage").filter(|u| u.is_object()) {
+        draft.usage = read_usage(usage);
+    }
+    let choice = choices(&value)?
+        .iter()
+        .find(|c| choice_index(c) == 0)
+        .ok_or_else(|| ProviderError::Parse("chat completion has no choices".into()))?;
+    let message = choice
+        .get("message")
+        .filter(|m| m.is_object())
+        .ok_or_else(|| ProviderError::Parse("chat completion choice has no message".into()))?;
+    draft.read_message(message)?;
+    draft.finish_reason = text_field(choice, "finish_reason").map(str::to_string);
+    draft.into_inferred()
+}
 
 /// An error object in place of an answer (a 200 error body, a mid-stream error chunk).
 fn carries_error(value: &Value) -> bool {
@@ -702,5 +549,7 @@ impl Assembler for StreamAssembler {
     }
 }
 
+mod outgoing;
 #[cfg(test)]
 mod tests;
+mod whole;

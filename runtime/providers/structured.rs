@@ -186,7 +186,7 @@ mod tests {
             max_concurrent_calls: crate::providers::DEFAULT_MAX_CONCURRENT_CALLS,
         };
         let req = schema_req(person());
-        let body = Anthropic.request(&prepare(&req), &ep, false).body;
+        let body = Anthropic.request(&prepare(&req), &ep, false).json();
         assert_eq!(
             body["tools"],
             json!([{"name": "structured_output",
@@ -203,8 +203,8 @@ mod tests {
             ..req.clone()
         };
         assert_eq!(
-            Anthropic.request(&req, &ep, false).body,
-            Anthropic.request(&plain, &ep, false).body
+            Anthropic.request(&req, &ep, false).json(),
+            Anthropic.request(&plain, &ep, false).json()
         );
     }
 

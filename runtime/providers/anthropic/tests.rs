@@ -23,7 +23,7 @@ fn endpoint(key: Option<&str>) -> Endpoint {
 }
 
 fn body(req: &InferRequest) -> Value {
-    Anthropic.request(req, &endpoint(Some(KEY)), false).body
+    Anthropic.request(req, &endpoint(Some(KEY)), false).json()
 }
 
 fn request(messages: Vec<Message>) -> InferRequest {
@@ -97,7 +97,7 @@ fn url_and_headers() {
     assert_eq!(header(&wire, "anthropic-version"), Some("2023-06-01"));
     assert_eq!(header(&wire, "content-type"), Some("application/json"));
     // The key travels in its header only, never in the body.
-    assert!(!wire.body.to_string().contains(KEY));
+    assert!(!wire.json().to_string().contains(KEY));
 }
 
 #[test]
@@ -160,7 +160,7 @@ fn system_messages_join_the_system_prompt() {
 fn streaming_flag() {
     let req = request(vec![Message::user("Hello")]);
     let wire = Anthropic.request(&req, &endpoint(Some(KEY)), true);
-    assert_eq!(wire.body["stream"], true);
+    assert_eq!(wire.json()["stream"], true);
 }
 
 #[test]

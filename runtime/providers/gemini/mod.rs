@@ -85,11 +85,11 @@ impl Codec for Gemini {
         } else {
             "generateContent"
         };
-        WireRequest {
-            url: format!("{}/{}:{method}", ep.base(), model_path(&req.model)),
-            headers: key_headers(ep),
-            body: request_body(req),
-        }
+        WireRequest::with_json(
+            format!("{}/{}:{method}", ep.base(), model_path(&req.model)),
+            key_headers(ep),
+            &request_body(req),
+        )
     }
 
     fn parse(&self, body: &[u8]) -> Result<Inferred, ProviderError> {
@@ -108,7 +108,7 @@ impl Codec for Gemini {
         WireRequest {
             url: format!("{}/models?pageSize=1000", ep.base()),
             headers: key_headers(ep),
-            body: Value::Null,
+            body: Vec::new(),
         }
     }
 

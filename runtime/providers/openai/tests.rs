@@ -5,8 +5,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::*;
-use crate::providers::ToolsLevel;
 use crate::providers::sse::assemble_bytes;
+use crate::providers::{ToolsLevel, merge_extra};
+use crate::vocab::{ToolChoice, ToolResult, ToolSpec};
 
 const KEY: &str = "sk-test-0123456789abcdef";
 
@@ -79,7 +80,7 @@ fn url_and_key_header() {
         vec![("authorization".to_string(), format!("Bearer {KEY}"))]
     );
     assert!(
-        !wire.body.to_string().contains(KEY),
+        !wire.json().to_string().contains(KEY),
         "the key is only a header"
     );
 }
@@ -96,7 +97,7 @@ fn no_key_no_header() {
 fn minimal_body_has_only_model_and_messages() {
     let wire = request(&base());
     assert_eq!(
-        wire.body,
+        wire.json(),
         json!({"model": "gpt-4o", "messages": [{"role": "user", "content": "Hi"}]})
     );
 }
@@ -111,7 +112,7 @@ fn response_schema_is_a_json_schema_response_format() {
         }),
         ..base()
     };
-    let body = request(&req).body;
+    let body = request(&req).json();
     assert_eq!(
         body["response_format"],
         json!({"type": "json_schema",
@@ -120,7 +121,7 @@ fn response_schema_is_a_json_schema_response_format() {
     // Nothing else moves: the body without the field is the plain request's body.
     let mut rest = body.clone();
     rest.as_object_mut().unwrap().remove("response_format");
-    assert_eq!(rest, request(&base()).body);
+    assert_eq!(rest, request(&base()).json());
 }
 
 #[test]
@@ -142,7 +143,7 @@ fn no_response_schema_leaves_the_body_unchanged() {
         stop_sequences: vec!["END".into()],
         ..base()
     };
-    let body = request(&req).body;
+    let body = request(&req).json();
     assert_eq!(
         body,
         json!({
@@ -169,7 +170,7 @@ fn system_temperature_max_tokens_stop() {
         stop_sequences: vec!["END".into(), "\n\n".into()],
         ..base()
     };
-    let body = request(&req).body;
+    let body = request(&req).json();
     assert_eq!(
         body["messages"][0],
         json!({"role": "system", "content": "Be brief."})
@@ -197,7 +198,7 @@ fn system_messages_stay_in_place() {
         ],
         ..base()
     };
-    let roles: Vec<Value> = request(&req).body["messages"]
+    let roles: Vec<Value> = request(&req).json()["messages"]
         .as_array()
         .unwrap()
         .iter()
@@ -216,7 +217,7 @@ fn system_messages_stay_in_place() {
 
 #[test]
 fn streaming_asks_for_usage() {
-    let body = OpenAi.request(&base(), &endpoint(None), true).body;
+    let body = OpenAi.request(&base(), &endpoint(None), true).json();
     assert_eq!(body["stream"], json!(true));
     assert_eq!(body["stream_options"], json!({"include_usage": true}));
 }
@@ -234,7 +235,7 @@ fn extra_is_merged_last() {
         })),
         ..base()
     };
-    let body = OpenAi.request(&req, &endpoint(None), true).body;
+    let body = OpenAi.request(&req, &endpoint(None), true).json();
     let mut expected = OpenAi
         .request(
             &InferRequest {
@@ -244,8 +245,8 @@ fn extra_is_merged_last() {
             &endpoint(None),
             true,
         )
-        .body;
-    super::merge_extra(&mut expected, req.extra.as_ref());
+        .json();
+    merge_extra(&mut expected, req.extra.as_ref());
     assert_eq!(body, expected);
     assert_eq!(body["temperature"], json!(1.0));
     assert_eq!(body["max_tokens"], json!(100));
@@ -268,7 +269,7 @@ fn tools_out() {
         tools: vec![weather_tool(), bare],
         ..base()
     };
-    let body = request(&req).body;
+    let body = request(&req).json();
     assert_eq!(
         body["tools"],
         json!([
@@ -303,14 +304,14 @@ fn tool_choices() {
             tool_choice: choice.clone(),
             ..base()
         };
-        assert_eq!(request(&req).body["tool_choice"], wire, "{choice:?}");
+        assert_eq!(request(&req).json()["tool_choice"], wire, "{choice:?}");
     }
     // Without tools neither field goes out, whatever the choice.
     let req = InferRequest {
         tool_choice: ToolChoice::Required,
         ..base()
     };
-    let body = request(&req).body;
+    let body = request(&req).json();
     assert!(body.get("tools").is_none() && body.get("tool_choice").is_none());
 }
 
@@ -347,7 +348,7 @@ fn assistant_tool_calls_and_results() {
         ],
         ..base()
     };
-    let messages = request(&req).body["messages"].clone();
+    let messages = request(&req).json()["messages"].clone();
     assert_eq!(
         messages,
         json!([
@@ -412,7 +413,7 @@ fn opaque_data_goes_back_only_to_this_style() {
         ],
         ..base()
     };
-    let assistant = request(&req).body["messages"][1].clone();
+    let assistant = request(&req).json()["messages"][1].clone();
     assert_eq!(
         assistant,
         json!({
@@ -442,7 +443,7 @@ fn reasoning_round_trips_unchanged() {
         ..base()
     };
     assert_eq!(
-        request(&req).body["messages"][1],
+        request(&req).json()["messages"][1],
         json!({
             "role": "assistant",
             "content": null,

@@ -36,7 +36,7 @@ fn request(req: &InferRequest) -> WireRequest {
 }
 
 fn wire_body(req: &InferRequest) -> Value {
-    request(req).body
+    request(req).json()
 }
 
 fn simple() -> InferRequest {

@@ -72,7 +72,7 @@ fn url_and_key_header() {
         vec![("x-goog-api-key".to_string(), KEY.to_string())]
     );
     assert!(!wire.url.contains(KEY), "the key never goes in the URL");
-    assert!(!wire.body.to_string().contains(KEY));
+    assert!(!wire.json().to_string().contains(KEY));
 }
 
 #[test]
