@@ -24,6 +24,10 @@ use common::{Args, Report};
 
 const AGENT: &str = include_str!("colony_agent.lua");
 
+/// The allocator the `colony` binary runs with (runtime/main.rs).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// What the script reports at its "end" mark.
 #[derive(serde::Deserialize)]
 struct Counts {
