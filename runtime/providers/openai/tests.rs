@@ -432,6 +432,41 @@ fn opaque_data_goes_back_only_to_this_style() {
 }
 
 #[test]
+fn an_opaque_field_two_parts_carry_is_written_once_the_first() {
+    let ours = |data: Value| {
+        Some(Opaque {
+            style: Style::Openai,
+            data,
+        })
+    };
+    let req = InferRequest {
+        messages: vec![
+            Message::user("Hi"),
+            Message::new(
+                Role::Assistant,
+                vec![
+                    Part::Reasoning {
+                        text: "first".into(),
+                        opaque: ours(json!({"reasoning_content": "first"})),
+                    },
+                    Part::Text {
+                        text: "Hello.".into(),
+                        opaque: ours(json!({"reasoning_content": "second", "role": "user"})),
+                    },
+                ],
+            ),
+        ],
+        ..base()
+    };
+    let wire = request(&req);
+    // The bytes themselves: a JSON reader keeps one of two equal keys and would hide a repeat.
+    let text = String::from_utf8(wire.body.clone()).unwrap();
+    assert_eq!(text.matches("\"reasoning_content\"").count(), 1, "{text}");
+    assert_eq!(text.matches("\"role\"").count(), 2, "{text}");
+    assert_eq!(wire.json()["messages"][1]["reasoning_content"], "first");
+}
+
+#[test]
 fn reasoning_round_trips_unchanged() {
     let body = br#"{"model":"deepseek-reasoner","choices":[{"index":0,"finish_reason":"tool_calls",
         "message":{"role":"assistant","content":"","reasoning_content":"Need the tool.",
