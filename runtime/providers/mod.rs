@@ -95,8 +95,12 @@ impl WireRequest {
         }
     }
 
-    /// The body read back as JSON, for whoever looks inside it (tests, mostly).
+    /// The body read back as JSON, for whoever looks inside it (tests, mostly); `null` for a
+    /// request without one.
     pub fn json(&self) -> Value {
+        if self.body.is_empty() {
+            return Value::Null;
+        }
         serde_json::from_slice(&self.body).expect("a codec writes JSON")
     }
 }
