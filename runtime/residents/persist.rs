@@ -186,3 +186,31 @@ pub fn audit_entry(resident: &str, call: &ToolCall, event: &ToolEvent) -> AuditE
         message: (event.kind != EventKind::Ok).then(|| crate::secrets::redact(&event.outcome)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_audit_hash_is_the_arguments_sha256_in_lowercase_hex() {
+        let call = ToolCall {
+            id: "call_1".into(),
+            name: "add".into(),
+            arguments: "abc".into(),
+            opaque: None,
+        };
+        let event = ToolEvent {
+            step: 1,
+            call_id: "call_1".into(),
+            name: "add".into(),
+            kind: EventKind::Ok,
+            outcome: "5".into(),
+            duration: std::time::Duration::from_millis(2),
+        };
+        // SHA-256("abc"), FIPS 180-2's first example.
+        assert_eq!(
+            audit_entry("script", &call, &event).args_hash,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+}
