@@ -338,10 +338,10 @@ fn memory() {
     let bytes = runs.iter().map(|r| r.bytes).min().unwrap_or_default();
     let each = per(bytes);
     println!(
-        "   idle resident: {:.0} B = {:.2} KB (aim < 10 KB; an Erlang process starts at ~{ERLANG_PROCESS_KB} KB){}",
+        "   idle resident: {:.0} B = {:.2} KB (aim < 2 KB; an Erlang process starts at ~{ERLANG_PROCESS_KB} KB){}",
         each,
         each / 1024.0,
-        if each < 10.0 * 1024.0 { "" } else { "  MISSED" }
+        if each < 2.0 * 1024.0 { "" } else { "  MISSED" }
     );
     println!(
         "   runs: {}",
@@ -496,15 +496,18 @@ async fn throughput(rt: &Rt) {
         }
         let r = best.expect("a run");
         let rate = MAILS as f64 / r.served.as_secs_f64();
+        // Issue 18's aim is for 10,000 residents; fewer take more mail into a turn.
+        let aim = if residents >= 10_000 { 2e6 } else { 1e6 };
         println!(
-            "   {residents:>6} residents, {}: {:.2} M mails/s (aim > 1 M/s){}; {:.2} M turns/s, {:.1} mails per turn; posting alone {:.2} M mails/s; {:.2} us CPU per mail",
+            "   {residents:>6} residents, {}: {:.2} M mails/s (aim > {} M/s){}; {:.2} M turns/s, {:.1} mails per turn; posting alone {:.2} M mails/s; {:.2} us CPU per mail",
             if reply {
                 "replies to a channel"
             } else {
                 "blank replies       "
             },
             rate / 1e6,
-            if rate > 1e6 { "" } else { "  MISSED" },
+            aim / 1e6,
+            if rate > aim { "" } else { "  MISSED" },
             r.turns as f64 / r.served.as_secs_f64() / 1e6,
             MAILS as f64 / r.turns as f64,
             MAILS as f64 / r.posted.as_secs_f64() / 1e6,

@@ -487,353 +487,396 @@ const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const MAX_WAIT: Duration = Duration::from_secs(600);
 
+/// What a resident's loop carries from one turn to the next.
+#[derive(Default)]
+struct Carried {
+    outage: Option<Outage>,
+    /// Blocked: the config's generation when it was, so a re-read file lets it try again.
+    blocked: Option<u64>,
+    /// Since when the model could not be called (an outage or a block), for the recovery notice.
+    trouble_since: Option<Instant>,
+    /// A turn cut short after a step ran (or by a restart): the next attempt continues it even
+    /// without new mail.
+    unfinished: bool,
+    /// The mail a continued turn serves is the one its first attempt took.
+    serving: Option<Provenance>,
+    /// The conversation's size as last reported, for compaction across turns.
+    reported_tokens: Option<u64>,
+    /// Blocked by a budget: when its window resets.
+    budget_resets: Option<tokio::time::Instant>,
+}
+
 /// Runs the resident until the route stops, it is dismissed (its mailbox closed), or it crashes
 /// (its delivery raised). A restart calls this again with the same [`Resident`].
+///
+/// This loop only waits; a turn, and every rarer wait, is a boxed future of its own. A future
+/// is as large as the largest state it can be in, and every idle resident's task holds this
+/// one: with the turn inline it was 2 KB, most of an idle resident's cost.
 pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
-    let mut outage: Option<Outage> = None;
-    // Blocked: the config's generation when it was, so a re-read file lets it try again.
-    let mut blocked: Option<u64> = None;
-    // Since when the model could not be called (an outage or a block), for the recovery notice.
-    let mut trouble_since: Option<Instant> = None;
-    // A turn cut short after a step ran (or by a restart): the next attempt continues it even
-    // without new mail.
-    let mut unfinished = me.mid_turn();
-    // The mail a continued turn serves is the one its first attempt took.
-    let mut serving: Option<Provenance> = None;
-    // The conversation's size as last reported, for compaction across turns.
-    let mut reported_tokens: Option<u64> = None;
-    // Blocked by a budget: when its window resets.
-    let mut budget_resets: Option<tokio::time::Instant> = None;
+    let mut carried = Carried {
+        unfinished: me.mid_turn(),
+        ..Carried::default()
+    };
     loop {
         if host.stopping() || me.mailbox.is_closed() {
             me.set_state(State::Stopped);
             return Exit::Normal;
         }
-        if let Some(generation) = blocked {
-            // Mail arriving meanwhile is kept; only a change of settings is worth a new try.
-            while me.blocked_by().is_some() && !host.stopping() && !me.mailbox.is_closed() {
-                tokio::select! {
-                    _ = me.unblocked.notified() => {}
-                    _ = me.mailbox.notified() => {}
-                    _ = tokio::time::sleep_until(budget_resets.unwrap_or_else(tokio::time::Instant::now)),
-                        if budget_resets.is_some() => {
-                        me.unblock();
-                    }
-                    _ = tokio::time::sleep(CONFIG_POLL) => {
-                        if host.core().refresh_config() != generation {
-                            me.unblock();
-                        }
-                    }
-                }
-            }
+        if let Some(generation) = carried.blocked {
+            Box::pin(wait_unblocked(host, me, generation, carried.budget_resets)).await;
             if host.stopping() || me.mailbox.is_closed() {
                 continue;
             }
-            blocked = None;
-            budget_resets = None;
+            carried.blocked = None;
+            carried.budget_resets = None;
             tracing::info!(ai = %me.spec.name, "unblocked: trying again");
-        } else if let Some(o) = &outage {
+        } else if let Some(o) = &carried.outage {
             me.set_state(State::Outage);
-            // Mail arriving meanwhile is held, not a reason to call a model that is down.
-            let wake = tokio::time::sleep_until(o.retry_at);
-            tokio::pin!(wake);
-            loop {
-                tokio::select! {
-                    _ = &mut wake => break,
-                    _ = me.mailbox.notified() => {
-                        if host.stopping() || me.mailbox.is_closed() {
-                            break;
-                        }
-                    }
-                }
-            }
+            Box::pin(wait_outage(host, me, o.retry_at)).await;
             if host.stopping() || me.mailbox.is_closed() {
                 continue;
             }
-        } else if me.mailbox.is_empty() && !unfinished {
+        } else if me.mailbox.is_empty() && !carried.unfinished {
             me.set_state(State::Idle);
             host.settling();
             me.mailbox.notified().await;
             continue;
         }
-        if let Some(over) = me.over_budget(host) {
-            // Nothing is taken from the mailbox: the mail waits, saved, for the window's reset.
+        if let Some(exit) = Box::pin(serve(host, me, &mut carried)).await {
+            return exit;
+        }
+    }
+}
+
+/// Blocked: mail arriving meanwhile is kept; only a change of settings (or the budget's reset,
+/// or `ai.unblock`) is worth a new try.
+async fn wait_unblocked(
+    host: &dyn Host,
+    me: &Resident,
+    generation: u64,
+    budget_resets: Option<tokio::time::Instant>,
+) {
+    while me.blocked_by().is_some() && !host.stopping() && !me.mailbox.is_closed() {
+        tokio::select! {
+            _ = me.unblocked.notified() => {}
+            _ = me.mailbox.notified() => {}
+            _ = tokio::time::sleep_until(budget_resets.unwrap_or_else(tokio::time::Instant::now)),
+                if budget_resets.is_some() => {
+                me.unblock();
+            }
+            _ = tokio::time::sleep(CONFIG_POLL) => {
+                if host.core().refresh_config() != generation {
+                    me.unblock();
+                }
+            }
+        }
+    }
+}
+
+/// In an outage: mail arriving meanwhile is held, not a reason to call a model that is down.
+async fn wait_outage(host: &dyn Host, me: &Resident, retry_at: tokio::time::Instant) {
+    let wake = tokio::time::sleep_until(retry_at);
+    tokio::pin!(wake);
+    loop {
+        tokio::select! {
+            _ = &mut wake => break,
+            _ = me.mailbox.notified() => {
+                if host.stopping() || me.mailbox.is_closed() {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// One turn (or the notice that the budget blocks it): `Some` when the resident's life ends.
+async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<Exit> {
+    let Carried {
+        outage,
+        blocked,
+        trouble_since,
+        unfinished,
+        serving,
+        reported_tokens,
+        budget_resets,
+    } = carried;
+    if let Some(over) = me.over_budget(host) {
+        // Nothing is taken from the mailbox: the mail waits, saved, for the window's reset.
+        let generation = host.core().refresh_config();
+        let error = TurnError {
+            kind: "budget".into(),
+            message: over.message,
+            permanent: true,
+            ..TurnError::default()
+        };
+        let held = me.mailbox.len();
+        tracing::warn!(ai = %me.spec.name, "blocked: budget: {} (its mail is kept)", error.message);
+        let notice = Delivery {
+            text: format!(
+                "[colony] {} is blocked: budget: {}. Its {held} waiting arrival(s) are kept; \
+                 it tries again when the window resets, the config file changes or \
+                 ai.unblock({:?}) is called.",
+                me.spec.name, error.message, me.spec.name
+            ),
+            error: Some(error.message.clone()),
+            blocked: Some(error.clone()),
+            held,
+            ..delivery(me, DeliveryKind::Blocked, serving.as_ref(), None)
+        };
+        if let Err(e) = Box::pin(deliver(me, notice)).await {
+            return Some(Exit::Crashed(e));
+        }
+        me.block(error, |error| {
+            host.report(RouteEvent::Blocked {
+                ai: me.spec.name.clone(),
+                error: error.clone(),
+            })
+        });
+        let wait = (over.resets_at - chrono::Utc::now())
+            .to_std()
+            .unwrap_or_default();
+        *budget_resets = Some(tokio::time::Instant::now() + wait);
+        *blocked = Some(generation);
+        host.settling();
+        return None;
+    }
+    me.set_state(State::Busy);
+    host.stirred();
+    // A turn to finish comes first: new mail after calls that have no results yet would
+    // break the transcript, so it waits for the next turn.
+    let batch = if *unfinished {
+        Batch::default()
+    } else {
+        me.mailbox.take()
+    };
+    let provenance = if *unfinished {
+        serving.clone()
+    } else {
+        Provenance::of(&batch.mail)
+    };
+    *serving = provenance.clone();
+    let mut messages = std::mem::take(&mut *me.lock());
+    let before = messages.len();
+    if batch.dropped > 0 {
+        messages.push(Message::user(dropped_marker(batch.dropped)));
+    }
+    messages.extend(batch.mail.iter().map(super::Mail::as_user_message));
+    let mut ask = me.spec.ask.clone();
+    ask.messages = messages;
+    let mut turn = TurnSpec::new(ask);
+    turn.tools = me.spec.tools.clone();
+    turn.max_steps = me.spec.max_steps;
+    turn.compaction = me.spec.compaction.clone();
+    turn.provenance = provenance.clone();
+    turn.workspace = me.spec.workspace.clone();
+    turn.reported_tokens = *reported_tokens;
+    let hooks = host.store().map(|store| {
+        let journal = std::mem::take(&mut *me.journal.lock().unwrap_or_else(|e| e.into_inner()));
+        let served = batch.mail.len() + batch.dropped as usize;
+        Arc::new(ResidentHooks::new(
+            store.clone(),
+            &me.spec.name,
+            me.spec.persist,
+            journal,
+            served,
+        ))
+    });
+    turn.hooks = hooks.clone().map(|h| h as Arc<dyn TurnHooks>);
+    // Someone looks on: each tool call is told as it ends, each model step as it answers.
+    let observer = host.observer();
+    if let Some(observer) = observer {
+        turn.hooks = Some(Arc::new(ObservedHooks {
+            ai: me.spec.name.clone(),
+            observer: observer.clone(),
+            inner: turn.hooks.take(),
+        }));
+    }
+    let span = tracing::info_span!("resident", ai = %me.spec.name);
+    host.observe(Observation::TurnStarted {
+        ai: me.spec.name.clone(),
+        mails: batch.mail.len(),
+    });
+    let began = Instant::now();
+    let out: TurnOutcome = {
+        use tracing::Instrument;
+        match observer {
+            Some(observer) => {
+                let timed = Timed {
+                    ai: &me.spec.name,
+                    observer,
+                    inner: &*me.spec.stack,
+                };
+                Box::pin(take_turn(host.core(), &timed, host.script(), turn))
+                    .instrument(span)
+                    .await
+            }
+            None => {
+                Box::pin(take_turn(host.core(), &*me.spec.stack, host.script(), turn))
+                    .instrument(span)
+                    .await
+            }
+        }
+    };
+    host.observe(Observation::TurnEnded(report(me, &out, &batch, began)));
+    me.record_usage(host, &out.usage);
+    if let Some(error) = &out.error {
+        if host.stopping() {
+            // Cut off by the stop: keep what happened (a restart resumes it), say nothing.
+            let mut messages = out.messages;
+            if out.steps == 0 && out.compactions == 0 && !out.resumed {
+                messages.truncate(before);
+                me.mailbox.put_back(batch);
+            } else {
+                me.mailbox.served(&batch, false);
+            }
+            me.commit(messages);
+            me.set_state(State::Stopped);
+            return Some(Exit::Normal);
+        }
+        let nothing_happened = out.steps == 0 && out.compactions == 0 && !out.resumed;
+        let mut messages = out.messages;
+        let held = if nothing_happened {
+            messages.truncate(before);
+            me.commit(messages);
+            if error.permanent {
+                me.mailbox.keep(batch);
+            } else {
+                me.mailbox.put_back(batch);
+            }
+            me.mailbox.len()
+        } else {
+            me.commit(messages);
+            me.mailbox.served(&batch, false);
+            *unfinished = true;
+            0
+        };
+        trouble_since.get_or_insert_with(Instant::now);
+        if error.permanent {
+            *outage = None;
+            // Read before the notice: a fix saved while it goes out is a change.
             let generation = host.core().refresh_config();
-            let error = TurnError {
-                kind: "budget".into(),
-                message: over.message,
-                permanent: true,
-                ..TurnError::default()
+            let then = if host.core().is_replaying() {
+                "a cassette's answers do not change, so the run ends"
+            } else {
+                "it tries again when the config file changes or ai.unblock is called"
             };
-            let held = me.mailbox.len();
-            tracing::warn!(ai = %me.spec.name, "blocked: budget: {} (its mail is kept)", error.message);
+            tracing::warn!(
+                ai = %me.spec.name,
+                "blocked: {}: {} (its mail is kept; {then})",
+                error.kind,
+                error.message
+            );
             let notice = Delivery {
                 text: format!(
-                    "[colony] {} is blocked: budget: {}. Its {held} waiting arrival(s) are kept; \
-                     it tries again when the window resets, the config file changes or \
-                     ai.unblock({:?}) is called.",
-                    me.spec.name, error.message, me.spec.name
+                    "[colony] {} is blocked: {}: {}. Its {held} waiting arrival(s) are kept; \
+                     it tries again when the config file changes or ai.unblock({:?}) is \
+                     called.",
+                    me.spec.name, error.kind, error.message, me.spec.name
                 ),
                 error: Some(error.message.clone()),
                 blocked: Some(error.clone()),
                 held,
-                ..delivery(me, DeliveryKind::Blocked, serving.as_ref(), None)
+                ..delivery(me, DeliveryKind::Blocked, provenance.as_ref(), None)
             };
             if let Err(e) = Box::pin(deliver(me, notice)).await {
-                return Exit::Crashed(e);
+                return Some(Exit::Crashed(e));
             }
-            me.block(error, |error| {
+            me.block(error.clone(), |error| {
                 host.report(RouteEvent::Blocked {
                     ai: me.spec.name.clone(),
                     error: error.clone(),
                 })
             });
-            let wait = (over.resets_at - chrono::Utc::now())
-                .to_std()
-                .unwrap_or_default();
-            budget_resets = Some(tokio::time::Instant::now() + wait);
-            blocked = Some(generation);
+            *blocked = Some(generation);
             host.settling();
-            continue;
+            return None;
         }
-        me.set_state(State::Busy);
-        host.stirred();
-        // A turn to finish comes first: new mail after calls that have no results yet would
-        // break the transcript, so it waits for the next turn.
-        let batch = if unfinished {
-            Batch::default()
-        } else {
-            me.mailbox.take()
+        let wait = |backoff: Duration| {
+            error
+                .retry_after
+                .map(|d| d.min(MAX_WAIT))
+                .unwrap_or(backoff)
         };
-        let provenance = if unfinished {
-            serving.clone()
-        } else {
-            Provenance::of(&batch.mail)
-        };
-        serving = provenance.clone();
-        let mut messages = std::mem::take(&mut *me.lock());
-        let before = messages.len();
-        if batch.dropped > 0 {
-            messages.push(Message::user(dropped_marker(batch.dropped)));
-        }
-        messages.extend(batch.mail.iter().map(super::Mail::as_user_message));
-        let mut ask = me.spec.ask.clone();
-        ask.messages = messages;
-        let mut turn = TurnSpec::new(ask);
-        turn.tools = me.spec.tools.clone();
-        turn.max_steps = me.spec.max_steps;
-        turn.compaction = me.spec.compaction.clone();
-        turn.provenance = provenance.clone();
-        turn.workspace = me.spec.workspace.clone();
-        turn.reported_tokens = reported_tokens;
-        let hooks = host.store().map(|store| {
-            let journal =
-                std::mem::take(&mut *me.journal.lock().unwrap_or_else(|e| e.into_inner()));
-            let served = batch.mail.len() + batch.dropped as usize;
-            Arc::new(ResidentHooks::new(
-                store.clone(),
-                &me.spec.name,
-                me.spec.persist,
-                journal,
-                served,
-            ))
-        });
-        turn.hooks = hooks.clone().map(|h| h as Arc<dyn TurnHooks>);
-        // Someone looks on: each tool call is told as it ends, each model step as it answers.
-        let observer = host.observer();
-        if let Some(observer) = observer {
-            turn.hooks = Some(Arc::new(ObservedHooks {
-                ai: me.spec.name.clone(),
-                observer: observer.clone(),
-                inner: turn.hooks.take(),
-            }));
-        }
-        let span = tracing::info_span!("resident", ai = %me.spec.name);
-        host.observe(Observation::TurnStarted {
-            ai: me.spec.name.clone(),
-            mails: batch.mail.len(),
-        });
-        let began = Instant::now();
-        let out: TurnOutcome = {
-            use tracing::Instrument;
-            match observer {
-                Some(observer) => {
-                    let timed = Timed {
-                        ai: &me.spec.name,
-                        observer,
-                        inner: &*me.spec.stack,
-                    };
-                    Box::pin(take_turn(host.core(), &timed, host.script(), turn))
-                        .instrument(span)
-                        .await
-                }
-                None => {
-                    Box::pin(take_turn(host.core(), &*me.spec.stack, host.script(), turn))
-                        .instrument(span)
-                        .await
-                }
+        match outage {
+            Some(o) => {
+                o.backoff = (o.backoff * 2).min(MAX_BACKOFF);
+                o.retry_at = tokio::time::Instant::now() + wait(o.backoff);
             }
-        };
-        host.observe(Observation::TurnEnded(report(me, &out, &batch, began)));
-        me.record_usage(host, &out.usage);
-        if let Some(error) = &out.error {
-            if host.stopping() {
-                // Cut off by the stop: keep what happened (a restart resumes it), say nothing.
-                let mut messages = out.messages;
-                if out.steps == 0 && out.compactions == 0 && !out.resumed {
-                    messages.truncate(before);
-                    me.mailbox.put_back(batch);
-                } else {
-                    me.mailbox.served(&batch, false);
-                }
-                me.commit(messages);
-                me.set_state(State::Stopped);
-                return Exit::Normal;
-            }
-            let nothing_happened = out.steps == 0 && out.compactions == 0 && !out.resumed;
-            let mut messages = out.messages;
-            let held = if nothing_happened {
-                messages.truncate(before);
-                me.commit(messages);
-                if error.permanent {
-                    me.mailbox.keep(batch);
-                } else {
-                    me.mailbox.put_back(batch);
-                }
-                me.mailbox.len()
-            } else {
-                me.commit(messages);
-                me.mailbox.served(&batch, false);
-                unfinished = true;
-                0
-            };
-            trouble_since.get_or_insert_with(Instant::now);
-            if error.permanent {
-                outage = None;
-                // Read before the notice: a fix saved while it goes out is a change.
-                let generation = host.core().refresh_config();
-                let then = if host.core().is_replaying() {
-                    "a cassette's answers do not change, so the run ends"
-                } else {
-                    "it tries again when the config file changes or ai.unblock is called"
-                };
-                tracing::warn!(
-                    ai = %me.spec.name,
-                    "blocked: {}: {} (its mail is kept; {then})",
-                    error.kind,
-                    error.message
-                );
+            None => {
+                tracing::warn!(ai = %me.spec.name, error = %error.message, "outage: holding arrivals");
+                *outage = Some(Outage {
+                    retry_at: tokio::time::Instant::now() + wait(FIRST_BACKOFF),
+                    backoff: FIRST_BACKOFF,
+                });
                 let notice = Delivery {
                     text: format!(
-                        "[colony] {} is blocked: {}: {}. Its {held} waiting arrival(s) are kept; \
-                         it tries again when the config file changes or ai.unblock({:?}) is \
-                         called.",
-                        me.spec.name, error.kind, error.message, me.spec.name
+                        "[colony] {} cannot reach its model ({}); holding the newest {HELD} \
+                         arrivals until it can.",
+                        me.spec.name, error.message
                     ),
                     error: Some(error.message.clone()),
-                    blocked: Some(error.clone()),
                     held,
-                    ..delivery(me, DeliveryKind::Blocked, provenance.as_ref(), None)
+                    ..delivery(me, DeliveryKind::Outage, provenance.as_ref(), None)
                 };
                 if let Err(e) = Box::pin(deliver(me, notice)).await {
-                    return Exit::Crashed(e);
-                }
-                me.block(error.clone(), |error| {
-                    host.report(RouteEvent::Blocked {
-                        ai: me.spec.name.clone(),
-                        error: error.clone(),
-                    })
-                });
-                blocked = Some(generation);
-                host.settling();
-                continue;
-            }
-            let wait = |backoff: Duration| {
-                error
-                    .retry_after
-                    .map(|d| d.min(MAX_WAIT))
-                    .unwrap_or(backoff)
-            };
-            match &mut outage {
-                Some(o) => {
-                    o.backoff = (o.backoff * 2).min(MAX_BACKOFF);
-                    o.retry_at = tokio::time::Instant::now() + wait(o.backoff);
-                }
-                None => {
-                    tracing::warn!(ai = %me.spec.name, error = %error.message, "outage: holding arrivals");
-                    outage = Some(Outage {
-                        retry_at: tokio::time::Instant::now() + wait(FIRST_BACKOFF),
-                        backoff: FIRST_BACKOFF,
-                    });
-                    let notice = Delivery {
-                        text: format!(
-                            "[colony] {} cannot reach its model ({}); holding the newest {HELD} \
-                             arrivals until it can.",
-                            me.spec.name, error.message
-                        ),
-                        error: Some(error.message.clone()),
-                        held,
-                        ..delivery(me, DeliveryKind::Outage, provenance.as_ref(), None)
-                    };
-                    if let Err(e) = Box::pin(deliver(me, notice)).await {
-                        return Exit::Crashed(e);
-                    }
+                    return Some(Exit::Crashed(e));
                 }
             }
-            continue;
         }
-        unfinished = false;
-        reported_tokens = out.reported_tokens;
-        me.mailbox.served(&batch, true);
-        let mut messages = out.messages;
-        let reply = out.reply;
-        if matches!(me.spec.deliver, Deliver::Nobody) && !reply.trim().is_empty() {
-            messages.push(Message::user(UNDELIVERED_NOTE));
-            if let Some(h) = &hooks {
-                h.save(&messages);
-            }
-        }
-        me.commit(messages);
-        outage = None;
-        if let Some(since) = trouble_since.take() {
-            let notice = Delivery {
-                text: format!(
-                    "[colony] {} reaches its model again after {:.1} s; {} held arrivals were \
-                     served{}.",
-                    me.spec.name,
-                    since.elapsed().as_secs_f64(),
-                    batch.mail.len(),
-                    if batch.dropped > 0 {
-                        format!(" ({} older ones were dropped)", batch.dropped)
-                    } else {
-                        String::new()
-                    }
-                ),
-                held: batch.mail.len(),
-                dropped: batch.dropped,
-                ..delivery(me, DeliveryKind::Recovered, provenance.as_ref(), None)
-            };
-            if let Err(e) = Box::pin(deliver(me, notice)).await {
-                return Exit::Crashed(e);
-            }
-        }
-        if reply.trim().is_empty() {
-            continue;
-        }
-        let d = Delivery {
-            text: reply,
-            stop: Some(out.stop.as_str()),
-            steps: out.steps,
-            usage: out.usage,
-            ..delivery(me, DeliveryKind::Reply, provenance.as_ref(), Some(out.stop))
-        };
-        if me.answer_awaited(&batch.mail, &d) {
-            continue;
-        }
-        if let Err(e) = Box::pin(deliver(me, d)).await {
-            return Exit::Crashed(e);
+        return None;
+    }
+    *unfinished = false;
+    *reported_tokens = out.reported_tokens;
+    me.mailbox.served(&batch, true);
+    let mut messages = out.messages;
+    let reply = out.reply;
+    if matches!(me.spec.deliver, Deliver::Nobody) && !reply.trim().is_empty() {
+        messages.push(Message::user(UNDELIVERED_NOTE));
+        if let Some(h) = &hooks {
+            h.save(&messages);
         }
     }
+    me.commit(messages);
+    *outage = None;
+    if let Some(since) = trouble_since.take() {
+        let notice = Delivery {
+            text: format!(
+                "[colony] {} reaches its model again after {:.1} s; {} held arrivals were \
+                 served{}.",
+                me.spec.name,
+                since.elapsed().as_secs_f64(),
+                batch.mail.len(),
+                if batch.dropped > 0 {
+                    format!(" ({} older ones were dropped)", batch.dropped)
+                } else {
+                    String::new()
+                }
+            ),
+            held: batch.mail.len(),
+            dropped: batch.dropped,
+            ..delivery(me, DeliveryKind::Recovered, provenance.as_ref(), None)
+        };
+        if let Err(e) = Box::pin(deliver(me, notice)).await {
+            return Some(Exit::Crashed(e));
+        }
+    }
+    if reply.trim().is_empty() {
+        return None;
+    }
+    let d = Delivery {
+        text: reply,
+        stop: Some(out.stop.as_str()),
+        steps: out.steps,
+        usage: out.usage,
+        ..delivery(me, DeliveryKind::Reply, provenance.as_ref(), Some(out.stop))
+    };
+    if me.answer_awaited(&batch.mail, &d) {
+        return None;
+    }
+    if let Err(e) = Box::pin(deliver(me, d)).await {
+        return Some(Exit::Crashed(e));
+    }
+    None
 }
 
 /// The observer's account of a turn.
