@@ -1,6 +1,6 @@
 //! Residents at scale: what an idle resident costs, how fast mail is routed, and how soon a mail
 //! reaches the provider. The provider is an in-bench `Infer` that answers at once, so every figure
-//! is the runtime's own cost.
+//! is the runtime's own cost. It allocates with mimalloc, as the `colony` binary does.
 //!
 //! 1. **Memory per idle resident and time to spawn 100,000.** Resident set size (from
 //!    `/proc/self/statm`) before and after `Route::spawn` of 100,000 idle residents, once every
@@ -45,6 +45,11 @@ use colony::turn::Compaction;
 use colony::vocab::{InferRequest, Inferred, Message, Part, Role, Stop, Usage};
 
 mod common;
+
+/// The `colony` binary allocates with mimalloc (`runtime/main.rs`); so does this bench, so its
+/// figures are what a program under `colony run` or `colony serve` costs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use common::{Rt, core, cpu, delivery_counter, load, rss, runtime, settle};
 use tokio::sync::{Notify, mpsc};
 

@@ -173,6 +173,17 @@ impl Message {
     }
 
     /// The concatenated visible text of the message (reasoning excluded).
+    /// The length of [`Message::text`], without building it.
+    pub fn text_len(&self) -> usize {
+        self.parts
+            .iter()
+            .map(|p| match p {
+                Part::Text { text, .. } => text.len(),
+                _ => 0,
+            })
+            .sum()
+    }
+
     pub fn text(&self) -> String {
         let mut out = String::new();
         for part in &self.parts {
@@ -373,5 +384,34 @@ impl Inferred {
 
     pub fn tool_calls(&self) -> Vec<ToolCall> {
         self.message.tool_calls().cloned().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_len_is_the_length_of_the_text() {
+        let message = Message {
+            role: Role::Assistant,
+            parts: vec![
+                Part::text("héllo "),
+                Part::Reasoning {
+                    text: "not counted".into(),
+                    opaque: None,
+                },
+                Part::ToolCall(ToolCall {
+                    id: "c1".into(),
+                    name: "add".into(),
+                    arguments: "{}".into(),
+                    opaque: None,
+                }),
+                Part::text("world"),
+            ],
+        };
+        assert_eq!(message.text(), "héllo world");
+        assert_eq!(message.text_len(), message.text().len());
+        assert_eq!(Message::user("").text_len(), 0);
     }
 }

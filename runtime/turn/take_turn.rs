@@ -90,7 +90,7 @@ async fn run(
         .iter()
         .rev()
         .take_while(|m| m.role == Role::User)
-        .map(|m| m.text().len() + 32)
+        .map(|m| m.text_len() + 32)
         .sum();
     let mut window = compaction::Window::carried(spec.reported_tokens, appended);
     // How the files travel, for colony's own estimate of each request; the estimate has a say
@@ -389,7 +389,10 @@ fn viewable(offered: &[super::ToolDef], messages: &[Message]) -> Vec<crate::voca
 /// start (and after a compaction), never mid-turn: the tools sent must not change.
 fn offer_view_file(offered: &mut Vec<super::ToolDef>, req: &mut InferRequest, deny: &[String]) {
     let from = files::window::window_start(req);
-    if offered.iter().any(|t| t.spec.name == files::view::NAME)
+    // The window starts at the end only when no message holds a file (it starts at the newest
+    // one otherwise): nothing to look through, and a long conversation is not walked again.
+    if from >= req.messages.len()
+        || offered.iter().any(|t| t.spec.name == files::view::NAME)
         || !files::window::has_older_files(&req.messages, from)
     {
         return;
