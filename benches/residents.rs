@@ -45,13 +45,13 @@ use colony::turn::Compaction;
 use colony::vocab::{InferRequest, Inferred, Message, Part, Role, Stop, Usage};
 
 mod common;
+use common::{Rt, core, cpu, delivery_counter, load, rss, runtime, settle};
+use tokio::sync::{Notify, mpsc};
 
 /// The `colony` binary allocates with mimalloc (`runtime/main.rs`); so does this bench, so its
 /// figures are what a program under `colony run` or `colony serve` costs.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-use common::{Rt, core, cpu, delivery_counter, load, rss, runtime, settle};
-use tokio::sync::{Notify, mpsc};
 
 const SPAWNED: usize = 100_000;
 const RUNS: usize = 3;

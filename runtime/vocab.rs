@@ -172,7 +172,6 @@ impl Message {
         Message::new(Role::Assistant, vec![Part::text(text)])
     }
 
-    /// The concatenated visible text of the message (reasoning excluded).
     /// The length of [`Message::text`], without building it.
     pub fn text_len(&self) -> usize {
         self.parts
@@ -184,6 +183,7 @@ impl Message {
             .sum()
     }
 
+    /// The concatenated visible text of the message (reasoning excluded).
     pub fn text(&self) -> String {
         let mut out = String::new();
         for part in &self.parts {
