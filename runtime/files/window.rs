@@ -47,9 +47,12 @@ pub fn window_start(req: &InferRequest) -> usize {
         .unwrap_or(req.messages.len())
 }
 
-/// Whether a file sits before the window (a reference line): `view_file` is worth offering.
-pub fn has_older_files(messages: &[Message], from: usize) -> bool {
-    messages[..from.min(messages.len())].iter().any(has_files)
+/// Whether a file of `req` sits before its window (a reference line): `view_file` is worth
+/// offering. The window starts at the end only when no message holds a file (it starts at the
+/// newest one otherwise), so a conversation without files is not walked a second time.
+pub fn has_older_files(req: &InferRequest) -> bool {
+    let from = window_start(req);
+    from < req.messages.len() && req.messages[..from].iter().any(has_files)
 }
 
 /// The request as `style`'s wire should see it: borrowed unchanged when it holds no file.
@@ -192,7 +195,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        assert!(has_older_files(&req.messages, window_start(&req)));
+        assert!(has_older_files(&req));
         let out = render(&req, Style::Anthropic, Reads::default());
         let first = out.messages[0].text();
         let second = out.messages[2].text();
@@ -216,7 +219,7 @@ mod tests {
             render(&req, Style::Openai, Reads::default()),
             Cow::Borrowed(_)
         ));
-        assert!(!has_older_files(&req.messages, window_start(&req)));
+        assert!(!has_older_files(&req));
     }
 
     #[test]

@@ -611,27 +611,15 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         };
         let held = me.mailbox.len();
         tracing::warn!(ai = %me.spec.name, "blocked: budget: {} (its mail is kept)", error.message);
-        let notice = Delivery {
-            text: format!(
-                "[colony] {} is blocked: budget: {}. Its {held} waiting arrival(s) are kept; \
-                 it tries again when the window resets, the config file changes or \
-                 ai.unblock({:?}) is called.",
-                me.spec.name, error.message, me.spec.name
-            ),
-            error: Some(error.message.clone()),
-            blocked: Some(error.clone()),
-            held,
-            ..delivery(me, DeliveryKind::Blocked, serving.as_ref(), None)
-        };
-        if let Err(e) = Box::pin(deliver(me, notice)).await {
+        let text = format!(
+            "[colony] {} is blocked: budget: {}. Its {held} waiting arrival(s) are kept; it \
+             tries again when the window resets, the config file changes or ai.unblock({:?}) \
+             is called.",
+            me.spec.name, error.message, me.spec.name
+        );
+        if let Err(e) = announce_block(host, me, error, text, held, serving.as_ref()).await {
             return Some(Exit::Crashed(e));
         }
-        me.block(error, |error| {
-            host.report(RouteEvent::Blocked {
-                ai: me.spec.name.clone(),
-                error: error.clone(),
-            })
-        });
         let wait = (over.resets_at - chrono::Utc::now())
             .to_std()
             .unwrap_or_default();
@@ -766,27 +754,15 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
                 error.kind,
                 error.message
             );
-            let notice = Delivery {
-                text: format!(
-                    "[colony] {} is blocked: {}: {}. Its {held} waiting arrival(s) are kept; \
-                     it tries again when the config file changes or ai.unblock({:?}) is \
-                     called.",
-                    me.spec.name, error.kind, error.message, me.spec.name
-                ),
-                error: Some(error.message.clone()),
-                blocked: Some(error.clone()),
-                held,
-                ..delivery(me, DeliveryKind::Blocked, provenance.as_ref(), None)
-            };
-            if let Err(e) = Box::pin(deliver(me, notice)).await {
+            let text = format!(
+                "[colony] {} is blocked: {}: {}. Its {held} waiting arrival(s) are kept; it \
+                 tries again when the config file changes or ai.unblock({:?}) is called.",
+                me.spec.name, error.kind, error.message, me.spec.name
+            );
+            let error = error.clone();
+            if let Err(e) = announce_block(host, me, error, text, held, provenance.as_ref()).await {
                 return Some(Exit::Crashed(e));
             }
-            me.block(error.clone(), |error| {
-                host.report(RouteEvent::Blocked {
-                    ai: me.spec.name.clone(),
-                    error: error.clone(),
-                })
-            });
             *blocked = Some(generation);
             host.settling();
             return None;
@@ -877,6 +853,33 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         return Some(Exit::Crashed(e));
     }
     None
+}
+
+/// Sends the notice that `me` is blocked by `error` (`text`, with `held` arrivals kept), then
+/// marks it blocked and reports it; `Err` is what its delivery raised.
+async fn announce_block(
+    host: &dyn Host,
+    me: &Resident,
+    error: TurnError,
+    text: String,
+    held: usize,
+    provenance: Option<&Provenance>,
+) -> Result<(), Fault> {
+    let notice = Delivery {
+        text,
+        error: Some(error.message.clone()),
+        blocked: Some(error.clone()),
+        held,
+        ..delivery(me, DeliveryKind::Blocked, provenance, None)
+    };
+    Box::pin(deliver(me, notice)).await?;
+    me.block(error, |error| {
+        host.report(RouteEvent::Blocked {
+            ai: me.spec.name.clone(),
+            error: error.clone(),
+        })
+    });
+    Ok(())
 }
 
 /// The observer's account of a turn.

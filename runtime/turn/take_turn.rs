@@ -388,12 +388,8 @@ fn viewable(offered: &[super::ToolDef], messages: &[Message]) -> Vec<crate::voca
 /// (a reference line), unless the turn denies it or has a tool of that name. Decided at the
 /// start (and after a compaction), never mid-turn: the tools sent must not change.
 fn offer_view_file(offered: &mut Vec<super::ToolDef>, req: &mut InferRequest, deny: &[String]) {
-    let from = files::window::window_start(req);
-    // The window starts at the end only when no message holds a file (it starts at the newest
-    // one otherwise): nothing to look through, and a long conversation is not walked again.
-    if from >= req.messages.len()
-        || offered.iter().any(|t| t.spec.name == files::view::NAME)
-        || !files::window::has_older_files(&req.messages, from)
+    if offered.iter().any(|t| t.spec.name == files::view::NAME)
+        || !files::window::has_older_files(req)
     {
         return;
     }

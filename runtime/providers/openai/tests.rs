@@ -371,14 +371,16 @@ fn assistant_tool_calls_and_results() {
     );
 }
 
+/// Opaque data this style wrote.
+fn ours(data: Value) -> Option<Opaque> {
+    Some(Opaque {
+        style: Style::Openai,
+        data,
+    })
+}
+
 #[test]
 fn opaque_data_goes_back_only_to_this_style() {
-    let ours = |data: Value| {
-        Some(Opaque {
-            style: Style::Openai,
-            data,
-        })
-    };
     let theirs = Some(Opaque {
         style: Style::Anthropic,
         data: json!({"type": "thinking", "thinking": "...", "signature": "sig"}),
@@ -433,12 +435,6 @@ fn opaque_data_goes_back_only_to_this_style() {
 
 #[test]
 fn an_opaque_field_two_parts_carry_is_written_once_the_first() {
-    let ours = |data: Value| {
-        Some(Opaque {
-            style: Style::Openai,
-            data,
-        })
-    };
     let req = InferRequest {
         messages: vec![
             Message::user("Hi"),
