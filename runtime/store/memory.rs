@@ -1,7 +1,8 @@
 //! A [`Store`] in memory: for programs run without a state directory (`colony ask`, an embedding
-//! application that keeps nothing) and for tests. It forgets everything on exit.
+//! application that keeps nothing) and for tests. It forgets everything on exit, and of the audit
+//! log it keeps the newest [`AUDIT_KEPT`] lines.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
 use serde_json::Value;
@@ -28,8 +29,14 @@ struct Inner {
     cells: BTreeMap<String, SavedResident>,
     breakers: BTreeMap<String, BreakerState>,
     accepted: std::collections::BTreeSet<(String, String)>,
-    audit: Vec<AuditEntry>,
+    /// The newest [`AUDIT_KEPT`] audit lines.
+    audit: VecDeque<AuditEntry>,
 }
+
+/// How many audit lines a memory store keeps: a program without a state directory that calls
+/// tools for days (an embedding application's) would otherwise grow by every call it makes. The
+/// durable stores keep every line.
+pub const AUDIT_KEPT: usize = 10_000;
 
 impl MemoryStore {
     pub fn new() -> MemoryStore {
@@ -162,7 +169,11 @@ impl Store for MemoryStore {
     }
 
     fn audit(&self, entry: &AuditEntry) -> StoreResult<()> {
-        self.lock()?.audit.push(entry.clone());
+        let mut inner = self.lock()?;
+        if inner.audit.len() == AUDIT_KEPT {
+            inner.audit.pop_front();
+        }
+        inner.audit.push_back(entry.clone());
         Ok(())
     }
 
@@ -175,5 +186,35 @@ impl Store for MemoryStore {
             .filter(|e| filter.tool.as_ref().is_none_or(|t| &e.tool == t))
             .cloned()
             .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(n: u64) -> AuditEntry {
+        AuditEntry {
+            at_ms: n,
+            resident: "script".into(),
+            tool: "add".into(),
+            args_hash: String::new(),
+            duration_ms: 0.0,
+            outcome: "ok".into(),
+            message: None,
+        }
+    }
+
+    #[test]
+    fn the_audit_log_keeps_the_newest_lines() {
+        let store = MemoryStore::new();
+        let made = AUDIT_KEPT as u64 + 5;
+        for n in 0..made {
+            store.audit(&line(n)).unwrap();
+        }
+        let kept = store.audit_log(&AuditFilter::default()).unwrap();
+        assert_eq!(kept.len(), AUDIT_KEPT);
+        assert_eq!(kept.first().map(|e| e.at_ms), Some(5), "the oldest go first");
+        assert_eq!(kept.last().map(|e| e.at_ms), Some(made - 1));
     }
 }
