@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # benches/peers/run.sh — colony in the shared agent-framework benchmark (bench-peers).
 #
-# Builds the two Rust clients in release (examples peers_colony and peers_reqwest_floor), copies
-# bench-peers to target/bench-peers (the original stays read-only), patches the copy so its run.sh
+# Builds the two Rust clients in release (colony's example peers_colony; the floor,
+# peers_reqwest_floor, as a package of its own in floor/ so that colony's profile does not reach
+# it, with colony's Cargo.lock), copies bench-peers to target/bench-peers (the original stays read-only), patches the copy so its run.sh
 # knows the two clients and its results.py takes raw-reqwest-rust as colony's floor, runs
 # ./setup.sh once (npm + a Python venv, ~500 MB) and then the copy's ./run.sh.
 #
@@ -22,8 +23,11 @@ case $TARGET in /*) ;; *) TARGET=$ROOT/$TARGET ;; esac
 BIN=$TARGET/release/examples
 
 echo "building the clients (release, target dir $TARGET)"
-(cd "$ROOT" && CARGO_TARGET_DIR=$TARGET cargo build --release --locked \
-  --example peers_colony --example peers_reqwest_floor)
+(cd "$ROOT" && CARGO_TARGET_DIR=$TARGET cargo build --release --locked --example peers_colony)
+# The floor resolves against a copy of colony's lock, so it runs the same reqwest, hyper and tokio.
+cp "$ROOT/Cargo.lock" "$ROOT/benches/peers/floor/Cargo.lock"
+(cd "$ROOT/benches/peers/floor" && CARGO_TARGET_DIR=$TARGET/peers-floor cargo build --release)
+FLOOR_BIN=$TARGET/peers-floor/release
 
 # --- the copy: sources refreshed every time, installed packages and results kept -----------------
 [[ -f $SRC/run.sh ]] || { echo "no bench-peers at $SRC (set PEERS_SRC)" >&2; exit 1; }
@@ -33,9 +37,9 @@ mkdir -p "$BENCH/results"
 cp -n "$SRC"/results/* "$BENCH/results/" 2>/dev/null || true
 chmod -R u+w "$BENCH" 2>/dev/null || true
 
-python3 - "$BENCH" "$BIN" <<'EOF'
+python3 - "$BENCH" "$BIN" "$FLOOR_BIN" <<'EOF'
 import sys
-bench, bin_dir = sys.argv[1], sys.argv[2]
+bench, bin_dir, floor_dir = sys.argv[1], sys.argv[2], sys.argv[3]
 
 def patch(path, anchor, insert, marker):
     text = open(path).read()
@@ -47,7 +51,7 @@ def patch(path, anchor, insert, marker):
 
 # The two Rust clients run first; their folder is the copy's root (they need no files there).
 patch(f"{bench}/run.sh", "CLIENTS=(\n",
-      f'  "raw-reqwest-rust|.|{bin_dir}/peers_reqwest_floor"\n'
+      f'  "raw-reqwest-rust|.|{floor_dir}/peers_reqwest_floor"\n'
       f'  "colony|.|{bin_dir}/peers_colony"\n',
       "peers_colony")
 patch(f"{bench}/run.sh", '--runtimes "node $(node --version), $(venv/bin/python --version)',
