@@ -28,26 +28,33 @@ fn main() {
 }
 
 /// What `cargo install` puts on disk, kept small while a panic's backtrace still names
-/// file:line and function. Cargo.toml splits the debug info (`split-debuginfo = "unpacked"`):
-/// the binary keeps the line table of colony's code (with what it inlines) and the symbol
-/// table, which between them give every frame its file:line and name; the rest (inlined
-/// frames) is in a `.dwo` file under `target/`, named by its absolute path, and is optional.
-/// The link, on Linux and for the `colony` binary only:
+/// file:line and function. Cargo.toml splits colony's debug info (`split-debuginfo =
+/// "unpacked"`, DWARF 5 by .cargo/config.toml): the binary keeps the line table of colony's code
+/// (with what it inlines), which gives colony's frames their file:line; the function names and
+/// the inlined frames are in a `.dwo` file under `target/`, named by its absolute path. The
+/// link, on Linux, for the `colony` binary only (examples and benches keep everything, so a
+/// profiler names their functions):
 /// - compresses the debug sections with zlib, which std's backtrace reads (it does not read
 ///   zstd: frames in zstd-compressed sections lose their file:line);
+/// - drops the local symbols (`--discard-all`, 4 MB: the names of every Rust function after
+///   LTO). A frame's name comes from the `.dwo` instead; without it (after `cargo clean`, or a
+///   binary copied to another machine) frames keep their file:line and read `<unknown>`, and
+///   so do a dependency's frames, which have no debug info. std's short backtrace finds its
+///   ends by two function names, so colony prints it itself (`cli::panic`).
+///   `COLONY_KEEP_SYMBOLS=1` at build time keeps them, for a profiler;
 /// - packs relative relocations (`-z pack-relative-relocs`, 1 MB less), where the C library
 ///   applies them (glibc 2.36 and later; an older one refuses to start such a binary).
-///
-/// The symbol table (4 MB) stays: `--discard-all` would take the binary under 30 MB, but std
-/// finds the start of a short backtrace (`RUST_BACKTRACE=1`) by the symbol
-/// `__rust_end_short_backtrace`, which the debug info does not name, and prints no frame.
 fn shrink_release_binary() {
+    println!("cargo::rerun-if-env-changed=COLONY_KEEP_SYMBOLS");
     let release = std::env::var("PROFILE").as_deref() == Ok("release");
     let linux = std::env::var("CARGO_CFG_TARGET_OS").as_deref() == Ok("linux");
     if !(release && linux) {
         return;
     }
     println!("cargo::rustc-link-arg-bins=-Wl,--compress-debug-sections=zlib");
+    if std::env::var_os("COLONY_KEEP_SYMBOLS").is_none_or(|v| v.is_empty() || v == "0") {
+        println!("cargo::rustc-link-arg-bins=-Wl,--discard-all");
+    }
     if glibc_reads_relr() {
         println!("cargo::rustc-link-arg-bins=-Wl,-z,pack-relative-relocs");
     }

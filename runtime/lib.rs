@@ -91,7 +91,7 @@
 //!   mail, list, stop and restart through their `Lifecycle`; `Lend` for a host of several
 //!   programs (a store, an observer, a deliveries channel, permissions each).
 //! - [`shipped`]: the Lua front ends (`scripts/`) and example programs compiled into the binary.
-//! - [`cli`]: the `colony` command, one file per subcommand.
+//! - [`cli`]: the `colony` command, one file per subcommand, and its panic report (`panic`).
 //!
 //! The Lua VM runs on a thread of its own; its async functions suspend only the calling coroutine,
 //! so a script reads synchronously. The core is `Send` and runs on the multi-thread runtime.

@@ -1,25 +1,31 @@
 //! A panic's backtrace names file:line: `COLONY_PANIC_ON_PURPOSE` makes the binary panic as it
 //! starts, and with `RUST_BACKTRACE=1` its frames read `at .../runtime/cli/mod.rs:LINE:COL`.
-//! (This is the test build; the same check on an installed release binary, whose line tables
-//! are compressed at link time by `build.rs`, is in the README under "When things go wrong".)
+//! colony prints that short backtrace itself (`cli::panic`), cut where std's own would be.
+//! (This is the test build; the same check on an installed release binary, which keeps no
+//! symbol table and whose line tables are compressed at link time by `build.rs`, is
+//! `benches/binary.sh`, with its `.dwo` file and without.)
 
 use std::process::Command;
 
 use colony::cli::PANIC_ON_PURPOSE;
 
-#[test]
-fn a_panic_on_purpose_has_a_backtrace_naming_file_and_line() {
+fn panic_on_purpose(backtrace: &str) -> String {
     let out = Command::new(env!("CARGO_BIN_EXE_colony"))
         .args(["providers"])
         .env(PANIC_ON_PURPOSE, "1")
-        .env("RUST_BACKTRACE", "1")
+        .env("RUST_BACKTRACE", backtrace)
         .output()
         .expect("colony runs");
     assert!(!out.status.success(), "a panic fails the process");
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn a_panic_on_purpose_has_a_backtrace_naming_file_and_line() {
+    let stderr = panic_on_purpose("1");
     assert!(
-        stderr.contains("colony panics on purpose"),
-        "the panic message: {stderr}"
+        stderr.contains("colony panics on purpose") && stderr.contains("stack backtrace:"),
+        "the panic message and a backtrace: {stderr}"
     );
     // A frame's location (from the line tables), not the panic message's own `panicked at`
     // (which a binary without line tables prints too).
@@ -30,4 +36,21 @@ fn a_panic_on_purpose_has_a_backtrace_naming_file_and_line() {
         }),
         "a frame at runtime/cli/mod.rs:LINE: {stderr}"
     );
+    // Cut where std's short backtrace is: from the panic on, not the hook printing it.
+    assert!(
+        !stderr.contains("cli::panic::"),
+        "the hook's own frames are left out: {stderr}"
+    );
+    assert!(
+        stderr.contains("   0: ") && stderr.contains("RUST_BACKTRACE=full"),
+        "numbered from 0, with std's note: {stderr}"
+    );
+}
+
+#[test]
+fn without_rust_backtrace_the_panic_says_how_to_get_one() {
+    let stderr = panic_on_purpose("0");
+    assert!(stderr.contains("colony panics on purpose"), "{stderr}");
+    assert!(!stderr.contains("stack backtrace:"), "{stderr}");
+    assert!(stderr.contains("RUST_BACKTRACE=1"), "{stderr}");
 }

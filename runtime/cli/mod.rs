@@ -9,6 +9,7 @@ mod mcp;
 mod mcp_login;
 mod mcp_serve;
 mod models;
+mod panic;
 pub mod permissions;
 mod providers;
 mod run;
@@ -29,6 +30,8 @@ use clap::{Parser, Subcommand};
 
 use crate::core::Core;
 use crate::providers::{Providers, replay};
+
+pub use panic::{CLOSED_STDOUT_STATUS, PANIC_ON_PURPOSE};
 
 #[derive(Parser)]
 #[command(
@@ -103,7 +106,7 @@ pub fn main() -> ExitCode {
     let json_logs =
         matches!(&cli.command, Command::Serve(a) if a.log_format == serve::LogFormat::Json);
     init_logging(json_logs);
-    quiet_on_closed_stdout();
+    panic::install();
     if std::env::var_os(PANIC_ON_PURPOSE).is_some() {
         panic!("{PANIC_ON_PURPOSE} is set: colony panics on purpose");
     }
@@ -156,35 +159,6 @@ pub fn commands() -> Vec<(String, String)> {
             )
         })
         .collect()
-}
-
-/// Set in the environment, colony panics as it starts: the way to check that a binary's panic
-/// backtrace names file:line (`RUST_BACKTRACE=1`), an installed one included (README, "When
-/// things go wrong").
-pub const PANIC_ON_PURPOSE: &str = "COLONY_PANIC_ON_PURPOSE";
-
-/// What a command exits with when its stdout is closed under it (`colony config list | head
-/// -0`): 0, quietly, as the reader wanted no more. Rust ignores SIGPIPE, so a write to a closed
-/// pipe is an `EPIPE` error, and `println!` panics on it; this hook turns that panic, wherever it
-/// happens, into the quiet exit. SIGPIPE itself stays ignored: restoring its default would also
-/// kill colony when an MCP server's stdin closes under a write.
-pub const CLOSED_STDOUT_STATUS: i32 = 0;
-
-fn quiet_on_closed_stdout() {
-    let default = std::panic::take_hook();
-    std::panic::set_hook(Box::new(move |info| {
-        let message = info
-            .payload()
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| info.payload().downcast_ref::<&str>().copied())
-            .unwrap_or("");
-        // EPIPE is 32 on Linux and the BSDs; std prints the number whatever the locale.
-        if message.starts_with("failed printing to stdout") && message.ends_with("(os error 32)") {
-            std::process::exit(CLOSED_STDOUT_STATUS);
-        }
-        default(info)
-    }));
 }
 
 /// Logging to stderr; `json`: one JSON object a line (`colony serve --log-format json`).
