@@ -214,7 +214,11 @@ mod tests {
         }
         let kept = store.audit_log(&AuditFilter::default()).unwrap();
         assert_eq!(kept.len(), AUDIT_KEPT);
-        assert_eq!(kept.first().map(|e| e.at_ms), Some(5), "the oldest go first");
+        assert_eq!(
+            kept.first().map(|e| e.at_ms),
+            Some(5),
+            "the oldest go first"
+        );
         assert_eq!(kept.last().map(|e| e.at_ms), Some(made - 1));
     }
 }
