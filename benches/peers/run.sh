@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # benches/peers/run.sh — colony in the shared agent-framework benchmark (bench-peers).
 #
-# Builds the two Rust clients in release (colony's example peers_colony; the floor,
-# peers_reqwest_floor, as a package of its own in floor/ so that colony's profile does not reach
-# it, with colony's Cargo.lock), copies bench-peers to target/bench-peers (the original stays read-only), patches the copy so its run.sh
-# knows the two clients and its results.py takes raw-reqwest-rust as colony's floor, runs
-# ./setup.sh once (npm + a Python venv, ~500 MB) and then the copy's ./run.sh.
+# Builds the two Rust clients in release: colony's example peers_colony, and the floor,
+# peers_reqwest_floor, as a package of its own in floor/ (with colony's Cargo.lock) so that
+# colony's release profile does not reach it. Copies bench-peers to target/bench-peers (the
+# original stays read-only), patches the copy so its run.sh knows the two clients and its
+# results.py takes raw-reqwest-rust as colony's floor, runs ./setup.sh once (npm + a Python venv,
+# ~500 MB) and then the copy's ./run.sh.
 #
-#   benches/peers/run.sh                                  # every client, RUNS=2 (about 3 minutes)
+#   benches/peers/run.sh                                  # every client, RUNS=2 (RUNS=3 took 10.5 min)
 #   ONLY="raw-reqwest-rust colony raw-fetch-node" RUNS=1 benches/peers/run.sh
 #
 # Passed through to bench-peers' run.sh: ONLY, RUNS, SEQ_T, CONC_T, CONC_C, COLD_REPS, LIMIT_S,
-# PORT, OUT. Also: PEERS_SRC (default ../shared/bench-peers, beside the
-# repository), BENCH_DIR (default
-# target/bench-peers), CARGO_TARGET_DIR (default target).
+# PORT, OUT. Also: PEERS_SRC (default ../shared/bench-peers, beside the repository), BENCH_DIR
+# (default target/bench-peers), CARGO_TARGET_DIR (default target).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SRC=${PEERS_SRC:-$ROOT/../shared/bench-peers}
