@@ -7,8 +7,8 @@
 //! (and as Node and asyncio run theirs: one event loop); `--concurrent C` keeps C turns in flight
 //! with `join_all`, like `Promise.all` in the Node harness.
 //!
-//! It is a package of its own (`floor/Cargo.toml`), so colony's release profile, which optimises
-//! colony for size, does not reach it. Build and run: `benches/peers/run.sh` builds it into
+//! It is a package of its own (`floor/Cargo.toml`), so colony's release profile (its
+//! dependencies optimised for size, its debug info) does not reach it. Build and run: `benches/peers/run.sh` builds it into
 //! `target/peers-floor/release/peers_reqwest_floor`; run that with `300 --port 18765` against
 //! fake_openai.js.
 

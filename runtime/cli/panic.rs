@@ -28,6 +28,7 @@ pub const CLOSED_STDOUT_STATUS: i32 = 0;
 pub(super) fn install() {
     let default = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
+        // `PanicHookInfo::payload_as_str` would do this from Rust 1.91; colony builds on 1.89.
         let message = info
             .payload()
             .downcast_ref::<String>()

@@ -217,7 +217,7 @@ mod tests {
         assert_eq!(
             kept.first().map(|e| e.at_ms),
             Some(5),
-            "the oldest go first"
+            "the five oldest are dropped"
         );
         assert_eq!(kept.last().map(|e| e.at_ms), Some(made - 1));
     }
