@@ -54,3 +54,26 @@ fn without_rust_backtrace_the_panic_says_how_to_get_one() {
     assert!(!stderr.contains("stack backtrace:"), "{stderr}");
     assert!(stderr.contains("RUST_BACKTRACE=1"), "{stderr}");
 }
+
+/// colony's report (`RUST_BACKTRACE=1`) opens as std's own does (`RUST_BACKTRACE=0`): the thread's
+/// name, its id as the OS knows it, where it panicked.
+#[test]
+fn the_report_opens_as_std_s_own() {
+    fn opening(stderr: &str) -> String {
+        let line = stderr
+            .lines()
+            .find(|l| l.starts_with("thread "))
+            .unwrap_or_else(|| panic!("a `thread ...` line: {stderr}"));
+        // The id differs from run to run; its place and form do not.
+        let (name, rest) = line.split_once(" (").expect("an id after the name");
+        let (id, rest) = rest.split_once(") ").expect("the id closed");
+        assert!(id.bytes().all(|b| b.is_ascii_digit()), "a number: {line}");
+        format!("{name} (N) {rest}")
+    }
+    let std_s = opening(&panic_on_purpose("0"));
+    assert!(
+        std_s.starts_with("thread 'main' (N) panicked at runtime/cli/mod.rs:"),
+        "{std_s}"
+    );
+    assert_eq!(opening(&panic_on_purpose("1")), std_s);
+}

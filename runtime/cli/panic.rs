@@ -46,16 +46,33 @@ pub(super) fn install() {
         let location = info.location().map(|l| l.to_string()).unwrap_or_default();
         let trace = std::backtrace::Backtrace::force_capture().to_string();
         let report = format!(
-            "\nthread '{}' panicked at {location}:\n{}\nstack backtrace:\n{}\
+            "\nthread '{}'{} panicked at {location}:\n{}\nstack backtrace:\n{}\
              note: Some details are omitted, run with `RUST_BACKTRACE=full` for a verbose \
              backtrace.\n",
             thread.name().unwrap_or("<unnamed>"),
+            os_thread_id()
+                .map(|id| format!(" ({id})"))
+                .unwrap_or_default(),
             message.unwrap_or("Box<dyn Any>"),
             short(&trace),
         );
         // Nothing to do if stderr is gone too.
         let _ = std::io::stderr().lock().write_all(report.as_bytes());
     }));
+}
+
+/// The calling thread's id as the OS knows it, which std's report prints after the thread's name
+/// (`thread 'main' (4711) panicked at`) and offers no stable way to read.
+fn os_thread_id() -> Option<i64> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid takes no argument, cannot fail and only reads the calling thread's id.
+        Some(i64::from(unsafe { libc::gettid() }))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        None
+    }
 }
 
 /// Whether `RUST_BACKTRACE` asks for the short backtrace, as std reads it: unset or `0` asks for
