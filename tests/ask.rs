@@ -387,6 +387,55 @@ fn an_unreachable_base_url_is_a_fetch_error() {
     assert_eq!(run.stdout.trim(), "fetch_error\ttrue");
 }
 
+/// `ai.ask{ prompt = ..., provider = ... }` (the shape of `ai.run`) puts the options where the
+/// history goes. It used to read as no messages and no options, and failed as "no provider for
+/// use-type general" though a provider was given; an empty list reached the provider as a
+/// request with no messages.
+#[test]
+fn options_in_the_history_s_place_are_named() {
+    let fake = FakeProvider::start();
+    let sandbox = sandbox(&fake, "openai");
+    let run = sandbox
+        .lua(
+            r#"ai.ask{ prompt = "hi", provider = "openai", model = "m" }"#,
+            &[],
+        )
+        .failed();
+    assert!(
+        run.stderr.contains(
+            "ai.ask: history must be a string or a list of messages, not a table with keys \
+             model, prompt, provider: the prompt goes first and the options second"
+        ),
+        "{}",
+        run.stderr
+    );
+    let run = sandbox
+        .lua(r#"ai.ask({}, { provider = "openai" })"#, &[])
+        .failed();
+    assert!(
+        run.stderr
+            .contains("ai.ask: the history is empty: give a prompt or a list of messages"),
+        "{}",
+        run.stderr
+    );
+    // The same mistake in `ai.run`'s `messages` is named too.
+    let run = sandbox
+        .lua(
+            r#"ai.run{ provider = "openai", messages = { role = "user", content = "hi" } }"#,
+            &[],
+        )
+        .failed();
+    assert!(
+        run.stderr.contains(
+            "ai.run: history must be a string or a list of messages, not a table with keys \
+             content, role"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(fake.requests().is_empty(), "nothing reached the provider");
+}
+
 #[test]
 fn keys_are_redacted_from_error_messages() {
     let fake = FakeProvider::start();

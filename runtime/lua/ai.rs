@@ -76,7 +76,24 @@ pub fn core(lua: &Lua) -> Core {
 /// `reply, err, tool_calls = ai.ask(history, overrides)`.
 async fn ask(lua: &Lua, history: Value, opts: Option<Table>) -> mlua::Result<MultiValue> {
     let (mut ask, stream) = read_ask(lua, opts.clone(), "ai.ask", &[])?;
+    // `ai.ask{ prompt = ..., model = ... }`, the shape of `ai.run`, puts the options where the
+    // history goes: say where they belong rather than send no messages with no options.
+    if let Value::Table(t) = &history
+        && t.raw_len() == 0
+        && let Some(keys) = super::messages::record_keys(t)
+    {
+        return Err(misuse(format!(
+            "ai.ask: history must be a string or a list of messages, not a table with keys \
+             {keys}: the prompt goes first and the options second, \
+             ai.ask(\"...\", {{ model = ... }})"
+        )));
+    }
     ask.messages = read_history(lua, history, "ai.ask")?;
+    if ask.messages.is_empty() {
+        return Err(misuse(
+            "ai.ask: the history is empty: give a prompt or a list of messages",
+        ));
+    }
     if let Some(tools) = opts
         .map(|o| o.get::<Option<Table>>("tools"))
         .transpose()?

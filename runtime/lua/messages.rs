@@ -26,6 +26,13 @@ pub fn read_history(lua: &Lua, history: Value, who: &str) -> mlua::Result<Vec<Me
             )));
         }
     };
+    if entries.raw_len() == 0
+        && let Some(keys) = record_keys(&entries)
+    {
+        return Err(bad(format!(
+            "history must be a string or a list of messages, not a table with keys {keys}"
+        )));
+    }
     let mut messages: Vec<Message> = Vec::new();
     for (i, entry) in entries.sequence_values::<Value>().enumerate() {
         let n = i + 1;
@@ -103,6 +110,30 @@ pub fn read_history(lua: &Lua, history: Value, who: &str) -> mlua::Result<Vec<Me
         messages.push(Message::new(role, parts));
     }
     Ok(messages)
+}
+
+/// The first few keys of a table that holds no list (`a, b, c, ...`), sorted; `None` when it is
+/// empty. A history given as `{ prompt = ..., model = ... }` (options where messages go) would
+/// otherwise read as no messages at all.
+pub(crate) fn record_keys(t: &Table) -> Option<String> {
+    let mut keys: Vec<String> = t
+        .pairs::<Value, Value>()
+        .filter_map(Result::ok)
+        .map(|(k, _)| match k {
+            Value::String(s) => s.to_string_lossy(),
+            other => other
+                .to_string()
+                .unwrap_or_else(|_| other.type_name().into()),
+        })
+        .collect();
+    if keys.is_empty() {
+        return None;
+    }
+    keys.sort();
+    const SHOWN: usize = 5;
+    let more = keys.len() > SHOWN;
+    keys.truncate(SHOWN);
+    Some(keys.join(", ") + if more { ", ..." } else { "" })
 }
 
 fn read_call(lua: &Lua, call: Table, n: usize, j: usize, who: &str) -> mlua::Result<ToolCall> {
