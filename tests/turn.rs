@@ -637,6 +637,39 @@ fn bad_tool_definitions_are_named() {
     );
 }
 
+/// Counts are whole numbers of 1 or more. `max_steps = -5` used to run one step and
+/// `max_tokens = 1e30` to send 4294967295, both without a word; a resident's `mailbox = 2.5`
+/// was taken as 2.
+#[test]
+fn counts_that_are_not_whole_and_positive_are_named() {
+    let cases = [
+        (
+            "ai.run{ prompt = 'x', max_steps = -5 }",
+            "script.lua:1: ai.run: max_steps must be a whole number from 1 to 4294967295, not -5",
+        ),
+        (
+            "ai.run{ prompt = 'x', max_steps = 0 }",
+            "ai.run: max_steps must be a whole number from 1 to 4294967295, not 0",
+        ),
+        (
+            "ai.ask('x', { max_tokens = 1e30 })",
+            "ai.ask: max_tokens must be a whole number from 1 to 4294967295, not 1000000000000000000000000000000",
+        ),
+        (
+            "ai.ask('x', { max_tokens = 0/0 })",
+            "ai.ask: max_tokens must be a whole number from 1 to 4294967295, not NaN",
+        ),
+        (
+            "ai.spawn{ name = 'a', mailbox = 2.5 }",
+            "ai.spawn \"a\": mailbox must be a whole number from 1 to 4294967295, not 2.5",
+        ),
+    ];
+    for (source, expected) in cases {
+        let run = Sandbox::new().lua(source, &[]).failed();
+        assert!(run.stderr.contains(expected), "{source}\n{}", run.stderr);
+    }
+}
+
 /// Writes `examples/tools.jsonl` afresh: the tools example recorded against the fake provider
 /// with scripted replies (a synthetic cassette). Run it after changing the example:
 /// `cargo test --test turn -- --ignored regenerate_tools_cassette`.

@@ -210,7 +210,9 @@ pub fn read_ask_from(
         timeout: number("timeout")?
             .map(|s| super::convert::seconds_option(who, "timeout", s).map(|_| s))
             .transpose()?,
-        max_tokens: number("max_tokens")?.map(|n| n.max(1.0) as u32),
+        max_tokens: number("max_tokens")?
+            .map(|n| super::convert::count_option(who, "max_tokens", n))
+            .transpose()?,
         temperature: number("temperature")?,
     };
     ask.system = text("system")?;

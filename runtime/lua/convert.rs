@@ -132,6 +132,20 @@ pub fn seconds_option(who: &str, key: &str, value: f64) -> mlua::Result<std::tim
     crate::duration::seconds(value).map_err(|e| misuse(format!("{who}: {key}: {e}")))
 }
 
+/// `key = value` as a count of 1 or more (`max_steps`, `max_tokens`, a mailbox's size): a
+/// fraction, zero, a negative number, NaN or one past `u32::MAX` is a misuse naming the function,
+/// the option and the value, rather than a silent 1 or a saturated 4294967295.
+pub fn count_option(who: &str, key: &str, value: f64) -> mlua::Result<u32> {
+    if value >= 1.0 && value <= f64::from(u32::MAX) && value.fract() == 0.0 {
+        Ok(value as u32)
+    } else {
+        Err(misuse(format!(
+            "{who}: {key} must be a whole number from 1 to {}, not {value}",
+            u32::MAX
+        )))
+    }
+}
+
 /// `key = value` milliseconds from a script, as [`seconds_option`].
 pub fn millis_option(who: &str, key: &str, value: f64) -> mlua::Result<std::time::Duration> {
     crate::duration::millis(value).map_err(|e| misuse(format!("{who}: {key}: {e}")))

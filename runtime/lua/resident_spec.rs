@@ -326,9 +326,9 @@ fn shown(v: &Value) -> String {
 
 fn positive(opts: &Table, who: &str, key: &str) -> mlua::Result<Option<u32>> {
     match opts.get::<Option<f64>>(key) {
-        Ok(Some(n)) if n >= 1.0 => Ok(Some(n as u32)),
+        Ok(Some(n)) => super::convert::count_option(who, key, n).map(Some),
         Ok(None) => Ok(None),
-        _ => Err(bad(
+        Err(_) => Err(bad(
             who,
             format!("{key} must be a whole number of 1 or more"),
         )),

@@ -129,7 +129,8 @@ async fn run_turn(
     ask.messages = messages;
     let mut spec = TurnSpec::new(ask);
     spec.max_steps = match opts.get::<Option<f64>>("max_steps") {
-        Ok(n) => n.map(|n| n.max(1.0) as u32).unwrap_or(default_steps),
+        Ok(Some(n)) => super::convert::count_option(who, "max_steps", n)?,
+        Ok(None) => default_steps,
         Err(_) => return Err(bad(who, "max_steps must be a number")),
     };
     let mut registered = Registered {
