@@ -560,8 +560,9 @@ impl Config {
             .ok_or_else(|| {
                 ProviderError::Config(format!(
                     "no provider for use-type {use_type:?}: set one with `colony config set \
-                     {use_type} provider NAME` (known: {}), pass provider = ..., or set a key such \
-                     as ANTHROPIC_API_KEY",
+                     {use_type} provider NAME` (known: {}), pass one (`provider = ...` in a \
+                     script, `--provider` on the command line), or set a key such as \
+                     ANTHROPIC_API_KEY",
                     catalogue::ids().join(", ")
                 ))
             })?;

@@ -138,8 +138,9 @@ fn no_provider_configured_blocks_the_resident() {
         "config_error",
         "nil",
         "no provider for use-type \"general\": set one with `colony config set general provider \
-         NAME` (known: anthropic, openai, groq, ollama, kimi, gemini, replay), pass provider = \
-         ..., or set a key such as ANTHROPIC_API_KEY",
+         NAME` (known: anthropic, openai, groq, ollama, kimi, gemini, replay), pass one \
+         (`provider = ...` in a script, `--provider` on the command line), or set a key such as \
+         ANTHROPIC_API_KEY",
     );
     assert_mail_kept(&sandbox);
 }
