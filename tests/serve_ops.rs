@@ -361,6 +361,46 @@ fn programs_config(fake: &FakeProvider, files: &[&std::path::Path]) -> String {
     text
 }
 
+/// SIGHUP restarts a program whose file changed, and the new run serves. The reload used to hold
+/// the old run while it restarted it, so the new run found the state directory "in use by
+/// process N" (the service itself) and the program was left failed.
+#[test]
+fn sighup_restarts_a_program_whose_file_changed() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| Reply::text(format!("re: {}", last(body).1)));
+    let sb = Sandbox::new();
+    let a = sb.write("alpha.lua", &desk("alpha"));
+    sb.write("config.toml", &programs_config(&fake, &[&a]));
+    let mut served = Served::start(&sb, &[]);
+    wait_ready(&served);
+    let events = served.events(None);
+    sb.write(
+        "alpha.lua",
+        &format!("-- the second version\n{}", desk("alpha")),
+    );
+    served.signal("HUP");
+    let (restarted, seen) = events.until("alpha restarted", |e| {
+        e.kind == "program_restarted" || e.kind == "program_failed"
+    });
+    assert_eq!(
+        restarted.kind, "program_restarted",
+        "{restarted:?} after {seen:?}"
+    );
+    wait_ready(&served);
+    let view = served.get("/api/programs/alpha").json;
+    assert_eq!(view["state"], "running", "{view}");
+    assert_eq!(
+        served
+            .mail("alpha", json!({ "to": "alpha", "content": "after" }))
+            .status,
+        202
+    );
+    let reply = events.next_of("delivery", "alpha");
+    assert_eq!(reply.data["text"], "re: [mail from api] after");
+    served.signal("TERM");
+    assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+}
+
 #[test]
 fn sighup_starts_the_programs_added_to_the_config_and_stops_those_removed() {
     let fake = FakeProvider::start();

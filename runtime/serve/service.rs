@@ -246,8 +246,9 @@ impl Service {
         self.metrics.encode(&now)
     }
 
-    /// Starts a run of `slot`'s program.
-    fn start(self: &Arc<Self>, slot: &Arc<Slot>) {
+    /// Starts a run of `slot`'s program; `false` when it could not start (it is then `failed`,
+    /// and `program_failed` says why).
+    fn start(self: &Arc<Self>, slot: &Arc<Slot>) -> bool {
         let (observer, observations) = mpsc::unbounded_channel();
         let (deliveries_tx, deliveries) = mpsc::unbounded_channel();
         let launch = slot.launch();
@@ -288,7 +289,7 @@ impl Service {
                     "program_failed",
                     json!({ "program": slot.name, "error": e }),
                 );
-                return;
+                return false;
             }
         };
         {
@@ -303,6 +304,7 @@ impl Service {
         handle.spawn(observe(self.clone(), slot.name.clone(), observations));
         handle.spawn(hear(self.clone(), slot.name.clone(), deliveries));
         handle.spawn(lifecycle(self.clone(), slot.clone(), hosted));
+        true
     }
 
     /// Stops `slot`'s run (if it runs) and waits for it to end.
@@ -329,9 +331,11 @@ impl Service {
         self.stop_locked(slot, "restart").await;
         let me = self.clone();
         let s = slot.clone();
-        let _ = tokio::task::spawn_blocking(move || me.start(&s)).await;
-        self.events
-            .publish("program_restarted", json!({ "program": slot.name }));
+        let started = tokio::task::spawn_blocking(move || me.start(&s)).await;
+        if matches!(started, Ok(true)) {
+            self.events
+                .publish("program_restarted", json!({ "program": slot.name }));
+        }
     }
 
     /// SIGHUP: the config file is read again, blocked residents try again, programs whose
@@ -386,8 +390,11 @@ impl Service {
                 let now = slot.lock();
                 (now.hosted.clone(), now.hash.clone())
             };
-            if let Some(h) = &hosted {
+            if let Some(h) = hosted {
                 unblocked += h.unblock_all();
+                // Let go of the run before restarting it: while it is held, its state
+                // directory stays locked and the new run would find it in use.
+                drop(h);
             }
             if changed.contains(&slot.name) {
                 tracing::info!(program = %slot.name, "its entry in the config changed: restarting");
@@ -402,6 +409,7 @@ impl Service {
             write(&self.programs).insert(slot.name.clone(), slot.clone());
             let me = self.clone();
             let s = slot.clone();
+            // Added to the list whether or not it starts (a failed start is its own event).
             let _ = tokio::task::spawn_blocking(move || me.start(&s)).await;
             self.events
                 .publish("program_added", json!({ "program": slot.name }));
