@@ -318,6 +318,18 @@ fn misuse_is_named() {
         run.stderr
     );
     let run = sb
+        .lua(
+            r#"ai.mail{ to = "a", source = "s", content = "c", hop = 0, id = "" }"#,
+            &[],
+        )
+        .failed();
+    assert!(
+        run.stderr
+            .contains("script.lua:1: ai.mail: id is empty: give an id that names the mail"),
+        "{}",
+        run.stderr
+    );
+    let run = sb
         .lua(r#"ai.spawn{ name = "a", colour = "red" }"#, &[])
         .failed();
     assert!(

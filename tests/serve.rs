@@ -163,6 +163,58 @@ fn wait_ready(served: &Served) {
     }
 }
 
+/// Mail as the README and desk.lua send it: `curl -d '{...}'`, which labels the body a form.
+/// It was refused ("Expected request with Content-Type: application/json"). And an empty id
+/// is refused: taken as an id, every later mail with `"id": ""` was a duplicate, answered 202
+/// and never delivered.
+#[test]
+fn mail_sent_as_curl_sends_it_is_read_and_an_empty_id_is_refused() {
+    let fake = FakeProvider::start();
+    echo(&fake);
+    let sb = sandbox(&fake, GOOD_KEY);
+    let served = Served::start(&sb, &[&example("desk.lua")]);
+    wait_ready(&served);
+    let events = served.events(None);
+    let form = served.send(
+        served
+            .client()
+            .post(format!("{}/api/programs/desk/mail", served.url))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(r#"{"to":"desk","content":"hello"}"#),
+    );
+    assert_eq!(form.status, 202, "{}", form.text);
+    let reply = events.next_of("delivery", "desk");
+    assert_eq!(reply.data["text"], "re: [mail from api] hello");
+
+    let not_json = served.send(
+        served
+            .client()
+            .post(format!("{}/api/programs/desk/mail", served.url))
+            .body("to=desk&content=hello"),
+    );
+    assert_eq!(not_json.status, 400, "{}", not_json.text);
+    assert!(
+        not_json.json["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("the body is not a mail"),
+        "{}",
+        not_json.text
+    );
+
+    for _ in 0..2 {
+        let empty = served.mail("desk", json!({ "to": "desk", "content": "x", "id": "" }));
+        assert_eq!(
+            (empty.status, empty.json["error"].as_str()),
+            (400, Some("bad_request")),
+            "{}",
+            empty.text
+        );
+        assert!(empty.text.contains("id is empty"), "{}", empty.text);
+    }
+    assert_eq!(support::model_calls(&fake).len(), 1);
+}
+
 #[test]
 fn a_full_mailbox_answers_429_with_retry_after() {
     let fake = FakeProvider::start();

@@ -213,12 +213,31 @@ const OPEN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 pub async fn mail(
     State(s): Svc,
     Path(p): Path<String>,
-    body: Result<Json<MailIn>, axum::extract::rejection::JsonRejection>,
+    body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
-    let Json(m) = match body {
+    // The body is read as JSON whatever its Content-Type: `curl -d '{...}'` sends it as a form.
+    // (A page of another origin is refused before this, by its `Origin`.)
+    let body = match body {
         Ok(b) => b,
-        Err(e) => return refuse(StatusCode::BAD_REQUEST, "bad_request", &e.body_text()),
+        Err(e) => return e.into_response(),
     };
+    let m: MailIn = match serde_json::from_slice(&body) {
+        Ok(m) => m,
+        Err(e) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                &format!("the body is not a mail ({{\"to\", \"content\", ...}}): {e}"),
+            );
+        }
+    };
+    if m.id.as_deref() == Some("") {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "id is empty: give the mail an id that names it, or leave id out",
+        );
+    }
     if s.draining() {
         return refuse(
             StatusCode::SERVICE_UNAVAILABLE,
