@@ -129,6 +129,26 @@ fn a_refused_request_blocks_the_resident() {
     assert_mail_kept(&sandbox);
 }
 
+/// A 200 whose body is not the API's (a base URL pointing at a web page) cannot be waited
+/// out. It used to be taken for an outage: the resident retried it forever, and the run never
+/// ended.
+#[test]
+fn an_answer_that_is_not_the_api_s_blocks_the_resident() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::status(200).body("<html><title>Welcome to nginx!</title></html>"));
+    let sandbox = styled(&fake, "openai");
+    let run = run(&sandbox, ONE_MAIL, &[]);
+    assert_blocked(
+        &run,
+        "parse_error",
+        "nil",
+        "could not parse the response: chat completion is not JSON: expected value at line 1 \
+         column 1",
+    );
+    assert_eq!(fake.calls(), 1);
+    assert_mail_kept(&sandbox);
+}
+
 #[test]
 fn no_provider_configured_blocks_the_resident() {
     let sandbox = Sandbox::new();

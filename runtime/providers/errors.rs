@@ -70,9 +70,11 @@ impl ProviderError {
 
     /// Waiting will not help: the request or the settings behind it must change first (a key
     /// refused, a request refused as it stands, a model or provider that is not there, a
-    /// cassette without this request). A resident with such an error is blocked, not in an
-    /// outage. Neither this nor [`ProviderError::is_transient`]: an answer that could not be
-    /// read, a quota that clears only later; those are waited out like an outage.
+    /// cassette without this request, a whole 2xx answer that is not the API's: a base URL
+    /// that points at a web page or at another provider's API). A resident with such an error
+    /// is blocked, not in an outage. An answer cut off is a [`ProviderError::Fetch`], and
+    /// transient. Neither this nor [`ProviderError::is_transient`]: a quota that clears only
+    /// later; it is waited out like an outage.
     pub fn is_permanent(&self) -> bool {
         matches!(
             self,
@@ -80,6 +82,7 @@ impl ProviderError {
                 | ProviderError::Auth { .. }
                 | ProviderError::Api { .. }
                 | ProviderError::CassetteMiss(_)
+                | ProviderError::Parse(_)
         )
     }
 
@@ -465,6 +468,8 @@ mod tests {
         assert!(!ProviderError::Fetch("connection refused".into()).is_permanent());
         assert!(ProviderError::CassetteMiss("no exchange".into()).is_permanent());
         assert!(ProviderError::Config("no provider".into()).is_permanent());
+        let page = ProviderError::Parse("chat completion is not JSON".into());
+        assert!(page.is_permanent() && !page.is_transient());
     }
 
     #[test]
