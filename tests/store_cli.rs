@@ -373,6 +373,62 @@ fn a_directory_in_use_is_refused_with_the_holder() {
     sb.colony(&["conversations", &file, "list"]).ok();
 }
 
+/// One conversation whose row cannot be decoded: `list` still shows the others (and exits 1
+/// naming the remedy), and `clear` removes it. Both used to fail on it, so the program that
+/// could not start with it could only be mended by editing the SQLite file.
+#[test]
+fn a_conversation_that_cannot_be_read_is_listed_and_cleared() {
+    let (sb, script, state) = setup();
+    fill_conversations(&state);
+    {
+        let conn = rusqlite::Connection::open(state.join(STORE_FILE)).unwrap();
+        let changed = conn
+            .execute(
+                "UPDATE cells SET messages = '{broken' WHERE name = 'alice'",
+                [],
+            )
+            .unwrap();
+        assert_eq!(changed, 1);
+    }
+    let file = s(&script);
+    let run = sb.colony(&["conversations", &file, "list"]).failed();
+    assert_eq!(run.code, 1);
+    let lines = run.lines();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    assert!(
+        lines[0].starts_with("alice  cannot be read: ")
+            && lines[0].contains("the conversation of \"alice\" is not what colony wrote"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(
+        lines[1],
+        "bob    0 messages, 1 in backlog, 1 call in flight"
+    );
+    assert!(
+        run.stderr.contains(
+            "colony conversations: 1 conversation cannot be read; `colony conversations ... \
+             clear NAME` removes one"
+        ),
+        "{}",
+        run.stderr
+    );
+
+    let run = sb.colony(&["conversations", &file, "clear", "alice"]).ok();
+    assert!(
+        run.stdout
+            .starts_with("removed conversation alice (it could not be read: ")
+            && run.stdout.contains("is not what colony wrote"),
+        "{}",
+        run.stdout
+    );
+    let run = sb.colony(&["conversations", &file, "list"]).ok();
+    assert_eq!(
+        run.lines(),
+        ["bob  0 messages, 1 in backlog, 1 call in flight"]
+    );
+}
+
 #[test]
 fn a_store_from_a_newer_colony_is_refused_and_untouched() {
     let (sb, script, state) = setup();

@@ -64,9 +64,18 @@ pub fn run(args: Args) -> Result<(), Failure> {
         Action::List => {
             let names = store.conversations().map_err(fail)?;
             let mut rows = Vec::new();
+            // One conversation that cannot be read is named in its row; the others still show.
+            let mut unreadable = 0;
             for name in names {
-                let cell = load(&name)?;
-                rows.push((name, summary(&cell)));
+                let shown = match store.load_cell(&name) {
+                    Ok(Some(cell)) => summary(&cell),
+                    Ok(None) => continue,
+                    Err(e) => {
+                        unreadable += 1;
+                        format!("cannot be read: {e}")
+                    }
+                };
+                rows.push((name, shown));
             }
             let width = rows
                 .iter()
@@ -75,6 +84,13 @@ pub fn run(args: Args) -> Result<(), Failure> {
                 .unwrap_or(0);
             for (name, summary) in rows {
                 println!("{name:<width$}  {summary}");
+            }
+            if unreadable > 0 {
+                return Err(Failure::run(format!(
+                    "colony conversations: {} cannot be read; `colony conversations ... clear \
+                     NAME` removes one",
+                    count(unreadable, "conversation", "conversations")
+                )));
             }
         }
         Action::Show { name } => {
@@ -125,9 +141,20 @@ pub fn run(args: Args) -> Result<(), Failure> {
             }
         }
         Action::Clear { name } => {
-            let cell = load(&name)?;
-            store.clear_cell(&name).map_err(fail)?;
-            println!("removed conversation {name} ({})", summary(&cell));
+            // A conversation that cannot be read is removed all the same: clearing it is the
+            // way out for a program that cannot start with it.
+            let was = match store.load_cell(&name) {
+                Ok(Some(cell)) => summary(&cell),
+                Ok(None) => String::new(),
+                Err(e) => format!("it could not be read: {e}"),
+            };
+            if !store.clear_cell(&name).map_err(fail)? {
+                return Err(Failure::run(format!(
+                    "colony conversations: no conversation named {name:?} in {}",
+                    state.place()
+                )));
+            }
+            println!("removed conversation {name} ({was})");
         }
     }
     Ok(())
