@@ -6,9 +6,61 @@ use serde_json::Value as Json;
 use crate::providers::ProviderError;
 
 /// A Lua value as JSON. Empty tables become `{}`; tables marked with `json.array` (or decoded
-/// from a JSON array) become `[]`.
+/// from a JSON array) become `[]`. A table that is a list (`#t > 0`) and also holds other keys
+/// (`{ 1, 2, x = 3 }`, or an item past the list's end) has no JSON form and is refused, naming
+/// the key: read as a list, as it used to be, it lost those keys without a word.
 pub fn to_json(lua: &Lua, value: Value) -> mlua::Result<Json> {
+    if let Value::Table(t) = &value {
+        lists_only(t, &mut std::collections::HashSet::new(), 0)?;
+    }
     lua.from_value(value)
+}
+
+/// Refuses a list table (`#t > 0`, no `json.array` mark needed) with a key beyond `1..#t`, in
+/// `t` and the tables it holds. Each table is walked once; deeper than mlua's own recursion
+/// limit is left to mlua to refuse.
+fn lists_only(
+    t: &Table,
+    seen: &mut std::collections::HashSet<*const std::ffi::c_void>,
+    depth: usize,
+) -> mlua::Result<()> {
+    if depth > 128 || !seen.insert(t.to_pointer()) {
+        return Ok(());
+    }
+    let len = t.raw_len();
+    for pair in t.pairs::<Value, Value>() {
+        let (k, v) = pair?;
+        if len == 0 && matches!(k, Value::Integer(_) | Value::Number(_)) {
+            let key = k.to_string().unwrap_or_default();
+            return Err(misuse(format!(
+                "a table with the number key {key} is not a list from 1, and JSON object keys \
+                 are strings: JSON has no form for it (start the list at 1, or use string keys)"
+            )));
+        }
+        if len > 0 {
+            let in_list = match &k {
+                Value::Integer(i) => (1..=len as i64).contains(i),
+                Value::Number(n) => n.fract() == 0.0 && *n >= 1.0 && *n <= len as f64,
+                _ => false,
+            };
+            if !in_list {
+                let key = match &k {
+                    Value::String(s) => format!("{:?}", s.to_string_lossy()),
+                    other => other
+                        .to_string()
+                        .unwrap_or_else(|_| other.type_name().into()),
+                };
+                return Err(misuse(format!(
+                    "a table with list items 1..{len} also holds the key {key}: JSON has no \
+                     form for it (put the list in a field of its own, or fill the list's holes)"
+                )));
+            }
+        }
+        if let Value::Table(inner) = &v {
+            lists_only(inner, seen, depth + 1)?;
+        }
+    }
+    Ok(())
 }
 
 /// A JSON value as Lua; arrays keep their array-ness so they encode back as arrays, and `null`

@@ -10,7 +10,8 @@ json.null = nil
 
 --- Encodes a Lua value as JSON text. Object keys come out sorted. An empty table encodes as `{}`
 --- unless it came from a JSON array or was marked with `json.array`.
---- Raises an error for values JSON cannot hold (functions, mixed tables).
+--- Raises an error for values JSON cannot hold, naming what: functions, a list with other keys
+--- (`{ 1, 2, x = 3 }`, or an item past the list's end), number keys that are not a list from 1.
 ---@param value any
 ---@param opts? { pretty?: boolean }
 ---@return string
