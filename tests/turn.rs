@@ -637,6 +637,27 @@ fn bad_tool_definitions_are_named() {
     );
 }
 
+/// Two tools of one name in a turn or a resident are refused, naming both: both were offered,
+/// and the first answered every call.
+#[test]
+fn two_tools_of_one_name_are_refused() {
+    let tool = "ai.tool{ name = 'probe', description = 'p', handler = function() return 'x' end }";
+    for (call, who) in [
+        ("ai.run{ prompt = 'x', tools = { a, b } }", "ai.run"),
+        ("ai.spawn{ name = 'w', tools = { a, b } }", "ai.spawn \"w\""),
+    ] {
+        let source = format!("local a = {tool}\nlocal b = {tool}\n{call}\n");
+        let run = Sandbox::new().lua(&source, &[]).failed();
+        assert!(
+            run.stderr.contains(&format!(
+                "script.lua:3: {who}: tools[1] and tools[2] are both named \"probe\""
+            )),
+            "{}",
+            run.stderr
+        );
+    }
+}
+
 /// Counts are whole numbers of 1 or more. `max_steps = -5` used to run one step and
 /// `max_tokens = 1e30` to send 4294967295, both without a word; a resident's `mailbox = 2.5`
 /// was taken as 2.

@@ -222,5 +222,20 @@ pub(crate) fn read_tools(
             }
         }
     }
+    // Both would be offered, and the first would answer every call (OpenAI refuses the request).
+    for (j, t) in tools.iter().enumerate() {
+        if let Some(i) = tools[..j].iter().position(|o| o.spec.name == t.spec.name) {
+            return Err(bad(
+                who,
+                format!(
+                    "tools[{}] and tools[{}] are both named {:?}: a model tells tools apart by \
+                     name only",
+                    i + 1,
+                    j + 1,
+                    t.spec.name
+                ),
+            ));
+        }
+    }
     Ok(tools)
 }
