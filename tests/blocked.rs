@@ -149,6 +149,29 @@ fn an_answer_that_is_not_the_api_s_blocks_the_resident() {
     assert_mail_kept(&sandbox);
 }
 
+/// A resident that does not keep its conversation, blocked with its mail: the run ends, and
+/// stderr says that mail is dropped (it used to go without a word).
+#[test]
+fn mail_a_resident_without_a_conversation_drops_at_the_end_is_named() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::status(401));
+    let sandbox = styled(&fake, "openai");
+    let source = ONE_MAIL.replace(
+        "persist_conversation = true",
+        "persist_conversation = false",
+    );
+    let run = run(&sandbox, &source, &[]);
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "[worker] stopped with 1 mail(s) not served; it does not keep its conversation \
+             (persist_conversation), so they are dropped"
+        ),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn no_provider_configured_blocks_the_resident() {
     let sandbox = Sandbox::new();

@@ -520,6 +520,15 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
     loop {
         if host.stopping() || me.mailbox.is_closed() {
             me.set_state(State::Stopped);
+            let waiting = me.mailbox.len();
+            if host.stopping() && waiting > 0 && !me.spec.persist {
+                // Accepted (a 202 from `colony serve`, `true` from `ai.mail`) and now gone: say so.
+                tracing::warn!(
+                    "[{}] stopped with {waiting} mail(s) not served; it does not keep its \
+                     conversation (persist_conversation), so they are dropped",
+                    me.spec.name
+                );
+            }
             return Exit::Normal;
         }
         if let Some(generation) = carried.blocked {
