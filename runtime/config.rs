@@ -210,6 +210,16 @@ pub fn path() -> PathBuf {
 impl Config {
     /// Reads the config file; a missing file is an empty config.
     pub fn load_from(path: &Path) -> Result<Config, ConfigError> {
+        let config = Config::read_unchecked(path)?;
+        config.check(path)?;
+        Ok(config)
+    }
+
+    /// Reads the config file as TOML into its fields without judging their values (a provider
+    /// colony does not know, a bad price): what `colony config set` and `unset` start from, so
+    /// they can mend the very value that keeps the file from loading. [`Config::check`] judges
+    /// the result before it is written.
+    pub fn read_unchecked(path: &Path) -> Result<Config, ConfigError> {
         let text = match std::fs::read_to_string(path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
@@ -220,10 +230,16 @@ impl Config {
                 });
             }
         };
-        let config: Config = toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
             path: path.into(),
             message: e.to_string(),
-        })?;
+        })
+    }
+
+    /// Judges the values a config read from `path` holds (known providers, prices, rates, the
+    /// store's URL), and registers its secrets for redaction.
+    pub fn check(&self, path: &Path) -> Result<(), ConfigError> {
+        let config = self;
         for (name, u) in &config.uses {
             if let Some(p) = &u.provider
                 && catalogue::find(p).is_none()
@@ -276,7 +292,7 @@ impl Config {
                 secrets::register(v);
             }
         }
-        Ok(config)
+        Ok(())
     }
 
     pub fn load() -> Result<Config, ConfigError> {

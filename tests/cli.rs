@@ -144,6 +144,44 @@ fn ask_streams_the_answer_with_use_type_helper() {
     assert_eq!(req.body["messages"][1]["content"], "What is a breaker?");
 }
 
+/// The value that keeps the config file from loading can be mended with `colony config set`
+/// or `unset`, as the blocked-run advice says. Both refused to touch the file while it held it.
+/// Another change while it stays is still refused, naming it, and writes nothing.
+#[test]
+fn config_set_and_unset_mend_a_value_that_keeps_the_file_from_loading() {
+    let sb = Sandbox::new();
+    let bad = "[use.general]\nprovider = \"opnai\"\nmodel = \"m\"\n";
+    let file = sb.write("config.toml", bad);
+    let run = sb
+        .colony(&["config", "set", "general", "model", "x"])
+        .failed();
+    assert!(
+        run.stderr.contains(
+            "[use.general] provider = \"opnai\" is not a known provider (known: anthropic, \
+             openai, groq, ollama, kimi, gemini, replay) (nothing was written;"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), bad);
+    sb.colony(&["config", "set", "general", "provider", "openai"])
+        .ok();
+    let run = sb.colony(&["config", "get", "general", "provider"]).ok();
+    assert_eq!(run.stdout.trim(), "openai");
+    assert_eq!(
+        sb.colony(&["config", "get", "general", "model"])
+            .ok()
+            .stdout
+            .trim(),
+        "m"
+    );
+
+    sb.write("config.toml", bad);
+    sb.colony(&["config", "unset", "general", "provider"]).ok();
+    let run = sb.colony(&["config", "list"]).ok();
+    assert!(!run.stdout.contains("opnai"), "{}", run.stdout);
+}
+
 #[test]
 fn config_set_get_list_and_test() {
     let fake = FakeProvider::start();

@@ -49,6 +49,20 @@ fn load() -> Result<Config, Failure> {
     Config::load().map_err(|e| Failure::input(format!("colony config: {e}")))
 }
 
+/// The file as `set` and `unset` change it: read without judging its values, so the one that
+/// keeps it from loading can be mended; the result is judged before it is written.
+fn load_to_change(who: &str) -> Result<Config, Failure> {
+    Config::read_unchecked(&config::path()).map_err(|e| Failure::input(format!("{who}: {e}")))
+}
+
+fn check_changed(cfg: &Config, who: &str) -> Result<(), Failure> {
+    cfg.check(&config::path()).map_err(|e| {
+        Failure::input(format!(
+            "{who}: {e} (nothing was written; mend that value too, or `colony config unset` it)"
+        ))
+    })
+}
+
 pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     let Some(action) = args.action else {
         return super::wizard::run(handle).await;
@@ -76,9 +90,10 @@ pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Fail
             field,
             value,
         } => {
-            let mut cfg = load()?;
+            let mut cfg = load_to_change("colony config set")?;
             cfg.set(&use_type, &field, &value)
                 .map_err(|e| Failure::input(format!("colony config set: {e}")))?;
+            check_changed(&cfg, "colony config set")?;
             let path = config::path();
             cfg.save_to(&path)
                 .map_err(|e| Failure::run(format!("colony config set: {e}")))?;
@@ -87,10 +102,11 @@ pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Fail
             Ok(())
         }
         Action::Unset { use_type, field } => {
-            let mut cfg = load()?;
+            let mut cfg = load_to_change("colony config unset")?;
             let removed = cfg
                 .unset(&use_type, field.as_deref())
                 .map_err(|e| Failure::input(format!("colony config unset: {e}")))?;
+            check_changed(&cfg, "colony config unset")?;
             let what = match &field {
                 Some(f) => format!("{use_type}.{f}"),
                 None => format!("use-type {use_type}"),
