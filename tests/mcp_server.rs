@@ -455,6 +455,23 @@ fn a_served_program_is_denied_by_default_and_granted_by_flag_or_by_its_serve_ent
         doc["mcpServers"]["peek"]["args"],
         json!(["mcp", "serve", allow, peek])
     );
+    // A relative grant is made absolute, against the folder install ran in (the project root
+    // here): an MCP client starts the server from a folder of its own.
+    let run = sb.colony(&[
+        "mcp",
+        "install",
+        &peek,
+        "--name",
+        "peek",
+        "--allow-read=notes",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let doc: Value = serde_json::from_str(&run.stdout).unwrap();
+    let granted = format!("--allow-read={}", project_root().join("notes").display());
+    assert_eq!(
+        doc["mcpServers"]["peek"]["args"],
+        json!(["mcp", "serve", granted, peek])
+    );
 }
 
 fn asking() -> String {

@@ -49,7 +49,8 @@ pub struct InstallArgs {
     /// Add the entry to this JSON file (created if missing; other entries are kept).
     #[arg(long, value_name = "PATH")]
     write: Option<PathBuf>,
-    /// The permissions the served program gets (written into the entry's arguments).
+    /// The permissions the served program gets (written into the entry's arguments, relative paths
+    /// made absolute against the current folder).
     #[command(flatten)]
     sandbox: SandboxArgs,
 }
@@ -168,7 +169,9 @@ pub fn install(args: InstallArgs) -> Result<(), Failure> {
             "colony mcp install: --name must not be empty",
         ));
     }
-    let entry = entry(&args.file, &args.sandbox.flags())?;
+    let here = std::env::current_dir()
+        .map_err(|e| Failure::input(format!("colony mcp install: the current folder: {e}")))?;
+    let entry = entry(&args.file, &args.sandbox.flags(&here))?;
     let Some(path) = args.write else {
         let doc = json!({ "mcpServers": { args.name: entry } });
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());

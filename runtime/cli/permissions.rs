@@ -70,9 +70,11 @@ impl SandboxArgs {
             || self.allow_env
     }
 
-    /// The flags again, as a command line that gives the same (`colony mcp install` writes them
-    /// into the entry it prints); paths as given.
-    pub fn flags(&self) -> Vec<String> {
+    /// The flags again, as a command line that gives the same wherever it is started from
+    /// (`colony mcp install` writes them into the entry it prints): a relative path is made
+    /// absolute against `base`, as the program's own path is. An MCP client starts the server
+    /// from a folder of its own, where `--allow-read=notes` would name another folder.
+    pub fn flags(&self, base: &Path) -> Vec<String> {
         fn list<T>(
             name: &str,
             items: &Option<Vec<T>>,
@@ -86,7 +88,13 @@ impl SandboxArgs {
                 format!("--{name}={}", shown.join(","))
             })
         }
-        let path = |p: &PathBuf| p.display().to_string();
+        let path = |p: &PathBuf| {
+            if p.as_os_str().is_empty() || p.is_absolute() {
+                p.display().to_string()
+            } else {
+                base.join(p).display().to_string()
+            }
+        };
         let mut flags = Vec::new();
         flags.extend(self.sandbox.then(|| "--sandbox".to_string()));
         flags.extend(list("allow-net", &self.allow_net, |h: &String| {
