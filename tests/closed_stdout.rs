@@ -127,6 +127,28 @@ fn run() {
     quiet(&sb, &["run", &file.display().to_string()]);
 }
 
+/// A program that would never end by itself ends once its stdout pipe has no reader: a loop
+/// that prints and sleeps, and a watch kept up by a source. Both ran (and a watcher called its
+/// models) forever. `--max-time` only guards the test against that: it would exit 124.
+#[test]
+fn run_without_end() {
+    let sb = Sandbox::new();
+    let looping = sb.write("loop.lua", "while true do print('tick') ai.sleep(20) end\n");
+    quiet(
+        &sb,
+        &["run", "--max-time", "60", &looping.display().to_string()],
+    );
+    let watching = sb.write(
+        "watch.lua",
+        "ai.spawn{ name = 'w', sources = { function() while true do ai.sleep(50) end end } }\n\
+         print(ai.watch{})\n",
+    );
+    quiet(
+        &sb,
+        &["run", "--max-time", "60", &watching.display().to_string()],
+    );
+}
+
 #[test]
 fn ask() {
     let fake = FakeProvider::start();

@@ -16,6 +16,7 @@ mod run;
 mod scripts;
 mod serve;
 mod state;
+mod stdout_gone;
 mod store;
 mod table;
 mod tools;

@@ -68,15 +68,19 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     let state = ProgramStore::open(&dir, url.as_deref(), &args.file)
         .map_err(|e| Failure::run(format!("colony: {e}")))?;
     let base = std::env::current_dir().unwrap_or_default();
+    let interrupt = crate::lua::watchdog::Interrupt::default();
     let host = HostSetup {
         store: Some(state.dyn_store()),
         permissions: Arc::new(args.sandbox.permissions(&base)),
         max_memory: args.sandbox.max_memory(),
+        interrupt: interrupt.clone(),
         ..HostSetup::default()
     };
     let running =
         crate::lua::start_file(core, &args.file, args.args, host).map_err(|e| Failure::run(e.0))?;
     let lifecycle = running.lifecycle.clone();
+    let stdout_gone = Arc::new(AtomicBool::new(false));
+    super::stdout_gone::watch(lifecycle.clone(), interrupt, stdout_gone.clone());
     let timed_out = Arc::new(AtomicBool::new(false));
     let timer = args
         .max_time
@@ -88,6 +92,11 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     drop(state);
     if let Some(tmp) = scratch {
         let _ = std::fs::remove_dir_all(tmp);
+    }
+    if stdout_gone.load(Ordering::Acquire) {
+        // Nobody reads on: however the program ended (an interrupted loop raises), it ends
+        // quietly, as every command whose stdout closes under it.
+        return Ok(());
     }
     result?;
     if let Some(Settled::Blocked(blocked)) = lifecycle.settled() {
