@@ -239,8 +239,7 @@ impl Config {
     /// Judges the values a config read from `path` holds (known providers, prices, rates, the
     /// store's URL), and registers its secrets for redaction.
     pub fn check(&self, path: &Path) -> Result<(), ConfigError> {
-        let config = self;
-        for (name, u) in &config.uses {
+        for (name, u) in &self.uses {
             if let Some(p) = &u.provider
                 && catalogue::find(p).is_none()
             {
@@ -256,19 +255,19 @@ impl Config {
                 secrets::register(k);
             }
         }
-        if let Some(prices) = &config.prices {
+        if let Some(prices) = &self.prices {
             prices.validate().map_err(|message| ConfigError::Parse {
                 path: path.into(),
                 message,
             })?;
         }
-        if let Some(rate) = &config.rate {
+        if let Some(rate) = &self.rate {
             rate.validate().map_err(|message| ConfigError::Parse {
                 path: path.into(),
                 message,
             })?;
         }
-        if let Some(url) = config.store.as_ref().and_then(|s| s.url.as_deref()) {
+        if let Some(url) = self.store.as_ref().and_then(|s| s.url.as_deref()) {
             if !crate::store::postgres::is_postgres(url) {
                 return Err(ConfigError::Parse {
                     path: path.into(),
@@ -287,7 +286,7 @@ impl Config {
             }
         }
         // An MCP server's headers and env usually carry a token.
-        for server in config.mcp.values() {
+        for server in self.mcp.values() {
             for v in server.headers.values().chain(server.env.values()) {
                 secrets::register(v);
             }

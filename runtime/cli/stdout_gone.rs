@@ -16,10 +16,10 @@ use crate::lua::watchdog::Interrupt;
 use crate::residents::Lifecycle;
 
 /// The reason the program is stopped with, as the watch reports it.
-pub const REASON: &str = "stdout closed";
+const REASON: &str = "stdout closed";
 
 /// Whether stdout is a pipe (the only kind of stdout whose closing ends a run).
-pub fn is_pipe() -> bool {
+fn is_pipe() -> bool {
     // Safety: fstat writes only into the zeroed struct it is given.
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();

@@ -31,24 +31,19 @@ fn lists_only(
     for pair in t.pairs::<Value, Value>() {
         let (k, v) = pair?;
         if len == 0 && matches!(k, Value::Integer(_) | Value::Number(_)) {
-            let key = k.to_string().unwrap_or_default();
+            let key = key_text(&k);
             return Err(misuse(format!(
                 "a table with the number key {key} is not a list from 1, and JSON object keys \
                  are strings: JSON has no form for it (start the list at 1, or use string keys)"
             )));
         }
         if len > 0 {
-            let in_list = match &k {
-                Value::Integer(i) => (1..=len as i64).contains(i),
-                Value::Number(n) => n.fract() == 0.0 && *n >= 1.0 && *n <= len as f64,
-                _ => false,
-            };
+            // Lua 5.4 stores a float key with an integer value as that integer.
+            let in_list = matches!(k, Value::Integer(i) if (1..=len as i64).contains(&i));
             if !in_list {
                 let key = match &k {
-                    Value::String(s) => format!("{:?}", s.to_string_lossy()),
-                    other => other
-                        .to_string()
-                        .unwrap_or_else(|_| other.type_name().into()),
+                    Value::String(_) => format!("{:?}", key_text(&k)),
+                    _ => key_text(&k),
                 };
                 return Err(misuse(format!(
                     "a table with list items 1..{len} also holds the key {key}: JSON has no \
@@ -61,6 +56,16 @@ fn lists_only(
         }
     }
     Ok(())
+}
+
+/// A table key as a message shows it: a string's text, a number as Lua prints it, else its type.
+pub fn key_text(key: &Value) -> String {
+    match key {
+        Value::String(s) => s.to_string_lossy(),
+        other => other
+            .to_string()
+            .unwrap_or_else(|_| other.type_name().into()),
+    }
 }
 
 /// A JSON value as Lua; arrays keep their array-ness so they encode back as arrays, and `null`

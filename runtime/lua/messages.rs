@@ -119,12 +119,7 @@ pub(crate) fn record_keys(t: &Table) -> Option<String> {
     let mut keys: Vec<String> = t
         .pairs::<Value, Value>()
         .filter_map(Result::ok)
-        .map(|(k, _)| match k {
-            Value::String(s) => s.to_string_lossy(),
-            other => other
-                .to_string()
-                .unwrap_or_else(|_| other.type_name().into()),
-        })
+        .map(|(k, _)| super::convert::key_text(&k))
         .collect();
     if keys.is_empty() {
         return None;

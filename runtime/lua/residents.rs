@@ -198,12 +198,8 @@ fn mail(lua: &Lua, opts: Table) -> mlua::Result<MultiValue> {
     m.id = opts
         .get::<Option<String>>("id")
         .map_err(|_| bad(who, "id must be a string"))?;
-    if m.id.as_deref() == Some("") {
-        // As an id, "" would make every later mail with it a duplicate, dropped unseen.
-        return Err(bad(
-            who,
-            "id is empty: give an id that names the mail, or leave it out",
-        ));
+    if let Some(why) = Mail::id_refusal(m.id.as_deref()) {
+        return Err(bad(who, why));
     }
     let (to, hop) = (m.to.clone(), m.hop);
     let life = lifecycle(lua);

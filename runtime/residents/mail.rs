@@ -74,6 +74,12 @@ fn files_or_paths<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Vec<FileRef>
 }
 
 impl Mail {
+    /// Why `id` cannot name a mail, if it cannot. An empty id would make every later mail with
+    /// it a duplicate, dropped unseen (ids are accepted once).
+    pub fn id_refusal(id: Option<&str>) -> Option<&'static str> {
+        (id == Some("")).then_some("id is empty: give an id that names the mail, or leave it out")
+    }
+
     pub fn new(
         to: impl Into<String>,
         source: impl Into<String>,

@@ -219,7 +219,7 @@ pub async fn mail(
     // (A page of another origin is refused before this, by its `Origin`.)
     let body = match body {
         Ok(b) => b,
-        Err(e) => return e.into_response(),
+        Err(e) => return refuse(e.status(), "bad_request", &e.body_text()),
     };
     let m: MailIn = match serde_json::from_slice(&body) {
         Ok(m) => m,
@@ -231,12 +231,8 @@ pub async fn mail(
             );
         }
     };
-    if m.id.as_deref() == Some("") {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            "id is empty: give the mail an id that names it, or leave id out",
-        );
+    if let Some(why) = Mail::id_refusal(m.id.as_deref()) {
+        return refuse(StatusCode::BAD_REQUEST, "bad_request", why);
     }
     if s.draining() {
         return refuse(
