@@ -530,6 +530,99 @@ print("watch ended: " .. ai.watch{{}})
     );
 }
 
+/// Waits for `path` to exist, failing the test if `child` ends first or a minute passes.
+fn wait_for_file(path: &std::path::Path, child: &mut std::process::Child, what: &str) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !path.exists() {
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!("colony ended ({status}) before {what}");
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what} never happened"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_second_ctrl_c_stops_the_turn_in_flight_without_waiting_out_the_grace() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        let (_, last) = parts(body);
+        if last["role"] == "tool" {
+            Reply::text("finished")
+        } else {
+            Reply::tool_call("c1", "stubborn", json!({}))
+        }
+    });
+    let sb = styled(&fake, "openai");
+    let started = sb.path("started");
+    let told = sb.path("told");
+    let script = sb.write(
+        "script.lua",
+        &format!(
+            r#"
+local stubborn = ai.tool{{ name = "stubborn", description = "Never ends", parameters = {{}},
+  timeout = 7200,
+  handler = function()
+    fs.write({started:?}, "yes")
+    while true do
+      if ai.stopping() and not fs.exists({told:?}) then fs.write({told:?}, ai.stopping()) end
+      ai.sleep(5)
+    end
+  end }}
+ai.spawn{{ name = "r", provider = "openai", model = "m", tools = {{ stubborn }},
+  deliver_to = function(reply) print("delivered: " .. reply) end,
+  sources = {{ function(self) ai.mail{{ to = self, source = "t", content = "go", hop = 0 }} end }} }}
+print("watch ended: " .. ai.watch{{ grace_ms = 3600000 }})
+"#,
+            started = started.display().to_string(),
+            told = told.display().to_string(),
+        ),
+    );
+    let mut child = sb.spawn(&["run", &script.display().to_string()]);
+    let interrupt = |child: &std::process::Child| {
+        let status = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    };
+    wait_for_file(&started, &mut child, "the tool started");
+    interrupt(&child);
+    // The watch has heard the first Ctrl-C once the tool sees the program stopping.
+    wait_for_file(&told, &mut child, "the tool saw the stop");
+    interrupt(&child);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while child.try_wait().expect("waiting on colony").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("colony ends");
+            panic!(
+                "the second Ctrl-C did not end the hour's grace: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().expect("colony ends");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    // The turn was stopped: nothing delivered, and the script went on after its watch.
+    assert_eq!(stdout, "watch ended: SIGINT\n", "{stderr}");
+    assert!(
+        stderr.contains("SIGINT: stopping; 1 turn(s) in flight get up to 3600.0 s to finish (Ctrl-C or SIGTERM again stops them now)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("SIGINT again: stopping the turns in flight now"),
+        "{stderr}"
+    );
+    assert_eq!(support::model_calls(&fake).len(), 1);
+}
+
 #[test]
 fn breaker_transitions_reach_lua_and_context_is_added_to_each_step() {
     use std::sync::Arc;

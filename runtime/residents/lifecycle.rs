@@ -402,6 +402,17 @@ impl Lifecycle {
         self.inner.route.stopped().await
     }
 
+    /// Ends the grace of a stop now: turns still in flight are stopped where they are (a
+    /// second Ctrl-C). Called before the stop, it leaves that stop no grace.
+    pub fn cut_short(&self) {
+        self.inner.route.cut_short()
+    }
+
+    /// Residents in the middle of a turn.
+    pub fn busy(&self) -> usize {
+        self.inner.route.busy()
+    }
+
     /// The grace turns in flight get after the stop.
     pub fn grace(&self) -> Duration {
         self.inner.route.grace()
@@ -481,11 +492,9 @@ impl Lifecycle {
         } else if route.is_empty() {
             route.stop("there are no residents");
         }
-        let mut signals = if opts.signals {
-            use tokio::signal::unix::{SignalKind, signal};
-            let terminate = signal(SignalKind::terminate()).map_err(WatchError::Signals)?;
-            let interrupt = signal(SignalKind::interrupt()).map_err(WatchError::Signals)?;
-            Some((terminate, interrupt))
+        // Heard on the core's runtime, not this task's: the script's thread may be busy.
+        let _signals = if opts.signals {
+            Some(listen_for_signals(&route).map_err(WatchError::Signals)?)
         } else {
             None
         };
@@ -493,7 +502,6 @@ impl Lifecycle {
             tokio::select! {
                 biased;
                 reason = route.stopped() => break reason,
-                signal = next_signal(&mut signals) => route.stop(signal),
                 Some(event) = events.recv() => self.hand_on(event, &mut on_event).await,
                 // Idle or blocked with nothing left to bring mail: the program has ended by itself.
                 _ = route.changed(), if opts.until_idle => {
@@ -513,7 +521,7 @@ impl Lifecycle {
             st.watch = Watch::Ended;
         }
         let cut = route.shutdown(route.grace()).await;
-        if cut > 0 {
+        if cut > 0 && !route.was_cut_short() {
             tracing::warn!(
                 "{cut} resident(s) were still busy after the grace period and were stopped"
             );
@@ -618,16 +626,54 @@ impl Lifecycle {
     }
 }
 
-/// The next SIGTERM or SIGINT, as the stop's reason; never, without signals.
-async fn next_signal(
-    signals: &mut Option<(tokio::signal::unix::Signal, tokio::signal::unix::Signal)>,
-) -> &'static str {
-    match signals {
-        Some((terminate, interrupt)) => tokio::select! {
-            _ = terminate.recv() => "SIGTERM",
-            _ = interrupt.recv() => "SIGINT",
-        },
-        None => std::future::pending().await,
+/// Listens for SIGTERM and SIGINT while the watch runs (until the guard is dropped): the
+/// first stops `route` (its reason is the signal's name) and says what the grace is for;
+/// another cuts the grace short. Registered here, on the core's runtime, so that a signal is
+/// heard at once whatever this thread is doing.
+fn listen_for_signals(route: &Route) -> std::io::Result<SignalListener> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let runtime = route.core().handle().clone();
+    let (mut terminate, mut interrupt) = {
+        let _core = runtime.enter();
+        (
+            signal(SignalKind::terminate())?,
+            signal(SignalKind::interrupt())?,
+        )
+    };
+    let route = route.clone();
+    let task = runtime.spawn(async move {
+        let mut heard = 0;
+        loop {
+            let signal = tokio::select! {
+                _ = terminate.recv() => "SIGTERM",
+                _ = interrupt.recv() => "SIGINT",
+            };
+            heard += 1;
+            if heard == 1 {
+                route.stop(signal);
+                let busy = route.busy();
+                if busy > 0 {
+                    tracing::warn!(
+                        "{signal}: stopping; {busy} turn(s) in flight get up to {:.1} s to \
+                         finish (Ctrl-C or SIGTERM again stops them now)",
+                        route.grace().as_secs_f64()
+                    );
+                }
+            } else {
+                tracing::warn!("{signal} again: stopping the turns in flight now");
+                route.cut_short();
+            }
+        }
+    });
+    Ok(SignalListener(task.abort_handle()))
+}
+
+/// Ends the signal listener of [`listen_for_signals`] when dropped.
+struct SignalListener(tokio::task::AbortHandle);
+
+impl Drop for SignalListener {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

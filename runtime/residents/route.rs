@@ -133,6 +133,8 @@ struct Inner {
     settled: Mutex<Option<Settled>>,
     /// The grace its watch gives turns in flight after a stop.
     grace: Mutex<Duration>,
+    /// Set by [`Route::cut_short`]: the grace is over now (a second Ctrl-C).
+    cut_short: watch::Sender<bool>,
     /// Who looks on from outside the program ([`Route::set_observer`]), if anyone.
     observer: OnceLock<Observer>,
     /// Where each breaker of the residents' stacks stands ([`Route::breaker_store`]).
@@ -228,6 +230,7 @@ impl Route {
                 listeners: AtomicUsize::new(0),
                 settled: Mutex::new(None),
                 grace: Mutex::new(DEFAULT_GRACE),
+                cut_short: watch::Sender::new(false),
                 observer: OnceLock::new(),
                 breakers: Arc::default(),
                 placement: OnceLock::new(),
@@ -660,10 +663,31 @@ impl Route {
         }
     }
 
-    /// After [`Route::stop`]: waits up to `grace` for turns in flight to finish, then ends the
-    /// tasks still running. Returns how many had to be cut off.
+    /// Ends the grace of a stop at once: [`Route::shutdown`], waiting or yet to, ends the turns
+    /// still in flight now (the second Ctrl-C of a user who will not wait).
+    pub fn cut_short(&self) {
+        self.inner.cut_short.send_replace(true);
+    }
+
+    /// Whether [`Route::cut_short`] was asked.
+    pub fn was_cut_short(&self) -> bool {
+        *self.inner.cut_short.borrow()
+    }
+
+    /// Resident tasks in the middle of a turn.
+    pub fn busy(&self) -> usize {
+        read(&self.inner.table)
+            .values()
+            .filter(|e| e.resident.state() == State::Busy)
+            .count()
+    }
+
+    /// After [`Route::stop`]: waits up to `grace` for turns in flight to finish (or until
+    /// [`Route::cut_short`]), then ends the tasks still running. Returns how many had to be cut
+    /// off.
     pub async fn shutdown(&self, grace: Duration) -> usize {
         let deadline = tokio::time::Instant::now() + grace;
+        let mut cut_short = self.inner.cut_short.subscribe();
         loop {
             let done = self.inner.tasks_done.notified();
             tokio::pin!(done);
@@ -671,7 +695,11 @@ impl Route {
             if self.inner.tasks.load(Ordering::Acquire) == 0 {
                 return 0;
             }
-            if tokio::time::timeout_at(deadline, done).await.is_err() {
+            let over = tokio::select! {
+                waited = tokio::time::timeout_at(deadline, done) => waited.is_err(),
+                _ = cut_short.wait_for(|cut| *cut) => true,
+            };
+            if over {
                 break;
             }
         }
