@@ -239,51 +239,69 @@ impl Config {
     /// Judges the values a config read from `path` holds (known providers, prices, rates, the
     /// store's URL), and registers its secrets for redaction.
     pub fn check(&self, path: &Path) -> Result<(), ConfigError> {
+        self.register_secrets();
+        match self.problems().into_iter().next() {
+            Some(message) => Err(ConfigError::Parse {
+                path: path.into(),
+                message,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Every value no call could use, each naming its table, field and value.
+    pub fn problems(&self) -> Vec<String> {
+        let mut problems = Vec::new();
         for (name, u) in &self.uses {
             if let Some(p) = &u.provider
                 && catalogue::find(p).is_none()
             {
-                return Err(ConfigError::Parse {
-                    path: path.into(),
-                    message: format!(
-                        "[use.{name}] provider = {p:?} is not a known provider (known: {})",
-                        catalogue::ids().join(", ")
-                    ),
-                });
+                problems.push(format!(
+                    "[use.{name}] provider = {p:?} is not a known provider (known: {})",
+                    catalogue::ids().join(", ")
+                ));
             }
+            for (field, problem) in u.problems() {
+                let value = u.field(field).unwrap_or_default();
+                problems.push(format!("[use.{name}] {field} = {value}: {problem}"));
+            }
+        }
+        if let Some(prices) = &self.prices
+            && let Err(message) = prices.validate()
+        {
+            problems.push(message);
+        }
+        if let Some(rate) = &self.rate
+            && let Err(message) = rate.validate()
+        {
+            problems.push(message);
+        }
+        if let Some(url) = self.store.as_ref().and_then(|s| s.url.as_deref())
+            && !crate::store::postgres::is_postgres(url)
+        {
+            problems.push(format!(
+                "[store] url = {:?} is not a PostgreSQL URL (postgres://USER@HOST:PORT/DATABASE)",
+                crate::store::postgres::redact(url)
+            ));
+        }
+        problems
+    }
+
+    /// Keys, tokens and passwords the file holds are kept out of every log line and answer.
+    fn register_secrets(&self) {
+        for u in self.uses.values() {
             if let Some(k) = &u.key {
                 secrets::register(k);
             }
         }
-        if let Some(prices) = &self.prices {
-            prices.validate().map_err(|message| ConfigError::Parse {
-                path: path.into(),
-                message,
-            })?;
-        }
-        if let Some(rate) = &self.rate {
-            rate.validate().map_err(|message| ConfigError::Parse {
-                path: path.into(),
-                message,
-            })?;
-        }
-        if let Some(url) = self.store.as_ref().and_then(|s| s.url.as_deref()) {
-            if !crate::store::postgres::is_postgres(url) {
-                return Err(ConfigError::Parse {
-                    path: path.into(),
-                    message: format!(
-                        "[store] url = {:?} is not a PostgreSQL URL \
-                         (postgres://USER@HOST:PORT/DATABASE)",
-                        crate::store::postgres::redact(url)
-                    ),
-                });
-            }
-            if let Some(password) = url::Url::parse(url)
-                .ok()
-                .and_then(|u| u.password().map(str::to_string))
-            {
-                secrets::register(&password);
-            }
+        if let Some(password) = self
+            .store
+            .as_ref()
+            .and_then(|s| s.url.as_deref())
+            .and_then(|url| url::Url::parse(url).ok())
+            .and_then(|u| u.password().map(str::to_string))
+        {
+            secrets::register(&password);
         }
         // An MCP server's headers and env usually carry a token.
         for server in self.mcp.values() {
@@ -291,7 +309,6 @@ impl Config {
                 secrets::register(v);
             }
         }
-        Ok(())
     }
 
     pub fn load() -> Result<Config, ConfigError> {
@@ -450,6 +467,46 @@ pub fn default_base_url(entry: &CatalogueEntry) -> String {
 }
 
 impl UseConfig {
+    /// The values no call could use, and why: found when the file is read, not in every call
+    /// that reaches them.
+    fn problems(&self) -> Vec<(&'static str, String)> {
+        let mut problems = Vec::new();
+        if let Some(url) = &self.base_url {
+            match reqwest::Url::parse(url) {
+                Err(e) => problems.push(("base_url", format!("not a URL ({e})"))),
+                Ok(u) if !matches!(u.scheme(), "http" | "https") => {
+                    problems.push(("base_url", "must be an http or https URL".into()))
+                }
+                Ok(_) => {}
+            }
+        }
+        if self.max_tokens == Some(0) {
+            problems.push(("max_tokens", "must be at least 1".into()));
+        }
+        if let Some(t) = self.temperature
+            && !(t.is_finite() && t >= 0.0)
+        {
+            problems.push(("temperature", "must be a number from 0".into()));
+        }
+        if let Some(secs) = self.timeout
+            && let Err(e) = crate::duration::seconds(secs)
+        {
+            problems.push(("timeout", e.to_string()));
+        }
+        if self.max_response_bytes == Some(0) {
+            problems.push(("max_response_bytes", "must be at least 1".into()));
+        }
+        if let Some(level) = &self.tools
+            && ToolsLevel::parse(level).is_none()
+        {
+            problems.push(("tools", "expected native, text or none".into()));
+        }
+        if self.max_concurrent_calls == Some(0) {
+            problems.push(("max_concurrent_calls", "must be at least 1".into()));
+        }
+        problems
+    }
+
     /// One field as text, for `colony config get`; a key shows as `[redacted]`.
     pub fn field(&self, field: &str) -> Option<String> {
         match field {

@@ -152,18 +152,32 @@ fn config_set_and_unset_mend_a_value_that_keeps_the_file_from_loading() {
     let sb = Sandbox::new();
     let bad = "[use.general]\nprovider = \"opnai\"\nmodel = \"m\"\n";
     let file = sb.write("config.toml", bad);
-    let run = sb
-        .colony(&["config", "set", "general", "model", "x"])
-        .failed();
+    // A change that leaves the bad value as it was is written, and the bad value is named.
+    let run = sb.colony(&["config", "set", "general", "model", "x"]).ok();
     assert!(
         run.stderr.contains(
-            "[use.general] provider = \"opnai\" is not a known provider (known: anthropic, \
-             openai, groq, ollama, kimi, gemini, replay) (nothing was written;"
+            "still to mend: [use.general] provider = \"opnai\" is not a known provider (known: \
+             anthropic, openai, groq, ollama, kimi, gemini, replay)"
         ),
         "{}",
         run.stderr
     );
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), bad);
+    assert!(
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .contains("model = \"x\"")
+    );
+    // One that brings a bad value of its own is not.
+    let run = sb
+        .colony(&["config", "set", "general", "provider", "opnai2"])
+        .failed();
+    assert!(
+        run.stderr
+            .contains("provider = \"opnai2\": not a known provider"),
+        "{}",
+        run.stderr
+    );
+    sb.write("config.toml", bad);
     sb.colony(&["config", "set", "general", "provider", "openai"])
         .ok();
     let run = sb.colony(&["config", "get", "general", "provider"]).ok();
@@ -180,6 +194,91 @@ fn config_set_and_unset_mend_a_value_that_keeps_the_file_from_loading() {
     sb.colony(&["config", "unset", "general", "provider"]).ok();
     let run = sb.colony(&["config", "list"]).ok();
     assert!(!run.stdout.contains("opnai"), "{}", run.stdout);
+}
+
+#[test]
+fn values_no_call_could_use_are_refused_when_the_file_is_read_and_mended_one_at_a_time() {
+    let sb = Sandbox::new();
+    let bad = "[use.general]\nprovider = \"openai\"\nbase_url = \"notaurl\"\nmax_tokens = 0\n";
+    let file = sb.write("config.toml", bad);
+    let script = sb.write("p.lua", "print('ran')\n");
+    let script = script.display().to_string();
+    let run = sb.colony(&["run", &script]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(&format!(
+            "{}: [use.general] base_url = notaurl: not a URL",
+            file.display()
+        )),
+        "{}",
+        run.stderr
+    );
+    let run = sb
+        .colony(&["config", "set", "general", "base_url", "ftp://host/v1"])
+        .failed();
+    assert!(
+        run.stderr.contains(
+            "[use.general] base_url = ftp://host/v1: must be an http or https URL (nothing was \
+             written)"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), bad);
+    let run = sb
+        .colony(&[
+            "config",
+            "set",
+            "general",
+            "base_url",
+            "http://127.0.0.1:9/v1",
+        ])
+        .ok();
+    assert!(
+        run.stderr
+            .contains("still to mend: [use.general] max_tokens = 0: must be at least 1"),
+        "{}",
+        run.stderr
+    );
+    let run = sb.colony(&["run", &script]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("[use.general] max_tokens = 0: must be at least 1"),
+        "{}",
+        run.stderr
+    );
+    sb.colony(&["config", "unset", "general", "max_tokens"])
+        .ok();
+    assert_eq!(sb.colony(&["run", &script]).ok().stdout, "ran\n");
+    // A value that starts with a dash is a value, and judged as one.
+    let run = sb
+        .colony(&["config", "set", "general", "temperature", "-1"])
+        .failed();
+    assert!(
+        run.stderr
+            .contains("[use.general] temperature = -1: must be a number from 0"),
+        "{}",
+        run.stderr
+    );
+    // Every field `set` takes is in its help.
+    let help = sb.colony(&["config", "set", "--help"]).ok().stdout;
+    for field in [
+        "provider",
+        "model",
+        "key",
+        "key_env",
+        "base_url",
+        "max_tokens",
+        "temperature",
+        "timeout",
+        "max_response_bytes",
+        "tools",
+        "images",
+        "max_concurrent_calls",
+    ] {
+        assert!(help.contains(field), "{field} is not in: {help}");
+    }
 }
 
 #[test]

@@ -28,10 +28,12 @@ enum Action {
         field: Option<String>,
     },
     /// Set one field of a use-type (an empty value clears it). Fields: provider, model, key,
-    /// key_env, base_url, max_tokens, temperature, timeout, tools, images.
+    /// key_env, base_url, max_tokens, temperature, timeout (seconds), max_response_bytes, tools
+    /// (native, text or none), images (true or false), max_concurrent_calls.
     Set {
         use_type: String,
         field: String,
+        #[arg(allow_hyphen_values = true)]
         value: String,
     },
     /// Remove one field of a use-type, or with no field the whole use-type.
@@ -55,12 +57,26 @@ fn load_to_change(who: &str) -> Result<Config, Failure> {
     Config::read_unchecked(&config::path()).map_err(|e| Failure::input(format!("{who}: {e}")))
 }
 
-fn check_changed(cfg: &Config, who: &str) -> Result<(), Failure> {
-    cfg.check(&config::path()).map_err(|e| {
-        Failure::input(format!(
-            "{who}: {e} (nothing was written; mend that value too, or `colony config unset` it)"
-        ))
-    })
+/// Refuses a change that brings a value no call could use; one that leaves the file's other
+/// problems as they were is written (each can be mended in turn), and they are named.
+fn check_changed(before: &Config, after: &Config, who: &str) -> Result<(), Failure> {
+    let path = config::path();
+    let had = before.problems();
+    let (old, new): (Vec<String>, Vec<String>) =
+        after.problems().into_iter().partition(|p| had.contains(p));
+    if let Some(problem) = new.first() {
+        return Err(Failure::input(format!(
+            "{who}: {}: {problem} (nothing was written)",
+            path.display()
+        )));
+    }
+    for problem in old {
+        eprintln!(
+            "{who}: {}: still to mend: {problem} (colony will not load the file until then)",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
@@ -90,10 +106,11 @@ pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Fail
             field,
             value,
         } => {
-            let mut cfg = load_to_change("colony config set")?;
+            let before = load_to_change("colony config set")?;
+            let mut cfg = before.clone();
             cfg.set(&use_type, &field, &value)
                 .map_err(|e| Failure::input(format!("colony config set: {e}")))?;
-            check_changed(&cfg, "colony config set")?;
+            check_changed(&before, &cfg, "colony config set")?;
             let path = config::path();
             cfg.save_to(&path)
                 .map_err(|e| Failure::run(format!("colony config set: {e}")))?;
@@ -102,11 +119,12 @@ pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Fail
             Ok(())
         }
         Action::Unset { use_type, field } => {
-            let mut cfg = load_to_change("colony config unset")?;
+            let before = load_to_change("colony config unset")?;
+            let mut cfg = before.clone();
             let removed = cfg
                 .unset(&use_type, field.as_deref())
                 .map_err(|e| Failure::input(format!("colony config unset: {e}")))?;
-            check_changed(&cfg, "colony config unset")?;
+            check_changed(&before, &cfg, "colony config unset")?;
             let what = match &field {
                 Some(f) => format!("{use_type}.{f}"),
                 None => format!("use-type {use_type}"),
