@@ -39,15 +39,23 @@ pub fn millis(value: f64) -> Result<Duration, DurationError> {
     from_f64(value, 1000.0, "ms")
 }
 
+/// A number a user wrote, as a message shows it: `1e300`, not three hundred digits.
+pub fn number_text(value: f64) -> String {
+    if value.is_infinite() {
+        format!("{}inf", if value < 0.0 { "-" } else { "" })
+    } else if value.abs() >= 1e15 {
+        format!("{value:e}")
+    } else {
+        format!("{value}")
+    }
+}
+
 fn from_f64(value: f64, per_second: f64, unit: &str) -> Result<Duration, DurationError> {
     let shown = || {
         if value.is_infinite() {
-            format!("{}inf", if value < 0.0 { "-" } else { "" })
-        } else if value.abs() >= 1e15 {
-            // `1e300`, not three hundred digits.
-            format!("{value:e} {unit}")
+            number_text(value)
         } else {
-            format!("{value} {unit}")
+            format!("{} {unit}", number_text(value))
         }
     };
     if value.is_nan() {

@@ -303,30 +303,23 @@ fn absurd_durations_are_clear_errors_not_panics() {
         ),
         ("-1", "-1 s is negative; a duration is 0 or more"),
     ] {
+        // A config no call could use is refused when it is read, naming file, table and value,
+        // by the program and by `colony ask` alike (never a panic, never a call).
         let sb = styled(&fake, "openai");
-        sb.write(
+        let config = sb.write(
             "config.toml",
             &format!("[use.general]\nprovider = \"openai\"\ntimeout = {value}\n"),
         );
-        let run = sb
-            .lua(
-                r#"local r, err = ai.ask("hi") print(err.kind, err.message)"#,
-                &[],
-            )
-            .ok();
-        assert_eq!(
-            run.stdout,
-            format!("config_error\ttimeout for the general use-type: {message}\n"),
-            "{value}"
+        let refusal = format!(
+            "colony: {}: [use.general] timeout = {value}: {message}\n",
+            config.display()
         );
+        let run = sb.lua(r#"ai.ask("hi")"#, &[]);
+        assert_eq!(run.code, 2, "{value}: {}", run.stderr);
+        assert_eq!(run.stderr, refusal, "{value}");
         let ask = sb.colony(&["ask", "hi"]);
-        assert_eq!(ask.code, 1, "{value}: {}", ask.stderr);
-        // `colony ask` reads the `helper` use-type, which falls back to `general`.
-        assert_eq!(
-            ask.stderr,
-            format!("colony ask: config_error: timeout for the helper use-type: {message}\n"),
-            "{value}"
-        );
+        assert_eq!(ask.code, 2, "{value}: {}", ask.stderr);
+        assert_eq!(ask.stderr, refusal, "{value}");
     }
     assert_eq!(fake.calls(), 0);
 }
