@@ -215,6 +215,138 @@ fn mail_sent_as_curl_sends_it_is_read_and_an_empty_id_is_refused() {
     assert_eq!(support::model_calls(&fake).len(), 1);
 }
 
+/// Every refusal is JSON, the routing's own too: a path that is not there and a method a path
+/// does not take were empty answers, a body over the limit plain text, a query that did not
+/// read plain text, and `?state=bogus` answered 200 with an empty list.
+#[test]
+fn every_refusal_is_json_naming_what_was_wrong() {
+    let fake = FakeProvider::start();
+    echo(&fake);
+    let sb = sandbox(&fake, GOOD_KEY);
+    let served = Served::start(&sb, &[&example("desk.lua")]);
+    wait_ready(&served);
+    let refused = |a: &support::serve::Answer, status: u16, kind: &str, message: &str| {
+        assert_eq!(
+            (a.status, a.json["error"].as_str()),
+            (status, Some(kind)),
+            "{}",
+            a.text
+        );
+        assert!(
+            a.json["message"].as_str().unwrap().contains(message),
+            "{}",
+            a.text
+        );
+    };
+    refused(
+        &served.get("/api/nothing"),
+        404,
+        "not_found",
+        "no such path: GET /api/nothing",
+    );
+    let wrong_method = served.send(served.client().delete(format!("{}/healthz", served.url)));
+    refused(
+        &wrong_method,
+        405,
+        "method_not_allowed",
+        "/healthz does not take DELETE",
+    );
+    assert_eq!(wrong_method.headers["allow"], "GET,HEAD");
+    refused(
+        &served.get("/api/programs/desk/residents?state=bogus"),
+        400,
+        "bad_request",
+        "state = \"bogus\" is not a resident's state (idle, busy,",
+    );
+    refused(
+        &served.get("/api/programs/desk/residents?limit=ten"),
+        400,
+        "bad_request",
+        "limit",
+    );
+    refused(
+        &served.get("/api/programs/desk/residents/desk/conversation?after=-1"),
+        400,
+        "bad_request",
+        "after",
+    );
+    let idle = served.get("/api/programs/desk/residents?state=idle");
+    assert_eq!(idle.status, 200, "{}", idle.text);
+    assert_eq!(idle.json["residents"][0]["name"], "desk", "{}", idle.text);
+    // Only the head is sent: the service refuses by the length it announces, and a client
+    // still writing the body could see the connection closed instead of the answer.
+    let too_large = raw_head(
+        &served,
+        "POST /api/programs/desk/mail HTTP/1.1\r\nHost: x\r\n\
+         Content-Type: application/json\r\nContent-Length: 9437184\r\n\r\n",
+    );
+    assert!(too_large.starts_with("HTTP/1.1 413"), "{too_large}");
+    let body = too_large.split("\r\n\r\n").nth(1).unwrap_or_default();
+    let body: Value = serde_json::from_str(body).expect(&too_large);
+    assert_eq!(body["error"], "too_large", "{too_large}");
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains("over the service's limit of 8388608 bytes"),
+        "{too_large}"
+    );
+}
+
+/// Sends `head` alone over a connection of its own and reads the answer to its end.
+fn raw_head(served: &Served, head: &str) -> String {
+    use std::io::{Read, Write};
+    let addr = served.url.trim_start_matches("http://");
+    let mut tcp = std::net::TcpStream::connect(addr).expect("the service listens");
+    tcp.set_read_timeout(Some(support::serve::PATIENCE))
+        .expect("a timeout");
+    tcp.write_all(head.as_bytes()).expect("the head is sent");
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    // Until the whole JSON body is in (the service may keep the connection open).
+    while let Ok(n) = tcp.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        answer.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&answer);
+        if text.contains("\r\n\r\n") && text.trim_end().ends_with('}') {
+            break;
+        }
+    }
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// Two runs of one program would share its state directory, and the second could never lock
+/// it: refused at the start, on the command line and in the config.
+#[test]
+fn a_program_listed_twice_with_one_state_directory_is_refused() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake, GOOD_KEY);
+    let desk = example("desk.lua");
+    let run = sb.colony(&["serve", "--listen", "127.0.0.1:0", &desk, &desk]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains(&format!("colony serve: {desk} is named twice")),
+        "{}",
+        run.stderr
+    );
+    let mut config = config(&fake, GOOD_KEY);
+    config.push_str(&format!(
+        "[[serve.programs]]\nfile = {desk:?}\n[[serve.programs]]\nfile = {desk:?}\nargs = [\"x\"]\n"
+    ));
+    sb.write("config.toml", &config);
+    let run = sb.colony(&["serve", "--listen", "127.0.0.1:0"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("[[serve.programs]] #1 and #2 would share the state directory"),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn a_full_mailbox_answers_429_with_retry_after() {
     let fake = FakeProvider::start();

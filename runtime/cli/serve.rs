@@ -214,6 +214,13 @@ fn programs(
                 cluster: cluster.cloned(),
             })
             .collect();
+        if let Some((_, second)) = serve::programs::sharing_a_state(&launches) {
+            return Err(Failure::input(format!(
+                "colony serve: {} is named twice (each run of a program keeps a state directory \
+                 of its own: list it in [[serve.programs]] with a `state` for each)",
+                launches[second].file.display()
+            )));
+        }
         (Programs::Files(launches.clone()), launches)
     };
     if launches.is_empty() {

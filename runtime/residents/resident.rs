@@ -144,6 +144,18 @@ pub enum State {
 }
 
 impl State {
+    /// Every state, as [`State::as_str`] names them.
+    pub const ALL: [State; 8] = [
+        State::Idle,
+        State::Busy,
+        State::Outage,
+        State::Restarting,
+        State::Stopped,
+        State::Blocked,
+        State::Pending,
+        State::Elsewhere,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             State::Idle => "idle",

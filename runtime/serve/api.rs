@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use axum::Json;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -12,10 +13,11 @@ use base64::Engine;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::auth::refuse;
 use super::host::Hosted;
+use super::refusal::refuse;
 use super::service::{Service, Slot};
 use crate::infer::breaker::{BreakerState, BreakerStatus};
+use crate::residents::resident::State as ResidentState;
 use crate::residents::{Mail, MailError, ResidentInfo};
 use crate::vocab::{Message, Part};
 
@@ -45,7 +47,28 @@ pub struct Page {
     state: Option<String>,
 }
 
-pub async fn residents(State(s): Svc, Path(p): Path<String>, Query(page): Query<Page>) -> Response {
+pub async fn residents(
+    State(s): Svc,
+    Path(p): Path<String>,
+    page: Result<Query<Page>, QueryRejection>,
+) -> Response {
+    let page = match page {
+        Ok(Query(page)) => page,
+        Err(e) => return bad_query(&e),
+    };
+    if let Some(state) = &page.state
+        && !ResidentState::ALL.iter().any(|s| s.as_str() == state)
+    {
+        let known: Vec<&str> = ResidentState::ALL.iter().map(|s| s.as_str()).collect();
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            &format!(
+                "state = {state:?} is not a resident's state ({})",
+                known.join(", ")
+            ),
+        );
+    }
     let (slot, hosted) = match running(&s, &p) {
         Ok(x) => x,
         Err(r) => return *r,
@@ -138,8 +161,12 @@ pub struct After {
 pub async fn conversation(
     State(s): Svc,
     Path((p, name)): Path<(String, String)>,
-    Query(q): Query<After>,
+    q: Result<Query<After>, QueryRejection>,
 ) -> Response {
+    let q = match q {
+        Ok(Query(q)) => q,
+        Err(e) => return bad_query(&e),
+    };
     let (_, hosted) = match running(&s, &p) {
         Ok(x) => x,
         Err(r) => return *r,
@@ -416,6 +443,11 @@ fn running(s: &Service, p: &str) -> Result<(Arc<Slot>, Arc<Hosted>), Box<Respons
             &format!("program {p:?} is not running"),
         ))),
     }
+}
+
+/// A query string that does not read (`?limit=ten`), answered as every refusal is.
+fn bad_query(e: &QueryRejection) -> Response {
+    refuse(StatusCode::BAD_REQUEST, "bad_request", &e.body_text())
 }
 
 fn no_program(p: &str) -> Response {

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use subtle::ConstantTimeEq;
+
+use super::refusal::refuse;
 
 /// The tokens, if any, each with the name of its caller. Their text never appears in an
 /// answer, a log line or the page.
@@ -200,15 +202,6 @@ pub async fn same_origin(request: Request, next: Next) -> Response {
         );
     }
     next.run(request).await
-}
-
-/// An error answer: `{ "error": kind, "message": ... }`.
-pub fn refuse(status: StatusCode, kind: &str, message: &str) -> Response {
-    (
-        status,
-        axum::Json(serde_json::json!({ "error": kind, "message": message })),
-    )
-        .into_response()
 }
 
 #[cfg(test)]

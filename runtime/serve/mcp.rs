@@ -107,7 +107,7 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
     };
     if let Some((status, kind, message)) = refusal {
         gate.audit_refusal("http", kind, &message);
-        let mut answer = auth::refuse(status, kind, &message).into_response();
+        let mut answer = super::refusal::refuse(status, kind, &message).into_response();
         if status == StatusCode::UNAUTHORIZED {
             let challenge = protected_resource::challenge(&gate.programs.0, request.headers());
             answer

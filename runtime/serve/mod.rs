@@ -10,6 +10,7 @@
 //! - [`metrics`]: the Prometheus text format of counters, histograms and gauges.
 //! - [`programs`]: the config's `[[serve.programs]]`, with each program's permissions.
 //! - [`auth`]: the bearer token and the `Origin` rule.
+//! - [`refusal`]: every refusal in JSON, the routing's own included.
 //! - [`rate`]: the per-caller rate limits (`429` with `Retry-After`).
 //! - [`protected_resource`]: `/mcp`'s OAuth protected-resource metadata (RFC 9728).
 //! - [`dashboard`]: the page at `/`, compiled in.
@@ -25,6 +26,7 @@ pub mod metrics;
 pub mod programs;
 pub mod protected_resource;
 pub mod rate;
+pub mod refusal;
 pub mod service;
 
 use std::sync::Arc;
@@ -85,5 +87,6 @@ pub fn router(service: Arc<Service>, guard: Guard) -> Router {
         .merge(open)
         .merge(over_mcp)
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
+        .layer(from_fn(refusal::as_json))
         .with_state(service)
 }

@@ -18,12 +18,32 @@ use crate::store::state_dir;
 /// The config's programs, paths relative to `base` (the config file's folder). `Err` names the
 /// entry and the field that is wrong.
 pub fn from_config(settings: &ServeConfig, base: &Path) -> Result<Vec<Launch>, String> {
-    settings
+    let launches = settings
         .programs
         .iter()
         .enumerate()
         .map(|(i, p)| launch(p, base).map_err(|e| format!("[[serve.programs]] #{}: {e}", i + 1)))
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    if let Some((first, second)) = sharing_a_state(&launches) {
+        return Err(format!(
+            "[[serve.programs]] #{} and #{} would share the state directory {} (the second \
+             could not lock it): give one of them a `state` of its own",
+            first + 1,
+            second + 1,
+            launches[second].state.display()
+        ));
+    }
+    Ok(launches)
+}
+
+/// The first two launches, by index, that name one state directory: a program's run holds its
+/// state directory's lock, so the second of them could never start.
+pub fn sharing_a_state(launches: &[Launch]) -> Option<(usize, usize)> {
+    let dirs: Vec<PathBuf> = launches
+        .iter()
+        .map(|l| std::fs::canonicalize(&l.state).unwrap_or_else(|_| l.state.clone()))
+        .collect();
+    (1..dirs.len()).find_map(|i| dirs[..i].iter().position(|d| *d == dirs[i]).map(|j| (j, i)))
 }
 
 /// The config's entry for `file` (the same file once both paths are resolved), if it has one:

@@ -20,7 +20,7 @@ use axum::routing::get;
 use serde_json::json;
 
 use super::Service;
-use super::auth::refuse;
+use super::refusal::refuse;
 use crate::config::ServeConfig;
 
 /// Where the metadata is, under the service's origin.

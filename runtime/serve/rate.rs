@@ -15,7 +15,8 @@ use axum::middleware::Next;
 use axum::response::Response;
 
 use super::Service;
-use super::auth::{Caller, refuse};
+use super::auth::Caller;
+use super::refusal::refuse;
 
 /// The middleware behind the token check, in front of the API and the metrics.
 pub async fn check(State(service): State<Arc<Service>>, request: Request, next: Next) -> Response {
