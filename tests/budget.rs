@@ -201,20 +201,33 @@ fn a_budget_written_wrong_is_refused_naming_the_field() {
 for _, b in ipairs{ 5, { tokens = -1 }, { tokens = 1.5 }, { cost = 0 }, { per = "day" },
                     { tokens = 1, per = "week" }, { tokens = 1, every = "day" } } do
   local ok, e = pcall(ai.spawn, { name = "w", budget = b })
-  print(ok, (tostring(e):match("^[^\n]*")))
+  print(ok, e)
 end
 "#;
     let run = sandbox.lua(source, &[]).ok();
+    let at = sandbox.path("script.lua").display().to_string();
     assert_eq!(
         run.lines(),
         [
-            "false\tai.spawn \"w\": budget must be a table { tokens = N, cost = X, per = \"day\" }, not 5",
-            "false\tai.spawn \"w\": budget.tokens must be a whole number above 0, not -1",
-            "false\tai.spawn \"w\": budget.tokens must be a whole number above 0, not 1.5",
-            "false\tai.spawn \"w\": budget.cost must be an amount above 0 (in the price table's currency), not 0",
-            "false\tai.spawn \"w\": budget needs tokens = N, cost = X or both",
-            "false\tai.spawn \"w\": budget: per = \"week\" is not a window: say \"hour\", \"day\" or \"month\"",
-            "false\tai.spawn \"w\": budget.every is not a budget field (tokens, cost, per)",
+            format!(
+                "false\t{at}:4: ai.spawn \"w\": budget must be a table {{ tokens = N, cost = X, per = \"day\" }}, not 5"
+            ),
+            format!(
+                "false\t{at}:4: ai.spawn \"w\": budget.tokens must be a whole number above 0, not -1"
+            ),
+            format!(
+                "false\t{at}:4: ai.spawn \"w\": budget.tokens must be a whole number above 0, not 1.5"
+            ),
+            format!(
+                "false\t{at}:4: ai.spawn \"w\": budget.cost must be an amount above 0 (in the price table's currency), not 0"
+            ),
+            format!("false\t{at}:4: ai.spawn \"w\": budget needs tokens = N, cost = X or both"),
+            format!(
+                "false\t{at}:4: ai.spawn \"w\": budget: per = \"week\" is not a window: say \"hour\", \"day\" or \"month\""
+            ),
+            format!(
+                "false\t{at}:4: ai.spawn \"w\": budget.every is not a budget field (tokens, cost, per)"
+            ),
         ]
     );
 }

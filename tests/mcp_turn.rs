@@ -153,7 +153,9 @@ fn the_mcp_module_connects_lists_and_calls() {
         py = py_stdio("py"),
         port = mcp::free_port(),
     );
-    let run = sandbox(&fake).lua(&script, &[]).ok();
+    let sb = sandbox(&fake);
+    let at = sb.path("script.lua").display().to_string();
+    let run = sb.lua(&script, &[]).ok();
     let lines = run.lines();
     assert_eq!(lines[0], "name\tpy");
     assert_eq!(
@@ -166,7 +168,9 @@ fn the_mcp_module_connects_lists_and_calls() {
     assert_eq!(lines[5], "turn\t42\t{\"sum\":42.0}");
     assert_eq!(lines[6], "bad\tnil\tconnect_error");
     assert!(
-        lines[7].starts_with("misuse\tfalse\tmcp.call: conn must be a connection"),
+        lines[7].starts_with(&format!(
+            "misuse\tfalse\t{at}:18: mcp.call: conn must be a connection"
+        )),
         "{}",
         lines[7]
     );

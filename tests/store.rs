@@ -44,7 +44,9 @@ print(store.get("s"), store.delete("s"), store.delete("s"), store.get("s"))
 /// and `{ [1] = 1, [5] = 5 }` as `[1]`, the README's "exactly" notwithstanding.
 #[test]
 fn a_table_json_cannot_hold_is_refused_not_cut() {
-    let run = Sandbox::new()
+    let sb = Sandbox::new();
+    let at = sb.path("script.lua").display().to_string();
+    let run = sb
         .lua(
             r#"
 print(pcall(store.set, "mixed", { 1, 2, x = 3 }))
@@ -56,25 +58,27 @@ print(pcall(json.encode, { [2] = "b" }))
             &[],
         )
         .ok();
-    let lines: Vec<&str> = run
-        .lines()
-        .into_iter()
-        .filter(|l| !l.starts_with(char::is_whitespace) && !l.starts_with("stack traceback"))
-        .filter(|l| !l.is_empty())
-        .collect();
     assert_eq!(
-        lines,
+        run.lines(),
         [
-            "false\tstore.set \"mixed\": the value cannot be stored as JSON: a table with list \
-             items 1..2 also holds the key \"x\": JSON has no form for it (put the list in a \
-             field of its own, or fill the list's holes)",
+            format!(
+                "false\t{at}:2: store.set \"mixed\": the value cannot be stored as JSON: a table \
+                 with list items 1..2 also holds the key \"x\": JSON has no form for it (put the \
+                 list in a field of its own, or fill the list's holes)"
+            )
+            .as_str(),
             "nil",
-            "false\tjson.encode: a table with list items 1..1 also holds the key 5: JSON has no \
-             form for it (put the list in a field of its own, or fill the list's holes)",
+            &format!(
+                "false\t{at}:4: json.encode: a table with list items 1..1 also holds the key 5: \
+                 JSON has no form for it (put the list in a field of its own, or fill the list's \
+                 holes)"
+            ),
             r#"{"a":[1,null,3]}"#,
-            "false\tjson.encode: a table with the number key 2 is not a list from 1, and JSON \
-             object keys are strings: JSON has no form for it (start the list at 1, or use \
-             string keys)",
+            &format!(
+                "false\t{at}:6: json.encode: a table with the number key 2 is not a list from 1, \
+                 and JSON object keys are strings: JSON has no form for it (start the list at 1, \
+                 or use string keys)"
+            ),
         ],
         "{}",
         run.stdout

@@ -273,7 +273,7 @@ fn guard_coroutines(lua: &Lua) -> mlua::Result<()> {
     let guard: Function = lua
         .load(
             r#"
-local pending, enter, leave, is_stop = ...
+local pending, enter, leave, is_stop, caught = ...
 local resume, create, error = coroutine.resume, coroutine.create, error
 local message = "ai.* and other waiting calls cannot run inside a coroutine the script created: "
   .. "use ai.parallel(f1, f2, ...) to run work concurrently"
@@ -281,6 +281,7 @@ local function checked(co, ok, first, ...)
   leave(co)
   if not ok and is_stop(first) then error(first, 0) end
   if ok and first == pending then return false, message end
+  if not ok then return false, caught(first) end
   return ok, first, ...
 end
 coroutine.resume = function(co, ...)
@@ -307,6 +308,7 @@ end
         enter,
         leave,
         watchdog::is_stop(lua)?,
+        watchdog::caught(lua)?,
     ))
 }
 
@@ -566,6 +568,8 @@ fn tidy_traceback(trace: &str) -> String {
                 || l.starts_with("colony:")
                 || l.starts_with("colony.tool:")
                 || l.starts_with("colony.watchdog:")
+                || l.starts_with("colony.sandbox:")
+                || l.starts_with("colony.coroutine:")
                 || l.starts_with("[C]: in upvalue 'raw_xpcall'")
                 || l.starts_with("[C]: in upvalue 'raw_pcall'")
                 || l.starts_with("__mlua_async_poll")
@@ -585,6 +589,9 @@ fn tidy_traceback(trace: &str) -> String {
 pub fn raised_message(e: &mlua::Error) -> String {
     match e {
         mlua::Error::CallbackError { cause, .. } => raised_message(cause),
+        mlua::Error::WithContext { context, cause } => {
+            format!("{context}: {}", raised_message(cause))
+        }
         mlua::Error::RuntimeError(m) => match m.split_once("\nstack traceback:") {
             Some((message, _)) => message.to_string(),
             None => m.clone(),

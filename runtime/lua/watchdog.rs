@@ -379,7 +379,7 @@ pub fn install(lua: &Lua, interrupt: Interrupt) -> mlua::Result<()> {
         .load(UNCATCHABLE)
         .set_name("=colony.watchdog")
         .into_function()?;
-    wrap.call::<()>(is_stop(lua)?)?;
+    wrap.call::<()>((is_stop(lua)?, caught(lua)?))?;
     // Only for the benches' with-and-without comparison (benches/README: the watchdog's cost):
     // a VM without it cannot stop code that spins, so nothing else reads this.
     if std::env::var_os("COLONY_BENCH_NO_WATCHDOG").is_some() {
@@ -444,21 +444,35 @@ pub fn resume_marks(lua: &Lua) -> mlua::Result<(Function, Function)> {
 
 /// `pcall` and `xpcall` that raise a [`Stop`] again instead of returning it (an `xpcall`
 /// handler does not see it either).
+/// An error colony raised (a refused argument, a failed call) reaches the script as the string
+/// Lua's own errors are, its message without mlua's traceback.
 const UNCATCHABLE: &str = r#"
-local is_stop = ...
+local is_stop, caught = ...
 local raw_pcall, raw_xpcall, error = pcall, xpcall, error
 local function pass(ok, ...)
-  if not ok and is_stop((...)) then error((...), 0) end
-  return ok, ...
+  if ok then return ok, ... end
+  local e = ...
+  if is_stop(e) then error(e, 0) end
+  return false, caught(e)
 end
 pcall = function(f, ...) return pass(raw_pcall(f, ...)) end
 xpcall = function(f, handler, ...)
   return pass(raw_xpcall(f, function(e)
     if is_stop(e) then return e end
-    return handler(e)
+    return handler(caught(e))
   end, ...))
 end
 "#;
+
+/// `caught(e)`: an error raised through Rust (a userdata printing mlua's traceback, which `e:find`
+/// cannot even read) as `file:line: message`, the script line that made the call; any other
+/// value as it is.
+pub fn caught(lua: &Lua) -> mlua::Result<Function> {
+    lua.create_function(|lua, v: Value| match v {
+        Value::Error(e) => Ok(Value::String(lua.create_string(super::fault(&e).message)?)),
+        other => Ok(other),
+    })
+}
 
 /// Raises the VM's [`Interrupt`] on SIGINT and SIGTERM from a task on `runtime` (the VM's own
 /// thread may be the one spinning), for as long as the returned guard lives. The watch starts
