@@ -13,6 +13,7 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
@@ -130,18 +131,31 @@ fn lock(dir: &Path) -> StoreResult<File> {
         .truncate(false)
         .open(&path)
         .map_err(|e| io("open the lock file", e))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(TryLockError::WouldBlock) => {
-            let mut text = String::new();
-            let _ = file.read_to_string(&mut text);
-            return Err(StoreError::Locked(format!(
-                "{} is in use by {}",
-                dir.display(),
-                holder(&text)
-            )));
+    let mut waited = Duration::ZERO;
+    loop {
+        match file.try_lock() {
+            Ok(()) => break,
+            Err(TryLockError::WouldBlock) => {
+                let mut text = String::new();
+                let _ = file.rewind();
+                let _ = file.read_to_string(&mut text);
+                // Held by this very process: a store of ours just closed, but a child this
+                // process was starting at that moment still shares the lock until it `exec`s
+                // (`flock` follows the open file, which a fork duplicates). That lasts an
+                // instant; a `StateDir` of ours that is still open does not, and is refused.
+                if holder_pid(&text) == Some(std::process::id()) && waited < SELF_HELD_WAIT {
+                    std::thread::sleep(SELF_HELD_POLL);
+                    waited += SELF_HELD_POLL;
+                    continue;
+                }
+                return Err(StoreError::Locked(format!(
+                    "{} is in use by {}",
+                    dir.display(),
+                    holder(&text)
+                )));
+            }
+            Err(TryLockError::Error(e)) => return Err(io("lock it", e)),
         }
-        Err(TryLockError::Error(e)) => return Err(io("lock it", e)),
     }
     let me = format!("{}\n{}\n", std::process::id(), command_line());
     file.set_len(0).map_err(|e| io("write it", e))?;
@@ -149,6 +163,16 @@ fn lock(dir: &Path) -> StoreResult<File> {
     file.write_all(me.as_bytes())
         .map_err(|e| io("write it", e))?;
     Ok(file)
+}
+
+/// How long a lock this process itself holds is waited for before it is refused, and how often
+/// it is tried meanwhile.
+const SELF_HELD_WAIT: Duration = Duration::from_secs(1);
+const SELF_HELD_POLL: Duration = Duration::from_millis(10);
+
+/// The pid a lock file names.
+fn holder_pid(text: &str) -> Option<u32> {
+    text.lines().next()?.trim().parse().ok()
 }
 
 /// "process 1234 (colony run watcher.lua)" from a lock file's text.
@@ -254,6 +278,26 @@ mod tests {
         drop(store);
         let again = StateDir::open(&dir).unwrap();
         drop(again);
+    }
+
+    /// A lock this process holds only for an instant (a store closing while a child of ours
+    /// was between fork and exec, sharing it) is waited for rather than refused.
+    #[test]
+    fn a_lock_this_process_lets_go_of_is_waited_for() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("state");
+        let first = StateDir::open(&dir).unwrap();
+        let (release, held) = std::sync::mpsc::channel::<()>();
+        let closer = std::thread::spawn(move || {
+            held.recv().unwrap();
+            // Let the second open find it held first.
+            std::thread::sleep(Duration::from_millis(50));
+            drop(first);
+        });
+        release.send(()).unwrap();
+        let second = StateDir::open(&dir).unwrap();
+        closer.join().unwrap();
+        drop(second);
     }
 
     #[test]
