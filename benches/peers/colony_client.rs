@@ -1,7 +1,8 @@
 //! colony in bench-peers: the agent is a colony program (`colony_agent.lua`: `ai.tool`, `ai.run`,
 //! `ai.parallel`) and this harness runs it the way `colony run` does (the same multi-thread core,
-//! the same config loading and logging set-up, `colony::lua::run_source` on a VM thread of its
-//! own), then measures it by the bench contract of `py/common.py`.
+//! the same config loading and logging set-up, the program's SQLite store in a state directory
+//! of its own, where every tool call's audit line is written, `colony::lua::run_source_with` on a
+//! VM thread of its own), then measures it by the bench contract of `py/common.py`.
 //!
 //! Lua has no wall clock yet, so the script runs warm-up and the timed loop itself and marks its
 //! progress through a pipe; at "start" and "end" it blocks until this harness has read the fake
@@ -75,13 +76,27 @@ fn main() {
         mark_tx.as_raw_fd().to_string(),
         ack_rx.as_raw_fd().to_string(),
     ];
+    // As `colony run` opens it (runtime/cli/run.rs), in a scratch state directory.
+    let state_dir = tempfile::tempdir().expect("a scratch state directory");
+    let state = colony::store::select::ProgramStore::open(
+        state_dir.path(),
+        None,
+        std::path::Path::new("colony_agent.lua"),
+    )
+    .expect("the program's store opens");
+    let host = colony::lua::HostSetup {
+        store: Some(state.dyn_store()),
+        ..colony::lua::HostSetup::default()
+    };
     let script = std::thread::spawn(move || {
-        let result = colony::lua::run_source(
+        let result = colony::lua::run_source_with(
             core,
             "colony_agent.lua",
             AGENT.as_bytes().to_vec(),
             script_args,
+            host,
         );
+        drop(state);
         // However the script ended, tell the harness it is over.
         let _ = (&mark_tx).write_all(b"exit\n");
         drop((mark_tx, ack_rx));
@@ -122,7 +137,9 @@ fn main() {
             other => panic!("unknown mark {other:?}"),
         }
     }
-    if let Err(e) = script.join().expect("the script thread") {
+    let joined = script.join().expect("the script thread");
+    drop(state_dir);
+    if let Err(e) = joined {
         eprintln!("{e}");
         std::process::exit(1);
     }

@@ -1,6 +1,7 @@
 //! The embedded default [`Store`]: one SQLite file (`store.sqlite3` in the state directory).
 //!
-//! In WAL mode with `synchronous=FULL`: a write returns once its transaction is on disk. Writes
+//! In WAL mode with `synchronous=FULL`: a write returns once its transaction is on disk (an
+//! audit line alone excepted: `Write::waits_for_disk` says why and what it keeps). Writes
 //! go through [`GroupCommit`]: those that arrive while a transaction is being synced share the
 //! next one, so many residents committing at once pay one fsync between them, and each is
 //! answered only once its own write is durable. A second connection reads (WAL lets it see every
@@ -514,11 +515,14 @@ impl Store for SqliteStore {
         audit: &AuditEntry,
         journal: Option<&JournalEntry>,
     ) -> StoreResult<()> {
-        let mut writes = vec![Write::Audit(audit.clone())];
-        if let Some(entry) = journal {
-            writes.push(self.journal_write(name, entry)?);
-        }
-        self.submit(Write::Several(writes))?;
+        let write = match journal {
+            Some(entry) => Write::Several(vec![
+                Write::Audit(audit.clone()),
+                self.journal_write(name, entry)?,
+            ]),
+            None => Write::Audit(audit.clone()),
+        };
+        self.submit(write)?;
         Ok(())
     }
 

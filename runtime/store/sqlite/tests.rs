@@ -602,6 +602,58 @@ fn breaker_round_trip() {
     assert_eq!(store.breaker("other").unwrap(), None);
 }
 
+/// A transaction of audit lines only commits without the fsync (`synchronous=NORMAL`); one that
+/// holds anything else, an audit line with its journal entry included, waits for the disk. The
+/// lines are kept all the same, across closing and opening the store.
+#[test]
+fn audit_lines_alone_commit_without_waiting_for_the_disk() {
+    let (dir, store) = fresh();
+    let synchronous = |store: &SqliteStore| -> i64 {
+        store
+            .writer()
+            .unwrap()
+            .pragma_query_value(None, "synchronous", |r| r.get(0))
+            .unwrap()
+    };
+    let line = |n: u64| AuditEntry {
+        at_ms: n,
+        resident: "script".into(),
+        tool: "add".into(),
+        args_hash: format!("{n:064x}"),
+        duration_ms: 1.0,
+        outcome: "ok".into(),
+        message: None,
+    };
+    store.audit(&line(1)).unwrap();
+    assert_eq!(synchronous(&store), 1, "NORMAL after an audit line");
+    store.finish_call("script", &line(2), None).unwrap();
+    assert_eq!(
+        synchronous(&store),
+        1,
+        "NORMAL after a call with no journal"
+    );
+    let journal = JournalEntry {
+        call_id: "c1".into(),
+        tool: "add".into(),
+        result: None,
+        files: Vec::new(),
+    };
+    store.finish_call("r", &line(3), Some(&journal)).unwrap();
+    assert_eq!(synchronous(&store), 2, "FULL with a journal entry");
+    store.audit(&line(4)).unwrap();
+    store.set("kv", "k", &json!(1)).unwrap();
+    assert_eq!(synchronous(&store), 2, "FULL after a value");
+    drop(store);
+    let store = SqliteStore::open(&dir.path().join("store.sqlite3")).unwrap();
+    let kept: Vec<u64> = store
+        .audit_log(&AuditFilter::default())
+        .unwrap()
+        .iter()
+        .map(|e| e.at_ms)
+        .collect();
+    assert_eq!(kept, [1, 2, 3, 4]);
+}
+
 #[test]
 fn audit_log_filters_by_resident_and_tool_in_order() {
     let (_dir, store) = fresh();

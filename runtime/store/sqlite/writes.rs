@@ -75,6 +75,21 @@ pub(super) enum Write {
 }
 
 impl Write {
+    /// Whether its caller waits for the disk. An audit line alone does not: it is the record of
+    /// a call whose result nothing reuses (a script's turn, a resident that keeps no
+    /// conversation, an MCP caller's call), so a transaction of audit lines only commits with
+    /// `synchronous=NORMAL`. In WAL mode that survives the process dying; the lines reach the
+    /// disk with the next transaction that syncs (its fsync takes the whole log) or the store's
+    /// close. Only the machine going down before then loses them, where an fsync a call cost a
+    /// script's every tool call about as much CPU as the rest of its step.
+    pub fn waits_for_disk(&self) -> bool {
+        match self {
+            Write::Audit(_) => false,
+            Write::Several(writes) => writes.iter().any(Write::waits_for_disk),
+            _ => true,
+        }
+    }
+
     /// The persisted resident whose cell it writes.
     pub fn cell(&self) -> Option<&str> {
         match self {
@@ -225,6 +240,16 @@ pub(super) fn apply_batch(
     err: &dyn Fn(rusqlite::Error) -> StoreError,
 ) -> Vec<StoreResult<bool>> {
     let all = |e: StoreError| writes.iter().map(|_| Err(e.clone())).collect();
+    // Set for every batch (not only restored after a lazy one), so no durable write ever
+    // commits at the lazy level a failed statement left behind.
+    let level = if writes.iter().any(Write::waits_for_disk) {
+        "PRAGMA synchronous = FULL"
+    } else {
+        "PRAGMA synchronous = NORMAL"
+    };
+    if let Err(e) = conn.prepare_cached(level).and_then(|mut s| s.execute([])) {
+        return all(err(e));
+    }
     let mut tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => return all(err(e)),
