@@ -526,3 +526,78 @@ fn without_an_authorization_server_there_is_no_metadata_and_a_bad_one_is_refused
         run.stderr
     );
 }
+
+/// Two programs that export the same names: `/mcp` lists each tool, resource, template and prompt
+/// once, from the first program (the one a call, read or get reaches), and the service's log
+/// names the program left out. Tools were shadowed without a word, resources and prompts listed
+/// twice.
+#[test]
+fn two_programs_exporting_one_name_list_it_once_and_the_log_names_whose() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let fixture = project_root().join("tests/data/mcp_server/conformance.lua");
+    let entry = |state: &str| {
+        format!(
+            "[[serve.programs]]\nfile = \"{}\"\nstate = \"{}\"\n",
+            fixture.display(),
+            sb.path(state).display()
+        )
+    };
+    let config = std::fs::read_to_string(sb.path("config.toml")).unwrap();
+    sb.write(
+        "config.toml",
+        &format!("{config}{}{}", entry("one"), entry("two")),
+    );
+    let served = Served::start(&sb, &[]);
+    let raw = Raw::new(&served);
+    let r = raw.post(&[], initialize("2025-11-25"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let session = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+    let headers = [
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    raw.post(
+        &headers,
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    // Listed twice: the log says it once.
+    let lists = [
+        ("tools/list", "tools", "name"),
+        ("resources/list", "resources", "uri"),
+        (
+            "resources/templates/list",
+            "resourceTemplates",
+            "uriTemplate",
+        ),
+        ("prompts/list", "prompts", "name"),
+    ];
+    for (method, field, key) in lists.iter().chain(&lists).copied() {
+        let r = raw.post(
+            &headers,
+            json!({"jsonrpc": "2.0", "id": 2, "method": method}),
+        );
+        let listed: Vec<&str> = r.messages.last().unwrap()["result"][field]
+            .as_array()
+            .unwrap_or_else(|| panic!("{method}: {}", r.text))
+            .iter()
+            .map(|e| e[key].as_str().unwrap())
+            .collect();
+        let once: std::collections::HashSet<&&str> = listed.iter().collect();
+        assert!(!listed.is_empty(), "{method}: {}", r.text);
+        assert_eq!(once.len(), listed.len(), "{method}: {listed:?}");
+    }
+    let log = served.stderr();
+    for (kind, name) in [
+        ("tool", "test_simple_text"),
+        ("resource", "test://static-text"),
+        ("resource template", "test://template/{id}/data"),
+        ("prompt", "test_simple_prompt"),
+    ] {
+        let warning = format!(
+            "/mcp: conformance-2 also exports the {kind} {name:?}, which conformance answers for"
+        );
+        assert_eq!(log.matches(&warning).count(), 1, "{warning}\n{log}");
+    }
+    drop(served);
+}

@@ -93,6 +93,11 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::run(e.0))?;
     let lifecycle = running.lifecycle.clone();
     let offer = Offer {
+        program: args
+            .file
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default(),
         exports,
         route: lifecycle.route().clone(),
     };

@@ -95,9 +95,10 @@ pub fn start(
 }
 
 impl Hosted {
-    /// What it offers over MCP, and the route its calls run on.
-    pub fn offer(&self) -> crate::mcp::server::Offer {
+    /// What it offers over MCP as `program`, and the route its calls run on.
+    pub fn offer(&self, program: &str) -> crate::mcp::server::Offer {
         crate::mcp::server::Offer {
+            program: program.to_string(),
             exports: self.exports.clone(),
             route: self.lifecycle.route().clone(),
         }

@@ -28,8 +28,7 @@ impl Programs for Hosted {
         self.0
             .programs()
             .into_iter()
-            .filter_map(|slot| slot.hosted())
-            .map(|h| h.offer())
+            .filter_map(|slot| slot.hosted().map(|h| h.offer(&slot.name)))
             .collect()
     }
 }

@@ -9,6 +9,7 @@
 #![allow(deprecated)]
 
 use std::borrow::Cow;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
@@ -32,6 +33,8 @@ use crate::residents::Route;
 /// One program's offer: what it exports and the route its handlers and residents run on.
 #[derive(Clone)]
 pub struct Offer {
+    /// The program's name, for messages (`colony serve`'s name of it, or its file's stem).
+    pub program: String,
     pub exports: Exports,
     pub route: Route,
 }
@@ -260,6 +263,44 @@ impl Server {
     }
 }
 
+/// Each export once by its key (a tool's or resident's name, a resource's URI, a prompt's name),
+/// from the first program that offers it: the one a call, read or get finds first. Another
+/// program's export of the same key is left out of the list, and the service's log says so once,
+/// where before tools were silently shadowed and resources and prompts listed twice.
+fn first_of_each(
+    offers: &[Offer],
+    kind: &str,
+    exports: impl Fn(&Offer) -> Vec<(String, Value)>,
+) -> Vec<Value> {
+    let mut first: HashMap<String, &str> = HashMap::new();
+    let mut list = Vec::new();
+    for offer in offers {
+        for (key, entry) in exports(offer) {
+            match first.get(key.as_str()) {
+                None => {
+                    first.insert(key, &offer.program);
+                    list.push(entry);
+                }
+                Some(owner) => shadowed(kind, &key, owner, &offer.program),
+            }
+        }
+    }
+    list
+}
+
+/// Warns, once a process for each, that `program`'s export `key` is hidden behind `owner`'s.
+fn shadowed(kind: &str, key: &str, owner: &str, program: &str) {
+    static WARNED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let id = format!("{kind}\0{key}\0{owner}\0{program}");
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    if warned.get_or_insert_with(HashSet::new).insert(id) {
+        tracing::warn!(
+            "/mcp: {program} also exports the {kind} {key:?}, which {owner} answers for: \
+             give one of them another name"
+        );
+    }
+}
+
 enum Target {
     Tool(Box<crate::turn::ToolDef>),
     Resident(super::exports::ResidentExport),
@@ -376,28 +417,25 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let mut seen = std::collections::HashSet::new();
-        let mut tools = Vec::new();
-        for offer in self.offers().await {
-            for t in offer.exports.tools() {
-                if seen.insert(t.spec.name.clone()) {
-                    tools.push(json!({
-                        "name": t.spec.name,
-                        "description": t.spec.description,
-                        "inputSchema": t.spec.parameters,
-                    }));
-                }
-            }
-            for r in offer.exports.residents() {
-                if seen.insert(r.name.clone()) {
-                    tools.push(json!({
-                        "name": r.name,
-                        "description": r.description,
-                        "inputSchema": call::resident_schema(),
-                    }));
-                }
-            }
-        }
+        let tools = first_of_each(&self.offers().await, "tool", |o| {
+            let tools = o.exports.tools().into_iter().map(|t| {
+                let entry = json!({
+                    "name": t.spec.name,
+                    "description": t.spec.description,
+                    "inputSchema": t.spec.parameters,
+                });
+                (t.spec.name, entry)
+            });
+            let residents = o.exports.residents().into_iter().map(|r| {
+                let entry = json!({
+                    "name": r.name,
+                    "description": r.description,
+                    "inputSchema": call::resident_schema(),
+                });
+                (r.name, entry)
+            });
+            tools.chain(residents).collect()
+        });
         model(json!({ "tools": tools }))
     }
 
@@ -472,14 +510,14 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
-        let list: Vec<Value> = self
-            .offers()
-            .await
-            .iter()
-            .flat_map(|o| o.exports.resources())
-            .filter(|r| !r.template)
-            .map(|r| content::resource_entry(&r, "uri"))
-            .collect();
+        let list = first_of_each(&self.offers().await, "resource", |o| {
+            o.exports
+                .resources()
+                .into_iter()
+                .filter(|r| !r.template)
+                .map(|r| (r.uri.clone(), content::resource_entry(&r, "uri")))
+                .collect()
+        });
         model(json!({ "resources": list }))
     }
 
@@ -488,14 +526,14 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
-        let list: Vec<Value> = self
-            .offers()
-            .await
-            .iter()
-            .flat_map(|o| o.exports.resources())
-            .filter(|r| r.template)
-            .map(|r| content::resource_entry(&r, "uriTemplate"))
-            .collect();
+        let list = first_of_each(&self.offers().await, "resource template", |o| {
+            o.exports
+                .resources()
+                .into_iter()
+                .filter(|r| r.template)
+                .map(|r| (r.uri.clone(), content::resource_entry(&r, "uriTemplate")))
+                .collect()
+        });
         model(json!({ "resourceTemplates": list }))
     }
 
@@ -520,13 +558,13 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
-        let list: Vec<Value> = self
-            .offers()
-            .await
-            .iter()
-            .flat_map(|o| o.exports.prompts())
-            .map(|p| content::prompt_entry(&p))
-            .collect();
+        let list = first_of_each(&self.offers().await, "prompt", |o| {
+            o.exports
+                .prompts()
+                .into_iter()
+                .map(|p| (p.name.clone(), content::prompt_entry(&p)))
+                .collect()
+        });
         model(json!({ "prompts": list }))
     }
 
