@@ -444,6 +444,7 @@ pub fn resume_marks(lua: &Lua) -> mlua::Result<(Function, Function)> {
 
 /// `pcall` and `xpcall` that raise a [`Stop`] again instead of returning it (an `xpcall`
 /// handler does not see it either).
+///
 /// An error colony raised (a refused argument, a failed call) reaches the script as the string
 /// Lua's own errors are, its message without mlua's traceback.
 const UNCATCHABLE: &str = r#"
