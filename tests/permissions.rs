@@ -92,7 +92,17 @@ fn each_flag_grants_its_use_and_no_flag_grants_everything() {
     let granted = probes(&sb, &[&read, &write, "--allow-run", "--allow-env"]);
     let everything = probes(&sb, &[]);
     let all = probes(&sb, &["--sandbox", "--allow-all"]);
-    for lines in [&granted, &everything, &all] {
+    // Without a list, a path flag grants every path.
+    let bare = probes(
+        &sb,
+        &[
+            "--allow-read",
+            "--allow-write",
+            "--allow-run",
+            "--allow-env",
+        ],
+    );
+    for lines in [&granted, &everything, &all, &bare] {
         for line in lines.iter() {
             if line.starts_with("mcp.connect") {
                 // Allowed to start, the server is not there: a connection error, not a refusal.

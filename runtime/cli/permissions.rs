@@ -21,11 +21,11 @@ pub struct SandboxArgs {
     /// Let the script read these files and folders (`fs`, `io.open`, attached files), or every
     /// path when no list is given.
     #[arg(long, value_name = "PATH,...", num_args = 0..=1, require_equals = true,
-          value_delimiter = ',', default_missing_value = "")]
+          value_delimiter = ',', default_missing_value = "", value_parser = any_path())]
     allow_read: Option<Vec<PathBuf>>,
     /// Let the script write these files and folders, or every path when no list is given.
     #[arg(long, value_name = "PATH,...", num_args = 0..=1, require_equals = true,
-          value_delimiter = ',', default_missing_value = "")]
+          value_delimiter = ',', default_missing_value = "", value_parser = any_path())]
     allow_write: Option<Vec<PathBuf>>,
     /// Let the script start processes (`proc.run`, `os.execute`, `io.popen`, stdio MCP servers
     /// it names itself, binary chunks in `load`).
@@ -133,6 +133,14 @@ impl SandboxArgs {
     pub fn max_memory(&self) -> Option<usize> {
         self.max_memory
     }
+}
+
+/// A path as given, the empty one included: a flag given without a list stands for the empty
+/// path, which grants every path. (clap's own `PathBuf` parser refuses an empty value, so a bare
+/// `--allow-read` was refused as missing its value.)
+fn any_path() -> impl clap::builder::TypedValueParser<Value = PathBuf> {
+    use clap::builder::TypedValueParser;
+    clap::builder::OsStringValueParser::new().map(PathBuf::from)
 }
 
 /// A flag's list: absent is nothing, given without a list is everything.
