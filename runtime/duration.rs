@@ -39,9 +39,12 @@ pub fn millis(value: f64) -> Result<Duration, DurationError> {
     from_f64(value, 1000.0, "ms")
 }
 
-/// A number a user wrote, as a message shows it: `1e300`, not three hundred digits.
+/// A number a user wrote, as a message shows it: `1e300`, not three hundred digits, and `nan`
+/// as Lua prints it, not Rust's `NaN`.
 pub fn number_text(value: f64) -> String {
-    if value.is_infinite() {
+    if value.is_nan() {
+        "nan".into()
+    } else if value.is_infinite() {
         format!("{}inf", if value < 0.0 { "-" } else { "" })
     } else if value.abs() >= 1e15 {
         format!("{value:e}")

@@ -43,6 +43,54 @@ print(store.get("s"), store.delete("s"), store.delete("s"), store.get("s"))
 /// tool's result alike. Read as a list, as it used to be, `{ 1, 2, x = 3 }` was kept as `[1,2]`
 /// and `{ [1] = 1, [5] = 5 }` as `[1]`, the README's "exactly" notwithstanding.
 #[test]
+fn numbers_functions_and_bytes_json_cannot_hold_are_refused_naming_where() {
+    // serde_json wrote NaN and the infinities as null: stored, a number came back nil.
+    let sb = Sandbox::new();
+    let at = sb.path("script.lua").display().to_string();
+    let run = sb
+        .lua(
+            r#"
+print(pcall(store.set, "n", { x = 0/0 }))
+print(store.get("n"))
+print(pcall(json.encode, { items = { { score = 1 }, { score = -math.huge } } }))
+print(pcall(json.encode, { on_done = print }))
+print(pcall(json.encode, { ["a b"] = { "\xff\xfe" } }))
+print(pcall(json.encode, math.huge))
+print(json.encode({ 1.5, "\u{e9}" }))
+"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        [
+            format!(
+                "false\t{at}:2: store.set \"n\": the value cannot be stored as JSON: x: the number \
+                 nan has no JSON form: JSON numbers are finite"
+            )
+            .as_str(),
+            "nil",
+            &format!(
+                "false\t{at}:4: json.encode: items[2].score: the number -inf has no JSON form: \
+                 JSON numbers are finite"
+            ),
+            &format!("false\t{at}:5: json.encode: on_done: a function has no JSON form"),
+            &format!(
+                "false\t{at}:6: json.encode: [\"a b\"][1]: a string of 2 bytes that is not UTF-8 \
+                 text has no JSON form (JSON holds text: encode the bytes, as hex or base64, first)"
+            ),
+            &format!(
+                "false\t{at}:7: json.encode: the number inf has no JSON form: JSON numbers are \
+                 finite"
+            ),
+            "[1.5,\"\u{e9}\"]",
+        ],
+        "{}",
+        run.stdout
+    );
+}
+
+#[test]
 fn a_table_json_cannot_hold_is_refused_not_cut() {
     let sb = Sandbox::new();
     let at = sb.path("script.lua").display().to_string();

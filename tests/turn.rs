@@ -674,15 +674,24 @@ fn counts_that_are_not_whole_and_positive_are_named() {
         ),
         (
             "ai.ask('x', { max_tokens = 1e30 })",
-            "ai.ask: max_tokens must be a whole number from 1 to 4294967295, not 1000000000000000000000000000000",
+            "ai.ask: max_tokens must be a whole number from 1 to 4294967295, not 1e30",
         ),
         (
             "ai.ask('x', { max_tokens = 0/0 })",
-            "ai.ask: max_tokens must be a whole number from 1 to 4294967295, not NaN",
+            "ai.ask: max_tokens must be a whole number from 1 to 4294967295, not nan",
         ),
         (
             "ai.spawn{ name = 'a', mailbox = 2.5 }",
             "ai.spawn \"a\": mailbox must be a whole number from 1 to 4294967295, not 2.5",
+        ),
+        // A temperature follows the config file's rule: a finite number from 0.
+        (
+            "ai.ask('x', { temperature = 0/0 })",
+            "script.lua:1: ai.ask: temperature must be a number from 0, not nan",
+        ),
+        (
+            "ai.run{ prompt = 'x', temperature = -1 }",
+            "ai.run: temperature must be a number from 0, not -1",
         ),
     ];
     for (source, expected) in cases {

@@ -213,7 +213,9 @@ pub fn read_ask_from(
         max_tokens: number("max_tokens")?
             .map(|n| super::convert::count_option(who, "max_tokens", n))
             .transpose()?,
-        temperature: number("temperature")?,
+        temperature: number("temperature")?
+            .map(|t| super::convert::temperature_option(who, t))
+            .transpose()?,
     };
     ask.system = text("system")?;
     ask.tool_choice = match opts.get::<Value>("tool_choice")? {

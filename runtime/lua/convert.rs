@@ -6,54 +6,122 @@ use serde_json::Value as Json;
 use crate::providers::ProviderError;
 
 /// A Lua value as JSON. Empty tables become `{}`; tables marked with `json.array` (or decoded
-/// from a JSON array) become `[]`. A table that is a list (`#t > 0`) and also holds other keys
-/// (`{ 1, 2, x = 3 }`, or an item past the list's end) has no JSON form and is refused, naming
-/// the key: read as a list, as it used to be, it lost those keys without a word.
+/// from a JSON array) become `[]`. A value JSON has no form for is refused, naming what it is and
+/// where it sits (`at items[2].score`), rather than changed or cut:
+/// - a table that is a list (`#t > 0`) and also holds other keys (`{ 1, 2, x = 3 }`, or an item
+///   past the list's end): read as a list, it lost those keys without a word;
+/// - NaN or an infinity: serde_json writes them as `null`, so `temperature = 0/0` reached a
+///   provider as `null` and `store.set` kept `nil` for a number;
+/// - a function, and a string that is not UTF-8 (mlua's refusals named neither the key nor the
+///   remedy: "unsupported value type", "invalid type: byte array").
 pub fn to_json(lua: &Lua, value: Value) -> mlua::Result<Json> {
-    if let Value::Table(t) = &value {
-        lists_only(t, &mut std::collections::HashSet::new(), 0)?;
-    }
+    json_form(&value, &mut std::collections::HashSet::new(), 0)
+        .map_err(|e| misuse(e.to_string()))?;
     lua.from_value(value)
 }
 
-/// Refuses a list table (`#t > 0`, no `json.array` mark needed) with a key beyond `1..#t`, in
-/// `t` and the tables it holds. Each table is walked once; deeper than mlua's own recursion
-/// limit is left to mlua to refuse.
-fn lists_only(
+/// Why a value has no JSON form, and the keys leading to it from the outermost table.
+struct Unfit {
+    why: String,
+    /// Innermost first: keys are added as the walk returns.
+    keys: Vec<String>,
+}
+
+impl std::fmt::Display for Unfit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, key) in self.keys.iter().rev().enumerate() {
+            let name = key.strip_prefix('.').unwrap_or(key);
+            f.write_str(if i == 0 { name } else { key })?;
+        }
+        if !self.keys.is_empty() {
+            f.write_str(": ")?;
+        }
+        f.write_str(&self.why)
+    }
+}
+
+fn unfit(why: String) -> Unfit {
+    Unfit {
+        why,
+        keys: Vec::new(),
+    }
+}
+
+/// Checks that `value`, and every table it holds, has a JSON form. Each table is walked once;
+/// deeper than mlua's own recursion limit is left to mlua to refuse.
+fn json_form(
+    value: &Value,
+    seen: &mut std::collections::HashSet<*const std::ffi::c_void>,
+    depth: usize,
+) -> Result<(), Unfit> {
+    match value {
+        Value::Number(n) if !n.is_finite() => Err(unfit(format!(
+            "the number {} has no JSON form: JSON numbers are finite",
+            crate::duration::number_text(*n)
+        ))),
+        Value::String(s) if std::str::from_utf8(&s.as_bytes()).is_err() => Err(unfit(format!(
+            "a string of {} bytes that is not UTF-8 text has no JSON form (JSON holds text: \
+             encode the bytes, as hex or base64, first)",
+            s.as_bytes().len()
+        ))),
+        Value::Function(_) | Value::Thread(_) => {
+            Err(unfit(format!("a {} has no JSON form", value.type_name())))
+        }
+        Value::Table(t) if depth <= 128 && seen.insert(t.to_pointer()) => {
+            table_form(t, seen, depth)
+        }
+        _ => Ok(()),
+    }
+}
+
+fn table_form(
     t: &Table,
     seen: &mut std::collections::HashSet<*const std::ffi::c_void>,
     depth: usize,
-) -> mlua::Result<()> {
-    if depth > 128 || !seen.insert(t.to_pointer()) {
-        return Ok(());
-    }
+) -> Result<(), Unfit> {
     let len = t.raw_len();
     for pair in t.pairs::<Value, Value>() {
-        let (k, v) = pair?;
+        let (k, v) = pair.map_err(|e| unfit(e.to_string()))?;
         if len == 0 && matches!(k, Value::Integer(_) | Value::Number(_)) {
             let key = key_text(&k);
-            return Err(misuse(format!(
+            return Err(unfit(format!(
                 "a table with the number key {key} is not a list from 1, and JSON object keys \
                  are strings: JSON has no form for it (start the list at 1, or use string keys)"
             )));
         }
-        if len > 0 {
-            // Lua 5.4 stores a float key with an integer value as that integer.
-            let in_list = matches!(k, Value::Integer(i) if (1..=len as i64).contains(&i));
-            if !in_list {
-                let key = match &k {
-                    Value::String(_) => format!("{:?}", key_text(&k)),
-                    _ => key_text(&k),
-                };
-                return Err(misuse(format!(
-                    "a table with list items 1..{len} also holds the key {key}: JSON has no \
-                     form for it (put the list in a field of its own, or fill the list's holes)"
-                )));
-            }
+        // Lua 5.4 stores a float key with an integer value as that integer.
+        let item = matches!(k, Value::Integer(i) if (1..=len as i64).contains(&i));
+        if len > 0 && !item {
+            let key = match &k {
+                Value::String(_) => format!("{:?}", key_text(&k)),
+                _ => key_text(&k),
+            };
+            return Err(unfit(format!(
+                "a table with list items 1..{len} also holds the key {key}: JSON has no \
+                 form for it (put the list in a field of its own, or fill the list's holes)"
+            )));
         }
-        if let Value::Table(inner) = &v {
-            lists_only(inner, seen, depth + 1)?;
+        if !item {
+            json_form(&k, seen, depth + 1)?;
         }
+        json_form(&v, seen, depth + 1).map_err(|mut e| {
+            e.keys.push(match &k {
+                Value::Integer(i) => format!("[{i}]"),
+                Value::String(s) => {
+                    let name = s.to_string_lossy();
+                    let plain = !name.is_empty()
+                        && !name.starts_with(|c: char| c.is_ascii_digit())
+                        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                    if plain {
+                        format!(".{name}")
+                    } else {
+                        format!("[{name:?}]")
+                    }
+                }
+                other => format!("[{}]", key_text(other)),
+            });
+            e
+        })?;
     }
     Ok(())
 }
@@ -197,8 +265,22 @@ pub fn count_option(who: &str, key: &str, value: f64) -> mlua::Result<u32> {
         Ok(value as u32)
     } else {
         Err(misuse(format!(
-            "{who}: {key} must be a whole number from 1 to {}, not {value}",
-            u32::MAX
+            "{who}: {key} must be a whole number from 1 to {}, not {}",
+            u32::MAX,
+            crate::duration::number_text(value)
+        )))
+    }
+}
+
+/// `temperature = value` from a script, by the rule the config file's `temperature` follows: a
+/// finite number from 0. (NaN reached the provider as `null`, and a negative one was sent.)
+pub fn temperature_option(who: &str, value: f64) -> mlua::Result<f64> {
+    if value.is_finite() && value >= 0.0 {
+        Ok(value)
+    } else {
+        Err(misuse(format!(
+            "{who}: temperature must be a number from 0, not {}",
+            crate::duration::number_text(value)
         )))
     }
 }

@@ -222,6 +222,7 @@ fn sample_params(lua: &Lua, spec: Table) -> mlua::Result<Json> {
         p.insert("systemPrompt".into(), json!(s));
     }
     if let Some(t) = number(&spec, "temperature", who)? {
+        let t = super::convert::temperature_option(who, t)?;
         p.insert("temperature".into(), json!(t));
     }
     match spec.get::<Value>("stop_sequences")? {
