@@ -236,6 +236,44 @@ fn fs_round_trip_in_the_sandbox() {
 }
 
 #[test]
+fn fs_write_keeps_a_symlink_and_the_file_s_mode() {
+    // Renamed over, the link became a plain file and the mode the temporary file's 0644: a
+    // script lost its exec bit, private notes became world-readable.
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    let sb = Sandbox::new();
+    let mode = |p: &str| std::fs::metadata(sb.path(p)).unwrap().permissions().mode() & 0o777;
+    let script = sb.write("tool.sh", "#!/bin/sh\n");
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o750)).unwrap();
+    let notes = sb.write("notes.txt", "old");
+    std::fs::set_permissions(&notes, std::fs::Permissions::from_mode(0o600)).unwrap();
+    symlink("notes.txt", sb.path("link.txt")).unwrap();
+    symlink(sb.path("link.txt"), sb.path("link2.txt")).unwrap();
+    let dir = sb.dir.path().display().to_string();
+    for flags in [vec![], vec![format!("--allow-write={dir}")]] {
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let run = sb
+            .lua(
+                r##"print(fs.write("tool.sh", "#!/bin/sh\necho hi\n"))
+                   print(fs.write("link2.txt", "through two links"))"##,
+                &flags,
+            )
+            .ok();
+        assert_eq!(run.lines(), ["true", "true"], "{flags:?}");
+        assert_eq!(mode("tool.sh"), 0o750, "{flags:?}");
+        assert_eq!(mode("notes.txt"), 0o600, "{flags:?}");
+        for link in ["link.txt", "link2.txt"] {
+            let meta = std::fs::symlink_metadata(sb.path(link)).unwrap();
+            assert!(meta.file_type().is_symlink(), "{link} {flags:?}");
+        }
+        assert_eq!(
+            std::fs::read_to_string(sb.path("notes.txt")).unwrap(),
+            "through two links"
+        );
+        std::fs::write(sb.path("notes.txt"), "old").unwrap();
+    }
+}
+
+#[test]
 fn a_relative_path_resolves_against_the_scripts_folder() {
     let sb = Sandbox::new();
     sb.write("data.txt", "beside the script");

@@ -5,7 +5,7 @@
 //! `tokio::fs`, so a slow disk suspends only the calling coroutine. Failures are `nil, err` with
 //! `err.kind` one of `not_found`, `permission_denied`, `io_error` and the path in the message.
 //! `fs.write` writes a temporary file beside the target and renames it over, so a reader sees
-//! the old file or the new one, never half of one.
+//! the old file or the new one, never half of one; a symlink stays a link and the file its mode.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -145,12 +145,18 @@ async fn list(dir: &Path) -> std::io::Result<Vec<String>> {
 
 /// Writes `bytes` to a temporary file in `path`'s folder, then renames it over `path`.
 ///
-/// A rename replaces a file whatever its mode, so a read-only target is refused here
-/// (`permission_denied`), as a write in place would be.
+/// What a write in place keeps, this keeps too:
+/// - a symlink stays a link: the file it ends at is written (a rename over the link replaced
+///   it with a plain file);
+/// - the file's mode: the temporary file takes it before the rename (a script made `0600`
+///   notes world-readable, and a written script lost its exec bit);
+/// - a read-only file is refused (`permission_denied`), though a rename would replace it.
 async fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    if let Ok(meta) = tokio::fs::metadata(path).await
-        && meta.is_file()
-        && meta.permissions().readonly()
+    let path = &link_target(path).await;
+    let existing = tokio::fs::metadata(path).await.ok().filter(|m| m.is_file());
+    if existing
+        .as_ref()
+        .is_some_and(|m| m.permissions().readonly())
     {
         return Err(std::io::Error::new(
             std::io::ErrorKind::PermissionDenied,
@@ -168,13 +174,34 @@ async fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         SEQ.fetch_add(1, Ordering::Relaxed)
     );
     let tmp = path.with_file_name(tmp_name);
-    if let Err(e) = tokio::fs::write(&tmp, bytes).await {
-        let _ = tokio::fs::remove_file(&tmp).await;
-        return Err(e);
-    }
-    if let Err(e) = tokio::fs::rename(&tmp, path).await {
+    let written = async {
+        tokio::fs::write(&tmp, bytes).await?;
+        if let Some(meta) = &existing {
+            tokio::fs::set_permissions(&tmp, meta.permissions()).await?;
+        }
+        tokio::fs::rename(&tmp, path).await
+    };
+    if let Err(e) = written.await {
         let _ = tokio::fs::remove_file(&tmp).await;
         return Err(e);
     }
     Ok(())
+}
+
+/// The path a chain of symlinks at `path` ends at (at most 40 links, the kernel's own limit),
+/// or `path` itself when it is not a link. A link to nothing ends at the path it names, which
+/// the write creates, as writing through the link in place would.
+async fn link_target(path: &Path) -> PathBuf {
+    let mut path = path.to_path_buf();
+    for _ in 0..40 {
+        let Ok(target) = tokio::fs::read_link(&path).await else {
+            break;
+        };
+        // An absolute target replaces the folder it is joined to.
+        path = match path.parent() {
+            Some(dir) => dir.join(target),
+            None => target,
+        };
+    }
+    path
 }
