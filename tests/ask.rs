@@ -437,6 +437,46 @@ fn options_in_the_history_s_place_are_named() {
 }
 
 #[test]
+fn a_misspelt_field_of_a_history_entry_or_a_file_is_named() {
+    // `file = ...` for `files`, `contnet_type`: the file was dropped without a word.
+    let fake = FakeProvider::start();
+    let sandbox = sandbox(&fake, "openai");
+    sandbox.write("a.txt", "attached");
+    let cases = [
+        (
+            r#"ai.ask({ { role = "user", content = "hi", file = { "a.txt" } } }, { provider = "openai" })"#,
+            "script.lua:1: ai.ask: history[1]: unknown field \"file\" (fields: role, content, \
+             files, tool_calls, tool_call_id, name, is_error)",
+        ),
+        (
+            r#"ai.run{ provider = "openai", prompt = "hi", files = { { path = "a.txt", contnet_type = "text/plain" } } }"#,
+            "script.lua:1: ai.run: files[1]: unknown field \"contnet_type\" (fields: path, data, \
+             ref, name, content_type, kind, size, sha256, shed, text)",
+        ),
+    ];
+    for (source, expected) in cases {
+        let run = sandbox.lua(source, &[]).failed();
+        assert!(run.stderr.contains(expected), "{source}\n{}", run.stderr);
+    }
+    assert!(fake.requests().is_empty(), "nothing reached the provider");
+    // What a turn gives back, files included, goes back as it is.
+    fake.push(Reply::text("seen"));
+    fake.push(Reply::text("again"));
+    let run = sandbox
+        .lua(
+            r#"local t = ai.take_turn{ provider = "openai", messages = {
+                 { role = "user", content = "look", files = { "a.txt" } } } }
+               local f = ai.view_file(t.messages[1].files[1].ref)
+               local again = ai.ask({ { role = "user", content = "and", files = { f } } },
+                 { provider = "openai" })
+               print(t.messages[2].content, again)"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.lines(), ["seen\tagain"], "{}", run.stderr);
+}
+
+#[test]
 fn keys_are_redacted_from_error_messages() {
     let fake = FakeProvider::start();
     let body = r#"{"error":{"message":"Incorrect API key provided: test-key-openai-0123456789","type":"invalid_request_error","code":"invalid_api_key"}}"#;

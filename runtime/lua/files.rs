@@ -12,6 +12,21 @@ use super::ai::core;
 use super::convert::misuse;
 use crate::vocab::FileRef;
 
+/// The fields a file entry may have: those that say where its bytes are, and those of a file
+/// table colony gives back ([`file_table`], [`view_file`]), so one can be passed back as it is.
+const SPEC_FIELDS: &[&str] = &[
+    "path",
+    "data",
+    "ref",
+    "name",
+    "content_type",
+    "kind",
+    "size",
+    "sha256",
+    "shed",
+    "text",
+];
+
 /// The files of `value` (a list as above); `at` names the field in errors.
 pub fn read_files(lua: &Lua, value: Value, at: &str) -> mlua::Result<Vec<FileRef>> {
     let list = match value {
@@ -43,6 +58,8 @@ fn read_file(lua: &Lua, entry: Value, at: &str) -> mlua::Result<FileRef> {
             if let Some(file) = held(lua, &t)? {
                 return Ok(file);
             }
+            // A misspelt field (`contnet_type`, `file`) would be dropped without a word.
+            super::convert::check_fields(&t, at, SPEC_FIELDS)?;
             let declared: Option<String> = t.get("content_type")?;
             if let Some(handle) = t.get::<Option<String>>("ref")? {
                 return library

@@ -12,6 +12,17 @@ use super::convert::{from_json, to_json};
 use super::files::{files_table, read_files};
 use crate::vocab::{FileRef, Message, Opaque, Part, Role, ToolCall, ToolResult};
 
+/// The fields a history entry may have: what [`history_table`] gives back.
+const ENTRY_FIELDS: &[&str] = &[
+    "role",
+    "content",
+    "files",
+    "tool_calls",
+    "tool_call_id",
+    "name",
+    "is_error",
+];
+
 /// A history: a string (one user message) or a list of `{ role, content, tool_calls?,
 /// tool_call_id? }`. Consecutive `tool` entries become one message of results.
 pub fn read_history(lua: &Lua, history: Value, who: &str) -> mlua::Result<Vec<Message>> {
@@ -39,6 +50,8 @@ pub fn read_history(lua: &Lua, history: Value, who: &str) -> mlua::Result<Vec<Me
         let Value::Table(entry) = entry? else {
             return Err(bad(format!("history[{n}] must be a table")));
         };
+        // A misspelt field (`file = ...`, `contnet`) would drop what it holds without a word.
+        super::convert::check_fields(&entry, &format!("{who}: history[{n}]"), ENTRY_FIELDS)?;
         let role: String = entry
             .get("role")
             .map_err(|_| bad(format!("history[{n}] needs a role")))?;

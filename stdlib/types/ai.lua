@@ -28,6 +28,7 @@ ai = {}
 --- from the name; each provider gets the file in the form its API documents, or a one-line
 --- note that its content is absent. Only the newest file-bearing message inlines its files;
 --- older ones become a reference line the model can follow with the `view_file` tool.
+--- A field not listed here or on `ai.File` is refused, naming it (a misspelt one would drop the file).
 ---@alias ai.FileSpec string|{ path?: string, name?: string, content_type?: string, data?: string, ref?: string }
 
 ---@class ai.File a recorded file, as colony gives it back
@@ -41,7 +42,7 @@ ai = {}
 ---@field text? string the bytes as text, for a text file (from ai.view_file)
 ---@field shed? string why the provider refused it (it travels as a note saying it was removed)
 
----@class ai.Message
+---@class ai.Message a history entry; a field not listed here is refused, naming it
 ---@field role ai.Role
 ---@field content? string|table text (a table is sent as JSON); may be absent beside tool_calls
 ---@field files? ai.FileSpec[] on a user entry, attached to it; on a tool entry, carried by that result; given back as ai.File tables (plain data: they encode and store, and a decoded copy finds its file by ref while the program holds it)
