@@ -494,8 +494,11 @@ while true do
       end
     end
   elseif command == "attach" then
-    if rest == "" or not fs.exists(rest) then
+    local st = rest ~= "" and fs.stat(rest)
+    if not st then
       print("no such file: " .. rest)
+    elseif st.is_dir then
+      print(rest .. ": a folder, not a file")
     else
       pending[#pending + 1] = fs.absolute(rest)
       print(dim("attached " .. rest .. " to the next message"))

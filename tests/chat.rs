@@ -272,6 +272,20 @@ fn attachments_are_checked_and_passed_on() {
         "{}",
         run.stderr
     );
+    // A folder is named as one, not as missing.
+    let folder = sb.path("a-folder");
+    std::fs::create_dir(&folder).unwrap();
+    let run = sb
+        .colony(&["chat", "--file", &folder.display().to_string(), "Look"])
+        .failed();
+    assert!(
+        run.stderr.contains(&format!(
+            "--file {}: a folder, not a file",
+            folder.display()
+        )),
+        "{}",
+        run.stderr
+    );
     assert_eq!(model_calls(&fake).len(), 0);
     let file = sb.write("n.csv", "a,b\n1,2\n");
     fake.push(Reply::text("Two columns."));
@@ -335,6 +349,13 @@ fn interactive_commands() {
     say(
         "/attach /no/such.csv",
         &["no such file: /no/such.csv"],
+        "chat> ",
+    );
+    // A folder is refused where it is named, not accepted and failed at the next message.
+    let folder = sb.dir.path().display().to_string();
+    say(
+        &format!("/attach {folder}"),
+        &[&format!("{folder}: a folder, not a file")],
         "chat> ",
     );
     say(

@@ -78,6 +78,30 @@ fn a_missing_script_is_named() {
 }
 
 #[test]
+fn a_folder_given_for_a_script_is_named_as_one() {
+    // It was "no such file" to some commands and the OS's "Is a directory" (exit 1) to `run`.
+    let sb = Sandbox::new();
+    let d = sb.dir.path().display().to_string();
+    for command in [
+        &["run", &d][..],
+        &["state", &d],
+        &["serve", &d],
+        &["mcp", "serve", &d],
+    ] {
+        let run = sb.colony(command);
+        assert_eq!(run.code, 2, "{command:?}\n{}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!("{d}: a folder, not a file")),
+            "{command:?}\n{}",
+            run.stderr
+        );
+    }
+    // A pipe is read as the program it carries.
+    let run = sb.colony(&["run", "/dev/stdin"]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+}
+
+#[test]
 fn unknown_provider_is_refused() {
     let run = Sandbox::new()
         .colony(&["ask", "--provider", "nope", "hi"])

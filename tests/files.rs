@@ -493,6 +493,44 @@ ai.watch{}
 }
 
 #[test]
+fn what_no_api_could_take_is_refused_before_it_is_read() {
+    // A file larger than any API takes was read whole (3 GB of it, to become a note), a folder
+    // failed with the OS's words, and /dev/zero was read for ever.
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake, "gemini");
+    let big = std::fs::File::create(sb.path("huge.log")).unwrap();
+    big.set_len(3_000_000_000).unwrap(); // sparse: no disk used
+    std::fs::create_dir(sb.path("notes")).unwrap();
+    let at = sb.path("script.lua").display().to_string();
+    let d = sb.dir.path().display().to_string();
+    let run = sb
+        .lua(
+            r#"for _, p in ipairs{ "huge.log", "notes", "/dev/zero" } do
+                 print(select(2, pcall(ai.ask, { { role = "user", content = "x", files = { p } } })))
+               end"#,
+            &[],
+        )
+        .ok();
+    let refused = |path: &str, why: &str| {
+        format!("{at}:2: ai.ask: history[1].files[1]: cannot read {path}: {why}")
+    };
+    assert_eq!(
+        run.lines(),
+        [
+            refused(
+                &format!("{d}/huge.log"),
+                "3.0 GB is more than any model's API takes in one file (75.0 MB)"
+            ),
+            refused(&format!("{d}/notes"), "a folder, not a file"),
+            refused("/dev/zero", "not a regular file (a device or a pipe)"),
+        ],
+        "{}",
+        run.stderr
+    );
+    assert!(fake.requests().is_empty(), "nothing reached the provider");
+}
+
+#[test]
 fn bad_file_lists_name_the_field() {
     let fake = FakeProvider::start();
     let sb = sandbox(&fake, "openai");

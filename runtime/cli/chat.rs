@@ -66,9 +66,9 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     }
     // Attachments travel as absolute paths: whatever reads them later need not know our cwd.
     for file in &args.files {
-        if !file.is_file() {
+        if let Some(why) = super::not_a_file(file) {
             return Err(Failure::input(format!(
-                "colony chat: --file {}: no such file",
+                "colony chat: --file {}: {why}",
                 file.display()
             )));
         }

@@ -55,17 +55,19 @@ pub struct InstallArgs {
     sandbox: SandboxArgs,
 }
 
-fn missing(file: &Path) -> Failure {
-    Failure::input(format!(
-        "colony: cannot read {}: no such file",
-        file.display()
-    ))
+/// `file` when it is a file to read, else the failure naming why not.
+fn program_file(file: &Path) -> Result<(), Failure> {
+    match super::not_a_file(file) {
+        None => Ok(()),
+        Some(why) => Err(Failure::input(format!(
+            "colony: cannot read {}: {why}",
+            file.display()
+        ))),
+    }
 }
 
 pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
-    if !args.file.is_file() {
-        return Err(missing(&args.file));
-    }
+    program_file(&args.file)?;
     // First: whatever the program prints from its first line on goes to stderr.
     let streams = stdio::protocol_streams().map_err(|e| {
         Failure::run(format!(
@@ -166,9 +168,7 @@ pub fn entry(file: &Path, flags: &[String]) -> Result<Value, Failure> {
 }
 
 pub fn install(args: InstallArgs) -> Result<(), Failure> {
-    if !args.file.is_file() {
-        return Err(missing(&args.file));
-    }
+    program_file(&args.file)?;
     if args.name.trim().is_empty() {
         return Err(Failure::input(
             "colony mcp install: --name must not be empty",

@@ -180,6 +180,17 @@ fn init_logging(json: bool) {
 }
 
 /// The core for one command: the config file, and the cassette options.
+/// Why `path`, given as a file to read, is not one (`no such file`, `a folder, not a file`), as
+/// the end of a message; `None` for something to read (a file, or a pipe: `colony run <(...)`).
+/// A folder was reported as missing, or failed later with the OS's "Is a directory".
+pub fn not_a_file(path: &std::path::Path) -> Option<&'static str> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => Some("a folder, not a file"),
+        Ok(_) => None,
+        Err(_) => Some("no such file"),
+    }
+}
+
 pub fn build_core(cassettes: &Cassettes, handle: &tokio::runtime::Handle) -> Result<Core, Failure> {
     let replay = match &cassettes.replay {
         Some(path) => Some(Arc::new(

@@ -49,9 +49,9 @@ pub struct Args {
 
 pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     let core = build_core(&args.cassettes, handle)?;
-    if !args.file.exists() {
+    if let Some(why) = super::not_a_file(&args.file) {
         return Err(Failure::input(format!(
-            "colony: cannot read {}: no such file",
+            "colony: cannot read {}: {why}",
             args.file.display()
         )));
     }

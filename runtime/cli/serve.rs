@@ -229,9 +229,9 @@ fn programs(
         ));
     }
     for l in &launches {
-        if !l.file.is_file() {
+        if let Some(why) = super::not_a_file(&l.file) {
             return Err(Failure::input(format!(
-                "colony: cannot read {}: no such file",
+                "colony: cannot read {}: {why}",
                 l.file.display()
             )));
         }

@@ -29,11 +29,11 @@ pub fn run(args: Args) -> Result<(), Failure> {
 }
 
 fn existing_script(command: &str, script: &Path) -> Result<(), Failure> {
-    if script.is_file() {
+    let Some(why) = super::not_a_file(script) else {
         return Ok(());
-    }
+    };
     Err(Failure::input(format!(
-        "colony {command}: {}: no such file (the state directory is named after the script's \
+        "colony {command}: {}: {why} (the state directory is named after the script's \
          path; pass --state DIR for a directory of your choosing)",
         script.display()
     )))

@@ -48,6 +48,10 @@ pub struct SizeLimits {
 
 const MB: u64 = 1_000_000;
 
+/// The largest file any API here takes inline (Gemini's 100 MB of base64): a larger one could
+/// only ever travel as a note, so it is refused when attached rather than read.
+pub const LARGEST_FILE: u64 = 100 * MB / 4 * 3;
+
 /// The documented limits for `kind` on `style`'s wire (raw bytes, base64 accounted for).
 pub fn size_limits(style: Style, kind: FileKind) -> SizeLimits {
     // Raw bytes whose base64 fits in `wire` bytes.
@@ -246,6 +250,16 @@ mod tests {
             data: None,
             shed: None,
         }
+    }
+
+    #[test]
+    fn no_api_takes_a_file_larger_than_the_largest_file() {
+        use FileKind::*;
+        let largest = [Style::Anthropic, Style::Openai, Style::Gemini]
+            .into_iter()
+            .flat_map(|s| [Image, Pdf, Text, Audio, Video, Other].map(|k| size_limits(s, k).file))
+            .max();
+        assert_eq!(largest, Some(LARGEST_FILE));
     }
 
     #[test]

@@ -28,6 +28,42 @@ pub use library::Library;
 
 use crate::vocab::FileRef;
 
+/// The bytes of a file to attach, read only when something could send them: a folder, a device
+/// or a pipe is refused (`/dev/zero` never ended), and so is a file larger than any API takes
+/// ([`forms::LARGEST_FILE`]), before a byte is read (it was read whole: a 3 GB file took 6 GB of
+/// memory on its way to becoming a note). The error's text ends a message naming the path.
+pub fn read_to_attach(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let refuse = |why: String| Err(std::io::Error::other(why));
+    let too_large = |size: u64| {
+        format!(
+            "{} is more than any model's API takes in one file ({})",
+            human_size(size),
+            human_size(forms::LARGEST_FILE)
+        )
+    };
+    // Asked of the path first: opening a pipe waits for a writer.
+    let meta = std::fs::metadata(path)?;
+    if meta.is_dir() {
+        return refuse("a folder, not a file".into());
+    }
+    if !meta.is_file() {
+        return refuse("not a regular file (a device or a pipe)".into());
+    }
+    if meta.len() > forms::LARGEST_FILE {
+        return refuse(too_large(meta.len()));
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    std::fs::File::open(path)?
+        .take(forms::LARGEST_FILE + 1)
+        .read_to_end(&mut bytes)?;
+    // A file that grew as it was read.
+    if bytes.len() as u64 > forms::LARGEST_FILE {
+        return refuse(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
 /// The closed set of kinds a provider's rules are written against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -159,7 +195,8 @@ pub fn human_size(size: u64) -> String {
     match size {
         s if s < 1000 => format!("{s} B"),
         s if s < 1_000_000 => format!("{:.1} KB", s as f64 / 1e3),
-        s => format!("{:.1} MB", s as f64 / 1e6),
+        s if s < 1_000_000_000 => format!("{:.1} MB", s as f64 / 1e6),
+        s => format!("{:.1} GB", s as f64 / 1e9),
     }
 }
 

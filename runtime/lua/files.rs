@@ -99,7 +99,7 @@ fn read_path(
         crate::permissions::Access::Read,
         &super::fs::resolve(lua, path),
     )?;
-    let bytes = std::fs::read(&full)
+    let bytes = crate::files::read_to_attach(&full)
         .map_err(|e| misuse(format!("{at}: cannot read {}: {e}", full.display())))?;
     Ok((full, bytes))
 }
