@@ -37,7 +37,8 @@ pub fn read_to_attach(path: &Path) -> std::io::Result<Vec<u8>> {
     let refuse = |why: String| Err(std::io::Error::other(why));
     let too_large = |size: u64| {
         format!(
-            "{} is more than any model's API takes in one file ({})",
+            "{} is more than any model's API takes in one file ({}); attach a part of it \
+             as {{ name = ..., data = ... }}",
             human_size(size),
             human_size(forms::LARGEST_FILE)
         )
