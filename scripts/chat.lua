@@ -452,7 +452,10 @@ while true do
   local line, why = term.readline(use .. "> ")
   if not line then
     if why == "interrupted" or why == "eof" then break end
-    error("colony chat: " .. tostring(why), 0)
+    -- Input that is not UTF-8 text, say: said in one line, the conversation so far kept.
+    note("colony chat: cannot read the next line: " .. tostring(why):gsub("^io_error: ", "")
+      .. " (colony chat reads UTF-8 text)")
+    os.exit(1)
   end
   local command, rest = line:match("^/(%S+)%s*(.-)%s*$")
   if command == "exit" or command == "quit" then

@@ -453,6 +453,29 @@ fn piped_lines_are_a_conversation_and_a_failure_fails_the_run() {
     assert_eq!(transcript(&calls[2]).len(), 5);
     let history = sb.colony(&["chat", "--history"]).ok();
     assert!(!history.stdout.contains("Third"), "{}", history.stdout);
+    // A line that is not UTF-8 (Latin-1 here) ends the run in one line, not a Lua traceback,
+    // and what came before it is kept.
+    fake.push(Reply::text("Four."));
+    let mut child = sb
+        .command(&["chat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    stdin.write_all(b"Fourth\ncaf\xe9\n").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        "colony chat: cannot read the next line: stream did not contain valid UTF-8 (colony \
+         chat reads UTF-8 text)"
+    );
+    let history = sb.colony(&["chat", "--history"]).ok();
+    assert!(history.stdout.contains("Four."), "{}", history.stdout);
 }
 
 #[test]

@@ -274,6 +274,43 @@ fn fs_write_keeps_a_symlink_and_the_file_s_mode() {
 }
 
 #[test]
+fn a_wrong_argument_names_the_function_as_lua_s_own_do() {
+    // mlua's refusal was "bad argument #1: error converting Lua nil to string": no function.
+    let sb = Sandbox::new();
+    let at = sb.path("script.lua").display().to_string();
+    let run = sb
+        .lua(
+            r#"for _, f in ipairs{ "fs.read", "fs.write", "fs.list", "fs.stat", "fs.exists",
+                                   "fs.absolute", "json.decode", "ai.sleep", "ai.mail" } do
+                 local m, n = f:match("(%w+)%.(%w+)")
+                 print(select(2, pcall(_G[m][n], nil)))
+               end
+               print(select(2, pcall(fs.write, "x.txt", {})))"#,
+            &[],
+        )
+        .ok();
+    let line = |who: &str, n: usize, want: &str, got: &str| {
+        format!("{at}:4: bad argument #{n} to '{who}': {want} expected, got {got}")
+    };
+    let mut expected: Vec<String> = [
+        "fs.read",
+        "fs.write",
+        "fs.list",
+        "fs.stat",
+        "fs.exists",
+        "fs.absolute",
+        "json.decode",
+    ]
+    .iter()
+    .map(|who| line(who, 1, "string", "nil"))
+    .collect();
+    expected.push(line("ai.sleep", 1, "number", "nil"));
+    expected.push(line("ai.mail", 1, "table", "nil"));
+    expected.push(line("fs.write", 2, "string", "table").replace(":4:", ":6:"));
+    assert_eq!(run.lines(), expected, "{}", run.stderr);
+}
+
+#[test]
 fn a_relative_path_resolves_against_the_scripts_folder() {
     let sb = Sandbox::new();
     sb.write("data.txt", "beside the script");

@@ -54,7 +54,8 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     // `ai.sleep(ms)`: waits without holding up any other coroutine.
     ai.set(
         "sleep",
-        lua.create_async_function(|_, ms: f64| async move {
+        lua.create_async_function(|lua, ms: Value| async move {
+            let ms: f64 = super::convert::arg(&lua, "ai.sleep", 1, ms)?;
             let wait = super::convert::millis_option("ai.sleep", "ms", ms)?;
             tokio::time::sleep(wait).await;
             Ok(())

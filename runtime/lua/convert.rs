@@ -245,6 +245,28 @@ pub fn flag(t: &mlua::Table, key: &str, who: &str) -> mlua::Result<Option<bool>>
     }
 }
 
+/// Argument `pos` of `who` as `T`, refused as Lua refuses its own functions' arguments:
+/// `bad argument #1 to 'fs.read': ...`. A callback's typed arguments are converted by mlua, which
+/// does not know the name the function has in Lua: its refusal named neither the function nor,
+/// under `pcall`, the line.
+pub fn arg<T: mlua::FromLua>(lua: &Lua, who: &str, pos: usize, value: Value) -> mlua::Result<T> {
+    T::from_lua(value, lua).map_err(|cause| {
+        let why = match &cause {
+            mlua::Error::FromLuaConversionError { from, to, .. } => {
+                // Lua's own type names: mlua names the Rust type it converts to.
+                let to = match to.as_str() {
+                    "f32" | "f64" | "i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64"
+                    | "usize" | "isize" => "number",
+                    other => other,
+                };
+                format!("{to} expected, got {from}")
+            }
+            other => other.to_string(),
+        };
+        misuse(format!("bad argument #{pos} to '{who}': {why}"))
+    })
+}
+
 /// A mistake in how a script called a function, as a Lua error whose text is just `message`
 /// (mlua's own runtime errors print a "runtime error: " prefix a script author did not write).
 pub fn misuse(message: impl Into<String>) -> mlua::Error {

@@ -13,7 +13,7 @@ use std::time::UNIX_EPOCH;
 
 use mlua::{Lua, LuaString, MultiValue, Table, Value};
 
-use super::convert::error_table;
+use super::convert::{arg, error_table};
 use crate::permissions::Access;
 
 /// The folder of the script the VM runs, for resolving relative paths.
@@ -24,7 +24,8 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     let fs = lua.create_table()?;
     fs.set(
         "read",
-        lua.create_async_function(|lua, path: LuaString| async move {
+        lua.create_async_function(|lua, path: Value| async move {
+            let path: LuaString = arg(&lua, "fs.read", 1, path)?;
             let path = checked(&lua, "fs.read", Access::Read, &path)?;
             match tokio::fs::read(&path).await {
                 Ok(bytes) => ok(Value::String(lua.create_string(&bytes)?)),
@@ -34,7 +35,9 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     )?;
     fs.set(
         "write",
-        lua.create_async_function(|lua, (path, text): (LuaString, LuaString)| async move {
+        lua.create_async_function(|lua, (path, text): (Value, Value)| async move {
+            let path: LuaString = arg(&lua, "fs.write", 1, path)?;
+            let text: LuaString = arg(&lua, "fs.write", 2, text)?;
             let path = checked(&lua, "fs.write", Access::Write, &path)?;
             let bytes = text.as_bytes().to_vec();
             match write_atomic(&path, &bytes).await {
@@ -45,7 +48,8 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     )?;
     fs.set(
         "list",
-        lua.create_async_function(|lua, dir: LuaString| async move {
+        lua.create_async_function(|lua, dir: Value| async move {
+            let dir: LuaString = arg(&lua, "fs.list", 1, dir)?;
             let dir = checked(&lua, "fs.list", Access::Read, &dir)?;
             match list(&dir).await {
                 Ok(names) => {
@@ -58,7 +62,8 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     )?;
     fs.set(
         "stat",
-        lua.create_async_function(|lua, path: LuaString| async move {
+        lua.create_async_function(|lua, path: Value| async move {
+            let path: LuaString = arg(&lua, "fs.stat", 1, path)?;
             let path = checked(&lua, "fs.stat", Access::Read, &path)?;
             match tokio::fs::metadata(&path).await {
                 Ok(meta) => {
@@ -79,7 +84,8 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     )?;
     fs.set(
         "exists",
-        lua.create_async_function(|lua, path: LuaString| async move {
+        lua.create_async_function(|lua, path: Value| async move {
+            let path: LuaString = arg(&lua, "fs.exists", 1, path)?;
             let path = checked(&lua, "fs.exists", Access::Read, &path)?;
             Ok(tokio::fs::try_exists(&path).await.unwrap_or(false))
         })?,
@@ -89,8 +95,8 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     // runs elsewhere (a file attached to a message).
     fs.set(
         "absolute",
-        lua.create_function(|lua, path: LuaString| {
-            let path = resolve(lua, &path);
+        lua.create_function(|lua, path: Value| {
+            let path = resolve(lua, &arg(lua, "fs.absolute", 1, path)?);
             Ok(std::path::absolute(&path)
                 .unwrap_or(path)
                 .display()

@@ -31,7 +31,8 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     )?;
     json.set(
         "decode",
-        lua.create_function(|lua, text: mlua::LuaString| {
+        lua.create_function(|lua, text: Value| {
+            let text: mlua::LuaString = super::convert::arg(lua, "json.decode", 1, text)?;
             decode_json(lua, &text.as_bytes(), "json.decode")
         })?,
     )?;

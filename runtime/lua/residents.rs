@@ -87,7 +87,9 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     )?;
     ai.set(
         "mail",
-        lua.create_function(|lua, opts: Table| mail(lua, opts))?,
+        lua.create_function(|lua, opts: Value| {
+            mail(lua, super::convert::arg(lua, "ai.mail", 1, opts)?)
+        })?,
     )?;
     ai.set(
         "dismiss",
