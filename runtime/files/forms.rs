@@ -184,7 +184,7 @@ pub fn note(file: &FileRef) -> String {
 /// A text file inlined: a header naming it, the content (at most [`TEXT_CAP`] code points, with
 /// an explicit marker when cut), and an end line. Invalid UTF-8 is replaced, not refused.
 pub fn inline_text(file: &FileRef, bytes: &[u8]) -> String {
-    let text = String::from_utf8_lossy(bytes);
+    let text = super::text_of(bytes);
     let total = text.chars().count();
     let mut out = format!(
         "[file {} ({}, {})]\n",

@@ -158,12 +158,54 @@ pub fn content_type_of(declared: Option<&str>, name: &str, bytes: &[u8]) -> Stri
         return normalize(t.mime_type());
     }
     if let Some(guess) = mime_guess::from_path(Path::new(name)).first_raw() {
-        return normalize(guess);
+        let guess = normalize(guess);
+        // A name is only a claim: bytes with NULs in them (and no UTF-16 mark) are not text
+        // whatever they are called, and inlined they were pages of replacement characters.
+        if classify(&guess) == FileKind::Text && looks_binary(bytes) {
+            return mime::APPLICATION_OCTET_STREAM.to_string();
+        }
+        return guess;
     }
-    if !bytes.contains(&0) && std::str::from_utf8(bytes).is_ok() {
+    if (!bytes.contains(&0) && std::str::from_utf8(bytes).is_ok()) || utf16_order(bytes).is_some() {
         return "text/plain".into();
     }
     mime::APPLICATION_OCTET_STREAM.to_string()
+}
+
+/// Whether `bytes` hold a NUL in their first 8,000 (git's test for a binary file), not counting
+/// text in UTF-16 with its byte-order mark, where NULs are every other byte of ASCII.
+fn looks_binary(bytes: &[u8]) -> bool {
+    let head = &bytes[..bytes.len().min(8000)];
+    head.contains(&0) && utf16_order(bytes).is_none()
+}
+
+/// Whether `bytes` start with a UTF-16 byte-order mark: `Some(true)` little-endian.
+fn utf16_order(bytes: &[u8]) -> Option<bool> {
+    match bytes {
+        [0xFF, 0xFE, ..] => Some(true),
+        [0xFE, 0xFF, ..] => Some(false),
+        _ => None,
+    }
+}
+
+/// A text file's bytes as text: UTF-16 when it starts with that byte-order mark (Windows
+/// editors write it), else UTF-8 (a UTF-8 mark dropped); anything undecodable becomes U+FFFD.
+pub fn text_of(bytes: &[u8]) -> std::borrow::Cow<'_, str> {
+    if let Some(little) = utf16_order(bytes) {
+        let units = bytes[2..].chunks_exact(2).map(|pair| {
+            let pair = [pair[0], pair[1]];
+            if little {
+                u16::from_le_bytes(pair)
+            } else {
+                u16::from_be_bytes(pair)
+            }
+        });
+        return char::decode_utf16(units)
+            .map(|c| c.unwrap_or(char::REPLACEMENT_CHARACTER))
+            .collect::<String>()
+            .into();
+    }
+    String::from_utf8_lossy(bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes))
 }
 
 /// Records `bytes` under `name`, with the caller's content type if any: the reference a message
@@ -204,6 +246,45 @@ pub fn human_size(size: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_text_name_on_binary_bytes_is_not_text_and_utf16_is_read_as_text() {
+        let utf16 = |little: bool, text: &str| -> Vec<u8> {
+            let mut out = if little {
+                vec![0xFF, 0xFE]
+            } else {
+                vec![0xFE, 0xFF]
+            };
+            for u in text.encode_utf16() {
+                out.extend(if little {
+                    u.to_le_bytes()
+                } else {
+                    u.to_be_bytes()
+                });
+            }
+            out
+        };
+        // Bytes with NULs called .txt: not text, so a note rather than replacement characters.
+        let binary = [0x00, 0x9c, 0x01, 0xff, 0x00, 0x42];
+        assert_eq!(
+            content_type_of(None, "dump.txt", &binary),
+            "application/octet-stream"
+        );
+        // Declared by the caller, the type stands.
+        assert_eq!(
+            content_type_of(Some("text/plain"), "dump.txt", &binary),
+            "text/plain"
+        );
+        for little in [true, false] {
+            let bytes = utf16(little, "caf\u{e9} \u{1F600}");
+            assert_eq!(content_type_of(None, "notes.txt", &bytes), "text/plain");
+            assert_eq!(content_type_of(None, "notes", &bytes), "text/plain");
+            assert_eq!(text_of(&bytes), "caf\u{e9} \u{1F600}");
+        }
+        assert_eq!(text_of(b"\xEF\xBB\xBFplain"), "plain");
+        assert_eq!(text_of(b"caf\xe9"), "caf\u{FFFD}");
+        assert_eq!(content_type_of(None, "a.csv", b"a,b\n1,2\n"), "text/csv");
+    }
 
     #[test]
     fn content_types_are_normalised() {

@@ -181,7 +181,7 @@ pub fn view_file(lua: &Lua, handle: String) -> mlua::Result<(Value, Option<Strin
     if let Some(bytes) = file.data.as_deref() {
         t.set("data", lua.create_string(bytes)?)?;
         if crate::files::kind_of(&file) == crate::files::FileKind::Text {
-            t.set("text", String::from_utf8_lossy(bytes).into_owned())?;
+            t.set("text", crate::files::text_of(bytes).into_owned())?;
         }
     }
     Ok((Value::Table(t), None))
