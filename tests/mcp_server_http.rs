@@ -196,12 +196,20 @@ struct Reply {
 impl Raw {
     fn new(served: &Served) -> Raw {
         Raw {
+            url: format!("{}/mcp", served.url),
+            ..Raw::new_detached()
+        }
+    }
+
+    /// A client with no URL yet, for a thread of its own.
+    fn new_detached() -> Raw {
+        Raw {
             rt: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap(),
             http: reqwest::Client::new(),
-            url: format!("{}/mcp", served.url),
+            url: String::new(),
         }
     }
 
@@ -600,4 +608,71 @@ fn two_programs_exporting_one_name_list_it_once_and_the_log_names_whose() {
         assert_eq!(log.matches(&warning).count(), 1, "{warning}\n{log}");
     }
     drop(served);
+}
+
+#[test]
+fn a_tool_call_in_flight_at_sigterm_is_given_the_grace_and_answered() {
+    // A client's tools/call was cut off the moment the service drained, where a resident's
+    // turn in flight had its grace.
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let started = sb.path("started");
+    let program = sb.write(
+        "slow.lua",
+        &format!(
+            r#"ai.tool{{ name = "slow", description = "takes its time", exportable = true,
+  parameters = {{}},
+  handler = function()
+    fs.write("{}", "yes")
+    ai.sleep(1500)
+    return "finished"
+  end }}
+"#,
+            started.display()
+        ),
+    );
+    // A served program is granted nothing by default.
+    let allow = format!("--allow-write={}", sb.dir.path().display());
+    let mut served = Served::start(&sb, &[&allow, &program.display().to_string()]);
+    let raw = Raw::new(&served);
+    let r = raw.post(&[], initialize("2025-11-25"));
+    let session = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+    raw.post(
+        &[
+            ("mcp-session-id", session.as_str()),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    let call = {
+        let (url, session) = (served.url.clone(), session.clone());
+        std::thread::spawn(move || {
+            let raw = Raw {
+                url: format!("{url}/mcp"),
+                ..Raw::new_detached()
+            };
+            let headers = [
+                ("mcp-session-id", session.as_str()),
+                ("mcp-protocol-version", "2025-11-25"),
+            ];
+            raw.post(
+                &headers,
+                json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                       "params": {"name": "slow", "arguments": {}}}),
+            )
+        })
+    };
+    support::serve::eventually("the call starts", || started.exists());
+    served.signal("TERM");
+    let answer = call.join().unwrap();
+    let result = &answer.messages.last().unwrap_or(&Value::Null)["result"];
+    assert_eq!(
+        result["content"][0]["text"],
+        "finished",
+        "{}\n{}",
+        answer.text,
+        served.stderr()
+    );
+    assert_eq!(result["isError"], false, "{}", answer.text);
+    assert_eq!(served.wait(), Some(0), "{}", served.stderr());
 }

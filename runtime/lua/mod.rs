@@ -399,6 +399,7 @@ async fn run_on_this_thread(
         )
     {
         lifecycle.stopped().await;
+        lifecycle.finish_calls().await;
     }
     // The MCP servers the program kept open are shut down in order, not killed.
     lifecycle.close_servers().await;

@@ -402,6 +402,14 @@ impl Lifecycle {
         self.inner.route.stopped().await
     }
 
+    /// After a stop of a program with no watch (one that lingers, served over MCP, after its
+    /// main chunk): waits up to the grace for calls from outside still in flight
+    /// ([`Route::hold`]), as a watch waits for turns in flight.
+    pub async fn finish_calls(&self) {
+        let route = &self.inner.route;
+        route.shutdown(route.grace()).await;
+    }
+
     /// Ends the grace of a stop now: turns still in flight are stopped where they are (a
     /// second Ctrl-C). Called before the stop, it leaves that stop no grace.
     pub fn cut_short(&self) {

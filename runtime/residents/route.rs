@@ -674,6 +674,14 @@ impl Route {
         *self.inner.cut_short.borrow()
     }
 
+    /// Holds a stop's [`Route::shutdown`] while the returned guard lives, as a resident's turn
+    /// in flight does: a call from outside (an MCP client's `tools/call`) is given the same
+    /// grace, rather than cut off the moment the program is asked to stop.
+    pub fn hold(&self) -> impl Drop + Send + 'static {
+        self.inner.tasks.fetch_add(1, Ordering::AcqRel);
+        TaskCount(self.inner.clone())
+    }
+
     /// Resident tasks in the middle of a turn.
     pub fn busy(&self) -> usize {
         read(&self.inner.table)
@@ -682,8 +690,8 @@ impl Route {
             .count()
     }
 
-    /// After [`Route::stop`]: waits up to `grace` for turns in flight to finish (or until
-    /// [`Route::cut_short`]), then ends the tasks still running. Returns how many had to be cut
+    /// After [`Route::stop`]: waits up to `grace` for turns in flight (and [`Route::hold`]s) to
+    /// finish (or until [`Route::cut_short`]), then ends the tasks still running. Returns how many had to be cut
     /// off.
     pub async fn shutdown(&self, grace: Duration) -> usize {
         let deadline = tokio::time::Instant::now() + grace;
@@ -772,7 +780,7 @@ impl Inner {
     }
 }
 
-/// Counts a resident task until it is dropped, aborted or not.
+/// Counts a resident task (or a [`Route::hold`]) until it is dropped, aborted or not.
 struct TaskCount(Arc<Inner>);
 
 impl Drop for TaskCount {

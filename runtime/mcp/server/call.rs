@@ -57,6 +57,8 @@ pub async fn tool(
     caller: &Caller,
     client: Option<Client>,
 ) -> Outcome {
+    // A stop waits for this call as for a turn in flight, up to its grace.
+    let _in_flight = route.hold();
     let call = ToolCall {
         id: call_id(),
         name: tool.spec.name.clone(),
