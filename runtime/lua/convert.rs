@@ -7,7 +7,7 @@ use crate::providers::ProviderError;
 
 /// A Lua value as JSON. Empty tables become `{}`; tables marked with `json.array` (or decoded
 /// from a JSON array) become `[]`. A value JSON has no form for is refused, naming what it is and
-/// where it sits (`at items[2].score`), rather than changed or cut:
+/// where it sits (`items[2].score: ...`), rather than changed or cut:
 /// - a table that is a list (`#t > 0`) and also holds other keys (`{ 1, 2, x = 3 }`, or an item
 ///   past the list's end): read as a list, it lost those keys without a word;
 /// - NaN or an infinity: serde_json writes them as `null`, so `temperature = 0/0` reached a
