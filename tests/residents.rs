@@ -978,3 +978,37 @@ print(ai.watch{})
         "the refused mail was never saved"
     );
 }
+
+#[test]
+fn a_turn_that_reaches_max_steps_is_over_and_the_program_ends() {
+    // The model calls a tool at every step, the last one included: the turn ends with the
+    // results of the calls it did not run. That was read as a turn stopped midway, so the
+    // resident was never at rest and the watch never returned; restored, it went on calling.
+    let fake = FakeProvider::start();
+    fake.set_responder(|_, _| Reply::tool_calls(vec![("c1", "spin", json!({}))]));
+    let sb = styled(&fake, "openai");
+    let state = sb.path("state").display().to_string();
+    let program = |mail: bool| {
+        format!(
+            r#"
+local spin = ai.tool{{ name = "spin", description = "d", parameters = {{}},
+  handler = function() return "ok" end }}
+ai.spawn{{ name = "w", provider = "openai", model = "m", tools = {{ spin }}, max_steps = 2,
+  persist_conversation = true,
+  sources = {{ function(self)
+    if {mail} then ai.mail{{ to = self, source = "t", content = "go", hop = 0 }} end
+  end }} }}
+print(ai.watch{{}})
+"#
+        )
+    };
+    let first = sb.lua(&program(true), &["--max-time", "30", "--state", &state]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert_eq!(first.lines(), ["idle"]);
+    assert_eq!(support::model_calls(&fake).len(), 2);
+    // Restored, the turn is not continued: no new mail, no model call.
+    let again = sb.lua(&program(false), &["--max-time", "30", "--state", &state]);
+    assert_eq!(again.code, 0, "{}", again.stderr);
+    assert_eq!(again.lines(), ["idle"]);
+    assert_eq!(support::model_calls(&fake).len(), 2);
+}

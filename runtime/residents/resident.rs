@@ -374,10 +374,13 @@ impl Resident {
     }
 
     /// Whether the conversation stops in the middle of a turn (calls without results, or
-    /// results the model has not read): the resident continues it before taking new mail.
+    /// results the model has not read): the resident continues it before taking new mail. A
+    /// turn that reached its `max_steps` ends with the results of the calls it did not run, and
+    /// is over: read as unfinished, it kept the program from ever being at rest (a watch that
+    /// never returned) and would have been continued after a restart.
     fn mid_turn(&self) -> bool {
         self.lock().last().is_some_and(|m| {
-            m.role == crate::vocab::Role::Tool
+            (m.role == crate::vocab::Role::Tool && !crate::turn::take_turn::ended_at_step_limit(m))
                 || (m.role == crate::vocab::Role::Assistant && m.tool_calls().next().is_some())
         })
     }
