@@ -289,12 +289,30 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// The most tokens one answer is believed to report of each kind: far past any model's
+    /// window (a trillion), and small enough that sums over any run stay exact in a `u64` and in
+    /// the store's signed 64-bit columns. A provider that reported 2^64 - 1 made the turn's sum
+    /// overflow (a panic in a debug build, a wrapped total and a bypassed budget in a release one).
+    pub const MOST_REPORTED: u64 = 1 << 40;
+
+    /// The counts, each at most [`Usage::MOST_REPORTED`].
+    pub fn believable(self) -> Usage {
+        let cap = |n: u64| n.min(Self::MOST_REPORTED);
+        Usage {
+            input: cap(self.input),
+            output: cap(self.output),
+            cache_read: cap(self.cache_read),
+            cache_write: cap(self.cache_write),
+            reasoning: cap(self.reasoning),
+        }
+    }
+
     pub fn add(&mut self, other: &Usage) {
-        self.input += other.input;
-        self.output += other.output;
-        self.cache_read += other.cache_read;
-        self.cache_write += other.cache_write;
-        self.reasoning += other.reasoning;
+        self.input = self.input.saturating_add(other.input);
+        self.output = self.output.saturating_add(other.output);
+        self.cache_read = self.cache_read.saturating_add(other.cache_read);
+        self.cache_write = self.cache_write.saturating_add(other.cache_write);
+        self.reasoning = self.reasoning.saturating_add(other.reasoning);
     }
 }
 

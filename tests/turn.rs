@@ -904,3 +904,34 @@ fn a_use_type_with_tools_none_sends_no_tools() {
     assert_eq!(calls.len(), 1, "only the call without tools went out");
     assert!(calls[0].get("tools").is_none(), "{}", calls[0]);
 }
+
+#[test]
+fn absurd_token_counts_from_a_provider_are_capped_not_overflowed() {
+    // 2^64 - 1 tokens a step: summing two steps overflowed (a panic in a debug build, a
+    // wrapped total and a budget passed in a release one).
+    let fake = FakeProvider::start();
+    for style in STYLES {
+        fake.push(
+            Reply::tool_calls(vec![("c1", "weather.current", json!({"city": "Oslo"}))])
+                .usage(u64::MAX, u64::MAX),
+        );
+        fake.push(Reply::text("done").usage(u64::MAX, u64::MAX));
+        let run = sandbox(&fake, style)
+            .lua(
+                &script(
+                    // A window past the counts, so no compaction comes between the steps.
+                    r#"local r = ai.take_turn{ prompt = "go", tools = { weather },
+                         context_window = 1e15 }
+                       print(r.reply, r.usage.input, r.usage.output)"#,
+                ),
+                &[],
+            )
+            .ok();
+        // Each step's count is believed up to 2^40 (far past any model's window).
+        assert_eq!(
+            run.lines(),
+            ["done\t2199023255552\t2199023255552"],
+            "{style}"
+        );
+    }
+}

@@ -401,6 +401,7 @@ impl Providers {
         let stream = on_text.is_some();
         let wire = codec.request(req, ep, stream);
         let mut inferred = self.send(codec, wire, ep, on_text).await?;
+        inferred.usage = inferred.usage.believable();
         names.incoming(&mut inferred);
         if text_mode {
             text_tools::parse_calls(&mut inferred);

@@ -31,7 +31,7 @@ pub struct Window {
 
 impl Window {
     pub fn reported(&mut self, usage: &Usage) {
-        self.reported_tokens = Some(usage.input + usage.output);
+        self.reported_tokens = Some(usage.input.saturating_add(usage.output));
         self.unsent_bytes = 0;
     }
 

@@ -95,7 +95,7 @@ fn usage(r: &Reply) -> Value {
     json!({
         "promptTokenCount": r.usage.0,
         "candidatesTokenCount": r.usage.1,
-        "totalTokenCount": r.usage.0 + r.usage.1,
+        "totalTokenCount": r.usage.0.saturating_add(r.usage.1),
     })
 }
 

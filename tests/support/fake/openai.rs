@@ -30,7 +30,7 @@ fn usage(r: &Reply) -> Value {
     json!({
         "prompt_tokens": r.usage.0,
         "completion_tokens": r.usage.1,
-        "total_tokens": r.usage.0 + r.usage.1,
+        "total_tokens": r.usage.0.saturating_add(r.usage.1),
     })
 }
 
