@@ -293,3 +293,51 @@ print(pcall(proc.run, { cmd = "true", timeout = math.huge }))
         lines[4]
     );
 }
+
+#[test]
+fn a_command_timed_out_is_killed_with_what_it_started_and_a_missing_cwd_is_named() {
+    // Killing only the command left its children running, adopted by init: `sh -c` timed out
+    // and its `sleep` ran on.
+    let sb = Sandbox::new();
+    let pid_file = sb.path("pid");
+    let run = sb
+        .lua(
+            &format!(
+                r#"
+local r, err = proc.run{{ cmd = "sh", args = {{ "-c", "sleep 300 & echo $! > {}; wait" }}, timeout = 0.5 }}
+print(r, err.kind)
+print(select(2, proc.run{{ cmd = "pwd", cwd = "no/such/folder" }}).message)
+"#,
+                pid_file.display()
+            ),
+            &[],
+        )
+        .ok();
+    let dir = sb.dir.path().display();
+    assert_eq!(
+        run.lines(),
+        [
+            "nil\ttimeout".to_string(),
+            format!(
+                "proc.run: cannot start \"pwd\": its cwd \"{dir}/no/such/folder\" is not a folder"
+            ),
+        ]
+    );
+    let pid = std::fs::read_to_string(&pid_file).unwrap();
+    let stat = format!("/proc/{}/stat", pid.trim());
+    // Gone, or dead and waiting for init to reap it.
+    let dead = || {
+        std::fs::read_to_string(&stat).map_or(true, |s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+        })
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !dead() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sleep the command started still runs"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

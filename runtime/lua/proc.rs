@@ -210,6 +210,9 @@ async fn run(lua: &Lua, spec: Spec) -> mlua::Result<MultiValue> {
     let max = spec.max_bytes;
     let work = async {
         let mut child = command.spawn().map_err(Failed::Start)?;
+        // Declared after `child`, so dropped before it: the tree is found while the child
+        // still holds it together.
+        let mut tree = Tree(child.id());
         let stdin = child.stdin.take();
         let input = spec.stdin.clone();
         let feed = async move {
@@ -224,6 +227,9 @@ async fn run(lua: &Lua, spec: Spec) -> mlua::Result<MultiValue> {
         // The first stream past its limit ends the run (the other may never close).
         let ((), out, err) = tokio::try_join!(feed, stdout, stderr)?;
         let status = child.wait().await.map_err(Failed::Io)?;
+        // Ended by itself: what it left running in the background is its own affair, as in
+        // a shell.
+        tree.0 = None;
         Ok::<_, Failed>((status, out, err))
     };
     let outcome = match tokio::time::timeout(spec.timeout, work).await {
@@ -236,6 +242,17 @@ async fn run(lua: &Lua, spec: Spec) -> mlua::Result<MultiValue> {
     };
     let (status, out, err) = match outcome {
         Ok(done) => done,
+        Err(Failed::Start(_)) if spec.cwd.as_ref().is_some_and(|d| !d.is_dir()) => {
+            let dir = spec.cwd.as_ref().map(|d| d.display().to_string());
+            return failed(
+                "not_found",
+                format!(
+                    "cannot start {:?}: its cwd {:?} is not a folder",
+                    spec.cmd,
+                    dir.unwrap_or_default()
+                ),
+            );
+        }
         Err(Failed::Start(e)) => {
             let kind = match e.kind() {
                 std::io::ErrorKind::NotFound => "not_found",
@@ -278,6 +295,69 @@ async fn run(lua: &Lua, spec: Spec) -> mlua::Result<MultiValue> {
     result.set("stdout", lua.create_string(&out)?)?;
     result.set("stderr", lua.create_string(&err)?)?;
     Ok(MultiValue::from_iter([Value::Table(result)]))
+}
+
+/// A command's process and every process under it, killed when this is dropped armed (its
+/// timeout, a stream past `max_bytes`, its coroutine cancelled). Killing only the command left
+/// what it started running: `sh -c "sleep 77; echo x"` timed out and `sleep` ran on, adopted by
+/// init. The tree is read from `/proc` (each process's parent) rather than by giving the
+/// command a process group of its own, which would keep a terminal's Ctrl-C from reaching it.
+struct Tree(Option<u32>);
+
+impl Drop for Tree {
+    fn drop(&mut self) {
+        let Some(root) = self.0 else { return };
+        // The command first, so it starts nothing more; what it started is already listed.
+        for pid in [root].into_iter().chain(descendants(root)) {
+            // SAFETY: kill(2) with a pid read from /proc; a process gone meanwhile is ESRCH.
+            unsafe {
+                libc::kill(pid as libc::pid_t, libc::SIGKILL);
+            }
+        }
+    }
+}
+
+/// The processes under `root`, parents before their children.
+fn descendants(root: u32) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let mut parent_of = Vec::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // `pid (comm) state ppid ...`: the name may hold spaces and parentheses, so the fields
+        // are read after its last `)`.
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut found = vec![root];
+    let mut i = 0;
+    while i < found.len() {
+        let parent = found[i];
+        found.extend(
+            parent_of
+                .iter()
+                .filter(|(_, p)| *p == parent)
+                .map(|(c, _)| *c),
+        );
+        i += 1;
+    }
+    found.remove(0);
+    found
 }
 
 /// Everything `pipe` gives, up to `max` bytes: more than that is [`Failed::TooLarge`].
