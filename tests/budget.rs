@@ -247,3 +247,37 @@ fn a_price_written_wrong_is_refused_naming_the_file_and_field() {
     );
     assert!(!run.stdout.contains("never"));
 }
+
+#[test]
+fn a_budget_that_cannot_be_counted_blocks_instead_of_never_being_reached() {
+    // A cost budget for a model with no price, and a token budget for a server that reports
+    // no usage, counted nothing: every turn ran and the budget never blocked.
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("not asked").usage(10, 5));
+    let sandbox = styled(&fake, "openai");
+    let source = WORKER.replace("BUDGET", "{ cost = 2 }");
+    let priced = run(&sandbox, &source);
+    assert_exit(&priced, 3);
+    assert_eq!(
+        priced.lines()[0],
+        "blocked: budget: a cost budget cannot be kept: openai/m has no price (add one under \
+         [prices] in the config, or give the budget in tokens) (1 held)"
+    );
+    assert_eq!(fake.calls(), 0, "nothing is spent that cannot be counted");
+
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("one").usage(0, 0));
+    fake.set_default(Reply::text("not asked").usage(0, 0));
+    let sandbox = styled(&fake, "openai");
+    let source = WORKER.replace("BUDGET", "{ tokens = 100000 }");
+    let run = run(&sandbox, &source);
+    assert_exit(&run, 3);
+    assert_eq!(run.lines()[0], "reply: one");
+    assert_eq!(
+        run.lines()[1],
+        "blocked: budget: a token budget cannot be kept: openai/m reported no token usage for \
+         the last turn, so what it spends cannot be counted (have its server report usage) (1 \
+         held)"
+    );
+    assert_eq!(fake.calls(), 1);
+}

@@ -94,6 +94,22 @@ impl Budgets {
     pub fn is_empty(&self) -> bool {
         self.own.is_none() && self.program.is_none()
     }
+
+    /// Whether either budget counts money.
+    pub fn in_cost(&self) -> bool {
+        [&self.own, &self.program]
+            .into_iter()
+            .flatten()
+            .any(|b| b.cost.is_some())
+    }
+
+    /// Whether either budget counts tokens.
+    pub fn in_tokens(&self) -> bool {
+        [&self.own, &self.program]
+            .into_iter()
+            .flatten()
+            .any(|b| b.tokens.is_some())
+    }
 }
 
 /// What was used in one bucket (or summed over several).

@@ -23,7 +23,7 @@
 //! settings could have changed: the config file changed on disk (looked at once a second while
 //! blocked) or [`Resident::unblock`] (`ai.unblock`).
 
-use std::sync::atomic::{AtomicU8, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -199,6 +199,8 @@ pub struct Resident {
     unblocked: tokio::sync::Notify,
     /// Where its usage is counted when the route has no store (an embedding without one).
     local_usage: std::sync::OnceLock<Arc<dyn Store>>,
+    /// Its last turn called a model that reported no token usage (many local servers do not).
+    usage_unreported: AtomicBool,
     /// Senders waiting for the reply to their mail, by the mail's `source` (an MCP client
     /// calling an exported resident): the reply of a turn that served it goes to them.
     awaited: Mutex<std::collections::HashMap<String, tokio::sync::oneshot::Sender<Delivery>>>,
@@ -257,6 +259,7 @@ impl Resident {
             blocked: Mutex::new(None),
             unblocked: tokio::sync::Notify::new(),
             local_usage: std::sync::OnceLock::new(),
+            usage_unreported: AtomicBool::new(false),
             awaited: Mutex::new(std::collections::HashMap::new()),
         }
     }
@@ -400,9 +403,13 @@ impl Resident {
         }
     }
 
-    /// Adds a turn's usage (and its cost, at the config's prices) to the store.
-    fn record_usage(&self, host: &dyn Host, usage: &Usage) {
-        if usage.input + usage.output + usage.cache_read + usage.cache_write == 0 {
+    /// Adds a turn's usage (and its cost, at the config's prices) to the store. `steps`: the
+    /// model calls it made, each of which used tokens whether reported or not.
+    fn record_usage(&self, host: &dyn Host, usage: &Usage, steps: u32) {
+        let reported = usage.input + usage.output + usage.cache_read + usage.cache_write > 0;
+        self.usage_unreported
+            .store(steps > 0 && !reported, Ordering::Relaxed);
+        if !reported {
             return;
         }
         let cost = host
@@ -436,6 +443,13 @@ impl Resident {
             .as_ref()
             .map(|p| p.currency().to_string())
             .unwrap_or_else(|| super::budget_prices::DEFAULT_CURRENCY.to_string());
+        if let Some(message) = self.unmeasurable(host) {
+            // Blocked until the settings change (a price added): the config is polled.
+            return Some(budget::Over {
+                message,
+                resets_at: chrono::Utc::now() + chrono::Duration::hours(1),
+            });
+        }
         let store = self.usage_store(host);
         match budget::over(
             store,
@@ -454,6 +468,36 @@ impl Resident {
                 })
             }
         }
+    }
+
+    /// Why its budgets cannot be kept, if they cannot: a cost budget for a model the price
+    /// table has no price for, or a token budget for a model that reported no usage for the
+    /// last turn. Either was never reached (a budget that blocked nothing, without a word).
+    fn unmeasurable(&self, host: &dyn Host) -> Option<String> {
+        let budgets = &self.spec.budgets;
+        let resolved = || host.core().resolve(&self.spec.ask.overrides).ok();
+        if budgets.in_cost()
+            && let Some(r) = resolved()
+        {
+            let prices = host.core().config().prices.clone().unwrap_or_default();
+            if prices.find(&r.endpoint.provider, &r.model).is_none() {
+                return Some(format!(
+                    "a cost budget cannot be kept: {}/{} has no price (add one under [prices] \
+                     in the config, or give the budget in tokens)",
+                    r.endpoint.provider, r.model
+                ));
+            }
+        }
+        if budgets.in_tokens() && self.usage_unreported.load(Ordering::Relaxed) {
+            let model = resolved()
+                .map(|r| format!("{}/{}", r.endpoint.provider, r.model))
+                .unwrap_or_else(|| "its model".into());
+            return Some(format!(
+                "a token budget cannot be kept: {model} reported no token usage for the last \
+                 turn, so what it spends cannot be counted (have its server report usage)"
+            ));
+        }
+        None
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<Message>> {
@@ -730,7 +774,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         }
     };
     host.observe(Observation::TurnEnded(report(me, &out, &batch, began)));
-    me.record_usage(host, &out.usage);
+    me.record_usage(host, &out.usage, out.steps);
     if let Some(error) = &out.error {
         if host.stopping() {
             // Cut off by the stop: keep what happened (a restart resumes it), say nothing.

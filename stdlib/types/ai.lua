@@ -356,8 +356,8 @@ function ai.route(opts) end
 ---@field on_elicit? fun(req: mcp.ElicitRequest): mcp.ElicitAnswer answers `elicitation/create` for each of its `mcp` servers that has no hook of its own
 
 ---@class ai.Budget usage kept in the store (a restart does not reset it); a turn that starts under it runs to its end
----@field tokens? integer input, output and cache tokens summed
----@field cost? number in the price table's currency (the config's [prices], else the shipped US dollar prices)
+---@field tokens? integer input, output and cache tokens summed; blocks when the server reports no usage (it cannot be counted)
+---@field cost? number in the price table's currency (the config's [prices], else the shipped US dollar prices); blocks when the model has no price
 ---@field per? "hour"|"day"|"month" the window, aligned in UTC; default "day"
 
 --- Hires an AI as a resident: its own conversation and mailbox, each mail a user turn labelled
