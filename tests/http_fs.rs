@@ -151,7 +151,12 @@ fn a_refused_connection_is_a_fetch_error_naming_the_url_without_keys() {
            print(resp, err.kind, tostring(err):sub(1, 12))
            print(err.message)
            local r2, e2 = http.get("not a url")
-           print(r2, e2.kind)"#
+           print(r2, e2.kind)
+           -- A password in the URL, and credentials under other names than key.
+           local _, e3 = http.get("{with_password}?api_key=sekrit-a&access_token=sekrit-b&sig=sekrit-c&page=2")
+           print(e3.message)
+           print(e3.url)"#,
+        with_password = url.replacen("://", "://me:sekrit-pw@", 1)
     );
     let run = Sandbox::new().lua(&script, &[]).ok();
     let lines = run.lines();
@@ -159,6 +164,12 @@ fn a_refused_connection_is_a_fetch_error_naming_the_url_without_keys() {
     assert!(lines[1].contains(&url), "{}", lines[1]);
     assert!(!run.stdout.contains("sekrit"), "{}", run.stdout);
     assert_eq!(lines[2], "nil\tfetch_error");
+    let redacted = format!(
+        "{}?api_key=[redacted]&access_token=[redacted]&sig=[redacted]&page=2",
+        url.replacen("://", "://me:[redacted]@", 1)
+    );
+    assert_eq!(lines[4], redacted);
+    assert!(lines[3].contains(&redacted), "{}", lines[3]);
 }
 
 #[test]

@@ -31,8 +31,8 @@ http = {}
 
 ---@class http.Error
 ---@field kind "fetch_error"
----@field message string the method and URL (keys redacted) and what went wrong (`timed out after 30 s`, `the answer is larger than the limit of 33554432 bytes (32 MiB); pass max_bytes to read more`)
----@field url string the URL, keys redacted
+---@field message string the method and URL (credentials redacted: a URL's password, `key`, `api_key`, `token`, `sig` and like parameters) and what went wrong (`timed out after 30 s`, `the answer is larger than the limit of 33554432 bytes (32 MiB); pass max_bytes to read more`)
+---@field url string the URL, credentials redacted
 
 --- A GET request. `opts` takes `headers`, `body`, `json`, `timeout` and `max_bytes`.
 ---@param url string
