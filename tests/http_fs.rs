@@ -195,6 +195,27 @@ fn a_misused_option_names_it() {
         "{}",
         run.stderr
     );
+    // A framing header is the client's: a short Content-Length sent the rest of the body as a
+    // request of its own on the pooled connection.
+    let run = Sandbox::new()
+        .lua(
+            r#"print(pcall(http.post, "http://127.0.0.1:1/", { body = "abcdef",
+                 headers = { ["Content-Length"] = "3" } }))
+               print(pcall(http.get, "http://127.0.0.1:1/", { headers = { ["transfer-encoding"] = "chunked" } }))"#,
+            &[],
+        )
+        .ok();
+    let lines = run.lines();
+    assert!(
+        lines[0].contains("http.post: header \"Content-Length\" is colony's to set"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].contains("http.get: header \"transfer-encoding\" is colony's to set"),
+        "{}",
+        lines[1]
+    );
 }
 
 #[test]

@@ -75,6 +75,20 @@ enum Body {
 
 /// Options of `http.get` and `http.post`; `http.request` also takes `method` and `url`.
 const OPTIONS: &[&str] = &["headers", "body", "json", "timeout", "max_bytes"];
+
+/// Headers that frame the request or govern the connection (RFC 9112 §6, RFC 9110 §7.6.1): the
+/// HTTP client computes them. `content-length = "3"` with a longer body sent the remainder as a
+/// request of its own, and the next call on that connection read its answer.
+const FRAMING: &[&str] = &[
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "te",
+    "trailer",
+    "upgrade",
+    "proxy-connection",
+];
 const REQUEST_FIELDS: &[&str] = &[
     "method",
     "url",
@@ -165,6 +179,13 @@ fn read_request(
                 };
                 if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
                     return Err(bad(format!("{name:?} is not a header name")));
+                }
+                if FRAMING.contains(&name.to_ascii_lowercase().as_str()) {
+                    return Err(bad(format!(
+                        "header {name:?} is colony's to set: it says where the request ends \
+                         and how the connection is kept, and a wrong one sends the rest of the \
+                         body as another request on the pooled connection"
+                    )));
                 }
                 if reqwest::header::HeaderValue::from_str(&value).is_err() {
                     return Err(bad(format!(

@@ -12,7 +12,7 @@
 http = {}
 
 ---@class http.Options
----@field headers? table<string, string|number> request headers
+---@field headers? table<string, string|number> request headers; the framing ones (`content-length`, `transfer-encoding`, `connection` ...) are refused: the client sets them
 ---@field body? string the request body as is
 ---@field json? any a Lua value sent as a JSON body, with `content-type: application/json`
 ---@field timeout? number seconds for the whole exchange, redirects and body included (default 30; at most 31536000, a year; `math.huge` is an error)
