@@ -198,6 +198,35 @@ print(ai.watch{})
 }
 
 #[test]
+fn max_time_stops_a_program_whose_tool_spins_as_a_signal_does() {
+    // --max-time only asked the program to stop: the tool spun to its own deadline, and the
+    // process was ended without the watch returning.
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        if after_tool(body) {
+            Reply::text("stopped")
+        } else {
+            Reply::tool_call("c1", "spin", json!({}))
+        }
+    });
+    let sb = styled(&fake, "openai");
+    let run = sb.lua(
+        r#"
+local spin = ai.tool{ name = "spin", parameters = {}, timeout = 3600, handler = function()
+  while true do end
+end }
+ai.spawn{ name = "w", provider = "openai", model = "m", tools = { spin },
+  sources = { function(self) ai.mail{ to = self, source = "desk", content = "go", hop = 0 } end } }
+print(ai.watch{})
+"#,
+        &["--max-time", "1"],
+    );
+    assert_eq!(run.code, 124, "{}", run.stderr);
+    assert_eq!(run.lines(), ["max-time"], "{}", run.stderr);
+    assert!(!run.stderr.contains("did not end within"), "{}", run.stderr);
+}
+
+#[test]
 fn sigterm_stops_a_program_whose_source_spins_even_through_pcall() {
     let sb = Sandbox::new();
     let (status, rest) = signalled(

@@ -152,7 +152,8 @@ async fn end_after(limit: Duration, program: Lifecycle, timed_out: Arc<AtomicBoo
     tokio::time::sleep(limit).await;
     timed_out.store(true, Ordering::Release);
     tracing::info!("--max-time: {} elapsed, stopping", humane(limit));
-    program.stop("max-time");
+    // As SIGTERM stops it: a source or tool spinning without waiting is stopped too.
+    program.interrupt("max-time");
     tokio::time::sleep(program.grace() + Duration::from_secs(1)).await;
     eprintln!(
         "colony: --max-time: the program did not end within {} of being stopped",

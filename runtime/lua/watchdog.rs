@@ -475,9 +475,10 @@ pub fn caught(lua: &Lua) -> mlua::Result<Function> {
     })
 }
 
-/// Raises the VM's [`Interrupt`] on SIGINT and SIGTERM from a task on `runtime` (the VM's own
-/// thread may be the one spinning), for as long as the returned guard lives. The watch starts
-/// it: before a watch, a signal ends the process as it always did.
+/// Raises the VM's [`Interrupt`] on SIGINT and SIGTERM (and on
+/// [`crate::residents::Route::interrupt`]) from a task on `runtime` (the VM's own thread may be
+/// the one spinning), for as long as the returned guard lives. The watch starts it: before a
+/// watch, a signal ends the process as it always did.
 ///
 /// The route is told to stop first: a source the interrupt cuts short must find the program
 /// stopping, or its restart policy would start it again before the watch hears the signal.
@@ -495,13 +496,19 @@ pub fn listen(
         ) else {
             return;
         };
+        let mut interrupted = false;
         loop {
             let why = tokio::select! {
-                _ = term.recv() => "SIGTERM",
-                _ = int.recv() => "SIGINT",
+                _ = term.recv() => "SIGTERM".to_string(),
+                _ = int.recv() => "SIGINT".to_string(),
+                // Stopped as a signal stops it (`--max-time`), under the stop's own reason.
+                () = route.interrupted(), if !interrupted => {
+                    interrupted = true;
+                    route.stop_reason().unwrap_or_default()
+                }
             };
-            route.stop(why);
-            interrupt.raise(why);
+            route.stop(why.as_str());
+            interrupt.raise(&why);
         }
     });
     Some(Listening(task.abort_handle()))

@@ -382,6 +382,12 @@ impl Lifecycle {
         self.inner.route.stop(reason)
     }
 
+    /// [`Lifecycle::stop`], and code that does not wait is stopped too, as on SIGTERM
+    /// ([`Route::interrupt`]).
+    pub fn interrupt(&self, reason: impl Into<String>) {
+        self.inner.route.interrupt(reason)
+    }
+
     /// [`Lifecycle::stop`], giving turns in flight `grace` instead of the watch's own.
     pub fn stop_within(&self, reason: impl Into<String>, grace: Duration) {
         self.inner.route.set_grace(grace);

@@ -135,6 +135,8 @@ struct Inner {
     grace: Mutex<Duration>,
     /// Set by [`Route::cut_short`]: the grace is over now (a second Ctrl-C).
     cut_short: watch::Sender<bool>,
+    /// Set by [`Route::interrupt`]: code that does not wait is to be stopped too.
+    interrupting: watch::Sender<bool>,
     /// Who looks on from outside the program ([`Route::set_observer`]), if anyone.
     observer: OnceLock<Observer>,
     /// Where each breaker of the residents' stacks stands ([`Route::breaker_store`]).
@@ -231,6 +233,7 @@ impl Route {
                 settled: Mutex::new(None),
                 grace: Mutex::new(DEFAULT_GRACE),
                 cut_short: watch::Sender::new(false),
+                interrupting: watch::Sender::new(false),
                 observer: OnceLock::new(),
                 breakers: Arc::default(),
                 placement: OnceLock::new(),
@@ -661,6 +664,20 @@ impl Route {
             Ok(r) => r.clone().unwrap_or_default(),
             Err(_) => String::new(),
         }
+    }
+
+    /// [`Route::stop`], as a signal stops a program: whatever runs the program's code is also
+    /// asked to stop code that does not wait (a source or a tool spinning in a loop), which a
+    /// stop alone leaves to its own deadline. `--max-time` stops this way, as SIGTERM does.
+    pub fn interrupt(&self, reason: impl Into<String>) {
+        self.stop(reason);
+        self.inner.interrupting.send_replace(true);
+    }
+
+    /// Waits for [`Route::interrupt`].
+    pub async fn interrupted(&self) {
+        let mut rx = self.inner.interrupting.subscribe();
+        let _ = rx.wait_for(|i| *i).await;
     }
 
     /// Ends the grace of a stop at once: [`Route::shutdown`], waiting or yet to, ends the turns
