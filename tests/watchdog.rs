@@ -195,6 +195,9 @@ print(ai.watch{})
     );
     assert_eq!(status.code(), Some(0));
     assert_eq!(rest, ["SIGINT"]);
+    // The tool stopped with the program ends the turn: no model call after it (the model read
+    // the stop as an error and was called again, up to max_steps).
+    assert_eq!(fake.calls(), 1);
 }
 
 #[test]

@@ -409,6 +409,11 @@ async fn run_tool(
             Some(stop @ super::watchdog::Stop::Deadline(_)) => {
                 return HandlerOutcome::Deadline(stop.to_string());
             }
+            // Stopped with the program (SIGINT, SIGTERM, --max-time): cut off, as a handler
+            // the program's end drops is, so the turn ends with it. As an error the model read,
+            // the turn went on calling the model, its tool stopped at once each time, up to its
+            // max_steps: paid calls to a program that was stopping.
+            Some(super::watchdog::Stop::Interrupted(_)) => return HandlerOutcome::Gone,
             _ => return HandlerOutcome::Raised(super::fault(&e)),
         },
     };

@@ -326,8 +326,6 @@ async fn run_calls(
     (!cut_off).then_some(answers)
 }
 
-/// The results of calls left unanswered at the step cap: each is noted as not run, in the
-/// turn's `tool_events` and (through the hooks) the audit log, like a call that ran.
 /// Whether `message` is the results a turn wrote for the calls it did not run at its last step
 /// ([`UNRUN_NOTE`]): a conversation that ends with it ended its turn there, though it ends with
 /// tool results as one stopped mid-turn does.
@@ -339,6 +337,8 @@ pub fn ended_at_step_limit(message: &Message) -> bool {
         })
 }
 
+/// The results of calls left unanswered at the step cap: each is noted as not run, in the
+/// turn's `tool_events` and (through the hooks) the audit log, like a call that ran.
 fn unrun(
     calls: &[ToolCall],
     step: u32,
