@@ -324,3 +324,27 @@ fn serve() {
     std::thread::spawn(move || for _ in err.lines() {});
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
+
+/// stderr closed too (`2>&1 | head -1`): a message colony had to print there panicked (exit 101).
+#[test]
+fn stderr_closed_too() {
+    let sb = Sandbox::new();
+    let file = sb.write("fails.lua", "print('a line') error('boom')\n");
+    let file = file.display().to_string();
+    for args in [
+        &["run", file.as_str()][..],
+        &["config"],
+        &["run", "no-such.lua"],
+    ] {
+        let (reader, writer) = std::io::pipe().expect("a pipe");
+        drop(reader);
+        let status = sb
+            .command(args)
+            .stdin(Stdio::null())
+            .stdout(writer.try_clone().unwrap())
+            .stderr(writer)
+            .status()
+            .expect("the colony binary runs");
+        assert_eq!(status.code(), Some(0), "colony {}", args.join(" "));
+    }
+}

@@ -1,5 +1,5 @@
 //! What the `colony` binary does when it panics, where it differs from std's own report:
-//! - a write to a closed stdout ends the command quietly ([`CLOSED_STDOUT_STATUS`]);
+//! - a write to a closed stdout (or stderr) ends the command quietly ([`CLOSED_STDOUT_STATUS`]);
 //! - with `RUST_BACKTRACE=1`, colony prints the short backtrace itself. std finds where a short
 //!   backtrace starts and ends by the names of two functions (`__rust_end_short_backtrace`,
 //!   `__rust_begin_short_backtrace`). The installed binary keeps no local symbols (build.rs), so
@@ -36,7 +36,10 @@ pub(super) fn install() {
             .or_else(|| info.payload().downcast_ref::<&str>().copied());
         let text = message.unwrap_or("");
         // EPIPE is 32 on Linux and the BSDs; std prints the number whatever the locale.
-        if text.starts_with("failed printing to stdout") && text.ends_with("(os error 32)") {
+        // stderr closed too (`2>&1 | head -1`): the reader wanted no more of either.
+        let printing = text.starts_with("failed printing to stdout")
+            || text.starts_with("failed printing to stderr");
+        if printing && text.ends_with("(os error 32)") {
             std::process::exit(CLOSED_STDOUT_STATUS);
         }
         if !wants_short_backtrace(std::env::var_os("RUST_BACKTRACE").as_deref()) {
