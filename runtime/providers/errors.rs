@@ -275,16 +275,22 @@ pub fn classify_stream_error(payload: &Value) -> ProviderError {
 }
 
 /// `retry-after-ms` (milliseconds), then `retry-after`: seconds, or an HTTP date (RFC 9110
-/// §10.2.3), read as the time left until then. A value that is no duration (negative, absurd,
-/// unreadable) is ignored.
+/// §10.2.3), read as the time left until then. A value that is no duration (negative, NaN,
+/// unreadable) is ignored; one past the longest duration is that longest ([`crate::duration::MAX`]),
+/// which the retry's cap then bounds: ignored, a server asking for a very long pause was retried
+/// at once.
 pub fn retry_after_header(headers: &HeaderMap) -> Option<Duration> {
     let get = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    let at_most_max = |d: Result<Duration, crate::duration::DurationError>| match d {
+        Err(crate::duration::DurationError::TooLong(_)) => Some(crate::duration::MAX),
+        d => d.ok(),
+    };
     if let Some(ms) = get("retry-after-ms").and_then(|v| v.trim().parse::<f64>().ok()) {
-        return crate::duration::millis(ms).ok();
+        return at_most_max(crate::duration::millis(ms));
     }
     let value = get("retry-after")?.trim();
     if let Ok(secs) = value.parse::<f64>() {
-        return crate::duration::seconds(secs).ok();
+        return at_most_max(crate::duration::seconds(secs));
     }
     // The HTTP-date form: the wait is until then (a date already past means "now").
     let when = httpdate::parse_http_date(value).ok()?;
@@ -486,6 +492,25 @@ mod tests {
         let e = classify(429, &HeaderMap::new(), body);
         assert!(e.is_transient());
         assert_eq!(e.retry_after(), Some(Duration::from_millis(84)));
+    }
+
+    #[test]
+    fn a_wait_past_a_year_is_a_year_not_none() {
+        // Ignored, it let the retries go at once; the retry's cap bounds the wait it asks for.
+        let wait = |name: &str, value: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                reqwest::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+                value.parse().unwrap(),
+            );
+            retry_after_header(&h)
+        };
+        let year = Some(crate::duration::MAX);
+        assert_eq!(wait("retry-after", "1000000000"), year);
+        assert_eq!(wait("retry-after-ms", "999999999999999"), year);
+        assert_eq!(wait("retry-after", "-5"), None);
+        assert_eq!(wait("retry-after", "soon"), None);
+        assert_eq!(wait("retry-after", "2"), Some(Duration::from_secs(2)));
     }
 
     #[test]
