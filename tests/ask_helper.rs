@@ -128,3 +128,23 @@ fn regenerate() {
     let path = cassette().display().to_string();
     sb.colony(&["ask", "--record", &path, QUESTION]).ok();
 }
+
+#[test]
+fn an_empty_question_or_model_is_refused_before_anything_runs() {
+    // `colony ask ""` ended in the script's assert, a Lua traceback; `--model ""` was sent.
+    let sb = Sandbox::new();
+    let run = sb.colony(&["ask", ""]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert_eq!(
+        run.stderr.trim(),
+        "colony ask: the question is empty (colony ask QUESTION...)"
+    );
+    let run = sb.colony(&["ask", "--model", "", "hi"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("invalid value '' for '--model <MODEL>': must not be empty"),
+        "{}",
+        run.stderr
+    );
+}

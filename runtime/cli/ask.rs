@@ -13,20 +13,36 @@ pub struct Args {
     #[command(flatten)]
     cassettes: Cassettes,
     /// The use-type whose settings answer.
-    #[arg(long = "use", value_name = "USE", default_value = "helper")]
+    #[arg(long = "use", value_name = "USE", default_value = "helper", value_parser = not_blank)]
     use_type: String,
     /// Override the provider (e.g. anthropic, openai, gemini, groq, ollama, kimi).
-    #[arg(long)]
+    #[arg(long, value_parser = not_blank)]
     provider: Option<String>,
     /// Override the model.
-    #[arg(long)]
+    #[arg(long, value_parser = not_blank)]
     model: Option<String>,
     /// The question.
     #[arg(required = true, num_args = 1..)]
     question: Vec<String>,
 }
 
+/// A value that says something: `--model ""` was sent to the provider as the empty model.
+fn not_blank(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        Err("must not be empty".into())
+    } else {
+        Ok(text.to_string())
+    }
+}
+
 pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
+    let question = args.question.join(" ");
+    if question.trim().is_empty() {
+        // Refused here, not by the script's `assert` (which printed a Lua traceback).
+        return Err(Failure::input(
+            "colony ask: the question is empty (colony ask QUESTION...)",
+        ));
+    }
     let core = build_core(&args.cassettes, handle)?;
     let mut script_args = vec![format!("--use={}", args.use_type)];
     if let Some(p) = args.provider {
@@ -36,7 +52,7 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         script_args.push(format!("--model={m}"));
     }
     script_args.push("--".into());
-    script_args.push(args.question.join(" "));
+    script_args.push(question);
     crate::lua::run_source(
         core,
         "scripts/ask.lua",
