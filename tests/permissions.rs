@@ -307,6 +307,7 @@ fn a_command_timed_out_is_killed_with_what_it_started_and_a_missing_cwd_is_named
 local r, err = proc.run{{ cmd = "sh", args = {{ "-c", "sleep 300 & echo $! > {}; wait" }}, timeout = 0.5 }}
 print(r, err.kind)
 print(select(2, proc.run{{ cmd = "pwd", cwd = "no/such/folder" }}).message)
+print(select(2, pcall(proc.run, {{ cmd = "env", env = {{ ["B=C"] = "1" }} }})))
 "#,
                 pid_file.display()
             ),
@@ -320,6 +321,10 @@ print(select(2, proc.run{{ cmd = "pwd", cwd = "no/such/folder" }}).message)
             "nil\ttimeout".to_string(),
             format!(
                 "proc.run: cannot start \"pwd\": its cwd \"{dir}/no/such/folder\" is not a folder"
+            ),
+            format!(
+                "{dir}/script.lua:5: proc.run: env: \"B=C\" is not a variable name (no '=', not \
+                 empty)"
             ),
         ]
     );

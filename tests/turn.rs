@@ -693,6 +693,27 @@ fn counts_that_are_not_whole_and_positive_are_named() {
             "ai.run{ prompt = 'x', temperature = -1 }",
             "ai.run: temperature must be a number from 0, not -1",
         ),
+        (
+            "ai.take_turn{ prompt = 'x', context_window = 0/0 }",
+            "ai.take_turn: context_window must be a whole number of tokens from 1, not nan",
+        ),
+        (
+            "ai.take_turn{ prompt = 'x', context_window = 'abc' }",
+            "ai.take_turn: context_window must be a number of tokens, not string",
+        ),
+        // attempts = 2.5 was 2, 0 was 1, and math.huge retried for ever.
+        (
+            "ai.with_retries{ attempts = math.huge }",
+            "ai.with_retries: attempts must be a whole number from 1 to 4294967295, not inf",
+        ),
+        (
+            "ai.with_breaker{ threshold = '3' }",
+            "ai.with_breaker: threshold must be a whole number from 1, not a string",
+        ),
+        (
+            "ai.with_breaker{ first_probe_ms = 1000, max_probe_ms = 10 }",
+            "ai.with_breaker: first_probe_ms (1000 ms) is longer than max_probe_ms (10 ms)",
+        ),
     ];
     for (source, expected) in cases {
         let run = Sandbox::new().lua(source, &[]).failed();
@@ -919,9 +940,9 @@ fn absurd_token_counts_from_a_provider_are_capped_not_overflowed() {
         let run = sandbox(&fake, style)
             .lua(
                 &script(
-                    // A window past the counts, so no compaction comes between the steps.
+                    // No compaction between the steps: the counts would call for one.
                     r#"local r = ai.take_turn{ prompt = "go", tools = { weather },
-                         context_window = 1e15 }
+                         compact = "off" }
                        print(r.reply, r.usage.input, r.usage.output)"#,
                 ),
                 &[],

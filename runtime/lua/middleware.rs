@@ -62,11 +62,38 @@ fn millis(opts: &Table, who: &str, key: &str) -> mlua::Result<Option<Duration>> 
     }
 }
 
+/// A count option: a whole number from 1, strictly (`attempts = 2.5` was 2, `0` was 1, `"3"`
+/// was read as 3 and `math.huge` retried for ever).
 fn count(opts: &Table, who: &str, key: &str) -> mlua::Result<Option<u32>> {
-    match opts.get::<Option<f64>>(key) {
-        Ok(Some(n)) if n >= 0.0 => Ok(Some(n as u32)),
-        Ok(None) => Ok(None),
-        _ => Err(misuse(format!("{who}: {key} must be a count (0 or more)"))),
+    match opts.get::<Value>(key)? {
+        Value::Nil => Ok(None),
+        Value::Integer(n) => super::convert::count_option(who, key, n as f64).map(Some),
+        Value::Number(n) => super::convert::count_option(who, key, n).map(Some),
+        other => Err(misuse(format!(
+            "{who}: {key} must be a whole number from 1, not a {}",
+            other.type_name()
+        ))),
+    }
+}
+
+/// A first wait and a longest wait, each given or its default: given both, the first may not be
+/// longer (refused, naming both); given one, the other's default yields to it.
+fn waits(
+    who: &str,
+    (first_key, first): (&str, Option<Duration>),
+    (most_key, most): (&str, Option<Duration>),
+    (first_default, most_default): (Duration, Duration),
+) -> mlua::Result<(Duration, Duration)> {
+    match (first, most) {
+        (Some(a), Some(b)) if a > b => Err(misuse(format!(
+            "{who}: {first_key} ({} ms) is longer than {most_key} ({} ms)",
+            a.as_millis(),
+            b.as_millis()
+        ))),
+        (Some(a), Some(b)) => Ok((a, b)),
+        (Some(a), None) => Ok((a, most_default.max(a))),
+        (None, Some(b)) => Ok((first_default.min(b), b)),
+        (None, None) => Ok((first_default, most_default)),
     }
 }
 
@@ -77,14 +104,18 @@ fn retries(opts: Option<Table>) -> mlua::Result<Layer> {
     if let Some(opts) = opts {
         check_fields(&opts, who, &["attempts", "base_ms", "cap_ms"])?;
         if let Some(n) = count(&opts, who, "attempts")? {
-            policy.attempts = n.max(1);
+            policy.attempts = n;
         }
-        if let Some(d) = millis(&opts, who, "base_ms")? {
-            policy.base = d;
-        }
-        if let Some(d) = millis(&opts, who, "cap_ms")? {
-            policy.cap = d;
-        }
+        let (base, cap) = (
+            millis(&opts, who, "base_ms")?,
+            millis(&opts, who, "cap_ms")?,
+        );
+        (policy.base, policy.cap) = waits(
+            who,
+            ("base_ms", base),
+            ("cap_ms", cap),
+            (policy.base, policy.cap),
+        )?;
     }
     Ok(Layer::Retries(policy))
 }
@@ -107,14 +138,18 @@ fn breaker(lua: &Lua, opts: Option<Table>) -> mlua::Result<Layer> {
             ],
         )?;
         if let Some(n) = count(&opts, who, "threshold")? {
-            policy.threshold = n.max(1);
+            policy.threshold = n;
         }
-        if let Some(d) = millis(&opts, who, "first_probe_ms")? {
-            policy.first_probe = d;
-        }
-        if let Some(d) = millis(&opts, who, "max_probe_ms")? {
-            policy.max_probe = d;
-        }
+        let (first, most) = (
+            millis(&opts, who, "first_probe_ms")?,
+            millis(&opts, who, "max_probe_ms")?,
+        );
+        (policy.first_probe, policy.max_probe) = waits(
+            who,
+            ("first_probe_ms", first),
+            ("max_probe_ms", most),
+            (policy.first_probe, policy.max_probe),
+        )?;
         match opts.get::<Value>("on_transition")? {
             Value::Nil => {}
             Value::Function(f) => on_transition = Some(bridge::register(lua, f)),

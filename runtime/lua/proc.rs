@@ -118,7 +118,14 @@ fn read(lua: &Lua, spec: Value) -> mlua::Result<Spec> {
             for pair in e.pairs::<Value, Value>() {
                 match pair? {
                     (Value::String(k), Value::String(v)) => {
-                        env.push((k.to_string_lossy(), v.to_string_lossy()));
+                        let name = k.to_string_lossy();
+                        // `B=C` set the variable B to `C=...`; the empty name is no variable.
+                        if name.is_empty() || name.contains(['=', '\0']) {
+                            return Err(misuse(format!(
+                                "{who}: env: {name:?} is not a variable name (no '=', not empty)"
+                            )));
+                        }
+                        env.push((name, v.to_string_lossy()));
                     }
                     (k, _) => {
                         return Err(misuse(format!(

@@ -328,8 +328,33 @@ pub(crate) fn read_compaction(opts: &Options, who: &str) -> mlua::Result<Compact
             ));
         }
     }
-    if let Some(w) = opts.get::<Option<f64>>("context_window")? {
-        c.context_window = w.max(1.0) as u64;
+    // A window of 0, a negative one or NaN was read as 1 token: every turn then compacted, and
+    // with tools failed ("the summary came back empty").
+    let window = match opts.get::<Value>("context_window")? {
+        Value::Nil => None,
+        Value::Integer(n) => Some(n as f64),
+        Value::Number(n) => Some(n),
+        other => {
+            return Err(bad(
+                who,
+                format!(
+                    "context_window must be a number of tokens, not {}",
+                    other.type_name()
+                ),
+            ));
+        }
+    };
+    if let Some(w) = window {
+        if !(w.is_finite() && w >= 1.0 && w.fract() == 0.0) {
+            return Err(bad(
+                who,
+                format!(
+                    "context_window must be a whole number of tokens from 1, not {}",
+                    crate::duration::number_text(w)
+                ),
+            ));
+        }
+        c.context_window = w as u64;
     }
     if let Some(at) = opts.get::<Option<f64>>("compact_at")? {
         if !(0.0..=1.0).contains(&at) {

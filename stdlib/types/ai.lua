@@ -202,7 +202,7 @@ function ai.tool(def) end
 ---@field on_step? fun(step: { step: integer, text: string, calls: table[], results: table[], usage: ai.Usage }) `results` are whole; the model reads each cut to 100,000 characters, with a marker
 ---@field on_tool? fun(event: ai.ToolCallEnded) called as each tool call ends (a step's calls run at once, so in any order), before the step's `on_step`
 ---@field compact? "client"|"off" summarise the transcript when it nears the window (default "client"), judged by the larger of the provider's reported count and colony's own estimate of the request (3 bytes a token)
----@field context_window? integer tokens (default 200000)
+---@field context_window? integer tokens, a whole number from 1 (default 200000)
 ---@field compact_at? number fraction of the window (default 0.8)
 ---@field compact_prompt? string
 ---@field mcp? (mcp.ServerSpec|string)[] MCP servers opened (all at once) for this turn, their tools offered as `<server>__<tool>`; a string names a configured server. Closed when the turn ends.
@@ -463,9 +463,9 @@ function ai.stop(reason) end
 function ai.stopping() end
 
 ---@class ai.RetriesOptions
----@field attempts? integer calls in all, default 6
+---@field attempts? integer calls in all (a whole number from 1), default 6
 ---@field base_ms? number the first wait's ceiling, default 2000 (full jitter, doubling)
----@field cap_ms? number no wait is longer, default 60000 (a provider's retry-after is a floor up to this)
+---@field cap_ms? number no wait is longer, default 60000 (a provider's retry-after is a floor up to this); not below base_ms
 
 --- Middleware: a transient failure is tried again with exponential backoff; a fatal one returns at once.
 ---@param opts? ai.RetriesOptions
@@ -479,9 +479,9 @@ function ai.with_retries(opts) end
 ---@field at_ms integer
 
 ---@class ai.BreakerOptions
----@field threshold? integer consecutive failed steps that open it, default 3
+---@field threshold? integer consecutive failed steps that open it (a whole number from 1), default 3
 ---@field first_probe_ms? number the wait after the first failed probe (the first probe goes at once), default 30000
----@field max_probe_ms? number the waits double up to this, default 600000
+---@field max_probe_ms? number the waits double up to this, default 600000; not below first_probe_ms
 ---@field on_transition? fun(from: "closed"|"open"|"half_open", to: "closed"|"open"|"half_open", info: ai.BreakerInfo)
 
 --- Middleware: stops calling a provider that keeps failing; one probe per interval tests for recovery.
