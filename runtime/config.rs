@@ -360,6 +360,17 @@ impl Config {
 
     /// Sets one field of one use-type, checking the value; an empty value clears the field.
     pub fn set(&mut self, use_type: &str, field: &str, value: &str) -> Result<(), ConfigError> {
+        // `[use.""]` was written (and listed as `[use.]`), and a model name with a newline in it.
+        if use_type.trim().is_empty() || use_type.chars().any(char::is_control) {
+            return Err(ConfigError::Invalid(format!(
+                "{use_type:?} is not a use-type name (give it a name, without control characters)"
+            )));
+        }
+        if value.chars().any(char::is_control) {
+            return Err(ConfigError::Invalid(format!(
+                "{field} = {value:?}: holds a control character (a newline?)"
+            )));
+        }
         if value.is_empty() {
             return self.unset(use_type, Some(field)).map(|_| ());
         }

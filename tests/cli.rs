@@ -414,6 +414,23 @@ fn config_set_empty_clears_and_unset_removes() {
         "{}",
         run.stdout
     );
+    // A use-type without a name (written as `[use.""]`), and a value with a newline in it.
+    let bad = sb.colony(&["config", "set", "", "model", "x"]).failed();
+    assert!(
+        bad.stderr
+            .contains("\"\" is not a use-type name (give it a name, without control characters)"),
+        "{}",
+        bad.stderr
+    );
+    let bad = sb
+        .colony(&["config", "set", "code", "model", "a\nb"])
+        .failed();
+    assert!(
+        bad.stderr
+            .contains("model = \"a\\nb\": holds a control character (a newline?)"),
+        "{}",
+        bad.stderr
+    );
     let bad = sb.colony(&["config", "unset", "code", "colour"]).failed();
     assert!(
         bad.stderr.contains("unknown field \"colour\""),
