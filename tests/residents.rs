@@ -1012,3 +1012,35 @@ print(ai.watch{{}})
     assert_eq!(again.lines(), ["idle"]);
     assert_eq!(support::model_calls(&fake).len(), 2);
 }
+
+#[test]
+fn a_source_that_failed_for_good_fails_the_run_unless_on_fail_decides() {
+    // The program ran on without it to `idle`, and the run ended with status 0.
+    let source = |on_fail: &str| {
+        format!(
+            r#"
+ai.spawn{{ name = "w", system = "x", sources = {{ function() error("source broke") end }} }}
+print(ai.watch{{ {on_fail} }})
+"#
+        )
+    };
+    let sb = support::script::Sandbox::new();
+    let run = sb.lua(&source(""), &["--max-time", "60"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(run.lines(), ["idle"]);
+    let at = sb.path("script.lua").display().to_string();
+    assert!(
+        run.stderr.contains(&format!(
+            "colony: [w/source/1] failed and was not started again: {at}:2: source broke\n\
+             colony: the program ran on without it, so the run failed"
+        )),
+        "{}",
+        run.stderr
+    );
+    let run = sb.lua(
+        &source("on_fail = function(id) print('failed: ' .. id) end"),
+        &["--max-time", "60"],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(run.lines(), ["failed: w/source/1", "idle"]);
+}

@@ -102,6 +102,20 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     if let Some(Settled::Blocked(blocked)) = lifecycle.settled() {
         return Err(blocked_failure(&blocked));
     }
+    let failed = lifecycle.unhandled_failures();
+    if !failed.is_empty() && !timed_out.load(Ordering::Acquire) {
+        let mut message = String::new();
+        for (id, why) in &failed {
+            message.push_str(&format!(
+                "colony: [{id}] failed and was not started again: {why}\n"
+            ));
+        }
+        message.push_str(
+            "colony: the program ran on without it, so the run failed (give ai.watch an on_fail \
+             to decide what such a failure means)",
+        );
+        return Err(Failure::run(message));
+    }
     if timed_out.load(Ordering::Acquire) {
         return Err(Failure {
             message: format!(

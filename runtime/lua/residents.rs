@@ -310,6 +310,7 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
             _ => return Err(bad(who, "grace_ms must be a number of milliseconds")),
         }
     }
+    options.handles_failures = hooks.on_fail.is_some();
     let hooks = &hooks;
     // A tool spinning on this thread would keep the watch from hearing a signal: a listener on
     // the core's runtime stops such code through the VM's hook. Kept for the program's life: a

@@ -62,6 +62,9 @@ struct LifeState {
     /// In a cluster, the residents placed (on one node at a time, [`super::placement`]), and
     /// whether each runs here now.
     placed: HashMap<String, Placed>,
+    /// Children that failed for good (`<ai>` or `<ai>/source/<n>`, and why) when the watch had
+    /// no `on_fail` of its own to tell: [`Lifecycle::unhandled_failures`].
+    unhandled: Vec<(String, String)>,
 }
 
 /// A placed resident: what it is hired with, to hire it again each time it is claimed here.
@@ -132,6 +135,9 @@ pub struct WatchOptions {
     pub until_idle: bool,
     /// Stop on SIGINT and SIGTERM.
     pub signals: bool,
+    /// The watcher handles a child's failure itself (a script's `on_fail`): failures are not
+    /// kept for [`Lifecycle::unhandled_failures`].
+    pub handles_failures: bool,
 }
 
 impl Default for WatchOptions {
@@ -140,6 +146,7 @@ impl Default for WatchOptions {
             grace: DEFAULT_GRACE,
             until_idle: true,
             signals: true,
+            handles_failures: false,
         }
     }
 }
@@ -159,6 +166,7 @@ impl Lifecycle {
                     pending_names: HashSet::new(),
                     sources: HashMap::new(),
                     placed: HashMap::new(),
+                    unhandled: Vec::new(),
                 }),
                 events: broadcast::channel(256).0,
                 servers: Mutex::new(Vec::new()),
@@ -516,7 +524,10 @@ impl Lifecycle {
             tokio::select! {
                 biased;
                 reason = route.stopped() => break reason,
-                Some(event) = events.recv() => self.hand_on(event, &mut on_event).await,
+                Some(event) = events.recv() => {
+                    self.keep_failure(&event, opts.handles_failures);
+                    self.hand_on(event, &mut on_event).await
+                }
                 // Idle or blocked with nothing left to bring mail: the program has ended by itself.
                 _ = route.changed(), if opts.until_idle => {
                     // Hooks first: on_blocked may unblock the resident it is told of.
@@ -545,9 +556,26 @@ impl Lifecycle {
         }
         // Failures reported while stopping still reach the callbacks.
         while let Ok(event) = events.try_recv() {
+            self.keep_failure(&event, opts.handles_failures);
             self.hand_on(event, &mut on_event).await;
         }
         Ok(reason)
+    }
+
+    /// Keeps a child's failure for good that nobody else is told of.
+    fn keep_failure(&self, event: &RouteEvent, handled: bool) {
+        if let RouteEvent::Failed { id, message, .. } = event
+            && !handled
+        {
+            self.state().unhandled.push((id.clone(), message.clone()));
+        }
+    }
+
+    /// The children (`<ai>` or `<ai>/source/<n>`) that failed for good while the watch ran
+    /// with nothing of the program's own to handle it, and why: `colony run` ends with status 1
+    /// naming them. A program whose only source had died ended `idle`, with status 0.
+    pub fn unhandled_failures(&self) -> Vec<(String, String)> {
+        self.state().unhandled.clone()
     }
 
     /// Ends what a route event ends (a resident gone or failed takes its sources with it), then
