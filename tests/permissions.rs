@@ -346,3 +346,30 @@ print(select(2, pcall(proc.run, {{ cmd = "env", env = {{ ["B=C"] = "1" }} }})))
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+#[test]
+fn a_read_limit_past_the_memory_limit_is_refused_before_anything_is_read() {
+    // A 1 GiB max_bytes under --max-memory 64M read 2.6 GB before failing; the defaults stay
+    // usable under a small limit.
+    let sb = Sandbox::new();
+    let run = sb
+        .lua(
+            r#"print(select(2, pcall(http.get, "http://127.0.0.1:1/", { max_bytes = 1024^3 })))
+               print(select(2, pcall(proc.run, { cmd = "true", max_bytes = 1024^3 })))
+               io.write(proc.run{ cmd = "echo", args = { "defaults" } }.stdout)"#,
+            &["--max-memory", "16M"],
+        )
+        .ok();
+    let at = sb.path("script.lua").display().to_string();
+    let over = |who: &str, line: u32| {
+        format!(
+            "{at}:{line}: {who}: max_bytes 1073741824 bytes (1024 MiB) is more than the \
+             program's memory limit of 16777216 bytes (16 MiB) (--max-memory): what it reads \
+             could never be held"
+        )
+    };
+    assert_eq!(
+        run.lines(),
+        [over("http.get", 1), over("proc.run", 2), "defaults".into()]
+    );
+}

@@ -267,6 +267,27 @@ pub fn arg<T: mlua::FromLua>(lua: &Lua, who: &str, pos: usize, value: Value) -> 
     })
 }
 
+/// The most memory the program's Lua code may hold (`--max-memory`), as the VM was given it.
+pub struct MemoryLimit(pub usize);
+
+/// Refuses a read limit (`max_bytes`) past the program's memory limit: what it let through
+/// could never become a Lua string, and was read whole first (a 1 GiB `max_bytes` under
+/// `--max-memory 64M` took 2.6 GB before failing).
+pub fn within_memory(lua: &Lua, who: &str, max_bytes: u64) -> mlua::Result<()> {
+    let Some(limit) = lua.app_data_ref::<MemoryLimit>().map(|m| m.0 as u64) else {
+        return Ok(());
+    };
+    if max_bytes > limit {
+        return Err(misuse(format!(
+            "{who}: max_bytes {} is more than the program's memory limit of {} \
+             (--max-memory): what it reads could never be held",
+            crate::providers::body::describe_limit(max_bytes),
+            crate::providers::body::describe_limit(limit)
+        )));
+    }
+    Ok(())
+}
+
 /// A mistake in how a script called a function, as a Lua error whose text is just `message`
 /// (mlua's own runtime errors print a "runtime error: " prefix a script author did not write).
 pub fn misuse(message: impl Into<String>) -> mlua::Error {

@@ -246,6 +246,9 @@ fn read_request(
             )));
         }
     };
+    if !matches!(get("max_bytes")?, Value::Nil) {
+        super::convert::within_memory(lua, who, max_bytes)?;
+    }
     Ok(Request {
         who: who.to_string(),
         method,

@@ -189,7 +189,9 @@ pub fn new_vm(core: Core) -> mlua::Result<(Lua, bridge::LuaJobs)> {
 /// [`new_vm`] with what an embedding application lends the program.
 pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::LuaJobs)> {
     let lua = Lua::new_with(StdLib::ALL_SAFE, LuaOptions::default())?;
-    lua.set_memory_limit(host.max_memory.unwrap_or(DEFAULT_MAX_MEMORY))?;
+    let memory = host.max_memory.unwrap_or(DEFAULT_MAX_MEMORY);
+    lua.set_memory_limit(memory)?;
+    lua.set_app_data(convert::MemoryLimit(memory));
     watchdog::install(&lua, host.interrupt.clone())?;
     lua.set_app_data(core.with_own_client());
     lua.set_app_data(bridge::Functions::default());

@@ -168,6 +168,9 @@ fn read(lua: &Lua, spec: Value) -> mlua::Result<Spec> {
             )));
         }
     };
+    if t.get::<Value>("max_bytes")? != Value::Nil {
+        super::convert::within_memory(lua, who, max_bytes)?;
+    }
     Ok(Spec {
         cmd,
         args,

@@ -42,8 +42,11 @@ pub async fn read(response: reqwest::Response, limit: u64) -> Result<Bytes, Body
     if response.content_length().is_some_and(|n| n > limit) {
         return Err(BodyError::TooLarge(limit));
     }
+    // Sized once when the length is announced: grown by doubling, a body near the limit held
+    // up to twice its size while it was copied.
+    let announced = response.content_length().unwrap_or(0).min(limit);
     let mut chunks = stream(response, limit);
-    let mut out = BytesMut::new();
+    let mut out = BytesMut::with_capacity(usize::try_from(announced).unwrap_or(0));
     while let Some(chunk) = chunks.next().await {
         out.extend_from_slice(&chunk?);
     }
