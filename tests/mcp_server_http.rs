@@ -676,3 +676,60 @@ fn a_tool_call_in_flight_at_sigterm_is_given_the_grace_and_answered() {
     assert_eq!(result["isError"], false, "{}", answer.text);
     assert_eq!(served.wait(), Some(0), "{}", served.stderr());
 }
+
+#[test]
+fn a_call_to_an_exported_resident_mid_turn_at_sigterm_is_answered_within_the_grace() {
+    // The resident's turn had its grace, but the client was told at once that the program
+    // stopped before it replied.
+    let fake = FakeProvider::start();
+    fake.push(support::fake::Reply::text("the answer").delay(1500));
+    let sb = sandbox(&fake);
+    let program = sb.write(
+        "helper.lua",
+        r#"ai.spawn{ name = "helper", system = "You answer.", export = true }
+print(ai.watch())
+"#,
+    );
+    let mut served = Served::start(&sb, &[&program.display().to_string()]);
+    let raw = Raw::new(&served);
+    let r = raw.post(&[], initialize("2025-11-25"));
+    let session = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+    let headers = [
+        ("mcp-session-id", session.as_str()),
+        ("mcp-protocol-version", "2025-11-25"),
+    ];
+    raw.post(
+        &headers,
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    let call = {
+        let (url, session) = (served.url.clone(), session.clone());
+        std::thread::spawn(move || {
+            let raw = Raw {
+                url: format!("{url}/mcp"),
+                ..Raw::new_detached()
+            };
+            let headers = [
+                ("mcp-session-id", session.as_str()),
+                ("mcp-protocol-version", "2025-11-25"),
+            ];
+            raw.post(
+                &headers,
+                json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                       "params": {"name": "helper", "arguments": {"message": "hello"}}}),
+            )
+        })
+    };
+    support::serve::eventually("the resident's turn starts", || fake.calls() >= 1);
+    served.signal("TERM");
+    let answer = call.join().unwrap();
+    let result = &answer.messages.last().unwrap_or(&Value::Null)["result"];
+    assert_eq!(
+        result["content"][0]["text"],
+        "the answer",
+        "{}\n{}",
+        answer.text,
+        served.stderr()
+    );
+    assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+}

@@ -206,23 +206,47 @@ async fn ask_resident(
             });
         }
     };
+    let mut reply = reply;
+    let answer = |r: Result<crate::residents::Delivery, _>| match r {
+        Ok(d) if d.kind == DeliveryKind::Reply => (
+            EventKind::Ok,
+            Outcome {
+                text: d.text,
+                files: Vec::new(),
+                is_error: false,
+            },
+        ),
+        Ok(d) => failed(EventKind::Error, d.text),
+        Err(_) => failed(
+            EventKind::Cancelled,
+            format!("{} ended before it replied", export.name),
+        ),
+    };
+    let started = Instant::now();
     let outcome = tokio::select! {
-        r = reply => match r {
-            Ok(d) if d.kind == DeliveryKind::Reply => (
-                EventKind::Ok,
-                Outcome { text: d.text, files: Vec::new(), is_error: false },
-            ),
-            Ok(d) => failed(EventKind::Error, d.text),
-            Err(_) => failed(EventKind::Cancelled, format!("{} ended before it replied", export.name)),
-        },
+        r = &mut reply => answer(r),
         _ = tokio::time::sleep(export.deadline) => failed(
             EventKind::Deadline,
             format!("{} did not reply within {} s", export.name, export.deadline.as_secs_f64()),
         ),
-        reason = route.stopped() => failed(
-            EventKind::Cancelled,
-            format!("the program stopped before {} replied: {reason}", export.name),
-        ),
+        reason = route.stopped() => {
+            let stopped = || failed(
+                EventKind::Cancelled,
+                format!("the program stopped before {} replied: {reason}", export.name),
+            );
+            // A turn in flight has the grace a stop gives it: its reply, if it comes within
+            // the grace (and the call's deadline), is the answer. Mail not yet taken up is
+            // not served after a stop.
+            let left = export.deadline.saturating_sub(started.elapsed());
+            if resident.state() == crate::residents::resident::State::Busy {
+                match tokio::time::timeout(route.grace().min(left), &mut reply).await {
+                    Ok(r) => answer(r),
+                    Err(_) => stopped(),
+                }
+            } else {
+                stopped()
+            }
+        }
         _ = beat => unreachable!("the heartbeat never ends"),
     };
     resident.forget_reply(&source);
