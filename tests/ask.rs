@@ -634,3 +634,18 @@ fn opaque_reasoning_travels_back_through_lua() {
         }
     }
 }
+
+#[test]
+fn json_cut_short_within_its_announced_length_is_the_server_s_bad_answer() {
+    // All the bytes the server announced came, so the JSON was never whole: a parse_error
+    // (the resident is blocked), not a fetch_error (retried as a transient cut).
+    let fake = FakeProvider::start();
+    fake.push(Reply::status(200).body(r#"{"id": "x", "choices": [ {"#));
+    let run = sandbox(&fake, "openai")
+        .lua(
+            r#"local r, e = ai.ask("hi", { provider = "openai" }) print(e.kind, e.transient)"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.lines(), ["parse_error\tfalse"], "{}", run.stderr);
+}

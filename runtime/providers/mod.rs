@@ -248,12 +248,19 @@ fn transport_failure(e: &reqwest::Error, ep: &Endpoint) -> ProviderError {
 /// A whole answer the codec could not read, classified as the same fault streamed would be: a
 /// body whose JSON ends early was cut off (a `fetch_error`, as a stream that ends before its
 /// end marker), and an error object in a 200 answer is the error it names (as an `error` event
-/// in a stream).
-fn whole_body_fault(e: ProviderError, body: &[u8]) -> ProviderError {
+/// in a stream). `framed`: the body's end was announced (a `Content-Length`, or chunked
+/// encoding's last chunk), so all of it came and JSON that ends early is the server's own bad
+/// answer (a `parse_error`), not a cut.
+fn whole_body_fault(e: ProviderError, body: &[u8], framed: bool) -> ProviderError {
     if !matches!(e, ProviderError::Parse(_)) {
         return e;
     }
     match serde_json::from_slice::<Value>(body) {
+        Err(json) if json.is_eof() && framed => ProviderError::Parse(format!(
+            "the answer's JSON ends before it is complete ({} bytes, all the server said it \
+             would send)",
+            body.len()
+        )),
         Err(json) if json.is_eof() => ProviderError::Fetch(format!(
             "the answer ended early ({} bytes, its JSON cut off)",
             body.len()
@@ -448,10 +455,18 @@ impl Providers {
         match on_text {
             Some(on_text) => sse::assemble(response, codec.assembler(), on_text, ep).await,
             None => {
+                let framed = response.content_length().is_some()
+                    || response
+                        .headers()
+                        .get(reqwest::header::TRANSFER_ENCODING)
+                        .and_then(|v| v.to_str().ok())
+                        .is_some_and(|v| v.to_ascii_lowercase().contains("chunked"));
                 let body = body::read(response, ep.max_response_bytes)
                     .await
                     .map_err(|e| body_failure(e, ep))?;
-                codec.parse(&body).map_err(|e| whole_body_fault(e, &body))
+                codec
+                    .parse(&body)
+                    .map_err(|e| whole_body_fault(e, &body, framed))
             }
         }
     }
