@@ -636,16 +636,24 @@ fn opaque_reasoning_travels_back_through_lua() {
 }
 
 #[test]
-fn json_cut_short_within_its_announced_length_is_the_server_s_bad_answer() {
-    // All the bytes the server announced came, so the JSON was never whole: a parse_error
-    // (the resident is blocked), not a fetch_error (retried as a transient cut).
+fn json_cut_short_within_its_announced_length_is_named_as_the_server_s() {
+    // All the bytes the server announced came: it was not cut off on the way, as the message
+    // said. Still transient (a proxy whose upstream failed mid-answer may do better next time).
     let fake = FakeProvider::start();
     fake.push(Reply::status(200).body(r#"{"id": "x", "choices": [ {"#));
     let run = sandbox(&fake, "openai")
         .lua(
-            r#"local r, e = ai.ask("hi", { provider = "openai" }) print(e.kind, e.transient)"#,
+            r#"local r, e = ai.ask("hi", { provider = "openai" }) print(e.kind, e.transient, e.message)"#,
             &[],
         )
         .ok();
-    assert_eq!(run.lines(), ["parse_error\tfalse"], "{}", run.stderr);
+    assert_eq!(
+        run.lines(),
+        [
+            "fetch_error\ttrue\trequest failed: the answer's JSON stops half-way (26 bytes, all the server \
+          announced: it sent an unfinished answer)"
+        ],
+        "{}",
+        run.stderr
+    );
 }

@@ -249,16 +249,17 @@ fn transport_failure(e: &reqwest::Error, ep: &Endpoint) -> ProviderError {
 /// body whose JSON ends early was cut off (a `fetch_error`, as a stream that ends before its
 /// end marker), and an error object in a 200 answer is the error it names (as an `error` event
 /// in a stream). `framed`: the body's end was announced (a `Content-Length`, or chunked
-/// encoding's last chunk), so all of it came and JSON that ends early is the server's own bad
-/// answer (a `parse_error`), not a cut.
+/// encoding's last chunk), so every byte came and the server itself sent JSON that stops
+/// half-way (a proxy whose upstream failed mid-answer, say): still worth a retry, but not
+/// called a cut the server did not make.
 fn whole_body_fault(e: ProviderError, body: &[u8], framed: bool) -> ProviderError {
     if !matches!(e, ProviderError::Parse(_)) {
         return e;
     }
     match serde_json::from_slice::<Value>(body) {
-        Err(json) if json.is_eof() && framed => ProviderError::Parse(format!(
-            "the answer's JSON ends before it is complete ({} bytes, all the server said it \
-             would send)",
+        Err(json) if json.is_eof() && framed => ProviderError::Fetch(format!(
+            "the answer's JSON stops half-way ({} bytes, all the server announced: it sent an \
+             unfinished answer)",
             body.len()
         )),
         Err(json) if json.is_eof() => ProviderError::Fetch(format!(
