@@ -72,7 +72,9 @@ fn credential_name(name: &str) -> bool {
 /// `text` with the value of every credential query parameter ([`credential_name`]) and the
 /// password of every `scheme://user:password@host` replaced by `[redacted]`.
 fn redact_query_keys(text: &str) -> String {
-    let text = redact_passwords(text);
+    // A text that starts with `key=...` has its parameter at a boundary too: a `&` in front
+    // makes it one like the others, and is taken off again at the end.
+    let text = format!("&{}", redact_passwords(text));
     let bytes = text.as_bytes();
     let mut out = String::with_capacity(text.len());
     let mut copied = 0;
@@ -104,7 +106,7 @@ fn redact_query_keys(text: &str) -> String {
         i = value_end;
     }
     out.push_str(&text[copied..]);
-    out
+    out.split_off(1)
 }
 
 /// `scheme://user:password@host` as `scheme://user:[redacted]@host`, wherever it appears.
@@ -145,6 +147,10 @@ mod tests {
             "bad key [redacted] at https://x/y?alt=sse&key=[redacted] ok"
         );
         assert_eq!(redact("monkey=1"), "monkey=1");
+        assert_eq!(
+            redact("key=AIzaXYZ at the start"),
+            "key=[redacted] at the start"
+        );
     }
 
     #[test]
