@@ -280,4 +280,12 @@ fn a_budget_that_cannot_be_counted_blocks_instead_of_never_being_reached() {
          held)"
     );
     assert_eq!(fake.calls(), 1);
+    // The turn is counted, tokens or not: `colony usage` showed nothing of it.
+    assert_eq!(
+        usage(&sandbox).lines()[1],
+        format!(
+            "worker    {}      0       0      0      1  0.000000 USD",
+            today()
+        )
+    );
 }

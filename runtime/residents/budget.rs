@@ -181,7 +181,7 @@ pub fn record(
     at: DateTime<Utc>,
     spent: &Spent,
 ) -> StoreResult<()> {
-    if spent.tokens() == 0 && spent.cost == 0.0 {
+    if spent.tokens() == 0 && spent.cost == 0.0 && spent.turns == 0 {
         return Ok(());
     }
     store

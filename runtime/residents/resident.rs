@@ -409,7 +409,9 @@ impl Resident {
         let reported = usage.input + usage.output + usage.cache_read + usage.cache_write > 0;
         self.usage_unreported
             .store(steps > 0 && !reported, Ordering::Relaxed);
-        if !reported {
+        // A turn that called a model is counted even when its server reported no tokens:
+        // `colony usage` shows its turns (it showed nothing).
+        if !reported && steps == 0 {
             return;
         }
         let cost = host
