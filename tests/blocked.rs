@@ -407,6 +407,19 @@ print("watch ended: " .. ai.watch{})
     );
     assert_eq!(run.code, 124, "{}", run.stderr);
     assert_eq!(run.lines(), ["watch ended: max-time"]);
+    // Before ai.watch nothing hears a stop: the run ends at the limit, as a signal ends it
+    // then (it waited out the grace too, and said the program did not end).
+    let run = sandbox.lua(
+        "print('waiting') ai.sleep(60000) print('woke')",
+        &["--max-time", "1"],
+    );
+    assert_eq!(run.code, 124, "{}", run.stderr);
+    assert_eq!(run.lines(), ["waiting"]);
+    assert_eq!(
+        run.stderr, "colony: the run was ended by --max-time (1.0 s)\n",
+        "{}",
+        run.stderr
+    );
     let bad = sandbox.lua("print(1)", &["--max-time", "soon"]);
     assert_eq!(bad.code, 2, "{}", bad.stderr);
     assert!(

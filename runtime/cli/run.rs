@@ -168,6 +168,15 @@ async fn end_after(limit: Duration, program: Lifecycle, timed_out: Arc<AtomicBoo
     tracing::info!("--max-time: {} elapsed, stopping", humane(limit));
     // As SIGTERM stops it: a source or tool spinning without waiting is stopped too.
     program.interrupt("max-time");
+    if program.watch_state() == crate::residents::Watch::NotYet {
+        // Before `ai.watch`, nothing hears a stop (a main chunk in `ai.sleep` or a model call
+        // went on for the whole grace): the run ends here, as a signal ends it then.
+        eprintln!(
+            "colony: the run was ended by --max-time ({})",
+            humane(limit)
+        );
+        std::process::exit(i32::from(TIMED_OUT));
+    }
     tokio::time::sleep(program.grace() + Duration::from_secs(1)).await;
     eprintln!(
         "colony: --max-time: the program did not end within {} of being stopped",
