@@ -140,6 +140,36 @@ fn add_list_test_del_and_import() {
         "{}",
         list.stdout
     );
+    // Names its tools could not carry apart, an empty command, a header with a line break.
+    for (args, says) in [
+        (
+            &["", "http://127.0.0.1:9/mcp"][..],
+            "\"\" is not a server name",
+        ),
+        (
+            &["a b", "http://127.0.0.1:9/mcp"],
+            "\"a b\" is not a server name",
+        ),
+        (
+            &["x__y", "http://127.0.0.1:9/mcp"],
+            "\"x__y\" is not a server name",
+        ),
+        (
+            &["evil\nname", "http://127.0.0.1:9/mcp"],
+            "is not a server name",
+        ),
+        (&["n2", "--", ""], "give a URL or -- COMMAND ARGS"),
+        (
+            &["h", "http://127.0.0.1:9/mcp", "--header", "A: b\r\nX: y"],
+            "holds a control character",
+        ),
+    ] {
+        let mut all = vec!["mcp", "add"];
+        all.extend_from_slice(args);
+        let run = sb.colony(&all);
+        assert_eq!(run.code, 2, "{args:?}\n{}", run.stderr);
+        assert!(run.stderr.contains(says), "{args:?}\n{}", run.stderr);
+    }
     let bad = sb.write("bad.json", r#"{"servers": {}}"#);
     let failed = sb
         .colony(&["mcp", "import", &bad.display().to_string()])

@@ -22,7 +22,8 @@ pub struct Args {
 enum Action {
     /// Add (or replace) a server: `colony mcp add NAME URL` or `colony mcp add NAME -- COMMAND ARGS...`.
     Add {
-        /// The server's name: its tools are offered as `NAME__tool`.
+        /// The server's name (letters, digits, `-` and `_`, no `__`): its tools are offered as
+        /// `NAME__tool`.
         name: String,
         /// An HTTP header for every request, `Name: value` (e.g. `Authorization: Bearer ...`).
         #[arg(long = "header", value_name = "NAME: VALUE")]
@@ -91,6 +92,10 @@ fn pairs(items: &[String], sep: char, what: &str) -> Result<BTreeMap<String, Str
     items
         .iter()
         .map(|item| match item.split_once(sep) {
+            // A CR or LF would be a second header (or an error only at the first call).
+            _ if item.chars().any(char::is_control) => Err(Failure::input(format!(
+                "colony mcp add: {what} {item:?} holds a control character (a line break?)"
+            ))),
             Some((k, v)) if !k.trim().is_empty() => {
                 Ok((k.trim().to_string(), v.trim_start().to_string()))
             }
@@ -99,6 +104,26 @@ fn pairs(items: &[String], sep: char, what: &str) -> Result<BTreeMap<String, Str
             ))),
         })
         .collect()
+}
+
+/// A server's name as its tools carry it (`NAME__tool`): letters, digits, `-` and `_`, without
+/// `__`. An empty name gave tools named `__echo`, a name with a line break or an escape sequence
+/// was printed raw by `mcp list`, and `a b`, `a/b` and `a_b` (or `x` with a tool `y__echo` and
+/// `x__y` with `echo`) named their tools alike, so one server's hid the other's.
+fn server_name(name: &str) -> Result<(), Failure> {
+    let plain = !name.is_empty()
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+        && !name.contains("__");
+    if plain {
+        Ok(())
+    } else {
+        Err(Failure::input(format!(
+            "colony mcp add: {name:?} is not a server name: use letters, digits, '-' and '_' \
+             (not \"__\", which joins it to its tools' names: NAME__tool)"
+        )))
+    }
 }
 
 pub async fn run(args: Args) -> Result<(), Failure> {
@@ -117,6 +142,7 @@ pub async fn run(args: Args) -> Result<(), Failure> {
             url,
             command,
         } => {
+            server_name(&name)?;
             let mut config = if let Some(url) = url {
                 if !command.is_empty() {
                     return Err(Failure::input(
@@ -134,7 +160,7 @@ pub async fn run(args: Args) -> Result<(), Failure> {
                     ..ServerConfig::default()
                 }
             } else {
-                if command.is_empty() {
+                if command.first().is_none_or(|c| c.trim().is_empty()) {
                     return Err(Failure::input(
                         "colony mcp add: give a URL or -- COMMAND ARGS...",
                     ));
