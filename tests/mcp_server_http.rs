@@ -196,20 +196,12 @@ struct Reply {
 impl Raw {
     fn new(served: &Served) -> Raw {
         Raw {
-            url: format!("{}/mcp", served.url),
-            ..Raw::new_detached()
-        }
-    }
-
-    /// A client with no URL yet, for a thread of its own.
-    fn new_detached() -> Raw {
-        Raw {
             rt: tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .unwrap(),
             http: reqwest::Client::new(),
-            url: String::new(),
+            url: format!("{}/mcp", served.url),
         }
     }
 
@@ -610,6 +602,31 @@ fn two_programs_exporting_one_name_list_it_once_and_the_log_names_whose() {
     drop(served);
 }
 
+/// Opens a session with `served` and makes a `tools/call` of `name` on a thread of its own, so
+/// the test can stop the service while the call is in flight; joined, it gives the answer.
+fn call_on_a_thread(
+    served: &Served,
+    name: &str,
+    arguments: Value,
+) -> std::thread::JoinHandle<Reply> {
+    let raw = Raw::new(served);
+    let r = raw.post(&[], initialize("2025-11-25"));
+    let session = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                      "params": {"name": name, "arguments": arguments}});
+    std::thread::spawn(move || {
+        let headers = [
+            ("mcp-session-id", session.as_str()),
+            ("mcp-protocol-version", "2025-11-25"),
+        ];
+        raw.post(
+            &headers,
+            json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+        );
+        raw.post(&headers, call)
+    })
+}
+
 #[test]
 fn a_tool_call_in_flight_at_sigterm_is_given_the_grace_and_answered() {
     // A client's tools/call was cut off the moment the service drained, where a resident's
@@ -634,34 +651,7 @@ fn a_tool_call_in_flight_at_sigterm_is_given_the_grace_and_answered() {
     // A served program is granted nothing by default.
     let allow = format!("--allow-write={}", sb.dir.path().display());
     let mut served = Served::start(&sb, &[&allow, &program.display().to_string()]);
-    let raw = Raw::new(&served);
-    let r = raw.post(&[], initialize("2025-11-25"));
-    let session = r.headers["mcp-session-id"].to_str().unwrap().to_string();
-    raw.post(
-        &[
-            ("mcp-session-id", session.as_str()),
-            ("mcp-protocol-version", "2025-11-25"),
-        ],
-        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
-    );
-    let call = {
-        let (url, session) = (served.url.clone(), session.clone());
-        std::thread::spawn(move || {
-            let raw = Raw {
-                url: format!("{url}/mcp"),
-                ..Raw::new_detached()
-            };
-            let headers = [
-                ("mcp-session-id", session.as_str()),
-                ("mcp-protocol-version", "2025-11-25"),
-            ];
-            raw.post(
-                &headers,
-                json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                       "params": {"name": "slow", "arguments": {}}}),
-            )
-        })
-    };
+    let call = call_on_a_thread(&served, "slow", json!({}));
     support::serve::eventually("the call starts", || started.exists());
     served.signal("TERM");
     let answer = call.join().unwrap();
@@ -691,35 +681,7 @@ print(ai.watch())
 "#,
     );
     let mut served = Served::start(&sb, &[&program.display().to_string()]);
-    let raw = Raw::new(&served);
-    let r = raw.post(&[], initialize("2025-11-25"));
-    let session = r.headers["mcp-session-id"].to_str().unwrap().to_string();
-    let headers = [
-        ("mcp-session-id", session.as_str()),
-        ("mcp-protocol-version", "2025-11-25"),
-    ];
-    raw.post(
-        &headers,
-        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
-    );
-    let call = {
-        let (url, session) = (served.url.clone(), session.clone());
-        std::thread::spawn(move || {
-            let raw = Raw {
-                url: format!("{url}/mcp"),
-                ..Raw::new_detached()
-            };
-            let headers = [
-                ("mcp-session-id", session.as_str()),
-                ("mcp-protocol-version", "2025-11-25"),
-            ];
-            raw.post(
-                &headers,
-                json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
-                       "params": {"name": "helper", "arguments": {"message": "hello"}}}),
-            )
-        })
-    };
+    let call = call_on_a_thread(&served, "helper", json!({"message": "hello"}));
     support::serve::eventually("the resident's turn starts", || fake.calls() >= 1);
     served.signal("TERM");
     let answer = call.join().unwrap();

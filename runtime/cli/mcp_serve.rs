@@ -55,19 +55,8 @@ pub struct InstallArgs {
     sandbox: SandboxArgs,
 }
 
-/// `file` when it is a file to read, else the failure naming why not.
-fn program_file(file: &Path) -> Result<(), Failure> {
-    match super::not_a_file(file) {
-        None => Ok(()),
-        Some(why) => Err(Failure::input(format!(
-            "colony: cannot read {}: {why}",
-            file.display()
-        ))),
-    }
-}
-
 pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
-    program_file(&args.file)?;
+    super::program_file(&args.file)?;
     // First: whatever the program prints from its first line on goes to stderr.
     let streams = stdio::protocol_streams().map_err(|e| {
         Failure::run(format!(
@@ -168,7 +157,7 @@ pub fn entry(file: &Path, flags: &[String]) -> Result<Value, Failure> {
 }
 
 pub fn install(args: InstallArgs) -> Result<(), Failure> {
-    program_file(&args.file)?;
+    super::program_file(&args.file)?;
     if args.name.trim().is_empty() {
         return Err(Failure::input(
             "colony mcp install: --name must not be empty",

@@ -191,6 +191,18 @@ pub fn not_a_file(path: &std::path::Path) -> Option<&'static str> {
     }
 }
 
+/// `Ok` when `file`, a program to run, can be read; else the input failure naming it and why not
+/// (`colony run`, `colony serve`, `colony mcp serve` and `install` say it alike).
+pub fn program_file(file: &std::path::Path) -> Result<(), Failure> {
+    match not_a_file(file) {
+        None => Ok(()),
+        Some(why) => Err(Failure::input(format!(
+            "colony: cannot read {}: {why}",
+            file.display()
+        ))),
+    }
+}
+
 pub fn build_core(cassettes: &Cassettes, handle: &tokio::runtime::Handle) -> Result<Core, Failure> {
     let replay = match &cassettes.replay {
         Some(path) => Some(Arc::new(

@@ -49,12 +49,7 @@ pub struct Args {
 
 pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     let core = build_core(&args.cassettes, handle)?;
-    if let Some(why) = super::not_a_file(&args.file) {
-        return Err(Failure::input(format!(
-            "colony: cannot read {}: {why}",
-            args.file.display()
-        )));
-    }
+    super::program_file(&args.file)?;
     // A cassette holds a run from a fresh start: replaying on a state that carried on would ask
     // the model things the cassette never saw.
     let scratch = (args.state.is_none() && args.cassettes.replay.is_some())

@@ -229,12 +229,7 @@ fn programs(
         ));
     }
     for l in &launches {
-        if let Some(why) = super::not_a_file(&l.file) {
-            return Err(Failure::input(format!(
-                "colony: cannot read {}: {why}",
-                l.file.display()
-            )));
-        }
+        super::program_file(&l.file)?;
     }
     Ok(programs)
 }
