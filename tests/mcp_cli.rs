@@ -475,3 +475,150 @@ fn mcp_test_lists_what_colony_mcp_serve_exports() {
         .ok();
     assert_eq!(run.stdout, "Greeted.\tHello, Ada!\n", "{}", run.stderr);
 }
+
+// A stdio server's processes end with colony, however colony ends. The server is started by a
+// `sh` wrapper, as `npx` and `uvx` start theirs, which writes its own pid and starts a
+// process of its own (`sleep`) that outlives the Python server, as a browser a server drives can.
+
+/// Whether process `pid` still runs (a zombie waiting for a parent to reap it does not).
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command's name in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')),
+        Err(_) => false,
+    }
+}
+
+/// The pids the wrapper wrote to `file`, once it has written `n` of them.
+fn pids(file: &std::path::Path, n: usize) -> Vec<u32> {
+    for _ in 0..500 {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let pids: Vec<u32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+        if pids.len() >= n {
+            return pids;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!(
+        "the server's wrapper did not write {n} pids to {}",
+        file.display()
+    );
+}
+
+/// A script that connects to the Python server through `wrapper` (a `sh -c` text, where `PIDS`
+/// is the pid file, `PY` the server's command) and then runs `then`.
+fn wrapped_server_script(sb: &Sandbox, wrapper: &str, then: &str) -> (String, std::path::PathBuf) {
+    let pids = sb.path("pids");
+    let server = format!(
+        "{} {} stdio",
+        mcp::python().display(),
+        mcp::server_script().display()
+    );
+    let wrapper = wrapper
+        .replace("PIDS", &pids.display().to_string())
+        .replace("PY", &server);
+    let source = format!(
+        r#"io.stdout:setvbuf("line")
+local conn = assert(mcp.connect{{ command = "sh", args = {{ "-c", {wrapper:?} }} }})
+print(mcp.call(conn, "echo", {{ text = "connected" }}))
+{then}
+"#
+    );
+    (sb.write("script.lua", &source).display().to_string(), pids)
+}
+
+/// The wrapper's second process, started in the background, outlives the server.
+const LEAVES_A_PROCESS: &str = "sleep 600 & echo $! > PIDS; exec PY";
+
+#[test]
+fn a_stdio_servers_processes_end_when_the_program_does() {
+    let sb = Sandbox::new();
+    let (file, pid_file) = wrapped_server_script(&sb, LEAVES_A_PROCESS, "");
+    let run = sb.colony(&["run", &file]).ok();
+    assert_eq!(run.lines(), ["connected"]);
+    let left = pids(&pid_file, 1)[0];
+    assert!(
+        !running(left),
+        "the server's second process ({left}) outlived colony"
+    );
+}
+
+#[test]
+fn a_stdio_servers_processes_end_when_max_time_ends_the_run() {
+    let sb = Sandbox::new();
+    let (file, pid_file) = wrapped_server_script(
+        &sb,
+        LEAVES_A_PROCESS,
+        r#"mcp.call(conn, "sleep", { seconds = 600 })"#,
+    );
+    let run = sb.colony(&["run", "--max-time", "2", &file]);
+    assert_eq!(run.code, 124, "{run:?}");
+    let left = pids(&pid_file, 1)[0];
+    assert!(
+        !running(left),
+        "the server's second process ({left}) outlived colony"
+    );
+}
+
+#[test]
+fn a_stdio_server_that_ignores_a_closed_stdin_ends_when_a_signal_kills_colony() {
+    let sb = Sandbox::new();
+    // The wrapper itself is the server's first process: it writes its pid and, when the Python
+    // server has gone (its stdin closed), would go on for ten minutes. SIGINT arrives before the
+    // program's watch, so it ends colony at once, with nothing of colony's own run.
+    let (file, pid_file) = wrapped_server_script(
+        &sb,
+        "echo $$ > PIDS; PY; sleep 600",
+        r#"print("waiting"); mcp.call(conn, "sleep", { seconds = 600 })"#,
+    );
+    let mut child = sb.spawn(&["run", &file]);
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    use std::io::BufRead;
+    while line.trim() != "waiting" {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "colony ended early");
+    }
+    let wrapper = pids(&pid_file, 1)[0];
+    assert!(running(wrapper));
+    // SAFETY: kill takes plain integers.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    child.wait().unwrap();
+    // The signal to the server is asynchronous: give it a moment, without a deadline on colony.
+    for _ in 0..500 {
+        if !running(wrapper) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("the server's first process ({wrapper}) outlived colony by 10 s");
+}
+
+#[test]
+fn ctrl_c_ends_colony_mcp_test_and_the_server_it_started() {
+    let sb = Sandbox::new();
+    let pid_file = sb.path("pids");
+    // A server that never answers `initialize`, in two processes.
+    let wrapper = format!(
+        "sleep 600 & echo $! > {0}; echo $$ >> {0}; wait",
+        pid_file.display()
+    );
+    sb.write(
+        "config.toml",
+        &format!("[mcp.mute]\ncommand = \"sh\"\nargs = [\"-c\", {wrapper:?}]\n"),
+    );
+    let mut child = sb.spawn(&["mcp", "test", "mute"]);
+    let started = pids(&pid_file, 2);
+    // SAFETY: kill takes plain integers.
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(stderr.contains("interrupted (SIGINT)"), "{stderr}");
+    for pid in started {
+        assert!(!running(pid), "the server's process {pid} outlived colony");
+    }
+}

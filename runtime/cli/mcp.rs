@@ -126,6 +126,13 @@ fn server_name(name: &str) -> Result<(), Failure> {
     }
 }
 
+impl Args {
+    /// Whether this is `colony mcp serve`, which runs until a signal ends it.
+    pub fn serves(&self) -> bool {
+        matches!(self.action, Action::Serve(_))
+    }
+}
+
 pub async fn run(args: Args) -> Result<(), Failure> {
     match args.action {
         Action::Serve(args) => super::mcp_serve::serve(args).await,

@@ -135,16 +135,39 @@ pub fn main() -> ExitCode {
         Command::Store(args) => store::run(args),
         Command::Audit(args) => audit::run(args),
         Command::Usage(args) => usage::run(args),
-        Command::Mcp(args) => rt.block_on(mcp::run(args)),
-        Command::Tools(args) => rt.block_on(tools::run(args)),
+        // `mcp serve` hears its own signals.
+        Command::Mcp(args) if args.serves() => rt.block_on(mcp::run(args)),
+        Command::Mcp(args) => rt.block_on(interruptible(mcp::run(args))),
+        Command::Tools(args) => rt.block_on(interruptible(tools::run(args))),
         Command::Serve(args) => serve::run(args, rt.handle()),
     };
+    // Stdio MCP servers a program or command left running end with colony.
+    crate::mcp::server_group::end_all();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
             eprintln!("{}", f.message.trim_end());
             ExitCode::from(f.code)
         }
+    }
+}
+
+/// `command`, or exit status 130 when Ctrl-C (or SIGTERM) ends it first: `main` goes on to end
+/// the stdio MCP servers it started, which the signal's default action would have left running.
+async fn interruptible(
+    command: impl std::future::Future<Output = Result<(), Failure>>,
+) -> Result<(), Failure> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut int), Ok(mut term)) = (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) else {
+        return command.await;
+    };
+    tokio::select! {
+        done = command => done,
+        _ = int.recv() => Err(Failure { message: "colony: interrupted (SIGINT)".into(), code: 130 }),
+        _ = term.recv() => Err(Failure { message: "colony: interrupted (SIGTERM)".into(), code: 143 }),
     }
 }
 

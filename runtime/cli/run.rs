@@ -170,6 +170,7 @@ async fn end_after(limit: Duration, program: Lifecycle, timed_out: Arc<AtomicBoo
             "colony: the run was ended by --max-time ({})",
             humane(limit)
         );
+        crate::mcp::server_group::end_all();
         std::process::exit(i32::from(TIMED_OUT));
     }
     tokio::time::sleep(program.grace() + Duration::from_secs(1)).await;
@@ -177,6 +178,7 @@ async fn end_after(limit: Duration, program: Lifecycle, timed_out: Arc<AtomicBoo
         "colony: --max-time: the program did not end within {} of being stopped",
         humane(program.grace())
     );
+    crate::mcp::server_group::end_all();
     std::process::exit(i32::from(TIMED_OUT));
 }
 

@@ -5,6 +5,8 @@
 //!   one is read from the config file, a Lua table or a Claude Desktop / `.mcp.json` file.
 //! - [`session`]: one live connection on `rmcp` (handshake, paging `tools/list`, `tools/call` with
 //!   a deadline and `notifications/cancelled`, re-initialising a dead session, restarting a dead child).
+//! - [`server_group`]: a stdio server's processes, a group of their own, ended whole however
+//!   colony stops.
 //! - [`http_client`]: rmcp's HTTP client, reading the TypeScript SDK's 400 for a dead session as
 //!   the 404 the spec asks for.
 //! - [`handler`]: our side of the protocol: `ping`, `roots/list`, `elicitation/create`, the
@@ -40,6 +42,7 @@ pub mod resources;
 pub mod result;
 pub mod sampling;
 pub mod server;
+pub mod server_group;
 pub mod session;
 pub mod spec;
 pub mod toolset;

@@ -28,6 +28,7 @@ use tokio::sync::{Mutex, Notify};
 
 use super::handler::Handler;
 use super::result::{CallOutput, shape};
+use super::server_group::ServerGroup;
 use super::{McpError, REVISIONS, ServerSpec, Transport};
 
 /// At most this many `tools/list` pages are read (a server that pages forever is cut off).
@@ -47,6 +48,8 @@ type Service = RunningService<RoleClient, Handler>;
 struct Live {
     service: Service,
     version: String,
+    /// A stdio server's processes, ended when the session is (after `service`, dropped first).
+    group: Option<ServerGroup>,
 }
 
 /// A server we talk to. Cheap to share (`Arc`); calls run concurrently on one session. The
@@ -450,6 +453,8 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
         }
         Transport::Unavailable { .. } => {}
     }
+    // Held from the start: a failed handshake ends the server's processes too.
+    let mut group = None;
     let service = match &spec.transport {
         Transport::Unavailable { reason } => return Err(McpError::Config(reason.clone())),
         Transport::Http { url, headers } => {
@@ -526,17 +531,15 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
                 }
             }
             cmd.envs(env);
-            // A group of its own: Ctrl-C at colony's terminal (which cancels a chat's turn) must
-            // not reach the servers; colony ends them itself.
-            #[cfg(unix)]
-            cmd.process_group(0);
             if let Some(dir) = cwd {
                 cmd.current_dir(dir);
             }
-            let (transport, stderr) = TokioChildProcess::builder(cmd)
+            // A group of its own, which colony ends whole (see `server_group`).
+            let (transport, stderr) = TokioChildProcess::builder(super::server_group::wrap(cmd))
                 .stderr(std::process::Stdio::piped())
                 .spawn()
                 .map_err(|e| failed(format!("cannot start {command}: {e}")))?;
+            group = transport.id().and_then(ServerGroup::started);
             if let Some(stderr) = stderr {
                 let server = spec.name.clone();
                 tokio::spawn(async move {
@@ -553,7 +556,9 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
                 .map_err(|e| failed(innermost(&e)))?
         }
     };
-    checked(spec, service).await
+    let mut live = checked(spec, service).await?;
+    live.group = group;
+    Ok(live)
 }
 
 /// The session, unless the server answered a revision we do not speak.
@@ -570,7 +575,11 @@ async fn checked(spec: &ServerSpec, service: Service) -> Result<Live, McpError> 
             version,
         });
     }
-    Ok(Live { service, version })
+    Ok(Live {
+        service,
+        version,
+        group: None,
+    })
 }
 
 /// The variables a stdio server inherits from colony (the MCP SDKs' default list).
