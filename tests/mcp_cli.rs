@@ -622,3 +622,72 @@ fn ctrl_c_ends_colony_mcp_test_and_the_server_it_started() {
         assert!(!running(pid), "the server's process {pid} outlived colony");
     }
 }
+
+#[test]
+fn a_refresh_that_cannot_list_a_server_keeps_what_was_listed_before() {
+    let sb = Sandbox::new();
+    // Two servers started through scripts that can be broken without touching the config (its
+    // fingerprint in the cache stays the same).
+    let working = format!("exec {} --local-timezone UTC\n", time_server());
+    let time = sb.write("time.sh", &working);
+    let clock = sb.write("clock.sh", &working);
+    sb.write(
+        "config.toml",
+        &format!(
+            "[mcp.clock]\ncommand = \"sh\"\nargs = [{:?}]\n\n[mcp.time]\ncommand = \"sh\"\nargs = [{:?}]\n",
+            clock.display().to_string(),
+            time.display().to_string()
+        ),
+    );
+    let refresh = sb.colony(&["tools", "refresh"]).ok();
+    assert_eq!(refresh.lines()[..2], ["clock: 2 tools", "time: 2 tools"]);
+
+    // One server down: its tools stay offered, with the error said.
+    sb.write("clock.sh", "echo 'clock is down' >&2; exit 3\n");
+    let refresh = sb.colony(&["tools", "refresh"]).ok();
+    let lines = refresh.lines();
+    assert!(
+        lines[0].starts_with("clock: error: clock: cannot connect")
+            && lines[0].ends_with("(its 2 tools listed before are kept)"),
+        "{}",
+        refresh.stdout
+    );
+    assert_eq!(lines[1], "time: 2 tools");
+    let list = sb.colony(&["tools", "list"]).ok();
+    let lines = list.lines();
+    assert!(
+        lines[0].starts_with("clock: error at the last refresh: clock: cannot connect")
+            && lines[0].ends_with("(offering the tools listed before)"),
+        "{}",
+        list.stdout
+    );
+    let tools: Vec<&str> = lines[1..]
+        .iter()
+        .map(|l| l.split('\t').next().unwrap())
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            "clock__get_current_time",
+            "clock__convert_time",
+            "time__get_current_time",
+            "time__convert_time"
+        ]
+    );
+
+    // Every server down: nothing is written over the cache.
+    let cache = sb.path("tools-cache.json");
+    let before = std::fs::read(&cache).unwrap();
+    sb.write("time.sh", "exit 3\n");
+    let refresh = sb.colony(&["tools", "refresh"]);
+    assert_eq!(refresh.code, 1, "{refresh:?}");
+    assert!(
+        refresh
+            .stderr
+            .contains("no server could be listed; the cache is unchanged"),
+        "{}",
+        refresh.stderr
+    );
+    assert!(!refresh.stdout.contains("cached in"), "{}", refresh.stdout);
+    assert_eq!(std::fs::read(&cache).unwrap(), before);
+}

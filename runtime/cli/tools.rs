@@ -37,20 +37,33 @@ pub async fn run(args: Args) -> Result<(), Failure> {
                     "colony tools refresh: no MCP servers configured (colony mcp add)",
                 ));
             }
+            // An unreadable cache is replaced: a refresh is how it is made good.
+            let previous = cache::load().ok().flatten();
             let fresh = cache::refresh(&cfg.mcp).await;
-            cache::save(&fresh).map_err(failed)?;
+            let none_listed = fresh.servers.values().all(|s| s.error.is_some());
+            let (fresh, kept) = cache::keeping_listed(previous.as_ref(), fresh);
             for (name, server) in &fresh.servers {
                 match &server.error {
+                    Some(e) if kept.contains(name) => println!(
+                        "{name}: error: {e} (its {} tools listed before are kept)",
+                        server.tools.len()
+                    ),
                     Some(e) => println!("{name}: error: {e}"),
                     None => println!("{name}: {} tools", server.tools.len()),
                 }
             }
-            println!("cached in {}", cache::path().display());
-            if fresh.servers.values().all(|s| s.error.is_some()) {
-                return Err(Failure::run(
-                    "colony tools refresh: no server could be listed",
-                ));
+            if none_listed {
+                let unchanged = if previous.is_some() {
+                    "the cache is unchanged"
+                } else {
+                    "no cache was made"
+                };
+                return Err(Failure::run(format!(
+                    "colony tools refresh: no server could be listed; {unchanged}"
+                )));
             }
+            cache::save(&fresh).map_err(failed)?;
+            println!("cached in {}", cache::path().display());
             Ok(())
         }
         Action::List => {
@@ -67,8 +80,12 @@ pub async fn run(args: Args) -> Result<(), Failure> {
                 }
             }
             for (name, server, _) in cache::current(&c, &cfg.mcp) {
-                if let Some(e) = &server.error {
-                    println!("{name}: error: {e}");
+                match &server.error {
+                    Some(e) if server.tools.is_empty() => println!("{name}: error: {e}"),
+                    Some(e) => println!(
+                        "{name}: error at the last refresh: {e} (offering the tools listed before)"
+                    ),
+                    None => {}
                 }
                 for t in &server.tools {
                     let first = t.description.lines().next().unwrap_or("");

@@ -32,7 +32,8 @@ pub struct CachedServer {
     pub version: Option<String>,
     #[serde(default)]
     pub tools: Vec<CachedTool>,
-    /// Why it could not be listed, if it could not.
+    /// Why it could not be listed, if it could not (its `tools` are then those listed before, if
+    /// any).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
 }
@@ -149,6 +150,29 @@ pub async fn refresh(servers: &BTreeMap<String, ServerConfig>) -> Cache {
         cache.servers.insert(name, entry);
     }
     cache
+}
+
+/// `fresh` with what `previous` knew of a server that could not be listed now: its tools as
+/// listed last time, if its config is the same, beside the new error (a server that is down for
+/// a minute must not take its tools out of every `colony ask` until the next refresh). The names
+/// of the servers kept so.
+pub fn keeping_listed(previous: Option<&Cache>, mut fresh: Cache) -> (Cache, Vec<String>) {
+    let mut kept = Vec::new();
+    let Some(previous) = previous else {
+        return (fresh, kept);
+    };
+    for (name, server) in &mut fresh.servers {
+        let Some(old) = previous.servers.get(name) else {
+            continue;
+        };
+        if server.error.is_some() && old.fingerprint == server.fingerprint && !old.tools.is_empty()
+        {
+            server.tools = old.tools.clone();
+            server.version = old.version.clone();
+            kept.push(name.clone());
+        }
+    }
+    (fresh, kept)
 }
 
 /// The cached tools of the servers still configured as they were, as turn tools named
