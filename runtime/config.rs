@@ -30,6 +30,8 @@ use crate::providers::catalogue::{self, CatalogueEntry};
 use crate::providers::{Endpoint, ProviderError, ToolsLevel};
 use crate::secrets;
 
+mod layout;
+
 /// One use-type's table.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -315,9 +317,20 @@ impl Config {
         Config::load_from(&path())
     }
 
-    /// Writes the file; mode 0600 on Unix, since it may hold a key.
+    /// Writes the file; mode 0600 on Unix, since it may hold a key. A file that exists keeps its
+    /// comments, order and layout: only the settings that differ from what it holds are
+    /// written into it ([`layout`]).
     pub fn save_to(&self, path: &Path) -> Result<(), ConfigError> {
-        let text = toml::to_string_pretty(self).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let fresh =
+            toml::to_string_pretty(self).map_err(|e| ConfigError::Invalid(e.to_string()))?;
+        let text = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|file| {
+                let before = toml::from_str::<Config>(&file).ok()?;
+                let before = toml::to_string_pretty(&before).ok()?;
+                layout::patched(&file, &before, &fresh)
+            })
+            .unwrap_or(fresh);
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|source| ConfigError::Write {
                 path: dir.into(),

@@ -697,3 +697,66 @@ fn a_wait_inside_a_script_made_coroutine_is_a_clear_error() {
     }
     assert_eq!(lines[3], "a\tb");
 }
+
+#[test]
+fn commands_that_change_the_config_file_keep_what_a_person_wrote_in_it() {
+    let sb = Sandbox::new();
+    let written = r#"# My colony config.
+
+[use.general]
+provider = "anthropic"   # the default
+max_tokens = 4096        # written out, though it is the default
+
+# Servers
+[mcp.docs]
+url = "https://docs.example/mcp"
+headers = { Authorization = "Bearer t" }   # inline, as I like it
+
+[mcp.docs.auth]
+client_id = "colony-docs"
+"#;
+    let path = sb.write("config.toml", written);
+    sb.colony(&["config", "set", "fast", "provider", "groq"])
+        .ok();
+    sb.colony(&["config", "set", "general", "model", "claude-x"])
+        .ok();
+    sb.colony(&["mcp", "add", "time", "--", "uvx", "mcp-server-time"])
+        .ok();
+    let replaced = sb
+        .colony(&[
+            "mcp",
+            "add",
+            "docs",
+            "https://docs.example/mcp2",
+            "--header",
+            "Authorization: Bearer u",
+        ])
+        .ok();
+    assert_eq!(
+        replaced.stdout.trim(),
+        "docs: https://docs.example/mcp2 (its [mcp.docs.auth] is kept)"
+    );
+    sb.colony(&["mcp", "del", "time"]).ok();
+    let text = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(
+        text,
+        r#"# My colony config.
+
+[use.general]
+provider = "anthropic"   # the default
+max_tokens = 4096        # written out, though it is the default
+model = "claude-x"
+
+[use.fast]
+provider = "groq"
+
+# Servers
+[mcp.docs]
+url = "https://docs.example/mcp2"
+headers = { Authorization = "Bearer u" }   # inline, as I like it
+
+[mcp.docs.auth]
+client_id = "colony-docs"
+"#
+    );
+}

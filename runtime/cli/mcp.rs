@@ -192,9 +192,18 @@ pub async fn run(args: Args) -> Result<(), Failure> {
                 .into_spec(&name)
                 .map_err(|e| Failure::input(format!("colony mcp add: {e}")))?;
             let mut cfg = load()?;
+            // Replacing a remote server: how it signs in (`[mcp.NAME.auth]`, which no flag
+            // sets) stays.
+            let kept_auth = match cfg.mcp.get(&name) {
+                Some(old) if config.url.is_some() && old.auth.is_some() => {
+                    config.auth = old.auth.clone();
+                    format!(" (its [mcp.{name}.auth] is kept)")
+                }
+                _ => String::new(),
+            };
             cfg.mcp.insert(name.clone(), config);
             save(&cfg)?;
-            println!("{name}: {}", spec.describe());
+            println!("{name}: {}{kept_auth}", spec.describe());
             Ok(())
         }
         Action::Del { name } => {
