@@ -122,12 +122,23 @@ fn add_list_test_del_and_import() {
         "claude_desktop_config.json",
         r#"{"mcpServers": {
              "fs": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/tmp"]},
-             "remote": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"X-Team": "a"}}}}"#,
+             "remote": {"type": "http", "url": "http://127.0.0.1:9/mcp", "headers": {"X-Team": "a"}},
+             "My files__v2": {"command": "npx", "args": ["files"]},
+             "***": {"command": "npx", "args": ["stars"]}}}"#,
     );
     let import = sb
         .colony(&["mcp", "import", &file.display().to_string()])
         .ok();
-    assert_eq!(import.lines(), ["imported fs", "imported remote"]);
+    // A name its tools could not carry (as `mcp add` refuses it) is made one, or skipped.
+    assert_eq!(
+        import.lines(),
+        [
+            "skipped \"***\": no letter or digit to name it by",
+            "imported \"My files__v2\" as My_files_v2 (its tools: My_files_v2__TOOL)",
+            "imported fs",
+            "imported remote"
+        ]
+    );
     let list = sb.colony(&["mcp", "list"]).ok();
     assert!(
         list.stdout

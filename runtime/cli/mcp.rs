@@ -106,6 +106,22 @@ fn pairs(items: &[String], sep: char, what: &str) -> Result<BTreeMap<String, Str
         .collect()
 }
 
+/// `name` as a server name [`server_name`] accepts (a Claude Desktop file may name a server
+/// `My files` or `files.local`): each run of other characters, and of `_`, becomes one `_`,
+/// without one at either end. `None` when nothing is left.
+fn usable_name(name: &str) -> Option<String> {
+    let mut out = String::new();
+    for c in name.chars() {
+        if c.is_ascii_alphanumeric() || c == '-' {
+            out.push(c);
+        } else if !out.is_empty() && !out.ends_with('_') {
+            out.push('_');
+        }
+    }
+    let out = out.trim_end_matches('_').to_string();
+    (!out.is_empty() && out.chars().any(|c| c.is_ascii_alphanumeric())).then_some(out)
+}
+
 /// A server's name as its tools carry it (`NAME__tool`): letters, digits, `-` and `_`, without
 /// `__`. An empty name gave tools named `__echo`, a name with a line break or an escape sequence
 /// was printed raw by `mcp list`, and `a b`, `a/b` and `a_b` (or `x` with a tool `y__echo` and
@@ -275,12 +291,31 @@ pub async fn run(args: Args) -> Result<(), Failure> {
                 Failure::input(format!("colony mcp import: {}: {e}", file.display()))
             })?;
             let mut cfg = load()?;
-            for (name, config) in &servers {
-                cfg.mcp.insert(name.clone(), config.clone());
+            let mut said = Vec::new();
+            let mut taken = std::collections::BTreeSet::new();
+            for (name, config) in servers {
+                let Some(usable) = usable_name(&name) else {
+                    said.push(format!(
+                        "skipped {name:?}: no letter or digit to name it by"
+                    ));
+                    continue;
+                };
+                if !taken.insert(usable.clone()) {
+                    said.push(format!(
+                        "skipped {name:?}: it would be named {usable}, as another server in the file is"
+                    ));
+                    continue;
+                }
+                said.push(if usable == name {
+                    format!("imported {name}")
+                } else {
+                    format!("imported {name:?} as {usable} (its tools: {usable}__TOOL)")
+                });
+                cfg.mcp.insert(usable, config);
             }
             save(&cfg)?;
-            for name in servers.keys() {
-                println!("imported {name}");
+            for line in said {
+                println!("{line}");
             }
             Ok(())
         }
