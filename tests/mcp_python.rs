@@ -317,6 +317,22 @@ async fn the_wire_with_a_hand_written_server() {
     assert_eq!(answer(json!("server-ping"))["result"], json!({}));
     conn.close().await;
 
+    // A server that gives the same next cursor again is asked for it once, not fifty times.
+    let mut looping = raw("2025-03-26");
+    if let Transport::Stdio { env, .. } = &mut looping.transport {
+        env.insert("CURSOR_AGAIN".into(), "1".into());
+    }
+    let conn = Connection::open(looping).await.unwrap();
+    let tools = conn.list_tools().await.unwrap();
+    assert_eq!(tools.len(), 2, "the first page and the page 'again'");
+    assert_eq!(conn.list_resources().await.unwrap().len(), 2);
+    let out = conn.call("received", json!({}), LONG).await.unwrap();
+    let sent: Vec<serde_json::Value> = serde_json::from_str(&out.text).unwrap();
+    let asked = |method: &str| sent.iter().filter(|m| m["method"] == method).count();
+    assert_eq!(asked("tools/list"), 2);
+    assert_eq!(asked("resources/list"), 2);
+    conn.close().await;
+
     // A revision we do not speak is refused.
     let e = Connection::open(raw("2024-11-05")).await.err().unwrap();
     assert_eq!(e.kind(), "unsupported_version", "{e}");

@@ -36,6 +36,16 @@ enum List {
     Prompts,
 }
 
+impl List {
+    fn method(self) -> &'static str {
+        match self {
+            List::Resources => "resources/list",
+            List::Templates => "resources/templates/list",
+            List::Prompts => "prompts/list",
+        }
+    }
+}
+
 impl Connection {
     /// Every resource the server lists (`uri`, `name`, `description`, `mimeType` ...).
     pub async fn list_resources(&self) -> Result<Vec<Value>, McpError> {
@@ -55,6 +65,7 @@ impl Connection {
     async fn pages(&self, list: List) -> Result<Vec<Value>, McpError> {
         let mut items = Vec::new();
         let mut cursor: Option<String> = None;
+        let mut seen = std::collections::HashSet::new();
         for _ in 0..MAX_PAGES {
             let params = PaginatedRequestParams::default().with_cursor(cursor.take());
             let req = match list {
@@ -83,9 +94,9 @@ impl Connection {
             if let Ok(Value::Array(page)) = page {
                 items.extend(page);
             }
-            match next {
-                Some(c) if !c.is_empty() => cursor = Some(c),
-                _ => return Ok(items),
+            match super::session::next_cursor(&mut seen, next, self.name(), list.method()) {
+                Some(c) => cursor = Some(c),
+                None => return Ok(items),
             }
         }
         tracing::warn!(target: "colony::mcp", server = %self.name(),

@@ -176,6 +176,7 @@ impl Connection {
         let peer = self.peer().await.map_err(Failure::Final)?;
         let mut tools = Vec::new();
         let mut cursor: Option<String> = None;
+        let mut seen = std::collections::HashSet::new();
         for _ in 0..MAX_PAGES {
             let params = PaginatedRequestParams::default().with_cursor(cursor.take());
             let req = ClientRequest::ListToolsRequest(ListToolsRequest::with_param(params));
@@ -192,9 +193,9 @@ impl Connection {
                     input_schema: Value::Object((*t.input_schema).clone()),
                 });
             }
-            match page.next_cursor {
-                Some(c) if !c.is_empty() => cursor = Some(c),
-                _ => return Ok(tools),
+            match next_cursor(&mut seen, page.next_cursor, &self.spec.name, "tools/list") {
+                Some(c) => cursor = Some(c),
+                None => return Ok(tools),
             }
         }
         tracing::warn!(target: "colony::mcp", server = %self.spec.name,
@@ -580,6 +581,24 @@ async fn checked(spec: &ServerSpec, service: Service) -> Result<Live, McpError> 
         version,
         group: None,
     })
+}
+
+/// The cursor of the page after this one, if there is one to ask for: not after a page without
+/// one, nor when the server gives a cursor it gave before (a server that answers `nextCursor`
+/// with the cursor it was asked for would have its first page listed [`MAX_PAGES`] times).
+pub(super) fn next_cursor(
+    seen: &mut std::collections::HashSet<String>,
+    next: Option<String>,
+    server: &str,
+    list: &str,
+) -> Option<String> {
+    let next = next.filter(|c| !c.is_empty())?;
+    if seen.insert(next.clone()) {
+        return Some(next);
+    }
+    tracing::warn!(target: "colony::mcp", server = %server,
+        "{list} gave the cursor {next:?} a second time; listing stops there");
+    None
 }
 
 /// The variables a stdio server inherits from colony (the MCP SDKs' default list).

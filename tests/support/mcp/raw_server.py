@@ -2,13 +2,16 @@
 sends a notification and progress for a token nobody holds; it answers with $ANSWER_VERSION; after
 `notifications/initialized` it asks the client `roots/list` (with id 0, as some servers do) and
 `ping`; its one tool, `received`, answers with every message the client sent, once the client has
-answered both."""
+answered both.
+With $CURSOR_AGAIN set, every tools/list and resources/list page says there is a next page, under
+the cursor "again"."""
 
 import json
 import os
 import sys
 
 VERSION = os.environ.get("ANSWER_VERSION", "2025-03-26")
+AGAIN = {"nextCursor": "again"} if os.environ.get("CURSOR_AGAIN") else {}
 received = []
 
 
@@ -34,14 +37,18 @@ while True:
         send({"jsonrpc": "2.0", "method": "notifications/progress",
               "params": {"progressToken": "nobody-holds-this", "progress": 1}})
         send({"jsonrpc": "2.0", "id": message["id"], "result": {
-            "protocolVersion": VERSION, "capabilities": {"tools": {}},
+            "protocolVersion": VERSION, "capabilities": {"tools": {}, "resources": {}},
             "serverInfo": {"name": "raw", "version": "0"}}})
     elif method == "notifications/initialized":
         send({"jsonrpc": "2.0", "id": 0, "method": "roots/list"})
         send({"jsonrpc": "2.0", "id": "server-ping", "method": "ping"})
     elif method == "tools/list":
         send({"jsonrpc": "2.0", "id": message["id"], "result": {"tools": [
-            {"name": "received", "description": "what the client sent", "inputSchema": {"type": "object"}}]}})
+            {"name": "received", "description": "what the client sent", "inputSchema": {"type": "object"}}],
+            **AGAIN}})
+    elif method == "resources/list":
+        send({"jsonrpc": "2.0", "id": message["id"], "result": {"resources": [
+            {"uri": "file:///one", "name": "one"}], **AGAIN}})
     elif method == "tools/call":
         pending_call = message["id"]
     if pending_call is not None and answered(0) and answered("server-ping"):
