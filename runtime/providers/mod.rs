@@ -234,6 +234,13 @@ pub(crate) fn body_failure(e: body::BodyError, ep: &Endpoint) -> ProviderError {
     }
 }
 
+/// How long a model list may take: the use-type's timeout is sized for a model's answer (600 s
+/// by default), and `colony models` or the wizard against a server that never answers sat
+/// silent for all of it.
+fn model_list_timeout(use_type: Duration) -> Duration {
+    use_type.min(Duration::from_secs(30))
+}
+
 /// A request that got no (whole) answer; a timeout names the timeout that ran out.
 fn transport_failure(e: &reqwest::Error, ep: &Endpoint) -> ProviderError {
     if e.is_timeout() {
@@ -479,19 +486,32 @@ impl Providers {
         };
         let wire = codec.models_request(ep);
         let _slot = self.slot(ep).await;
-        let mut builder = self.http().get(&wire.url).timeout(ep.timeout);
+        let limit = model_list_timeout(ep.timeout);
+        let timed_out = || {
+            ProviderError::Fetch(format!(
+                "no model list within {} s (a list answers in seconds; the use-type's timeout                  is for answers from a model)",
+                limit.as_secs_f64()
+            ))
+        };
+        let mut builder = self.http().get(&wire.url).timeout(limit);
         for (k, v) in &wire.headers {
             builder = builder.header(k, v);
         }
-        let response = builder
-            .send()
-            .await
-            .map_err(|e| transport_failure(&e, ep))?;
+        let response = builder.send().await.map_err(|e| {
+            if e.is_timeout() {
+                timed_out()
+            } else {
+                transport_failure(&e, ep)
+            }
+        })?;
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let body = body::read(response, ep.max_response_bytes)
             .await
-            .map_err(|e| body_failure(e, ep))?;
+            .map_err(|e| match e {
+                body::BodyError::Transport(t) if t.is_timeout() => timed_out(),
+                e => body_failure(e, ep),
+            })?;
         let body = String::from_utf8_lossy(&body);
         if !(200..300).contains(&status) {
             return Err(errors::classify(status, &headers, &body).located(&wire.url, &body));

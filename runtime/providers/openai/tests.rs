@@ -775,3 +775,20 @@ fn garbage_in_a_stream_is_a_parse_error() {
         assert_eq!(err.kind(), "parse_error", "{payloads:?}");
     }
 }
+
+/// A model list gets 30 s, not the use-type's timeout (600 s by default, sized for a model's
+/// answer): against a server that never answers, `colony models` sat silent for ten minutes.
+// On a paused clock, which jumps to the timeout when nothing else is left to do.
+#[tokio::test(start_paused = true)]
+async fn a_model_list_from_a_server_that_never_answers_ends_at_30_s() {
+    // Accepted by the kernel, never answered.
+    let server = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let mut ep = endpoint(Some(KEY));
+    ep.base_url = format!("http://{}/v1/", server.local_addr().unwrap());
+    ep.timeout = Duration::from_secs(600);
+    let e = crate::providers::Providers::new(None, None)
+        .models(&ep)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("no model list within 30 s"), "{e}");
+}
