@@ -187,6 +187,26 @@ fn a_url_of_another_kind_is_refused_where_it_was_written() {
     assert!(run.stderr.contains("[store] url"), "{}", run.stderr);
     let run = sb.colony(&["store", &script, "list"]).failed();
     assert!(run.stderr.contains("[store] url"), "{}", run.stderr);
+    // The commands that read a program's store refuse a bad --store as bad input too.
+    std::fs::remove_file(&config).unwrap();
+    for (command, then) in [
+        ("audit", None),
+        ("usage", None),
+        ("conversations", Some("list")),
+        ("store", Some("list")),
+    ] {
+        let mut args = vec![command, "--store", "notaurl:pw@x", &script];
+        args.extend(then);
+        let run = sb.colony(&args);
+        assert_eq!(run.code, 2, "{command}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!(
+                "colony {command}: notaurl:pw@x is not a PostgreSQL URL"
+            )),
+            "{command}: {}",
+            run.stderr
+        );
+    }
 }
 
 #[test]

@@ -68,6 +68,12 @@ impl Target {
             }
         };
         if let Some(url) = url {
+            if !crate::store::postgres::is_postgres(&url) {
+                return Err(Failure::input(format!(
+                    "colony {command}: {} is not a PostgreSQL URL (postgres://USER@HOST:PORT/DATABASE)",
+                    crate::store::postgres::redact(&url)
+                )));
+            }
             // A shared database: no lock to take, and it may be read while the program runs.
             return ProgramStore::open(Path::new(""), Some(&url), &self.script)
                 .map_err(|e| Failure::run(format!("colony {command}: {e}")));
