@@ -125,24 +125,42 @@ local function takes_tools(use)
   return not (row and row.tools == "none")
 end
 local cached = (mcp and mcp.cached_tools and takes_tools(opts.use)) and mcp.cached_tools() or {}
-local reply, err
-if #cached > 0 then
-  opts.prompt = question
-  opts.tools = cached
-  opts.on_tool = function(event)
-    io.stderr:write("[tool] ", event.name, " ", event.ok and "ok" or ("error: " .. tostring(event.outcome)), "\n")
+-- One try: the reply, or nil, the error (a table, or a string) and the text that tells it.
+local called = false
+local function attempt()
+  if #cached > 0 then
+    opts.prompt = question
+    opts.tools = cached
+    opts.on_tool = function(event)
+      called = true
+      io.stderr:write("[tool] ", event.name, " ", event.ok and "ok" or ("error: " .. tostring(event.outcome)), "\n")
+    end
+    local turn = ai.take_turn(opts)
+    if turn.stop == "error" then
+      return nil, turn.error, turn.error and turn.error.message or "the turn failed"
+    end
+    return turn.reply
   end
-  local turn = ai.take_turn(opts)
-  if turn.stop == "error" then
-    err = turn.error and turn.error.message or "the turn failed"
-  else
-    reply = turn.reply
+  local reply, err = ai.ask({ { role = "user", content = question } }, opts)
+  return reply, err, tostring(err)
+end
+
+-- A failure that passes (a 429, a 503, a dropped connection) before any text arrived and before
+-- any tool ran is tried twice more, after what the provider asks to wait (10 s at most), or
+-- 1 s, then 3 s.
+local reply, err, told
+local waits = { 1, 3 }
+for try = 1, #waits + 1 do
+  reply, err, told = attempt()
+  if reply or streamed or called or try > #waits or type(err) ~= "table" or not err.transient then
+    break
   end
-else
-  reply, err = ai.ask({ { role = "user", content = question } }, opts)
+  local wait = math.min(err.retry_after or waits[try], 10)
+  io.stderr:write(("colony ask: %s; trying again in %g s\n"):format(told, wait))
+  ai.sleep(wait * 1000)
 end
 if not reply then
-  io.stderr:write("colony ask: ", tostring(err), "\n")
+  io.stderr:write("colony ask: ", told, "\n")
   os.exit(1)
 end
 if not streamed then io.write(reply) end

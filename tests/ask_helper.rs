@@ -148,3 +148,40 @@ fn an_empty_question_or_model_is_refused_before_anything_runs() {
         run.stderr
     );
 }
+
+#[test]
+fn a_failure_that_passes_is_tried_again_and_one_that_does_not_is_not() {
+    let fake = FakeProvider::start();
+    let sb = support::styled(&fake, "anthropic");
+    // Rate limited, then overloaded, then an answer.
+    fake.push(Reply::status(429).header("retry-after", "0"));
+    fake.push(Reply::status(529).header("retry-after", "0"));
+    fake.push(Reply::text(ANSWER));
+    let run = sb.colony(&["ask", QUESTION]).ok();
+    assert_eq!(run.stdout.trim(), ANSWER);
+    assert_eq!(fake.calls(), 3);
+    let retries: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.ends_with("; trying again in 0 s"))
+        .collect();
+    assert_eq!(retries.len(), 2, "{}", run.stderr);
+    assert!(retries[0].contains("429"), "{}", run.stderr);
+
+    // Three times rate limited: the third error is the answer.
+    for _ in 0..3 {
+        fake.push(Reply::status(429).header("retry-after", "0"));
+    }
+    let run = sb.colony(&["ask", QUESTION]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(fake.calls(), 6);
+    assert_eq!(run.stderr.matches("trying again").count(), 2, "{}", run.stderr);
+
+    // A refused key is not tried again.
+    fake.push(Reply::status(401));
+    let run = sb.colony(&["ask", QUESTION]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(fake.calls(), 7);
+    assert!(!run.stderr.contains("trying again"), "{}", run.stderr);
+    assert!(run.stderr.contains("auth_error"), "{}", run.stderr);
+}
