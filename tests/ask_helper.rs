@@ -175,7 +175,12 @@ fn a_failure_that_passes_is_tried_again_and_one_that_does_not_is_not() {
     let run = sb.colony(&["ask", QUESTION]);
     assert_eq!(run.code, 1, "{}", run.stderr);
     assert_eq!(fake.calls(), 6);
-    assert_eq!(run.stderr.matches("trying again").count(), 2, "{}", run.stderr);
+    assert_eq!(
+        run.stderr.matches("trying again").count(),
+        2,
+        "{}",
+        run.stderr
+    );
 
     // A refused key is not tried again.
     fake.push(Reply::status(401));

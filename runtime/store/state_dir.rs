@@ -40,25 +40,41 @@ pub fn state_home() -> PathBuf {
         .unwrap_or_else(std::env::temp_dir)
 }
 
-/// [`default_for`] with the state home given: `<state_home>/colony/<stem>-<hash>`.
+/// [`default_for`] with the state home given: `<state_home>/colony/<stem>-<hash>`, both of the
+/// script's canonical path (symlinks resolved), so a program run through a link and by its own
+/// name keeps one state. A directory an older colony named after the link is still used.
 pub fn default_under(state_home: &Path, script: &Path) -> PathBuf {
-    state_home.join("colony").join(dir_name(script))
+    let root = state_home.join("colony");
+    let canonical = std::fs::canonicalize(script).ok();
+    let hash = path_hash(canonical.as_deref(), script);
+    let own = root.join(format!(
+        "{}-{hash}",
+        stem(canonical.as_deref().unwrap_or(script))
+    ));
+    let as_invoked = root.join(format!("{}-{hash}", stem(script)));
+    if as_invoked != own && !own.exists() && as_invoked.join(STORE_FILE).exists() {
+        return as_invoked;
+    }
+    own
 }
 
-/// `<stem>-<first 12 hex digits of sha256(absolute path)>`. The absolute path is the
-/// canonical one (symlinks resolved) when the script exists.
-fn dir_name(script: &Path) -> String {
-    let absolute = std::fs::canonicalize(script)
-        .or_else(|_| std::path::absolute(script))
-        .unwrap_or_else(|_| script.to_path_buf());
+/// The first 12 hex digits of the SHA-256 of the script's absolute path: the canonical one
+/// when the script exists.
+fn path_hash(canonical: Option<&Path>, script: &Path) -> String {
+    let absolute = canonical
+        .map(Path::to_path_buf)
+        .or_else(|| std::path::absolute(script).ok())
+        .unwrap_or_else(|| script.to_path_buf());
     let digest = Sha256::digest(absolute.as_os_str().as_encoded_bytes());
-    let hex: String = digest.iter().take(6).map(|b| format!("{b:02x}")).collect();
-    let stem = script
+    digest.iter().take(6).map(|b| format!("{b:02x}")).collect()
+}
+
+fn stem(script: &Path) -> String {
+    script
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| "script".to_string());
-    format!("{stem}-{hex}")
+        .unwrap_or_else(|| "script".to_string())
 }
 
 /// An open state directory: locked by this process until the store is dropped.
@@ -235,6 +251,29 @@ mod tests {
         let elsewhere = other.join("watcher.lua");
         std::fs::write(&elsewhere, "").unwrap();
         assert_ne!(default_under(home, &elsewhere), got);
+    }
+
+    #[test]
+    fn a_script_run_through_a_link_keeps_the_state_of_its_own_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let script = dir.path().join("watcher.lua");
+        std::fs::write(&script, "").unwrap();
+        let link = dir.path().join("w.lua");
+        std::os::unix::fs::symlink(&script, &link).unwrap();
+        let home = dir.path().join("home");
+        let own = default_under(&home, &script);
+        assert_eq!(default_under(&home, &link), own);
+        // A directory an older colony named after the link, holding a store, is still found.
+        let old = own.with_file_name(
+            own.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .replacen("watcher", "w", 1),
+        );
+        std::fs::create_dir_all(&old).unwrap();
+        std::fs::write(old.join(STORE_FILE), "").unwrap();
+        assert_eq!(default_under(&home, &link), old);
+        assert_eq!(default_under(&home, &script), own);
     }
 
     #[test]
