@@ -116,15 +116,26 @@ impl Permissions {
     /// Checks that `who` may read or write `path`; answers the path resolved (the one to use, so
     /// a symlink swapped in between is still the checked one where the caller opens it).
     pub fn check_path(&self, who: &str, access: Access, path: &Path) -> Result<PathBuf, Denied> {
-        let grant = match access {
-            Access::Read => &self.read,
-            Access::Write => &self.write,
-        };
-        if grant.is_all() {
+        if self.paths(access).is_all() {
             return Ok(path.to_path_buf());
         }
-        let resolved = resolve(path);
-        let allowed = match grant {
+        self.check_resolved(who, access, resolve(path))
+    }
+
+    fn paths(&self, access: Access) -> &Grant<PathBuf> {
+        match access {
+            Access::Read => &self.read,
+            Access::Write => &self.write,
+        }
+    }
+
+    fn check_resolved(
+        &self,
+        who: &str,
+        access: Access,
+        resolved: PathBuf,
+    ) -> Result<PathBuf, Denied> {
+        let allowed = match self.paths(access) {
             Grant::All => true,
             Grant::None => false,
             Grant::Only(paths) => paths.iter().any(|p| resolved.starts_with(p)),
@@ -141,6 +152,22 @@ impl Permissions {
             what: format!("{verb} {}", resolved.display()),
             flag: format!("{flag}={}", resolved.display()),
         })
+    }
+
+    /// Checks that `who` may change the directory entry `path` itself (`os.remove`,
+    /// `os.rename`): its folder resolved, its last name not followed, since removing or renaming
+    /// a symlink changes the link, not what it points to.
+    pub fn check_entry(&self, who: &str, access: Access, path: &Path) -> Result<PathBuf, Denied> {
+        if self.paths(access).is_all() {
+            return Ok(path.to_path_buf());
+        }
+        let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+        match (absolute.parent(), absolute.file_name()) {
+            (Some(folder), Some(name)) => {
+                self.check_resolved(who, access, resolve(folder).join(name))
+            }
+            _ => self.check_path(who, access, path),
+        }
     }
 
     /// Checks that `who` may reach `url`'s host.
@@ -206,10 +233,19 @@ fn host_matches(allowed: &str, host: &str, port: Option<u16>) -> bool {
     name == host && want_port.is_none_or(|p| Some(p) == port)
 }
 
+/// How many symlinks [`resolve`] follows through paths that do not exist yet (the kernel's
+/// own limit is 40).
+const MAX_LINKS: u32 = 40;
+
 /// `path` made absolute and resolved as the operating system would: symlinks followed as far
 /// as the path exists, `..` taken after the symlinks before it, the part that does not exist yet
-/// kept as written.
+/// kept as written. A dangling symlink is followed too: writing through it creates its target,
+/// which is the path to check.
 pub fn resolve(path: &Path) -> PathBuf {
+    resolve_within(path, 0)
+}
+
+fn resolve_within(path: &Path, links: u32) -> PathBuf {
     let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     let mut out = PathBuf::new();
     for component in absolute.components() {
@@ -217,17 +253,18 @@ pub fn resolve(path: &Path) -> PathBuf {
             Component::Prefix(_) | Component::RootDir => out.push(component),
             Component::CurDir => {}
             Component::ParentDir => {
-                out = canonical_prefix(&out);
+                out = canonical_prefix(&out, links);
                 out.pop();
             }
             Component::Normal(name) => out.push(name),
         }
     }
-    canonical_prefix(&out)
+    canonical_prefix(&out, links)
 }
 
-/// `path` with its longest existing prefix canonicalised and the rest appended as it is.
-fn canonical_prefix(path: &Path) -> PathBuf {
+/// `path` with its longest existing prefix canonicalised and the rest appended as it is; a
+/// dangling symlink on the way is replaced by its target, resolved in turn.
+fn canonical_prefix(path: &Path, links: u32) -> PathBuf {
     let mut existing = path.to_path_buf();
     let mut rest = Vec::new();
     loop {
@@ -235,6 +272,23 @@ fn canonical_prefix(path: &Path) -> PathBuf {
             let mut out = canonical;
             out.extend(rest.iter().rev());
             return out;
+        }
+        let dangling = links < MAX_LINKS
+            && existing
+                .symlink_metadata()
+                .is_ok_and(|m| m.file_type().is_symlink());
+        if let Some(target) = dangling
+            .then(|| std::fs::read_link(&existing).ok())
+            .flatten()
+        {
+            // A relative target is relative to the link's folder; `join` keeps an absolute one.
+            let mut next = existing
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default()
+                .join(target);
+            next.extend(rest.iter().rev());
+            return resolve_within(&next, links + 1);
         }
         match existing.file_name() {
             Some(name) => {

@@ -373,3 +373,170 @@ fn a_read_limit_past_the_memory_limit_is_refused_before_anything_is_read() {
         [over("http.get", 1), over("proc.run", 2), "defaults".into()]
     );
 }
+
+#[test]
+fn a_dangling_symlink_in_an_allowed_folder_does_not_write_outside_it() {
+    let sb = Sandbox::new();
+    let allowed = sb.path("allowed");
+    std::fs::create_dir_all(&allowed).unwrap();
+    let outside = sb.path("outside.txt");
+    // The target does not exist yet: writing through the link would create it.
+    std::os::unix::fs::symlink(&outside, allowed.join("dangling")).unwrap();
+    std::os::unix::fs::symlink("../elsewhere.txt", allowed.join("relative")).unwrap();
+    // `io` resolves against the current directory, `fs` against the script's folder: both are
+    // given the absolute path.
+    let source = format!(
+        r#"
+for _, name in ipairs{{ "dangling", "relative" }} do
+  local p = "{}/" .. name
+  local ok, err = pcall(fs.write, p, "escaped")
+  print("allowed/" .. name, ok, ok or tostring(err):match("needs (%-%-allow%-write=%S+)"))
+  ok, err = pcall(function() return assert(io.open(p, "w")) end)
+  print("allowed/" .. name, ok, ok or tostring(err):match("needs (%-%-allow%-write=%S+)"))
+end
+"#,
+        allowed.display()
+    );
+    let flag = format!("--allow-write={}", allowed.display());
+    let run = sb.lua(&source, &[&flag]).ok();
+    let root = std::fs::canonicalize(sb.dir.path()).unwrap();
+    let r = root.display();
+    assert_eq!(
+        run.lines(),
+        vec![
+            format!("allowed/dangling\tfalse\t--allow-write={r}/outside.txt"),
+            format!("allowed/dangling\tfalse\t--allow-write={r}/outside.txt"),
+            format!("allowed/relative\tfalse\t--allow-write={r}/elsewhere.txt"),
+            format!("allowed/relative\tfalse\t--allow-write={r}/elsewhere.txt"),
+        ]
+    );
+    assert!(!outside.exists() && !sb.path("elsewhere.txt").exists());
+}
+
+#[test]
+fn an_allow_flag_with_an_empty_list_is_refused_not_read_as_everything() {
+    let sb = Sandbox::new();
+    let file = sb.write("p.lua", "print(fs.read('/etc/hostname') ~= nil)\n");
+    let file = file.display().to_string();
+    for flag in [
+        "--allow-read=",
+        "--allow-write=",
+        "--allow-net=",
+        "--allow-read=a,,b",
+    ] {
+        let run = sb.colony(&["run", flag, &file]);
+        assert_eq!(run.code, 2, "{flag}: {}{}", run.stdout, run.stderr);
+        assert!(
+            run.stderr.contains("an empty item"),
+            "{flag}: {}",
+            run.stderr
+        );
+    }
+    // The bare flag still allows everything.
+    let run = sb.colony(&["run", "--allow-read", &file]).ok();
+    assert_eq!(run.stdout.trim(), "true");
+}
+
+#[test]
+fn require_finds_the_scripts_own_modules_but_no_module_outside_what_is_allowed() {
+    let sb = Sandbox::new();
+    let secret = sb.path("secret");
+    std::fs::create_dir_all(&secret).unwrap();
+    std::fs::write(secret.join("hidden.lua"), "return 'TOP SECRET'").unwrap();
+    let app = sb.path("app");
+    std::fs::create_dir_all(&app).unwrap();
+    std::fs::write(app.join("helper.lua"), "return 'helped'").unwrap();
+    let source = format!(
+        r#"package.path = "{app}/?.lua;{secret}/?.lua;" .. package.path
+print((require("helper")))
+local ok, err = pcall(require, "hidden")
+print(ok, tostring(err):match("needs (%-%-allow%-read=%S+)"))
+ok, err = pcall(package.searchpath, "hidden", "{secret}/?.lua")
+print(ok, tostring(err):match("needs (%-%-allow%-read=%S+)"))
+"#,
+        app = app.display(),
+        secret = secret.display()
+    );
+    let script = app.join("main.lua");
+    std::fs::write(&script, source).unwrap();
+    let run = sb
+        .colony(&["run", "--sandbox", &script.display().to_string()])
+        .ok();
+    let hidden = std::fs::canonicalize(secret.join("hidden.lua")).unwrap();
+    let h = hidden.display();
+    assert_eq!(
+        run.lines(),
+        vec![
+            "helped".to_string(),
+            format!("false\t--allow-read={h}"),
+            format!("false\t--allow-read={h}"),
+        ]
+    );
+}
+
+#[test]
+fn os_remove_and_rename_are_checked_on_the_link_not_what_it_points_to() {
+    let sb = Sandbox::new();
+    let allowed = sb.path("allowed");
+    std::fs::create_dir_all(&allowed).unwrap();
+    std::fs::write(sb.path("outside.txt"), "keep").unwrap();
+    // A link inside the allowed folder to a file outside it: removing the link is allowed.
+    std::os::unix::fs::symlink(sb.path("outside.txt"), allowed.join("in")).unwrap();
+    // A link outside to the allowed folder: removing it is not.
+    std::os::unix::fs::symlink(&allowed, sb.path("out")).unwrap();
+    let source = r#"
+print(os.remove("allowed/in"))
+local ok, err = pcall(os.remove, "out")
+print(ok, tostring(err):match("needs (%-%-allow%-write=%S+)"))
+"#;
+    // `os` resolves against the current directory: run from the sandbox.
+    let file = sb.write("script.lua", source).display().to_string();
+    let flag = format!("--allow-write={}", allowed.display());
+    let out = sb
+        .command(&["run", &flag, &file])
+        .current_dir(sb.dir.path())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let root = std::fs::canonicalize(sb.dir.path()).unwrap();
+    assert_eq!(
+        stdout.lines().collect::<Vec<_>>(),
+        vec![
+            "true".to_string(),
+            format!("false\t--allow-write={}/out", root.display()),
+        ],
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!allowed.join("in").exists() && sb.path("outside.txt").exists());
+    assert!(sb.path("out").symlink_metadata().is_ok());
+}
+
+#[test]
+fn fs_read_of_a_file_past_the_memory_limit_fails_before_reading_it() {
+    let sb = Sandbox::new();
+    let big = std::fs::File::create(sb.path("big.bin")).unwrap();
+    big.set_len(64 << 20).unwrap();
+    let run = sb
+        .lua(
+            r#"local data, err = fs.read("big.bin")
+print(data, err.kind, err.message)
+data, err = fs.read("/dev/zero")
+print(data, err.kind)"#,
+            &["--max-memory", "16M"],
+        )
+        .ok();
+    let path = std::fs::canonicalize(sb.path("big.bin")).unwrap();
+    assert_eq!(
+        run.lines(),
+        [
+            format!(
+                "nil\ttoo_large\tfs.read: {}: larger than the program's memory limit of \
+                 16777216 bytes (16 MiB) (--max-memory), so it could never be held",
+                path.display()
+            )
+            .as_str(),
+            "nil\ttoo_large"
+        ]
+    );
+}

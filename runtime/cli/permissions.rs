@@ -16,16 +16,16 @@ pub struct SandboxArgs {
     /// every host when no list is given. Model providers and configured MCP servers are always
     /// reachable.
     #[arg(long, value_name = "HOST,...", num_args = 0..=1, require_equals = true,
-          value_delimiter = ',', default_missing_value = "")]
+          value_delimiter = ',', default_missing_value = EVERY, value_parser = listed())]
     allow_net: Option<Vec<String>>,
     /// Let the script read these files and folders (`fs`, `io.open`, attached files), or every
     /// path when no list is given.
     #[arg(long, value_name = "PATH,...", num_args = 0..=1, require_equals = true,
-          value_delimiter = ',', default_missing_value = "", value_parser = any_path())]
+          value_delimiter = ',', default_missing_value = EVERY, value_parser = any_path())]
     allow_read: Option<Vec<PathBuf>>,
     /// Let the script write these files and folders, or every path when no list is given.
     #[arg(long, value_name = "PATH,...", num_args = 0..=1, require_equals = true,
-          value_delimiter = ',', default_missing_value = "", value_parser = any_path())]
+          value_delimiter = ',', default_missing_value = EVERY, value_parser = any_path())]
     allow_write: Option<Vec<PathBuf>>,
     /// Let the script start processes (`proc.run`, `os.execute`, `io.popen`, stdio MCP servers
     /// it names itself, binary chunks in `load`).
@@ -81,7 +81,7 @@ impl SandboxArgs {
             show: impl Fn(&T) -> String,
         ) -> Option<String> {
             let items = items.as_ref()?;
-            let shown: Vec<String> = items.iter().map(show).filter(|s| !s.is_empty()).collect();
+            let shown: Vec<String> = items.iter().map(show).filter(|s| s != EVERY).collect();
             Some(if shown.is_empty() {
                 format!("--{name}")
             } else {
@@ -89,7 +89,7 @@ impl SandboxArgs {
             })
         }
         let path = |p: &PathBuf| {
-            if p.as_os_str().is_empty() || p.is_absolute() {
+            if p.as_os_str() == EVERY || p.is_absolute() {
                 p.display().to_string()
             } else {
                 base.join(p).display().to_string()
@@ -116,12 +116,12 @@ impl SandboxArgs {
             return Permissions::all();
         }
         Permissions {
-            net: grant(self.allow_net.as_deref(), |h: &String| h.trim().is_empty()),
+            net: grant(self.allow_net.as_deref(), |h: &String| h == EVERY),
             read: grant(self.allow_read.as_deref(), |p: &PathBuf| {
-                p.as_os_str().is_empty()
+                p.as_os_str() == EVERY
             }),
             write: grant(self.allow_write.as_deref(), |p: &PathBuf| {
-                p.as_os_str().is_empty()
+                p.as_os_str() == EVERY
             }),
             run: self.allow_run,
             env: self.allow_env,
@@ -135,26 +135,41 @@ impl SandboxArgs {
     }
 }
 
-/// A path as given, the empty one included: a flag given without a list stands for the empty
-/// path, which grants every path. (clap's own `PathBuf` parser refuses an empty value, so a bare
-/// `--allow-read` was refused as missing its value.)
+/// What a flag given without a list holds: it stands for everything. No one can type a NUL on a
+/// command line, so `--allow-read=` (an empty list, as an unset shell variable gives) is told
+/// apart from a bare `--allow-read`, and refused: it granted every path.
+const EVERY: &str = "\0";
+
+/// A list item, never empty.
+fn item(text: &std::ffi::OsStr) -> Result<&std::ffi::OsStr, String> {
+    if text.is_empty() {
+        Err("an empty item: give a list (A,B), or the flag alone (no '=') to allow all".into())
+    } else {
+        Ok(text)
+    }
+}
+
+/// A path as given (clap's own `PathBuf` parser refuses the value a bare flag stands for).
 fn any_path() -> impl clap::builder::TypedValueParser<Value = PathBuf> {
     use clap::builder::TypedValueParser;
-    clap::builder::OsStringValueParser::new().map(PathBuf::from)
+    clap::builder::OsStringValueParser::new().try_map(|s| item(&s).map(PathBuf::from))
+}
+
+/// A host as given.
+fn listed() -> impl clap::builder::TypedValueParser<Value = String> {
+    use clap::builder::TypedValueParser;
+    clap::builder::StringValueParser::new().try_map(|s| {
+        item(std::ffi::OsStr::new(s.trim()))?;
+        Ok::<_, String>(s)
+    })
 }
 
 /// A flag's list: absent is nothing, given without a list is everything.
-fn grant<T: Clone>(list: Option<&[T]>, empty: impl Fn(&T) -> bool) -> Grant<T> {
+fn grant<T: Clone>(list: Option<&[T]>, every: impl Fn(&T) -> bool) -> Grant<T> {
     match list {
         None => Grant::None,
-        Some(items) => {
-            let items: Vec<T> = items.iter().filter(|i| !empty(i)).cloned().collect();
-            if items.is_empty() {
-                Grant::All
-            } else {
-                Grant::Only(items)
-            }
-        }
+        Some(items) if items.iter().any(every) => Grant::All,
+        Some(items) => Grant::Only(items.to_vec()),
     }
 }
 

@@ -86,6 +86,15 @@ pub fn install(lua: &Lua, permissions: Arc<Permissions>) -> mlua::Result<()> {
             "write" => p
                 .check_path(&who, Access::Write, Path::new(&text))
                 .map(drop),
+            // The entry itself (`os.remove`, `os.rename`): a symlink is not followed.
+            "entry" => p
+                .check_entry(&who, Access::Write, Path::new(&text))
+                .map(drop),
+            // A module `require` found: readable, or in the script's own folder.
+            "module" => match p.check_path(&who, Access::Read, Path::new(&text)) {
+                Err(_) if in_script_folder(lua, Path::new(&text)) => Ok(()),
+                checked => checked.map(drop),
+            },
             "run" => p.check_run(&who, &format!("running {}", quoted(&text))),
             "binary" => p.check_run(&who, "loading a binary chunk"),
             "env" => p.check_env(&who, &text),
@@ -98,6 +107,19 @@ pub fn install(lua: &Lua, permissions: Arc<Permissions>) -> mlua::Result<()> {
         .set_name("=colony.sandbox")
         .into_function()?;
     wrap.call::<()>((check, may_run))
+}
+
+/// Whether `path` lies in the running script's folder, where `require` finds the script's own
+/// modules whatever `--allow-read` says.
+fn in_script_folder(lua: &Lua, path: &Path) -> bool {
+    let Some(dir) = lua
+        .app_data_ref::<super::fs::ScriptDir>()
+        .map(|d| d.0.clone())
+    else {
+        return false;
+    };
+    let dir = crate::permissions::resolve(&dir);
+    crate::permissions::resolve(path).starts_with(dir)
 }
 
 /// The wrappers, in Lua: each checks, then calls the function it replaces with the arguments as
@@ -141,13 +163,33 @@ os.getenv = function(name, ...)
   return os_getenv(name, ...)
 end
 os.remove = function(path, ...)
-  check("write", "os.remove", path)
+  check("entry", "os.remove", path)
   return os_remove(path, ...)
 end
 os.rename = function(from, to, ...)
-  check("write", "os.rename", from)
-  check("write", "os.rename", to)
+  check("entry", "os.rename", from)
+  check("entry", "os.rename", to)
   return os_rename(from, to, ...)
+end
+-- `require` of a Lua file: the standard searcher, with the file it finds checked first. (C
+-- modules are not loaded by this VM at all.)
+local searchpath = package.searchpath
+if package.searchers and package.searchers[2] then
+  package.searchers[2] = function(name)
+    local found, err = searchpath(name, package.path)
+    if not found then return "\n\t" .. err end
+    check("module", "require", found)
+    local chunk, why = raw_loadfile(found, may_run and "bt" or "t")
+    if not chunk then
+      error(("error loading module '%s' from file '%s':\n\t%s"):format(name, found, why), 2)
+    end
+    return chunk, found
+  end
+end
+package.searchpath = function(name, path, ...)
+  local found, err = searchpath(name, path, ...)
+  if found then check("module", "package.searchpath", found) end
+  return found, err
 end
 if not may_run then
   -- A binary chunk can break the VM's memory safety: only text, unless processes are allowed.
