@@ -361,3 +361,66 @@ fn a_relative_path_resolves_against_the_scripts_folder() {
         "written"
     );
 }
+
+#[test]
+fn names_keys_and_arguments_that_are_not_utf8_are_kept_as_bytes_or_refused() {
+    use std::os::unix::ffi::OsStrExt;
+    let sb = Sandbox::new();
+    std::fs::write(
+        sb.dir
+            .path()
+            .join(std::ffi::OsStr::from_bytes(b"bad\xff.txt")),
+        "found",
+    )
+    .unwrap();
+    let run = sb
+        .lua(
+            r#"
+local names = assert(fs.list("."))
+for _, n in ipairs(names) do
+  if n:find("^bad") then print(#n, fs.read(n)) end
+end
+print(fs.write("nb\255.txt", "x"))
+print(proc.run{ cmd = "printf", args = { "%s", "\255" } }.stdout == "\255")
+print(pcall(store.set, "k\255", 1))
+print(pcall(store.list, {}))
+print(pcall(proc.run, { cmd = "echo", args = { "a", nil, "c" } }))
+print(pcall(proc.run, { cmd = "echo", args = { x = "y" } }))
+"#,
+            &[],
+        )
+        .ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "8\tfound");
+    assert_eq!(lines[1], "true");
+    assert!(
+        sb.dir
+            .path()
+            .join(std::ffi::OsStr::from_bytes(b"nb\xff.txt"))
+            .exists()
+    );
+    assert_eq!(lines[2], "true");
+    // Each misuse is raised at its line: `false`, then `FILE:LINE: message`.
+    let raised = |line: &str, says: &str| {
+        assert!(
+            line.starts_with("false\t") && line.ends_with(says),
+            "{line}"
+        );
+    };
+    raised(
+        lines[3],
+        "store.set: the key \"k\u{fffd}\" is not UTF-8 text",
+    );
+    raised(
+        lines[4],
+        "store.list: the prefix must be a string, not table",
+    );
+    raised(
+        lines[5],
+        "proc.run: args[2] is nil: args must be a list with no holes",
+    );
+    raised(
+        lines[6],
+        "proc.run: args must be a list of strings; it has the key \"x\"",
+    );
+}

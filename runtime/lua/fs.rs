@@ -27,8 +27,22 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
         lua.create_async_function(|lua, path: Value| async move {
             let path: LuaString = arg(&lua, "fs.read", 1, path)?;
             let path = checked(&lua, "fs.read", Access::Read, &path)?;
-            match tokio::fs::read(&path).await {
-                Ok(bytes) => ok(Value::String(lua.create_string(&bytes)?)),
+            let limit = lua
+                .app_data_ref::<super::convert::MemoryLimit>()
+                .map(|m| m.0 as u64);
+            match read_within(&path, limit).await {
+                Ok(Some(bytes)) => ok(Value::String(lua.create_string(&bytes)?)),
+                Ok(None) => {
+                    let limit = crate::providers::body::describe_limit(limit.unwrap_or(0));
+                    let message = format!(
+                        "fs.read: {}: larger than the program's memory limit of {limit} \
+                         (--max-memory), so it could never be held",
+                        path.display()
+                    );
+                    let err = error_table(&lua, "too_large", &message)?;
+                    err.set("path", path.display().to_string())?;
+                    Ok(MultiValue::from_iter([Value::Nil, Value::Table(err)]))
+                }
                 Err(e) => failed(&lua, "read", &path, &e),
             }
         })?,
@@ -53,6 +67,10 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
             let dir = checked(&lua, "fs.list", Access::Read, &dir)?;
             match list(&dir).await {
                 Ok(names) => {
+                    let names = names
+                        .iter()
+                        .map(|n| lua.create_string(n))
+                        .collect::<mlua::Result<Vec<_>>>()?;
                     let t = lua.create_sequence_from(names)?;
                     ok(Value::Table(t))
                 }
@@ -114,7 +132,9 @@ fn checked(lua: &Lua, who: &str, access: Access, path: &LuaString) -> mlua::Resu
 
 /// `path` as the script means it: absolute as given, relative against the script's folder.
 pub fn resolve(lua: &Lua, path: &LuaString) -> PathBuf {
-    let path = PathBuf::from(path.to_string_lossy());
+    use std::os::unix::ffi::OsStrExt;
+    // The bytes as given: a name that is not UTF-8 is a name all the same.
+    let path = PathBuf::from(std::ffi::OsStr::from_bytes(&path.as_bytes()));
     if path.is_absolute() {
         return path;
     }
@@ -139,11 +159,37 @@ fn failed(lua: &Lua, what: &str, path: &Path, e: &std::io::Error) -> mlua::Resul
     Ok(MultiValue::from_iter([Value::Nil, Value::Table(err)]))
 }
 
-async fn list(dir: &Path) -> std::io::Result<Vec<String>> {
+/// The file's bytes, or `None` when it holds more than `limit` (the program's memory limit):
+/// such a file could never become a Lua string, and was read whole first (4 GiB read, then a
+/// memory error; `/dev/zero` until the machine ran out).
+async fn read_within(path: &Path, limit: Option<u64>) -> std::io::Result<Option<Vec<u8>>> {
+    use tokio::io::AsyncReadExt;
+    let Some(limit) = limit else {
+        return tokio::fs::read(path).await.map(Some);
+    };
+    let file = tokio::fs::File::open(path).await?;
+    let size = file
+        .metadata()
+        .await
+        .ok()
+        .filter(|m| m.is_file())
+        .map(|m| m.len());
+    if size.is_some_and(|s| s > limit) {
+        return Ok(None);
+    }
+    let mut bytes = Vec::with_capacity(size.unwrap_or(0) as usize);
+    file.take(limit + 1).read_to_end(&mut bytes).await?;
+    Ok((bytes.len() as u64 <= limit).then_some(bytes))
+}
+
+/// The names in `dir`, sorted, as the bytes they are (a name that is not UTF-8 read back by
+/// `fs.read` must name the same file).
+async fn list(dir: &Path) -> std::io::Result<Vec<Vec<u8>>> {
+    use std::os::unix::ffi::OsStrExt;
     let mut entries = tokio::fs::read_dir(dir).await?;
     let mut names = Vec::new();
     while let Some(entry) = entries.next_entry().await? {
-        names.push(entry.file_name().to_string_lossy().into_owned());
+        names.push(entry.file_name().as_bytes().to_vec());
     }
     names.sort();
     Ok(names)

@@ -6,10 +6,11 @@
 //! `cmd` is the program, `args` its arguments), its output is read up to `max_bytes` a stream,
 //! and it is killed at its `timeout`. It needs the `run` permission (`--allow-run`) in a sandbox.
 
+use std::ffi::OsString;
 use std::process::Stdio;
 use std::time::Duration;
 
-use mlua::{Lua, MultiValue, Table, Value};
+use mlua::{Lua, LuaString, MultiValue, Table, Value};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
 use super::convert::{check_fields, error_table, misuse, seconds_option};
@@ -36,10 +37,10 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
 
 /// A command as the script described it.
 struct Spec {
-    cmd: String,
-    args: Vec<String>,
+    cmd: OsString,
+    args: Vec<OsString>,
     cwd: Option<std::path::PathBuf>,
-    env: Vec<(String, String)>,
+    env: Vec<(OsString, OsString)>,
     stdin: Option<Vec<u8>>,
     timeout: Duration,
     max_bytes: u64,
@@ -48,11 +49,19 @@ struct Spec {
 impl Spec {
     /// The command line, for messages.
     fn shown(&self) -> String {
-        std::iter::once(self.cmd.as_str())
-            .chain(self.args.iter().map(String::as_str))
+        std::iter::once(&self.cmd)
+            .chain(&self.args)
+            .map(|a| a.to_string_lossy())
             .collect::<Vec<_>>()
             .join(" ")
     }
+}
+
+/// A Lua string as the bytes an argument, a name or a value is: one that is not UTF-8 is passed
+/// as it is, not with U+FFFD in its place.
+fn os(s: &LuaString) -> OsString {
+    use std::os::unix::ffi::OsStrExt;
+    std::ffi::OsStr::from_bytes(&s.as_bytes()).to_os_string()
 }
 
 fn read(lua: &Lua, spec: Value) -> mlua::Result<Spec> {
@@ -65,7 +74,7 @@ fn read(lua: &Lua, spec: Value) -> mlua::Result<Spec> {
     };
     check_fields(&t, who, FIELDS)?;
     let cmd = match t.get::<Value>("cmd")? {
-        Value::String(s) if !s.as_bytes().is_empty() => s.to_string_lossy(),
+        Value::String(s) if !s.as_bytes().is_empty() => os(&s),
         Value::Nil => return Err(misuse(format!("{who}: cmd is required"))),
         other => {
             return Err(misuse(format!(
@@ -77,16 +86,37 @@ fn read(lua: &Lua, spec: Value) -> mlua::Result<Spec> {
     let args = match t.get::<Value>("args")? {
         Value::Nil => Vec::new(),
         Value::Table(a) => {
-            let mut args = Vec::new();
-            for (i, v) in a.sequence_values::<Value>().enumerate() {
-                match v? {
-                    Value::String(s) => args.push(s.to_string_lossy()),
-                    Value::Integer(n) => args.push(n.to_string()),
-                    Value::Number(n) => args.push(n.to_string()),
+            // A list, 1 to n with no hole: `{ "a", nil, "c" }` ran with "a" alone, and
+            // `{ x = "y" }` with no argument at all.
+            let mut listed = Vec::new();
+            for pair in a.pairs::<Value, Value>() {
+                let (k, v) = pair?;
+                match k {
+                    Value::Integer(i) if i >= 1 => listed.push((i, v)),
                     other => {
                         return Err(misuse(format!(
-                            "{who}: args[{}] must be a string, not {}",
-                            i + 1,
+                            "{who}: args must be a list of strings; it has the key {}",
+                            describe(&other)
+                        )));
+                    }
+                }
+            }
+            listed.sort_by_key(|(i, _)| *i);
+            let mut args = Vec::new();
+            for (at, (i, v)) in listed.into_iter().enumerate() {
+                if i != at as i64 + 1 {
+                    return Err(misuse(format!(
+                        "{who}: args[{}] is nil: args must be a list with no holes",
+                        at + 1
+                    )));
+                }
+                match v {
+                    Value::String(s) => args.push(os(&s)),
+                    Value::Integer(n) => args.push(n.to_string().into()),
+                    Value::Number(n) => args.push(n.to_string().into()),
+                    other => {
+                        return Err(misuse(format!(
+                            "{who}: args[{i}] must be a string, not {}",
                             describe(&other)
                         )));
                     }
@@ -118,14 +148,15 @@ fn read(lua: &Lua, spec: Value) -> mlua::Result<Spec> {
             for pair in e.pairs::<Value, Value>() {
                 match pair? {
                     (Value::String(k), Value::String(v)) => {
-                        let name = k.to_string_lossy();
+                        let name = k.as_bytes();
                         // `B=C` set the variable B to `C=...`; the empty name is no variable.
-                        if name.is_empty() || name.contains(['=', '\0']) {
+                        if name.is_empty() || name.iter().any(|b| *b == b'=' || *b == 0) {
                             return Err(misuse(format!(
-                                "{who}: env: {name:?} is not a variable name (no '=', not empty)"
+                                "{who}: env: {:?} is not a variable name (no '=', not empty)",
+                                k.to_string_lossy()
                             )));
                         }
-                        env.push((name, v.to_string_lossy()));
+                        env.push((os(&k), os(&v)));
                     }
                     (k, _) => {
                         return Err(misuse(format!(
@@ -258,7 +289,7 @@ async fn run(lua: &Lua, spec: Spec) -> mlua::Result<MultiValue> {
                 "not_found",
                 format!(
                     "cannot start {:?}: its cwd {:?} is not a folder",
-                    spec.cmd,
+                    spec.cmd.to_string_lossy(),
                     dir.unwrap_or_default()
                 ),
             );
@@ -269,7 +300,10 @@ async fn run(lua: &Lua, spec: Spec) -> mlua::Result<MultiValue> {
                 std::io::ErrorKind::PermissionDenied => "permission_denied",
                 _ => "io_error",
             };
-            return failed(kind, format!("cannot start {:?}: {e}", spec.cmd));
+            return failed(
+                kind,
+                format!("cannot start {:?}: {e}", spec.cmd.to_string_lossy()),
+            );
         }
         Err(Failed::Io(e)) => return failed("io_error", format!("{shown}: {e}")),
         Err(Failed::TooLarge(stream)) => {

@@ -41,10 +41,22 @@ fn failed(lua: &Lua, e: &StoreError) -> mlua::Result<MultiValue> {
 }
 
 fn key_arg(key: Value, who: &str) -> mlua::Result<String> {
+    named_arg(key, who, "key")
+}
+
+/// A key or a prefix (`what`), as the text the store keeps.
+fn named_arg(key: Value, who: &str, what: &str) -> mlua::Result<String> {
     match key {
-        Value::String(s) => Ok(s.to_string_lossy()),
+        // Keys are text in the store: two keys that are not UTF-8 were both read as the same
+        // key with U+FFFD, and one overwrote the other.
+        Value::String(s) => s.to_str().map(|k| k.to_string()).map_err(|_| {
+            misuse(format!(
+                "{who}: the {what} {:?} is not UTF-8 text",
+                s.to_string_lossy()
+            ))
+        }),
         other => Err(misuse(format!(
-            "{who}: the key must be a string, not {}",
+            "{who}: the {what} must be a string, not {}",
             other.type_name()
         ))),
     }
@@ -101,8 +113,12 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     // `keys = store.list(prefix?)`: in byte order.
     m.set(
         "list",
-        lua.create_function(|lua, prefix: Option<String>| {
-            match store(lua).list(&current_space(), prefix.as_deref().unwrap_or("")) {
+        lua.create_function(|lua, prefix: Value| {
+            let prefix = match prefix {
+                Value::Nil => String::new(),
+                given => named_arg(given, "store.list", "prefix")?,
+            };
+            match store(lua).list(&current_space(), &prefix) {
                 Ok(keys) => Ok(MultiValue::from_iter([Value::Table(
                     lua.create_sequence_from(keys)?,
                 )])),

@@ -3,13 +3,15 @@
 --
 -- A relative path resolves against the folder of the running script (the current directory for
 -- sources that are not files). Every call waits without blocking other coroutines. Failures are
--- `nil, err` with `err.kind` one of `not_found`, `permission_denied`, `io_error`.
+-- `nil, err` with `err.kind` one of `not_found`, `permission_denied`, `io_error`, `too_large`
+-- (`fs.read` of a file past the program's memory limit, `--max-memory`). Paths and names are
+-- bytes: one that is not UTF-8 is used as it is.
 
 ---@class fs
 fs = {}
 
 ---@class fs.Error
----@field kind "not_found"|"permission_denied"|"io_error"
+---@field kind "not_found"|"permission_denied"|"io_error"|"too_large"
 ---@field message string what failed, with the path
 ---@field path string the path as resolved
 
@@ -18,7 +20,7 @@ fs = {}
 ---@field modified number seconds since the epoch (fractional)
 ---@field is_dir boolean
 
---- The whole file as a string (bytes as they are).
+--- The whole file as a string (bytes as they are); `too_large` past the memory limit.
 ---@param path string
 ---@return string? text, fs.Error? err
 function fs.read(path) end
