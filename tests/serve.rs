@@ -837,6 +837,8 @@ fn a_mail_accepted_just_before_a_sigkill_is_served_after_the_restart() {
         json!({ "to": "desk", "content": "keep me", "id": "k-1" }),
     );
     assert_eq!(again.status, 202);
+    // ...and is said to be a repeat: the store, not this process, knew the id.
+    assert_eq!(again.json["duplicate"], true, "{}", again.text);
     let convo = served
         .get("/api/programs/desk/residents/desk/conversation")
         .json;
@@ -973,4 +975,125 @@ fn sigterm_with_a_tool_call_in_flight_finishes_it_and_exits_0() {
         "{stderr}"
     );
     assert!(lines.iter().all(|l| l["level"].is_string()), "{stderr}");
+}
+
+#[test]
+fn a_loopback_service_answers_its_own_names_and_tells_a_client_of_another_run_so() {
+    let fake = FakeProvider::start();
+    echo(&fake);
+    let sb = sandbox(&fake, GOOD_KEY);
+    let served = Served::start(&sb, &[&example("desk.lua")]);
+    wait_ready(&served);
+    let port = served.url.rsplit(':').next().unwrap().to_string();
+    // A page that renamed itself to 127.0.0.1 (DNS rebinding) sends its own name as the Host
+    // and as its Origin: refused. The loopback names are answered.
+    let ask = |host: &str| {
+        raw_head(
+            &served,
+            &format!(
+                "GET /api/programs HTTP/1.1\r\nHost: {host}:{port}\r\nOrigin: http://{host}:{port}\r\n\
+                 Connection: close\r\n\r\n"
+            ),
+        )
+    };
+    let rebound = ask("attacker.example");
+    assert!(rebound.starts_with("HTTP/1.1 403"), "{rebound}");
+    assert!(rebound.contains("loopback names"), "{rebound}");
+    for own in ["localhost", "127.0.0.1"] {
+        let answer = ask(own);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{own}: {answer}");
+    }
+
+    // A client that saw event 500 of the run before this one is told the ids started again,
+    // and gets this run's events.
+    let events = served.events(Some(500));
+    events.until("the reset", |e| e.kind == "reset");
+    assert_eq!(
+        served
+            .mail("desk", json!({ "to": "desk", "content": "hi" }))
+            .status,
+        202
+    );
+    let reply = events.next_of("delivery", "desk");
+    assert_eq!(reply.data["text"], "re: [mail from api] hi");
+
+    // A body past the limit sent in chunks is too_large, as one with a Content-Length is.
+    let answer = {
+        use std::io::{Read, Write};
+        let mut tcp = std::net::TcpStream::connect(served.url.trim_start_matches("http://"))
+            .expect("the service listens");
+        tcp.set_read_timeout(Some(support::serve::PATIENCE))
+            .unwrap();
+        let head = "POST /api/programs/desk/mail HTTP/1.1\r\nHost: localhost\r\n\
+                    Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+        let _ = tcp.write_all(head.as_bytes());
+        let chunk = format!("10000\r\n{}\r\n", "x".repeat(0x10000));
+        // 9 MiB; the service may answer and close before all of it is sent.
+        for _ in 0..144 {
+            if tcp.write_all(chunk.as_bytes()).is_err() {
+                break;
+            }
+        }
+        let _ = tcp.write_all(b"0\r\n\r\n");
+        let mut answer = Vec::new();
+        let _ = tcp.read_to_end(&mut answer);
+        String::from_utf8_lossy(&answer).into_owned()
+    };
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert!(answer.contains("\"too_large\""), "{answer}");
+
+    // Mail while the program restarts (its turn in flight gets the grace) is 503 with a
+    // Retry-After, not the 404 of a resident that does not exist.
+    fake.set_responder(|body, _| Reply::text(format!("re: {}", last_user_text(body))).delay(2_000));
+    assert_eq!(
+        served
+            .mail("desk", json!({ "to": "desk", "content": "slow" }))
+            .status,
+        202
+    );
+    support::serve::eventually("the turn to start", || {
+        served.get("/api/programs/desk/residents/desk").json["state"] == "busy"
+    });
+    let addr = served.url.trim_start_matches("http://").to_string();
+    let restart = std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let mut tcp = std::net::TcpStream::connect(&addr).expect("the service listens");
+        tcp.write_all(
+            b"POST /api/programs/desk/restart HTTP/1.1\r\nHost: localhost\r\n\
+              Content-Length: 0\r\nConnection: close\r\n\r\n",
+        )
+        .expect("the request is sent");
+        let mut answer = String::new();
+        let _ = tcp.read_to_string(&mut answer);
+        answer
+    });
+    let mut statuses = Vec::new();
+    support::serve::eventually("a 503 while the program restarts", || {
+        let a = served.mail("desk", json!({ "to": "desk", "content": "during" }));
+        statuses.push(a.status);
+        if a.status == 503 {
+            assert_eq!(a.json["error"], "not_running", "{}", a.text);
+        }
+        a.status == 503 || restart.is_finished()
+    });
+    assert!(!statuses.contains(&404), "{statuses:?}");
+    assert_eq!(statuses.last(), Some(&503), "{statuses:?}");
+    let restarted = restart.join().unwrap();
+    assert!(restarted.starts_with("HTTP/1.1 200"), "{restarted}");
+}
+
+#[test]
+fn permission_flags_without_files_are_refused_not_ignored() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake, GOOD_KEY);
+    for flag in ["--allow-all", "--allow-read", "--max-memory=64M"] {
+        let run = sb.colony(&["serve", flag, "--listen", "127.0.0.1:0"]);
+        assert_eq!(run.code, 2, "{flag}: {}", run.stderr);
+        assert!(
+            run.stderr
+                .contains("apply to the FILEs named on the command line"),
+            "{flag}: {}",
+            run.stderr
+        );
+    }
 }

@@ -190,6 +190,16 @@ fn programs(
 ) -> Result<Programs, Failure> {
     let config_file = crate::config::path();
     let (programs, launches) = if args.files.is_empty() {
+        if args.sandbox.given() || args.sandbox.max_memory().is_some() {
+            // They were ignored, and a refusal then named the very flag given.
+            return Err(Failure::input(format!(
+                "colony serve: --allow-*, --sandbox and --max-memory apply to the FILEs named on \
+                 the command line; the programs of {} take theirs from their [[serve.programs]] \
+                 entry (allow_read = true, allow_net = [\"api.example.com\"], ...) and run \
+                 with the default memory limit",
+                config_file.display()
+            )));
+        }
         // Relative to the config file's folder, where they were written.
         let base = config_file
             .parent()

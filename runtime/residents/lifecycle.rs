@@ -282,6 +282,11 @@ impl Lifecycle {
         self.inner.route.mail(mail)
     }
 
+    /// [`Route::mail_once`].
+    pub fn mail_once(&self, mail: Mail) -> Result<super::Delivered, MailError> {
+        self.inner.route.mail_once(mail)
+    }
+
     /// A refusal as a script reads it ([`Route::refusal`]).
     pub fn refusal(&self, e: MailError, to: &str, hop: u32) -> String {
         self.inner.route.refusal(e, to, hop)

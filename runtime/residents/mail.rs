@@ -127,6 +127,16 @@ impl Provenance {
 }
 
 /// Why a mail was not posted.
+/// What became of a mail that was accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivered {
+    /// Queued for its recipient.
+    New,
+    /// Its id was one the recipient's store had accepted before (a sender's retry, across a
+    /// restart): acknowledged, not queued again.
+    Repeated,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum MailError {
     /// Nobody of that name is registered (or the watch is not up, or it has died).
@@ -262,7 +272,7 @@ impl Mailbox {
         &self,
         mail: Mail,
         save: impl FnOnce(&Mail) -> Result<bool, E>,
-    ) -> Result<Result<(), MailError>, E> {
+    ) -> Result<Result<Delivered, MailError>, E> {
         {
             let mut inbox = self.lock();
             if inbox.closed {
@@ -272,13 +282,13 @@ impl Mailbox {
                 return Ok(Err(e));
             }
             if !save(&mail)? {
-                return Ok(Ok(()));
+                return Ok(Ok(Delivered::Repeated));
             }
             inbox.queue.push_back(mail);
             inbox.trim();
         }
         self.notify.notify_one();
-        Ok(Ok(()))
+        Ok(Ok(Delivered::New))
     }
 
     /// Takes up to [`HELD`] arrivals, oldest first, with the dropped count.

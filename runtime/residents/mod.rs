@@ -35,7 +35,7 @@ pub mod route;
 pub mod supervision;
 
 pub use lifecycle::{HireError, Lifecycle, Source, Watch, WatchError, WatchOptions};
-pub use mail::{Mail, MailError, Mailbox, Provenance};
+pub use mail::{Delivered, Mail, MailError, Mailbox, Provenance};
 pub use observe::{Observation, Observer, TurnReport};
 pub use placement::Placement;
 pub use resident::{Deliver, Delivery, DeliveryKind, Resident, ResidentInfo, ResidentSpec};

@@ -26,7 +26,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::task::AbortHandle;
 
 use super::breakers::{Breakers, Tracked};
-use super::mail::{Mail, MailError};
+use super::mail::{Delivered, Mail, MailError};
 use super::observe::{Observation, Observer};
 use super::placement::Placement;
 use super::resident::{Host, Resident, ResidentInfo, ResidentSpec, State, live};
@@ -381,13 +381,19 @@ impl Route {
     /// In a cluster, mail to a resident running on another node is forwarded to it
     /// ([`Placement::forward`]).
     pub fn mail(&self, mail: Mail) -> Result<(), MailError> {
+        self.post(mail, true).map(drop)
+    }
+
+    /// [`Route::mail`], saying whether the mail was new or a repeat of an id the recipient's
+    /// store accepted before (the API's `duplicate`, across a restart).
+    pub fn mail_once(&self, mail: Mail) -> Result<Delivered, MailError> {
         self.post(mail, true)
     }
 
     /// [`Route::mail`] to a resident running here, never forwarded: how mail a cluster brought
     /// from another node is delivered (`NoRecipient` if it is not here, or no longer).
     pub fn mail_here(&self, mail: Mail) -> Result<(), MailError> {
-        self.post(mail, false)
+        self.post(mail, false).map(drop)
     }
 
     /// Places the route's residents with `placement` (before the watch; the first one lent is
@@ -401,7 +407,7 @@ impl Route {
         self.inner.placement.get()
     }
 
-    fn post(&self, mail: Mail, forward: bool) -> Result<(), MailError> {
+    fn post(&self, mail: Mail, forward: bool) -> Result<Delivered, MailError> {
         if !self.inner.accepting.load(Ordering::Acquire) {
             return Err(MailError::NoRecipient);
         }
@@ -409,7 +415,7 @@ impl Route {
         let Some(entry) = table.get(&mail.to) else {
             drop(table);
             if forward && let Some(placement) = self.inner.placement.get() {
-                return placement.forward(mail);
+                return placement.forward(mail).map(|()| Delivered::New);
             }
             // Before the watch and while stopping, refusals are expected; not once it runs.
             if *self.inner.open.borrow() {
@@ -439,7 +445,7 @@ impl Route {
                 return match resident.mailbox.post(mail) {
                     Ok(()) => {
                         self.inner.stirred();
-                        Ok(())
+                        Ok(Delivered::New)
                     }
                     Err(MailError::MailboxFull) => Err(MailError::MailboxFull),
                     Err(e) => {
@@ -460,9 +466,9 @@ impl Route {
             .mailbox
             .post_saved(mail, |m| store.push_backlog(&m.to, m))
         {
-            Ok(Ok(())) => {
+            Ok(Ok(delivered)) => {
                 self.inner.stirred();
-                Ok(())
+                Ok(delivered)
             }
             Ok(Err(MailError::MailboxFull)) => Err(MailError::MailboxFull),
             Ok(Err(e)) => {

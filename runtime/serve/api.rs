@@ -246,6 +246,17 @@ pub async fn mail(
     // (A page of another origin is refused before this, by its `Origin`.)
     let body = match body {
         Ok(b) => b,
+        // A body past the limit sent chunked is found too long only while it is read.
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return refuse(
+                e.status(),
+                "too_large",
+                &format!(
+                    "the request body is over the service's limit of {} bytes",
+                    super::BODY_LIMIT
+                ),
+            );
+        }
         Err(e) => return refuse(e.status(), "bad_request", &e.body_text()),
     };
     let m: MailIn = match serde_json::from_slice(&body) {
@@ -272,6 +283,9 @@ pub async fn mail(
         Ok(x) => x,
         Err(r) => return *r,
     };
+    if hosted.stopping() {
+        return stopping(&p);
+    }
     // A program just started registers its residents when its watch comes up: mail sent in
     // that moment waits for it (a little) instead of finding nobody.
     if !hosted.knows(&m.to) && !hosted.is_open() {
@@ -304,11 +318,13 @@ pub async fn mail(
         id: m.id.clone(),
         ..Mail::new(&m.to, m.source.as_deref().unwrap_or("api"), &m.content, 0)
     };
-    match hosted.mail(mail) {
-        Ok(()) => {
+    match hosted.mail_once(mail) {
+        Ok(crate::residents::Delivered::New) => {
             s.metrics.accepted(&slot.name, &m.to);
             accepted(false, durable)
         }
+        // The resident's store held the id from before a restart.
+        Ok(crate::residents::Delivered::Repeated) => accepted(true, durable),
         Err(e) => {
             if let Some(id) = &m.id {
                 s.forget(&slot.name, &m.to, id);
@@ -456,6 +472,19 @@ fn no_program(p: &str) -> Response {
         "no_program",
         &format!("no program named {p:?}"),
     )
+}
+
+/// A program that is stopping (restarting, reloading, stopped through the API) takes no mail
+/// for now: `503` and when to try again, not the `404` that reads as "no such resident".
+fn stopping(p: &str) -> Response {
+    let mut r = refuse(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not_running",
+        &format!("program {p:?} is stopping (a restart or a reload): try again in a moment"),
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
 }
 
 fn no_resident(name: &str) -> Response {

@@ -43,8 +43,19 @@ pub fn read_tokens(text: &str) -> Result<Vec<(String, String)>, String> {
     };
     match lines.as_slice() {
         [] => Err("the token is empty".into()),
-        // One line that names nobody: the one-token form.
-        [(_, only)] if named(only).is_none() => Ok(vec![(Caller::TOKEN.into(), only.to_string())]),
+        // The one-token form: a first line that names nobody. On a line of its own, `NAME:` is
+        // a name only when a space follows it (`prod:Zx81` is a token with a colon in it).
+        [(_, first), rest @ ..]
+            if named(first).is_none() || (rest.is_empty() && !first.contains(": ")) =>
+        {
+            match rest.first() {
+                None => Ok(vec![(Caller::TOKEN.into(), first.to_string())]),
+                Some((n, _)) => Err(format!(
+                    "line {n}: a file of one token holds it alone, on its first line (several \
+                     tokens are named, one a line, as `NAME: TOKEN`)"
+                )),
+            }
+        }
         _ => {
             let mut tokens: Vec<(String, String)> = Vec::new();
             for (n, l) in lines {
@@ -107,11 +118,13 @@ impl Guard {
     /// The name of the token `headers` carry, `None` when they carry none of them. Every token
     /// is compared, each in constant time, whichever matches.
     pub fn caller(&self, headers: &HeaderMap) -> Option<&str> {
+        // The scheme's name is case-insensitive (RFC 9110): `bearer T` was refused.
         let bearer = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim);
+            .and_then(|v| v.trim_start().split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, token)| token.trim().to_string());
         let cookie = headers
             .get_all(header::COOKIE)
             .iter()
@@ -119,8 +132,18 @@ impl Guard {
             .flat_map(|v| v.split(';'))
             .filter_map(|c| c.trim().strip_prefix("colony_token="))
             .next();
+        // The page stores the token as `encodeURIComponent` writes it: a token with `+`, `/` or
+        // `=` (base64) was never read back. Both forms are tried.
+        let decoded = cookie.and_then(|c| {
+            percent_encoding::percent_decode_str(c)
+                .decode_utf8()
+                .ok()
+                .filter(|d| d != c)
+                .map(|d| d.into_owned())
+        });
         let mut found = None;
-        for given in [bearer, cookie].into_iter().flatten() {
+        let given = [bearer, cookie.map(str::to_string), decoded];
+        for given in given.iter().flatten() {
             for (name, token) in self.tokens.iter() {
                 if bool::from(given.as_bytes().ct_eq(token)) && found.is_none() {
                     found = Some(name.as_str());
@@ -150,6 +173,28 @@ pub fn foreign_origin(headers: &HeaderMap) -> bool {
     authority != Some(host)
 }
 
+/// Whether `host` (a `Host` header: a name or address, and a port) names this machine's
+/// loopback: `localhost` (or a name under `.localhost`), `127.x.x.x` or `[::1]`. A service
+/// without a token answers only such names: a page that renamed itself to point at 127.0.0.1
+/// (DNS rebinding) sends its own name as the `Host`, and as its own `Origin`, so the origin
+/// check alone let it drive the API.
+pub fn loopback_host(host: &str) -> bool {
+    let name = match host.rsplit_once(':') {
+        // `[::1]:7878`, `[::1]`, `localhost:7878`, `127.0.0.1:7878`
+        Some((name, port)) if !name.ends_with(':') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            name
+        }
+        _ => host,
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    let bare = name.trim_start_matches('[').trim_end_matches(']');
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || bare
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// Who made a request, as the rate limits name it ([`super::rate`]): the name of the token it
 /// presented, put in the request's extensions once its token is checked.
 #[derive(Debug, Clone)]
@@ -169,6 +214,18 @@ pub async fn check(State(guard): State<Guard>, mut request: Request, next: Next)
             StatusCode::FORBIDDEN,
             "forbidden",
             "requests from another origin are refused",
+        );
+    }
+    let host = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok());
+    if !guard.has_token() && host.is_some_and(|h| !loopback_host(h)) {
+        return refuse(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            "a service without a token answers only its loopback names (localhost, 127.0.0.1, \
+             [::1]); give it a token (--token-file) to reach it by another name",
         );
     }
     if !guard.admits(request.headers()) {
@@ -249,6 +306,69 @@ mod tests {
         assert!(err("alice: a\nalice: b\n").contains("twice"));
         assert!(err("alice: a\nbob: a\n").contains("same token"));
         assert!(err("local: a\nbob: b\n").contains("kept"));
+    }
+
+    #[test]
+    fn a_base64_token_is_read_from_the_cookie_the_page_writes_and_the_scheme_in_any_case() {
+        let g = Guard::new(Some("q7Zx+/abc9==".into()));
+        for admitted in [
+            ("authorization", "Bearer q7Zx+/abc9=="),
+            ("authorization", "bearer q7Zx+/abc9=="),
+            ("authorization", "BEARER  q7Zx+/abc9=="),
+            // `encodeURIComponent`'s form, and the raw one.
+            ("cookie", "colony_token=q7Zx%2B%2Fabc9%3D%3D"),
+            ("cookie", "colony_token=q7Zx+/abc9=="),
+        ] {
+            assert!(g.admits(&headers(&[admitted])), "{admitted:?}");
+        }
+        for refused in [
+            ("authorization", "Basic q7Zx+/abc9=="),
+            ("cookie", "colony_token=q7Zx%2B%2Fabc9%3D"),
+        ] {
+            assert!(!g.admits(&headers(&[refused])), "{refused:?}");
+        }
+    }
+
+    #[test]
+    fn a_token_file_of_one_line_may_hold_a_colon_and_holds_nothing_else() {
+        assert_eq!(
+            read_tokens("prod:Zx81kq\n").unwrap(),
+            vec![("token".to_string(), "prod:Zx81kq".to_string())]
+        );
+        assert_eq!(
+            read_tokens("prod: Zx81kq\n").unwrap(),
+            vec![("prod".to_string(), "Zx81kq".to_string())]
+        );
+        let e = read_tokens("Zx81kq\nmade on Monday\n").unwrap_err();
+        assert!(
+            e.starts_with("line 2: a file of one token holds it alone"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn only_loopback_names_are_loopback_hosts() {
+        for host in [
+            "localhost",
+            "localhost:7878",
+            "LOCALHOST.:7878",
+            "colony.localhost:7878",
+            "127.0.0.1:7878",
+            "127.1.2.3",
+            "[::1]:7878",
+            "[::1]",
+        ] {
+            assert!(loopback_host(host), "{host}");
+        }
+        for host in [
+            "attacker.example:7878",
+            "localhost.attacker.example",
+            "10.0.0.1:7878",
+            "[::2]:7878",
+            "0.0.0.0:7878",
+        ] {
+            assert!(!loopback_host(host), "{host}");
+        }
     }
 
     #[test]

@@ -78,6 +78,11 @@ impl Events {
         id
     }
 
+    /// The id the next event will get.
+    pub fn next_id(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).next
+    }
+
     /// Ends every stream, now and to come (the service is stopping).
     pub fn close(&self) {
         self.closed.cancel();
@@ -123,6 +128,24 @@ impl Events {
 
 /// Sends a client its events until it goes away.
 async fn feed(events: Arc<Events>, after: Option<u64>, tx: tokio::sync::mpsc::Sender<Event>) {
+    // An id this service never gave was given by the one before it (ids start again at 1 in
+    // each process): the client is told so and sent what this one kept, from the first. Read as
+    // its own, it silenced every event until the new ids passed the old.
+    let after = match after {
+        Some(id) if id >= events.next_id() => {
+            let reset = json!({ "type": "reset", "last_event_id": id,
+                "message": "the service restarted: event ids started again" });
+            if tx
+                .send(Event::default().event("reset").data(reset.to_string()))
+                .await
+                .is_err()
+            {
+                return;
+            }
+            Some(0)
+        }
+        given => given,
+    };
     let (mut lost, mut missed, mut rx) = events.subscribe(after);
     let mut last = after.unwrap_or(0);
     loop {

@@ -177,6 +177,17 @@ impl Hosted {
         self.lifecycle.mail(mail)
     }
 
+    /// [`crate::residents::Route::mail_once`].
+    pub fn mail_once(&self, mail: Mail) -> Result<crate::residents::Delivered, MailError> {
+        self.lifecycle.mail_once(mail)
+    }
+
+    /// Whether the program is stopping (a restart, a reload, a stop): its residents take no
+    /// new mail until it runs again.
+    pub fn stopping(&self) -> bool {
+        self.lifecycle.stopping()
+    }
+
     /// `None`: no such resident; `Some(false)`: it was not blocked.
     pub fn unblock(&self, name: &str) -> Option<bool> {
         self.lifecycle.unblock(name)

@@ -114,9 +114,25 @@ pub struct ProgramNow<'a> {
 
 fn who(program: &str, resident: &str) -> Who {
     Who {
-        program: program.to_string(),
-        resident: resident.to_string(),
+        program: label(program),
+        resident: label(resident),
     }
+}
+
+/// `value` as a label value in the text format: `\`, `"` and line breaks escaped. The client
+/// library writes label values as they are, so a resident named with a line break or a program
+/// file named `q"x.lua` broke the whole scrape (every series of every program lost).
+fn label(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 impl Metrics {
@@ -145,8 +161,8 @@ impl Metrics {
         self.know(&w, Some(kind));
         self.tool_calls
             .get_or_create(&ToolOutcome {
-                program: program.to_string(),
-                resident: resident.to_string(),
+                program: label(program),
+                resident: label(resident),
                 kind: kind.to_string(),
             })
             .inc();
@@ -161,8 +177,8 @@ impl Metrics {
         self.know(&w, None);
         self.model_calls
             .get_or_create(&ModelOutcome {
-                program: program.to_string(),
-                resident: resident.to_string(),
+                program: label(program),
+                resident: label(resident),
                 outcome: if ok { "ok" } else { "error" }.to_string(),
             })
             .inc();
@@ -188,7 +204,7 @@ impl Metrics {
             let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
             let names: Vec<Who> = known
                 .keys()
-                .filter(|w| w.program == program)
+                .filter(|w| w.program == label(program))
                 .cloned()
                 .collect();
             names
@@ -296,7 +312,7 @@ impl Metrics {
         let breaker = Family::<BreakerIn, Gauge>::default();
         let next_probe = Family::<Who, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         for p in now {
-            let program = p.program.to_string();
+            let program = label(p.program);
             up.get_or_create(&Program {
                 program: program.clone(),
             })
@@ -330,7 +346,7 @@ impl Metrics {
                         breaker
                             .get_or_create(&BreakerIn {
                                 program: program.clone(),
-                                resident: r.name.clone(),
+                                resident: label(&r.name),
                                 state: status.as_str().to_string(),
                             })
                             .set(i64::from(b.status == status));
@@ -371,5 +387,28 @@ impl Metrics {
         let mut text = String::new();
         let _ = prometheus_client::encoding::text::encode(&mut text, &registry);
         text
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_with_quotes_backslashes_and_line_breaks_are_escaped_in_the_scrape() {
+        let metrics = Metrics::default();
+        metrics.accepted("q\"x", "line1\nline2\\");
+        let text = metrics.encode(&[]);
+        let line = text
+            .lines()
+            .find(|l| l.starts_with("colony_mails_accepted_total{"))
+            .unwrap_or_else(|| panic!("no accepted series in {text}"));
+        assert_eq!(
+            line,
+            r#"colony_mails_accepted_total{program="q\"x",resident="line1\nline2\\"} 1"#
+        );
+        // Forgotten by the name as given.
+        metrics.forget_program("q\"x");
+        assert!(!metrics.encode(&[]).contains("line1"));
     }
 }
