@@ -1044,3 +1044,55 @@ print(ai.watch{{ {on_fail} }})
     assert_eq!(run.code, 0, "{}", run.stderr);
     assert_eq!(run.lines(), ["failed: w/source/1", "idle"]);
 }
+
+#[test]
+fn a_resident_that_keeps_its_conversation_serves_every_mail_held_through_an_outage() {
+    let fake = FakeProvider::start();
+    // Overloaded until a request carries the 24th mail (the first batch once all have come).
+    fake.set_responder(|body, _| {
+        if texts(body).iter().any(|t| t == "[mail from t] mail 24") {
+            Reply::text("caught up")
+        } else {
+            Reply::status(529).header("retry-after-ms", "5")
+        }
+    });
+    let run = styled(&fake, "openai").lua(
+        r#"
+local notices, replies = {}, 0
+ai.spawn{ name = "r", provider = "openai", model = "m", persist_conversation = true,
+  deliver_to = function(text, info)
+    notices[#notices + 1] = info.kind .. ": " .. text
+    if info.kind == "reply" then
+      replies = replies + 1
+      if replies == 2 then ai.stop("done") end
+    end
+  end,
+  sources = { function(self)
+    ai.mail{ to = self, source = "t", content = "mail 1", hop = 0 }
+    while ai.residents()[1].state ~= "outage" do ai.sleep(1) end
+    for i = 2, 30 do ai.mail{ to = self, source = "t", content = "mail " .. i, hop = 0 } end
+  end } }
+ai.watch{}
+for _, n in ipairs(notices) do print(n) end
+"#,
+        &[],
+    );
+    let run = run.ok();
+    let lines = run.lines();
+    assert!(
+        lines[0].ends_with("keeping every arrival until it can."),
+        "{lines:?}"
+    );
+    // Every mail reached the model, in two turns, and none was dropped.
+    let calls = support::model_calls(&fake);
+    let last = texts(calls.last().unwrap());
+    let mails: Vec<String> = (1..=30)
+        .map(|i| format!("[mail from t] mail {i}"))
+        .collect();
+    let sent: Vec<&String> = last
+        .iter()
+        .filter(|t| t.starts_with("[mail from t]"))
+        .collect();
+    assert_eq!(sent, mails.iter().collect::<Vec<_>>(), "{last:?}");
+    assert!(!last.iter().any(|t| t.contains("were dropped")), "{last:?}");
+}

@@ -186,6 +186,10 @@ struct Inbox {
     dropped: u64,
     /// Set while the model cannot be called: the queue keeps only the newest [`HELD`].
     holding: bool,
+    /// A resident that keeps its conversation never drops: each mail it accepted is saved and
+    /// will be served (the capacity bounds the queue). Holding dropped the older ones here and
+    /// from the saved backlog, which a crash at the same moment would have kept.
+    keeps_all: bool,
     closed: bool,
     /// Posts refused because the mailbox was full, since it was made.
     refused: u64,
@@ -195,7 +199,7 @@ struct Inbox {
 
 impl Inbox {
     fn trim(&mut self) {
-        if self.holding {
+        if self.holding && !self.keeps_all {
             while self.queue.len() > HELD {
                 self.queue.pop_front();
                 self.dropped += 1;
@@ -223,6 +227,14 @@ impl Mailbox {
             notify: Notify::new(),
             capacity: capacity.max(1),
         }
+    }
+
+    /// [`Mailbox::with_capacity`] for a resident that keeps its conversation: nothing it
+    /// accepted is dropped while its model cannot be called.
+    pub fn keeping_all(capacity: usize) -> Mailbox {
+        let mailbox = Mailbox::with_capacity(capacity);
+        mailbox.lock().keeps_all = true;
+        mailbox
     }
 
     /// The most mails that may wait at once.

@@ -249,7 +249,11 @@ impl ResidentInfo {
 impl Resident {
     pub fn new(spec: ResidentSpec) -> Resident {
         Resident {
-            mailbox: Mailbox::with_capacity(spec.mailbox),
+            mailbox: if spec.persist {
+                Mailbox::keeping_all(spec.mailbox)
+            } else {
+                Mailbox::with_capacity(spec.mailbox)
+            },
             spec,
             conversation: Mutex::new(Vec::new()),
             journal: Mutex::new(Vec::new()),
@@ -854,10 +858,14 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
                     retry_at: tokio::time::Instant::now() + wait(FIRST_BACKOFF),
                     backoff: FIRST_BACKOFF,
                 });
+                let holding = if me.spec.persist {
+                    "keeping every arrival".to_string()
+                } else {
+                    format!("holding the newest {HELD} arrivals")
+                };
                 let notice = Delivery {
                     text: format!(
-                        "[colony] {} cannot reach its model ({}); holding the newest {HELD} \
-                         arrivals until it can.",
+                        "[colony] {} cannot reach its model ({}); {holding} until it can.",
                         me.spec.name, error.message
                     ),
                     error: Some(error.message.clone()),
