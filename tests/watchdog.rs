@@ -259,8 +259,8 @@ fn sigint_stops_a_spinning_main_chunk_before_and_after_a_watch() {
         "INT",
     );
     assert_eq!(status.signal(), Some(2), "{status:?}");
-    // After a watch (colony listens for signals from then on): the spinning chunk is stopped
-    // with an error that says why.
+    // After a watch (colony listens for signals from then on): the program is ended as the
+    // signal would have ended it, with 128 + its number.
     let (status, rest) = signalled(
         &sb,
         r#"io.stdout:setvbuf("line")
@@ -270,5 +270,86 @@ print("spinning")
 while true do pcall(function() end) end"#,
         "INT",
     );
-    assert_eq!(status.code(), Some(1), "{rest:?}");
+    assert_eq!(status.code(), Some(130), "{rest:?}");
+}
+
+/// Starts `source`, reads stdout until the line `ready`, sends `signals` one by one (a moment
+/// apart), and returns the exit status and stderr.
+fn signalled_while_waiting(
+    sb: &Sandbox,
+    source: &str,
+    signals: &[&str],
+) -> (std::process::ExitStatus, String) {
+    let file = sb.write("script.lua", source);
+    let file = file.display().to_string();
+    let mut child = sb.spawn(&["run", "--max-time", "120", &file]);
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while line.trim() != "ready" {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "colony ended early");
+    }
+    for signal in signals {
+        std::thread::sleep(Duration::from_millis(300));
+        let sent = std::process::Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+    let status = child.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    (status, stderr)
+}
+
+#[test]
+fn a_signal_after_the_watch_ends_a_program_that_waits() {
+    let fake = FakeProvider::start();
+    let sb = styled(&fake, "openai");
+    for (signal, code) in [("INT", 130), ("TERM", 143)] {
+        let (status, stderr) = signalled_while_waiting(
+            &sb,
+            r#"
+io.stdout:setvbuf("line")
+ai.spawn{ name = "a", provider = "openai", model = "m" }
+ai.watch{}
+print("ready")
+ai.sleep(600000)
+print("never")
+"#,
+            &[signal],
+        );
+        assert_eq!(status.code(), Some(code), "{signal}: {stderr}");
+        assert!(
+            stderr.contains(&format!("the program was ended by SIG{signal}")),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_third_signal_ends_a_watch_whose_hook_waits() {
+    let fake = FakeProvider::start();
+    let sb = styled(&fake, "openai");
+    let (status, stderr) = signalled_while_waiting(
+        &sb,
+        r#"
+io.stdout:setvbuf("line")
+ai.spawn{ name = "a", provider = "openai", model = "m",
+  sources = { function() error("the source fails") end },
+  restart = "temporary" }
+print(ai.watch{ on_fail = function()
+  print("ready")
+  ai.sleep(600000)
+end })
+print("never")
+"#,
+        &["INT", "INT", "TERM"],
+    );
+    assert_eq!(status.code(), Some(143), "{stderr}");
+    assert!(
+        stderr.contains("the program was ended by SIGTERM"),
+        "{stderr}"
+    );
 }

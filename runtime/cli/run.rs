@@ -75,7 +75,7 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         crate::lua::start_file(core, &args.file, args.args, host).map_err(|e| Failure::run(e.0))?;
     let lifecycle = running.lifecycle.clone();
     let stdout_gone = Arc::new(AtomicBool::new(false));
-    super::stdout_gone::watch(lifecycle.clone(), interrupt, stdout_gone.clone());
+    super::stdout_gone::watch(lifecycle.clone(), interrupt.clone(), stdout_gone.clone());
     let timed_out = Arc::new(AtomicBool::new(false));
     let timer = args
         .max_time
@@ -92,6 +92,15 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         // Nobody reads on: however the program ended (an interrupted loop raises), it ends
         // quietly, as every command whose stdout closes under it.
         return Ok(());
+    }
+    // A signal after the watch (or a third during it) ended the program where it waited: as
+    // the signal's own action would have, 128 + its number.
+    if let Some(why) = interrupt.abandoned_by() {
+        let code = if why == "SIGTERM" { 143 } else { 130 };
+        return Err(Failure {
+            message: format!("colony: the program was ended by {why}"),
+            code,
+        });
     }
     result?;
     if let Some(Settled::Blocked(blocked)) = lifecycle.settled() {

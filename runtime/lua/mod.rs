@@ -381,13 +381,23 @@ async fn run_on_this_thread(
     call_args.push_back(Value::Function(main));
     call_args.push_back(Value::Function(handler));
     call_args.extend(varargs);
-    // The main chunk has no deadline, but a stop asked while it spins ends it.
-    let result = watchdog::guarded(
+    // The main chunk has no deadline, but a stop asked while it spins ends it, and one that
+    // abandons the program ends it wherever it waits.
+    let interrupt = lua.app_data_ref::<watchdog::Interrupt>().map(|i| i.clone());
+    let chunk = watchdog::guarded(
         &lua,
         watchdog::Limit::default(),
         runner.call_async::<MultiValue>(call_args),
-    )
-    .await;
+    );
+    let result = match interrupt {
+        Some(interrupt) => tokio::select! {
+            result = chunk => result,
+            why = interrupt.abandoned() => {
+                return Err(ScriptError(format!("colony: the program was ended by {why}")));
+            }
+        },
+        None => chunk.await,
+    };
     // A program served over MCP keeps answering calls after its main chunk returns, until
     // it is stopped.
     if let Some(exports) = &host.exports {

@@ -316,11 +316,8 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
     // the core's runtime stops such code through the VM's hook. Kept for the program's life: a
     // main chunk that spins after the watch is stopped too.
     if lua.app_data_ref::<super::watchdog::Listening>().is_none()
-        && let Some(listening) = super::watchdog::listen(
-            lua,
-            lifecycle(lua).route().core().handle(),
-            lifecycle(lua).route().clone(),
-        )
+        && let Some(listening) =
+            super::watchdog::listen(lua, lifecycle(lua).route().core().handle(), lifecycle(lua))
     {
         lua.set_app_data(listening);
     }

@@ -93,19 +93,64 @@ impl Stop {
 
 /// The process's request to stop, shared between the signal handler and the VM's hook.
 #[derive(Clone, Default)]
-pub struct Interrupt(Arc<Mutex<Option<(Instant, String)>>>);
+pub struct Interrupt(Arc<Interrupted>);
+
+#[derive(Default)]
+pub struct Interrupted {
+    raised: Mutex<Option<(Instant, String)>>,
+    /// Set when the program is to end at once, whatever it waits for.
+    abandoned: Mutex<Option<String>>,
+    abandon: tokio::sync::Notify,
+}
 
 impl Interrupt {
     /// Asks Lua code that is running (and not waiting) to stop; `why` names the signal.
     pub fn raise(&self, why: &str) {
-        let mut at = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut at = self.0.raised.lock().unwrap_or_else(|e| e.into_inner());
         if at.is_none() {
             *at = Some((Instant::now(), why.to_string()));
         }
     }
 
     fn raised(&self) -> Option<(Instant, String)> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+        self.0
+            .raised
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Ends the program at once, code that waits too (an `ai.sleep`, a model call, a hook of
+    /// the watch): the main chunk is dropped where it stands. `why` names the signal.
+    pub fn abandon(&self, why: &str) {
+        self.raise(why);
+        let mut abandoned = self.0.abandoned.lock().unwrap_or_else(|e| e.into_inner());
+        if abandoned.is_none() {
+            *abandoned = Some(why.to_string());
+        }
+        drop(abandoned);
+        self.0.abandon.notify_waiters();
+        self.0.abandon.notify_one();
+    }
+
+    /// What abandoned the program, once something did.
+    pub fn abandoned_by(&self) -> Option<String> {
+        self.0
+            .abandoned
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Waits until the program is abandoned; answers why.
+    pub async fn abandoned(&self) -> String {
+        loop {
+            let notified = self.0.abandon.notified();
+            if let Some(why) = self.abandoned_by() {
+                return why;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -485,7 +530,7 @@ pub fn caught(lua: &Lua) -> mlua::Result<Function> {
 pub fn listen(
     lua: &Lua,
     runtime: &tokio::runtime::Handle,
-    route: crate::residents::Route,
+    lifecycle: crate::residents::Lifecycle,
 ) -> Option<Listening> {
     let interrupt = lua.app_data_ref::<Interrupt>()?.clone();
     let task = runtime.spawn(async move {
@@ -496,7 +541,9 @@ pub fn listen(
         ) else {
             return;
         };
+        let route = lifecycle.route().clone();
         let mut interrupted = false;
+        let mut signals = 0;
         loop {
             let why = tokio::select! {
                 _ = term.recv() => "SIGTERM".to_string(),
@@ -504,9 +551,28 @@ pub fn listen(
                 // Stopped as a signal stops it (`--max-time`), under the stop's own reason.
                 () = route.interrupted(), if !interrupted => {
                     interrupted = true;
-                    route.stop_reason().unwrap_or_default()
+                    let why = route.stop_reason().unwrap_or_default();
+                    route.stop(why.as_str());
+                    interrupt.raise(&why);
+                    continue;
                 }
             };
+            signals += 1;
+            // Once the watch is over, a signal ends the program as it did before the watch
+            // (tokio's handler, once installed, stays: the signal was heard by nobody and
+            // ignored). During the watch the first stops it, the second cuts its grace short
+            // (the watch's own listener), and a third ends the program whatever it waits for
+            // (a hook of the watch that sleeps). The watch's listener hears each signal too,
+            // and may end the watch on it before this task runs: a signal the watch heard is
+            // not one after it.
+            let after_watch = lifecycle.watch_state() == crate::residents::Watch::Ended
+                && !route.watch_listening()
+                && signals > route.signals_heard();
+            if after_watch || signals >= 3 {
+                tracing::warn!("{why}: ending the program now");
+                interrupt.abandon(&why);
+                continue;
+            }
             route.stop(why.as_str());
             interrupt.raise(&why);
         }

@@ -687,6 +687,7 @@ fn listen_for_signals(route: &Route) -> std::io::Result<SignalListener> {
             signal(SignalKind::interrupt())?,
         )
     };
+    let listening = route.clone();
     let route = route.clone();
     let task = runtime.spawn(async move {
         let mut heard = 0;
@@ -696,6 +697,7 @@ fn listen_for_signals(route: &Route) -> std::io::Result<SignalListener> {
                 _ = interrupt.recv() => "SIGINT",
             };
             heard += 1;
+            route.heard_signal();
             if heard == 1 {
                 route.stop(signal);
                 let busy = route.busy();
@@ -712,14 +714,16 @@ fn listen_for_signals(route: &Route) -> std::io::Result<SignalListener> {
             }
         }
     });
-    Ok(SignalListener(task.abort_handle()))
+    listening.set_watch_listening(true);
+    Ok(SignalListener(task.abort_handle(), listening))
 }
 
 /// Ends the signal listener of [`listen_for_signals`] when dropped.
-struct SignalListener(tokio::task::AbortHandle);
+struct SignalListener(tokio::task::AbortHandle, Route);
 
 impl Drop for SignalListener {
     fn drop(&mut self) {
+        self.1.set_watch_listening(false);
         self.0.abort();
     }
 }

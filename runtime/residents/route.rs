@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{Duration, Instant};
 
@@ -111,6 +111,11 @@ struct Inner {
     table: RwLock<HashMap<String, Entry>>,
     open: watch::Sender<bool>,
     stopping: AtomicBool,
+    /// Signals the watch heard (SIGINT, SIGTERM): a listener of the host's tells its own from
+    /// those by this count.
+    signals_heard: AtomicU32,
+    /// Whether the watch listens for signals now (from its start until it returns).
+    watch_listening: AtomicBool,
     /// Open and not stopping: the one flag `mail` reads.
     accepting: AtomicBool,
     reason: watch::Sender<Option<String>>,
@@ -220,6 +225,8 @@ impl Route {
                 table: RwLock::new(HashMap::new()),
                 open: watch::Sender::new(false),
                 stopping: AtomicBool::new(false),
+                signals_heard: AtomicU32::new(0),
+                watch_listening: AtomicBool::new(false),
                 accepting: AtomicBool::new(false),
                 reason: watch::Sender::new(None),
                 events,
@@ -656,6 +663,29 @@ impl Route {
 
     pub fn stopping(&self) -> bool {
         self.inner.stopping()
+    }
+
+    /// Counts a signal the watch heard (before it acts on it).
+    pub fn heard_signal(&self) {
+        self.inner.signals_heard.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// How many signals the watch heard.
+    pub fn signals_heard(&self) -> u32 {
+        self.inner.signals_heard.load(Ordering::Acquire)
+    }
+
+    /// Set while the watch listens for signals.
+    pub fn set_watch_listening(&self, listening: bool) {
+        self.inner
+            .watch_listening
+            .store(listening, Ordering::Release);
+    }
+
+    /// Whether a watch listens for signals now: when none does, a signal is nobody's to hear
+    /// but the host's.
+    pub fn watch_listening(&self) -> bool {
+        self.inner.watch_listening.load(Ordering::Acquire)
     }
 
     /// The reason given to [`Route::stop`], once stopping.
