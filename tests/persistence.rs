@@ -413,3 +413,42 @@ print(ai.watch{ grace_ms = 0 })
         "the open breaker refused without calling"
     );
 }
+
+#[test]
+fn held_mail_of_a_resident_the_program_no_longer_spawns_is_named_at_the_start() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|_, _| Reply::status(529).header("retry-after-ms", "5"));
+    let sb = styled(&fake, "openai");
+    let state = sb.path("state-dir").display().to_string();
+    let script = sb
+        .write(
+            "renamed.lua",
+            r#"
+local name = ...
+ai.spawn{ name = name, provider = "openai", model = "m", persist_conversation = true,
+  deliver_to = function(text, info) if info.kind == "outage" then ai.stop("down") end end,
+  sources = { function(self)
+    if name ~= "a" then return end
+    for i = 1, 2 do assert(ai.mail{ to = self, source = "t", content = "m" .. i, hop = 0 }) end
+  end } }
+print(ai.watch{})
+"#,
+        )
+        .display()
+        .to_string();
+    let first = sb.colony(&["run", "--state", &state, &script, "a"]).ok();
+    assert!(
+        !first.stderr.contains("no resident of this run"),
+        "{}",
+        first.stderr
+    );
+    // The resident is renamed: its accepted mail would never be served, and nothing said so.
+    let second = sb.colony(&["run", "--state", &state, &script, "b"]);
+    assert!(
+        second.stderr.contains(
+            "a saved conversation \"a\" holds 2 accepted mail(s) that no resident of this run serves"
+        ),
+        "{}",
+        second.stderr
+    );
+}

@@ -1096,3 +1096,40 @@ for _, n in ipairs(notices) do print(n) end
     assert_eq!(sent, mails.iter().collect::<Vec<_>>(), "{last:?}");
     assert!(!last.iter().any(|t| t.contains("were dropped")), "{last:?}");
 }
+
+#[test]
+fn mail_to_a_resident_while_the_program_stops_says_so_and_text_that_is_not_utf8_is_named() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|_, _| Reply::text("answer").delay(300));
+    let run = styled(&fake, "openai")
+        .lua(
+            r#"
+print(select(2, pcall(ai.mail, { to = "x", source = "t", content = "bad \255", hop = 0 })))
+ai.spawn{ name = "a", provider = "openai", model = "m",
+  deliver_to = function(reply, info)
+    print(ai.mail{ to = "b", source = "a", content = reply, hop = info.hop + 1 })
+  end,
+  sources = { function(self)
+    ai.mail{ to = self, source = "t", content = "go", hop = 0 }
+    while ai.residents()[1].state ~= "busy" do ai.sleep(1) end
+    ai.stop("done")
+  end } }
+ai.spawn{ name = "b", provider = "openai", model = "m" }
+print(ai.watch{})
+"#,
+            &[],
+        )
+        .ok();
+    let lines = run.lines();
+    assert!(
+        lines[0].ends_with(
+            "ai.mail: content is not UTF-8 text (convert it, or send the bytes as a file)"
+        ),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines[1],
+        "nil\tstopping: no mail is taken for \"b\", the program is stopping (done)"
+    );
+    assert_eq!(lines[2], "done");
+}

@@ -175,10 +175,16 @@ fn mail(lua: &Lua, opts: Table) -> mlua::Result<MultiValue> {
         &["to", "source", "content", "hop", "files", "id"],
     )?;
     let text = |key: &str| -> mlua::Result<String> {
-        opts.get::<Option<String>>(key)
-            .ok()
-            .flatten()
-            .ok_or_else(|| bad(who, format!("{key} (a string) is required")))
+        match opts.get::<Value>(key)? {
+            // Text that is not UTF-8 was said to be missing.
+            Value::String(s) => s.to_str().map(|t| t.to_string()).map_err(|_| {
+                bad(
+                    who,
+                    format!("{key} is not UTF-8 text (convert it, or send the bytes as a file)"),
+                )
+            }),
+            _ => Err(bad(who, format!("{key} (a string) is required"))),
+        }
     };
     let to = text("to")?;
     let source = text("source")?;

@@ -516,8 +516,11 @@ impl Lifecycle {
         };
         if let Some(placement) = route.placement() {
             placement.start(self.clone());
-        } else if route.is_empty() {
-            route.stop("there are no residents");
+        } else {
+            warn_of_unserved_mail(&route);
+            if route.is_empty() {
+                route.stop("there are no residents");
+            }
         }
         // Heard on the core's runtime, not this task's: the script's thread may be busy.
         let _signals = if opts.signals {
@@ -670,6 +673,32 @@ impl Lifecycle {
 
     fn state(&self) -> std::sync::MutexGuard<'_, LifeState> {
         lock(&self.inner.state)
+    }
+}
+
+/// Says which saved conversations hold accepted mail that no resident of this run will serve:
+/// one renamed or removed since the mail was accepted (or no longer keeping its conversation).
+/// The mail stays saved; `true` was answered for it, so its loss must not be silent.
+fn warn_of_unserved_mail(route: &Route) {
+    let Some(store) = route.store() else { return };
+    let Ok(names) = store.conversations() else {
+        return;
+    };
+    for name in names {
+        if route.resident(&name).is_some_and(|r| r.spec.persist) {
+            continue;
+        }
+        if let Ok(Some(cell)) = store.load_cell(&name)
+            && !cell.backlog.is_empty()
+        {
+            tracing::warn!(
+                "a saved conversation {name:?} holds {} accepted mail(s) that no resident of \
+                 this run serves (renamed, removed or no longer keeping its conversation): spawn \
+                 {name:?} with persist_conversation = true to serve them, or clear it with \
+                 `colony conversations FILE clear {name}`",
+                cell.backlog.len()
+            );
+        }
     }
 }
 

@@ -371,6 +371,12 @@ impl Route {
     /// (`no_recipient: "wroker"`, `hop_limit: hop 9 to "b" is above its max_hop of 8`).
     pub fn refusal(&self, e: MailError, to: &str, hop: u32) -> String {
         match e {
+            // Whoever it is for, the program is stopping: not the "nobody of that name" the
+            // other case means, which a relay would tell its model.
+            MailError::NoRecipient if self.stopping() => format!(
+                "stopping: no mail is taken for {to:?}, the program is stopping ({})",
+                self.stop_reason().unwrap_or_default()
+            ),
             MailError::NoRecipient => format!("no_recipient: {to:?}"),
             MailError::HopLimit => {
                 let max_hop = self
@@ -416,6 +422,13 @@ impl Route {
 
     fn post(&self, mail: Mail, forward: bool) -> Result<Delivered, MailError> {
         if !self.inner.accepting.load(Ordering::Acquire) {
+            if self.stopping() {
+                tracing::warn!(
+                    "mail from {:?} refused: {}",
+                    mail.source,
+                    self.refusal(MailError::NoRecipient, &mail.to, mail.hop)
+                );
+            }
             return Err(MailError::NoRecipient);
         }
         let table = read(&self.inner.table);

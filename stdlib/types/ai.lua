@@ -381,11 +381,13 @@ function ai.spawn(opts) end
 --- it concerns: `no_recipient: "wroker"` (nobody of that name, it has died, or the watch is not
 --- up yet), `hop_limit: hop 9 to "b" is above its max_hop of 8`, `not_saved` (the recipient
 --- keeps its conversation and the store could not write the mail), `mailbox_full` (as many mails
---- wait for it as its `mailbox` capacity; nothing was saved: send again once it has served some).
---- Test it with `err:match("^no_recipient")`. A refusal once the watch runs is also logged. At most once.
+--- wait for it as its `mailbox` capacity; nothing was saved: send again once it has served some),
+--- `stopping: no mail is taken for "b", the program is stopping (<reason>)` (after a stop, during
+--- its grace). Test it with `err:match("^no_recipient")`. A refusal once the watch runs is also
+--- logged. At most once. `to`, `source` and `content` are UTF-8 text.
 ---@param opts ai.MailOptions
 ---@return true? posted
----@return string? err "no_recipient: ..."|"hop_limit: ..."|"not_saved"|"mailbox_full"
+---@return string? err "no_recipient: ..."|"hop_limit: ..."|"not_saved"|"mailbox_full"|"stopping: ..."
 function ai.mail(opts) end
 
 ---@class ai.Provenance
