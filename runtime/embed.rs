@@ -155,6 +155,13 @@ impl Runtime {
         Ok(())
     }
 
+    /// Whether the program at `path` reads and compiles (nothing of it runs): a host checks
+    /// this before it replaces a run that works with a file just edited. `Err` is the message
+    /// a run would give (`file:line: message`).
+    pub fn compiles(path: impl AsRef<Path>) -> Result<(), String> {
+        crate::lua::compiles(path.as_ref()).map_err(|e| e.0)
+    }
+
     /// Starts the program at `path` (with `args` as its `arg`) on its own Lua thread.
     pub fn load(&self, path: impl AsRef<Path>, args: Vec<String>) -> Result<Program, EmbedError> {
         self.launch(path.as_ref(), args, self.store.clone())

@@ -397,6 +397,37 @@ fn sighup_restarts_a_program_whose_file_changed() {
     );
     let reply = events.next_of("delivery", "alpha");
     assert_eq!(reply.data["text"], "re: [mail from api] after");
+    // Saved with a mistake: the run that works goes on, and says why it was kept.
+    sb.write(
+        "alpha.lua",
+        &format!(
+            "{}
+ai.spawn{{ name = ",
+            desk("alpha")
+        ),
+    );
+    served.signal("HUP");
+    let (kept, seen) = events.until("alpha kept", |e| {
+        matches!(
+            e.kind.as_str(),
+            "program_kept" | "program_restarted" | "program_failed"
+        )
+    });
+    assert_eq!(kept.kind, "program_kept", "{kept:?} after {seen:?}");
+    assert!(
+        kept.data["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("alpha.lua:4: unexpected symbol")),
+        "{kept:?}"
+    );
+    assert_eq!(
+        served
+            .mail("alpha", json!({ "to": "alpha", "content": "still" }))
+            .status,
+        202
+    );
+    let reply = events.next_of("delivery", "alpha");
+    assert_eq!(reply.data["text"], "re: [mail from api] still");
     served.signal("TERM");
     assert_eq!(served.wait(), Some(0), "{}", served.stderr());
 }

@@ -115,6 +115,20 @@ impl Running {
 
 /// Starts the script at `path` on its own thread with what `host` lends it, and returns once
 /// its VM is built (the script then runs on).
+/// Whether the script at `path` reads and compiles, without running any of it: `Err` says why
+/// as a run would (`file:line: message`). What a host checks before it replaces a run that works
+/// with the file's new text.
+pub fn compiles(path: &Path) -> Result<(), ScriptError> {
+    let source = std::fs::read(path)
+        .map_err(|e| ScriptError(format!("cannot read {}: {e}", path.display())))?;
+    let lua = Lua::new();
+    lua.load(source.as_slice())
+        .set_name(format!("@{}", path.display()))
+        .into_function()
+        .map(drop)
+        .map_err(|e| ScriptError(plain(&e)))
+}
+
 pub fn start_file(
     core: Core,
     path: &Path,

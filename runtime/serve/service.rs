@@ -400,6 +400,14 @@ impl Service {
                 tracing::info!(program = %slot.name, "its entry in the config changed: restarting");
                 self.restart(&slot).await;
             } else if hash != file_hash(&slot.launch().file) {
+                // A file saved with a mistake must not take down the run that works: it goes on,
+                // and the next SIGHUP tries the file again.
+                if let Err(e) = crate::embed::Runtime::compiles(&slot.launch().file) {
+                    tracing::error!(program = %slot.name, "its file changed but does not load, so its run goes on as it was: {e}");
+                    self.events
+                        .publish("program_kept", json!({ "program": slot.name, "error": e }));
+                    continue;
+                }
                 tracing::info!(program = %slot.name, "its file changed: restarting");
                 self.restart(&slot).await;
             }
