@@ -424,3 +424,53 @@ print(pcall(proc.run, { cmd = "echo", args = { x = "y" } }))
         "proc.run: args must be a list of strings; it has the key \"x\"",
     );
 }
+
+#[test]
+fn a_wrong_option_table_or_callback_names_the_function_too() {
+    let sb = Sandbox::new();
+    let at = sb.path("script.lua").display().to_string();
+    let run = sb
+        .lua(
+            r#"local calls = {
+  { "json.encode", json.encode, {}, "pretty" },
+  { "json.array", json.array, "x" },
+  { "http.get", http.get, "http://127.0.0.1:1/", "x" },
+  { "http.post", http.post, "http://127.0.0.1:1/", 5 },
+  { "http.request", http.request, "http://127.0.0.1:1/" },
+  { "store.update", store.update, "k", 5 },
+  { "term.is_tty", term.is_tty, {} },
+  { "term.erase", term.erase },
+  { "term.spinner", term.spinner, {} },
+  { "term.render", term.render, "x", "wide" },
+}
+for _, c in ipairs(calls) do
+  print(select(2, pcall(c[2], table.unpack(c, 3))))
+end
+print(select(2, pcall(proc.run, { cmd = "true", timeout = {} })))
+print(select(2, pcall(proc.run, { cmd = "true", max_bytes = "x" })))"#,
+            &[],
+        )
+        .ok();
+    let line = |who: &str, n: usize, want: &str, got: &str| {
+        format!("{at}:14: bad argument #{n} to '{who}': {want} expected, got {got}")
+    };
+    assert_eq!(
+        run.lines(),
+        [
+            line("json.encode", 2, "table", "string"),
+            line("json.array", 1, "table", "string"),
+            line("http.get", 2, "table", "string"),
+            line("http.post", 2, "table", "integer"),
+            line("http.request", 1, "table", "string"),
+            line("store.update", 2, "function", "integer"),
+            line("term.is_tty", 1, "string", "table"),
+            line("term.erase", 1, "string", "nil"),
+            line("term.spinner", 1, "string", "table"),
+            line("term.render", 2, "table", "string"),
+            format!("{at}:16: proc.run: timeout must be a number"),
+            format!("{at}:17: proc.run: max_bytes must be a number"),
+        ],
+        "{}",
+        run.stderr
+    );
+}

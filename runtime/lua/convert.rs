@@ -257,6 +257,9 @@ pub fn arg<T: mlua::FromLua>(lua: &Lua, who: &str, pos: usize, value: Value) -> 
                 let to = match to.as_str() {
                     "f32" | "f64" | "i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64"
                     | "usize" | "isize" => "number",
+                    "String" | "LuaString" | "BorrowedStr" => "string",
+                    "Table" => "table",
+                    "Function" => "function",
                     other => other,
                 };
                 format!("{to} expected, got {from}")

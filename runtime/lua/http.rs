@@ -26,21 +26,24 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     let http = lua.create_table()?;
     http.set(
         "get",
-        lua.create_async_function(|lua, (url, opts): (Value, Option<Table>)| async move {
+        lua.create_async_function(|lua, (url, opts): (Value, Value)| async move {
+            let opts: Option<Table> = super::convert::arg(&lua, "http.get", 2, opts)?;
             let req = read_request(&lua, "http.get", Some("GET"), Some(url), opts)?;
             fetch(&lua, req).await
         })?,
     )?;
     http.set(
         "post",
-        lua.create_async_function(|lua, (url, opts): (Value, Option<Table>)| async move {
+        lua.create_async_function(|lua, (url, opts): (Value, Value)| async move {
+            let opts: Option<Table> = super::convert::arg(&lua, "http.post", 2, opts)?;
             let req = read_request(&lua, "http.post", Some("POST"), Some(url), opts)?;
             fetch(&lua, req).await
         })?,
     )?;
     http.set(
         "request",
-        lua.create_async_function(|lua, spec: Table| async move {
+        lua.create_async_function(|lua, spec: Value| async move {
+            let spec: Table = super::convert::arg(&lua, "http.request", 1, spec)?;
             let req = read_request(&lua, "http.request", None, None, Some(spec))?;
             fetch(&lua, req).await
         })?,

@@ -13,9 +13,13 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     json.set("null", lua.null())?;
     json.set(
         "encode",
-        lua.create_function(|lua, (value, opts): (Value, Option<Table>)| {
+        lua.create_function(|lua, (value, opts): (Value, Value)| {
+            let opts: Option<Table> = super::convert::arg(lua, "json.encode", 2, opts)?;
             let pretty = match &opts {
-                Some(o) => o.get::<Option<bool>>("pretty")?.unwrap_or(false),
+                Some(o) => o
+                    .get::<Option<bool>>("pretty")
+                    .map_err(|_| super::convert::misuse("json.encode: pretty must be a boolean"))?
+                    .unwrap_or(false),
                 None => false,
             };
             let json = to_json(lua, value).map_err(|e| {
@@ -38,7 +42,8 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     )?;
     json.set(
         "array",
-        lua.create_function(|lua, t: Option<Table>| {
+        lua.create_function(|lua, t: Value| {
+            let t: Option<Table> = super::convert::arg(lua, "json.array", 1, t)?;
             let t = match t {
                 Some(t) => t,
                 None => lua.create_table()?,

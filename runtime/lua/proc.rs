@@ -184,11 +184,15 @@ fn read(lua: &Lua, spec: Value) -> mlua::Result<Spec> {
             )));
         }
     };
-    let timeout = match t.get::<Option<f64>>("timeout")? {
+    let number = |key: &str| -> mlua::Result<Option<f64>> {
+        t.get::<Option<f64>>(key)
+            .map_err(|_| misuse(format!("{who}: {key} must be a number")))
+    };
+    let timeout = match number("timeout")? {
         None => DEFAULT_TIMEOUT,
         Some(s) => seconds_option(who, "timeout", s)?,
     };
-    let max_bytes = match t.get::<Option<f64>>("max_bytes")? {
+    let max_bytes = match number("max_bytes")? {
         None => DEFAULT_MAX_BYTES,
         Some(n) if n.is_finite() && n >= 0.0 && n.fract() == 0.0 && n <= u64::MAX as f64 => {
             n as u64

@@ -130,8 +130,9 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     // function runs inside the store's transaction, so it cannot wait (no ai.*, no sleep).
     m.set(
         "update",
-        lua.create_function(|lua, (key, f): (Value, Function)| {
+        lua.create_function(|lua, (key, f): (Value, Value)| {
             let key = key_arg(key, "store.update")?;
+            let f: Function = super::convert::arg(lua, "store.update", 2, f)?;
             let mut raised: Option<mlua::Error> = None;
             let mut apply =
                 |old: Option<serde_json::Value>| -> Result<Option<serde_json::Value>, String> {

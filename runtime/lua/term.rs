@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use mlua::{Function, Lua, MultiValue, Table, UserData, UserDataMethods, Value};
 use rustyline::error::ReadlineError;
 
-use super::convert::misuse;
+use super::convert::{arg, misuse};
 
 /// The program's line editor, made on first use and kept, so its history spans every prompt.
 #[derive(Clone)]
@@ -23,7 +23,8 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     let term = lua.create_table()?;
     term.set(
         "is_tty",
-        lua.create_function(|_, which: Option<String>| {
+        lua.create_function(|lua, which: Value| {
+            let which: Option<String> = arg(lua, "term.is_tty", 1, which)?;
             Ok(match which.as_deref().unwrap_or("stdout") {
                 "stdout" => std::io::stdout().is_terminal(),
                 "stdin" => std::io::stdin().is_terminal(),
@@ -40,7 +41,8 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     term.set("width", lua.create_function(|_, ()| Ok(size().0))?)?;
     term.set(
         "render",
-        lua.create_function(|_, (text, opts): (Value, Option<Table>)| {
+        lua.create_function(|lua, (text, opts): (Value, Value)| {
+            let opts: Option<Table> = arg(lua, "term.render", 2, opts)?;
             let Value::String(text) = text else {
                 return Err(misuse("term.render: the Markdown must be a string"));
             };
@@ -58,17 +60,24 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     )?;
     term.set(
         "erase",
-        lua.create_function(|_, text: mlua::LuaString| Ok(erase(&text.to_string_lossy())))?,
+        lua.create_function(|lua, text: Value| {
+            let text: mlua::LuaString = arg(lua, "term.erase", 1, text)?;
+            Ok(erase(&text.to_string_lossy()))
+        })?,
     )?;
     term.set(
         "readline",
-        lua.create_async_function(|lua, prompt: Option<String>| async move {
+        lua.create_async_function(|lua, prompt: Value| async move {
+            let prompt: Option<String> = arg(&lua, "term.readline", 1, prompt)?;
             readline(&lua, prompt.unwrap_or_default()).await
         })?,
     )?;
     term.set(
         "spinner",
-        lua.create_function(|_, label: Option<String>| Ok(Spinner::start(label)))?,
+        lua.create_function(|lua, label: Value| {
+            let label: Option<String> = arg(lua, "term.spinner", 1, label)?;
+            Ok(Spinner::start(label))
+        })?,
     )?;
     term.set(
         "interruptible",
