@@ -225,3 +225,39 @@ print("global keys:", table.concat(store.list(), " "))
     let result = calls[1]["messages"].as_array().unwrap().last().unwrap()["content"].clone();
     assert_eq!(result, "before: nil");
 }
+
+#[test]
+fn a_table_that_holds_itself_or_a_key_that_is_not_a_string_is_refused_naming_where() {
+    let sb = Sandbox::new();
+    let at = sb.path("script.lua").display().to_string();
+    let run = sb
+        .lua(
+            r#"
+local t = { name = "loop", child = {} }
+t.child.parent = t
+print(pcall(json.encode, t))
+print(pcall(json.encode, { items = { { [true] = 1 } } }))
+local shared = { 1, 2 }
+print(json.encode({ a = shared, b = shared }))
+"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        [
+            format!(
+                "false\t{at}:4: json.encode: child.parent: a table that holds itself (through \
+                 this key) has no JSON form"
+            )
+            .as_str(),
+            &format!(
+                "false\t{at}:5: json.encode: items[1]: the key true is a boolean: JSON object \
+                 keys are strings"
+            ),
+            "{\"a\":[1,2],\"b\":[1,2]}",
+        ],
+        "{}",
+        run.stdout
+    );
+}

@@ -15,9 +15,16 @@ use crate::providers::ProviderError;
 /// - a function, and a string that is not UTF-8 (mlua's refusals named neither the key nor the
 ///   remedy: "unsupported value type", "invalid type: byte array").
 pub fn to_json(lua: &Lua, value: Value) -> mlua::Result<Json> {
-    json_form(&value, &mut std::collections::HashSet::new(), 0)
-        .map_err(|e| misuse(e.to_string()))?;
+    json_form(&value, &mut Walk::default(), 0).map_err(|e| misuse(e.to_string()))?;
     lua.from_value(value)
+}
+
+/// The tables of a walk: those it is inside (a table met again among them holds itself), and
+/// those already found to have a JSON form (a table shared by several keys is walked once).
+#[derive(Default)]
+struct Walk {
+    inside: std::collections::HashSet<*const std::ffi::c_void>,
+    done: std::collections::HashSet<*const std::ffi::c_void>,
 }
 
 /// Why a value has no JSON form, and the keys leading to it from the outermost table.
@@ -49,11 +56,7 @@ fn unfit(why: String) -> Unfit {
 
 /// Checks that `value`, and every table it holds, has a JSON form. Each table is walked once;
 /// deeper than mlua's own recursion limit is left to mlua to refuse.
-fn json_form(
-    value: &Value,
-    seen: &mut std::collections::HashSet<*const std::ffi::c_void>,
-    depth: usize,
-) -> Result<(), Unfit> {
+fn json_form(value: &Value, walk: &mut Walk, depth: usize) -> Result<(), Unfit> {
     match value {
         Value::Number(n) if !n.is_finite() => Err(unfit(format!(
             "the number {} has no JSON form: JSON numbers are finite",
@@ -67,18 +70,24 @@ fn json_form(
         Value::Function(_) | Value::Thread(_) => {
             Err(unfit(format!("a {} has no JSON form", value.type_name())))
         }
-        Value::Table(t) if depth <= 128 && seen.insert(t.to_pointer()) => {
-            table_form(t, seen, depth)
+        Value::Table(t) if depth <= 128 && !walk.done.contains(&t.to_pointer()) => {
+            let at = t.to_pointer();
+            if !walk.inside.insert(at) {
+                // mlua's refusal ("recursive table detected") said neither where nor which.
+                return Err(unfit(
+                    "a table that holds itself (through this key) has no JSON form".into(),
+                ));
+            }
+            let checked = table_form(t, walk, depth);
+            walk.inside.remove(&at);
+            walk.done.insert(at);
+            checked
         }
         _ => Ok(()),
     }
 }
 
-fn table_form(
-    t: &Table,
-    seen: &mut std::collections::HashSet<*const std::ffi::c_void>,
-    depth: usize,
-) -> Result<(), Unfit> {
+fn table_form(t: &Table, walk: &mut Walk, depth: usize) -> Result<(), Unfit> {
     let len = t.raw_len();
     for pair in t.pairs::<Value, Value>() {
         let (k, v) = pair.map_err(|e| unfit(e.to_string()))?;
@@ -102,9 +111,16 @@ fn table_form(
             )));
         }
         if !item {
-            json_form(&k, seen, depth + 1)?;
+            if !matches!(k, Value::String(_)) {
+                return Err(unfit(format!(
+                    "the key {} is a {}: JSON object keys are strings",
+                    key_text(&k),
+                    k.type_name()
+                )));
+            }
+            json_form(&k, walk, depth + 1)?;
         }
-        json_form(&v, seen, depth + 1).map_err(|mut e| {
+        json_form(&v, walk, depth + 1).map_err(|mut e| {
             e.keys.push(match &k {
                 Value::Integer(i) => format!("[{i}]"),
                 Value::String(s) => {
