@@ -540,3 +540,29 @@ print(data, err.kind)"#,
         ]
     );
 }
+
+#[test]
+fn sandbox_refusals_name_the_function_called_and_a_missing_path() {
+    let sb = Sandbox::new();
+    let run = sb
+        .lua(
+            r#"print(select(2, pcall(dofile, "/etc/hostname")))
+print(select(2, pcall(io.open, nil)))
+print(select(2, pcall(os.tmpname)))"#,
+            &["--sandbox"],
+        )
+        .ok();
+    let at = sb.path("script.lua").display().to_string();
+    let hostname = std::fs::canonicalize("/etc/hostname").unwrap();
+    assert_eq!(
+        run.lines(),
+        [
+            format!(
+                "{at}:1: dofile: reading {h} needs --allow-read={h}",
+                h = hostname.display()
+            ),
+            format!("{at}:2: bad argument #1 to 'io.open': string expected, got nil"),
+            format!("{at}:3: os.tmpname: writing /tmp needs --allow-write=/tmp"),
+        ]
+    );
+}

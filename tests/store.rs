@@ -261,3 +261,35 @@ print(json.encode({ a = shared, b = shared }))
         run.stdout
     );
 }
+
+#[test]
+fn store_update_refuses_a_value_and_a_wait_as_store_set_would() {
+    let sb = Sandbox::new();
+    let at = sb.path("script.lua").display().to_string();
+    let run = sb
+        .lua(
+            r#"print(select(2, pcall(store.update, "k", function() return print end)))
+print(select(2, pcall(store.update, "k", function() ai.sleep(1) return 1 end)))
+print(store.get("k"))
+error(setmetatable({}, { __tostring = function() return "a failure of my own" end }))"#,
+            &[],
+        )
+        .failed();
+    assert_eq!(
+        run.lines(),
+        [
+            format!(
+                "{at}:1: store.update \"k\": the new value cannot be stored as JSON: a function \
+                 has no JSON form"
+            ),
+            format!(
+                "{at}:2: store.update: the function cannot wait (ai.sleep, ai.ask, http...): it \
+                 runs inside the store's transaction"
+            ),
+            "nil".to_string(),
+        ],
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("a failure of my own"), "{}", run.stderr);
+}

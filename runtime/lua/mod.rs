@@ -466,7 +466,11 @@ pub fn describe_error(err: &Value) -> String {
             match (kind, message) {
                 (Some(k), Some(m)) => format!("{k}: {m}"),
                 (None, Some(m)) => m,
-                _ => "(error table without a message)".into(),
+                // An error object of the script's own says itself through `__tostring`.
+                _ => match err.to_string() {
+                    Ok(text) if !text.starts_with("table: ") => text,
+                    _ => "(error table without a message)".into(),
+                },
             }
         }
         Value::Error(e) => cause(e),

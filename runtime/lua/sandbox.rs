@@ -70,7 +70,13 @@ pub fn install(lua: &Lua, permissions: Arc<Permissions>) -> mlua::Result<()> {
     let check = lua.create_function(|lua, (kind, who, subject): (String, String, Value)| {
         let text = match &subject {
             Value::String(s) => s.to_string_lossy(),
-            Value::Nil => String::new(),
+            Value::Nil if kind == "binary" => String::new(),
+            // `io.open(nil)` was checked as the empty path: "reading  needs --allow-read=".
+            Value::Nil => {
+                return Err(misuse(format!(
+                    "bad argument #1 to '{who}': string expected, got nil"
+                )));
+            }
             other => {
                 return Err(misuse(format!(
                     "{who}: expected a string, not a {}",
@@ -128,6 +134,7 @@ const WRAPPERS: &str = r#"
 local check, may_run = ...
 local io_open, io_lines, io_input, io_output, io_popen = io.open, io.lines, io.input, io.output, io.popen
 local os_execute, os_getenv, os_remove, os_rename = os.execute, os.getenv, os.remove, os.rename
+local os_tmpname = os.tmpname
 local raw_load, raw_loadfile = load, loadfile
 local function writes(mode)
   return type(mode) == "string" and mode:find("[wa+]") ~= nil
@@ -171,6 +178,11 @@ os.rename = function(from, to, ...)
   check("entry", "os.rename", to)
   return os_rename(from, to, ...)
 end
+-- Lua's tmpname creates its file in /tmp (LUA_TMPNAMTEMPLATE).
+os.tmpname = function(...)
+  check("write", "os.tmpname", "/tmp")
+  return os_tmpname(...)
+end
 -- `require` of a Lua file: the standard searcher, with the file it finds checked first. (C
 -- modules are not loaded by this VM at all.)
 local searchpath = package.searchpath
@@ -202,6 +214,7 @@ if not may_run then
     return raw_loadfile(path, "t", ...)
   end
   dofile = function(path)
+    if path ~= nil then check("read", "dofile", path) end
     local f, err = loadfile(path)
     if not f then error(err, 2) end
     return f()

@@ -134,6 +134,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
             let key = key_arg(key, "store.update")?;
             let f: Function = super::convert::arg(lua, "store.update", 2, f)?;
             let mut raised: Option<mlua::Error> = None;
+            let mut unfit: Option<String> = None;
             let mut apply =
                 |old: Option<serde_json::Value>| -> Result<Option<serde_json::Value>, String> {
                     let old = match &old {
@@ -142,12 +143,26 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
                     };
                     match f.call::<Value>(old) {
                         Ok(Value::Nil) => Ok(None),
-                        Ok(v) => to_json(lua, v)
-                            .map(Some)
-                            .map_err(|e| format!("the new value cannot be stored as JSON: {e}")),
+                        Ok(v) => to_json(lua, v).map(Some).map_err(|e| {
+                            let message = format!(
+                                "the new value cannot be stored as JSON: {}",
+                                super::plain(&e)
+                            );
+                            unfit = Some(message.clone());
+                            message
+                        }),
                         Err(e) => {
                             let message = super::raised_message(&e);
-                            raised = Some(e);
+                            // The function runs inside the store's transaction: it cannot
+                            // wait, and Lua's own word for it names neither.
+                            raised = Some(if message.contains("yield across") {
+                                misuse(
+                                    "store.update: the function cannot wait (ai.sleep, ai.ask, \
+                                     http...): it runs inside the store's transaction",
+                                )
+                            } else {
+                                e
+                            });
                             Err(message)
                         }
                     }
@@ -155,6 +170,10 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
             let result = store(lua).update(&current_space(), &key, &mut apply);
             if let Some(e) = raised {
                 return Err(e);
+            }
+            // A value JSON cannot hold is a mistake in the script, as in `store.set`.
+            if let Some(why) = unfit {
+                return Err(misuse(format!("store.update {key:?}: {why}")));
             }
             match result {
                 Ok(Some(v)) => Ok(MultiValue::from_iter([from_json(lua, &v)?])),
