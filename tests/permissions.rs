@@ -446,12 +446,17 @@ fn require_finds_the_scripts_own_modules_but_no_module_outside_what_is_allowed()
     let app = sb.path("app");
     std::fs::create_dir_all(&app).unwrap();
     std::fs::write(app.join("helper.lua"), "return 'helped'").unwrap();
+    std::fs::write(app.join(".env"), "KEY = \"sk-secret\"").unwrap();
     let source = format!(
         r#"package.path = "{app}/?.lua;{secret}/?.lua;" .. package.path
 print((require("helper")))
 local ok, err = pcall(require, "hidden")
 print(ok, tostring(err):match("needs (%-%-allow%-read=%S+)"))
 ok, err = pcall(package.searchpath, "hidden", "{secret}/?.lua")
+print(ok, tostring(err):match("needs (%-%-allow%-read=%S+)"))
+-- A path with no `?` names any file: beside the script, only Lua files are its modules.
+package.path = "{app}/.env"
+ok, err = pcall(require, "anything")
 print(ok, tostring(err):match("needs (%-%-allow%-read=%S+)"))
 "#,
         app = app.display(),
@@ -470,6 +475,10 @@ print(ok, tostring(err):match("needs (%-%-allow%-read=%S+)"))
             "helped".to_string(),
             format!("false\t--allow-read={h}"),
             format!("false\t--allow-read={h}"),
+            format!(
+                "false\t--allow-read={}",
+                std::fs::canonicalize(app.join(".env")).unwrap().display()
+            ),
         ]
     );
 }

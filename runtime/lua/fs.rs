@@ -178,7 +178,9 @@ async fn read_within(path: &Path, limit: Option<u64>) -> std::io::Result<Option<
         return Ok(None);
     }
     let mut bytes = Vec::with_capacity(size.unwrap_or(0) as usize);
-    file.take(limit + 1).read_to_end(&mut bytes).await?;
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .await?;
     Ok((bytes.len() as u64 <= limit).then_some(bytes))
 }
 

@@ -115,9 +115,13 @@ pub fn install(lua: &Lua, permissions: Arc<Permissions>) -> mlua::Result<()> {
     wrap.call::<()>((check, may_run))
 }
 
-/// Whether `path` lies in the running script's folder, where `require` finds the script's own
-/// modules whatever `--allow-read` says.
+/// Whether `path` is a Lua file in the running script's folder, where `require` finds the
+/// script's own modules whatever `--allow-read` says. Only `.lua` files: a `package.path` with
+/// no `?` named any file there (a `.env` of `KEY="..."` lines is Lua too).
 fn in_script_folder(lua: &Lua, path: &Path) -> bool {
+    if path.extension().is_none_or(|e| e != "lua") {
+        return false;
+    }
     let Some(dir) = lua
         .app_data_ref::<super::fs::ScriptDir>()
         .map(|d| d.0.clone())

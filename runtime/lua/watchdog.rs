@@ -570,6 +570,7 @@ pub fn listen(
                 && signals > route.signals_heard();
             if after_watch || signals >= 3 {
                 tracing::warn!("{why}: ending the program now");
+                route.stop(why.as_str());
                 interrupt.abandon(&why);
                 continue;
             }

@@ -14,8 +14,11 @@
 //!   tasks that would have ended them;
 //! - on Linux the first process is sent SIGTERM when colony dies without any of that (a signal
 //!   before the program's watch, SIGKILL, a crash): `PR_SET_PDEATHSIG`. It fires when the
-//!   thread that started it ends, which for colony is the Lua thread of the program that opened
-//!   the server or a worker of the core's runtime: both outlive the server's use.
+//!   *thread* that started the server ends, so it is set only for a server started from a
+//!   thread that lives as long as the program: the main thread, or the program's Lua thread. A
+//!   worker of the core's runtime may end while the server is still in use (`block_in_place`
+//!   hands its work to another thread, and it idles out): its servers rely on their stdin
+//!   closing when colony dies.
 
 use std::collections::BTreeSet;
 use std::sync::Mutex;
@@ -36,18 +39,19 @@ static RUNNING: Mutex<BTreeSet<i32>> = Mutex::new(BTreeSet::new());
 /// reach, and (Linux) ended when colony dies.
 pub fn wrap(mut command: tokio::process::Command) -> CommandWrap {
     #[cfg(target_os = "linux")]
-    {
+    if matches!(std::thread::current().name(), Some("main" | "colony-lua")) {
         let parent = std::process::id();
-        // SAFETY: between fork and exec the closure calls only `prctl`, `getppid` and
-        // `raise`, which are async-signal-safe, and allocates nothing.
+        // SAFETY: between fork and exec the closure calls only `prctl` and `getppid`, which
+        // are async-signal-safe, and allocates nothing.
         unsafe {
             command.pre_exec(move || {
                 if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
                     return Err(std::io::Error::last_os_error());
                 }
-                // colony died between the fork and the prctl: nobody will send it.
+                // colony died between the fork and the prctl: nobody will send it, so the
+                // server is not started (a raised SIGTERM would reach tokio's inherited handler).
                 if libc::getppid() as u32 != parent {
-                    libc::raise(libc::SIGTERM);
+                    return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
                 }
                 Ok(())
             });
@@ -127,7 +131,7 @@ fn end(groups: &[i32], deadline: Instant, tidy: impl Fn(i32)) {
                 tracing::warn!(target: "colony::mcp", group = pgid,
                     "a stdio server's processes did not end within {:.0} s of SIGTERM: killed", GRACE.as_secs_f64());
                 signal(*pgid, libc::SIGKILL);
-                reap(*pgid);
+                tidy(*pgid);
                 lock().remove(pgid);
             }
             return;
