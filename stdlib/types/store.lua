@@ -32,7 +32,9 @@ function store.delete(key) end
 function store.list(prefix) end
 
 --- Atomic read-modify-write: `fn(old)` returns the new value (nil deletes); no other write lands
---- in between. `fn` runs inside the store's transaction, so it cannot wait (no `ai.*`, no sleep).
+--- in between. `fn` runs inside the store's transaction, so it cannot wait (no `ai.*`, no sleep:
+--- waiting raises, naming `store.update`). A new value JSON cannot hold raises, as in `store.set`.
+--- Keys (and a `prefix`) are UTF-8 text.
 ---@param key string
 ---@param fn fun(old: any?): any?
 ---@return any? new, store.Error? err
