@@ -251,10 +251,7 @@ pub async fn mail(
             return refuse(
                 e.status(),
                 "too_large",
-                &format!(
-                    "the request body is over the service's limit of {} bytes",
-                    super::BODY_LIMIT
-                ),
+                &super::refusal::too_large_message(),
             );
         }
         Err(e) => return refuse(e.status(), "bad_request", &e.body_text()),

@@ -173,10 +173,6 @@ impl Hosted {
     }
 
     /// Posts `mail`; for a resident that keeps its conversation, `Ok` once it is saved.
-    pub fn mail(&self, mail: Mail) -> Result<(), MailError> {
-        self.lifecycle.mail(mail)
-    }
-
     /// [`crate::residents::Route::mail_once`].
     pub fn mail_once(&self, mail: Mail) -> Result<crate::residents::Delivered, MailError> {
         self.lifecycle.mail_once(mail)

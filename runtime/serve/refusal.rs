@@ -16,6 +16,15 @@ pub fn refuse(status: StatusCode, kind: &str, message: &str) -> Response {
         .into_response()
 }
 
+/// What a body over the service's limit is told, however the limit was found (a
+/// `Content-Length`, or a chunked body while it was read).
+pub fn too_large_message() -> String {
+    format!(
+        "the request body is over the service's limit of {} bytes",
+        super::BODY_LIMIT
+    )
+}
+
 /// Answers in JSON the refusals that do not come from a handler: axum's empty `404` and
 /// `405`, and the body limit's plain-text `413`. `/mcp` is left as its MCP transport answers.
 pub async fn as_json(request: Request, next: Next) -> Response {
@@ -36,13 +45,7 @@ pub async fn as_json(request: Request, next: Next) -> Response {
             "method_not_allowed",
             format!("{path} does not take {method}"),
         ),
-        StatusCode::PAYLOAD_TOO_LARGE => (
-            "too_large",
-            format!(
-                "the request body is over the service's limit of {} bytes",
-                super::BODY_LIMIT
-            ),
-        ),
+        StatusCode::PAYLOAD_TOO_LARGE => ("too_large", too_large_message()),
         _ => (
             if status.is_server_error() {
                 "internal"
