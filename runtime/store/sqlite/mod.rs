@@ -32,7 +32,7 @@ use serde_json::Value;
 use cells::{Kept, RawCell};
 use open::classify;
 pub use open::{APPLICATION_ID, SCHEMA_VERSION};
-use writes::{Write, file_bytes};
+use writes::{Write, Writer, file_bytes};
 
 use super::group_commit::{Commits, GroupCommit};
 use super::off_worker::off_worker;
@@ -51,7 +51,7 @@ thread_local! {
 pub struct SqliteStore {
     path: PathBuf,
     /// The writing connection: a batch of the group commit, or an `update`, holds it.
-    write: Mutex<Connection>,
+    write: Mutex<Writer>,
     /// The reading connection.
     read: Mutex<Connection>,
     writes: GroupCommit<Write, StoreResult<bool>>,
@@ -87,7 +87,7 @@ impl SqliteStore {
         let read = open::open_reader(path)?;
         Ok(SqliteStore {
             path: path.to_path_buf(),
-            write: Mutex::new(write),
+            write: Mutex::new(Writer::new(write)),
             read: Mutex::new(read),
             writes: GroupCommit::new(),
             kept: Mutex::new(Kept::Untried),
@@ -150,7 +150,7 @@ impl SqliteStore {
         Ok(lock(&self.read))
     }
 
-    fn writer(&self) -> StoreResult<MutexGuard<'_, Connection>> {
+    fn writer(&self) -> StoreResult<MutexGuard<'_, Writer>> {
         self.not_in_update()?;
         Ok(lock(&self.write))
     }
@@ -266,7 +266,9 @@ impl SqliteStore {
         key: &str,
         f: &mut dyn FnMut(Option<Value>) -> Result<Option<Value>, String>,
     ) -> StoreResult<Option<Value>> {
-        let mut conn = self.writer()?;
+        let mut writer = self.writer()?;
+        // A durable write: the last batch may have left the connection at `NORMAL`.
+        let conn = writer.at(true).map_err(|e| self.err(e))?;
         let tx = conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .map_err(|e| self.err(e))?;

@@ -643,6 +643,16 @@ fn audit_lines_alone_commit_without_waiting_for_the_disk() {
     store.audit(&line(4)).unwrap();
     store.set("kv", "k", &json!(1)).unwrap();
     assert_eq!(synchronous(&store), 2, "FULL after a value");
+    // An update is its own transaction on the same connection: it must not commit at the level
+    // an audit line left.
+    store.audit(&line(5)).unwrap();
+    assert_eq!(synchronous(&store), 1, "NORMAL after an audit line");
+    store
+        .update("kv", "k", &mut |v| {
+            Ok(Some(json!(v.and_then(|v| v.as_i64()).unwrap_or(0) + 1)))
+        })
+        .unwrap();
+    assert_eq!(synchronous(&store), 2, "FULL after an update");
     drop(store);
     let store = SqliteStore::open(&dir.path().join("store.sqlite3")).unwrap();
     let kept: Vec<u64> = store
@@ -651,7 +661,7 @@ fn audit_lines_alone_commit_without_waiting_for_the_disk() {
         .iter()
         .map(|e| e.at_ms)
         .collect();
-    assert_eq!(kept, [1, 2, 3, 4]);
+    assert_eq!(kept, [1, 2, 3, 4, 5]);
 }
 
 #[test]

@@ -230,26 +230,65 @@ impl Write {
     }
 }
 
+/// The writing connection, and the `synchronous` level it was last set to.
+///
+/// A batch of audit lines alone commits at `NORMAL`, every other transaction at `FULL`; the
+/// level is a property of the connection, so a transaction that does not set it (an `update`)
+/// would commit at whatever the last batch left. [`Writer::at`] sets it for each transaction and
+/// skips the statement when the connection is already there (one statement less a commit).
+pub(super) struct Writer {
+    conn: Connection,
+    /// `Some(waits_for_disk)` once set; `None` if a `PRAGMA` failed and the level is not known.
+    durable: Option<bool>,
+}
+
+impl Writer {
+    pub(super) fn new(conn: Connection) -> Writer {
+        Writer {
+            conn,
+            durable: None,
+        }
+    }
+
+    /// The connection, set so that its next commit waits for the disk (`FULL`) or not
+    /// (`NORMAL`).
+    pub(super) fn at(&mut self, waits_for_disk: bool) -> rusqlite::Result<&mut Connection> {
+        if self.durable != Some(waits_for_disk) {
+            self.durable = None;
+            let level = if waits_for_disk {
+                "PRAGMA synchronous = FULL"
+            } else {
+                "PRAGMA synchronous = NORMAL"
+            };
+            self.conn.prepare_cached(level)?.execute([])?;
+            self.durable = Some(waits_for_disk);
+        }
+        Ok(&mut self.conn)
+    }
+}
+
+impl std::ops::Deref for Writer {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        &self.conn
+    }
+}
+
 /// Applies `writes` in one transaction: one commit (one fsync) for all. Each write runs in a
 /// savepoint of its own, so one that fails is rolled back alone and answered with its error while
 /// the others commit; a failure that ends the transaction (or a failed commit) fails them all,
 /// since none of them is on disk then. `err` names the file in an error.
 pub(super) fn apply_batch(
-    conn: &mut Connection,
+    writer: &mut Writer,
     writes: &[Write],
     err: &dyn Fn(rusqlite::Error) -> StoreError,
 ) -> Vec<StoreResult<bool>> {
     let all = |e: StoreError| writes.iter().map(|_| Err(e.clone())).collect();
-    // Set for every batch (not only restored after a lazy one), so no durable write ever
-    // commits at the lazy level a failed statement left behind.
-    let level = if writes.iter().any(Write::waits_for_disk) {
-        "PRAGMA synchronous = FULL"
-    } else {
-        "PRAGMA synchronous = NORMAL"
+    let conn = match writer.at(writes.iter().any(Write::waits_for_disk)) {
+        Ok(conn) => conn,
+        Err(e) => return all(err(e)),
     };
-    if let Err(e) = conn.prepare_cached(level).and_then(|mut s| s.execute([])) {
-        return all(err(e));
-    }
     let mut tx = match conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate) {
         Ok(tx) => tx,
         Err(e) => return all(err(e)),
