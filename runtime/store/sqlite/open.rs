@@ -81,6 +81,26 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE journal ADD COLUMN files TEXT;",
     // 4: what the model was told of a call that did not go well.
     "ALTER TABLE audit ADD COLUMN message TEXT;",
+    // 5: the audit log without `AUTOINCREMENT` and without its two indexes. A script's every tool
+    // call commits one line, and each of the three wrote a page of its own to the WAL (the
+    // `sqlite_sequence` row, an index leaf each) beside the table's: four pages a line where one
+    // does. Lines are never deleted, so a plain rowid still grows with each line; the filters
+    // of `colony audit` scan the table, which a reader can afford where every call cannot.
+    "CREATE TABLE audit_lines (
+         id          INTEGER PRIMARY KEY,
+         at_ms       INTEGER NOT NULL,
+         resident    TEXT NOT NULL,
+         tool        TEXT NOT NULL,
+         args_hash   TEXT NOT NULL,
+         duration_ms REAL NOT NULL,
+         outcome     TEXT NOT NULL,
+         message     TEXT
+     );
+     INSERT INTO audit_lines
+         SELECT id, at_ms, resident, tool, args_hash, duration_ms, outcome, message FROM audit;
+     DROP TABLE audit;
+     ALTER TABLE audit_lines RENAME TO audit;
+     DELETE FROM sqlite_sequence WHERE name = 'audit';",
 ];
 
 /// Opens (creating if missing) the file at `path` as the store's writing connection: checked,
@@ -156,7 +176,26 @@ pub(super) fn open_reader(path: &Path) -> StoreResult<Connection> {
 }
 
 fn migrate(conn: &mut Connection, path: &Path, from: i64) -> StoreResult<()> {
-    for (i, step) in MIGRATIONS.iter().enumerate().skip(from as usize) {
+    migrate_between(conn, path, from, SCHEMA_VERSION)
+}
+
+/// A store file as an older colony left it: its schema at `version` (for the tests of a
+/// migration).
+#[cfg(test)]
+pub(super) fn create_at_version(path: &Path, version: i64) -> Connection {
+    let mut conn = Connection::open(path).unwrap();
+    conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+    migrate_between(&mut conn, path, 0, version).unwrap();
+    conn
+}
+
+fn migrate_between(conn: &mut Connection, path: &Path, from: i64, to: i64) -> StoreResult<()> {
+    for (i, step) in MIGRATIONS
+        .iter()
+        .enumerate()
+        .take(to as usize)
+        .skip(from as usize)
+    {
         let to = i as i64 + 1;
         let what = format!("cannot bring its schema to version {to}");
         let tx = conn

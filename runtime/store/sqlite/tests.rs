@@ -664,6 +664,71 @@ fn audit_lines_alone_commit_without_waiting_for_the_disk() {
     assert_eq!(kept, [1, 2, 3, 4, 5]);
 }
 
+/// Version 5 rebuilt the audit table without `AUTOINCREMENT` and its indexes (a line writes one
+/// page, not four): an older store keeps its lines, in order, and new ones come after them.
+#[test]
+fn an_older_stores_audit_lines_are_kept_in_order_by_the_leaner_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    {
+        let conn = super::open::create_at_version(&path, 4);
+        for (n, resident) in [(1, "alice"), (2, "bob"), (3, "alice")] {
+            conn.execute(
+                "INSERT INTO audit (at_ms, resident, tool, args_hash, duration_ms, outcome, message)
+                 VALUES (?1, ?2, 'read', 'h', 1.5, 'error', 'went wrong')",
+                params![n, resident],
+            )
+            .unwrap();
+        }
+        // The last line was deleted by hand: AUTOINCREMENT would not reuse its id, a rowid
+        // would, but ids only need to grow from the lines that are there.
+        conn.execute("DELETE FROM audit WHERE at_ms = 3", [])
+            .unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    store
+        .audit(&AuditEntry {
+            at_ms: 4,
+            resident: "alice".into(),
+            tool: "write".into(),
+            args_hash: "h2".into(),
+            duration_ms: 2.0,
+            outcome: "ok".into(),
+            message: None,
+        })
+        .unwrap();
+    let lines = store.audit_log(&AuditFilter::default()).unwrap();
+    let at: Vec<u64> = lines.iter().map(|e| e.at_ms).collect();
+    assert_eq!(at, [1, 2, 4]);
+    assert_eq!(lines[0].message.as_deref(), Some("went wrong"));
+    assert_eq!(lines[0].duration_ms, 1.5);
+    let alice = AuditFilter {
+        resident: Some("alice".into()),
+        tool: None,
+    };
+    let at: Vec<u64> = store
+        .audit_log(&alice)
+        .unwrap()
+        .iter()
+        .map(|e| e.at_ms)
+        .collect();
+    assert_eq!(at, [1, 4]);
+    let conn = store.writer().unwrap();
+    let extra: Vec<String> = conn
+        .prepare(
+            "SELECT name FROM sqlite_master WHERE tbl_name = 'audit' AND type = 'index'
+             UNION ALL SELECT name FROM sqlite_sequence WHERE name IN ('audit', 'audit_lines')
+             UNION ALL SELECT name FROM sqlite_master WHERE name = 'audit_lines'",
+        )
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert!(extra.is_empty(), "left over: {extra:?}");
+}
+
 #[test]
 fn audit_log_filters_by_resident_and_tool_in_order() {
     let (_dir, store) = fresh();
