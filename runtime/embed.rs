@@ -379,7 +379,9 @@ impl Program {
     /// is the error.
     pub async fn restart(mut self, reason: &str) -> Result<Program, EmbedError> {
         let running = self.running.take().expect("restarted once");
-        running.lifecycle.stop(reason);
+        // A script that runs on after its watch is ended in time (`AFTER_STOP`): the restart
+        // does not wait for it forever.
+        running.lifecycle.stop_for_host(reason);
         join(running).await?;
         self.launch.start()
     }

@@ -504,3 +504,53 @@ fn sighup_starts_the_programs_added_to_the_config_and_stops_those_removed() {
     served.signal("TERM");
     assert_eq!(served.wait(), Some(0), "{}", served.stderr());
 }
+
+/// A program whose script runs on after its watch (here it sleeps forever) is ended by a stop
+/// from the API once the watch's grace and `AFTER_STOP` have passed, and its end says why. The
+/// stop used to wait for it forever, the program stayed "running" with no residents, and mail
+/// to it was answered "stopping: try again in a moment" for good.
+#[test]
+fn a_stop_ends_a_program_whose_script_runs_on_after_its_watch() {
+    let fake = FakeProvider::start();
+    let sb = Sandbox::new();
+    let p = sb.write(
+        "linger.lua",
+        "ai.spawn{ name = \"desk\", deliver_to = \"host\" }\n\
+         print(\"the watch returned: \" .. ai.watch{})\n\
+         while true do ai.sleep(1000) end\n",
+    );
+    sb.write("config.toml", &programs_config(&fake, &[&p]));
+    let served = Served::start(&sb, &[]);
+    wait_ready(&served);
+    // Far longer than the grace and AFTER_STOP (20 s): without the end the request never
+    // returns, and the test fails here instead of hanging.
+    let stop = served
+        .client()
+        .post(format!("{}/api/programs/linger/stop", served.url));
+    let stopped = served.send(stop.timeout(std::time::Duration::from_secs(120)));
+    assert_eq!(stopped.status, 200, "{}", stopped.text);
+    let view = served.get("/api/programs/linger").json;
+    assert_eq!(view["state"], "failed", "{view}");
+    let error = view["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("ended by its host after the stop (stopped through the API)")
+            && error.contains("the script was still running 20 s after it"),
+        "{view}"
+    );
+    let mail = served.mail("linger", json!({ "to": "desk", "content": "hello?" }));
+    assert_eq!(mail.status, 503, "{}", mail.text);
+    assert_eq!(mail.json["error"], "not_running", "{}", mail.text);
+    assert!(
+        served
+            .stdout()
+            .contains("the watch returned: stopped through the API"),
+        "{}",
+        served.stdout()
+    );
+    // A restart starts it afresh.
+    let restarted = served.post("/api/programs/linger/restart", json!({}));
+    assert_eq!(restarted.status, 200, "{}", restarted.text);
+    support::serve::eventually("the program runs again", || {
+        served.get("/api/programs/linger").json["state"] == "running"
+    });
+}

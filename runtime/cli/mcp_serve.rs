@@ -101,7 +101,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         Ended::Signal(s) => s.to_string(),
         Ended::Stopped(r) => r.clone(),
     };
-    lifecycle.stop(reason);
+    lifecycle.stop_for_host(reason);
     let joined = tokio::task::spawn_blocking(move || running.join())
         .await
         .map_err(|e| Failure::run(format!("colony mcp serve: the Lua thread panicked: {e}")))?;

@@ -334,6 +334,15 @@ fn constant(lua: &Lua, value: impl mlua::IntoLua) -> mlua::Result<Function> {
     lua.create_function(move |_, ()| Ok(value.clone()))
 }
 
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 async fn run_on_this_thread(
     launch: Launch,
     lifecycle_out: std::sync::mpsc::Sender<Lifecycle>,
@@ -398,6 +407,16 @@ async fn run_on_this_thread(
     // The main chunk has no deadline, but a stop asked while it spins ends it, and one that
     // abandons the program ends it wherever it waits.
     let interrupt = lua.app_data_ref::<watchdog::Interrupt>().map(|i| i.clone());
+    // A host that ends the program (`Route::abandon`) ends it as a signal does: from the core's
+    // runtime, since this thread may be spinning in Lua code.
+    let _host_abandons = interrupt.clone().map(|interrupt| {
+        let route = lifecycle.route().clone();
+        let task = route.core().handle().clone().spawn(async move {
+            let why = route.abandoned().await;
+            interrupt.abandon(&why);
+        });
+        AbortOnDrop(task.abort_handle())
+    });
     let chunk = watchdog::guarded(
         &lua,
         watchdog::Limit::default(),

@@ -32,6 +32,10 @@ use super::supervision::{Decision, Exit, RestartPolicy, Supervisor};
 use crate::mcp::Connection;
 use crate::script::{FnId, Script};
 
+/// How long a script may run on after a host's stop, beyond its watch's grace, before
+/// [`Lifecycle::stop_for_host`] ends it where it stands.
+pub const AFTER_STOP: Duration = Duration::from_secs(10);
+
 /// The life of one program. `Send + Sync` and cheap to clone.
 #[derive(Clone)]
 pub struct Lifecycle {
@@ -49,6 +53,8 @@ struct Life {
     servers: Mutex<Vec<Weak<Connection>>>,
     /// Held while an application mails in from outside: the program does not settle.
     _mails_in: Option<Listener>,
+    /// Set once the script has ended ([`Lifecycle::script_ended`]).
+    script_ended: tokio::sync::watch::Sender<bool>,
 }
 
 struct LifeState {
@@ -170,6 +176,7 @@ impl Lifecycle {
                 }),
                 events: broadcast::channel(256).0,
                 servers: Mutex::new(Vec::new()),
+                script_ended: tokio::sync::watch::Sender::new(false),
             }),
         }
     }
@@ -401,6 +408,32 @@ impl Lifecycle {
         self.inner.route.interrupt(reason)
     }
 
+    /// [`Lifecycle::stop`] for a host that then waits for the program to end (a service's stop,
+    /// restart or reload, an application's restart). A script that is still running the
+    /// watch's grace plus [`AFTER_STOP`] later (code after its watch that loops or waits, a
+    /// watch never reached) is ended where it stands ([`Route::abandon`]), so the host's wait
+    /// ends and the program's end says why.
+    pub fn stop_for_host(&self, reason: impl Into<String>) {
+        let reason = reason.into();
+        self.stop(reason.clone());
+        let route = self.inner.route.clone();
+        let mut ended = self.inner.script_ended.subscribe();
+        let patience = route.grace() + AFTER_STOP;
+        route.core().handle().clone().spawn(async move {
+            let gone = ended.wait_for(|e| *e);
+            if tokio::time::timeout(patience, gone).await.is_err() {
+                // Told as "the program was ended by <why>".
+                let why = format!(
+                    "its host after the stop ({reason}): the script was still running {} s \
+                     after it",
+                    patience.as_secs()
+                );
+                tracing::warn!("ending the program where it stands: {why}");
+                route.abandon(why);
+            }
+        });
+    }
+
     /// [`Lifecycle::stop`], giving turns in flight `grace` instead of the watch's own.
     pub fn stop_within(&self, reason: impl Into<String>, grace: Duration) {
         self.inner.route.set_grace(grace);
@@ -460,6 +493,7 @@ impl Lifecycle {
     /// end, learns that it never will).
     pub fn script_ended(&self) {
         self.inner.route.stop("the program ended");
+        self.inner.script_ended.send_replace(true);
     }
 
     /// Keeps `conns` open for the program's life (they are closed at its end).

@@ -142,6 +142,8 @@ struct Inner {
     cut_short: watch::Sender<bool>,
     /// Set by [`Route::interrupt`]: code that does not wait is to be stopped too.
     interrupting: watch::Sender<bool>,
+    /// Set by [`Route::abandon`], with why: the program's code is ended where it stands.
+    abandoning: watch::Sender<Option<String>>,
     /// Who looks on from outside the program ([`Route::set_observer`]), if anyone.
     observer: OnceLock<Observer>,
     /// Where each breaker of the residents' stacks stands ([`Route::breaker_store`]).
@@ -241,6 +243,7 @@ impl Route {
                 grace: Mutex::new(DEFAULT_GRACE),
                 cut_short: watch::Sender::new(false),
                 interrupting: watch::Sender::new(false),
+                abandoning: watch::Sender::new(None),
                 observer: OnceLock::new(),
                 breakers: Arc::default(),
                 placement: OnceLock::new(),
@@ -727,6 +730,36 @@ impl Route {
     pub async fn interrupted(&self) {
         let mut rx = self.inner.interrupting.subscribe();
         let _ = rx.wait_for(|i| *i).await;
+    }
+
+    /// [`Route::interrupt`], and whatever runs the program's code ends it at once, code that
+    /// waits too (an `ai.sleep`, a model call): for a host that will not wait any longer for a
+    /// script that runs on after its stop. `why` is how the program's end is told.
+    pub fn abandon(&self, why: impl Into<String>) {
+        let why = why.into();
+        self.interrupt(why.clone());
+        self.inner.abandoning.send_if_modified(|a| {
+            if a.is_none() {
+                *a = Some(why);
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// Waits for [`Route::abandon`] and returns why.
+    pub async fn abandoned(&self) -> String {
+        let mut rx = self.inner.abandoning.subscribe();
+        let why = rx
+            .wait_for(Option::is_some)
+            .await
+            .map(|why| why.clone().unwrap_or_default());
+        match why {
+            Ok(why) => why,
+            // The route is gone: nothing will abandon it.
+            Err(_) => std::future::pending().await,
+        }
     }
 
     /// Ends the grace of a stop at once: [`Route::shutdown`], waiting or yet to, ends the turns

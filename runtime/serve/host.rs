@@ -203,9 +203,11 @@ impl Hosted {
         self.lifecycle.dismiss(name)
     }
 
-    /// Asks the program to stop: its watch returns `reason`, turns in flight get its grace.
+    /// Asks the program to stop: its watch returns `reason`, turns in flight get its grace, and
+    /// a script still running [`AFTER_STOP`](crate::residents::lifecycle::AFTER_STOP) after
+    /// that is ended where it stands ([`Lifecycle::stop_for_host`]).
     pub fn stop(&self, reason: &str) {
-        self.lifecycle.stop(reason)
+        self.lifecycle.stop_for_host(reason)
     }
 
     /// The grace its watch gives turns in flight after a stop.
