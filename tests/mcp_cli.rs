@@ -702,3 +702,42 @@ fn a_refresh_that_cannot_list_a_server_keeps_what_was_listed_before() {
     assert!(!refresh.stdout.contains("cached in"), "{}", refresh.stdout);
     assert_eq!(std::fs::read(&cache).unwrap(), before);
 }
+
+/// `colony tools refresh | head -1`: the command ends at its first line (a closed stdout ends a
+/// command quietly), and the cache is saved all the same. It used to be saved after the lines
+/// were printed, so it never was.
+#[test]
+fn a_refresh_whose_stdout_is_closed_still_saves_the_cache() {
+    let sb = Sandbox::new();
+    sb.colony(&[
+        "mcp",
+        "add",
+        "time",
+        "--",
+        &time_server(),
+        "--local-timezone",
+        "UTC",
+    ])
+    .ok();
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = sb
+        .command(&["tools", "refresh"])
+        .stdin(std::process::Stdio::null())
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("colony runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let list = sb.colony(&["tools", "list"]).ok();
+    assert!(
+        list.stdout.contains("time__get_current_time"),
+        "the cache was saved: {}",
+        list.stdout
+    );
+}

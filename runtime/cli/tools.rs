@@ -42,6 +42,9 @@ pub async fn run(args: Args) -> Result<(), Failure> {
             let fresh = cache::refresh(&cfg.mcp).await;
             let none_listed = fresh.servers.values().all(|s| s.error.is_some());
             let (fresh, kept) = cache::keeping_listed(previous.as_ref(), fresh);
+            // Saved before anything is printed: a closed stdout (`| head -1`) ends the command
+            // at its first line, and the cache must not be lost with the rest of the output.
+            let saved = (!none_listed).then(|| cache::save(&fresh));
             for (name, server) in &fresh.servers {
                 match &server.error {
                     Some(e) if kept.contains(name) => println!(
@@ -62,7 +65,9 @@ pub async fn run(args: Args) -> Result<(), Failure> {
                     "colony tools refresh: no server could be listed; {unchanged}"
                 )));
             }
-            cache::save(&fresh).map_err(failed)?;
+            if let Some(saved) = saved {
+                saved.map_err(failed)?;
+            }
             println!("cached in {}", cache::path().display());
             Ok(())
         }
