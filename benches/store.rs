@@ -684,8 +684,20 @@ async fn end_to_end(rt: &Rt, dir: &Path, residents: usize, per: usize) -> E2e {
     settle(rt);
     assert_eq!(commits, turns, "one commit_step per turn");
     assert_eq!(accepts, total, "one push_backlog per mail");
-    let stored: usize = route.residents().iter().map(|r| r.conversation).sum();
-    assert_eq!(stored as u64, total + turns, "stored conversations");
+    // A resident counts its answer in its conversation after the commit the clock stopped on,
+    // and may be doing so in `block_in_place`, where `settle` cannot see it: given a moment.
+    let stored = || -> u64 {
+        route
+            .residents()
+            .iter()
+            .map(|r| r.conversation as u64)
+            .sum()
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stored() != total + turns && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(stored(), total + turns, "stored conversations");
     let conversation_bytes = names
         .iter()
         .filter_map(|n| route.resident(n))
