@@ -643,3 +643,208 @@ fn in_a_models_turn_there_is_no_client_to_ask_and_a_bad_question_raises() {
         assert!(result.contains(expected), "{expected} in {result}");
     }
 }
+
+/// A `colony mcp serve` session on a script file, read line by line as it answers.
+struct Session {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<Value>,
+}
+
+impl Session {
+    fn start(sb: &Sandbox, script: &str) -> Session {
+        let file = sb.write("served.lua", script);
+        let mut child = sb
+            .command(&[
+                "mcp",
+                "serve",
+                "--state",
+                &state(sb),
+                &file.display().to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let m = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("not JSON-RPC ({e}): {line}"));
+                if tx.send(m).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Session {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    fn send(&mut self, m: Value) {
+        use std::io::Write;
+        writeln!(self.stdin.as_mut().expect("stdin open"), "{m}").unwrap();
+    }
+
+    /// The next message; a minute without one fails the test (where it used to hang).
+    fn next(&self) -> Value {
+        self.lines
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("an answer within a minute")
+    }
+
+    /// The answer to request `id` (notifications before it are passed over).
+    fn answer(&self, id: u64) -> Value {
+        loop {
+            let m = self.next();
+            if m["id"] == id {
+                return m;
+            }
+        }
+    }
+
+    /// Closes stdin and waits: the exit status and stderr.
+    fn end(mut self) -> (Option<i32>, String) {
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        let mut stderr = String::new();
+        self.child
+            .stderr
+            .take()
+            .unwrap()
+            .read_to_string(&mut stderr)
+            .unwrap();
+        (status.code(), stderr)
+    }
+}
+
+fn initialize(session: &mut Session) {
+    session.send(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}));
+    assert!(session.answer(1)["result"]["serverInfo"].is_object());
+    session.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+}
+
+/// A program of exported tools and no residents that ends in `ai.watch()` (the README's
+/// pattern) serves until its client leaves; it used to stop at once ("there are no
+/// residents"), and the session with it. Params a known method cannot read are `-32602`, naming
+/// what is wrong, not "method not found". A call that adds a tool, a resource and a prompt at
+/// once is followed by all three `list_changed` notifications (the prompts' one was lost).
+#[test]
+fn a_tools_only_program_that_watches_serves_until_its_client_leaves() {
+    let sb = Sandbox::new();
+    let mut session = Session::start(
+        &sb,
+        r#"
+local n = 0
+ai.tool{ name = "grow", description = "adds", exportable = true, parameters = {},
+  handler = function()
+    n = n + 1
+    ai.tool{ name = "t" .. n, description = "new", exportable = true, parameters = {},
+      handler = function() return "new" end }
+    mcp.resource{ uri = "grow://r" .. n, name = "r" .. n, read = function() return "r" end }
+    mcp.prompt{ name = "p" .. n, get = function() return "p" end }
+    return "grew " .. n
+  end }
+print("the watch returned: " .. ai.watch())
+"#,
+    );
+    initialize(&mut session);
+    session.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"grow","arguments":[1,2]}}));
+    let bad = session.answer(2);
+    assert_eq!(bad["error"]["code"], -32602, "{bad}");
+    assert!(
+        bad["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("tools/call: the params do not read: invalid type")),
+        "{bad}"
+    );
+    session.send(json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{}}));
+    let nameless = session.answer(3);
+    assert_eq!(nameless["error"]["code"], -32602, "{nameless}");
+    assert!(
+        nameless["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("missing field `name`")),
+        "{nameless}"
+    );
+    session.send(json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"grow","arguments":{}}}));
+    let mut told = std::collections::BTreeSet::new();
+    let mut answered = None;
+    while answered.is_none() || told.len() < 3 {
+        let m = session.next();
+        if m["id"] == 4 {
+            answered = Some(m);
+        } else if let Some(method) = m["method"].as_str() {
+            told.insert(method.to_string());
+        }
+    }
+    assert_eq!(answered.unwrap()["result"]["content"][0]["text"], "grew 1");
+    assert_eq!(
+        told.into_iter().collect::<Vec<_>>(),
+        [
+            "notifications/prompts/list_changed",
+            "notifications/resources/list_changed",
+            "notifications/tools/list_changed"
+        ]
+    );
+    let (code, stderr) = session.end();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("the watch returned: the MCP client closed stdin"),
+        "{stderr}"
+    );
+}
+
+/// A program whose main chunk does not return (and has no watch) gets `initialize` answered at
+/// once, its tools listed after a bounded wait, and SIGTERM ends it with 0. `initialize` used to
+/// wait for the main chunk, so it was never answered, and a signal killed colony outright. A
+/// program that exports nothing says so on stderr.
+#[test]
+fn a_program_still_starting_is_served_and_a_signal_ends_it() {
+    let sb = Sandbox::new();
+    let mut session = Session::start(
+        &sb,
+        r#"
+ai.tool{ name = "x", description = "x", exportable = true, parameters = {},
+  handler = function() return "1" end }
+while true do ai.sleep(1000) end
+"#,
+    );
+    initialize(&mut session);
+    session.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}));
+    let listed = session.answer(2);
+    assert_eq!(listed["result"]["tools"][0]["name"], "x", "{listed}");
+    let pid = session.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let (code, stderr) = session.end();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("not ready after 10 s"), "{stderr}");
+
+    let mut forgot = Session::start(
+        &sb,
+        // It ends a while after it starts: long after the list is asked for.
+        "ai.tool{ name = \"add\", description = \"Adds\", parameters = {}, handler = function() return 1 end }\n\
+         ai.sleep(5000)\n",
+    );
+    initialize(&mut forgot);
+    forgot.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}));
+    assert_eq!(forgot.answer(2)["result"]["tools"], json!([]));
+    let (code, stderr) = forgot.end();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(stderr.contains("served exports nothing"), "{stderr}");
+}

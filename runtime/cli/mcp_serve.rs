@@ -12,6 +12,7 @@ use crate::lua::HostSetup;
 use crate::mcp::server::stdio::{self, Ended};
 use crate::mcp::server::{Exports, Offer};
 use crate::permissions::Permissions;
+use crate::residents::Watch;
 use crate::store::state_dir::{self, StateDir};
 
 /// Serve a program's exportable tools, exported residents, resources and prompts over MCP on
@@ -101,12 +102,26 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         Ended::Signal(s) => s.to_string(),
         Ended::Stopped(r) => r.clone(),
     };
-    lifecycle.stop_for_host(reason);
+    // A signal ends a program that has no watch up at once: nothing of it is in flight to be
+    // given a grace (the session's calls were cancelled), and a main chunk still starting, or
+    // running on after its watch, may never return. That end is the one asked for: status 0.
+    let cut = matches!(ended, Ended::Signal(_)) && lifecycle.watch_state() != Watch::Running;
+    if cut {
+        lifecycle.route().abandon(reason);
+    } else {
+        lifecycle.stop_for_host(reason);
+    }
     let joined = tokio::task::spawn_blocking(move || running.join())
         .await
         .map_err(|e| Failure::run(format!("colony mcp serve: the Lua thread panicked: {e}")))?;
     drop(state);
-    joined.map_err(|e| Failure::run(e.0))
+    match joined {
+        Err(e) if cut => {
+            tracing::info!("colony mcp serve: {}", e.0);
+            Ok(())
+        }
+        joined => joined.map_err(|e| Failure::run(e.0)),
+    }
 }
 
 /// What the served program may reach: what the flags grant, else what the config's

@@ -361,6 +361,9 @@ async fn run_on_this_thread(
         lua.set_app_data(fs::ScriptDir(dir));
     }
     let lifecycle = residents::lifecycle(&lua);
+    if let Some(exports) = &host.exports {
+        lifecycle.serve_exports(exports.clone());
+    }
     let _ = lifecycle_out.send(lifecycle.clone());
     drop(lifecycle_out);
     // However the script ends, its program stops: a host waiting for the watch to open (or for

@@ -55,6 +55,8 @@ struct Life {
     _mails_in: Option<Listener>,
     /// Set once the script has ended ([`Lifecycle::script_ended`]).
     script_ended: tokio::sync::watch::Sender<bool>,
+    /// What the program offers its host over MCP ([`Lifecycle::serve_exports`]), if it does.
+    exports: std::sync::OnceLock<crate::mcp::server::Exports>,
 }
 
 struct LifeState {
@@ -177,6 +179,7 @@ impl Lifecycle {
                 events: broadcast::channel(256).0,
                 servers: Mutex::new(Vec::new()),
                 script_ended: tokio::sync::watch::Sender::new(false),
+                exports: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -496,6 +499,13 @@ impl Lifecycle {
         self.inner.script_ended.send_replace(true);
     }
 
+    /// Tells the program that its host serves `exports` over MCP (`colony mcp serve`, `colony
+    /// serve`'s `/mcp`): a watch with no residents then runs until the host stops it, where it
+    /// would end at once, and with it the tools the host was serving.
+    pub fn serve_exports(&self, exports: crate::mcp::server::Exports) {
+        let _ = self.inner.exports.set(exports);
+    }
+
     /// Keeps `conns` open for the program's life (they are closed at its end).
     pub fn keep_servers<'a>(&self, conns: impl IntoIterator<Item = &'a Arc<Connection>>) {
         let mut list = lock(&self.inner.servers);
@@ -552,7 +562,10 @@ impl Lifecycle {
             placement.start(self.clone());
         } else {
             warn_of_unserved_mail(&route);
-            if route.is_empty() {
+            // A program with no residents has nothing to watch, unless its host serves what it
+            // exports (tools only, over MCP): then the watch runs until the host stops it.
+            let serves = self.inner.exports.get().is_some_and(|e| !e.is_empty());
+            if route.is_empty() && !serves {
                 route.stop("there are no residents");
             }
         }

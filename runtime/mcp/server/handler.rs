@@ -48,6 +48,21 @@ impl Offer {
             _ = self.route.opened() => {}
         }
     }
+
+    /// [`Offer::ready`], for at most `patience`. A program that was not ready in time is not
+    /// waited for again (its exports count as made: what it adds later is told to clients by
+    /// `list_changed`), so a main chunk that never returns costs one wait, not one a request.
+    pub async fn ready_within(&self, patience: std::time::Duration) {
+        if tokio::time::timeout(patience, self.ready()).await.is_err() {
+            tracing::warn!(
+                program = %self.program,
+                "not ready after {} s (its main chunk has not returned and it has no watch up): \
+                 serving what it exports so far",
+                patience.as_secs()
+            );
+            self.exports.set_ready();
+        }
+    }
 }
 
 /// The programs a server offers now (a hosted program restarts with new exports).
@@ -210,12 +225,7 @@ impl Server {
     /// [`READY_WAIT`] for a program still starting).
     async fn offers(&self) -> Vec<Offer> {
         let offers = self.programs.offers();
-        futures::future::join_all(
-            offers
-                .iter()
-                .map(|o| tokio::time::timeout(READY_WAIT, o.ready())),
-        )
-        .await;
+        futures::future::join_all(offers.iter().map(|o| o.ready_within(READY_WAIT))).await;
         offers
     }
 
@@ -639,24 +649,66 @@ impl ServerHandler for Server {
         Ok(())
     }
 
+    /// rmcp hands over as "custom" a request of a known method whose params it could not read
+    /// (`tools/call` with `arguments: [1, 2]`, no `name`): answered `-32602 Invalid params`
+    /// naming what is wrong, not "method not found" for a method that exists.
+    async fn on_custom_request(
+        &self,
+        request: rmcp::model::CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::CustomResult, ErrorData> {
+        let params = request.params.clone().unwrap_or(Value::Null);
+        let problem = match request.method.as_str() {
+            "tools/call" => params_problem::<CallToolRequestParams>(params),
+            "resources/read" | "resources/subscribe" | "resources/unsubscribe" => {
+                params_problem::<ReadResourceRequestParams>(params)
+            }
+            "prompts/get" => params_problem::<GetPromptRequestParams>(params),
+            "logging/setLevel" => params_problem::<SetLevelRequestParams>(params),
+            "completion/complete" => params_problem::<CompleteRequestParams>(params),
+            "tools/list" | "resources/list" | "resources/templates/list" | "prompts/list" => {
+                params_problem::<Option<PaginatedRequestParams>>(params)
+            }
+            _ => {
+                return Err(ErrorData::new(
+                    rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                    request.method,
+                    None,
+                ));
+            }
+        };
+        Err(ErrorData::invalid_params(
+            format!(
+                "{}: the params do not read: {}",
+                request.method,
+                problem.unwrap_or_else(|| "they are not what the method takes".into())
+            ),
+            None,
+        ))
+    }
+
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        // Tell this client when a program adds to a list, until it goes away.
-        for offer in self.offers().await {
+        // Tell this client when a program adds to a list, until it goes away. Subscribed before
+        // anything here waits: a call the client makes right after `initialized` (one that adds
+        // a tool) may run as soon as this yields, and its change must not be taken as the start.
+        for offer in self.programs.offers() {
             let mut changes = offer.exports.changes();
             let peer = context.peer.clone();
             tokio::spawn(async move {
                 let mut last = *changes.borrow_and_update();
                 while changes.changed().await.is_ok() {
                     let now = *changes.borrow_and_update();
-                    let sent = if now.tools != last.tools {
-                        peer.notify_tool_list_changed().await.is_ok()
-                    } else if now.resources != last.resources {
-                        peer.notify_resource_list_changed().await.is_ok()
-                    } else if now.prompts != last.prompts {
-                        peer.notify_prompt_list_changed().await.is_ok()
-                    } else {
-                        true
-                    };
+                    // Each list that changed is told: one wake-up may hold several changes.
+                    let mut sent = true;
+                    if now.tools != last.tools {
+                        sent &= peer.notify_tool_list_changed().await.is_ok();
+                    }
+                    if now.resources != last.resources {
+                        sent &= peer.notify_resource_list_changed().await.is_ok();
+                    }
+                    if now.prompts != last.prompts {
+                        sent &= peer.notify_prompt_list_changed().await.is_ok();
+                    }
                     last = now;
                     if !sent || peer.is_transport_closed() {
                         break;
@@ -665,4 +717,11 @@ impl ServerHandler for Server {
             });
         }
     }
+}
+
+/// Why `params` do not read as a `P`, if they do not.
+fn params_problem<P: DeserializeOwned>(params: Value) -> Option<String> {
+    serde_json::from_value::<P>(params)
+        .err()
+        .map(|e| e.to_string())
 }

@@ -71,11 +71,27 @@ pub fn protocol_streams() -> std::io::Result<(Reader, Writer)> {
 /// until one of [`Ended`] happens.
 pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Result<Ended, String> {
     let route = offer.route.clone();
-    // What the client lists first is what the program exports once it has started.
-    offer.ready().await;
-    let server = Server::new(Arc::new(One(offer)), Caller("stdio".into()), name);
+    // Heard from the start: a program still starting ends on a signal as one serving does.
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    // A program that offers nothing serves empty lists: said once it has started, on stderr,
+    // where the person who forgot `exportable = true` looks.
+    let told = {
+        let offer = offer.clone();
+        tokio::spawn(async move {
+            offer.ready().await;
+            if offer.exports.is_empty() {
+                tracing::warn!(
+                    "{} exports nothing: a client lists no tools (mark a tool `exportable = \
+                     true`, a resident `export = true`, or offer `mcp.resource` / `mcp.prompt`)",
+                    offer.program
+                );
+            }
+        })
+    };
+    // `initialize` is answered at once, while the program starts; a list waits for what it
+    // exports once started (`Server::offers`, at most `READY_WAIT`).
+    let server = Server::new(Arc::new(One(offer)), Caller("stdio".into()), name);
     let serving = async {
         match server.serve(streams).await {
             Ok(running) => {
@@ -96,5 +112,7 @@ pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Resul
             }
         }
     };
-    serving.await
+    let ended = serving.await;
+    told.abort();
+    ended
 }
