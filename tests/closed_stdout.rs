@@ -348,3 +348,31 @@ fn stderr_closed_too() {
         assert_eq!(status.code(), Some(0), "colony {}", args.join(" "));
     }
 }
+
+/// A stdout that cannot be written for another reason (a full disk: `/dev/full`) is a failure
+/// said in one line, status 1: the output is incomplete. It was a panic with a backtrace,
+/// status 101.
+#[test]
+fn a_stdout_that_fails_otherwise_is_a_failure_said_in_one_line() {
+    let (sb, script) = filled();
+    for args in [vec!["audit", script.as_str()], vec!["scripts"]] {
+        let full = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .expect("/dev/full");
+        let out = sb
+            .command(&args)
+            .stdin(Stdio::null())
+            .stdout(full)
+            .stderr(Stdio::piped())
+            .output()
+            .expect("the colony binary runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr.trim(),
+            "colony: cannot write to stdout: No space left on device (os error 28)",
+            "{args:?}"
+        );
+    }
+}

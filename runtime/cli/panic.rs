@@ -23,6 +23,10 @@ pub const PANIC_ON_PURPOSE: &str = "COLONY_PANIC_ON_PURPOSE";
 /// kill colony when an MCP server's stdin closes under a write.
 pub const CLOSED_STDOUT_STATUS: i32 = 0;
 
+/// What a command exits with when a write to its stdout fails for another reason than a closed
+/// reader (a full disk): the output is incomplete, so the command failed.
+pub const WRITE_FAILED_STATUS: i32 = 1;
+
 /// Replaces std's panic hook with colony's (std's stays in charge of what colony does not
 /// change).
 pub(super) fn install() {
@@ -41,6 +45,17 @@ pub(super) fn install() {
             || text.starts_with("failed printing to stderr");
         if printing && text.ends_with("(os error 32)") {
             std::process::exit(CLOSED_STDOUT_STATUS);
+        }
+        // Any other failed write (a full disk under `> answer.txt`, an I/O error): said in one
+        // line, status 1. What was asked for was not all written, and a backtrace says nothing
+        // a user can act on.
+        if printing {
+            let (what, why) = text
+                .strip_prefix("failed printing to ")
+                .and_then(|rest| rest.split_once(": "))
+                .unwrap_or(("stdout", text));
+            let _ = writeln!(std::io::stderr(), "colony: cannot write to {what}: {why}");
+            std::process::exit(WRITE_FAILED_STATUS);
         }
         if !wants_short_backtrace(std::env::var_os("RUST_BACKTRACE").as_deref()) {
             return default(info);
