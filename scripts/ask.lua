@@ -105,11 +105,21 @@ local function world()
   return table.concat(out, "\n")
 end
 
+--- Writes to stdout. A reader that went away (`| head -c1`) ends the command quietly, status 0,
+--- at once rather than at the answer's end; any other failure (a full disk) is said, status 1.
+local function out(...)
+  local ok, err, code = io.write(...)
+  if ok then ok, err, code = io.flush() end
+  if ok then return end
+  if code == 32 then os.exit(0) end
+  io.stderr:write("colony ask: cannot write to stdout: ", tostring(err), "\n")
+  os.exit(1)
+end
+
 local streamed = false
 opts.stream = function(delta)
   streamed = true
-  io.write(delta)
-  io.flush()
+  out(delta)
 end
 opts.system = "You are colony's helper, answering a user of colony on their own machine. "
   .. "Answer briefly and concretely from the facts below first, naming the exact commands, "
@@ -160,8 +170,10 @@ for try = 1, #waits + 1 do
   ai.sleep(wait * 1000)
 end
 if not reply then
+  -- Text that streamed before the failure ends its line first.
+  if streamed then out("\n") end
   io.stderr:write("colony ask: ", told, "\n")
   os.exit(1)
 end
-if not streamed then io.write(reply) end
-io.write("\n")
+if not streamed then out(reply) end
+out("\n")

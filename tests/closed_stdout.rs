@@ -161,6 +161,41 @@ fn ask() {
     );
 }
 
+/// An answer that would stream for hours (a word every 100 ms): `colony ask | head -c1` ends
+/// at the first word that finds the reader gone, quietly, with 0. It used to read the whole
+/// answer (or up to the use-type's timeout) and print nothing. A minute without its end fails
+/// the test instead of hanging it.
+#[test]
+fn ask_ends_when_its_reader_goes_mid_stream() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("word ".repeat(100_000)).stream_delay(100));
+    let sb = support::styled(&fake, "anthropic");
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let mut child = sb
+        .command(&["ask", "Tell me everything."])
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the colony binary runs");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("colony ask still reads an answer nobody will see");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let mut stderr = String::new();
+    use std::io::Read;
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    assert_eq!((status.code(), stderr.as_str()), (Some(0), ""));
+}
+
 #[test]
 fn chat() {
     let fake = FakeProvider::start();
