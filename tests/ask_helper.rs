@@ -147,6 +147,18 @@ fn an_empty_question_or_model_is_refused_before_anything_runs() {
         "{}",
         run.stderr
     );
+    // `colony chat` takes the same flags the same way (it sent `"model": ""`).
+    for (flag, shown) in [("--model", "--model <MODEL>"), ("--use", "--use <USE>")] {
+        let run = sb.colony(&["chat", "--new", flag, " ", "hi"]);
+        assert_eq!(run.code, 2, "{}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!(
+                "invalid value ' ' for '{shown}': must not be empty"
+            )),
+            "{}",
+            run.stderr
+        );
+    }
 }
 
 #[test]

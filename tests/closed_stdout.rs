@@ -192,7 +192,12 @@ fn ask_ends_when_its_reader_goes_mid_stream() {
     };
     let mut stderr = String::new();
     use std::io::Read;
-    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
     assert_eq!((status.code(), stderr.as_str()), (Some(0), ""));
 }
 

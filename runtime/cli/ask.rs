@@ -1,7 +1,7 @@
 //! `colony ask QUESTION`: a one-shot question with use-type `helper`, answered by the Lua script
 //! `scripts/ask.lua` on the public API.
 
-use super::{Cassettes, Failure, build_core};
+use super::{Cassettes, Failure, build_core, not_blank};
 
 /// Ask a model one question (use-type `helper` unless --use says otherwise).
 ///
@@ -24,15 +24,6 @@ pub struct Args {
     /// The question.
     #[arg(required = true, num_args = 1..)]
     question: Vec<String>,
-}
-
-/// A value that says something: `--model ""` was sent to the provider as the empty model.
-fn not_blank(text: &str) -> Result<String, String> {
-    if text.trim().is_empty() {
-        Err("must not be empty".into())
-    } else {
-        Ok(text.to_string())
-    }
 }
 
 pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {

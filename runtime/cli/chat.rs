@@ -18,13 +18,13 @@ pub struct Args {
     #[command(flatten)]
     cassettes: Cassettes,
     /// The use-type whose settings answer, and whose conversation is continued.
-    #[arg(long = "use", value_name = "USE", default_value = "chat")]
+    #[arg(long = "use", value_name = "USE", default_value = "chat", value_parser = super::not_blank)]
     use_type: String,
     /// Override the provider (e.g. anthropic, openai, gemini, groq, ollama, kimi).
-    #[arg(long)]
+    #[arg(long, value_parser = super::not_blank)]
     provider: Option<String>,
     /// Override the model.
-    #[arg(long)]
+    #[arg(long, value_parser = super::not_blank)]
     model: Option<String>,
     /// Start a new conversation (the use-type's previous one is discarded).
     #[arg(long)]

@@ -248,3 +248,12 @@ pub fn build_core(cassettes: &Cassettes, handle: &tokio::runtime::Handle) -> Res
     )
     .map_err(|e| Failure::input(format!("colony: {e}")))
 }
+
+/// A flag's value that says something: `--model ""` was sent to the provider as the empty model.
+pub(crate) fn not_blank(text: &str) -> Result<String, String> {
+    if text.trim().is_empty() {
+        Err("must not be empty".into())
+    } else {
+        Ok(text.to_string())
+    }
+}
