@@ -657,3 +657,60 @@ fn json_cut_short_within_its_announced_length_is_named_as_the_server_s() {
         run.stderr
     );
 }
+
+/// A streamed call answered 200 with something that is not a stream of events: a proxy's
+/// sign-in page is an `api_error` naming the page (it was "the stream ended before [DONE]", a
+/// failure that passes, so it was tried again); a gateway's error in a 200 is that error; a
+/// server that ignores `stream: true` and answers whole has its answer read, its text handed
+/// over as one delta.
+#[test]
+fn a_streamed_call_answered_with_a_page_or_a_whole_answer_reads_it_as_what_it_is() {
+    let page = "<!DOCTYPE html><html><head><title>Sign in to Corporate Proxy</title></head>\n\
+                <body><form>...</form></body></html>";
+    let html = error_of(
+        "openai",
+        Reply::status(200)
+            .body(page)
+            .header("content-type", "text/html; charset=utf-8"),
+        true,
+    );
+    assert!(html.starts_with("api_error\tfalse\tnil\t200"), "{html}");
+    assert!(
+        html.contains("not a stream of events") && html.contains("Sign in to Corporate Proxy"),
+        "{html}"
+    );
+    let gateway = error_of(
+        "openai",
+        Reply::status(200)
+            .body(r#"{"error":{"message":"model overloaded","type":"server_error"}}"#),
+        true,
+    );
+    assert!(gateway.starts_with("provider_error\ttrue"), "{gateway}");
+    assert!(
+        gateway.contains("in a 200 answer: model overloaded"),
+        "{gateway}"
+    );
+
+    let fake = FakeProvider::start();
+    fake.push(
+        Reply::status(200).body(
+            json!({
+                "id": "c1", "object": "chat.completion", "model": "m",
+                "choices": [{ "index": 0, "finish_reason": "stop",
+                              "message": { "role": "assistant", "content": "Paris." } }],
+                "usage": { "prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5 }
+            })
+            .to_string(),
+        ),
+    );
+    let run = sandbox(&fake, "openai")
+        .lua(
+            r#"local seen = {}
+               local r, e = ai.ask("hi", { provider = "openai",
+                 stream = function(d) seen[#seen + 1] = d end })
+               print(r, e, table.concat(seen, "|"))"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout.trim(), "Paris.\tnil\tParis.");
+}

@@ -259,6 +259,50 @@ fn transport_failure(e: &reqwest::Error, ep: &Endpoint) -> ProviderError {
 /// encoding's last chunk), so every byte came and the server itself sent JSON that stops
 /// half-way (a proxy whose upstream failed mid-answer, say): still worth a retry, but not
 /// called a cut the server did not make.
+/// A 200 answer to a streamed call that says it is a page or a JSON document, not a stream of
+/// events (a proxy's sign-in page, a gateway's error in a 200, a whole answer from a server
+/// that ignores `stream: true`): read as what it is. Any other type is read as a stream, as a
+/// server that labels its events loosely may.
+fn not_a_stream(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get(reqwest::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(|v| {
+            v.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .is_some_and(|mime| mime == "text/html" || mime == "application/json")
+}
+
+/// What a 200 answer that is not a stream says: the provider's error if it holds one, else what
+/// the page is (its title), never "the stream ended early", which reads as a failure that
+/// passes.
+fn unstreamed_answer(body: &str) -> ProviderError {
+    if let Ok(value) = serde_json::from_str::<Value>(body)
+        && value.get("error").is_some_and(|e| !e.is_null())
+    {
+        let mut e = errors::classify_stream_error(&value);
+        if let ProviderError::Provider { message, .. } | ProviderError::Api { message, .. } = &mut e
+        {
+            *message = message.replacen("mid-stream:", "in a 200 answer:", 1);
+        }
+        return e;
+    }
+    let shown = errors::summarise_body(body).unwrap_or_else(|| body.trim().to_string());
+    ProviderError::Api {
+        status: 200,
+        message: format!(
+            "the server answered with a page, not a stream of events (a proxy or a wrong \
+             base_url?): {shown}"
+        ),
+        body: crate::secrets::redact(&shown),
+    }
+}
+
 fn whole_body_fault(e: ProviderError, body: &[u8], framed: bool) -> ProviderError {
     if !matches!(e, ProviderError::Parse(_)) {
         return e;
@@ -461,6 +505,22 @@ impl Providers {
             return Err(errors::classify(status, &headers, &body).located(&wire.url, &body));
         }
         match on_text {
+            Some(on_text) if not_a_stream(&response) => {
+                let body = body::read(response, ep.max_response_bytes)
+                    .await
+                    .map_err(|e| body_failure(e, ep))?;
+                // A server that ignores `stream: true` answers whole: its text is one delta.
+                let error_in_it = serde_json::from_slice::<Value>(&body)
+                    .is_ok_and(|v| v.get("error").is_some_and(|e| !e.is_null()));
+                if !error_in_it && let Ok(whole) = codec.parse(&body) {
+                    let text = whole.text();
+                    if !text.is_empty() {
+                        on_text(&text);
+                    }
+                    return Ok(whole);
+                }
+                Err(unstreamed_answer(&String::from_utf8_lossy(&body)))
+            }
             Some(on_text) => sse::assemble(response, codec.assembler(), on_text, ep).await,
             None => {
                 let framed = response.content_length().is_some()
@@ -489,7 +549,7 @@ impl Providers {
         let limit = model_list_timeout(ep.timeout);
         let timed_out = || {
             ProviderError::Fetch(format!(
-                "no model list within {} s (a list answers in seconds; the use-type's timeout                  is for answers from a model)",
+                "no model list within {} s (a list answers in seconds; the use-type's timeout is for answers from a model)",
                 limit.as_secs_f64()
             ))
         };
