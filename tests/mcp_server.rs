@@ -848,3 +848,28 @@ while true do ai.sleep(1000) end
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("served exports nothing"), "{stderr}");
 }
+
+/// An exported resident that is blocked (here: no provider is configured) answers a call at
+/// once with why; the call used to wait for the reply until its deadline (300 s), told only
+/// that the resident "is working".
+#[test]
+fn a_call_to_a_blocked_resident_is_answered_with_why() {
+    let sb = Sandbox::new();
+    let mut session = Session::start(
+        &sb,
+        "ai.spawn{ name = \"helper\", system = \"You answer in one line.\", export = true }\nai.watch()\n",
+    );
+    initialize(&mut session);
+    session.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"helper","arguments":{"message":"hi"}}}));
+    let answer = session.answer(2);
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.starts_with("helper is blocked and cannot reply until it is unblocked: config_error:"),
+        "{answer}"
+    );
+    let (code, stderr) = session.end();
+    assert_eq!(code, Some(0), "{stderr}");
+}

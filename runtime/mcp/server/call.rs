@@ -199,11 +199,28 @@ async fn ask_resident(
         loop {
             tokio::time::sleep(HEARTBEAT).await;
             n += 1.0;
+            // In an outage the resident holds the mail and tries its model again: the caller
+            // is told it waits for the model, not that it works.
+            let doing = if resident.state() == crate::residents::resident::State::Outage {
+                "is waiting for its model to answer again"
+            } else {
+                "is working"
+            };
             report(Report::Progress {
                 progress: n,
                 total: None,
-                message: Some(format!("{} is working ({n:.0} s)", export.name)),
+                message: Some(format!("{} {doing} ({n:.0} s)", export.name)),
             });
+        }
+    };
+    // A blocked resident does not reply until someone unblocks it (its settings are wrong, its
+    // key refused): the caller is told now, not at the call's deadline.
+    let blocked = async {
+        loop {
+            if let Some(e) = resident.blocked_by() {
+                return e;
+            }
+            tokio::time::sleep(HEARTBEAT).await;
         }
     };
     let mut reply = reply;
@@ -247,6 +264,13 @@ async fn ask_resident(
                 stopped()
             }
         }
+        e = blocked => failed(
+            EventKind::Error,
+            format!(
+                "{} is blocked and cannot reply until it is unblocked: {}: {}",
+                export.name, e.kind, e.message
+            ),
+        ),
         _ = beat => unreachable!("the heartbeat never ends"),
     };
     resident.forget_reply(&source);
