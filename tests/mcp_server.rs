@@ -873,3 +873,44 @@ fn a_call_to_a_blocked_resident_is_answered_with_why() {
     let (code, stderr) = session.end();
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+/// A call still running when colony is told to end (SIGTERM) is answered with that; it was
+/// "cancelled by the client", which the client had not done.
+#[test]
+fn a_call_cut_by_a_signal_says_colony_is_ending() {
+    let sb = Sandbox::new();
+    let mut session = Session::start(
+        &sb,
+        r#"
+ai.tool{ name = "sleepy", description = "sleeps", exportable = true, parameters = {},
+  handler = function(_, ctx)
+    ctx.log("info", "started")
+    ai.sleep(60000)
+    return "woke"
+  end }
+"#,
+    );
+    initialize(&mut session);
+    session.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sleepy","arguments":{}}}));
+    loop {
+        let m = session.next();
+        if m["method"] == "notifications/message" {
+            break;
+        }
+    }
+    let pid = session.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let answer = session.answer(2);
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "cancelled: colony is ending (SIGTERM)",
+        "{answer}"
+    );
+    let (code, stderr) = session.end();
+    assert_eq!(code, Some(0), "{stderr}");
+}

@@ -102,6 +102,9 @@ pub struct Server {
     level: Arc<Mutex<Option<LoggingLevel>>>,
     /// The HTTP sessions, where a call may close its stream (none over stdio).
     streams: Option<Arc<Streams>>,
+    /// Why the server itself ends its session, once it does ([`Server::ending`]): a call cut
+    /// then is answered with that, not "cancelled by the client".
+    ending: Arc<Mutex<Option<String>>>,
 }
 
 /// Reads a model value from JSON (rmcp's types are `non_exhaustive`, JSON is their contract).
@@ -149,7 +152,14 @@ impl Server {
             name: name.into(),
             level: Arc::new(Mutex::new(None)),
             streams: None,
+            ending: Arc::new(Mutex::new(None)),
         }
+    }
+
+    /// Where to say why the server ends its session (before cancelling it): what the calls
+    /// still running are answered.
+    pub fn ending(&self) -> Arc<Mutex<Option<String>>> {
+        self.ending.clone()
     }
 
     /// A server on `/mcp`'s sessions: its calls may close their SSE streams (SSE polling).
@@ -501,7 +511,12 @@ impl ServerHandler for Server {
         let outcome = tokio::select! {
             o = run => o,
             _ = cancelled.cancelled() => Outcome {
-                text: "cancelled by the client".into(),
+                text: self
+                    .ending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone()
+                    .unwrap_or_else(|| "cancelled by the client".into()),
                 files: Vec::new(),
                 is_error: true,
             },

@@ -92,6 +92,7 @@ pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Resul
     // `initialize` is answered at once, while the program starts; a list waits for what it
     // exports once started (`Server::offers`, at most `READY_WAIT`).
     let server = Server::new(Arc::new(One(offer)), Caller("stdio".into()), name);
+    let ending = server.ending();
     let serving = async {
         match server.serve(streams).await {
             Ok(running) => {
@@ -102,6 +103,12 @@ pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Resul
                     _ = term.recv() => Ended::Signal("SIGTERM"),
                     reason = route.stopped() => Ended::Stopped(reason),
                 };
+                let why = match &ended {
+                    Ended::Closed => None,
+                    Ended::Signal(s) => Some(format!("cancelled: colony is ending ({s})")),
+                    Ended::Stopped(r) => Some(format!("cancelled: the program stopped ({r})")),
+                };
+                *ending.lock().unwrap_or_else(|e| e.into_inner()) = why;
                 token.cancel();
                 Ok(ended)
             }
