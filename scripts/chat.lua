@@ -319,13 +319,14 @@ end
 local function exchange(use, messages, text, files)
   local entry = { role = "user", content = text }
   if files and #files > 0 then entry.files = files end
-  -- An attachment saved by path that has gone since is sent as a line saying so, so the
-  -- conversation can go on without it.
+  -- An attachment saved by path that has gone since (or is now a folder) is sent as a line
+  -- saying so, so the conversation can go on without it.
   local history = {}
   for i, m in ipairs(messages) do
     local present, gone = {}, {}
     for _, f in ipairs(m.files or {}) do
-      if type(f) ~= "string" or fs.exists(f) then
+      local st = type(f) == "string" and fs.stat(f)
+      if type(f) ~= "string" or (st and not st.is_dir) then
         present[#present + 1] = f
       else
         gone[#gone + 1] = f
@@ -498,7 +499,9 @@ while true do
     end
   elseif command == "attach" then
     local st = rest ~= "" and fs.stat(rest)
-    if not st then
+    if rest == "" then
+      print("/attach PATH")
+    elseif not st then
       print("no such file: " .. rest)
     elseif st.is_dir then
       print(rest .. ": a folder, not a file")
@@ -525,6 +528,12 @@ while true do
       pending = {}
     else
       errors = errors + 1
+      -- A file that cannot be sent (too large, unreadable) would fail every message after:
+      -- the attachments go with the failed message, and the user is told how to send them.
+      if #pending > 0 then
+        note(dim("the files attached to that message were dropped: /attach them again to send them"))
+        pending = {}
+      end
     end
   end
 end

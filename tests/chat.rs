@@ -601,3 +601,69 @@ fn ctrl_d_while_a_server_asks_declines() {
     assert_eq!(stdout, "Welcome.\n", "{stderr}");
     assert_eq!(answer, json!({ "action": "decline" }), "{stderr}");
 }
+
+/// An attachment that fails its message is dropped with it, and the user told how to send it
+/// again (it failed every message after, with no way to drop it); `/attach` alone says how it
+/// is used; an earlier message's attachment that is now a folder is sent as a line saying it is
+/// no longer available, as a deleted one is (every later message failed).
+#[test]
+fn an_attachment_that_cannot_go_does_not_stop_the_conversation() {
+    use std::io::Write;
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    sb.write("notes.txt", "the notes' text");
+    fake.push(Reply::status(400));
+    fake.push(Reply::text("Two."));
+    let mut child = sb
+        .command(&["chat", "--new"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let notes = sb.path("notes.txt").display().to_string();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("/attach\n/attach {notes}\nFirst\nSecond\n").as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(stdout.starts_with("/attach PATH\n"), "{stdout}");
+    assert!(stdout.ends_with("Two.\n"), "{stdout}");
+    assert!(
+        stderr.contains("the files attached to that message were dropped"),
+        "{stderr}{stdout}"
+    );
+    let calls = model_calls(&fake);
+    assert!(
+        calls[0].to_string().contains("the notes' text"),
+        "{}",
+        calls[0]
+    );
+    assert!(
+        !calls[1].to_string().contains("the notes' text"),
+        "{}",
+        calls[1]
+    );
+
+    sb.write("grow.txt", "small");
+    fake.push(Reply::text("Read it."));
+    fake.push(Reply::text("Still here."));
+    let file = sb.path("grow.txt").display().to_string();
+    sb.colony(&["chat", "--new", "--file", &file, "first"]).ok();
+    std::fs::remove_file(sb.path("grow.txt")).unwrap();
+    std::fs::create_dir(sb.path("grow.txt")).unwrap();
+    let run = sb.colony(&["chat", "second"]).ok();
+    assert_eq!(run.stdout.trim(), "Still here.");
+    let calls = model_calls(&fake);
+    assert!(
+        calls[3].to_string().contains("no longer available"),
+        "{}",
+        calls[3]
+    );
+}
