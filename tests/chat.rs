@@ -286,6 +286,31 @@ fn attachments_are_checked_and_passed_on() {
         "{}",
         run.stderr
     );
+    // A device (or a pipe, `/dev/stdin`) is refused before anything runs, as is a name that
+    // is not UTF-8 (it reached the script changed, naming another file).
+    let run = sb.colony(&["chat", "--file", "/dev/null", "Look"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("--file /dev/null: not a regular file (a device or a pipe)"),
+        "{}",
+        run.stderr
+    );
+    let latin1 = {
+        use std::os::unix::ffi::OsStrExt;
+        sb.path("")
+            .join(std::ffi::OsStr::from_bytes(b"caf\xe9.txt"))
+    };
+    std::fs::write(&latin1, "hello").unwrap();
+    let out = sb
+        .command(&["chat", "Look"])
+        .arg("--file")
+        .arg(&latin1)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("the name is not UTF-8"), "{stderr}");
     assert_eq!(model_calls(&fake).len(), 0);
     let file = sb.write("n.csv", "a,b\n1,2\n");
     fake.push(Reply::text("Two columns."));

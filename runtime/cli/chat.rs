@@ -65,15 +65,28 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         }
     }
     // Attachments travel as absolute paths: whatever reads them later need not know our cwd.
+    // Checked as they will be read (a pipe, `/dev/stdin`, a file past any API's limit), so a
+    // bad one is refused before anything runs.
     for file in &args.files {
-        if let Some(why) = super::not_a_file(file) {
-            return Err(Failure::input(format!(
-                "colony chat: --file {}: {why}",
-                file.display()
-            )));
+        let refused = |why: &dyn std::fmt::Display| {
+            Failure::input(format!("colony chat: --file {}: {why}", file.display()))
+        };
+        match crate::files::attachable(file) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(refused(&"no such file"));
+            }
+            Err(e) => return Err(refused(&e)),
+            Ok(_) => {}
         }
         let absolute = std::path::absolute(file).unwrap_or_else(|_| file.clone());
-        script_args.push(format!("--file={}", absolute.display()));
+        // The script takes its arguments as text: a name that is not UTF-8 would reach it
+        // changed, naming another file.
+        let Some(absolute) = absolute.to_str() else {
+            return Err(refused(
+                &"the name is not UTF-8 (rename the file, or attach it from a script)",
+            ));
+        };
+        script_args.push(format!("--file={absolute}"));
     }
     for tool in &args.tools {
         script_args.push(format!("--tool={tool}"));

@@ -35,15 +35,23 @@ use crate::vocab::FileRef;
 pub fn read_to_attach(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
     let refuse = |why: String| Err(std::io::Error::other(why));
-    let too_large = |size: u64| {
-        format!(
-            "{} is more than any model's API takes in one file ({}); attach a part of it \
-             as {{ name = ..., data = ... }}",
-            human_size(size),
-            human_size(forms::LARGEST_FILE)
-        )
-    };
-    // Asked of the path first: opening a pipe waits for a writer.
+    let meta = attachable(path)?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    std::fs::File::open(path)?
+        .take(forms::LARGEST_FILE + 1)
+        .read_to_end(&mut bytes)?;
+    // A file that grew as it was read.
+    if bytes.len() as u64 > forms::LARGEST_FILE {
+        return refuse(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
+}
+
+/// What the file at `path` is, if it could be attached: not a folder, a device or a pipe, nor
+/// larger than any API takes. Asked of the path alone (opening a pipe waits for a writer), so a
+/// command can refuse a file before it starts, as [`read_to_attach`] would when it reads it.
+pub fn attachable(path: &Path) -> std::io::Result<std::fs::Metadata> {
+    let refuse = |why: String| Err(std::io::Error::other(why));
     let meta = std::fs::metadata(path)?;
     if meta.is_dir() {
         return refuse("a folder, not a file".into());
@@ -54,15 +62,16 @@ pub fn read_to_attach(path: &Path) -> std::io::Result<Vec<u8>> {
     if meta.len() > forms::LARGEST_FILE {
         return refuse(too_large(meta.len()));
     }
-    let mut bytes = Vec::with_capacity(meta.len() as usize);
-    std::fs::File::open(path)?
-        .take(forms::LARGEST_FILE + 1)
-        .read_to_end(&mut bytes)?;
-    // A file that grew as it was read.
-    if bytes.len() as u64 > forms::LARGEST_FILE {
-        return refuse(too_large(bytes.len() as u64));
-    }
-    Ok(bytes)
+    Ok(meta)
+}
+
+fn too_large(size: u64) -> String {
+    format!(
+        "{} is more than any model's API takes in one file ({}); attach a part of it as \
+         {{ name = ..., data = ... }}",
+        human_size(size),
+        human_size(forms::LARGEST_FILE)
+    )
 }
 
 /// The closed set of kinds a provider's rules are written against.
