@@ -914,3 +914,53 @@ ai.tool{ name = "sleepy", description = "sleeps", exportable = true, parameters 
     let (code, stderr) = session.end();
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+/// A question a tool asks its client (`ctx.elicit`) and stops waiting for (its deadline) is
+/// withdrawn: the client is sent `notifications/cancelled` for it, so its form does not stay
+/// open for nobody.
+#[test]
+fn a_question_the_tool_stops_waiting_for_is_withdrawn() {
+    let sb = Sandbox::new();
+    let mut session = Session::start(
+        &sb,
+        r#"
+ai.tool{ name = "ask_name", description = "asks", exportable = true, parameters = {}, timeout = 1,
+  handler = function(_, ctx)
+    local form = ctx.elicit{ message = "Your name?",
+      schema = { properties = { name = { type = "string" } } } }
+    return form and form.action or "no answer"
+  end }
+"#,
+    );
+    session.send(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{"elicitation":{}},"clientInfo":{"name":"t","version":"1"}}}));
+    assert!(session.answer(1)["result"]["serverInfo"].is_object());
+    session.send(json!({"jsonrpc":"2.0","method":"notifications/initialized"}));
+    session.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ask_name","arguments":{}}}));
+    // The question arrives; it is never answered.
+    let asked = loop {
+        let m = session.next();
+        if m["method"] == "elicitation/create" {
+            break m["id"].clone();
+        }
+    };
+    let mut withdrawn = false;
+    let mut answered = None;
+    while !withdrawn || answered.is_none() {
+        let m = session.next();
+        if m["method"] == "notifications/cancelled" {
+            assert_eq!(m["params"]["requestId"], asked, "{m}");
+            withdrawn = true;
+        } else if m["id"] == 2 {
+            answered = Some(m);
+        }
+    }
+    let answered = answered.unwrap();
+    assert!(
+        answered["result"]["content"][0]["text"]
+            .as_str()
+            .is_some_and(|t| t.contains("deadline")),
+        "{answered}"
+    );
+    let (code, stderr) = session.end();
+    assert_eq!(code, Some(0), "{stderr}");
+}

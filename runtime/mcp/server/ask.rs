@@ -16,10 +16,10 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use rmcp::RoleServer;
 use rmcp::model::{
-    ClientResult, CreateMessageRequest, CreateMessageRequestParams, ElicitRequest,
-    ElicitRequestParams, RequestId, ServerRequest,
+    CancelledNotificationParam, ClientResult, CreateMessageRequest, CreateMessageRequestParams,
+    ElicitRequest, ElicitRequestParams, RequestId, ServerRequest,
 };
-use rmcp::service::{OriginatingRequestId, Peer, ServiceError};
+use rmcp::service::{OriginatingRequestId, Peer, PeerRequestOptions, ServiceError};
 use serde_json::Value;
 
 /// A question for the client, its parameters as the wire names them (camelCase JSON).
@@ -116,12 +116,29 @@ async fn ask(
             ServerRequest::ElicitRequest(r)
         }
     };
-    match peer.send_request(request).await {
+    let answer = match peer
+        .send_request_with_option(request, PeerRequestOptions::no_options())
+        .await
+    {
+        Ok(handle) => {
+            // A handler that stops waiting (its deadline, a cancelled call) withdraws the
+            // question: the client's form or model call would stay open for nobody.
+            let mut withdraw = Withdraw {
+                peer: peer.clone(),
+                id: Some(handle.id.clone()),
+            };
+            let answer = handle.await_response().await;
+            withdraw.id = None;
+            answer
+        }
+        Err(e) => Err(e),
+    };
+    match answer {
         Ok(answer @ (ClientResult::CreateMessageResult(_) | ClientResult::ElicitResult(_))) => {
             serde_json::to_value(&answer).map_err(|e| Unanswered::Refused(e.to_string()))
         }
         Ok(other) => Err(Unanswered::Refused(format!(
-            "the client's answer to the {what} request is not a {what} result: {}",
+            "the client's answer to the {what} request is not what it asked for: {}",
             serde_json::to_string(&other).unwrap_or_default()
         ))),
         Err(ServiceError::McpError(e)) => Err(Unanswered::Refused(format!(
@@ -134,5 +151,31 @@ async fn ask(
         Err(e) => Err(Unanswered::Refused(format!(
             "the {what} request failed: {e}"
         ))),
+    }
+}
+
+/// A question still unanswered when its asker stops waiting: dropped, it tells the client
+/// (`notifications/cancelled` for the request's id).
+struct Withdraw {
+    peer: Peer<RoleServer>,
+    id: Option<RequestId>,
+}
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        let (Some(id), Ok(runtime)) = (self.id.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        let peer = self.peer.clone();
+        runtime.spawn(async move {
+            let reason = "the tool that asked no longer waits for the answer";
+            let _ = peer
+                .notify_cancelled(CancelledNotificationParam::new(
+                    Some(id),
+                    Some(reason.into()),
+                ))
+                .await;
+        });
     }
 }
