@@ -40,6 +40,18 @@ local SYSTEM = "You are a helpful assistant in a terminal chat. Be concise; use 
 local function dim(s) return styled and ("\27[2m" .. s .. "\27[0m") or s end
 local function note(s) io.stderr:write(s, "\n") end
 
+--- Writes a streamed delta to stdout. A reader that went away (`| head -c1`) ends the chat
+--- quietly, status 0, at once rather than at the answer's end; any other failure (a full disk)
+--- is said, status 1.
+local function show(text)
+  local ok, err, code = io.write(text)
+  if ok then ok, err, code = io.flush() end
+  if ok then return end
+  if code == 32 then os.exit(0) end
+  note("colony chat: cannot write to stdout: " .. tostring(err))
+  os.exit(1)
+end
+
 -- The conversation, kept in the store. A calls list may carry the model's reasoning under a
 -- string key, which JSON cannot hold beside the list: it is kept beside it instead.
 local function conversation_key(use) return "conversation/" .. use end
@@ -356,8 +368,7 @@ local function exchange(use, messages, text, files)
     stream = function(delta)
       stop_spinner()
       shown = shown .. delta
-      io.write(delta)
-      io.flush()
+      show(delta)
     end,
     on_tool = function(event)
       stop_spinner()

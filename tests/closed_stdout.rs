@@ -161,19 +161,24 @@ fn ask() {
     );
 }
 
-/// An answer that would stream for hours (a word every 100 ms): `colony ask | head -c1` ends
-/// at the first word that finds the reader gone, quietly, with 0. It used to read the whole
-/// answer (or up to the use-type's timeout) and print nothing. A minute without its end fails
-/// the test instead of hanging it.
+/// An answer that would stream for hours (a word every 100 ms): `colony ask | head -c1` (and
+/// `colony chat`) ends at the first word that finds the reader gone, quietly, with 0. It used
+/// to read the whole answer (or up to the use-type's timeout) and print nothing. A minute
+/// without its end fails the test instead of hanging it.
 #[test]
 fn ask_ends_when_its_reader_goes_mid_stream() {
+    ends_when_its_reader_goes_mid_stream(&["ask", "Tell me everything."]);
+    ends_when_its_reader_goes_mid_stream(&["chat", "--new", "Tell me everything."]);
+}
+
+fn ends_when_its_reader_goes_mid_stream(args: &[&str]) {
     let fake = FakeProvider::start();
     fake.set_default(Reply::text("word ".repeat(100_000)).stream_delay(100));
     let sb = support::styled(&fake, "anthropic");
     let (reader, writer) = std::io::pipe().expect("a pipe");
     drop(reader);
     let mut child = sb
-        .command(&["ask", "Tell me everything."])
+        .command(args)
         .stdin(Stdio::null())
         .stdout(writer)
         .stderr(Stdio::piped())
@@ -186,7 +191,7 @@ fn ask_ends_when_its_reader_goes_mid_stream() {
         }
         if std::time::Instant::now() > deadline {
             let _ = child.kill();
-            panic!("colony ask still reads an answer nobody will see");
+            panic!("colony {} still reads an answer nobody will see", args[0]);
         }
         std::thread::sleep(std::time::Duration::from_millis(50));
     };
