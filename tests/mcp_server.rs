@@ -964,3 +964,61 @@ ai.tool{ name = "ask_name", description = "asks", exportable = true, parameters 
     let (code, stderr) = session.end();
     assert_eq!(code, Some(0), "{stderr}");
 }
+
+/// A client that closes its end of colony's stdout, stdin still open, ends the session: an
+/// answer that cannot be written ends it, as a closed stdin does (it ran on, running tools
+/// whose answers reached nobody, until stdin closed).
+#[test]
+fn a_client_that_closes_its_end_of_stdout_ends_the_session() {
+    use std::io::{BufRead, Write};
+    let sb = Sandbox::new();
+    let file = sb.write(
+        "served.lua",
+        "ai.tool{ name = \"x\", description = \"x\", exportable = true, parameters = {}, handler = function() return \"one\" end }\n",
+    );
+    let mut child = sb
+        .command(&[
+            "mcp",
+            "serve",
+            "--state",
+            &state(&sb),
+            &file.display().to_string(),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    writeln!(stdin, "{}", json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}})).unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("serverInfo"), "{line}");
+    drop(stdout);
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"})
+    )
+    .unwrap();
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x","arguments":{}}})
+    )
+    .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("colony mcp serve still runs with nobody to read its answers");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    drop(stdin);
+    assert_eq!(status.code(), Some(0));
+}

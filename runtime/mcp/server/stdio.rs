@@ -16,7 +16,7 @@ use super::handler::{Offer, One, Server};
 /// Why serving ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ended {
-    /// The client closed stdin (or the transport failed).
+    /// The client closed stdin or its end of stdout (or the transport failed).
     Closed,
     /// SIGINT or SIGTERM.
     Signal(&'static str),
@@ -67,9 +67,63 @@ pub fn protocol_streams() -> std::io::Result<(Reader, Writer)> {
     Ok((reader, writer))
 }
 
+/// The protocol's output, telling when a write to it fails: the client closed its end of our
+/// stdout (or it broke), so nothing more it is sent can reach it. rmcp drops the answer and
+/// goes on; the session ends instead, as when stdin closes.
+struct Watched {
+    inner: Writer,
+    broken: Arc<tokio::sync::Notify>,
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.tell(polled)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let polled = std::pin::Pin::new(&mut self.inner).poll_flush(cx);
+        self.tell(polled)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+impl Watched {
+    fn tell<T>(
+        &self,
+        polled: std::task::Poll<std::io::Result<T>>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        if let std::task::Poll::Ready(Err(e)) = &polled {
+            tracing::info!("the MCP client's end of stdout is gone: {e}");
+            self.broken.notify_one();
+        }
+        polled
+    }
+}
+
 /// Serves `offer` on `streams` (from [`protocol_streams`], taken before the program starts)
 /// until one of [`Ended`] happens.
 pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Result<Ended, String> {
+    let broken = Arc::new(tokio::sync::Notify::new());
+    let (input, output) = streams;
+    let output: Writer = Box::new(Watched {
+        inner: output,
+        broken: broken.clone(),
+    });
+    let streams = (input, output);
     let route = offer.route.clone();
     // Heard from the start: a program still starting ends on a signal as one serving does.
     let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
@@ -99,6 +153,7 @@ pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Resul
                 let token = running.cancellation_token();
                 let ended = tokio::select! {
                     _ = running.waiting() => Ended::Closed,
+                    () = broken.notified() => Ended::Closed,
                     _ = int.recv() => Ended::Signal("SIGINT"),
                     _ = term.recv() => Ended::Signal("SIGTERM"),
                     reason = route.stopped() => Ended::Stopped(reason),
