@@ -560,6 +560,31 @@ fn bad_file_lists_name_the_field() {
         "{}",
         run.stderr
     );
+    // A path and data both: one of them was dropped without a word (the path's bytes went).
+    sb.write("e.csv", "a,b\n");
+    let run = sb
+        .lua(
+            r#"ai.take_turn{ prompt = "x", files = { { path = "e.csv", name = "a.txt", data = "other" } } }"#,
+            &[],
+        )
+        .failed();
+    assert!(
+        run.stderr.contains(
+            "ai.take_turn: files[1] gives both a path and data: give one (data with a name)"
+        ),
+        "{}",
+        run.stderr
+    );
+    // An empty path is named as one, not as the script's folder.
+    let run = sb
+        .lua(r#"ai.take_turn{ prompt = "x", files = { "" } }"#, &[])
+        .failed();
+    assert!(
+        run.stderr
+            .contains("ai.take_turn: files[1]: the path is empty"),
+        "{}",
+        run.stderr
+    );
     let run = sb
         .lua(
             r#"ai.ask({ { role = "assistant", content = "x", files = { "e.csv" } } })"#,

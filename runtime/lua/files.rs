@@ -67,7 +67,14 @@ fn read_file(lua: &Lua, entry: Value, at: &str) -> mlua::Result<FileRef> {
                     .map_err(|e| misuse(format!("{at}: {e}")));
             }
             let name: Option<String> = t.get("name")?;
-            if let Some(path) = t.get::<Option<mlua::LuaString>>("path")? {
+            let path = t.get::<Option<mlua::LuaString>>("path")?;
+            // Both given, one would be dropped without a word (the bytes sent were the path's).
+            if path.is_some() && t.contains_key("data")? {
+                return Err(misuse(format!(
+                    "{at} gives both a path and data: give one (data with a name)"
+                )));
+            }
+            if let Some(path) = path {
                 let (full, bytes) = read_path(lua, &path, at)?;
                 let name = name.unwrap_or_else(|| file_name(&full));
                 return Ok(library.record(&name, declared.as_deref(), bytes));
@@ -93,6 +100,10 @@ fn read_path(
     path: &mlua::LuaString,
     at: &str,
 ) -> mlua::Result<(std::path::PathBuf, Vec<u8>)> {
+    // An empty path resolves to the script's folder, and was refused as "a folder".
+    if path.as_bytes().is_empty() {
+        return Err(misuse(format!("{at}: the path is empty")));
+    }
     let full = super::sandbox::check_path(
         lua,
         at,

@@ -28,7 +28,8 @@ ai = {}
 --- from the name; each provider gets the file in the form its API documents, or a one-line
 --- note that its content is absent. Only the newest file-bearing message inlines its files;
 --- older ones become a reference line the model can follow with the `view_file` tool.
---- A field not listed here or on `ai.File` is refused, naming it (a misspelt one would drop the file).
+--- A field not listed here or on `ai.File` is refused, naming it (a misspelt one would drop the file),
+--- and so is a table with both `path` and `data` (give one; `data` needs a `name`).
 ---@alias ai.FileSpec string|{ path?: string, name?: string, content_type?: string, data?: string, ref?: string }
 
 ---@class ai.File a recorded file, as colony gives it back
