@@ -73,9 +73,32 @@ pub fn run(args: Args) -> Result<(), Failure> {
                 .list(&space, prefix.as_deref().unwrap_or(""))
                 .map_err(fail)?
             {
-                println!("{key}");
+                println!("{}", listed(&key));
             }
         }
     }
     Ok(())
+}
+
+/// A key as `list` prints it, one a line: as it is, unless it holds a control character (a line
+/// break would make it two keys, an escape sequence would drive the terminal), then quoted with
+/// the character escaped (`"two\nlines"`, `"\u{1b}[31mred"`).
+fn listed(key: &str) -> std::borrow::Cow<'_, str> {
+    if key.chars().any(char::is_control) {
+        std::borrow::Cow::Owned(format!("{key:?}"))
+    } else {
+        std::borrow::Cow::Borrowed(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_with_a_control_character_is_listed_quoted_and_escaped() {
+        assert_eq!(listed("plain/key é"), "plain/key é");
+        assert_eq!(listed("two\nlines"), "\"two\\nlines\"");
+        assert_eq!(listed("\u{1b}[31mred"), "\"\\u{1b}[31mred\"");
+    }
 }
