@@ -357,7 +357,11 @@ local function exchange(use, messages, text, files)
   end
   history[#history + 1] = entry
 
-  local shown, spinner = "", term.spinner("thinking")
+  -- What streamed since the last tool call, kept in pieces: joining each delta onto a string
+  -- made a long answer cost its length squared.
+  local pieces, spinner = {}, term.spinner("thinking")
+  local function shown() return table.concat(pieces) end
+  local function ends_line() return pieces[#pieces]:sub(-1) == "\n" end
   local function stop_spinner()
     if spinner then spinner:stop(); spinner = nil end
   end
@@ -367,14 +371,14 @@ local function exchange(use, messages, text, files)
     use = use, provider = settings.provider, model = settings.model,
     stream = function(delta)
       stop_spinner()
-      shown = shown .. delta
+      if delta ~= "" then pieces[#pieces + 1] = delta end
       show(delta)
     end,
     on_tool = function(event)
       stop_spinner()
-      if shown ~= "" then
-        if shown:sub(-1) ~= "\n" then io.write("\n") end
-        shown = ""
+      if #pieces > 0 then
+        if not ends_line() then io.write("\n") end
+        pieces = {}
       end
       show_call(event)
     end,
@@ -389,29 +393,30 @@ local function exchange(use, messages, text, files)
   local ok, done, turn = term.interruptible(function() return pcall(ai.take_turn, opts) end)
   stop_spinner()
   if ok and not done then
-    if shown ~= "" then io.write("\n") end
+    if #pieces > 0 then io.write("\n") end
     -- The message alone: Lua's traceback says nothing to a person chatting.
     local why = tostring(turn):gsub("\nstack traceback:.*$", "")
     note("colony chat: " .. why .. " (the question was not added to the conversation)")
     return messages, "error"
   end
   if not ok then
-    if shown ~= "" then io.write("\n") end
-    history[#history + 1] = { role = "assistant", content = shown .. "\n\n[interrupted by the user]" }
+    if #pieces > 0 then io.write("\n") end
+    history[#history + 1] = { role = "assistant", content = shown() .. "\n\n[interrupted by the user]" }
     note(dim("[interrupted: the conversation is kept; Ctrl-C at the prompt exits]"))
     return history, "interrupted"
   end
   if turn.error then
-    if shown ~= "" then io.write("\n") end
+    if #pieces > 0 then io.write("\n") end
     note("colony chat: " .. tostring(turn.error) .. " (the question was not added to the conversation)")
     return messages, "error"
   end
-  if styled and turn.reply ~= "" and shown == turn.reply and term.erase(shown) then
+  local all = shown()
+  if styled and turn.reply ~= "" and all == turn.reply and term.erase(all) then
     io.write(term.render(turn.reply))
-  elseif shown == "" then
+  elseif all == "" then
     io.write(turn.reply)
   end
-  if not (shown ~= "" and shown:sub(-1) == "\n") then io.write("\n") end
+  if not (all ~= "" and all:sub(-1) == "\n") then io.write("\n") end
   io.flush()
   -- The messages sent keep their attachments as they were given (by path), whatever the
   -- transcript the turn hands back carries for them.
