@@ -290,7 +290,7 @@ impl Config {
     }
 
     /// Keys, tokens and passwords the file holds are kept out of every log line and answer.
-    fn register_secrets(&self) {
+    pub fn register_secrets(&self) {
         for u in self.uses.values() {
             if let Some(k) = &u.key {
                 secrets::register(k);

@@ -519,3 +519,29 @@ fn no_state_yet_is_an_error_that_creates_nothing() {
     );
     assert!(!elsewhere.exists());
 }
+
+#[test]
+fn a_config_value_the_store_does_not_use_is_noted_and_the_store_still_read() {
+    let (sb, script, state) = setup();
+    {
+        let dir = StateDir::open(&state).unwrap();
+        dir.store().set("", "notes/1", &json!("kept")).unwrap();
+    }
+    sb.write("config.toml", "[use.general]\nprovider = \"nope\"\n");
+    let run = sb.colony(&["store", &s(&script), "get", "notes/1"]).ok();
+    assert_eq!(run.stdout, "\"kept\"\n");
+    assert!(
+        run.stderr.starts_with("colony store: note: ")
+            && run
+                .stderr
+                .contains("[use.general] provider = \"nope\" is not a known provider")
+            && run.stderr.ends_with("(only [store] is read here)\n"),
+        "{}",
+        run.stderr
+    );
+
+    // A file that is not the config's TOML at all is still refused.
+    sb.write("config.toml", "[use.general\n");
+    let run = sb.colony(&["audit", &s(&script)]).failed();
+    assert!(run.stderr.starts_with("colony audit: "), "{}", run.stderr);
+}

@@ -61,11 +61,7 @@ impl Target {
     pub fn open(&self, command: &str) -> Result<ProgramStore, Failure> {
         let url = match &self.store {
             Some(url) => Some(url.clone()),
-            None => {
-                let config = crate::config::Config::load_from(&crate::config::path())
-                    .map_err(|e| Failure::input(format!("colony {command}: {e}")))?;
-                select::url(None, &config)
-            }
+            None => select::url(None, &store_config(command)?),
         };
         if let Some(url) = url {
             if !crate::store::postgres::is_postgres(&url) {
@@ -107,5 +103,25 @@ pub fn count(n: usize, one: &str, many: &str) -> String {
         format!("1 {one}")
     } else {
         format!("{n} {many}")
+    }
+}
+
+/// The config as far as reading a store needs it. A value that keeps the file from loading but
+/// has nothing to do with the store (a use-type's unknown provider, a bad price) is said on
+/// stderr and passed over, so a person can read what a program stored while mending the config;
+/// it refused every reading command. A file that does not read as the config's TOML is still
+/// refused.
+fn store_config(command: &str) -> Result<crate::config::Config, Failure> {
+    let path = crate::config::path();
+    match crate::config::Config::load_from(&path) {
+        Ok(config) => Ok(config),
+        Err(e) => match crate::config::Config::read_unchecked(&path) {
+            Ok(config) => {
+                config.register_secrets();
+                eprintln!("colony {command}: note: {e} (only [store] is read here)");
+                Ok(config)
+            }
+            Err(_) => Err(Failure::input(format!("colony {command}: {e}"))),
+        },
     }
 }
