@@ -396,11 +396,20 @@ fn stderr_closed_too() {
 
 /// A stdout that cannot be written for another reason (a full disk: `/dev/full`) is a failure
 /// said in one line, status 1: the output is incomplete. It was a panic with a backtrace,
-/// status 101.
+/// status 101, and for a help text (clap writes it) a success with nothing written.
 #[test]
 fn a_stdout_that_fails_otherwise_is_a_failure_said_in_one_line() {
     let (sb, script) = filled();
-    for args in [vec!["audit", script.as_str()], vec!["scripts"]] {
+    let help = [
+        vec!["--help"],
+        vec!["help", "run"],
+        vec!["run", "--help"],
+        vec!["--version"],
+    ];
+    for args in [vec!["audit", script.as_str()], vec!["scripts"]]
+        .into_iter()
+        .chain(help)
+    {
         let full = std::fs::OpenOptions::new()
             .write(true)
             .open("/dev/full")

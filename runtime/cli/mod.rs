@@ -101,8 +101,29 @@ impl Failure {
     }
 }
 
+/// What clap's own `exit` does for `--help`, `--version` and bad arguments, except that a help
+/// text that could not be written is not a success: clap ignores the write's error, so
+/// `colony --help > /dev/full` exited 0 with nothing written. A closed reader is still a quiet 0,
+/// as for every command.
+fn parse_failed(e: &clap::Error) -> ExitCode {
+    match e.print() {
+        Ok(()) => ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2)),
+        Err(w) if w.kind() == std::io::ErrorKind::BrokenPipe => {
+            ExitCode::from(panic::CLOSED_STDOUT_STATUS as u8)
+        }
+        Err(w) => {
+            let stream = if e.use_stderr() { "stderr" } else { "stdout" };
+            eprintln!("colony: cannot write to {stream}: {w}");
+            ExitCode::from(panic::WRITE_FAILED_STATUS as u8)
+        }
+    }
+}
+
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => return parse_failed(&e),
+    };
     crate::shipped::set_commands(commands());
     let json_logs =
         matches!(&cli.command, Command::Serve(a) if a.log_format == serve::LogFormat::Json);
