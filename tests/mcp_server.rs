@@ -974,7 +974,7 @@ fn a_client_that_closes_its_end_of_stdout_ends_the_session() {
     let sb = Sandbox::new();
     let file = sb.write(
         "served.lua",
-        "ai.tool{ name = \"x\", description = \"x\", exportable = true, parameters = {}, handler = function() return \"one\" end }\n",
+        "ai.tool{ name = \"x\", description = \"x\", exportable = true, parameters = {}, handler = function() return \"one\" end }\nprint(\"the watch returned: \" .. ai.watch())\n",
     );
     let mut child = sb
         .command(&[
@@ -1021,4 +1021,12 @@ fn a_client_that_closes_its_end_of_stdout_ends_the_session() {
     };
     drop(stdin);
     assert_eq!(status.code(), Some(0));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        stderr.contains(
+            "the watch returned: stdout could not be written (the MCP client closed its end)"
+        ),
+        "{stderr}"
+    );
 }

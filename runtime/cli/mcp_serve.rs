@@ -99,6 +99,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     tracing::info!("colony mcp serve: {ended:?}");
     let reason = match &ended {
         Ended::Closed => "the MCP client closed stdin".to_string(),
+        Ended::Unwritable => {
+            "stdout could not be written (the MCP client closed its end)".to_string()
+        }
         Ended::Signal(s) => s.to_string(),
         Ended::Stopped(r) => r.clone(),
     };

@@ -16,8 +16,10 @@ use super::handler::{Offer, One, Server};
 /// Why serving ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ended {
-    /// The client closed stdin or its end of stdout (or the transport failed).
+    /// The client closed stdin (or the transport failed).
     Closed,
+    /// An answer could not be written: the client closed its end of stdout, or it broke.
+    Unwritable,
     /// SIGINT or SIGTERM.
     Signal(&'static str),
     /// The program stopped: its reason.
@@ -153,13 +155,13 @@ pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Resul
                 let token = running.cancellation_token();
                 let ended = tokio::select! {
                     _ = running.waiting() => Ended::Closed,
-                    () = broken.notified() => Ended::Closed,
+                    () = broken.notified() => Ended::Unwritable,
                     _ = int.recv() => Ended::Signal("SIGINT"),
                     _ = term.recv() => Ended::Signal("SIGTERM"),
                     reason = route.stopped() => Ended::Stopped(reason),
                 };
                 let why = match &ended {
-                    Ended::Closed => None,
+                    Ended::Closed | Ended::Unwritable => None,
                     Ended::Signal(s) => Some(format!("cancelled: colony is ending ({s})")),
                     Ended::Stopped(r) => Some(format!("cancelled: the program stopped ({r})")),
                 };
