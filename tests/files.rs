@@ -575,6 +575,20 @@ fn bad_file_lists_name_the_field() {
         "{}",
         run.stderr
     );
+    // A declared type that is not type/subtype went as application/octet-stream without a word.
+    let run = sb
+        .lua(
+            r#"ai.take_turn{ prompt = "x", files = { { path = "e.csv", content_type = "csv" } } }"#,
+            &[],
+        )
+        .failed();
+    assert!(
+        run.stderr.contains(
+            "ai.take_turn: files[1]: content_type \"csv\" is not a content type (type/subtype, such as image/png)"
+        ),
+        "{}",
+        run.stderr
+    );
     // An empty path is named as one, not as the script's folder.
     let run = sb
         .lua(r#"ai.take_turn{ prompt = "x", files = { "" } }"#, &[])

@@ -212,6 +212,22 @@ fn mail_sent_as_curl_sends_it_is_read_and_an_empty_id_is_refused() {
         );
         assert!(empty.text.contains("id is empty"), "{}", empty.text);
     }
+    // A declared type that is not type/subtype went as an unknown blob without a word.
+    let typo = served.mail(
+        "desk",
+        json!({ "to": "desk", "content": "x",
+                "files": [{ "name": "scan.png", "content_type": "png", "data": "aGk=" }] }),
+    );
+    assert_eq!(
+        (typo.status, typo.json["error"].as_str()),
+        (400, Some("bad_request")),
+        "{}",
+        typo.text
+    );
+    assert_eq!(
+        typo.json["message"],
+        "file \"scan.png\": content_type \"png\" is not a content type (type/subtype, such as image/png)"
+    );
     assert_eq!(support::model_calls(&fake).len(), 1);
 }
 

@@ -121,6 +121,14 @@ pub fn normalize(content_type: &str) -> String {
     }
 }
 
+/// Whether `declared` reads as a content type (`type/subtype`, parameters allowed). A caller's
+/// declared type must: anything else ([`normalize`] makes it `application/octet-stream`) would
+/// send an image declared `"png"` as an unknown blob without a word.
+pub fn is_content_type(declared: &str) -> bool {
+    let bare = declared.split(';').next().unwrap_or("").trim();
+    bare.parse::<mime::Mime>().is_ok()
+}
+
 /// The kind of a content type (normalised first).
 pub fn classify(content_type: &str) -> FileKind {
     let ct = normalize(content_type);

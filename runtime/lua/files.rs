@@ -61,6 +61,14 @@ fn read_file(lua: &Lua, entry: Value, at: &str) -> mlua::Result<FileRef> {
             // A misspelt field (`contnet_type`, `file`) would be dropped without a word.
             super::convert::check_fields(&t, at, SPEC_FIELDS)?;
             let declared: Option<String> = t.get("content_type")?;
+            if let Some(ct) = declared.as_deref().filter(|c| !c.trim().is_empty())
+                && !crate::files::is_content_type(ct)
+            {
+                return Err(misuse(format!(
+                    "{at}: content_type {ct:?} is not a content type (type/subtype, such as \
+                     image/png)"
+                )));
+            }
             if let Some(handle) = t.get::<Option<String>>("ref")? {
                 return library
                     .find(&handle)

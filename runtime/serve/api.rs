@@ -293,6 +293,19 @@ pub async fn mail(
     }
     let mut files = Vec::new();
     for f in &m.files {
+        if let Some(ct) = f.content_type.as_deref().filter(|c| !c.trim().is_empty())
+            && !crate::files::is_content_type(ct)
+        {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                &format!(
+                    "file {:?}: content_type {ct:?} is not a content type (type/subtype, such as \
+                     image/png)",
+                    f.name
+                ),
+            );
+        }
         match base64::engine::general_purpose::STANDARD.decode(f.data.as_bytes()) {
             Ok(bytes) => files.push(hosted.record_file(&f.name, f.content_type.as_deref(), bytes)),
             Err(e) => {

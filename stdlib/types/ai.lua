@@ -29,7 +29,8 @@ ai = {}
 --- note that its content is absent. Only the newest file-bearing message inlines its files;
 --- older ones become a reference line the model can follow with the `view_file` tool.
 --- A field not listed here or on `ai.File` is refused, naming it (a misspelt one would drop the file),
---- and so is a table with both `path` and `data` (give one; `data` needs a `name`).
+--- and so is a table with both `path` and `data` (give one; `data` needs a `name`), and a
+--- `content_type` that is not `type/subtype` (`"png"` would have gone as an unknown blob).
 ---@alias ai.FileSpec string|{ path?: string, name?: string, content_type?: string, data?: string, ref?: string }
 
 ---@class ai.File a recorded file, as colony gives it back
