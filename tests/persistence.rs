@@ -452,3 +452,53 @@ print(ai.watch{})
         second.stderr
     );
 }
+
+/// A script's own turns in flight together each leave their audit line: lines whose calls end
+/// together are queued and written in one transaction by the first call to wait
+/// (`store::audit_batch`), and none is left behind in the queue.
+#[test]
+fn a_script_s_turns_in_flight_together_each_leave_their_audit_line() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        let last = body["messages"].as_array().and_then(|m| m.last()).cloned();
+        match last {
+            Some(m) if m["role"] == "tool" => Reply::text("done"),
+            _ => Reply::tool_call("c1", "add", serde_json::json!({"a": 2, "b": 3})),
+        }
+    });
+    let sb = styled(&fake, "openai");
+    let state = sb.path("state-dir").display().to_string();
+    let script = sb.write(
+        "many.lua",
+        r#"
+local add = ai.tool{ name = "add", description = "adds", parameters = {
+  type = "object", properties = { a = { type = "integer" }, b = { type = "integer" } } },
+  handler = function(args) return args.a + args.b end }
+local done = 0
+local function turn()
+  local r = ai.run{ prompt = "2+3?", tools = { add }, provider = "openai", model = "m" }
+  assert(not r.error, tostring(r.error))
+  done = done + 1
+end
+local turns = {}
+for i = 1, 30 do turns[i] = turn end
+ai.parallel(table.unpack(turns))
+print(done)
+"#,
+    );
+    let script = script.display().to_string();
+    let run = sb.colony(&["run", "--state", &state, &script]).ok();
+    assert_eq!(run.stdout, "30\n");
+    let audit = sb.colony(&["audit", &script, "--state", &state]).ok();
+    let lines: Vec<&str> = audit.stdout.lines().skip(1).collect();
+    assert_eq!(lines.len(), 30, "{}", audit.stdout);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.split_whitespace().any(|w| w == "script")
+                && l.split_whitespace().any(|w| w == "add")
+                && l.split_whitespace().any(|w| w == "ok")),
+        "{}",
+        audit.stdout
+    );
+}

@@ -84,8 +84,11 @@ fn main() {
         std::path::Path::new("colony_agent.lua"),
     )
     .expect("the program's store opens");
+    // `PEERS_COLONY_STORE=memory` runs with the in-memory store an embedding gets by default,
+    // to measure the SQLite store's share of a step side by side.
+    let in_memory = std::env::var("PEERS_COLONY_STORE").is_ok_and(|v| v == "memory");
     let host = colony::lua::HostSetup {
-        store: Some(state.dyn_store()),
+        store: (!in_memory).then(|| state.dyn_store()),
         ..colony::lua::HostSetup::default()
     };
     let script = std::thread::spawn(move || {

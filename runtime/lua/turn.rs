@@ -51,6 +51,10 @@ fn bad(who: &str, what: impl std::fmt::Display) -> mlua::Error {
     super::convert::misuse(format!("{who}: {what}"))
 }
 
+/// Where the audit lines of a script's own tool calls wait to share a transaction
+/// (`store::audit_batch`): one per VM, so every turn on its thread shares it.
+pub struct ScriptAudit(pub std::sync::Arc<crate::store::audit_batch::AuditBatch>);
+
 /// Options a turn takes beside those of `ai.ask`.
 const TURN_OPTIONS: &[&str] = &[
     "messages",
@@ -164,16 +168,20 @@ async fn run_turn(
         spec.on_tool = Some(id);
     }
     // A script's own tool calls go to the audit log too, as `script`.
+    // Queued in the VM's batch: the turns in flight on this thread share a transaction.
     if let Some(store) = lua.app_data_ref::<super::store::ProgramStore>() {
-        spec.hooks = Some(std::sync::Arc::new(
-            crate::residents::persist::ResidentHooks::new(
-                store.0.clone(),
-                "script",
-                false,
-                Vec::new(),
-                0,
-            ),
-        ));
+        let hooks = crate::residents::persist::ResidentHooks::new(
+            store.0.clone(),
+            "script",
+            false,
+            Vec::new(),
+            0,
+        );
+        let hooks = match lua.app_data_ref::<ScriptAudit>() {
+            Some(lines) => hooks.batched(lines.0.clone()),
+            None => hooks,
+        };
+        spec.hooks = Some(std::sync::Arc::new(hooks));
     }
     let core = core(lua);
     let bridge = lua

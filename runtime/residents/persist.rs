@@ -16,12 +16,13 @@
 //! ending in results (the next model call was not made yet).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
 
 use crate::infer::breaker::{BreakerState, BreakerStore};
+use crate::store::audit_batch::AuditBatch;
 use crate::store::{AuditEntry, JournalEntry, Store};
 use crate::turn::{EventKind, Recorded, ToolEvent, TurnHooks};
 use crate::vocab::{FileRef, Message, ToolCall, ToolResult};
@@ -37,6 +38,11 @@ pub struct ResidentHooks {
     journal: std::sync::Mutex<Vec<JournalEntry>>,
     /// Backlog rows this turn serves, removed at its first commit.
     served: AtomicUsize,
+    /// Where audit lines with nothing else to write wait to share a transaction (a script's
+    /// own turns, [`ResidentHooks::batched`]); `None`: each is written as its call ends.
+    batch: Option<Arc<AuditBatch>>,
+    /// The last batch a line of this turn went into (0: none).
+    queued: AtomicU64,
 }
 
 impl ResidentHooks {
@@ -53,7 +59,23 @@ impl ResidentHooks {
             persist,
             journal: std::sync::Mutex::new(journal),
             served: AtomicUsize::new(served),
+            batch: None,
+            queued: AtomicU64::new(0),
         }
+    }
+
+    /// Audit lines queued in `batch` and waited for ([`TurnHooks::settled`]) instead of each
+    /// written on its own; a conversation that is kept still writes each with its journal entry.
+    pub fn batched(mut self, batch: Arc<AuditBatch>) -> ResidentHooks {
+        self.batch = Some(batch);
+        self
+    }
+
+    /// The batch holding this turn's last line, while it is not written.
+    fn unwritten(&self) -> Option<(&Arc<AuditBatch>, u64)> {
+        let batch = self.batch.as_ref()?;
+        let n = self.queued.load(Ordering::Acquire);
+        (n > 0 && !batch.is_written(n)).then_some((batch, n))
     }
 
     fn commit(&self, messages: &[Message]) -> Result<(), String> {
@@ -127,6 +149,10 @@ impl TurnHooks for ResidentHooks {
         // as finished is always audited (a restart reuses its result without running or
         // auditing it again).
         let audit = audit_entry(&self.name, call, event);
+        if let Some(batch) = self.batch.as_ref().filter(|_| !self.persist) {
+            self.queued.fetch_max(batch.add(audit), Ordering::AcqRel);
+            return;
+        }
         let journal = self.persist.then(|| JournalEntry {
             call_id: call.id.clone(),
             tool: call.name.clone(),
@@ -138,8 +164,23 @@ impl TurnHooks for ResidentHooks {
         }
     }
 
+    fn settled(&self) -> Option<futures::future::BoxFuture<'static, ()>> {
+        let (batch, n) = self.unwritten()?;
+        let batch = batch.clone();
+        Some(Box::pin(async move { batch.written(n).await }))
+    }
+
     fn step_done(&self, messages: &[Message]) -> Result<(), String> {
         self.commit(messages)
+    }
+}
+
+impl Drop for ResidentHooks {
+    /// A turn dropped while its line waited (cancelled mid-call) leaves no line unwritten.
+    fn drop(&mut self) {
+        if let Some((batch, _)) = self.unwritten() {
+            batch.flush();
+        }
     }
 }
 

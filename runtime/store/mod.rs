@@ -16,6 +16,7 @@
 //! ([`group_commit`]), and a call made on a tokio worker waits off it ([`off_worker`]), so a
 //! caller on an async runtime makes them directly.
 
+pub mod audit_batch;
 mod group_commit;
 pub mod memory;
 pub(crate) mod off_worker;
@@ -172,6 +173,11 @@ pub trait Store: Send + Sync {
     // --- audit ---
 
     fn audit(&self, entry: &AuditEntry) -> StoreResult<()>;
+    /// Several lines at once ([`audit_batch`]): SQLite writes them in one transaction; this
+    /// default writes them one after the other.
+    fn audit_all(&self, entries: &[AuditEntry]) -> StoreResult<()> {
+        entries.iter().try_for_each(|e| self.audit(e))
+    }
     /// A call finished: its audit line and, for a kept conversation, its journal entry (`name`'s),
     /// together. SQLite writes both in one transaction, so a finished call waits for one fsync,
     /// not two; this default writes them one after the other, the audit line first (a call the

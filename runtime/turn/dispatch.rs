@@ -133,6 +133,9 @@ pub async fn run_call(cx: &CallContext<'_>, call: &ToolCall) -> Answer {
         && event.kind != EventKind::Cancelled
     {
         h.finished(call, &result, &files, &event);
+        if let Some(written) = h.settled() {
+            written.await;
+        }
     }
     Answer {
         result,

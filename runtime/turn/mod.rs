@@ -114,6 +114,12 @@ pub trait TurnHooks: Send + Sync {
         _event: &ToolEvent,
     ) {
     }
+    /// What to wait for before the call that just `finished` goes on, for a hook that queues
+    /// what it writes so that other turns' writes share its transaction (a script's audit
+    /// lines: `store::audit_batch`); `None`, the default, when it wrote already.
+    fn settled(&self) -> Option<futures::future::BoxFuture<'static, ()>> {
+        None
+    }
     /// A step's results were appended (before the next model call). An error ends the turn
     /// before the next model call.
     fn step_done(&self, _messages: &[Message]) -> Result<(), String> {

@@ -241,7 +241,11 @@ async fn run(
         // reads them (see `dispatch::for_the_model`).
         let mut whole: Option<Vec<ToolResult>> = None;
         let answered: Message = if last {
-            unrun(&calls, step, hooks.as_deref(), &mut out.tool_events)
+            let noted = unrun(&calls, step, hooks.as_deref(), &mut out.tool_events);
+            if let Some(written) = hooks.as_ref().and_then(|h| h.settled()) {
+                written.await;
+            }
+            noted
         } else {
             let held = viewable(&offered, &req.messages);
             let cx = context(script, &spec, step, &offered, &held, config.rate.as_ref());

@@ -279,6 +279,9 @@ impl Store for FencedStore {
     fn audit(&self, entry: &AuditEntry) -> StoreResult<()> {
         self.inner.audit(entry)
     }
+    fn audit_all(&self, entries: &[AuditEntry]) -> StoreResult<()> {
+        self.inner.audit_all(entries)
+    }
     fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
         self.inner.audit_log(filter)
     }

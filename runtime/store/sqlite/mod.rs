@@ -511,6 +511,12 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    fn audit_all(&self, entries: &[AuditEntry]) -> StoreResult<()> {
+        let lines = entries.iter().cloned().map(Write::Audit).collect();
+        self.submit(Write::Several(lines))?;
+        Ok(())
+    }
+
     fn finish_call(
         &self,
         name: &str,
