@@ -215,9 +215,13 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
         .clone()
         .unwrap_or_else(|| std::sync::Arc::new(crate::store::memory::MemoryStore::new()));
     lua.set_app_data(store::ProgramStore(store.clone()));
-    lua.set_app_data(turn::ScriptAudit(
-        crate::store::audit_batch::AuditBatch::new(store.clone()),
-    ));
+    // Only a store the program opened (on disk) gains from a shared transaction; the in-memory
+    // default an embedding gets writes each line at once.
+    if host.store.is_some() {
+        lua.set_app_data(turn::ScriptAudit(
+            crate::store::audit_batch::AuditBatch::new(store.clone()),
+        ));
+    }
     // Residents call models from the core's runtime, on its shared pool.
     let route = Route::with_store(core, bridge.clone(), Some(store));
     if let Some(observer) = &host.observer {
