@@ -189,26 +189,32 @@ pub(super) fn create_at_version(path: &Path, version: i64) -> Connection {
     conn
 }
 
+/// Takes the schema from version `from` to `to` in one transaction: a new store (every step)
+/// commits, and waits for the disk, once instead of once a step, and a step that fails leaves
+/// the file at the version it had.
 fn migrate_between(conn: &mut Connection, path: &Path, from: i64, to: i64) -> StoreResult<()> {
+    if from >= to {
+        return Ok(());
+    }
+    let what = format!("cannot bring its schema to version {to}");
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(|e| classify(path, &what, e))?;
     for (i, step) in MIGRATIONS
         .iter()
         .enumerate()
         .take(to as usize)
         .skip(from as usize)
     {
-        let to = i as i64 + 1;
-        let what = format!("cannot bring its schema to version {to}");
-        let tx = conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .map_err(|e| classify(path, &what, e))?;
+        let what = format!("cannot bring its schema to version {}", i + 1);
         tx.execute_batch(step)
             .map_err(|e| classify(path, &what, e))?;
-        tx.pragma_update(None, "application_id", APPLICATION_ID)
-            .map_err(|e| classify(path, &what, e))?;
-        tx.pragma_update(None, "user_version", to)
-            .map_err(|e| classify(path, &what, e))?;
-        tx.commit().map_err(|e| classify(path, &what, e))?;
     }
+    tx.pragma_update(None, "application_id", APPLICATION_ID)
+        .map_err(|e| classify(path, &what, e))?;
+    tx.pragma_update(None, "user_version", to)
+        .map_err(|e| classify(path, &what, e))?;
+    tx.commit().map_err(|e| classify(path, &what, e))?;
     Ok(())
 }
 

@@ -1129,3 +1129,30 @@ fn a_finished_call_writes_its_audit_line_and_journal_entry_in_one_transaction() 
     assert_eq!(store.audit_log(&AuditFilter::default()).unwrap().len(), 2);
     assert!(store.load_cell("carol").unwrap().is_none());
 }
+
+/// The steps a store needs run in one transaction: a step that fails leaves the file at the
+/// version it had, the steps before it undone (a new store commits once, not once a step).
+#[test]
+fn a_migration_that_fails_leaves_the_store_at_its_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    {
+        let conn = super::open::create_at_version(&path, 3);
+        // Step 5 creates this table: it fails there, after step 4 added a column.
+        conn.execute_batch("CREATE TABLE audit_lines (x)").unwrap();
+    }
+    assert!(SqliteStore::open(&path).is_err());
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 3);
+    let columns: Vec<String> = conn
+        .prepare("SELECT name FROM pragma_table_info('audit')")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert!(!columns.iter().any(|c| c == "message"), "{columns:?}");
+}
