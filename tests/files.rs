@@ -788,3 +788,37 @@ print(third.reply)
         assert!(body.contains("Paris,21"), "{body}");
     }
 }
+
+/// A file the model gets only as a note is said on stderr, once for the run however many
+/// requests carry it: the person who attached a PDF to a model that cannot read one saw only
+/// the model's answer.
+#[test]
+fn a_file_the_model_cannot_read_is_said_once_on_stderr() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("seen"));
+    let run = sandbox(&fake, "openai")
+        .lua(
+            r#"for _ = 1, 3 do
+                 local r, err = ai.ask({ { role = "user", content = "look", files = { "d.pdf", "e.csv" } } })
+                 print(r or err.message)
+               end"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "seen\nseen\nseen\n", "{}", run.stderr);
+    let told: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("is not sent"))
+        .collect();
+    assert_eq!(told.len(), 1, "{}", run.stderr);
+    assert!(
+        told[0].contains(
+            "d.pdf (application/pdf) is not sent: this model's API cannot read application/pdf \
+             files, so the model is told its content is absent"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(model_calls(&fake).len(), 3);
+}

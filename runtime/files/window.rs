@@ -99,11 +99,9 @@ fn render_file(
     };
     match forms::form(style, reads, file) {
         Form::Text => Rendered::Text(forms::inline_text(file, bytes)),
-        Form::Note => Rendered::Text(forms::note(file)),
+        Form::Note => noted(file, style),
         // OpenAI-style tool results are text only, whatever the model reads elsewhere.
-        Form::Inline { .. } if in_results && style == Style::Openai => {
-            Rendered::Text(forms::note(file))
-        }
+        Form::Inline { .. } if in_results && style == Style::Openai => noted(file, style),
         Form::Inline { media_type } => {
             let limits = forms::size_limits(style, super::kind_of(file));
             if file.size > limits.file {
@@ -118,6 +116,28 @@ fn render_file(
             Rendered::File(wire)
         }
     }
+}
+
+/// A file the model is told of instead of given, said once a process for each file and wire:
+/// the person who attached it saw only the model's answer, which may not say why it did not
+/// look (every step renders the window again, hence once).
+fn noted(file: &FileRef, style: Style) -> Rendered {
+    static TOLD: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<(String, Style)>>> =
+        std::sync::LazyLock::new(Default::default);
+    let first = TOLD
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert((file.sha256.clone(), style));
+    if first {
+        tracing::warn!(
+            "{} ({}) is not sent: this model's API cannot read {} files, so the model is told \
+             its content is absent",
+            file.name,
+            file.content_type,
+            file.content_type
+        );
+    }
+    Rendered::Text(forms::note(file))
 }
 
 /// Renders a message's files in place. Text a file becomes joins the text around it with a
