@@ -712,6 +712,21 @@ impl Session {
         }
     }
 
+    /// Waits, stdin still open, for colony to end by itself (a signal): the exit status and
+    /// stderr. A test that closed stdin right after its signal raced the two: which of them
+    /// colony saw first decided how it ended.
+    fn ends_by_itself(mut self) -> (Option<i32>, String) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while self.child.try_wait().unwrap().is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = self.child.kill();
+                panic!("colony did not end within a minute of its signal");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        self.end()
+    }
+
     /// Closes stdin and waits: the exit status and stderr.
     fn end(mut self) -> (Option<i32>, String) {
         drop(self.stdin.take());
@@ -831,7 +846,7 @@ while true do ai.sleep(1000) end
             .unwrap()
             .success()
     );
-    let (code, stderr) = session.end();
+    let (code, stderr) = session.ends_by_itself();
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("not ready after 10 s"), "{stderr}");
 

@@ -147,6 +147,7 @@ pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Resul
     };
     // `initialize` is answered at once, while the program starts; a list waits for what it
     // exports once started (`Server::offers`, at most `READY_WAIT`).
+    let started = offer.clone();
     let server = Server::new(Arc::new(One(offer)), Caller("stdio".into()), name);
     let ending = server.ending();
     let serving = async {
@@ -177,6 +178,12 @@ pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Resul
         }
     };
     let ended = serving.await;
-    told.abort();
+    // Once the program is ready the warning is due (a client may have listed and left at
+    // once: aborting lost it); before, there is nothing to say yet.
+    if futures::FutureExt::now_or_never(started.ready()).is_some() {
+        let _ = told.await;
+    } else {
+        told.abort();
+    }
     ended
 }

@@ -15,11 +15,30 @@ if (mode === "stdio") {
 }
 await client.connect(transport);
 const out = { progress: [], calls: [], version: transport.protocolVersion ?? null };
+// Progress is recorded as it arrives, not through `onprogress`: the SDK runs a notification's
+// handler a microtask later but a response's at once, and the response drops the call's
+// progress handler; a progress notification read in the same chunk as the response it precedes
+// never reaches `onprogress` (seen under load). `onprogress` is still given, so the SDK sends a
+// progress token; only notifications for a token it sent count.
+const sent = new Set();
+const send = transport.send.bind(transport);
+transport.send = (message, options) => {
+  const token = message.params?._meta?.progressToken;
+  if (token !== undefined) sent.add(token);
+  return send(message, options);
+};
+const receive = transport.onmessage;
+transport.onmessage = (message, extra) => {
+  if (message.method === "notifications/progress" && sent.has(message.params?.progressToken)) {
+    out.progress.push(message.params.message ?? null);
+  }
+  receive(message, extra);
+};
 const tools = await client.listTools();
 out.tools = tools.tools.map((t) => t.name).sort();
 for (const [name, args] of JSON.parse(process.env.CALLS ?? "[]")) {
   const r = await client.callTool({ name, arguments: args }, undefined, {
-    onprogress: (p) => out.progress.push(p.message ?? null),
+    onprogress: () => {},
     timeout: 60000,
   });
   const text = r.content.filter((c) => c.type === "text").map((c) => c.text).join("");
