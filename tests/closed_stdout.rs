@@ -184,17 +184,10 @@ fn ends_when_its_reader_goes_mid_stream(args: &[&str]) {
         .stderr(Stdio::piped())
         .spawn()
         .expect("the colony binary runs");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("colony {} still reads an answer nobody will see", args[0]);
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let status = support::exits_within_a_minute(
+        &mut child,
+        &format!("colony {} still reads an answer nobody will see", args[0]),
+    );
     let mut stderr = String::new();
     use std::io::Read;
     child

@@ -15,6 +15,20 @@ fn time_server() -> String {
     mcp::time_server().display().to_string()
 }
 
+/// `colony mcp add time -- mcp-server-time --local-timezone UTC`.
+fn add_time_server(sb: &Sandbox) {
+    sb.colony(&[
+        "mcp",
+        "add",
+        "time",
+        "--",
+        &time_server(),
+        "--local-timezone",
+        "UTC",
+    ])
+    .ok();
+}
+
 #[test]
 fn add_list_test_del_and_import() {
     let sb = Sandbox::new();
@@ -234,16 +248,7 @@ fn the_tool_cache_is_refreshed_listed_offered_and_cleared() {
     let list = sb.colony(&["tools", "list"]).ok();
     assert_eq!(list.stdout.trim(), "no tool cache (colony tools refresh)");
 
-    sb.colony(&[
-        "mcp",
-        "add",
-        "time",
-        "--",
-        &time_server(),
-        "--local-timezone",
-        "UTC",
-    ])
-    .ok();
+    add_time_server(&sb);
     sb.colony(&[
         "mcp",
         "add",
@@ -709,16 +714,7 @@ fn a_refresh_that_cannot_list_a_server_keeps_what_was_listed_before() {
 #[test]
 fn a_refresh_whose_stdout_is_closed_still_saves_the_cache() {
     let sb = Sandbox::new();
-    sb.colony(&[
-        "mcp",
-        "add",
-        "time",
-        "--",
-        &time_server(),
-        "--local-timezone",
-        "UTC",
-    ])
-    .ok();
+    add_time_server(&sb);
     let (reader, writer) = std::io::pipe().expect("a pipe");
     drop(reader);
     let out = sb

@@ -299,14 +299,7 @@ fn sigterm_ends_the_server_with_0() {
             .unwrap();
         assert!(line.contains("serverInfo"), "{line}");
     }
-    let pid = child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    support::signal(child.id(), "TERM");
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(0));
     drop(stdin);
@@ -716,15 +709,16 @@ impl Session {
     /// stderr. A test that closed stdin right after its signal raced the two: which of them
     /// colony saw first decided how it ended.
     fn ends_by_itself(mut self) -> (Option<i32>, String) {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-        while self.child.try_wait().unwrap().is_none() {
-            if std::time::Instant::now() > deadline {
-                let _ = self.child.kill();
-                panic!("colony did not end within a minute of its signal");
-            }
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        support::exits_within_a_minute(
+            &mut self.child,
+            "colony did not end within a minute of its signal",
+        );
         self.end()
+    }
+
+    /// Sends colony `signal` (`TERM`, `INT`).
+    fn signal(&self, signal: &str) {
+        support::signal(self.child.id(), signal);
     }
 
     /// Closes stdin and waits: the exit status and stderr.
@@ -838,14 +832,7 @@ while true do ai.sleep(1000) end
     session.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}));
     let listed = session.answer(2);
     assert_eq!(listed["result"]["tools"][0]["name"], "x", "{listed}");
-    let pid = session.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    session.signal("TERM");
     let (code, stderr) = session.ends_by_itself();
     assert_eq!(code, Some(0), "{stderr}");
     assert!(stderr.contains("not ready after 10 s"), "{stderr}");
@@ -913,14 +900,7 @@ ai.tool{ name = "sleepy", description = "sleeps", exportable = true, parameters 
             break;
         }
     }
-    let pid = session.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    session.signal("TERM");
     let answer = session.answer(2);
     assert_eq!(
         answer["result"]["content"][0]["text"], "cancelled: colony is ending (SIGTERM)",
@@ -1023,17 +1003,10 @@ fn a_client_that_closes_its_end_of_stdout_ends_the_session() {
         json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x","arguments":{}}})
     )
     .unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("colony mcp serve still runs with nobody to read its answers");
-        }
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    };
+    let status = support::exits_within_a_minute(
+        &mut child,
+        "colony mcp serve still runs with nobody to read its answers",
+    );
     drop(stdin);
     assert_eq!(status.code(), Some(0));
     let mut stderr = String::new();

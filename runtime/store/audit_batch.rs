@@ -129,18 +129,6 @@ mod tests {
     use crate::store::AuditFilter;
     use crate::store::memory::MemoryStore;
 
-    fn line(n: u64) -> AuditEntry {
-        AuditEntry {
-            at_ms: n,
-            resident: "script".into(),
-            tool: format!("t{n}"),
-            args_hash: String::new(),
-            duration_ms: 0.0,
-            outcome: "ok".into(),
-            message: None,
-        }
-    }
-
     fn logged(store: &MemoryStore) -> Vec<String> {
         store
             .audit_log(&AuditFilter::default())
@@ -164,7 +152,7 @@ mod tests {
                     let batch = batch.clone();
                     let store = store.clone();
                     tasks.push(tokio::task::spawn_local(async move {
-                        let b = batch.add(line(n));
+                        let b = batch.add(AuditEntry::numbered(n));
                         batch.written(b).await;
                         assert!(logged(&store).contains(&format!("t{n}")));
                         b
@@ -187,7 +175,7 @@ mod tests {
     async fn a_waiter_dropped_before_it_wrote_still_writes() {
         let store = Arc::new(MemoryStore::new());
         let batch = AuditBatch::new(store.clone());
-        let b = batch.add(line(1));
+        let b = batch.add(AuditEntry::numbered(1));
         {
             let waiting = batch.written(b);
             tokio::pin!(waiting);
@@ -198,7 +186,7 @@ mod tests {
         assert_eq!(logged(&store), ["t1"]);
         assert!(batch.is_written(b));
         // The next line gets a batch of its own, written by its own waiter.
-        let b2 = batch.add(line(2));
+        let b2 = batch.add(AuditEntry::numbered(2));
         assert_eq!(b2, 2);
         batch.written(b2).await;
         assert_eq!(logged(&store), ["t1", "t2"]);

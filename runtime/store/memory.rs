@@ -193,24 +193,12 @@ impl Store for MemoryStore {
 mod tests {
     use super::*;
 
-    fn line(n: u64) -> AuditEntry {
-        AuditEntry {
-            at_ms: n,
-            resident: "script".into(),
-            tool: "add".into(),
-            args_hash: String::new(),
-            duration_ms: 0.0,
-            outcome: "ok".into(),
-            message: None,
-        }
-    }
-
     #[test]
     fn the_audit_log_keeps_the_newest_lines() {
         let store = MemoryStore::new();
         let made = AUDIT_KEPT as u64 + 5;
         for n in 0..made {
-            store.audit(&line(n)).unwrap();
+            store.audit(&AuditEntry::numbered(n)).unwrap();
         }
         let kept = store.audit_log(&AuditFilter::default()).unwrap();
         assert_eq!(kept.len(), AUDIT_KEPT);

@@ -116,6 +116,22 @@ pub struct AuditEntry {
     pub message: Option<String>,
 }
 
+#[cfg(test)]
+impl AuditEntry {
+    /// Line `n` of the store's unit tests: a script's call of tool `t{n}` at `n` ms.
+    pub(crate) fn numbered(n: u64) -> AuditEntry {
+        AuditEntry {
+            at_ms: n,
+            resident: "script".into(),
+            tool: format!("t{n}"),
+            args_hash: String::new(),
+            duration_ms: 0.0,
+            outcome: "ok".into(),
+            message: None,
+        }
+    }
+}
+
 /// Which audit lines to list.
 #[derive(Debug, Clone, Default)]
 pub struct AuditFilter {

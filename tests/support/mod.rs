@@ -39,6 +39,34 @@ pub fn serve(app: axum::Router) -> String {
     format!("http://{}", rx.recv().expect("the server started"))
 }
 
+/// Sends `signal` (`TERM`, `HUP`, `KILL`) to process `pid` with kill(1).
+pub fn signal(pid: u32, signal: &str) {
+    let status = std::process::Command::new("kill")
+        .args([format!("-{signal}"), pid.to_string()])
+        .status()
+        .expect("kill runs");
+    assert!(status.success(), "kill -{signal} {pid}");
+}
+
+/// Waits for `child` to exit, at most a minute; past it the child is killed and the test fails
+/// with `why` (a colony that does not end is the defect such a test looks for).
+pub fn exits_within_a_minute(
+    child: &mut std::process::Child,
+    why: &str,
+) -> std::process::ExitStatus {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait().expect("waiting on colony") {
+            return status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("{why}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// The three wire styles the fake speaks.
 pub const STYLES: [&str; 3] = ["anthropic", "openai", "gemini"];
 

@@ -222,12 +222,7 @@ impl Served {
 
     /// Sends `signal` (`TERM`, `HUP`, `KILL`) to the service.
     pub fn signal(&self, signal: &str) {
-        let pid = self.child.as_ref().expect("running").id();
-        let status = std::process::Command::new("kill")
-            .args([format!("-{signal}"), pid.to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success(), "kill -{signal}");
+        super::signal(self.child.as_ref().expect("running").id(), signal);
     }
 
     /// Waits for the service to exit; its status code (`None`: killed by a signal).
