@@ -13,6 +13,9 @@ use tokio::signal::unix::{SignalKind, signal};
 use super::call::Caller;
 use super::handler::{Offer, One, Server};
 
+/// How long the end of a session waits for the answers of the calls it cut to be written.
+const DRAIN: std::time::Duration = std::time::Duration::from_secs(3);
+
 /// Why serving ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ended {
@@ -154,8 +157,13 @@ pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Resul
         match server.serve(streams).await {
             Ok(running) => {
                 let token = running.cancellation_token();
+                // Pinned out here, not made inside the select: `waiting` owns the service,
+                // and dropping it cancels every call at once, before `ending` says why (a cut
+                // call answered "cancelled by the client").
+                let waiting = running.waiting();
+                tokio::pin!(waiting);
                 let ended = tokio::select! {
-                    _ = running.waiting() => Ended::Closed,
+                    _ = &mut waiting => Ended::Closed,
                     () = broken.notified() => Ended::Unwritable,
                     _ = int.recv() => Ended::Signal("SIGINT"),
                     _ = term.recv() => Ended::Signal("SIGTERM"),
@@ -168,6 +176,12 @@ pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Resul
                 };
                 *ending.lock().unwrap_or_else(|e| e.into_inner()) = why;
                 token.cancel();
+                // rmcp writes the answers of the calls just cut before its loop ends (at most
+                // two seconds); returning at once let the process exit before they were sent.
+                // Bounded: a client that reads nothing more must not hold colony open.
+                if ended != Ended::Closed {
+                    let _ = tokio::time::timeout(DRAIN, waiting).await;
+                }
                 Ok(ended)
             }
             // The client went away before (or while) it said hello.
