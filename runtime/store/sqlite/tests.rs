@@ -110,6 +110,48 @@ fn opens_in_wal_mode_with_full_sync() {
     assert_eq!(app, APPLICATION_ID);
 }
 
+/// A new store is whole in its own file from the start: the schema is not waiting in the WAL
+/// for a checkpoint, so the file alone (copied while colony runs) is a store at this version.
+#[test]
+fn a_new_store_holds_its_schema_in_its_own_file() {
+    let (dir, store) = fresh();
+    let copy = dir.path().join("copy.sqlite3");
+    std::fs::copy(dir.path().join("store.sqlite3"), &copy).unwrap();
+    let conn = Connection::open(&copy).unwrap();
+    let version: i64 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    drop(store);
+}
+
+/// What a creation cut short left beside the store (its half-built file and that file's WAL)
+/// is removed by the next, which then creates the store.
+#[test]
+fn a_creation_cut_short_is_cleared_by_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    for leftover in ["store.sqlite3.creating", "store.sqlite3.creating-wal"] {
+        std::fs::write(dir.path().join(leftover), b"half written").unwrap();
+    }
+    let store = SqliteStore::open(&path).unwrap();
+    store.set("", "k", &json!(1)).unwrap();
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["store.sqlite3", "store.sqlite3-shm", "store.sqlite3-wal"],
+        "only the store and its WAL"
+    );
+}
+
 /// `.cargo/config.toml` builds the bundled SQLite without the extensions the store never uses
 /// (about 0.5 MB of the release binary); the store runs on what is left.
 #[test]
