@@ -118,17 +118,15 @@ fn render_file(
     }
 }
 
+/// The most files [`noted`] remembers having told of (about 100 bytes each).
+const TOLD_AT_MOST: usize = 4096;
+
 /// A file the model is told of instead of given, said once a process for each file and wire:
 /// the person who attached it saw only the model's answer, which may not say why it did not
-/// look (every step renders the window again, hence once).
+/// look (every step renders the window again, hence once). A service that runs for months sees
+/// files without end: past [`TOLD_AT_MOST`] the set starts again, and a file may be told of twice.
 fn noted(file: &FileRef, style: Style) -> Rendered {
-    static TOLD: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<(String, Style)>>> =
-        std::sync::LazyLock::new(Default::default);
-    let first = TOLD
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert((file.sha256.clone(), style));
-    if first {
+    if first_telling(&file.sha256, style) {
         tracing::warn!(
             "{} ({}) is not sent: this model's API cannot read {} files, so the model is told \
              its content is absent",
@@ -138,6 +136,19 @@ fn noted(file: &FileRef, style: Style) -> Rendered {
         );
     }
     Rendered::Text(forms::note(file))
+}
+
+/// The files (by content and wire) [`noted`] has told of.
+static TOLD: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<(String, Style)>>> =
+    std::sync::LazyLock::new(Default::default);
+
+/// Whether the file `sha256` sent as `style` is told of for the first time (remembered now).
+fn first_telling(sha256: &str, style: Style) -> bool {
+    let mut told = TOLD.lock().unwrap_or_else(|e| e.into_inner());
+    if told.len() >= TOLD_AT_MOST {
+        told.clear();
+    }
+    told.insert((sha256.to_string(), style))
 }
 
 /// Renders a message's files in place. Text a file becomes joins the text around it with a
@@ -252,5 +263,20 @@ mod tests {
         assert_eq!(turn_window(&m), 3, "both mails of the batch inline");
         assert_eq!(turn_window(&[older, a, Message::user("hi")]), 0);
         assert_eq!(turn_window(&[Message::user("hi")]), 1);
+    }
+
+    /// A file sent only as a note is warned of once, and what is remembered for that stays
+    /// bounded however many files a long-running service sees.
+    #[test]
+    fn files_told_of_are_told_once_and_remembered_within_a_bound() {
+        let mine = format!("{:064x}", 0x5eed_u64);
+        assert!(first_telling(&mine, Style::Replay));
+        assert!(!first_telling(&mine, Style::Replay), "once");
+        assert!(first_telling(&mine, Style::Gemini), "once a wire");
+        for i in 0..TOLD_AT_MOST + 10 {
+            first_telling(&format!("{i:064x}"), Style::Replay);
+        }
+        let remembered = TOLD.lock().unwrap().len();
+        assert!(remembered <= TOLD_AT_MOST, "{remembered}");
     }
 }
