@@ -612,6 +612,49 @@ fn a_stdio_server_that_ignores_a_closed_stdin_ends_when_a_signal_kills_colony() 
     panic!("the server's first process ({wrapper}) outlived colony by 10 s");
 }
 
+/// A resident's server (connected by `ai.spawn`) ends with colony even when colony is killed:
+/// SIGKILL runs nothing of colony's, so a server that ignores its closed stdin is ended by the
+/// kernel only (`PR_SET_PDEATHSIG`, see `mcp/server_group.rs`).
+#[test]
+fn a_residents_stdio_server_that_ignores_a_closed_stdin_ends_when_colony_is_killed() {
+    let sb = Sandbox::new();
+    let pid_file = sb.path("pids");
+    let server = format!(
+        "{} {} stdio",
+        mcp::python().display(),
+        mcp::server_script().display()
+    );
+    let wrapper = format!("echo $$ > {}; {server}; sleep 600", pid_file.display());
+    let file = sb.write(
+        "resident.lua",
+        &format!(
+            r#"io.stdout:setvbuf("line")
+local name, servers = ai.spawn{{ name = "clerk", mcp = {{ {{ name = "py", command = "sh", args = {{ "-c", {wrapper:?} }} }} }} }}
+print(servers[1].phase)
+ai.watch()
+"#
+        ),
+    );
+    let mut child = sb.spawn(&["run", &file.display().to_string()]);
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    use std::io::BufRead;
+    assert!(out.read_line(&mut line).unwrap() > 0, "colony ended early");
+    assert_eq!(line.trim(), "ready");
+    let wrapper = pids(&pid_file, 1)[0];
+    assert!(running(wrapper));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The signal to the server is asynchronous: give it a moment, without a deadline on colony.
+    for _ in 0..500 {
+        if !running(wrapper) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("the resident's server ({wrapper}) outlived colony by 10 s");
+}
+
 #[test]
 fn ctrl_c_ends_colony_mcp_test_and_the_server_it_started() {
     let sb = Sandbox::new();
