@@ -76,10 +76,18 @@ fn main() {
         mark_tx.as_raw_fd().to_string(),
         ack_rx.as_raw_fd().to_string(),
     ];
-    // As `colony run` opens it (runtime/cli/run.rs), in a scratch state directory.
-    let state_dir = tempfile::tempdir().expect("a scratch state directory");
+    // As `colony run` opens it (runtime/cli/run.rs), in a scratch state directory: a new store,
+    // as a program's first run creates it. `PEERS_COLONY_STATE=DIR` keeps it in DIR instead, so
+    // that the runs after the first open the store they left, as a program's later runs do.
+    let (state_path, scratch) = match std::env::var_os("PEERS_COLONY_STATE") {
+        Some(dir) => (std::path::PathBuf::from(dir), None),
+        None => {
+            let dir = tempfile::tempdir().expect("a scratch state directory");
+            (dir.path().to_path_buf(), Some(dir))
+        }
+    };
     let state = colony::store::select::ProgramStore::open(
-        state_dir.path(),
+        &state_path,
         None,
         std::path::Path::new("colony_agent.lua"),
     )
@@ -141,7 +149,7 @@ fn main() {
         }
     }
     let joined = script.join().expect("the script thread");
-    drop(state_dir);
+    drop(scratch);
     if let Err(e) = joined {
         eprintln!("{e}");
         std::process::exit(1);
