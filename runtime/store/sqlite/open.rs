@@ -222,31 +222,37 @@ pub(super) fn open_checked(path: &Path) -> StoreResult<Connection> {
 }
 
 /// Creates the store at `path`, at [`SCHEMA_VERSION`] and in WAL mode, all at once: built in a
-/// file beside it without a journal or a wait for the disk, then written out (one `fsync`) and
-/// renamed into place (one more for the directory). Built in place, the same store took seven
-/// `fsync`s (the switch to WAL through a rollback journal, then the schema through the WAL) and
-/// copied the schema once more at the first checkpoint: a third of a first `colony run`'s start.
-/// The rename is atomic, so `path` is either absent or a whole store; what a creation cut short
-/// leaves beside it is removed by the next.
+/// file of its own beside it without a journal or a wait for the disk, then written out (one
+/// `fsync`) and linked into place (one more for the directory). Built in place, the same store
+/// took seven `fsync`s (the switch to WAL through a rollback journal, then the schema through the
+/// WAL) and copied the schema once more at the first checkpoint: a third of a first `colony
+/// run`'s start. `path` is either absent or a whole store. Linking never replaces: a store that
+/// another process created meanwhile is the one opened, and this one is dropped. What a creation
+/// cut short left beside it (its process gone) is removed by the next.
 fn create(path: &Path) -> StoreResult<()> {
+    static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let shown = path.display();
-    let mut building = path.as_os_str().to_owned();
-    building.push(".creating");
-    let building = std::path::PathBuf::from(building);
     let io = |doing: &str, e: std::io::Error| StoreError::Io(format!("{shown}: {doing}: {e}"));
-    for leftover in ["", "-wal", "-shm"] {
-        let mut p = building.as_os_str().to_owned();
-        p.push(leftover);
-        match std::fs::remove_file(&p) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io("cannot remove what an earlier creation left", e)),
-        }
-    }
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let Some(name) = path.file_name() else {
+        return Err(StoreError::Io(format!("{shown}: not a file name")));
+    };
+    clear_creations_cut_short(dir, name)
+        .map_err(|e| io("cannot remove what an earlier creation left", e))?;
+    let mut building = name.to_owned();
+    building.push(format!(
+        "{CREATING}{}.{}",
+        std::process::id(),
+        BUILDS.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
+    let building = dir.join(building);
     let built = (|| {
         let mut conn =
             Connection::open(&building).map_err(|e| classify(path, "cannot create it", e))?;
-        // Nothing to lose until the rename: no journal, no waiting for the disk.
+        // Nothing to lose until it is in place: no journal, no waiting for the disk.
         conn.pragma_update(None, "journal_mode", "OFF")
             .and_then(|()| conn.pragma_update(None, "synchronous", "OFF"))
             .map_err(|e| classify(path, "cannot create it", e))?;
@@ -263,20 +269,58 @@ fn create(path: &Path) -> StoreResult<()> {
             .map_err(|(_, e)| classify(path, "cannot finish creating it", e))?;
         File::open(&building)
             .and_then(|f| f.sync_all())
-            .map_err(|e| io("cannot write it out", e))
+            .map_err(|e| io("cannot write it out", e))?;
+        match std::fs::hard_link(&building, path) {
+            Ok(()) => Ok(()),
+            // Another process created it meanwhile: that store stands.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            // A file system without hard links: renamed, which replaces.
+            Err(_) => std::fs::rename(&building, path).map_err(|e| io("cannot put it in place", e)),
+        }
     })();
-    if let Err(e) = built {
-        let _ = std::fs::remove_file(&building);
-        return Err(e);
+    for suffix in ["", "-wal", "-shm"] {
+        let mut file = building.as_os_str().to_owned();
+        file.push(suffix);
+        let _ = std::fs::remove_file(file);
     }
-    std::fs::rename(&building, path).map_err(|e| io("cannot put it in place", e))?;
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    built?;
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| io("cannot write its directory out", e))
+}
+
+/// What names a store being built: `store.sqlite3.creating.PID.N`.
+const CREATING: &str = ".creating.";
+
+/// Removes the files of creations of the store `name` in `dir` whose process is gone (it was
+/// killed while building): the half-built store and its `-wal` and `-shm`.
+fn clear_creations_cut_short(dir: &Path, name: &std::ffi::OsStr) -> std::io::Result<()> {
+    let mut prefix = name.to_owned();
+    prefix.push(CREATING);
+    let prefix = prefix.to_string_lossy().into_owned();
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        let file = entry.file_name();
+        let Some(rest) = file.to_str().and_then(|f| f.strip_prefix(prefix.as_str())) else {
+            continue;
+        };
+        let pid = rest.split('.').next().and_then(|p| p.parse::<i32>().ok());
+        if pid.is_some_and(process_is_gone) {
+            match std::fs::remove_file(entry.path()) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether no process `pid` runs (signal 0 checks without sending anything).
+fn process_is_gone(pid: i32) -> bool {
+    // SAFETY: kill with signal 0 only looks the process up.
+    pid > 0
+        && unsafe { libc::kill(pid, 0) } == -1
+        && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
 }
 
 /// Another connection to the checked file at `path`, for reading only: WAL lets it read

@@ -187,13 +187,17 @@ fn a_new_store_has_the_schema_the_migrations_build() {
     assert_eq!(built, shape(&migrated));
 }
 
-/// What a creation cut short left beside the store (its half-built file and that file's WAL)
-/// is removed by the next, which then creates the store.
+/// What a creation cut short left beside the store (its half-built file and that file's WAL,
+/// its process gone) is removed by the next, which then creates the store; a creation whose
+/// process still runs is left to it.
 #[test]
 fn a_creation_cut_short_is_cleared_by_the_next() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("store.sqlite3");
-    for leftover in ["store.sqlite3.creating", "store.sqlite3.creating-wal"] {
+    // No process has an id this high (Linux allows at most 2^22).
+    let gone = "store.sqlite3.creating.2147483000.0";
+    let running = "store.sqlite3.creating.1.0";
+    for leftover in [gone, &format!("{gone}-wal"), running] {
         std::fs::write(dir.path().join(leftover), b"half written").unwrap();
     }
     let store = SqliteStore::open(&path).unwrap();
@@ -205,13 +209,51 @@ fn a_creation_cut_short_is_cleared_by_the_next() {
     names.sort();
     assert_eq!(
         names,
-        ["store.sqlite3", "store.sqlite3-shm", "store.sqlite3-wal"],
-        "only the store and its WAL"
+        [
+            "store.sqlite3",
+            "store.sqlite3-shm",
+            "store.sqlite3-wal",
+            running
+        ],
+        "the store, its WAL, and the creation still in progress"
     );
 }
 
-/// `.cargo/config.toml` builds the bundled SQLite without the extensions the store never uses
-/// (about 0.5 MB of the release binary); the store runs on what is left.
+/// Two openers that find no store create one each at once: one is put in place and both open
+/// it (linking never replaces a store another opener put there first, with its writes).
+#[test]
+fn two_openers_creating_at_once_share_one_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    let barrier = Arc::new(std::sync::Barrier::new(8));
+    let stores: Vec<SqliteStore> = (0..8)
+        .map(|_| {
+            let (path, barrier) = (path.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                barrier.wait();
+                SqliteStore::open(&path).unwrap()
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|t| t.join().unwrap())
+        .collect();
+    for (i, store) in stores.iter().enumerate() {
+        store.set("", &format!("k{i}"), &json!(i)).unwrap();
+    }
+    for store in &stores {
+        for i in 0..stores.len() {
+            assert_eq!(store.get("", &format!("k{i}")).unwrap(), Some(json!(i)));
+        }
+    }
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("creating"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
 #[test]
 fn the_bundled_sqlite_leaves_out_the_extensions_the_store_never_uses() {
     let (_dir, store) = fresh();
