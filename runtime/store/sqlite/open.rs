@@ -240,6 +240,12 @@ fn create(path: &Path) -> StoreResult<()> {
     let Some(name) = path.file_name() else {
         return Err(StoreError::Io(format!("{shown}: not a file name")));
     };
+    if !dir.is_dir() {
+        return Err(StoreError::Io(format!(
+            "{shown}: cannot create it: its folder {} does not exist",
+            dir.display()
+        )));
+    }
     clear_creations_cut_short(dir, name)
         .map_err(|e| io("cannot remove what an earlier creation left", e))?;
     let mut building = name.to_owned();

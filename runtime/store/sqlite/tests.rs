@@ -227,6 +227,21 @@ fn a_creation_cut_short_is_cleared_by_the_next() {
     );
 }
 
+/// A store whose folder does not exist is not created, and the error names the folder.
+#[test]
+fn a_store_in_a_missing_folder_is_refused_naming_the_folder() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gone").join("store.sqlite3");
+    let err = SqliteStore::open(&path).err().expect("refused").to_string();
+    assert!(
+        err.contains(&format!(
+            "its folder {} does not exist",
+            dir.path().join("gone").display()
+        )),
+        "{err}"
+    );
+}
+
 /// Two openers that find no store create one each at once: one is put in place and both open
 /// it (linking never replaces a store another opener put there first, with its writes).
 #[test]
