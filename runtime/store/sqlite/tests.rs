@@ -232,7 +232,10 @@ fn a_creation_cut_short_is_cleared_by_the_next() {
 fn a_store_in_a_missing_folder_is_refused_naming_the_folder() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gone").join("store.sqlite3");
-    let err = SqliteStore::open(&path).err().expect("refused").to_string();
+    let err = match SqliteStore::open(&path) {
+        Ok(_) => panic!("a store was created in a missing folder"),
+        Err(e) => e.to_string(),
+    };
     assert!(
         err.contains(&format!(
             "its folder {} does not exist",
