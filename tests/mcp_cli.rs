@@ -602,14 +602,7 @@ fn a_stdio_server_that_ignores_a_closed_stdin_ends_when_a_signal_kills_colony() 
     // SAFETY: kill takes plain integers.
     assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
     child.wait().unwrap();
-    // The signal to the server is asynchronous: give it a moment, without a deadline on colony.
-    for _ in 0..500 {
-        if !running(wrapper) {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    panic!("the server's first process ({wrapper}) outlived colony by 10 s");
+    ends_soon(wrapper, "the server's first process");
 }
 
 /// A resident's server (connected by `ai.spawn`) ends with colony even when colony is killed:
@@ -645,14 +638,19 @@ ai.watch()
     assert!(running(wrapper));
     child.kill().unwrap();
     child.wait().unwrap();
-    // The signal to the server is asynchronous: give it a moment, without a deadline on colony.
+    ends_soon(wrapper, "the resident's server");
+}
+
+/// Waits for process `pid` (`what`) to end after colony has: the signal that ends it is
+/// asynchronous, so it is given a moment (10 s), with no deadline on colony itself.
+fn ends_soon(pid: u32, what: &str) {
     for _ in 0..500 {
-        if !running(wrapper) {
+        if !running(pid) {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    panic!("the resident's server ({wrapper}) outlived colony by 10 s");
+    panic!("{what} ({pid}) outlived colony by 10 s");
 }
 
 #[test]
