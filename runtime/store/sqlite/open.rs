@@ -161,7 +161,10 @@ const SCHEMA: &str = "CREATE TABLE kv (
 pub(super) fn open_checked(path: &Path) -> StoreResult<Connection> {
     let shown = path.display();
     match path.try_exists() {
-        Ok(false) => create(path)?,
+        Ok(false) => {
+            refuse_orphan_log(path)?;
+            create(path)?
+        }
         Ok(true) => check_header(path)?,
         Err(e) => return Err(StoreError::Io(format!("{shown}: cannot look for it: {e}"))),
     }
@@ -293,6 +296,28 @@ fn create(path: &Path) -> StoreResult<()> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(|e| io("cannot write its directory out", e))
+}
+
+/// A store file that is gone while its WAL is still there was removed without it: SQLite would
+/// replay that log into the new store made in its place, bringing back what the person removing
+/// it meant to remove (or pages of it, which is worse). Nothing is created then, and nothing
+/// removed: the person decides.
+fn refuse_orphan_log(path: &Path) -> StoreResult<()> {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    let wal = std::path::PathBuf::from(wal);
+    if wal.exists() {
+        return Err(StoreError::Damaged(format!(
+            "{} is missing but its write-ahead log {} is there: the store was removed without \
+             it. Restore the store, or remove {} and {}-shm too to start afresh; nothing was \
+             changed",
+            path.display(),
+            wal.display(),
+            wal.display(),
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 /// What names a store being built: `store.sqlite3.creating.PID.N`.

@@ -245,6 +245,33 @@ fn a_store_in_a_missing_folder_is_refused_naming_the_folder() {
     );
 }
 
+/// A store removed without its write-ahead log is not made again on top of that log (SQLite
+/// would replay it into the new store, bringing the removed data back): refused, naming both,
+/// and nothing is changed.
+#[test]
+fn a_store_removed_without_its_log_is_refused_and_left_as_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    let wal = dir.path().join("store.sqlite3-wal");
+    std::fs::write(&wal, b"the log of a store that was removed").unwrap();
+    let err = match SqliteStore::open(&path) {
+        Ok(_) => panic!("a store was made on top of an orphan log"),
+        Err(e) => e,
+    };
+    assert!(matches!(err, StoreError::Damaged(_)), "{err}");
+    let said = err.to_string();
+    assert!(
+        said.contains("store.sqlite3 is missing but its write-ahead log"),
+        "{said}"
+    );
+    assert!(said.contains("store.sqlite3-wal"), "{said}");
+    assert!(!path.exists());
+    assert_eq!(
+        std::fs::read(&wal).unwrap(),
+        b"the log of a store that was removed"
+    );
+}
+
 /// Two openers that find no store create one each at once: one is put in place and both open
 /// it (linking never replaces a store another opener put there first, with its writes).
 #[test]
