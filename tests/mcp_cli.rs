@@ -523,18 +523,25 @@ fn pids(file: &std::path::Path, n: usize) -> Vec<u32> {
     );
 }
 
-/// A script that connects to the Python server through `wrapper` (a `sh -c` text, where `PIDS`
-/// is the pid file, `PY` the server's command) and then runs `then`.
-fn wrapped_server_script(sb: &Sandbox, wrapper: &str, then: &str) -> (String, std::path::PathBuf) {
+/// The `sh -c` text `wrapper` with `PIDS` (the pid file it writes, returned too) and `PY` (the
+/// Python server's command) filled in.
+fn wrapper_command(sb: &Sandbox, wrapper: &str) -> (String, std::path::PathBuf) {
     let pids = sb.path("pids");
     let server = format!(
         "{} {} stdio",
         mcp::python().display(),
         mcp::server_script().display()
     );
-    let wrapper = wrapper
+    let command = wrapper
         .replace("PIDS", &pids.display().to_string())
         .replace("PY", &server);
+    (command, pids)
+}
+
+/// A script that connects to the Python server through `wrapper` ([`wrapper_command`]) and
+/// then runs `then`.
+fn wrapped_server_script(sb: &Sandbox, wrapper: &str, then: &str) -> (String, std::path::PathBuf) {
+    let (wrapper, pids) = wrapper_command(sb, wrapper);
     let source = format!(
         r#"io.stdout:setvbuf("line")
 local conn = assert(mcp.connect{{ command = "sh", args = {{ "-c", {wrapper:?} }} }})
@@ -543,6 +550,21 @@ print(mcp.call(conn, "echo", {{ text = "connected" }}))
 "#
     );
     (sb.write("script.lua", &source).display().to_string(), pids)
+}
+
+/// `colony run FILE`, once it has printed the line `wanted` (it must not end before). Its
+/// stdout stays open: colony ends a program whose stdout is closed.
+fn run_until(sb: &Sandbox, file: &str, wanted: &str) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = sb.spawn(&["run", file]);
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    while line.trim() != wanted {
+        line.clear();
+        assert!(out.read_line(&mut line).unwrap() > 0, "colony ended early");
+    }
+    child.stdout = Some(out.into_inner());
+    child
 }
 
 /// The wrapper's second process, started in the background, outlives the server.
@@ -589,14 +611,7 @@ fn a_stdio_server_that_ignores_a_closed_stdin_ends_when_a_signal_kills_colony() 
         "echo $$ > PIDS; PY; sleep 600",
         r#"print("waiting"); mcp.call(conn, "sleep", { seconds = 600 })"#,
     );
-    let mut child = sb.spawn(&["run", &file]);
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    use std::io::BufRead;
-    while line.trim() != "waiting" {
-        line.clear();
-        assert!(out.read_line(&mut line).unwrap() > 0, "colony ended early");
-    }
+    let mut child = run_until(&sb, &file, "waiting");
     let wrapper = pids(&pid_file, 1)[0];
     assert!(running(wrapper));
     // SAFETY: kill takes plain integers.
@@ -611,13 +626,7 @@ fn a_stdio_server_that_ignores_a_closed_stdin_ends_when_a_signal_kills_colony() 
 #[test]
 fn a_residents_stdio_server_that_ignores_a_closed_stdin_ends_when_colony_is_killed() {
     let sb = Sandbox::new();
-    let pid_file = sb.path("pids");
-    let server = format!(
-        "{} {} stdio",
-        mcp::python().display(),
-        mcp::server_script().display()
-    );
-    let wrapper = format!("echo $$ > {}; {server}; sleep 600", pid_file.display());
+    let (wrapper, pid_file) = wrapper_command(&sb, "echo $$ > PIDS; PY; sleep 600");
     let file = sb.write(
         "resident.lua",
         &format!(
@@ -628,12 +637,7 @@ ai.watch()
 "#
         ),
     );
-    let mut child = sb.spawn(&["run", &file.display().to_string()]);
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    use std::io::BufRead;
-    assert!(out.read_line(&mut line).unwrap() > 0, "colony ended early");
-    assert_eq!(line.trim(), "ready");
+    let mut child = run_until(&sb, &file.display().to_string(), "ready");
     let wrapper = pids(&pid_file, 1)[0];
     assert!(running(wrapper));
     child.kill().unwrap();
