@@ -471,6 +471,59 @@ fn a_damaged_store_is_refused_and_untouched() {
     assert_eq!(std::fs::read(&db).unwrap(), garbage);
 }
 
+/// `colony run` opens the store on a thread of its own while it builds the VM; nothing of the
+/// script may run before the store is open, or at all when it cannot be opened.
+#[test]
+fn a_run_whose_store_cannot_be_opened_runs_nothing_of_the_script() {
+    let sb = Sandbox::new();
+    let script = sb.write(
+        "marks.lua",
+        "fs.write('ran.txt', 'yes')\nstore.set('k', 1)\nprint('ran')\n",
+    );
+    let ran = script.with_file_name("ran.txt");
+    let state = state_dir::default_under(&sb.state_home(), &script);
+    std::fs::create_dir_all(&state).unwrap();
+
+    // Held by another process.
+    let held = StateDir::open(&state).unwrap();
+    let run = sb.colony(&["run", &s(&script)]).failed();
+    assert_eq!(run.code, 1);
+    let expected = format!(
+        "colony: {} is in use by process {} (",
+        s(&state),
+        std::process::id()
+    );
+    assert!(run.stderr.starts_with(&expected), "{}", run.stderr);
+    assert_eq!(run.stdout, "");
+    assert!(!ran.exists(), "the script ran while its store was held");
+    drop(held);
+
+    // Damaged.
+    let db = state.join(STORE_FILE);
+    let garbage: Vec<u8> = (0..4096u32).map(|i| (i * 31 + 7) as u8).collect();
+    std::fs::write(&db, &garbage).unwrap();
+    let run = sb.colony(&["run", &s(&script)]).failed();
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        format!(
+            "colony: {} is not a colony store (not an SQLite database); it was left as it is\n",
+            s(&db)
+        )
+    );
+    assert_eq!(run.stdout, "");
+    assert!(!ran.exists(), "the script ran on a damaged store");
+    assert_eq!(std::fs::read(&db).unwrap(), garbage);
+
+    // Once the store can be opened, the script runs and its first line reaches the store.
+    std::fs::remove_file(&db).unwrap();
+    let run = sb.colony(&["run", &s(&script)]).ok();
+    assert_eq!(run.stdout, "ran\n");
+    assert!(ran.exists());
+    let state = StateDir::open(&state).unwrap();
+    assert_eq!(state.store().get("", "k").unwrap(), Some(json!(1)));
+}
+
 #[test]
 fn an_empty_store_file_is_refused_and_untouched() {
     let (sb, script, state) = setup();

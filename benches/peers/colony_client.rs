@@ -86,17 +86,18 @@ fn main() {
             (dir.path().to_path_buf(), Some(dir))
         }
     };
-    let state = colony::store::select::ProgramStore::open(
-        &state_path,
+    // As `colony run` does, the store opens on a thread of its own while the VM is built.
+    let opening = colony::store::opening::Opening::start(
+        state_path,
         None,
-        std::path::Path::new("colony_agent.lua"),
+        std::path::PathBuf::from("colony_agent.lua"),
     )
-    .expect("the program's store opens");
+    .expect("a thread to open the store");
     // `PEERS_COLONY_STORE=memory` runs with the in-memory store an embedding gets by default,
     // to measure the SQLite store's share of a step side by side.
     let in_memory = std::env::var("PEERS_COLONY_STORE").is_ok_and(|v| v == "memory");
     let host = colony::lua::HostSetup {
-        store: (!in_memory).then(|| state.dyn_store()),
+        store_opening: (!in_memory).then(|| opening.store()),
         ..colony::lua::HostSetup::default()
     };
     let script = std::thread::spawn(move || {
@@ -107,7 +108,7 @@ fn main() {
             script_args,
             host,
         );
-        drop(state);
+        drop(opening.finish().expect("the program's store opens"));
         // However the script ended, tell the harness it is over.
         let _ = (&mark_tx).write_all(b"exit\n");
         drop((mark_tx, ack_rx));

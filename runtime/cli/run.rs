@@ -12,7 +12,8 @@ use std::time::Duration;
 use super::{Cassettes, Failure, build_core};
 use crate::lua::HostSetup;
 use crate::residents::{Lifecycle, Settled};
-use crate::store::select::{self, ProgramStore};
+use crate::store::opening::Opening;
+use crate::store::select;
 use crate::store::state_dir;
 use crate::turn::TurnError;
 
@@ -60,19 +61,25 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         (None, None) => state_dir::default_for(&args.file),
     };
     let url = select::url(args.store.as_deref(), &core.config());
-    let state = ProgramStore::open(&dir, url.as_deref(), &args.file)
-        .map_err(|e| Failure::run(format!("colony: {e}")))?;
+    // The store opens on a thread of its own while the VM is built; the script starts once it
+    // is open.
+    let opening = Opening::start(dir, url, args.file.clone())
+        .map_err(|e| Failure::run(format!("colony: cannot start opening the store: {e}")))?;
     let base = std::env::current_dir().unwrap_or_default();
     let interrupt = crate::lua::watchdog::Interrupt::default();
     let host = HostSetup {
-        store: Some(state.dyn_store()),
+        store_opening: Some(opening.store()),
         permissions: Arc::new(args.sandbox.permissions(&base)),
         max_memory: args.sandbox.max_memory(),
         interrupt: interrupt.clone(),
         ..HostSetup::default()
     };
-    let running =
-        crate::lua::start_file(core, &args.file, args.args, host).map_err(|e| Failure::run(e.0))?;
+    let started = crate::lua::start_file(core, &args.file, args.args, host);
+    // A store that cannot be opened is what the run reports, before anything of the script.
+    let state = opening
+        .finish()
+        .map_err(|e| Failure::run(format!("colony: {e}")))?;
+    let running = started.map_err(|e| Failure::run(e.0))?;
     let lifecycle = running.lifecycle.clone();
     let stdout_gone = Arc::new(AtomicBool::new(false));
     super::stdout_gone::watch(lifecycle.clone(), interrupt.clone(), stdout_gone.clone());

@@ -213,14 +213,18 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     lua.set_app_data(core.with_own_client());
     lua.set_app_data(bridge::Functions::default());
     let (bridge, jobs) = bridge::channel();
-    let store = host
-        .store
-        .clone()
-        .unwrap_or_else(|| std::sync::Arc::new(crate::store::memory::MemoryStore::new()));
+    let given = host.store.clone().or_else(|| {
+        host.store_opening
+            .clone()
+            .map(|s| s as std::sync::Arc<dyn crate::store::Store>)
+    });
+    let durable = given.is_some();
+    let store =
+        given.unwrap_or_else(|| std::sync::Arc::new(crate::store::memory::MemoryStore::new()));
     lua.set_app_data(store::ProgramStore(store.clone()));
     // Only a store the program opened (on disk) gains from a shared transaction; the in-memory
     // default an embedding gets writes each line at once.
-    if host.store.is_some() {
+    if durable {
         lua.set_app_data(turn::ScriptAudit(
             crate::store::audit_batch::AuditBatch::new(store.clone()),
         ));
@@ -367,6 +371,11 @@ async fn run_on_this_thread(
     } = launch;
     let (lua, jobs) = new_vm_with(core, &host)
         .map_err(|e| ScriptError(format!("cannot build the Lua VM: {e}")))?;
+    // The store opened beside the VM: nothing of the script runs before it is open, or at all
+    // if it cannot be.
+    if let Some(opening) = &host.store_opening {
+        opening.wait().map_err(|e| ScriptError(e.to_string()))?;
+    }
     if let Some(dir) = dir {
         lua.set_app_data(fs::ScriptDir(dir));
     }

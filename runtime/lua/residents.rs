@@ -27,6 +27,10 @@ pub struct HostSetup {
     pub deliveries: Option<mpsc::UnboundedSender<Delivery>>,
     /// The program's durable store (its state directory's); `None`: one in memory.
     pub store: Option<std::sync::Arc<dyn crate::store::Store>>,
+    /// The program's durable store while it is still being opened (`store` left `None`): the
+    /// VM is built meanwhile, and the script runs only once the store is open, or not at all
+    /// when it cannot be (`crate::store::opening`).
+    pub store_opening: Option<std::sync::Arc<crate::store::opening::OpeningStore>>,
     /// The application mails the program's residents from outside: the watch does not end
     /// when they are all idle.
     pub mails_in: bool,

@@ -20,6 +20,7 @@ pub mod audit_batch;
 mod group_commit;
 pub mod memory;
 pub(crate) mod off_worker;
+pub mod opening;
 pub mod postgres;
 pub mod select;
 pub mod sqlite;
