@@ -17,7 +17,8 @@ use serde_json::Value;
 
 use super::select::ProgramStore;
 use super::{
-    AuditEntry, AuditFilter, BreakerState, JournalEntry, SavedResident, Store, StoreResult,
+    AuditEntry, AuditFilter, BreakerState, JournalEntry, SavedResident, Store, StoreError,
+    StoreResult,
 };
 use crate::residents::Mail;
 use crate::vocab::Message;
@@ -37,19 +38,26 @@ impl Opening {
     /// Starts opening the program store `ProgramStore::open(dir, url, script)` would open, on a
     /// thread of its own.
     pub fn start(dir: PathBuf, url: Option<String>, script: PathBuf) -> std::io::Result<Opening> {
+        Opening::spawn(move || ProgramStore::open(&dir, url.as_deref(), &script))
+    }
+
+    /// Runs `open` on a thread of its own. Whatever way it ends, those waiting are told: a
+    /// panic is an error, never a wait that does not end.
+    fn spawn(
+        open: impl FnOnce() -> StoreResult<ProgramStore> + Send + 'static,
+    ) -> std::io::Result<Opening> {
         let store = Arc::new(OpeningStore {
             opened: OnceLock::new(),
         });
-        let slot = store.clone();
+        let told = TellOnDrop(store.clone());
         let thread = std::thread::Builder::new()
             .name("colony-store-open".into())
             .spawn(move || {
-                let opened = ProgramStore::open(&dir, url.as_deref(), &script);
-                let outcome = match &opened {
+                let opened = open();
+                let _ = told.0.opened.set(match &opened {
                     Ok(store) => Ok(store.dyn_store()),
                     Err(e) => Err(e.clone()),
-                };
-                let _ = slot.opened.set(outcome);
+                });
                 opened
             })?;
         Ok(Opening { store, thread })
@@ -63,11 +71,21 @@ impl Opening {
     /// Waits for the opening to end: the opened store (which holds the state directory's lock
     /// until it is dropped), or why it could not be opened.
     pub fn finish(self) -> StoreResult<ProgramStore> {
-        self.thread.join().unwrap_or_else(|_| {
-            Err(super::StoreError::Io(
-                "the thread opening the store panicked".into(),
-            ))
-        })
+        self.thread.join().unwrap_or_else(|_| Err(panicked()))
+    }
+}
+
+/// Why a store whose opening panicked is not open.
+fn panicked() -> StoreError {
+    StoreError::Io("the thread opening the store panicked".into())
+}
+
+/// Tells those waiting on the opening that it panicked, unless it ended and told them itself.
+struct TellOnDrop(Arc<OpeningStore>);
+
+impl Drop for TellOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.opened.set(Err(panicked()));
     }
 }
 
@@ -153,7 +171,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::store::StoreError;
     use crate::store::state_dir::StateDir;
 
     /// A call made while the store opens waits for it and reaches the store that was opened.
@@ -181,5 +198,25 @@ mod tests {
         assert_eq!(store.get("", "k").unwrap_err(), why);
         assert_eq!(opening.finish().unwrap_err(), why);
         drop(held);
+    }
+
+    /// An opening that panics ends every wait with an error: the Lua thread waiting before the
+    /// script's first line would otherwise wait for ever, and `colony run` with it.
+    #[test]
+    fn an_opening_that_panics_ends_every_wait_with_an_error() {
+        let opening = Opening::spawn(|| panic!("a defect while opening")).unwrap();
+        let store = opening.store();
+        // Waited for on a thread of its own, so that a wait that never ends fails the test
+        // rather than hanging it.
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiting = store.clone();
+        std::thread::spawn(move || tx.send(waiting.wait().err()));
+        let why = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the wait ends")
+            .expect("a panicked opening is not open");
+        assert_eq!(why, panicked());
+        assert_eq!(store.audit_log(&AuditFilter::default()).unwrap_err(), why);
+        assert_eq!(opening.finish().unwrap_err(), why);
     }
 }
