@@ -153,9 +153,6 @@ fn start(
     host: HostSetup,
 ) -> Result<Running, ScriptError> {
     let name = name.to_string();
-    // Programs define tools, whose parameters are checked against the JSON Schema meta-schema:
-    // its validator is built beside the VM rather than at the first `ai.tool`.
-    crate::turn::tools::prepare_schema_checks();
     let (life_tx, life_rx) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("colony-lua".into())

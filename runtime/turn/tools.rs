@@ -106,24 +106,6 @@ fn schema_fault(e: &jsonschema::ValidationError<'_>) -> String {
     }
 }
 
-/// Builds, on a thread of its own, what the first [`ToolDef::new`] of a process waits for:
-/// jsonschema's validator of the JSON Schema meta-schema, against which every tool's parameters
-/// are checked (about 1.3 ms, once a process; each check after it takes microseconds). Called as
-/// a program starts, it is built while the Lua VM is, and the program's first `ai.tool` finds it
-/// ready (or waits for the rest). Does nothing after the first call.
-pub fn prepare_schema_checks() {
-    static STARTED: std::sync::Once = std::sync::Once::new();
-    STARTED.call_once(|| {
-        let built = std::thread::Builder::new()
-            .name("colony-schemas".into())
-            .spawn(|| jsonschema::meta::is_valid(&serde_json::json!({ "type": "object" })));
-        if let Err(e) = built {
-            // Nothing lost: the first tool builds it then.
-            tracing::debug!("the schema checks are built on first use: {e}");
-        }
-    });
-}
-
 impl ToolDef {
     /// Checks the name and compiles the schema (expanding the shorthand first).
     pub fn new(
