@@ -103,58 +103,13 @@ const MIGRATIONS: &[&str] = &[
      DELETE FROM sqlite_sequence WHERE name = 'audit';",
 ];
 
-/// The schema at [`SCHEMA_VERSION`] in one step, which a new store is built with: what
-/// `MIGRATIONS` build one after another (a test compares the two, table by table and index by
-/// index), without their three `ALTER TABLE`s and the audit table built twice, which were most
-/// of a new store's creation (about 1 ms of CPU). A new step of `MIGRATIONS` changes it too.
-const SCHEMA: &str = "CREATE TABLE kv (
-         space TEXT NOT NULL,
-         key   TEXT NOT NULL,
-         value TEXT NOT NULL,
-         PRIMARY KEY (space, key)
-     ) WITHOUT ROWID;
-     CREATE TABLE cells (
-         name     TEXT PRIMARY KEY,
-         messages TEXT NOT NULL,
-         dropped  INTEGER NOT NULL DEFAULT 0
-     );
-     CREATE TABLE backlog (
-         seq  INTEGER PRIMARY KEY AUTOINCREMENT,
-         name TEXT NOT NULL,
-         mail TEXT NOT NULL
-     );
-     CREATE INDEX backlog_by_name ON backlog (name, seq);
-     CREATE TABLE journal (
-         name    TEXT NOT NULL,
-         call_id TEXT NOT NULL,
-         tool    TEXT NOT NULL,
-         result  TEXT,
-         files   TEXT,
-         PRIMARY KEY (name, call_id)
-     );
-     CREATE TABLE breakers (
-         key   TEXT PRIMARY KEY,
-         state TEXT NOT NULL
-     );
-     CREATE TABLE accepted (
-         name TEXT NOT NULL,
-         id   TEXT NOT NULL,
-         PRIMARY KEY (name, id)
-     ) WITHOUT ROWID;
-     CREATE TABLE files (
-         sha256 TEXT PRIMARY KEY,
-         data   BLOB NOT NULL
-     );
-     CREATE TABLE audit (
-         id          INTEGER PRIMARY KEY,
-         at_ms       INTEGER NOT NULL,
-         resident    TEXT NOT NULL,
-         tool        TEXT NOT NULL,
-         args_hash   TEXT NOT NULL,
-         duration_ms REAL NOT NULL,
-         outcome     TEXT NOT NULL,
-         message     TEXT
-     );";
+/// A new store, as [`empty_store_image`] writes it: `MIGRATIONS` applied to an empty file,
+/// stamped at their version, compacted and switched to WAL mode. A new store is these bytes
+/// written out, where building it with SQLite took 1.5 to 2 ms of CPU (parsing and running
+/// the schema's statements, opening and closing a connection), most of a first run's start.
+/// A test fails when a new step of `MIGRATIONS` is not in it yet, and says how to write it
+/// anew; were an old one shipped anyway, opening would bring the new store up to date.
+const EMPTY_STORE: &[u8] = include_bytes!("empty_store.sqlite3");
 
 /// Opens (creating if missing) the file at `path` as the store's writing connection: checked,
 /// in WAL mode with `synchronous=FULL`, its schema brought up to [`SCHEMA_VERSION`].
@@ -232,14 +187,13 @@ pub(super) fn open_checked(path: &Path) -> StoreResult<Connection> {
     Ok(conn)
 }
 
-/// Creates the store at `path`, at [`SCHEMA_VERSION`] and in WAL mode, all at once: built in a
-/// file of its own beside it without a journal or a wait for the disk, then written out (one
-/// `fsync`) and linked into place (one more for the directory). Built in place, the same store
-/// took seven `fsync`s (the switch to WAL through a rollback journal, then the schema through the
-/// WAL) and copied the schema once more at the first checkpoint: a third of a first `colony
-/// run`'s start. `path` is either absent or a whole store. Linking never replaces: a store that
-/// another process created meanwhile is the one opened, and this one is dropped. What a creation
-/// cut short left beside it (its process gone) is removed by the next.
+/// Creates the store at `path`, at [`SCHEMA_VERSION`] and in WAL mode, all at once: the bytes of
+/// [`EMPTY_STORE`] written to a file of its own beside it (one `fsync`) and linked into place
+/// (one more for the directory). Built in place, the same store took seven `fsync`s (the switch
+/// to WAL through a rollback journal, then the schema through the WAL) and copied the schema
+/// once more at the first checkpoint. `path` is either absent or a whole store. Linking never
+/// replaces: a store that another process created meanwhile is the one opened, and this one is
+/// dropped. What a creation cut short left beside it (its process gone) is removed by the next.
 ///
 /// `true`: the store in place is the one this call built; `false`: another opener's.
 fn create(path: &Path) -> StoreResult<bool> {
@@ -269,26 +223,7 @@ fn create(path: &Path) -> StoreResult<bool> {
     ));
     let building = dir.join(building);
     let built = (|| {
-        let mut conn =
-            Connection::open(&building).map_err(|e| classify(path, "cannot create it", e))?;
-        // Nothing to lose until it is in place: no journal, no waiting for the disk.
-        conn.pragma_update(None, "journal_mode", "OFF")
-            .and_then(|()| conn.pragma_update(None, "synchronous", "OFF"))
-            .map_err(|e| classify(path, "cannot create it", e))?;
-        build(&mut conn, path)?;
-        let mode: String = conn
-            .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
-            .map_err(|e| classify(path, "cannot switch it to WAL mode", e))?;
-        if !mode.eq_ignore_ascii_case("wal") {
-            return Err(StoreError::Io(format!(
-                "{shown}: SQLite refused WAL mode (journal mode is {mode})"
-            )));
-        }
-        conn.close()
-            .map_err(|(_, e)| classify(path, "cannot finish creating it", e))?;
-        File::open(&building)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| io("cannot write it out", e))?;
+        write_out(&building, EMPTY_STORE).map_err(|e| io("cannot create it", e))?;
         match std::fs::hard_link(&building, path) {
             Ok(()) => Ok(true),
             // Another process created it meanwhile: that store stands.
@@ -299,11 +234,7 @@ fn create(path: &Path) -> StoreResult<bool> {
                 .map_err(|e| io("cannot put it in place", e)),
         }
     })();
-    for suffix in ["", "-wal", "-shm"] {
-        let mut file = building.as_os_str().to_owned();
-        file.push(suffix);
-        let _ = std::fs::remove_file(file);
-    }
+    let _ = std::fs::remove_file(&building);
     let ours = built?;
     File::open(dir)
         .and_then(|d| d.sync_all())
@@ -418,15 +349,35 @@ fn migrate_between(conn: &mut Connection, path: &Path, from: i64, to: i64) -> St
     Ok(())
 }
 
-/// Builds [`SCHEMA`] in the empty database `conn`, stamped as a colony store at
-/// [`SCHEMA_VERSION`].
-fn build(conn: &mut Connection, path: &Path) -> StoreResult<()> {
-    let what = format!("cannot build its schema (version {SCHEMA_VERSION})");
-    let tx = conn.transaction().map_err(|e| classify(path, &what, e))?;
-    tx.execute_batch(SCHEMA)
-        .map_err(|e| classify(path, &what, e))?;
-    stamp(&tx, path, SCHEMA_VERSION)?;
-    tx.commit().map_err(|e| classify(path, &what, e))
+/// Writes `bytes` to the new file `path` and waits for the disk: nothing of it is in place
+/// before all of it is durable. Readable and writable by its owner, readable by others, as
+/// SQLite creates a database (the umask applies).
+fn write_out(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.sync_all()
+}
+
+/// Writes the file [`EMPTY_STORE`] is: `MIGRATIONS` applied one after another in one
+/// transaction, stamped, compacted (`VACUUM`: what a migration dropped leaves no free pages) and
+/// switched to WAL mode. Its bytes depend only on the statements and SQLite's file format.
+#[cfg(test)]
+pub(super) fn empty_store_image(path: &Path) -> Vec<u8> {
+    let mut conn = Connection::open(path).unwrap();
+    migrate_between(&mut conn, path, 0, SCHEMA_VERSION).unwrap();
+    conn.execute_batch("VACUUM").unwrap();
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    conn.close().unwrap();
+    std::fs::read(path).unwrap()
 }
 
 /// Marks the file as a colony store with its schema at version `to`.

@@ -182,9 +182,9 @@ fn shape(conn: &Connection) -> Vec<String> {
     shape
 }
 
-/// A new store is built from `SCHEMA` in one step; a store an older colony made reaches the
-/// same version through `MIGRATIONS`. The two must be the same store: every table, column,
-/// key and index alike (a migration added without changing `SCHEMA` fails here).
+/// A new store is written from the bytes of `EMPTY_STORE`; a store an older colony made reaches
+/// the same version through `MIGRATIONS`. The two must be the same store: every table, column,
+/// key and index alike.
 #[test]
 fn a_new_store_has_the_schema_the_migrations_build() {
     let dir = tempfile::tempdir().unwrap();
@@ -193,6 +193,34 @@ fn a_new_store_has_the_schema_the_migrations_build() {
     let built = shape(&fresh.writer().unwrap());
     assert!(built.len() > 40, "{built:#?}");
     assert_eq!(built, shape(&migrated));
+}
+
+/// `EMPTY_STORE`, the file a new store is, must be what this colony's `MIGRATIONS` build (less
+/// the SQLite version that wrote it, bytes 92 to 99 of the header). A step added to
+/// `MIGRATIONS` fails here until the file is written anew, which
+/// `COLONY_WRITE_EMPTY_STORE=1 cargo test --lib empty_store` does.
+#[test]
+fn the_empty_store_is_what_the_migrations_build() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(file!())
+        .with_file_name("empty_store.sqlite3");
+    let dir = tempfile::tempdir().unwrap();
+    let built = super::open::empty_store_image(&dir.path().join("image.sqlite3"));
+    if std::env::var_os("COLONY_WRITE_EMPTY_STORE").is_some() {
+        std::fs::write(&file, &built).unwrap();
+    }
+    let shipped = std::fs::read(&file).unwrap();
+    let without_version =
+        |b: &[u8]| [&b[..92.min(b.len())], b.get(100..).unwrap_or_default()].concat();
+    assert!(
+        without_version(&shipped) == without_version(&built),
+        "{} is not the store this colony's migrations build (schema version {SCHEMA_VERSION}, \
+         {} bytes built, {} shipped): write it anew with \
+         COLONY_WRITE_EMPTY_STORE=1 cargo test --lib empty_store",
+        file.display(),
+        built.len(),
+        shipped.len()
+    );
 }
 
 /// What a creation cut short left beside the store (its half-built file and that file's WAL,
