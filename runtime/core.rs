@@ -84,7 +84,7 @@ impl Core {
         providers: Providers,
         handle: tokio::runtime::Handle,
     ) -> Result<Core, ConfigError> {
-        Ok(Core::build(LiveConfig::load(path)?, providers, handle))
+        Ok(CoreParts::from_config_file(path, providers)?.start(handle))
     }
 
     fn build(config: LiveConfig, providers: Providers, handle: tokio::runtime::Handle) -> Core {
@@ -255,6 +255,35 @@ impl Core {
             Err(e) => tracing::debug!(kind = e.kind(), error = %e, "inference failed"),
         }
         result
+    }
+}
+
+/// A core before it has a runtime: its config file, read, and its providers. `colony run` reads
+/// them first and starts opening the program's store (whose place the config may name) before
+/// it builds the runtime, so that the two overlap; [`CoreParts::start`] then makes the core.
+pub struct CoreParts {
+    config: LiveConfig,
+    providers: Providers,
+}
+
+impl CoreParts {
+    /// The config file at `path`, read now (and again, once started, whenever
+    /// [`Core::refresh_config`] finds it changed on disk).
+    pub fn from_config_file(path: &Path, providers: Providers) -> Result<CoreParts, ConfigError> {
+        Ok(CoreParts {
+            config: LiveConfig::load(path)?,
+            providers,
+        })
+    }
+
+    /// The config as read.
+    pub fn config(&self) -> Arc<Config> {
+        self.config.current()
+    }
+
+    /// The core, its tasks spawned on `handle`.
+    pub fn start(self, handle: tokio::runtime::Handle) -> Core {
+        Core::build(self.config, self.providers, handle)
     }
 }
 

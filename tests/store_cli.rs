@@ -524,6 +524,54 @@ fn a_run_whose_store_cannot_be_opened_runs_nothing_of_the_script() {
     assert_eq!(state.store().get("", "k").unwrap(), Some(json!(1)));
 }
 
+/// `colony run` starts opening its store before it builds its runtime, but only once what it
+/// reads first is good: a config file it cannot read, a cassette that is not there or a program
+/// that is not there is reported with no state directory made and no store touched.
+#[test]
+fn a_run_that_cannot_start_makes_no_store() {
+    let sb = Sandbox::new();
+    let script = sb.write("p.lua", "print('ran')\n");
+    let state = state_dir::default_under(&sb.state_home(), &script);
+
+    let config = sb.write("config.toml", "[providers.openai\n");
+    let run = sb.colony(&["run", &s(&script)]).failed();
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains(&s(&config)), "{}", run.stderr);
+    assert_eq!(run.stdout, "");
+    std::fs::remove_file(&config).unwrap();
+
+    let cassette = sb.path("missing.cassette.jsonl");
+    let run = sb
+        .colony(&[
+            "run",
+            "--replay",
+            &s(&cassette),
+            "--state",
+            &s(&state),
+            &s(&script),
+        ])
+        .failed();
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains(&s(&cassette)), "{}", run.stderr);
+
+    let run = sb.colony(&["run", &s(&sb.path("absent.lua"))]).failed();
+    assert_eq!(run.code, 2, "{}", run.stderr);
+
+    assert!(
+        !state.exists(),
+        "a state directory was made for a run that could not start"
+    );
+    assert!(
+        !sb.state_home().exists(),
+        "a state directory was made for a run that could not start"
+    );
+
+    // With all three good, the same run makes its store.
+    let run = sb.colony(&["run", &s(&script)]).ok();
+    assert_eq!(run.stdout, "ran\n");
+    assert!(state.join(STORE_FILE).exists());
+}
+
 #[test]
 fn an_empty_store_file_is_refused_and_untouched() {
     let (sb, script, state) = setup();

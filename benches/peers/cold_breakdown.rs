@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use colony::config::Config;
 use colony::core::Core;
 use colony::providers::Providers;
+use colony::store::state_dir::StateDir;
 use colony::turn::{Handler, ToolDef};
 use serde_json::json;
 
@@ -101,6 +102,22 @@ fn main() {
     row(
         "run_source(ai.tool{add}) (the same + the tool)",
         time(|| colony::lua::run_source(core.clone(), "tool", tool.to_vec(), vec![])),
+    );
+    // The program's store as `colony run` opens it (on a thread of its own, beside the VM):
+    // its state directory locked, the store written out new (a program's first run) or the
+    // one a run left opened and checked (every later run).
+    let scratch = tempfile::tempdir().expect("a scratch directory");
+    let mut new_dirs = 0;
+    row(
+        "StateDir::open + close, a new store (written out)",
+        time(|| {
+            new_dirs += 1;
+            StateDir::open(&scratch.path().join(new_dirs.to_string())).expect("a new store")
+        }),
+    );
+    row(
+        "StateDir::open + close, the store a run left (checked)",
+        time(|| StateDir::open(&scratch.path().join("1")).expect("the kept store")),
     );
     row(
         "total of this program so far",

@@ -52,6 +52,24 @@ fn main() {
     let started = Instant::now();
     let args = Args::parse();
     init_logging();
+    // As `colony run` opens it (runtime/cli/run.rs), in a scratch state directory: a new store,
+    // as a program's first run creates it. `PEERS_COLONY_STATE=DIR` keeps it in DIR instead, so
+    // that the runs after the first open the store they left, as a program's later runs do.
+    let (state_path, scratch) = match std::env::var_os("PEERS_COLONY_STATE") {
+        Some(dir) => (std::path::PathBuf::from(dir), None),
+        None => {
+            let dir = tempfile::tempdir().expect("a scratch state directory");
+            (dir.path().to_path_buf(), Some(dir))
+        }
+    };
+    // As `colony run` does (runtime/cli/mod.rs), the store opens on a thread of its own before
+    // the runtime is built, while it and the VM are.
+    let opening = colony::store::opening::Opening::start(
+        state_path,
+        None,
+        std::path::PathBuf::from("colony_agent.lua"),
+    )
+    .expect("a thread to open the store");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("colony-core")
@@ -76,23 +94,6 @@ fn main() {
         mark_tx.as_raw_fd().to_string(),
         ack_rx.as_raw_fd().to_string(),
     ];
-    // As `colony run` opens it (runtime/cli/run.rs), in a scratch state directory: a new store,
-    // as a program's first run creates it. `PEERS_COLONY_STATE=DIR` keeps it in DIR instead, so
-    // that the runs after the first open the store they left, as a program's later runs do.
-    let (state_path, scratch) = match std::env::var_os("PEERS_COLONY_STATE") {
-        Some(dir) => (std::path::PathBuf::from(dir), None),
-        None => {
-            let dir = tempfile::tempdir().expect("a scratch state directory");
-            (dir.path().to_path_buf(), Some(dir))
-        }
-    };
-    // As `colony run` does, the store opens on a thread of its own while the VM is built.
-    let opening = colony::store::opening::Opening::start(
-        state_path,
-        None,
-        std::path::PathBuf::from("colony_agent.lua"),
-    )
-    .expect("a thread to open the store");
     // `PEERS_COLONY_STORE=memory` runs with the in-memory store an embedding gets by default,
     // to measure the SQLite store's share of a step side by side.
     let in_memory = std::env::var("PEERS_COLONY_STORE").is_ok_and(|v| v == "memory");

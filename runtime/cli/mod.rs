@@ -29,7 +29,7 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand};
 
-use crate::core::Core;
+use crate::core::{Core, CoreParts};
 use crate::providers::{Providers, replay};
 
 pub use panic::{CLOSED_STDOUT_STATUS, PANIC_ON_PURPOSE};
@@ -132,6 +132,12 @@ pub fn main() -> ExitCode {
     if std::env::var_os(PANIC_ON_PURPOSE).is_some() {
         panic!("{PANIC_ON_PURPOSE} is set: colony panics on purpose");
     }
+    // `colony run` reads its config and starts opening the program's store before the runtime
+    // is built: on 2 cores the two overlap, and a one-turn run starts about 1.3 ms sooner.
+    let prepared_run = match &cli.command {
+        Command::Run(args) => Some(run::prepare(args)),
+        _ => None,
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("colony-core")
@@ -144,7 +150,9 @@ pub fn main() -> ExitCode {
         }
     };
     let result = match cli.command {
-        Command::Run(args) => run::run(args, rt.handle()),
+        Command::Run(args) => prepared_run
+            .unwrap_or_else(|| run::prepare(&args))
+            .and_then(|prepared| run::run(args, prepared, rt.handle())),
         Command::Ask(args) => ask::run(args, rt.handle()),
         Command::Chat(args) => chat::run(args, rt.handle()),
         Command::Scripts(args) => scripts::run(args),
@@ -248,6 +256,12 @@ pub fn program_file(file: &std::path::Path) -> Result<(), Failure> {
 }
 
 pub fn build_core(cassettes: &Cassettes, handle: &tokio::runtime::Handle) -> Result<Core, Failure> {
+    Ok(core_parts(cassettes)?.start(handle.clone()))
+}
+
+/// What [`build_core`] builds a core of, read before there is a runtime: the cassettes and the
+/// config file.
+pub fn core_parts(cassettes: &Cassettes) -> Result<CoreParts, Failure> {
     let replay = match &cassettes.replay {
         Some(path) => Some(Arc::new(
             replay::Cassette::load(path).map_err(|e| Failure::input(format!("colony: {e}")))?,
@@ -262,12 +276,8 @@ pub fn build_core(cassettes: &Cassettes, handle: &tokio::runtime::Handle) -> Res
     };
     // The file is read again when it changes on disk: a program blocked on a bad setting is
     // served once it is fixed.
-    Core::from_config_file(
-        &crate::config::path(),
-        Providers::new(replay, record),
-        handle.clone(),
-    )
-    .map_err(|e| Failure::input(format!("colony: {e}")))
+    CoreParts::from_config_file(&crate::config::path(), Providers::new(replay, record))
+        .map_err(|e| Failure::input(format!("colony: {e}")))
 }
 
 /// A flag's value that says something: `--model ""` was sent to the provider as the empty model.

@@ -9,7 +9,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use super::{Cassettes, Failure, build_core};
+use super::{Cassettes, Failure, core_parts};
+use crate::core::CoreParts;
 use crate::lua::HostSetup;
 use crate::residents::{Lifecycle, Settled};
 use crate::store::opening::Opening;
@@ -48,8 +49,19 @@ pub struct Args {
     args: Vec<String>,
 }
 
-pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
-    let core = build_core(&args.cassettes, handle)?;
+/// What `colony run` does before there is a runtime: the config and cassettes read, the program
+/// file found, and its store opening on a thread of its own.
+pub struct Prepared {
+    parts: CoreParts,
+    opening: Opening,
+    /// The state directory of a replay without `--state`, removed at the end.
+    scratch: Option<PathBuf>,
+}
+
+/// Reads what the run needs and starts opening its store. A bad config or cassette and a
+/// missing program are reported before any store is touched, as before.
+pub fn prepare(args: &Args) -> Result<Prepared, Failure> {
+    let parts = core_parts(&args.cassettes)?;
     super::program_file(&args.file)?;
     // A cassette holds a run from a fresh start: replaying on a state that carried on would ask
     // the model things the cassette never saw.
@@ -60,11 +72,25 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         (None, Some(tmp)) => tmp.clone(),
         (None, None) => state_dir::default_for(&args.file),
     };
-    let url = select::url(args.store.as_deref(), &core.config());
-    // The store opens on a thread of its own while the VM is built; the script starts once it
-    // is open.
+    let url = select::url(args.store.as_deref(), &parts.config());
+    // The store opens on a thread of its own while the runtime and the VM are built; the script
+    // starts once it is open.
     let opening = Opening::start(dir, url, args.file.clone())
         .map_err(|e| Failure::run(format!("colony: cannot start opening the store: {e}")))?;
+    Ok(Prepared {
+        parts,
+        opening,
+        scratch,
+    })
+}
+
+pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
+    let Prepared {
+        parts,
+        opening,
+        scratch,
+    } = prepared;
+    let core = parts.start(handle.clone());
     let base = std::env::current_dir().unwrap_or_default();
     let interrupt = crate::lua::watchdog::Interrupt::default();
     let host = HostSetup {

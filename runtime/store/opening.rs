@@ -1,4 +1,5 @@
-//! A program's store opened on a thread of its own while the program's VM is built.
+//! A program's store opened on a thread of its own while the runtime and the program's VM are
+//! built.
 //!
 //! Opening a store is mostly waiting: the state directory's lock, SQLite's files, a new store's
 //! two `fsync`s, `quick_check`. Building the Lua VM is mostly CPU. Done one after the other they
