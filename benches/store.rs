@@ -450,6 +450,8 @@ struct StoreLevel {
     commit20: Lat,
     commit200: Lat,
     tool: Lat,
+    /// A script's tool call's audit line, alone in its transaction (`synchronous=NORMAL`).
+    audit: Lat,
     accept: Lat,
     /// 8 threads committing at once: total commits, in how long, each commit's time; the
     /// writes a transaction held.
@@ -541,6 +543,22 @@ fn store_level(dir: &Path, dur: Duration, concurrent: bool) -> StoreLevel {
         hooks.step_done(with_result).expect("commit");
     });
 
+    // What a script's tool call writes (`ai.run` on the Lua thread), one turn at a time.
+    let line = AuditEntry {
+        at_ms: 1,
+        resident: "script".into(),
+        tool: "add".into(),
+        args_hash: "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad".into(),
+        duration_ms: 0.01,
+        outcome: "ok".into(),
+        message: None,
+    };
+    let audit = timed_loop(dur / 2, |_| {
+        store
+            .audit_all(std::slice::from_ref(&line))
+            .expect("written");
+    });
+
     let mail = Mail::new("inbox", "feed", prose(8, MESSAGE_BYTES), 0);
     let accept = timed_loop(dur / 2, |_| {
         assert!(store.push_backlog("inbox", &mail).expect("accepted"));
@@ -583,6 +601,7 @@ fn store_level(dir: &Path, dur: Duration, concurrent: bool) -> StoreLevel {
         commit20,
         commit200,
         tool,
+        audit,
         accept,
         concurrent,
         bytes20: json_len(conv20[SPREAD]),
@@ -790,6 +809,10 @@ fn steps_section(rt: &Rt, sync_ms: Option<f64>) {
         disk.tool.show("steps")
     );
     println!(
+        "      a script's audit line, alone (no fsync: synchronous=NORMAL): {}",
+        disk.audit.show("lines")
+    );
+    println!(
         "      push_backlog (ai.mail accepting one mail): {}",
         disk.accept.show("mails")
     );
@@ -822,6 +845,10 @@ fn steps_section(rt: &Rt, sync_ms: Option<f64>) {
         println!(
             "        tool step:                 {}",
             shm.tool.show("steps")
+        );
+        println!(
+            "        audit line:                {}",
+            shm.audit.show("lines")
         );
         println!(
             "        push_backlog:              {}",

@@ -1188,6 +1188,63 @@ fn a_write_that_fails_in_a_batch_is_rolled_back_alone() {
     assert_eq!(store.get("", "bad").unwrap(), None);
 }
 
+#[test]
+fn a_write_of_several_statements_that_fails_in_a_batch_is_undone_whole() {
+    let (_dir, store) = fresh();
+    // Accepting mail makes the resident's cell, then appends to its backlog: the append is
+    // refused after the cell was made, so the cell must go too (a savepoint undoes it; SQLite
+    // alone would only undo the failed statement).
+    store
+        .write
+        .lock()
+        .unwrap()
+        .execute_batch(
+            "CREATE TEMP TRIGGER refuse BEFORE INSERT ON backlog WHEN NEW.name = 'refused'
+             BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+        )
+        .unwrap();
+    let accept = |name: &str| Write::PushBacklog {
+        name: name.into(),
+        text: serde_json::to_string(&mail("hi")).unwrap(),
+        id: Some(format!("{name}-1")),
+        files: Vec::new(),
+    };
+    let set = Write::Set {
+        space: String::new(),
+        key: "a".into(),
+        text: "1".into(),
+    };
+    let batch = [accept("taken"), accept("refused"), set];
+    let outcomes = writes::apply_batch(&mut store.write.lock().unwrap(), &batch, &|e| store.err(e));
+    assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
+    assert!(
+        outcomes[1]
+            .as_ref()
+            .unwrap_err()
+            .to_string()
+            .contains("refused")
+    );
+    assert_eq!(store.load_cell("taken").unwrap().unwrap().backlog.len(), 1);
+    assert!(
+        store.load_cell("refused").unwrap().is_none(),
+        "its cell is undone"
+    );
+    assert_eq!(store.get("", "a").unwrap(), Some(json!(1)));
+    // Its mail id was not taken either: once allowed, the same mail is accepted.
+    store
+        .write
+        .lock()
+        .unwrap()
+        .execute_batch("DROP TRIGGER refuse")
+        .unwrap();
+    let again = writes::apply_batch(
+        &mut store.write.lock().unwrap(),
+        &[accept("refused")],
+        &|e| store.err(e),
+    );
+    assert_eq!(again[0].as_ref().ok(), Some(&true), "{again:?}");
+}
+
 /// 64 tasks on a runtime of 2 workers commit while the writing connection is held: every one of
 /// them queues (they wait off the workers; blocking them would stall the rest), then the queue
 /// goes in one transaction behind the first.
