@@ -12,8 +12,9 @@
 //!      writes, and syncs, nothing for a row rewritten with the same bytes): commits/s and ms per
 //!      commit; the same around 200 messages (a commit rewrites the whole conversation); a tool
 //!      step as `ResidentHooks` writes it (commit_step, journal started, audit line and journal
-//!      finished together, commit_step: 4 transactions); `push_backlog` (what `ai.mail` waits for); 8 threads
-//!      committing at once. The same loops on tmpfs (`/dev/shm`, where an fsync costs nothing)
+//!      finished together, commit_step: 4 transactions); a script's audit line alone (what
+//!      `ai.run` writes for each tool call, at `synchronous=NORMAL`); `push_backlog` (what
+//!      `ai.mail` waits for); 8 threads committing at once. The same loops on tmpfs (`/dev/shm`, where an fsync costs nothing)
 //!      give the CPU part of a transaction.
 //!    - *b. End to end.* N persisted residents (1, 8, 64) on a `Route` with a `SqliteStore`; mail
 //!      posted round robin from this thread (as the Lua thread posts it: `Route::mail` returns
