@@ -39,6 +39,9 @@
 //!    `Infer` never answers, so a resident with a backlog stops at its first model request and
 //!    the figure is resuming, not serving; the requests are checked against the cells. The page
 //!    cache is warm (the file was just written): a cold start adds reading the file.
+//!    Then the same with 2,000,000 audit lines appended (a service's history: 200 tool calls a
+//!    resident), as the ratio to the resume without them: opening checks the tables a program
+//!    resumes from, not the log, so the history should cost next to nothing.
 //!
 //! Run: `cargo bench --bench store` (about half a minute). `cargo bench --bench store -- fsync
 //! steps resume` runs only the sections named.
@@ -81,6 +84,8 @@ const CELLS: usize = 10_000;
 const CELL_MESSAGES: usize = 10;
 const RESUME_RUNS: usize = 5;
 const MESSAGE_BYTES: usize = 200;
+/// Audit lines appended for the second resume: 200 tool calls for each of the 10,000 residents.
+const AUDIT_HISTORY: usize = 2_000_000;
 
 // ---------------------------------------------------------------------------------------------
 // The runtime, a core that needs no key, and knowing when every task has been polled
@@ -1262,7 +1267,7 @@ fn resume_section() {
         }
     );
     println!(
-        "     opening the state dir and store (lock, header, quick_check, WAL): {:.0} ms",
+        "     opening the state dir and store (lock, header, quick_check but the audit log, WAL): {:.0} ms",
         ms(best.open)
     );
     println!(
@@ -1295,6 +1300,39 @@ fn resume_section() {
             .collect::<Vec<_>>()
             .join("; ")
     );
+
+    // The same store after a service's history: the audit log a long-lived program writes, a
+    // line a tool call. Opening checks every table a program resumes from, not the log.
+    let grown = append_audit_log(&state, AUDIT_HISTORY);
+    let runs: Vec<Resumed> = (0..RESUME_RUNS).map(|_| resume(&state)).collect();
+    let long = runs.iter().min_by_key(|r| r.total()).expect("a resume run");
+    println!(
+        "   the same store with {AUDIT_HISTORY} audit lines more (+{:.1} MB, a service's history): \
+         {:.0} ms (open {:.0} ms), {:.2}x the resume without them (open {:.2}x)",
+        grown as f64 / 1e6,
+        ms(long.total()),
+        ms(long.open),
+        long.total().as_secs_f64() / best.total().as_secs_f64(),
+        long.open.as_secs_f64() / best.open.as_secs_f64()
+    );
+}
+
+/// Appends `lines` audit lines to the store in `dir` in one transaction, straight through
+/// SQLite; answers how many bytes the file grew by.
+fn append_audit_log(dir: &Path, lines: usize) -> u64 {
+    let file = dir.join(STORE_FILE);
+    let before = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+    let conn = rusqlite::Connection::open(&file).expect("the store file");
+    conn.execute(
+        "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+         INSERT INTO audit (at_ms, resident, tool, args_hash, duration_ms, outcome)
+         SELECT 1764979200000 + i, 'r' || (i % 10000), 'add', printf('%064x', i * 2654435761),
+                0.05, 'ok' FROM n",
+        [lines as i64],
+    )
+    .expect("the audit lines");
+    drop(conn);
+    std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0) - before
 }
 
 fn main() {

@@ -1080,6 +1080,83 @@ fn corrupt_pages_are_damaged_and_left_untouched() {
     assert_eq!(std::fs::read(&path).unwrap(), bytes);
 }
 
+/// Every table a program resumes from is checked at open, not only the first.
+#[test]
+fn damage_in_any_table_but_the_log_is_refused_at_open() {
+    for table in ["cells", "journal", "files", "accepted"] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("store.sqlite3");
+        drop(SqliteStore::open(&path).unwrap());
+        let root: i64 = Connection::open(&path)
+            .unwrap()
+            .query_row(
+                "SELECT rootpage FROM sqlite_schema WHERE name = ?1",
+                [table],
+                |r| r.get(0),
+            )
+            .unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let page = u16::from_be_bytes([bytes[16], bytes[17]]) as usize;
+        let at = (root as usize - 1) * page;
+        for b in &mut bytes[at..at + page] {
+            *b = 0xA5;
+        }
+        std::fs::write(&path, &bytes).unwrap();
+        let err = SqliteStore::open(&path).unwrap_err();
+        assert_eq!(err.kind(), "damaged", "{table}: {err}");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "{table}");
+    }
+}
+
+/// The audit log is left out of the check at open (it is most of a long-lived store), so damage
+/// there does not keep a program from its state; it is reported, as damage, when the log is read.
+#[test]
+fn a_damaged_audit_log_is_reported_when_read_not_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        store.set("", "kept", &json!("state")).unwrap();
+        let lines: Vec<AuditEntry> = (0..2000u64)
+            .map(|n| AuditEntry {
+                at_ms: n,
+                resident: "script".into(),
+                tool: "add".into(),
+                args_hash: format!("{n:064x}"),
+                duration_ms: 1.0,
+                outcome: "ok".into(),
+                message: None,
+            })
+            .collect();
+        store.audit_all(&lines).unwrap();
+    }
+    let root: i64 = Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT rootpage FROM sqlite_schema WHERE name = 'audit'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let page = u16::from_be_bytes([bytes[16], bytes[17]]) as usize;
+    let at = (root as usize - 1) * page;
+    assert!(bytes.len() > 4 * page + at, "the log spans pages");
+    for b in &mut bytes[at..at + page] {
+        *b = 0xA5;
+    }
+    std::fs::write(&path, &bytes).unwrap();
+
+    let store = SqliteStore::open(&path).unwrap();
+    assert_eq!(store.get("", "kept").unwrap(), Some(json!("state")));
+    let err = store.audit_log(&AuditFilter::default()).unwrap_err();
+    assert_eq!(err.kind(), "damaged", "{err}");
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+}
+
 #[test]
 fn another_sqlite_database_is_not_a_colony_store() {
     let dir = tempfile::tempdir().unwrap();
