@@ -434,8 +434,8 @@ const LOG_TABLE: &str = "audit";
 ///
 /// The log grows by a line with every tool call, so after a while a service's store is mostly
 /// log, and checking it whole made every start cost time in proportion to the program's
-/// history (2 M lines, 147 MB: 0.27 s of every open, page cache warm). Nothing resumes from the
-/// log: it is read by `colony audit` and appended to, and SQLite reports damage on the pages
+/// history (2 M lines, 210 MB: opening took 318 to 336 ms instead of 26 to 30, page cache warm;
+/// `benches/store.rs` section 2). Nothing resumes from the log: it is read by `colony audit` and appended to, and SQLite reports damage on the pages
 /// those read (answered as [`StoreError::Damaged`], naming the file). The tables a program
 /// resumes from (conversations, backlogs, journals, breakers, files, `store.*`) are checked
 /// whole, with their indexes, before anything is written.
