@@ -14,8 +14,8 @@
 //!      step as `ResidentHooks` writes it (commit_step, journal started, audit line and journal
 //!      finished together, commit_step: 4 transactions); a script's audit line alone (what
 //!      `ai.run` writes for each tool call, at `synchronous=NORMAL`); `push_backlog` (what
-//!      `ai.mail` waits for); 8 threads committing at once. The same loops on tmpfs (`/dev/shm`, where an fsync costs nothing)
-//!      give the CPU part of a transaction.
+//!      `ai.mail` waits for); 8 threads committing at once. The same loops on tmpfs
+//!      (`/dev/shm`, where an fsync costs nothing) give the CPU part of a transaction.
 //!    - *b. End to end.* N persisted residents (1, 8, 64) on a `Route` with a `SqliteStore`; mail
 //!      posted round robin from this thread (as the Lua thread posts it: `Route::mail` returns
 //!      once the mail is in the backlog on disk); the `Infer` answers "ok" at once, no tools, so

@@ -17,6 +17,37 @@ fn mail(content: &str) -> Mail {
     Mail::new("alice", "bob", content, 0)
 }
 
+/// Runs `sql` on the store's writing connection (a test's trigger, say).
+fn on_writer(store: &SqliteStore, sql: &str) {
+    store.write.lock().unwrap().execute_batch(sql).unwrap();
+}
+
+/// Applies `writes` as one batch on the store's writing connection.
+fn batch(store: &SqliteStore, writes: &[Write]) -> Vec<StoreResult<bool>> {
+    writes::apply_batch(&mut store.write.lock().unwrap(), writes, &|e| store.err(e))
+}
+
+/// Overwrites the root page of `table` in the closed store at `path` with garbage; answers the
+/// file's bytes as written and its page size.
+fn scribble_root(path: &std::path::Path, table: &str) -> (Vec<u8>, usize) {
+    let root: i64 = Connection::open(path)
+        .unwrap()
+        .query_row(
+            "SELECT rootpage FROM sqlite_schema WHERE name = ?1",
+            [table],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let mut bytes = std::fs::read(path).unwrap();
+    let page = u16::from_be_bytes([bytes[16], bytes[17]]) as usize;
+    let at = (root as usize - 1) * page;
+    for b in &mut bytes[at..at + page] {
+        *b = 0xA5;
+    }
+    std::fs::write(path, &bytes).unwrap();
+    (bytes, page)
+}
+
 fn result(call_id: &str, content: &str) -> ToolResult {
     ToolResult {
         call_id: call_id.into(),
@@ -1087,21 +1118,7 @@ fn damage_in_any_table_but_the_log_is_refused_at_open() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("store.sqlite3");
         drop(SqliteStore::open(&path).unwrap());
-        let root: i64 = Connection::open(&path)
-            .unwrap()
-            .query_row(
-                "SELECT rootpage FROM sqlite_schema WHERE name = ?1",
-                [table],
-                |r| r.get(0),
-            )
-            .unwrap();
-        let mut bytes = std::fs::read(&path).unwrap();
-        let page = u16::from_be_bytes([bytes[16], bytes[17]]) as usize;
-        let at = (root as usize - 1) * page;
-        for b in &mut bytes[at..at + page] {
-            *b = 0xA5;
-        }
-        std::fs::write(&path, &bytes).unwrap();
+        let (bytes, _) = scribble_root(&path, table);
         let err = SqliteStore::open(&path).unwrap_err();
         assert_eq!(err.kind(), "damaged", "{table}: {err}");
         assert_eq!(std::fs::read(&path).unwrap(), bytes, "{table}");
@@ -1130,22 +1147,11 @@ fn a_damaged_audit_log_is_reported_when_read_not_at_open() {
             .collect();
         store.audit_all(&lines).unwrap();
     }
-    let root: i64 = Connection::open(&path)
-        .unwrap()
-        .query_row(
-            "SELECT rootpage FROM sqlite_schema WHERE name = 'audit'",
-            [],
-            |r| r.get(0),
-        )
-        .unwrap();
-    let mut bytes = std::fs::read(&path).unwrap();
-    let page = u16::from_be_bytes([bytes[16], bytes[17]]) as usize;
-    let at = (root as usize - 1) * page;
-    assert!(bytes.len() > 4 * page + at, "the log spans pages");
-    for b in &mut bytes[at..at + page] {
-        *b = 0xA5;
-    }
-    std::fs::write(&path, &bytes).unwrap();
+    let (bytes, page) = scribble_root(&path, "audit");
+    assert!(
+        bytes.len() > 20 * page,
+        "the log spans pages (an empty store has 15)"
+    );
 
     let store = SqliteStore::open(&path).unwrap();
     assert_eq!(store.get("", "kept").unwrap(), Some(json!("state")));
@@ -1235,22 +1241,18 @@ fn writes_from_many_threads_each_get_their_own_outcome_and_all_are_durable() {
 fn a_write_that_fails_in_a_batch_is_rolled_back_alone() {
     let (_dir, store) = fresh();
     // A trigger refuses one key, as a full disk or a constraint could refuse one write.
-    store
-        .write
-        .lock()
-        .unwrap()
-        .execute_batch(
-            "CREATE TEMP TRIGGER refuse BEFORE INSERT ON kv WHEN NEW.key = 'bad'
-             BEGIN SELECT RAISE(ABORT, 'refused'); END;",
-        )
-        .unwrap();
+    on_writer(
+        &store,
+        "CREATE TEMP TRIGGER refuse BEFORE INSERT ON kv WHEN NEW.key = 'bad'
+         BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+    );
     let set = |key: &str| Write::Set {
         space: String::new(),
         key: key.into(),
         text: "1".into(),
     };
-    let batch = [set("a"), set("bad"), set("b")];
-    let outcomes = writes::apply_batch(&mut store.write.lock().unwrap(), &batch, &|e| store.err(e));
+    let writes = [set("a"), set("bad"), set("b")];
+    let outcomes = batch(&store, &writes);
     assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
     let err = outcomes[1].as_ref().unwrap_err();
     assert!(err.to_string().contains("refused"), "{err}");
@@ -1258,9 +1260,7 @@ fn a_write_that_fails_in_a_batch_is_rolled_back_alone() {
     assert_eq!(store.get("", "bad").unwrap(), None);
     assert_eq!(store.get("", "b").unwrap(), Some(json!(1)));
     // Alone, the refused write fails and leaves nothing behind.
-    let lone = writes::apply_batch(&mut store.write.lock().unwrap(), &[set("bad")], &|e| {
-        store.err(e)
-    });
+    let lone = batch(&store, &[set("bad")]);
     assert!(lone[0].is_err());
     assert_eq!(store.get("", "bad").unwrap(), None);
 }
@@ -1271,15 +1271,11 @@ fn a_write_of_several_statements_that_fails_in_a_batch_is_undone_whole() {
     // Accepting mail makes the resident's cell, then appends to its backlog: the append is
     // refused after the cell was made, so the cell must go too (a savepoint undoes it; SQLite
     // alone would only undo the failed statement).
-    store
-        .write
-        .lock()
-        .unwrap()
-        .execute_batch(
-            "CREATE TEMP TRIGGER refuse BEFORE INSERT ON backlog WHEN NEW.name = 'refused'
-             BEGIN SELECT RAISE(ABORT, 'refused'); END;",
-        )
-        .unwrap();
+    on_writer(
+        &store,
+        "CREATE TEMP TRIGGER refuse BEFORE INSERT ON backlog WHEN NEW.name = 'refused'
+         BEGIN SELECT RAISE(ABORT, 'refused'); END;",
+    );
     let accept = |name: &str| Write::PushBacklog {
         name: name.into(),
         text: serde_json::to_string(&mail("hi")).unwrap(),
@@ -1291,8 +1287,8 @@ fn a_write_of_several_statements_that_fails_in_a_batch_is_undone_whole() {
         key: "a".into(),
         text: "1".into(),
     };
-    let batch = [accept("taken"), accept("refused"), set];
-    let outcomes = writes::apply_batch(&mut store.write.lock().unwrap(), &batch, &|e| store.err(e));
+    let writes = [accept("taken"), accept("refused"), set];
+    let outcomes = batch(&store, &writes);
     assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
     assert!(
         outcomes[1]
@@ -1308,17 +1304,8 @@ fn a_write_of_several_statements_that_fails_in_a_batch_is_undone_whole() {
     );
     assert_eq!(store.get("", "a").unwrap(), Some(json!(1)));
     // Its mail id was not taken either: once allowed, the same mail is accepted.
-    store
-        .write
-        .lock()
-        .unwrap()
-        .execute_batch("DROP TRIGGER refuse")
-        .unwrap();
-    let again = writes::apply_batch(
-        &mut store.write.lock().unwrap(),
-        &[accept("refused")],
-        &|e| store.err(e),
-    );
+    on_writer(&store, "DROP TRIGGER refuse");
+    let again = batch(&store, &[accept("refused")]);
     assert_eq!(again[0].as_ref().ok(), Some(&true), "{again:?}");
 }
 
