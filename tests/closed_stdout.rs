@@ -149,6 +149,53 @@ fn run_without_end() {
     );
 }
 
+/// A run whose stdout is a pipe closes its store when it ends, whether the pipe's reader stays
+/// or goes: its log copied into the file and removed, what it wrote there. The thread watching
+/// stdout held the program, and the store open, to the process's end: every run piped into
+/// another program (`colony run p.lua | tee log`) left `store.sqlite3-wal` and `-shm` beside
+/// the store, with what was written without a sync never synced.
+#[test]
+fn run_closes_its_store_whether_stdout_is_read_or_not() {
+    let sb = Sandbox::new();
+    let once = sb.write("once.lua", "store.set('k', 'once') print('done')\n");
+    let looping = sb.write(
+        "loop.lua",
+        "store.set('k', 'looped') while true do print('tick') ai.sleep(20) end\n",
+    );
+    let read = sb.path("read");
+    let gone = sb.path("gone");
+    let run = sb
+        .colony(&[
+            "run",
+            "--state",
+            &read.display().to_string(),
+            &once.display().to_string(),
+        ])
+        .ok();
+    assert_eq!(run.lines(), ["done"]);
+    quiet(
+        &sb,
+        &[
+            "run",
+            "--max-time",
+            "60",
+            "--state",
+            &gone.display().to_string(),
+            &looping.display().to_string(),
+        ],
+    );
+    for (dir, value) in [(&read, "once"), (&gone, "looped")] {
+        let left: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.ends_with("-wal") || name.ends_with("-shm"))
+            .collect();
+        assert!(left.is_empty(), "left beside {}: {left:?}", dir.display());
+        let state = StateDir::open(dir).unwrap();
+        assert_eq!(state.store().get("", "k").unwrap(), Some(json!(value)));
+    }
+}
+
 #[test]
 fn ask() {
     let fake = FakeProvider::start();

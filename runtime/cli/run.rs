@@ -108,7 +108,11 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
     let running = started.map_err(|e| Failure::run(e.0))?;
     let lifecycle = running.lifecycle.clone();
     let stdout_gone = Arc::new(AtomicBool::new(false));
-    super::stdout_gone::watch(lifecycle.clone(), interrupt.clone(), stdout_gone.clone());
+    super::stdout_gone::watch(
+        lifecycle.downgrade(),
+        interrupt.clone(),
+        stdout_gone.clone(),
+    );
     let timed_out = Arc::new(AtomicBool::new(false));
     let timer = args
         .max_time

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::lua::watchdog::Interrupt;
-use crate::residents::Lifecycle;
+use crate::residents::WeakLifecycle;
 
 /// The reason the program is stopped with, as the watch reports it.
 const REASON: &str = "stdout closed";
@@ -29,9 +29,16 @@ fn is_pipe() -> bool {
 }
 
 /// Watches a piped stdout from a thread of its own; once its reader is gone, sets `gone`,
-/// stops `program` and raises `interrupt`, and if the program has not ended within its grace
-/// (and a second), ends the process with status 0. Does nothing when stdout is not a pipe.
-pub fn watch(program: Lifecycle, interrupt: Interrupt, gone: Arc<AtomicBool>) {
+/// stops `program` and raises `interrupt`; if the program has not ended within its grace (and
+/// a second), ends it where it waits ([`Route::abandon`](crate::residents::Route::abandon)),
+/// and a second later, if even that did not end it, ends the process with status 0. Does
+/// nothing when stdout is not a pipe.
+///
+/// The thread waits for as long as the process lives, so it holds the program weakly: held
+/// strongly, the program's store was never closed when stdout was a pipe (`colony run p.lua |
+/// tee log`), and the run left its log beside it, with what was written without a sync
+/// (audit lines) never synced.
+pub fn watch(program: WeakLifecycle, interrupt: Interrupt, gone: Arc<AtomicBool>) {
     if !is_pipe() {
         return;
     }
@@ -42,10 +49,25 @@ pub fn watch(program: Lifecycle, interrupt: Interrupt, gone: Arc<AtomicBool>) {
                 return;
             }
             gone.store(true, Ordering::Release);
+            // A program that has ended has nothing to stop; the process is ending.
+            let Some(live) = program.upgrade() else {
+                return;
+            };
             tracing::info!("stdout's reader is gone: stopping");
-            program.stop(REASON);
+            live.stop(REASON);
             interrupt.raise(REASON);
-            std::thread::sleep(program.grace() + Duration::from_secs(1));
+            let grace = live.grace();
+            // Let go of it: a program that ends within its grace closes its store.
+            drop(live);
+            std::thread::sleep(grace + Duration::from_secs(1));
+            // Still running (a loop that waits, which the interrupt does not reach): ended where
+            // it waits, so that the run ends as any other and closes its store; the process
+            // ends here only if even that does not end it.
+            if let Some(live) = program.upgrade() {
+                live.route().abandon(REASON);
+                drop(live);
+                std::thread::sleep(Duration::from_secs(1));
+            }
             std::process::exit(0);
         });
     if let Err(e) = spawned {

@@ -42,6 +42,22 @@ pub struct Lifecycle {
     inner: Arc<Life>,
 }
 
+/// A program's life that does not keep it alive ([`Lifecycle::downgrade`]): for what may
+/// outlive the run and wait on something else meanwhile, such as a thread watching stdout. A
+/// `Lifecycle` holds the program's route and with it its store, which closes (copying its log
+/// into the file, syncing what was written without waiting) only once nothing holds it.
+#[derive(Clone)]
+pub struct WeakLifecycle {
+    inner: Weak<Life>,
+}
+
+impl WeakLifecycle {
+    /// The program's life, while something else keeps the program alive.
+    pub fn upgrade(&self) -> Option<Lifecycle> {
+        self.inner.upgrade().map(|inner| Lifecycle { inner })
+    }
+}
+
 struct Life {
     route: Route,
     state: Mutex<LifeState>,
@@ -160,6 +176,13 @@ impl Default for WatchOptions {
 }
 
 impl Lifecycle {
+    /// This life, held without keeping the program alive.
+    pub fn downgrade(&self) -> WeakLifecycle {
+        WeakLifecycle {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
     /// The life of the program whose residents live on `route`. With `mails_in`, something
     /// outside (an application, a service) mails the residents: the program does not end when
     /// they are all idle.
