@@ -293,3 +293,72 @@ error(setmetatable({}, { __tostring = function() return "a failure of my own" en
     );
     assert!(run.stderr.contains("a failure of my own"), "{}", run.stderr);
 }
+
+/// A turn that may call tools starts the store's write-ahead log while its first model call is
+/// in flight, so that the first call's audit line does not write and sync the log's header in
+/// the middle of the turn; a program that calls no tool writes nothing to its store.
+#[test]
+fn a_tool_turn_starts_the_log_before_its_first_line_and_a_run_without_tools_writes_nothing() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        if last["role"] == "tool" {
+            Reply::text("done")
+        } else if body.get("tools").is_some() {
+            Reply::tool_call("c1", "probe", json!({}))
+        } else {
+            Reply::text("hello")
+        }
+    });
+    let sandbox = styled(&fake, "openai");
+    let state = sandbox.path("st").display().to_string();
+    let run = sandbox
+        .lua(
+            r#"
+local function log_size()
+  local s = fs.stat("st/store.sqlite3-wal")
+  return s and s.size or 0
+end
+ai.ask("hi", { provider = "openai", model = "m" })
+ai.run{ provider = "openai", model = "m", prompt = "hi" }
+print("log after an ask and a turn without tools:", log_size())
+local seen
+local probe = ai.tool{ name = "probe", description = "Looks at the log", parameters = {},
+  handler = function()
+    -- This call's own audit line is written after it returns: a log with something in it
+    -- now was started by the turn. Waited for, as it is started beside the turn.
+    for _ = 1, 2000 do
+      if log_size() > 0 then break end
+      ai.sleep(10)
+    end
+    seen = log_size()
+    return "ok"
+  end }
+local r = ai.run{ provider = "openai", model = "m", prompt = "go", tools = { probe } }
+print("reply:", r.text)
+print("log started in the first call:", seen > 0)
+"#,
+            &["--state", &state],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "log after an ask and a turn without tools:\t0",
+            "reply:\tdone",
+            "log started in the first call:\ttrue",
+        ]
+    );
+    // The store closed whole, its log copied into the file and removed, though stdout is a
+    // pipe (the run's watcher of it held the program, and the store open, to the end); the
+    // call's line is in the audit log.
+    let left: Vec<_> = std::fs::read_dir(sandbox.path("st"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with("-wal") || name.ends_with("-shm"))
+        .collect();
+    assert!(left.is_empty(), "left beside the store: {left:?}");
+    let script = sandbox.path("script.lua").display().to_string();
+    let audit = sandbox.colony(&["audit", "--state", &state, &script]).ok();
+    assert!(audit.stdout.contains("probe"), "{}", audit.stdout);
+}

@@ -73,6 +73,12 @@ pub(super) struct ObservedHooks {
 }
 
 impl TurnHooks for ObservedHooks {
+    fn turn_begins(&self) {
+        if let Some(h) = &self.inner {
+            h.turn_begins();
+        }
+    }
+
     fn inferred(&self, messages: &[Message]) -> Result<(), String> {
         self.inner.as_ref().map_or(Ok(()), |h| h.inferred(messages))
     }

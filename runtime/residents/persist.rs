@@ -111,6 +111,10 @@ impl ResidentHooks {
 }
 
 impl TurnHooks for ResidentHooks {
+    fn turn_begins(&self) {
+        self.store.prepare_writes();
+    }
+
     fn inferred(&self, messages: &[Message]) -> Result<(), String> {
         self.commit(messages)
     }

@@ -212,4 +212,10 @@ pub trait Store: Send + Sync {
         }
     }
     fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>>;
+
+    /// Writes are likely soon (a turn that may call tools has begun, and a call writes its
+    /// audit line): the store may get ready for them beside what the caller does meanwhile.
+    /// Returns at once. SQLite starts its log ([`sqlite::SqliteStore::prepare_writes`]).
+    /// Nothing by default.
+    fn prepare_writes(&self) {}
 }

@@ -165,6 +165,12 @@ impl Store for OpeningStore {
     fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
         self.wait()?.audit_log(filter)
     }
+    fn prepare_writes(&self) {
+        // Before the store is open nobody writes: there is nothing to prepare for yet.
+        if let Some(Ok(store)) = self.opened.get() {
+            store.prepare_writes();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -185,6 +191,29 @@ mod tests {
         let opened = opening.finish().unwrap();
         assert_eq!(opened.dyn_store().get("", "k").unwrap(), Some(json!(1)));
         assert!(dir.path().join("store.sqlite3").exists());
+    }
+
+    /// A turn's `prepare_writes` reaches the store the opening opened: its log is started
+    /// (`SqliteStore::prepare_writes`). Before anything asks, the log is left empty.
+    #[test]
+    fn writes_are_prepared_for_in_the_store_that_was_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = dir.path().join("store.sqlite3-wal");
+        let log = || wal.metadata().map(|m| m.len()).unwrap_or(0);
+        let opening = Opening::start(dir.path().to_path_buf(), None, "p.lua".into()).unwrap();
+        let store = opening.store();
+        store.wait().unwrap();
+        assert_eq!(log(), 0, "an opened store's log is empty");
+        store.prepare_writes();
+        let opened = opening.finish().unwrap();
+        let ProgramStore::Dir(state) = &opened else {
+            panic!("a state directory's store")
+        };
+        state.store().join_log_starter();
+        assert!(log() > 0, "the log is started");
+        store.set("", "k", &json!(1)).unwrap();
+        drop((store, opened));
+        assert!(!wal.exists(), "closing the store removes its log");
     }
 
     /// An opening that fails gives its error to whoever waits, to every call, and to `finish`.

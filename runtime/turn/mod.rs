@@ -90,6 +90,9 @@ pub enum Recorded {
 /// without running a finished tool twice, and what the audit log records. Every method has a
 /// default that does nothing; calls come from the turn's task, in order.
 pub trait TurnHooks: Send + Sync {
+    /// A turn that may call tools begins: what `finished` will write may be prepared for
+    /// now, beside the turn's first model call. Returns at once.
+    fn turn_begins(&self) {}
     /// A step's model reply was appended (before any of its calls run). An error (the store
     /// cannot write) ends the turn before the calls run.
     fn inferred(&self, _messages: &[Message]) -> Result<(), String> {

@@ -118,6 +118,13 @@ async fn run(
         vec![files::view::NAME.to_string()]
     };
     offer_view_file(&mut offered, &mut req, &deny_view);
+    // A call writes its record: the hooks may get ready for it while the model is asked
+    // (or a cut-off step's calls run).
+    if let Some(h) = &hooks
+        && (!offered.is_empty() || !pending.is_empty())
+    {
+        h.turn_begins();
+    }
     if !pending.is_empty() {
         let held = viewable(&offered, &req.messages);
         let cx = context(script, &spec, 0, &offered, &held, config.rate.as_ref());

@@ -21,7 +21,8 @@ mod writes;
 use std::cell::Cell;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
@@ -50,13 +51,18 @@ thread_local! {
 /// The SQLite [`Store`].
 pub struct SqliteStore {
     path: PathBuf,
-    /// The writing connection: a batch of the group commit, or an `update`, holds it.
-    write: Mutex<Writer>,
+    /// The writing connection: a batch of the group commit, or an `update`, holds it (and the
+    /// thread starting the log, [`SqliteStore::prepare_writes`]).
+    write: Arc<Mutex<Writer>>,
     /// The reading connection.
     read: Mutex<Connection>,
     writes: GroupCommit<Write, StoreResult<bool>>,
     /// The cells read in one pass for a resume, until each is loaded or written.
     kept: Mutex<Kept>,
+    /// Whether the log was started (or is being) ahead of the first write.
+    log_started: AtomicBool,
+    /// The thread starting it, joined before the connections close.
+    log_starter: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The state directory's lock, when the store was opened through
     /// [`StateDir`](super::state_dir::StateDir): held as long as the store lives. Declared after
     /// the connections so they close (and checkpoint) before the lock is released.
@@ -69,6 +75,33 @@ impl std::fmt::Debug for SqliteStore {
             .field("path", &self.path)
             .finish_non_exhaustive()
     }
+}
+
+impl Drop for SqliteStore {
+    fn drop(&mut self) {
+        // The thread starting the log holds the writing connection: it ends first, so that
+        // the connections then close (and checkpoint) as always.
+        let starter = self.log_starter.get_mut().ok().and_then(Option::take);
+        if let Some(thread) = starter {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Writes the log's header (SQLite's own sync of it and of its directory) and one page that
+/// changes nothing, when the log at `path`'s side is empty: the schema version set to what it
+/// is, since a transaction that changes no page writes no log.
+fn start_log(write: &Mutex<Writer>, path: &Path) -> StoreResult<()> {
+    let mut wal = path.as_os_str().to_owned();
+    wal.push("-wal");
+    if std::fs::metadata(&wal).is_ok_and(|m| m.len() > 0) {
+        return Ok(());
+    }
+    let mut writer = lock(write);
+    // Not durable: the header's sync is SQLite's own, and the page need not wait for the disk.
+    let conn = writer.at(false).map_err(|e| classify(path, "", e))?;
+    conn.pragma_update(None, "user_version", SCHEMA_VERSION)
+        .map_err(|e| classify(path, "", e))
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -87,10 +120,12 @@ impl SqliteStore {
         let read = open::open_reader(path)?;
         Ok(SqliteStore {
             path: path.to_path_buf(),
-            write: Mutex::new(Writer::new(write)),
+            write: Arc::new(Mutex::new(Writer::new(write))),
             read: Mutex::new(read),
             writes: GroupCommit::new(),
             kept: Mutex::new(Kept::Untried),
+            log_started: AtomicBool::new(false),
+            log_starter: Mutex::new(None),
             lock: None,
         })
     }
@@ -111,6 +146,22 @@ impl SqliteStore {
         let conn = self.reader()?;
         conn.pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(|e| self.err(e))
+    }
+
+    /// Starts the write-ahead log now, on this thread, with a write of its own, when it is
+    /// empty ([`SqliteStore::prepare_writes`] says why); a log with frames already has its
+    /// header, and is left as it is.
+    pub fn start_log(&self) -> StoreResult<()> {
+        start_log(&self.write, &self.path)
+    }
+
+    /// Waits for the thread [`SqliteStore::prepare_writes`] started, if it is still running.
+    #[cfg(test)]
+    pub(crate) fn join_log_starter(&self) {
+        let starter = lock(&self.log_starter).take();
+        if let Some(thread) = starter {
+            thread.join().expect("the log's starter does not panic");
+        }
     }
 
     /// The group commit's transactions so far, and the writes they held.
@@ -586,6 +637,34 @@ impl Store for SqliteStore {
             .map_err(|e| self.err(e))?;
         text.map(|t| self.decode(format_args!("the breaker state {key:?}"), &t))
             .transpose()
+    }
+
+    /// Starts the log on a thread of its own, once per open store. SQLite removes the log when
+    /// the store closes and makes a new one at the first transaction after: it writes the
+    /// log's header and `fsync`s it and its directory, whatever `synchronous` says, before the
+    /// transaction's own pages (about 0.6 ms on a disk). That transaction was a program's
+    /// first tool call's audit line, on the thread running its turns, in the middle of its
+    /// first turn; started when the turn begins, the header is written while the turn's first
+    /// model call is in flight, and the line only adds its page. A program that never calls a
+    /// tool never starts it, and its store is left as it was.
+    fn prepare_writes(&self) {
+        // Read first: every turn asks, and only the first finds it not started.
+        if self.log_started.load(Ordering::Acquire) || self.log_started.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let (write, path) = (self.write.clone(), self.path.clone());
+        let started = std::thread::Builder::new()
+            .name("colony-store-log".into())
+            .spawn(move || {
+                // A failure is the first write's to meet again, and to report.
+                if let Err(e) = start_log(&write, &path) {
+                    tracing::debug!("the store's log was not started ahead: {e}");
+                }
+            });
+        if let Ok(thread) = started {
+            *lock(&self.log_starter) = Some(thread);
+        }
     }
 
     fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {

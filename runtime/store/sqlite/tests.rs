@@ -119,6 +119,57 @@ fn arbitrary_floats_round_trip_bit_for_bit() {
     }
 }
 
+/// `start_log` writes the log's header and a page ahead of the first write and changes nothing
+/// a reader sees; a log that has frames already is left as it is.
+#[test]
+fn starting_the_log_writes_its_header_and_changes_nothing() {
+    let (dir, store) = fresh();
+    let wal = dir.path().join("store.sqlite3-wal");
+    let log = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    assert_eq!(log(), 0, "a store just opened has an empty log");
+    store.start_log().unwrap();
+    let started = log();
+    assert!(started > 32, "the header and a frame: {started} bytes");
+    assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
+    store.set("", "k", &json!(1)).unwrap();
+    let written = log();
+    assert!(written > started, "{written} bytes after a write");
+    store.start_log().unwrap();
+    assert_eq!(log(), written, "a log with frames is left alone");
+    assert_eq!(store.get("", "k").unwrap(), Some(json!(1)));
+    drop(store);
+    let reopened = SqliteStore::open(&dir.path().join("store.sqlite3")).unwrap();
+    assert_eq!(reopened.schema_version().unwrap(), SCHEMA_VERSION);
+    assert_eq!(reopened.get("", "k").unwrap(), Some(json!(1)));
+}
+
+/// `prepare_writes` starts the log on a thread of its own, once for the store's life; closing
+/// the store waits for that thread (it holds the writing connection), then closes as always.
+#[test]
+fn writes_are_prepared_for_once_and_the_close_waits_for_it() {
+    let (dir, store) = fresh();
+    let wal = dir.path().join("store.sqlite3-wal");
+    let log = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
+    store.prepare_writes();
+    store.join_log_starter();
+    let started = log();
+    assert!(started > 0, "the log is started");
+    store.prepare_writes();
+    assert!(
+        store.log_starter.lock().unwrap().is_none(),
+        "a second call starts nothing"
+    );
+    assert_eq!(log(), started);
+    // Dropped while its starter may still run: the close waits for it and removes the log.
+    let (dir, store) = fresh();
+    store.set("", "k", &json!(1)).unwrap();
+    store.prepare_writes();
+    drop(store);
+    assert!(!dir.path().join("store.sqlite3-wal").exists());
+    let reopened = SqliteStore::open(&dir.path().join("store.sqlite3")).unwrap();
+    assert_eq!(reopened.get("", "k").unwrap(), Some(json!(1)));
+}
+
 #[test]
 fn opens_in_wal_mode_with_full_sync() {
     let (_dir, store) = fresh();
