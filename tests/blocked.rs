@@ -420,6 +420,21 @@ print("watch ended: " .. ai.watch{})
         "{}",
         run.stderr
     );
+    // Ended where it waited, the run closed its store as any run does: its log copied into
+    // the file and removed (ending the process at the limit left both beside it).
+    let state = sandbox.path("st");
+    let run = sandbox.lua(
+        "store.set('k', 'kept') ai.sleep(60000)",
+        &["--max-time", "1", "--state", &state.display().to_string()],
+    );
+    assert_eq!(run.code, 124, "{}", run.stderr);
+    let left = support::left_open(&state);
+    assert!(left.is_empty(), "left beside the store: {left:?}");
+    let opened = colony::store::state_dir::StateDir::open(&state).unwrap();
+    assert_eq!(
+        colony::store::Store::get(&*opened.store(), "", "k").unwrap(),
+        Some(serde_json::json!("kept"))
+    );
     let bad = sandbox.lua("print(1)", &["--max-time", "soon"]);
     assert_eq!(bad.code, 2, "{}", bad.stderr);
     assert!(

@@ -185,11 +185,7 @@ fn run_closes_its_store_whether_stdout_is_read_or_not() {
         ],
     );
     for (dir, value) in [(&read, "once"), (&gone, "looped")] {
-        let left: Vec<String> = std::fs::read_dir(dir)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .filter(|name| name.ends_with("-wal") || name.ends_with("-shm"))
-            .collect();
+        let left = support::left_open(dir);
         assert!(left.is_empty(), "left beside {}: {left:?}", dir.display());
         let state = StateDir::open(dir).unwrap();
         assert_eq!(state.store().get("", "k").unwrap(), Some(json!(value)));

@@ -352,11 +352,7 @@ print("log started in the first call:", seen > 0)
     // The store closed whole, its log copied into the file and removed, though stdout is a
     // pipe (the run's watcher of it held the program, and the store open, to the end); the
     // call's line is in the audit log.
-    let left: Vec<_> = std::fs::read_dir(sandbox.path("st"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|name| name.ends_with("-wal") || name.ends_with("-shm"))
-        .collect();
+    let left = support::left_open(&sandbox.path("st"));
     assert!(left.is_empty(), "left beside the store: {left:?}");
     let script = sandbox.path("script.lua").display().to_string();
     let audit = sandbox.colony(&["audit", "--state", &state, &script]).ok();

@@ -133,6 +133,9 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
     // A signal after the watch (or a third during it) ended the program where it waited: as
     // the signal's own action would have, 128 + its number.
     if let Some(why) = interrupt.abandoned_by() {
+        if why == MAX_TIME {
+            return Err(timed_out_failure(args.max_time.unwrap_or_default()));
+        }
         let code = if why == "SIGTERM" { 143 } else { 130 };
         return Err(Failure {
             message: format!("colony: the program was ended by {why}"),
@@ -158,15 +161,20 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
         return Err(Failure::run(message));
     }
     if timed_out.load(Ordering::Acquire) {
-        return Err(Failure {
-            message: format!(
-                "colony: the run was ended by --max-time ({})",
-                humane(args.max_time.unwrap_or_default())
-            ),
-            code: TIMED_OUT,
-        });
+        return Err(timed_out_failure(args.max_time.unwrap_or_default()));
     }
     Ok(())
+}
+
+/// How a run `--max-time` ended is reported.
+fn timed_out_failure(limit: Duration) -> Failure {
+    Failure {
+        message: format!(
+            "colony: the run was ended by --max-time ({})",
+            humane(limit)
+        ),
+        code: TIMED_OUT,
+    }
 }
 
 /// The exit status of a run whose watch ended because residents are blocked.
@@ -209,24 +217,31 @@ async fn end_after(limit: Duration, program: Lifecycle, timed_out: Arc<AtomicBoo
     tracing::info!("--max-time: {} elapsed, stopping", humane(limit));
     // As SIGTERM stops it: a source or tool spinning without waiting is stopped too.
     program.interrupt("max-time");
-    if program.watch_state() == crate::residents::Watch::NotYet {
-        // Before `ai.watch`, nothing hears a stop (a main chunk in `ai.sleep` or a model call
-        // went on for the whole grace): the run ends here, as a signal ends it then.
+    // Before `ai.watch`, nothing hears a stop (a main chunk in `ai.sleep` or a model call would
+    // go on for the whole grace): it is ended at once. After, turns in flight get the grace.
+    if program.watch_state() != crate::residents::Watch::NotYet {
+        tokio::time::sleep(program.grace() + Duration::from_secs(1)).await;
         eprintln!(
-            "colony: the run was ended by --max-time ({})",
-            humane(limit)
+            "colony: --max-time: the program did not end within {} of being stopped",
+            humane(program.grace())
         );
-        crate::mcp::server_group::end_all();
-        std::process::exit(i32::from(TIMED_OUT));
     }
-    tokio::time::sleep(program.grace() + Duration::from_secs(1)).await;
+    // Ended where it waits, the run ends as any other (`run` reports the limit) and closes its
+    // store, which ending the process here left open, its log beside it and what was written
+    // without a sync never synced. The process ends here only if even that does not end it.
+    program.route().abandon(MAX_TIME);
+    drop(program);
+    tokio::time::sleep(Duration::from_secs(1)).await;
     eprintln!(
-        "colony: --max-time: the program did not end within {} of being stopped",
-        humane(program.grace())
+        "colony: the run was ended by --max-time ({})",
+        humane(limit)
     );
     crate::mcp::server_group::end_all();
     std::process::exit(i32::from(TIMED_OUT));
 }
+
+/// Why a run `--max-time` ended where it waited ([`end_after`]).
+const MAX_TIME: &str = "--max-time";
 
 fn humane(d: Duration) -> String {
     format!("{:.1} s", d.as_secs_f64())

@@ -16,6 +16,21 @@ pub mod transcript;
 
 use serde_json::Value;
 
+/// What SQLite leaves beside the store in the state directory `dir` while it is open (its log,
+/// `-wal`, and the log's index, `-shm`): a store that was closed leaves neither.
+pub fn left_open(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .expect("the state directory")
+        .map(|e| {
+            e.expect("an entry")
+                .file_name()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .filter(|name| name.ends_with("-wal") || name.ends_with("-shm"))
+        .collect()
+}
+
 /// Serves `app` on `127.0.0.1` (a free port) on a thread of its own, for the life of the test;
 /// returns its root URL (`http://127.0.0.1:PORT`).
 pub fn serve(app: axum::Router) -> String {
