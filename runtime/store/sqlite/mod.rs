@@ -88,9 +88,10 @@ impl Drop for SqliteStore {
     }
 }
 
-/// Writes the log's header (SQLite's own sync of it and of its directory) and one page that
-/// changes nothing, when the log at `path`'s side is empty: the schema version set to what it
-/// is, since a transaction that changes no page writes no log.
+/// Starts the write-ahead log of the store at `path` ([`SqliteStore::prepare_writes`] says
+/// why) when it is empty: its header (SQLite's own sync of it and of its directory) and one
+/// page that changes nothing, the schema version set to what it is, since a transaction that
+/// changes no page writes no log. A log with frames already has its header and is left alone.
 fn start_log(write: &Mutex<Writer>, path: &Path) -> StoreResult<()> {
     let mut wal = path.as_os_str().to_owned();
     wal.push("-wal");
@@ -146,13 +147,6 @@ impl SqliteStore {
         let conn = self.reader()?;
         conn.pragma_query_value(None, "user_version", |r| r.get(0))
             .map_err(|e| self.err(e))
-    }
-
-    /// Starts the write-ahead log now, on this thread, with a write of its own, when it is
-    /// empty ([`SqliteStore::prepare_writes`] says why); a log with frames already has its
-    /// header, and is left as it is.
-    pub fn start_log(&self) -> StoreResult<()> {
-        start_log(&self.write, &self.path)
     }
 
     /// Waits for the thread [`SqliteStore::prepare_writes`] started, if it is still running.
@@ -645,8 +639,8 @@ impl Store for SqliteStore {
     /// transaction's own pages (about 0.6 ms on a disk). That transaction was a program's
     /// first tool call's audit line, on the thread running its turns, in the middle of its
     /// first turn; started when the turn begins, the header is written while the turn's first
-    /// model call is in flight, and the line only adds its page. A program that never calls a
-    /// tool never starts it, and its store is left as it was.
+    /// model call is in flight, and the line only adds its page. A program whose turns offer
+    /// no tool never starts it, and its store is left as it was.
     fn prepare_writes(&self) {
         // Read first: every turn asks, and only the first finds it not started.
         if self.log_started.load(Ordering::Acquire) || self.log_started.swap(true, Ordering::AcqRel)

@@ -48,6 +48,19 @@ fn scribble_root(path: &std::path::Path, table: &str) -> (Vec<u8>, usize) {
     (bytes, page)
 }
 
+/// The `n`th of a script's audit lines, each with its own arguments' hash.
+fn audit_line(n: u64) -> AuditEntry {
+    AuditEntry {
+        at_ms: n,
+        resident: "script".into(),
+        tool: "add".into(),
+        args_hash: format!("{n:064x}"),
+        duration_ms: 1.0,
+        outcome: "ok".into(),
+        message: None,
+    }
+}
+
 fn result(call_id: &str, content: &str) -> ToolResult {
     ToolResult {
         call_id: call_id.into(),
@@ -119,7 +132,7 @@ fn arbitrary_floats_round_trip_bit_for_bit() {
     }
 }
 
-/// `start_log` writes the log's header and a page ahead of the first write and changes nothing
+/// Starting the log writes its header and a page ahead of the first write and changes nothing
 /// a reader sees; a log that has frames already is left as it is.
 #[test]
 fn starting_the_log_writes_its_header_and_changes_nothing() {
@@ -127,14 +140,14 @@ fn starting_the_log_writes_its_header_and_changes_nothing() {
     let wal = dir.path().join("store.sqlite3-wal");
     let log = || std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0);
     assert_eq!(log(), 0, "a store just opened has an empty log");
-    store.start_log().unwrap();
+    start_log(&store.write, &store.path).unwrap();
     let started = log();
     assert!(started > 32, "the header and a frame: {started} bytes");
     assert_eq!(store.schema_version().unwrap(), SCHEMA_VERSION);
     store.set("", "k", &json!(1)).unwrap();
     let written = log();
     assert!(written > started, "{written} bytes after a write");
-    store.start_log().unwrap();
+    start_log(&store.write, &store.path).unwrap();
     assert_eq!(log(), written, "a log with frames is left alone");
     assert_eq!(store.get("", "k").unwrap(), Some(json!(1)));
     drop(store);
@@ -160,14 +173,14 @@ fn writes_are_prepared_for_once_and_the_close_waits_for_it() {
         "a second call starts nothing"
     );
     assert_eq!(log(), started);
-    // Dropped while its starter may still run: the close waits for it and removes the log.
+    // Dropped at once, its starter still writing and syncing the log: the close waits for it
+    // (else the starter's connection, closing last, would remove the log after `drop`).
     let (dir, store) = fresh();
-    store.set("", "k", &json!(1)).unwrap();
     store.prepare_writes();
     drop(store);
     assert!(!dir.path().join("store.sqlite3-wal").exists());
     let reopened = SqliteStore::open(&dir.path().join("store.sqlite3")).unwrap();
-    assert_eq!(reopened.get("", "k").unwrap(), Some(json!(1)));
+    assert_eq!(reopened.schema_version().unwrap(), SCHEMA_VERSION);
 }
 
 #[test]
@@ -922,18 +935,9 @@ fn audit_lines_alone_commit_without_waiting_for_the_disk() {
             .pragma_query_value(None, "synchronous", |r| r.get(0))
             .unwrap()
     };
-    let line = |n: u64| AuditEntry {
-        at_ms: n,
-        resident: "script".into(),
-        tool: "add".into(),
-        args_hash: format!("{n:064x}"),
-        duration_ms: 1.0,
-        outcome: "ok".into(),
-        message: None,
-    };
-    store.audit(&line(1)).unwrap();
+    store.audit(&audit_line(1)).unwrap();
     assert_eq!(synchronous(&store), 1, "NORMAL after an audit line");
-    store.finish_call("script", &line(2), None).unwrap();
+    store.finish_call("script", &audit_line(2), None).unwrap();
     assert_eq!(
         synchronous(&store),
         1,
@@ -945,14 +949,16 @@ fn audit_lines_alone_commit_without_waiting_for_the_disk() {
         result: None,
         files: Vec::new(),
     };
-    store.finish_call("r", &line(3), Some(&journal)).unwrap();
+    store
+        .finish_call("r", &audit_line(3), Some(&journal))
+        .unwrap();
     assert_eq!(synchronous(&store), 2, "FULL with a journal entry");
-    store.audit(&line(4)).unwrap();
+    store.audit(&audit_line(4)).unwrap();
     store.set("kv", "k", &json!(1)).unwrap();
     assert_eq!(synchronous(&store), 2, "FULL after a value");
     // An update is its own transaction on the same connection: it must not commit at the level
     // an audit line left.
-    store.audit(&line(5)).unwrap();
+    store.audit(&audit_line(5)).unwrap();
     assert_eq!(synchronous(&store), 1, "NORMAL after an audit line");
     store
         .update("kv", "k", &mut |v| {
@@ -1185,17 +1191,7 @@ fn a_damaged_audit_log_is_reported_when_read_not_at_open() {
     {
         let store = SqliteStore::open(&path).unwrap();
         store.set("", "kept", &json!("state")).unwrap();
-        let lines: Vec<AuditEntry> = (0..2000u64)
-            .map(|n| AuditEntry {
-                at_ms: n,
-                resident: "script".into(),
-                tool: "add".into(),
-                args_hash: format!("{n:064x}"),
-                duration_ms: 1.0,
-                outcome: "ok".into(),
-                message: None,
-            })
-            .collect();
+        let lines: Vec<AuditEntry> = (0..2000u64).map(audit_line).collect();
         store.audit_all(&lines).unwrap();
     }
     let (bytes, page) = scribble_root(&path, "audit");
