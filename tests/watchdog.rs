@@ -250,17 +250,16 @@ print(ai.watch{})
 
 #[test]
 fn sigint_stops_a_spinning_main_chunk_before_and_after_a_watch() {
-    use std::os::unix::process::ExitStatusExt;
     let sb = Sandbox::new();
-    // Before any watch: as any process, ended by the signal.
+    // Before any watch: the program is ended where it stands, with 128 + the signal's number
+    // (the signal's default action ended the process, its store left as after a crash).
     let (status, _) = signalled(
         &sb,
         "io.stdout:setvbuf('line') print('spinning') while true do end",
         "INT",
     );
-    assert_eq!(status.signal(), Some(2), "{status:?}");
-    // After a watch (colony listens for signals from then on): the program is ended as the
-    // signal would have ended it, with 128 + its number.
+    assert_eq!(status.code(), Some(130), "{status:?}");
+    // After a watch: the same.
     let (status, rest) = signalled(
         &sb,
         r#"io.stdout:setvbuf("line")
@@ -282,7 +281,17 @@ fn signalled_while_waiting(
 ) -> (std::process::ExitStatus, String) {
     let file = sb.write("script.lua", source);
     let file = file.display().to_string();
-    let mut child = sb.spawn(&["run", "--max-time", "120", &file]);
+    let child = sb.spawn(&["run", "--max-time", "120", &file]);
+    signal_when_ready(child, signals)
+}
+
+/// Reads `child`'s stdout until the line `ready`, sends `signals` one by one (a moment apart),
+/// and returns the exit status and stderr. A child that has not ended a minute after the last
+/// signal is killed and the test fails: it would hang otherwise.
+fn signal_when_ready(
+    mut child: std::process::Child,
+    signals: &[&str],
+) -> (std::process::ExitStatus, String) {
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     while line.trim() != "ready" {
@@ -297,7 +306,18 @@ fn signalled_while_waiting(
             .unwrap();
         assert!(sent.success());
     }
-    let status = child.wait().unwrap();
+    let mut waited = 0;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if waited == 600 {
+            child.kill().unwrap();
+            panic!("colony did not end within a minute of {signals:?}");
+        }
+        waited += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    };
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     (status, stderr)
@@ -323,6 +343,83 @@ print("never")
         assert_eq!(status.code(), Some(code), "{signal}: {stderr}");
         assert!(
             stderr.contains(&format!("the program was ended by SIG{signal}")),
+            "{stderr}"
+        );
+    }
+}
+
+#[test]
+fn a_signal_before_the_watch_ends_the_program_where_it_waits_and_closes_its_store() {
+    let sb = Sandbox::new();
+    for (signal, code) in [("INT", 130), ("TERM", 143)] {
+        let state = sb.path(&format!("state-{signal}"));
+        let file = sb.write(
+            "script.lua",
+            r#"
+io.stdout:setvbuf("line")
+store.set("k", "kept")
+print("ready")
+ai.sleep(600000)
+print("never")
+"#,
+        );
+        let child = sb.spawn(&[
+            "run",
+            "--state",
+            &state.display().to_string(),
+            &file.display().to_string(),
+        ]);
+        let (status, stderr) = signal_when_ready(child, &[signal]);
+        assert_eq!(status.code(), Some(code), "{signal}: {stderr}");
+        assert!(
+            stderr.ends_with(&format!("colony: the program was ended by SIG{signal}\n")),
+            "{stderr}"
+        );
+        // The run closed its store as any run does: its log copied in and removed, and what
+        // the program set is there (a process ended by the signal left both beside it).
+        let left = support::left_open(&state);
+        assert!(left.is_empty(), "{signal}: left beside the store: {left:?}");
+        let opened = colony::store::state_dir::StateDir::open(&state).unwrap();
+        assert_eq!(
+            colony::store::Store::get(&*opened.store(), "", "k").unwrap(),
+            Some(json!("kept"))
+        );
+    }
+}
+
+#[test]
+fn a_signal_ends_a_script_blocked_outside_lua_before_and_after_the_watch() {
+    // `io.read()` on a pipe nobody writes blocks in C, where neither the interrupt nor the end
+    // of the program's wait reaches: the process is ended a moment later, with the status the
+    // signal's own action gives (after the watch, nothing ended it: it read on for ever).
+    let fake = FakeProvider::start();
+    let sb = styled(&fake, "openai");
+    for (watch, signal, code) in [("", "TERM", 143), ("ai.watch{}", "INT", 130)] {
+        let file = sb.write(
+            "script.lua",
+            &format!(
+                r#"
+io.stdout:setvbuf("line")
+ai.spawn{{ name = "a", provider = "openai", model = "m" }}
+{watch}
+print("ready")
+print("read", io.read())
+"#
+            ),
+        );
+        let mut stdin_kept_open = sb
+            .command(&["run", &file.display().to_string()])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = stdin_kept_open.stdin.take();
+        let (status, stderr) = signal_when_ready(stdin_kept_open, &[signal]);
+        drop(stdin);
+        assert_eq!(status.code(), Some(code), "{watch:?} {signal}: {stderr}");
+        assert!(
+            stderr.ends_with(&format!("colony: the program was ended by SIG{signal}\n")),
             "{stderr}"
         );
     }

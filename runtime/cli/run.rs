@@ -2,7 +2,8 @@
 //!
 //! Exit status: 0 when the program ends (its watch stopped, or it settled with every resident
 //! idle), 1 when the script raised, 2 for bad input, 3 when its watch ended because residents
-//! are blocked (each named on stderr with its error), 124 when `--max-time` ended it.
+//! are blocked (each named on stderr with its error), 124 when `--max-time` ended it, 130 and 143
+//! when SIGINT or SIGTERM ended it where it waited (before its watch, after it, or a third one).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use std::time::Duration;
 use super::{Cassettes, Failure, core_parts};
 use crate::core::CoreParts;
 use crate::lua::HostSetup;
-use crate::residents::{Lifecycle, Settled};
+use crate::residents::{ScriptEnd, Settled, WeakLifecycle};
 use crate::store::opening::Opening;
 use crate::store::select;
 use crate::store::state_dir;
@@ -98,6 +99,7 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
         permissions: Arc::new(args.sandbox.permissions(&base)),
         max_memory: args.sandbox.max_memory(),
         interrupt: interrupt.clone(),
+        signals_from_start: true,
         ..HostSetup::default()
     };
     let started = crate::lua::start_file(core, &args.file, args.args, host);
@@ -107,20 +109,22 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
         .map_err(|e| Failure::run(format!("colony: {e}")))?;
     let running = started.map_err(|e| Failure::run(e.0))?;
     let lifecycle = running.lifecycle.clone();
-    let stdout_gone = Arc::new(AtomicBool::new(false));
-    super::stdout_gone::watch(
-        lifecycle.downgrade(),
+    let last_resort = handle.spawn(last_resort(
         interrupt.clone(),
-        stdout_gone.clone(),
-    );
+        lifecycle.script_end(),
+        args.max_time,
+    ));
+    let stdout_gone = Arc::new(AtomicBool::new(false));
+    super::stdout_gone::watch(lifecycle.downgrade(), stdout_gone.clone(), handle.clone());
     let timed_out = Arc::new(AtomicBool::new(false));
     let timer = args
         .max_time
-        .map(|limit| handle.spawn(end_after(limit, lifecycle.clone(), timed_out.clone())));
+        .map(|limit| handle.spawn(end_after(limit, lifecycle.downgrade(), timed_out.clone())));
     let result = running.join().map_err(|e| Failure::run(e.0));
     if let Some(timer) = timer {
         timer.abort();
     }
+    last_resort.abort();
     drop(state);
     if let Some(tmp) = scratch {
         let _ = std::fs::remove_dir_all(tmp);
@@ -130,16 +134,15 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
         // quietly, as every command whose stdout closes under it.
         return Ok(());
     }
-    // A signal after the watch (or a third during it) ended the program where it waited: as
-    // the signal's own action would have, 128 + its number.
+    // A signal no watch heard (before the watch, after it, or a third during it) ended the
+    // program where it waited: as the signal's own action would have, 128 + its number.
     if let Some(why) = interrupt.abandoned_by() {
         if why == MAX_TIME {
             return Err(timed_out_failure(args.max_time.unwrap_or_default()));
         }
-        let code = if why == "SIGTERM" { 143 } else { 130 };
         return Err(Failure {
             message: format!("colony: the program was ended by {why}"),
-            code,
+            code: signal_status(&why),
         });
     }
     result?;
@@ -208,36 +211,68 @@ fn blocked_failure(blocked: &[(String, TurnError)]) -> Failure {
     }
 }
 
-/// `--max-time`: stops the program after `limit`; if it has not ended within the watch's grace
-/// after that (a script that never reached `ai.watch`, a turn that outlasts it), ends the
-/// process.
-async fn end_after(limit: Duration, program: Lifecycle, timed_out: Arc<AtomicBool>) {
+/// `--max-time`: ends the program after `limit` ([`WeakLifecycle::end`]: stopped as by
+/// SIGTERM, turns in flight given the watch's grace, then ended where it waits), so that the run
+/// ends as any other (`run` reports the limit) and closes its store.
+async fn end_after(limit: Duration, program: WeakLifecycle, timed_out: Arc<AtomicBool>) {
     tokio::time::sleep(limit).await;
     timed_out.store(true, Ordering::Release);
     tracing::info!("--max-time: {} elapsed, stopping", humane(limit));
-    // As SIGTERM stops it: a source or tool spinning without waiting is stopped too.
-    program.interrupt("max-time");
-    // Before `ai.watch`, nothing hears a stop (a main chunk in `ai.sleep` or a model call would
-    // go on for the whole grace): it is ended at once. After, turns in flight get the grace.
-    if program.watch_state() != crate::residents::Watch::NotYet {
-        tokio::time::sleep(program.grace() + Duration::from_secs(1)).await;
+    if let Some(waited) = program.end("max-time", MAX_TIME).await
+        && !waited.is_zero()
+    {
         eprintln!(
             "colony: --max-time: the program did not end within {} of being stopped",
-            humane(program.grace())
+            humane(waited)
         );
     }
-    // Ended where it waits, the run ends as any other (`run` reports the limit) and closes its
-    // store, which ending the process here left open, its log beside it and what was written
-    // without a sync never synced. The process ends here only if even that does not end it.
-    program.route().abandon(MAX_TIME);
-    drop(program);
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    eprintln!(
-        "colony: the run was ended by --max-time ({})",
-        humane(limit)
+}
+
+/// How long a program ended where it waits ([`crate::residents::Route::abandon`]) may take
+/// to end before the process is ended under it.
+const ABANDON_PATIENCE: Duration = Duration::from_secs(1);
+
+/// The last resort of every way a run is ended where it waits (SIGINT or SIGTERM, `--max-time`,
+/// stdout's reader gone): a script that still runs [`ABANDON_PATIENCE`] later is blocked
+/// outside Lua (an `io.read`, a C call) where nothing can reach it, and the process is ended
+/// with the status its run would have ended with. Its store is then left as after a crash
+/// (recovered at the next open); every program that waits in colony's own calls, or runs Lua
+/// code, ends before this and closes it.
+async fn last_resort(
+    interrupt: crate::lua::watchdog::Interrupt,
+    mut script: ScriptEnd,
+    limit: Option<Duration>,
+) {
+    let why = interrupt.abandoned().await;
+    if tokio::time::timeout(ABANDON_PATIENCE, script.ended())
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    tracing::warn!(
+        "the program did not end within {} of being ended where it waits ({why}): ending the \
+         process",
+        humane(ABANDON_PATIENCE)
     );
+    let code = match why.as_str() {
+        super::stdout_gone::REASON => 0,
+        MAX_TIME => {
+            eprintln!("{}", timed_out_failure(limit.unwrap_or_default()).message);
+            i32::from(TIMED_OUT)
+        }
+        signal => {
+            eprintln!("colony: the program was ended by {signal}");
+            signal_status(signal).into()
+        }
+    };
     crate::mcp::server_group::end_all();
-    std::process::exit(i32::from(TIMED_OUT));
+    std::process::exit(code);
+}
+
+/// The exit status of a run a signal ended (128 + its number, as its default action's).
+fn signal_status(signal: &str) -> u8 {
+    if signal == "SIGTERM" { 143 } else { 130 }
 }
 
 /// Why a run `--max-time` ended where it waited ([`end_after`]).

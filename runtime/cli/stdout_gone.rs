@@ -10,13 +10,12 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
-use crate::lua::watchdog::Interrupt;
 use crate::residents::WeakLifecycle;
 
-/// The reason the program is stopped with, as the watch reports it.
-const REASON: &str = "stdout closed";
+/// The reason the program is stopped with, as the watch reports it (and the reason it is ended
+/// where it waits, if it must be).
+pub(super) const REASON: &str = "stdout closed";
 
 /// Whether stdout is a pipe (the only kind of stdout whose closing ends a run).
 fn is_pipe() -> bool {
@@ -28,17 +27,17 @@ fn is_pipe() -> bool {
     }
 }
 
-/// Watches a piped stdout from a thread of its own; once its reader is gone, sets `gone`,
-/// stops `program` and raises `interrupt`; if the program has not ended within its grace (and
-/// a second), ends it where it waits ([`Route::abandon`](crate::residents::Route::abandon)),
-/// and a second later, if even that did not end it, ends the process with status 0. Does
-/// nothing when stdout is not a pipe.
+/// Watches a piped stdout from a thread of its own; once its reader is gone, sets `gone` and
+/// ends the program on `runtime` as a host that will not wait for ever does
+/// ([`WeakLifecycle::end`]: stopped as by SIGTERM, turns in flight given the grace, then ended
+/// where it waits; `colony run`'s last resort ends the process if even that does not end it).
+/// Does nothing when stdout is not a pipe.
 ///
 /// The thread waits for as long as the process lives, so it holds the program weakly: held
 /// strongly, the program's store was never closed when stdout was a pipe (`colony run p.lua |
 /// tee log`), and the run left its log beside it, with what was written without a sync
 /// (audit lines) never synced.
-pub fn watch(program: WeakLifecycle, interrupt: Interrupt, gone: Arc<AtomicBool>) {
+pub fn watch(program: WeakLifecycle, gone: Arc<AtomicBool>, runtime: tokio::runtime::Handle) {
     if !is_pipe() {
         return;
     }
@@ -49,26 +48,8 @@ pub fn watch(program: WeakLifecycle, interrupt: Interrupt, gone: Arc<AtomicBool>
                 return;
             }
             gone.store(true, Ordering::Release);
-            // A program that has ended has nothing to stop; the process is ending.
-            let Some(live) = program.upgrade() else {
-                return;
-            };
             tracing::info!("stdout's reader is gone: stopping");
-            live.stop(REASON);
-            interrupt.raise(REASON);
-            let grace = live.grace();
-            // Let go of it: a program that ends within its grace closes its store.
-            drop(live);
-            std::thread::sleep(grace + Duration::from_secs(1));
-            // Still running (a loop that waits, which the interrupt does not reach): ended where
-            // it waits, so that the run ends as any other and closes its store; the process
-            // ends here only if even that does not end it.
-            if let Some(live) = program.upgrade() {
-                live.route().abandon(REASON);
-                drop(live);
-                std::thread::sleep(Duration::from_secs(1));
-            }
-            std::process::exit(0);
+            runtime.spawn(async move { program.end(REASON, REASON).await });
         });
     if let Err(e) = spawned {
         tracing::warn!("cannot watch stdout: {e}");

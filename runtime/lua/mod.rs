@@ -380,6 +380,9 @@ async fn run_on_this_thread(
     if let Some(exports) = &host.exports {
         lifecycle.serve_exports(exports.clone());
     }
+    if host.signals_from_start {
+        residents::listen_for_signals(&lua);
+    }
     let _ = lifecycle_out.send(lifecycle.clone());
     drop(lifecycle_out);
     // However the script ends, its program stops: a host waiting for the watch to open (or for

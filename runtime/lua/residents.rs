@@ -51,6 +51,11 @@ pub struct HostSetup {
     pub linger: bool,
     /// Where the residents run when several nodes share the program (a cluster).
     pub placement: Option<std::sync::Arc<dyn crate::residents::Placement>>,
+    /// The program hears SIGINT and SIGTERM from its start, not only from its watch's
+    /// (`colony run`): one before the watch ends it where it waits, so the run ends as any
+    /// other and closes its store, where the signal's default action ended the process and
+    /// left the store as a crash does. A host with signal handling of its own leaves it unset.
+    pub signals_from_start: bool,
 }
 
 /// The host's tools, by name, in the VM's app data.
@@ -325,12 +330,7 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
     // A tool spinning on this thread would keep the watch from hearing a signal: a listener on
     // the core's runtime stops such code through the VM's hook. Kept for the program's life: a
     // main chunk that spins after the watch is stopped too.
-    if lua.app_data_ref::<super::watchdog::Listening>().is_none()
-        && let Some(listening) =
-            super::watchdog::listen(lua, lifecycle(lua).route().core().handle(), lifecycle(lua))
-    {
-        lua.set_app_data(listening);
-    }
+    listen_for_signals(lua);
     lifecycle(lua)
         .watch(options, |event| on_event(lua, event, hooks))
         .await
@@ -341,6 +341,19 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
             }
             e => bad(who, e),
         })
+}
+
+/// Starts the program's signal listener ([`super::watchdog::listen`]) unless it runs already:
+/// kept in the VM's app data, for the program's life.
+pub(super) fn listen_for_signals(lua: &Lua) {
+    if lua.app_data_ref::<super::watchdog::Listening>().is_some() {
+        return;
+    }
+    let route = lifecycle(lua).route().clone();
+    let runtime = route.core().handle().clone();
+    if let Some(listening) = super::watchdog::listen(lua, &runtime, route) {
+        lua.set_app_data(listening);
+    }
 }
 
 /// Calls the hook an event is for.

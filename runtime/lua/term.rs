@@ -195,9 +195,7 @@ async fn readline(lua: &Lua, prompt: String) -> mlua::Result<MultiValue> {
 /// `ok, ... = term.interruptible(f, ...)`: runs `f(...)`; Ctrl-C while it runs cancels it (its
 /// coroutine is dropped, with the model call or tool it was waiting on) and answers
 /// `false, "interrupted"`. Otherwise `true` and what `f` returned. Outside such a call Ctrl-C
-/// still ends the program as usual until the first one is made; after it, SIGINT is caught
-/// for the rest of the run, so a front end that offers this ends on its own terms (a second
-/// Ctrl-C at its prompt, say).
+/// ends the program as usual (under `colony run`, where it waits).
 async fn interruptible(lua: &Lua, f: Function, args: MultiValue) -> mlua::Result<MultiValue> {
     // Listening before `f` starts: a Ctrl-C the moment it begins is not lost.
     #[cfg(unix)]
@@ -209,6 +207,10 @@ async fn interruptible(lua: &Lua, f: Function, args: MultiValue) -> mlua::Result
     };
     #[cfg(not(unix))]
     let interrupted = tokio::signal::ctrl_c();
+    // Ctrl-C while `f` runs is this call's, not a reason to end the program.
+    let _taken = lua
+        .app_data_ref::<super::watchdog::Interrupt>()
+        .map(|interrupt| interrupt.take_sigint());
     tokio::select! {
         result = f.call_async::<MultiValue>(args) => {
             let mut out = result?;

@@ -31,6 +31,7 @@ use std::cell::RefCell;
 use std::ffi::CStr;
 use std::future::Future;
 use std::rc::Rc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -101,6 +102,9 @@ pub struct Interrupted {
     /// Set when the program is to end at once, whatever it waits for.
     abandoned: Mutex<Option<String>>,
     abandon: tokio::sync::Notify,
+    /// `term.interruptible` calls running: SIGINT is theirs (it cancels the call), not the
+    /// program's.
+    sigint_taken: AtomicUsize,
 }
 
 impl Interrupt {
@@ -133,6 +137,17 @@ impl Interrupt {
         self.0.abandon.notify_one();
     }
 
+    /// SIGINT is the caller's while the returned guard lives (`term.interruptible`: Ctrl-C
+    /// cancels the call it runs), not a reason to end the program.
+    pub fn take_sigint(&self) -> SigintTaken {
+        self.0.sigint_taken.fetch_add(1, Ordering::AcqRel);
+        SigintTaken(self.0.clone())
+    }
+
+    fn sigint_taken(&self) -> bool {
+        self.0.sigint_taken.load(Ordering::Acquire) > 0
+    }
+
     /// What abandoned the program, once something did.
     pub fn abandoned_by(&self) -> Option<String> {
         self.0
@@ -151,6 +166,15 @@ impl Interrupt {
             }
             notified.await;
         }
+    }
+}
+
+/// SIGINT held by a caller of its own ([`Interrupt::take_sigint`]) until dropped.
+pub struct SigintTaken(Arc<Interrupted>);
+
+impl Drop for SigintTaken {
+    fn drop(&mut self) {
+        self.0.sigint_taken.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -522,15 +546,23 @@ pub fn caught(lua: &Lua) -> mlua::Result<Function> {
 
 /// Raises the VM's [`Interrupt`] on SIGINT and SIGTERM (and on
 /// [`crate::residents::Route::interrupt`]) from a task on `runtime` (the VM's own thread may be
-/// the one spinning), for as long as the returned guard lives. The watch starts it: before a
-/// watch, a signal ends the process as it always did.
+/// the one spinning), for as long as the returned guard lives. The watch starts it, or the
+/// program's start when its host asks ([`super::HostSetup::signals_from_start`], `colony run`):
+/// otherwise, before a watch, a signal ends the process by its default action, leaving the
+/// store as a crash does.
+///
+/// A signal the watch hears stops the program (its turns get the grace; the watch's own
+/// listener decides), and a third ends it wherever it waits (a hook of the watch that sleeps).
+/// One that no watch hears, before the watch or after it, ends the program wherever it waits
+/// at once, so that the run ends as any other and closes its store. SIGINT is not the
+/// program's while a `term.interruptible` call runs ([`Interrupt::take_sigint`]).
 ///
 /// The route is told to stop first: a source the interrupt cuts short must find the program
 /// stopping, or its restart policy would start it again before the watch hears the signal.
 pub fn listen(
     lua: &Lua,
     runtime: &tokio::runtime::Handle,
-    lifecycle: crate::residents::Lifecycle,
+    route: crate::residents::Route,
 ) -> Option<Listening> {
     let interrupt = lua.app_data_ref::<Interrupt>()?.clone();
     let task = runtime.spawn(async move {
@@ -541,13 +573,17 @@ pub fn listen(
         ) else {
             return;
         };
-        let route = lifecycle.route().clone();
         let mut interrupted = false;
         let mut signals = 0;
         loop {
             let why = tokio::select! {
                 _ = term.recv() => "SIGTERM".to_string(),
-                _ = int.recv() => "SIGINT".to_string(),
+                _ = int.recv() => {
+                    if interrupt.sigint_taken() {
+                        continue;
+                    }
+                    "SIGINT".to_string()
+                }
                 // Stopped as a signal stops it (`--max-time`), under the stop's own reason.
                 () = route.interrupted(), if !interrupted => {
                     interrupted = true;
@@ -558,18 +594,21 @@ pub fn listen(
                 }
             };
             signals += 1;
-            // Once the watch is over, a signal ends the program as it did before the watch
-            // (tokio's handler, once installed, stays: the signal was heard by nobody and
-            // ignored). During the watch the first stops it, the second cuts its grace short
-            // (the watch's own listener), and a third ends the program whatever it waits for
-            // (a hook of the watch that sleeps). The watch's listener hears each signal too,
-            // and may end the watch on it before this task runs: a signal the watch heard is
-            // not one after it.
-            let after_watch = lifecycle.watch_state() == crate::residents::Watch::Ended
-                && !route.watch_listening()
-                && signals > route.signals_heard();
-            if after_watch || signals >= 3 {
-                tracing::warn!("{why}: ending the program now");
+            // A signal no watch hears (before the watch, after it) ends the program where it
+            // waits: tokio's handler, once installed, stays, so it would be heard by nobody and
+            // ignored. During the watch the first stops it, the second cuts its grace short
+            // (the watch's own listener), and a third ends the program whatever it waits for.
+            // The watch's listener hears each signal too, and may end the watch on it before
+            // this task runs: a signal the watch heard is not one after it.
+            let unheard = !route.watch_listening() && signals > route.signals_heard();
+            if unheard || signals >= 3 {
+                // The end says it ("the program was ended by SIGINT"); the third is told here
+                // too, since the watch said the first two would let turns finish.
+                if unheard {
+                    tracing::info!("{why}: ending the program now");
+                } else {
+                    tracing::warn!("{why}, the third signal: ending the program now");
+                }
                 route.stop(why.as_str());
                 interrupt.abandon(&why);
                 continue;

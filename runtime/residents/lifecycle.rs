@@ -56,6 +56,47 @@ impl WeakLifecycle {
     pub fn upgrade(&self) -> Option<Lifecycle> {
         self.inner.upgrade().map(|inner| Lifecycle { inner })
     }
+
+    /// Ends the program for a host that will wait only so long (`--max-time`, a piped
+    /// stdout's reader gone): stops it as a signal does ([`Lifecycle::interrupt`], the watch
+    /// returning `stop`); while its watch runs, turns in flight get the grace and
+    /// [`AFTER_INTERRUPT`] more; then, if its script still runs (code that waits, which the
+    /// interrupt does not reach; a script before or after its watch, which nothing stopping
+    /// reaches), ends it where it waits ([`Route::abandon`], told as ended by `end`), and
+    /// answers how long it had waited for it to end after the stop. Holds the program only while
+    /// it acts: one that ends meanwhile closes its store as it ends.
+    pub async fn end(&self, stop: &str, end: &str) -> Option<Duration> {
+        let live = self.upgrade()?;
+        live.interrupt(stop);
+        let patience = match live.watch_state() {
+            Watch::Running => live.grace() + AFTER_INTERRUPT,
+            Watch::NotYet | Watch::Ended => Duration::ZERO,
+        };
+        let mut ended = live.script_end();
+        drop(live);
+        if tokio::time::timeout(patience, ended.ended()).await.is_ok() {
+            return None;
+        }
+        let live = self.upgrade()?;
+        live.route().abandon(end);
+        Some(patience)
+    }
+}
+
+/// How long [`WeakLifecycle::end`] waits after the watch's grace before it ends a script where
+/// it waits: the watch's own end (its sources, its hooks) takes a moment after the grace.
+pub const AFTER_INTERRUPT: Duration = Duration::from_secs(1);
+
+/// Whether a program's script has ended ([`Lifecycle::script_end`]); holds nothing of the
+/// program, so waiting on it keeps no store open.
+pub struct ScriptEnd(tokio::sync::watch::Receiver<bool>);
+
+impl ScriptEnd {
+    /// Waits until the script has ended (at once if it has).
+    pub async fn ended(&mut self) {
+        // An error is the program gone, which only its script's end lets happen.
+        let _ = self.0.wait_for(|ended| *ended).await;
+    }
 }
 
 struct Life {
@@ -513,6 +554,11 @@ impl Lifecycle {
     /// than 256 behind misses the oldest).
     pub fn subscribe(&self) -> broadcast::Receiver<RouteEvent> {
         self.inner.events.subscribe()
+    }
+
+    /// Whether, and when, the program's script ends, held apart from the program.
+    pub fn script_end(&self) -> ScriptEnd {
+        ScriptEnd(self.inner.script_ended.subscribe())
     }
 
     /// The script ended: the program stops (a host waiting for the watch to open, or for it to

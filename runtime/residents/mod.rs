@@ -34,7 +34,9 @@ pub mod resident;
 pub mod route;
 pub mod supervision;
 
-pub use lifecycle::{HireError, Lifecycle, Source, Watch, WatchError, WatchOptions, WeakLifecycle};
+pub use lifecycle::{
+    HireError, Lifecycle, ScriptEnd, Source, Watch, WatchError, WatchOptions, WeakLifecycle,
+};
 pub use mail::{Delivered, Mail, MailError, Mailbox, Provenance};
 pub use observe::{Observation, Observer, TurnReport};
 pub use placement::Placement;

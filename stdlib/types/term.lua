@@ -57,8 +57,10 @@ function term.spinner(label) end
 
 --- Runs `f(...)` so that Ctrl-C cancels it instead of ending the program: the call is dropped
 --- where it waits (a model call, a tool) and `false, "interrupted"` comes back; otherwise `true`
---- and what `f` returned. After the first call, Ctrl-C no longer ends the program by itself for
---- the rest of the run: a front end ends on its own terms (`colony chat` at its prompt).
+--- and what `f` returned. Outside such a call Ctrl-C ends the program as usual (`colony run`
+--- ends it where it waits and closes its store). Under a host that leaves signals to the script
+--- (`colony chat`), Ctrl-C outside such a call is ignored after the first: the front end ends on
+--- its own terms (at its prompt).
 ---@param f fun(...): ...
 ---@return boolean ok, ... results, or "interrupted"
 function term.interruptible(f, ...) end
