@@ -114,6 +114,7 @@ pub mod script;
 pub mod secrets;
 pub mod serve;
 pub mod shipped;
+pub mod signals;
 pub mod store;
 pub mod structured;
 pub mod tls;

@@ -289,9 +289,18 @@ fn signalled_while_waiting(
 /// and returns the exit status and stderr. A child that has not ended a minute after the last
 /// signal is killed and the test fails: it would hang otherwise.
 fn signal_when_ready(
-    mut child: std::process::Child,
+    child: std::process::Child,
     signals: &[&str],
 ) -> (std::process::ExitStatus, String) {
+    let (status, _, stderr) = signal_when_ready_then_read(child, signals);
+    (status, stderr)
+}
+
+/// [`signal_when_ready`], and what the child printed after `ready`.
+fn signal_when_ready_then_read(
+    mut child: std::process::Child,
+    signals: &[&str],
+) -> (std::process::ExitStatus, String, String) {
     let mut out = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     while line.trim() != "ready" {
@@ -320,7 +329,9 @@ fn signal_when_ready(
     };
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
-    (status, stderr)
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut out, &mut rest).unwrap();
+    (status, rest, stderr)
 }
 
 #[test]
@@ -422,6 +433,47 @@ print("read", io.read())
             stderr.ends_with(&format!("colony: the program was ended by SIG{signal}\n")),
             "{stderr}"
         );
+    }
+}
+
+#[test]
+fn a_run_started_with_sigint_ignored_leaves_it_ignored_and_sigterm_ends_it() {
+    // A background job of a non-interactive shell starts with SIGINT ignored, so that the
+    // terminal's Ctrl-C ends only the command in front: colony keeps it so, before its watch
+    // and during it. Were SIGINT heard, the run would end with it (130, `SIGINT`).
+    let fake = FakeProvider::start();
+    let sb = styled(&fake, "openai");
+    for (watch, code, out) in [
+        ("print('ready') ai.sleep(600000)", 143, ""),
+        (
+            "print('ready') print(ai.watch{ until_idle = false })",
+            0,
+            "SIGTERM\n",
+        ),
+    ] {
+        let file = sb.write(
+            "script.lua",
+            &format!(
+                "io.stdout:setvbuf('line') ai.spawn{{ name = 'a', provider = 'openai', model = 'm' }} {watch}"
+            ),
+        );
+        let mut command = sb.command(&["run", &file.display().to_string()]);
+        // Safety: `signal` is async-signal-safe, as what runs between fork and exec must be.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut command, || {
+                libc::signal(libc::SIGINT, libc::SIG_IGN);
+                Ok(())
+            });
+        }
+        let child = command
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (status, rest, stderr) = signal_when_ready_then_read(child, &["INT", "TERM"]);
+        assert_eq!(status.code(), Some(code), "{watch}: {stderr}");
+        assert_eq!(rest, out, "{watch}: {stderr}");
+        assert!(!stderr.contains("SIGINT"), "{watch}: {stderr}");
     }
 }
 

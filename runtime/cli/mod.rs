@@ -187,10 +187,8 @@ async fn interruptible(
     command: impl std::future::Future<Output = Result<(), Failure>>,
 ) -> Result<(), Failure> {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut int), Ok(mut term)) = (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) else {
+    let (Ok(mut int), Ok(mut term)) = (crate::signals::sigint(), signal(SignalKind::terminate()))
+    else {
         return command.await;
     };
     tokio::select! {

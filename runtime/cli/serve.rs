@@ -252,7 +252,7 @@ async fn serve_until_drained(
     let signals = (|| {
         Ok::<_, std::io::Error>((
             signal(SignalKind::terminate())?,
-            signal(SignalKind::interrupt())?,
+            crate::signals::sigint()?,
             signal(SignalKind::hangup())?,
         ))
     })()
@@ -307,7 +307,7 @@ const CLOSE_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
 
 type Signals = (
     tokio::signal::unix::Signal,
-    tokio::signal::unix::Signal,
+    crate::signals::Sigint,
     tokio::signal::unix::Signal,
 );
 

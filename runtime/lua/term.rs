@@ -200,8 +200,7 @@ async fn interruptible(lua: &Lua, f: Function, args: MultiValue) -> mlua::Result
     // Listening before `f` starts: a Ctrl-C the moment it begins is not lost.
     #[cfg(unix)]
     let interrupted = {
-        use tokio::signal::unix::{SignalKind, signal};
-        let mut sigint = signal(SignalKind::interrupt())
+        let mut sigint = crate::signals::sigint()
             .map_err(|e| mlua::Error::runtime(format!("term.interruptible: {e}")))?;
         async move { sigint.recv().await }
     };

@@ -567,10 +567,9 @@ pub fn listen(
     let interrupt = lua.app_data_ref::<Interrupt>()?.clone();
     let task = runtime.spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) = (
-            signal(SignalKind::terminate()),
-            signal(SignalKind::interrupt()),
-        ) else {
+        let (Ok(mut term), Ok(mut int)) =
+            (signal(SignalKind::terminate()), crate::signals::sigint())
+        else {
             return;
         };
         let mut interrupted = false;

@@ -827,10 +827,7 @@ fn listen_for_signals(route: &Route) -> std::io::Result<SignalListener> {
     let runtime = route.core().handle().clone();
     let (mut terminate, mut interrupt) = {
         let _core = runtime.enter();
-        (
-            signal(SignalKind::terminate())?,
-            signal(SignalKind::interrupt())?,
-        )
+        (signal(SignalKind::terminate())?, crate::signals::sigint()?)
     };
     let listening = route.clone();
     let route = route.clone();

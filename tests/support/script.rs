@@ -106,6 +106,15 @@ impl Sandbox {
     pub fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_colony"));
         cmd.args(args).current_dir(project_root());
+        // As a terminal's foreground job gets it: SIGINT as its default, even when the tests
+        // run as a background job of a shell (which ignores it, and colony then leaves it so).
+        // Safety: `signal` is async-signal-safe, as what runs between fork and exec must be.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(&mut cmd, || {
+                libc::signal(libc::SIGINT, libc::SIG_DFL);
+                Ok(())
+            });
+        }
         for k in SCRUBBED {
             cmd.env_remove(k);
         }

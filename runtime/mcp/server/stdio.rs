@@ -131,7 +131,7 @@ pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Resul
     let streams = (input, output);
     let route = offer.route.clone();
     // Heard from the start: a program still starting ends on a signal as one serving does.
-    let mut int = signal(SignalKind::interrupt()).map_err(|e| e.to_string())?;
+    let mut int = crate::signals::sigint().map_err(|e| e.to_string())?;
     let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
     // A program that offers nothing serves empty lists: said once it has started, on stderr,
     // where the person who forgot `exportable = true` looks.
