@@ -72,14 +72,30 @@ impl WeakLifecycle {
             Watch::Running => live.grace() + AFTER_INTERRUPT,
             Watch::NotYet | Watch::Ended => Duration::ZERO,
         };
-        let mut ended = live.script_end();
+        let ended = live.script_end();
         drop(live);
+        self.abandon_unless_ended(ended, patience, || end.to_string())
+            .await
+            .then_some(patience)
+    }
+
+    /// Ends the program where it waits ([`Route::abandon`], told as ended by `why()`) unless
+    /// its script ends within `patience`; answers whether it did. Holds the program only to
+    /// end it.
+    async fn abandon_unless_ended(
+        &self,
+        mut ended: ScriptEnd,
+        patience: Duration,
+        why: impl FnOnce() -> String,
+    ) -> bool {
         if tokio::time::timeout(patience, ended.ended()).await.is_ok() {
-            return None;
+            return false;
         }
-        let live = self.upgrade()?;
-        live.route().abandon(end);
-        Some(patience)
+        let Some(live) = self.upgrade() else {
+            return false;
+        };
+        live.route().abandon(why());
+        true
     }
 }
 
@@ -483,12 +499,11 @@ impl Lifecycle {
     pub fn stop_for_host(&self, reason: impl Into<String>) {
         let reason = reason.into();
         self.stop(reason.clone());
-        let route = self.inner.route.clone();
-        let mut ended = self.inner.script_ended.subscribe();
-        let patience = route.grace() + AFTER_STOP;
-        route.core().handle().clone().spawn(async move {
-            let gone = ended.wait_for(|e| *e);
-            if tokio::time::timeout(patience, gone).await.is_err() {
+        let patience = self.grace() + AFTER_STOP;
+        let ended = self.script_end();
+        let program = self.downgrade();
+        self.inner.route.core().handle().spawn(async move {
+            let why = || {
                 // Told as "the program was ended by <why>".
                 let why = format!(
                     "its host after the stop ({reason}): the script was still running {} s \
@@ -496,8 +511,9 @@ impl Lifecycle {
                     patience.as_secs()
                 );
                 tracing::warn!("ending the program where it stands: {why}");
-                route.abandon(why);
-            }
+                why
+            };
+            program.abandon_unless_ended(ended, patience, why).await;
         });
     }
 
