@@ -478,6 +478,81 @@ fn a_run_started_with_sigint_ignored_leaves_it_ignored_and_sigterm_ends_it() {
 }
 
 #[test]
+fn what_runs_after_a_watch_a_signal_stopped_runs_to_its_end() {
+    // The signal stopped the watch, not the script: its report after the watch (a second of
+    // work without waiting) runs to its end and the run exits 0. It was stopped as code that
+    // spins, 0.5 s in, and the run failed.
+    let fake = FakeProvider::start();
+    let sb = styled(&fake, "openai");
+    let file = sb.write(
+        "script.lua",
+        r#"
+io.stdout:setvbuf("line")
+ai.spawn{ name = "a", provider = "openai", model = "m",
+  sources = { function() while true do ai.sleep(50) end end } }
+print("ready")
+print(ai.watch{})
+local t, n = os.clock(), 0
+while os.clock() - t < 1.0 do n = n + 1 end
+print("report written")
+"#,
+    );
+    let child = sb.spawn(&["run", "--max-time", "120", &file.display().to_string()]);
+    let (status, rest, stderr) = signal_when_ready_then_read(child, &["INT"]);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert_eq!(rest, "SIGINT\nreport written\n", "{stderr}");
+}
+
+#[test]
+fn a_watch_whose_hook_waits_ends_a_grace_after_one_signal() {
+    // The watch's hook sleeps: one Ctrl-C, and the program is ended where it waits once the
+    // watch's grace (and a second) is over, without the third signal it took before.
+    let fake = FakeProvider::start();
+    let sb = styled(&fake, "openai");
+    let (status, stderr) = signalled_while_waiting(
+        &sb,
+        r#"
+io.stdout:setvbuf("line")
+ai.spawn{ name = "a", provider = "openai", model = "m",
+  sources = { function() error("the source fails") end },
+  restart = "temporary" }
+print(ai.watch{ grace_ms = 200, on_fail = function()
+  print("ready")
+  ai.sleep(600000)
+end })
+print("never")
+"#,
+        &["INT"],
+    );
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("SIGINT: the watch did not end in time"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn ctrl_c_ends_a_program_whose_interruptible_call_does_not_give_way() {
+    // term.interruptible takes Ctrl-C to cancel its call, but a call that spins cannot be
+    // dropped where it waits: a moment later the signal is the program's, and it ends.
+    let sb = Sandbox::new();
+    let (status, stderr) = signalled_while_waiting(
+        &sb,
+        r#"
+io.stdout:setvbuf("line")
+print(term.interruptible(function() print("ready") while true do end end))
+print("never")
+"#,
+        &["INT"],
+    );
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.ends_with("colony: the program was ended by SIGINT\n"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_third_signal_ends_a_watch_whose_hook_waits() {
     let fake = FakeProvider::start();
     let sb = styled(&fake, "openai");

@@ -331,16 +331,22 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
     // the core's runtime stops such code through the VM's hook. Kept for the program's life: a
     // main chunk that spins after the watch is stopped too.
     listen_for_signals(lua);
-    lifecycle(lua)
+    let watched = lifecycle(lua)
         .watch(options, |event| on_event(lua, event, hooks))
-        .await
-        .map_err(|e| match e {
-            WatchError::Hire(name, e) => bad(&format!("ai.spawn {name:?}"), e),
-            WatchError::Signals(e) => {
-                mlua::Error::runtime(format!("ai.watch: cannot listen for signals: {e}"))
-            }
-            e => bad(who, e),
-        })
+        .await;
+    // A signal (or `--max-time`) stopped the watch, not the script: what runs after it (a
+    // report, a summary) runs to its end, as the watch's return lets it. Another signal then
+    // ends the program where it stands.
+    if let Some(interrupt) = lua.app_data_ref::<super::watchdog::Interrupt>() {
+        interrupt.lower();
+    }
+    watched.map_err(|e| match e {
+        WatchError::Hire(name, e) => bad(&format!("ai.spawn {name:?}"), e),
+        WatchError::Signals(e) => {
+            mlua::Error::runtime(format!("ai.watch: cannot listen for signals: {e}"))
+        }
+        e => bad(who, e),
+    })
 }
 
 /// Starts the program's signal listener ([`super::watchdog::listen`]) unless it runs already:

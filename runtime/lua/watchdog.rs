@@ -105,6 +105,8 @@ pub struct Interrupted {
     /// `term.interruptible` calls running: SIGINT is theirs (it cancels the call), not the
     /// program's.
     sigint_taken: AtomicUsize,
+    /// `term.interruptible` calls ended so far: one that a SIGINT did not end is seen as such.
+    sigint_calls_ended: AtomicUsize,
 }
 
 impl Interrupt {
@@ -127,14 +129,25 @@ impl Interrupt {
     /// Ends the program at once, code that waits too (an `ai.sleep`, a model call, a hook of
     /// the watch): the main chunk is dropped where it stands. `why` names the signal.
     pub fn abandon(&self, why: &str) {
-        self.raise(why);
+        // Raised under the lock `lower` takes: a stop lowered meanwhile is raised again.
         let mut abandoned = self.0.abandoned.lock().unwrap_or_else(|e| e.into_inner());
         if abandoned.is_none() {
             *abandoned = Some(why.to_string());
         }
+        self.raise(why);
         drop(abandoned);
         self.0.abandon.notify_waiters();
         self.0.abandon.notify_one();
+    }
+
+    /// The stop is over (the watch it stopped has returned): Lua code may run long without
+    /// waiting again (a script's report after its watch), until the next stop. An abandoned
+    /// program stays stopped.
+    pub fn lower(&self) {
+        let abandoned = self.0.abandoned.lock().unwrap_or_else(|e| e.into_inner());
+        if abandoned.is_none() {
+            *self.0.raised.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
     }
 
     /// SIGINT is the caller's while the returned guard lives (`term.interruptible`: Ctrl-C
@@ -146,6 +159,10 @@ impl Interrupt {
 
     fn sigint_taken(&self) -> bool {
         self.0.sigint_taken.load(Ordering::Acquire) > 0
+    }
+
+    fn sigint_calls_ended(&self) -> usize {
+        self.0.sigint_calls_ended.load(Ordering::Acquire)
     }
 
     /// What abandoned the program, once something did.
@@ -174,9 +191,15 @@ pub struct SigintTaken(Arc<Interrupted>);
 
 impl Drop for SigintTaken {
     fn drop(&mut self) {
+        self.0.sigint_calls_ended.fetch_add(1, Ordering::AcqRel);
         self.0.sigint_taken.fetch_sub(1, Ordering::AcqRel);
     }
 }
+
+/// How long a `term.interruptible` call may take to give way to the SIGINT that cancels it
+/// before the signal is the program's: code that spins or is blocked outside Lua does not
+/// give way.
+const CANCEL_PATIENCE: Duration = Duration::from_secs(1);
 
 /// One poll of a callback: since when (as the watchdog first saw it: a poll costs no clock
 /// read, and a slice is at most one tick longer), and under what limit.
@@ -574,13 +597,28 @@ pub fn listen(
         };
         let mut interrupted = false;
         let mut signals = 0;
+        // A SIGINT a `term.interruptible` call took: when it must have ended, and how many
+        // such calls had ended then.
+        let mut cancelling: Option<(tokio::time::Instant, usize)> = None;
         loop {
             let why = tokio::select! {
                 _ = term.recv() => "SIGTERM".to_string(),
                 _ = int.recv() => {
                     if interrupt.sigint_taken() {
+                        let due = tokio::time::Instant::now() + CANCEL_PATIENCE;
+                        cancelling = Some((due, interrupt.sigint_calls_ended()));
                         continue;
                     }
+                    "SIGINT".to_string()
+                }
+                () = tokio::time::sleep_until(
+                    cancelling.map_or_else(tokio::time::Instant::now, |c| c.0)
+                ), if cancelling.is_some() => {
+                    let ended = cancelling.take().map_or(0, |c| c.1);
+                    if !interrupt.sigint_taken() || interrupt.sigint_calls_ended() != ended {
+                        continue;
+                    }
+                    // The call did not give way: the signal is the program's.
                     "SIGINT".to_string()
                 }
                 // Stopped as a signal stops it (`--max-time`), under the stop's own reason.

@@ -72,6 +72,14 @@ impl WeakLifecycle {
             Watch::Running => live.grace() + AFTER_INTERRUPT,
             Watch::NotYet | Watch::Ended => Duration::ZERO,
         };
+        let busy = live.route().busy();
+        if busy > 0 && !patience.is_zero() {
+            tracing::warn!(
+                "{stop}: stopping; {busy} turn(s) in flight get up to {:.1} s to finish \
+                 (Ctrl-C or SIGTERM stops them now)",
+                live.grace().as_secs_f64()
+            );
+        }
         let ended = live.script_end();
         drop(live);
         self.abandon_unless_ended(ended, patience, || end.to_string())
@@ -849,14 +857,39 @@ fn listen_for_signals(route: &Route) -> std::io::Result<SignalListener> {
     let route = route.clone();
     let task = runtime.spawn(async move {
         let mut heard = 0;
+        // When the watch must have ended after the last signal (the grace and a second after
+        // the first, a second after another), and which signal that was.
+        let mut due: Option<(tokio::time::Instant, &str)> = None;
         loop {
             let signal = tokio::select! {
                 _ = terminate.recv() => "SIGTERM",
                 _ = interrupt.recv() => "SIGINT",
+                () = tokio::time::sleep_until(due.map_or_else(tokio::time::Instant::now, |d| d.0)),
+                    if due.is_some() =>
+                {
+                    // Still watching (this task ends with the watch): what it waits for does
+                    // not end (a hook that sleeps, a hook blocked outside Lua).
+                    let signal = due.take().map_or("SIGTERM", |d| d.1);
+                    tracing::warn!(
+                        "{signal}: the watch did not end in time: ending the program where it \
+                         waits"
+                    );
+                    route.abandon(signal);
+                    continue;
+                }
             };
             heard += 1;
             route.heard_signal();
-            if heard == 1 {
+            // A program already stopping for another reason (`--max-time`, `ai.stop`) has its
+            // turns in their grace: a signal then is the user's "now".
+            let stopping_already = route
+                .stop_reason()
+                .is_some_and(|r| r != "SIGINT" && r != "SIGTERM");
+            if heard == 1 && !stopping_already {
+                due = Some((
+                    tokio::time::Instant::now() + route.grace() + AFTER_INTERRUPT,
+                    signal,
+                ));
                 route.stop(signal);
                 let busy = route.busy();
                 if busy > 0 {
@@ -867,7 +900,10 @@ fn listen_for_signals(route: &Route) -> std::io::Result<SignalListener> {
                     );
                 }
             } else {
-                tracing::warn!("{signal} again: stopping the turns in flight now");
+                due = Some((tokio::time::Instant::now() + AFTER_INTERRUPT, signal));
+                route.stop(signal);
+                let again = if heard > 1 { " again" } else { "" };
+                tracing::warn!("{signal}{again}: stopping the turns in flight now");
                 route.cut_short();
             }
         }
