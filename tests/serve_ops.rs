@@ -554,3 +554,72 @@ fn a_stop_ends_a_program_whose_script_runs_on_after_its_watch() {
         served.get("/api/programs/linger").json["state"] == "running"
     });
 }
+
+/// A program blocked outside Lua (here opening a FIFO nobody writes, before its watch) cannot
+/// be ended where it waits: once the drain has had what a stop allows (the grace, `AFTER_STOP`
+/// and a moment), the service ends the process, naming the program, instead of waiting for
+/// ever (it did: SIGTERM, three Ctrl-C, nothing ended it). The other program was drained.
+#[test]
+fn a_drain_ends_the_process_when_a_program_is_blocked_outside_lua() {
+    let fake = FakeProvider::start();
+    let sb = Sandbox::new();
+    let fifo = sb.path("nobody-writes");
+    let made = std::ffi::CString::new(fifo.display().to_string()).unwrap();
+    // Safety: a NUL-terminated path and a mode.
+    assert_eq!(unsafe { libc::mkfifo(made.as_ptr(), 0o600) }, 0);
+    let blocked = sb.write(
+        "blocked.lua",
+        &format!(
+            "io.stderr:write('blocking\\n') local f = io.open({:?}) ai.watch{{}}",
+            fifo.display().to_string()
+        ),
+    );
+    let fine = sb.write("fine.lua", "ai.spawn{ name = \"desk\" } ai.watch{}");
+    let config = programs_config(&fake, &[&blocked, &fine]).replacen(
+        "[[serve.programs]]\n",
+        "[[serve.programs]]\nallow_read = true\n",
+        1,
+    );
+    sb.write("config.toml", &config);
+    let mut served = Served::start(&sb, &[]);
+    support::serve::eventually("the program blocks", || {
+        served.stderr().contains("blocking")
+    });
+    served.signal("TERM");
+    assert_eq!(served.wait(), Some(1), "{}", served.stderr());
+    let stderr = served.stderr();
+    assert!(
+        stderr.contains(
+            "colony serve: the drain outlasted its grace; still running: blocked (blocked \
+             outside Lua?): ending the process"
+        ),
+        "{stderr}"
+    );
+}
+
+/// A second signal during the drain ends every program now, where it waits: a program whose
+/// main chunk spins before its watch is stopped at once rather than after the stop's 20 s.
+#[test]
+fn a_second_signal_during_the_drain_ends_every_program_now() {
+    let fake = FakeProvider::start();
+    let sb = Sandbox::new();
+    let spin = sb.write(
+        "spin.lua",
+        "io.stderr:write('spinning\\n') while true do end ai.watch{}",
+    );
+    sb.write("config.toml", &programs_config(&fake, &[&spin]));
+    let mut served = Served::start(&sb, &[]);
+    support::serve::eventually("the program spins", || served.stderr().contains("spinning"));
+    served.signal("TERM");
+    support::serve::eventually("the drain starts", || {
+        served.stderr().contains("SIGTERM: draining")
+    });
+    served.signal("TERM");
+    assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+    let stderr = served.stderr();
+    assert!(
+        stderr.contains("SIGTERM again: ending every program now, where it waits"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("still running 20 s after it"), "{stderr}");
+}

@@ -311,7 +311,10 @@ type Signals = (
     tokio::signal::unix::Signal,
 );
 
-/// SIGHUP reloads; SIGTERM or SIGINT drains, and then the listener closes.
+/// SIGHUP reloads; SIGTERM or SIGINT drains, and then the listener closes. Another signal
+/// during the drain ends every program now, where it waits; a third, or a drain that outlasts
+/// what a stop allows (a script blocked outside Lua, in `io.read()` say, which nothing
+/// reaches), ends the process.
 async fn on_signals(
     service: Arc<Service>,
     (mut term, mut int, mut hup): Signals,
@@ -324,8 +327,57 @@ async fn on_signals(
             _ = hup.recv() => service.reload().await,
         }
     };
-    tracing::info!("{reason}: draining");
-    service.drain(reason).await;
+    let patience = service.drain_patience() + LAST_RESORT;
+    tracing::warn!(
+        "{reason}: draining: programs get their grace to finish (all ended within {:.0} s); \
+         SIGINT or SIGTERM again ends them now",
+        patience.as_secs_f64()
+    );
+    let drain = service.drain(reason);
+    tokio::pin!(drain);
+    let deadline = tokio::time::sleep(patience);
+    tokio::pin!(deadline);
+    let mut ended_now: Option<&str> = None;
+    loop {
+        let again = tokio::select! {
+            () = &mut drain => break,
+            _ = term.recv() => "SIGTERM",
+            _ = int.recv() => "SIGINT",
+            () = &mut deadline => end_process(&service, &match ended_now {
+                Some(signal) => format!("programs ended at {signal} did not end"),
+                None => "the drain outlasted its grace".to_string(),
+            }),
+        };
+        if ended_now.is_some() {
+            end_process(&service, &format!("{again} a third time"));
+        }
+        tracing::warn!("{again} again: ending every program now, where it waits");
+        service.end_now(again);
+        ended_now = Some(again);
+        deadline
+            .as_mut()
+            .reset(tokio::time::Instant::now() + LAST_RESORT);
+    }
     tracing::info!("drained");
     let _ = drained.send(());
+}
+
+/// How long a program ended where it waits may take to end before the process is ended.
+const LAST_RESORT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Ends the process while programs still run (blocked outside Lua, where nothing reaches
+/// them): their stores are left as after a crash and recovered at the next start.
+fn end_process(service: &Service, why: &str) -> ! {
+    let running: Vec<String> = service
+        .programs()
+        .iter()
+        .filter(|slot| slot.hosted().is_some())
+        .map(|slot| slot.name.clone())
+        .collect();
+    eprintln!(
+        "colony serve: {why}; still running: {} (blocked outside Lua?): ending the process",
+        running.join(", ")
+    );
+    crate::mcp::server_group::end_all();
+    std::process::exit(1);
 }

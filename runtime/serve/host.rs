@@ -210,6 +210,14 @@ impl Hosted {
         self.lifecycle.stop_for_host(reason)
     }
 
+    /// Ends the program now, where it waits (the operator's second signal): turns in flight
+    /// are cut short and the script is ended where it stands.
+    pub fn end_now(&self, reason: &str) {
+        let route = self.lifecycle.route();
+        route.cut_short();
+        route.abandon(reason);
+    }
+
     /// The grace its watch gives turns in flight after a stop.
     pub fn grace(&self) -> Duration {
         self.lifecycle.grace()

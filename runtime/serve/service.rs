@@ -429,6 +429,30 @@ impl Service {
 
     /// SIGTERM: no new mail; every program stops, its turns in flight given their grace; answers
     /// once all have ended.
+    /// Ends every program now, where it waits ([`Hosted::end_now`]): for an operator who will
+    /// not wait for a drain's grace.
+    pub fn end_now(&self, reason: &str) {
+        for slot in self.programs() {
+            if let Some(hosted) = slot.hosted() {
+                hosted.end_now(reason);
+            }
+        }
+    }
+
+    /// How long a drain may take when every program ends as a stop lets it: the longest of
+    /// their graces, and the time a script may run on after it before it is ended where it
+    /// stands ([`crate::residents::lifecycle::AFTER_STOP`]).
+    pub fn drain_patience(&self) -> Duration {
+        let grace = self
+            .programs()
+            .iter()
+            .filter_map(|slot| slot.hosted())
+            .map(|hosted| hosted.grace())
+            .max()
+            .unwrap_or_default();
+        grace + crate::residents::lifecycle::AFTER_STOP
+    }
+
     pub async fn drain(&self, reason: &str) {
         self.draining.store(true, Ordering::Release);
         let programs = self.programs();
