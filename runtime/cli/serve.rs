@@ -328,9 +328,10 @@ async fn on_signals(
         }
     };
     let patience = service.drain_patience() + LAST_RESORT;
+    tracing::warn!("{reason}: draining");
     tracing::warn!(
-        "{reason}: draining: programs get their grace to finish (all ended within {:.0} s); \
-         SIGINT or SIGTERM again ends them now",
+        "programs get their grace to finish (all ended within {:.0} s); SIGINT or SIGTERM \
+         again ends them now",
         patience.as_secs_f64()
     );
     let drain = service.drain(reason);
