@@ -816,7 +816,7 @@ print("the watch returned: " .. ai.watch())
 /// A program whose main chunk does not return (and has no watch) gets `initialize` answered at
 /// once, its tools listed after a bounded wait, and SIGTERM ends it with 0. `initialize` used to
 /// wait for the main chunk, so it was never answered, and a signal killed colony outright. A
-/// program that exports nothing says so on stderr.
+/// program that exports nothing says so on stderr, and fails once it has ended.
 #[test]
 fn a_program_still_starting_is_served_and_a_signal_ends_it() {
     let sb = Sandbox::new();
@@ -846,9 +846,14 @@ while true do ai.sleep(1000) end
     initialize(&mut forgot);
     forgot.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}));
     assert_eq!(forgot.answer(2)["result"]["tools"], json!([]));
+    // Once it has ended there is nothing to serve: a failure, said.
     let (code, stderr) = forgot.end();
-    assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("served exports nothing"), "{stderr}");
+    assert!(
+        stderr.contains("exports nothing and its script has ended"),
+        "{stderr}"
+    );
 }
 
 /// An exported resident that is blocked (here: no provider is configured) answers a call at
@@ -1015,6 +1020,53 @@ fn a_client_that_closes_its_end_of_stdout_ends_the_session() {
         stderr.contains(
             "the watch returned: stdout could not be written (the MCP client closed its end)"
         ),
+        "{stderr}"
+    );
+}
+
+/// A program that exports nothing and whose script ends leaves nothing to serve: the server
+/// says so and fails, with its client still connected (it ended with 0, which a supervisor
+/// reads as success and a client as a crash).
+#[test]
+fn a_program_that_exports_nothing_and_ends_is_a_failure_said_on_stderr() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let file = sb.write(
+        "nothing.lua",
+        "local t = ai.tool{ name = \"t\", handler = function() end }",
+    );
+    let mut child = sb
+        .command(&[
+            "mcp",
+            "serve",
+            "--state",
+            &state(&sb),
+            &file.display().to_string(),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Held open: the client is still there when the program ends.
+    let mut stdin = child.stdin.take().unwrap();
+    {
+        use std::io::Write;
+        let hello = json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"t","version":"1"}}});
+        writeln!(stdin, "{hello}").unwrap();
+    }
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    drop(stdin);
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("nothing.lua exports nothing and its script has ended"),
         "{stderr}"
     );
 }

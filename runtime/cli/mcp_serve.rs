@@ -84,6 +84,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     let running = crate::lua::start_file(core, &args.file, args.args.clone(), host)
         .map_err(|e| Failure::run(e.0))?;
     let lifecycle = running.lifecycle.clone();
+    let script = lifecycle.script_end();
+    let offered = exports.clone();
     let offer = Offer {
         program: args
             .file
@@ -118,6 +120,17 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         .await
         .map_err(|e| Failure::run(format!("colony mcp serve: the Lua thread panicked: {e}")))?;
     drop(state);
+    // Nothing to serve and nothing running: the client was served empty lists until the
+    // program ended, and now finds the server gone. Said as a failure, not as a quiet end.
+    if matches!(ended, Ended::Stopped(_)) && script.has_ended() && offered.is_empty() {
+        joined.map_err(|e| Failure::run(e.0))?;
+        return Err(Failure::run(format!(
+            "colony mcp serve: {} exports nothing and its script has ended, so there is \
+             nothing to serve: mark a tool `exportable = true`, a resident `export = true`, or \
+             offer `mcp.resource` / `mcp.prompt`",
+            args.file.display()
+        )));
+    }
     match joined {
         Err(e) if cut => {
             tracing::info!("colony mcp serve: {}", e.0);

@@ -116,6 +116,11 @@ pub const AFTER_INTERRUPT: Duration = Duration::from_secs(1);
 pub struct ScriptEnd(tokio::sync::watch::Receiver<bool>);
 
 impl ScriptEnd {
+    /// Whether the script has ended by now.
+    pub fn has_ended(&self) -> bool {
+        *self.0.borrow()
+    }
+
     /// Waits until the script has ended (at once if it has).
     pub async fn ended(&mut self) {
         // An error is the program gone, which only its script's end lets happen.
