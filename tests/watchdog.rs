@@ -553,6 +553,38 @@ print("never")
 }
 
 #[test]
+fn ctrl_c_reaches_colony_while_os_execute_runs_and_its_command_has_sigpipe_at_its_default() {
+    // Lua's os.execute called system(3), which ignores SIGINT in colony while the command
+    // runs: Ctrl-C sent to colony was lost and the script went on (exit 0), and the command
+    // inherited colony's SIGPIPE ignored.
+    let sb = Sandbox::new();
+    let mask = sb.path("sigign");
+    let (status, stderr) = signalled_while_waiting(
+        &sb,
+        &format!(
+            r#"
+io.stdout:setvbuf("line")
+assert(os.execute("grep SigIgn /proc/self/status > {}"))
+print("ready")
+print(os.execute("sleep 5"))
+print("never")
+"#,
+            mask.display()
+        ),
+        &["INT"],
+    );
+    assert_eq!(status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.ends_with("colony: the program was ended by SIGINT\n"),
+        "{stderr}"
+    );
+    let line = std::fs::read_to_string(&mask).unwrap();
+    let ignored = u64::from_str_radix(line.trim().trim_start_matches("SigIgn:").trim(), 16)
+        .unwrap_or_else(|e| panic!("{e}: {line}"));
+    assert_eq!(ignored & (1 << (libc::SIGPIPE - 1)), 0, "{line}");
+}
+
+#[test]
 fn a_third_signal_ends_a_watch_whose_hook_waits() {
     let fake = FakeProvider::start();
     let sb = styled(&fake, "openai");

@@ -258,6 +258,7 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     let http = http::register(&lua)?;
     let fs = fs::register(&lua)?;
     let proc = proc::register(&lua)?;
+    proc::replace_os_execute(&lua)?;
     let store = store::register(&lua)?;
     let term = term::register(&lua)?;
     let colony = colony::register(&lua)?;

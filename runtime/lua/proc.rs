@@ -22,6 +22,60 @@ pub const DEFAULT_MAX_BYTES: u64 = 32 << 20;
 
 const FIELDS: &[&str] = &["cmd", "args", "cwd", "env", "stdin", "timeout", "max_bytes"];
 
+/// Replaces Lua's `os.execute` with [`execute`].
+pub fn replace_os_execute(lua: &Lua) -> mlua::Result<()> {
+    let os: Table = lua.globals().get("os")?;
+    os.set(
+        "execute",
+        lua.create_function(|lua, command: Option<LuaString>| execute(lua, command))?,
+    )
+}
+
+/// `os.execute(command)` as Lua's own (`/bin/sh -c command`, answering `true` or `nil`,
+/// `"exit"` or `"signal"`, and the code; `os.execute()` whether there is a shell), but started
+/// as `proc.run` starts a command. Lua's calls system(3), which ignores SIGINT in the caller
+/// while the command runs, so Ctrl-C never reached colony (the command died of it, and the
+/// script went on as if nothing happened), and its command inherited colony's SIGPIPE ignored
+/// (`yes | head -1` said "Broken pipe"). It still holds the VM's thread while the command runs.
+fn execute(lua: &Lua, command: Option<LuaString>) -> mlua::Result<MultiValue> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::process::ExitStatusExt;
+    const SHELL: &str = "/bin/sh";
+    let Some(command) = command else {
+        return Ok(MultiValue::from_iter([Value::Boolean(
+            std::path::Path::new(SHELL).exists(),
+        )]));
+    };
+    let status = std::process::Command::new(SHELL)
+        .arg("-c")
+        .arg(std::ffi::OsStr::from_bytes(&command.as_bytes()))
+        .status();
+    let (how, code) = match status {
+        Ok(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => ("exit", code),
+            (None, Some(signal)) => ("signal", signal),
+            (None, None) => ("exit", -1),
+        },
+        Err(e) => {
+            return Ok(MultiValue::from_iter([
+                Value::Nil,
+                Value::String(lua.create_string(format!("{SHELL}: {e}"))?),
+                Value::Integer(e.raw_os_error().unwrap_or(0).into()),
+            ]));
+        }
+    };
+    let ok = if how == "exit" && code == 0 {
+        Value::Boolean(true)
+    } else {
+        Value::Nil
+    };
+    Ok(MultiValue::from_iter([
+        ok,
+        Value::String(lua.create_string(how)?),
+        Value::Integer(code.into()),
+    ]))
+}
+
 pub fn register(lua: &Lua) -> mlua::Result<Table> {
     let proc = lua.create_table()?;
     proc.set(
