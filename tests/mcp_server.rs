@@ -846,8 +846,9 @@ while true do ai.sleep(1000) end
     initialize(&mut forgot);
     forgot.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/list"}));
     assert_eq!(forgot.answer(2)["result"]["tools"], json!([]));
-    // Once it has ended there is nothing to serve: a failure, said.
-    let (code, stderr) = forgot.end();
+    // Once it has ended there is nothing to serve: a failure, said (stdin kept open: the
+    // client is still there).
+    let (code, stderr) = forgot.ends_by_itself();
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("served exports nothing"), "{stderr}");
     assert!(

@@ -532,6 +532,38 @@ print("never")
 }
 
 #[test]
+fn the_grace_after_a_signal_runs_from_when_the_watch_begins_its_shutdown() {
+    // A hook was running (2.7 s more) when the signal came: the watch's shutdown, and the
+    // grace of the turn in flight, begin when it returns. The program is not ended a grace
+    // after the signal, in the middle of the grace its turn was given.
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("late").delay(9000));
+    let sb = styled(&fake, "openai");
+    let (status, stderr) = signalled_while_waiting(
+        &sb,
+        r#"
+io.stdout:setvbuf("line")
+ai.spawn{ name = "a", provider = "openai", model = "m", restart = "temporary",
+  sources = { function(self)
+    ai.mail{ to = self, source = "desk", content = "go", hop = 0 }
+    error("the source fails")
+  end } }
+print(ai.watch{ grace_ms = 2000, on_fail = function()
+  print("ready")
+  ai.sleep(3000)
+end })
+"#,
+        &["INT"],
+    );
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("were still busy after the grace period"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("did not end in time"), "{stderr}");
+}
+
+#[test]
 fn ctrl_c_ends_a_program_whose_interruptible_call_does_not_give_way() {
     // term.interruptible takes Ctrl-C to cancel its call, but a call that spins cannot be
     // dropped where it waits: a moment later the signal is the program's, and it ends.

@@ -344,10 +344,17 @@ async fn on_signals(
             () = &mut drain => break,
             _ = term.recv() => "SIGTERM",
             _ = int.recv() => "SIGINT",
-            () = &mut deadline => end_process(&service, &match ended_now {
-                Some(signal) => format!("programs ended at {signal} did not end"),
-                None => "the drain outlasted its grace".to_string(),
-            }),
+            () = &mut deadline => {
+                // A program whose script has ended is closing its store: it gets the time.
+                if service.scripts_running().is_empty() {
+                    deadline.as_mut().reset(tokio::time::Instant::now() + LAST_RESORT);
+                    continue;
+                }
+                end_process(&service, &match ended_now {
+                    Some(signal) => format!("programs ended at {signal} did not end"),
+                    None => "the drain outlasted its grace".to_string(),
+                })
+            }
         };
         if ended_now.is_some() {
             end_process(&service, &format!("{again} a third time"));
@@ -369,12 +376,7 @@ const LAST_RESORT: std::time::Duration = std::time::Duration::from_secs(2);
 /// Ends the process while programs still run (blocked outside Lua, where nothing reaches
 /// them): their stores are left as after a crash and recovered at the next start.
 fn end_process(service: &Service, why: &str) -> ! {
-    let running: Vec<String> = service
-        .programs()
-        .iter()
-        .filter(|slot| slot.hosted().is_some())
-        .map(|slot| slot.name.clone())
-        .collect();
+    let running = service.scripts_running();
     eprintln!(
         "colony serve: {why}; still running: {} (blocked outside Lua?): ending the process",
         running.join(", ")

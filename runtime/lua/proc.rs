@@ -39,7 +39,7 @@ pub fn replace_os_execute(lua: &Lua) -> mlua::Result<()> {
 /// (`yes | head -1` said "Broken pipe"). It still holds the VM's thread while the command runs.
 fn execute(lua: &Lua, command: Option<LuaString>) -> mlua::Result<MultiValue> {
     use std::os::unix::ffi::OsStrExt;
-    use std::os::unix::process::ExitStatusExt;
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
     const SHELL: &str = "/bin/sh";
     let Some(command) = command else {
         return Ok(MultiValue::from_iter([Value::Boolean(
@@ -47,6 +47,7 @@ fn execute(lua: &Lua, command: Option<LuaString>) -> mlua::Result<MultiValue> {
         )]));
     };
     let status = std::process::Command::new(SHELL)
+        .arg0("sh")
         .arg("-c")
         .arg(std::ffi::OsStr::from_bytes(&command.as_bytes()))
         .status();

@@ -99,6 +99,9 @@ pub struct Interrupt(Arc<Interrupted>);
 #[derive(Default)]
 pub struct Interrupted {
     raised: Mutex<Option<(Instant, String)>>,
+    /// Set (under `raised`'s lock) once the watch has returned ([`Interrupt::lower`]): a stop
+    /// asked for the watch comes too late to be raised.
+    lowered: std::sync::atomic::AtomicBool,
     /// Set when the program is to end at once, whatever it waits for.
     abandoned: Mutex<Option<String>>,
     abandon: tokio::sync::Notify,
@@ -114,6 +117,16 @@ impl Interrupt {
     pub fn raise(&self, why: &str) {
         let mut at = self.0.raised.lock().unwrap_or_else(|e| e.into_inner());
         if at.is_none() {
+            *at = Some((Instant::now(), why.to_string()));
+        }
+    }
+
+    /// [`Interrupt::raise`] for a stop of the watch (a signal it heard, `--max-time` while it
+    /// runs): not once the watch has returned ([`Interrupt::lower`]), whichever of the two runs
+    /// first, so what the script does after its watch runs to its end.
+    pub fn raise_for_watch(&self, why: &str) {
+        let mut at = self.0.raised.lock().unwrap_or_else(|e| e.into_inner());
+        if at.is_none() && !self.0.lowered.load(Ordering::Acquire) {
             *at = Some((Instant::now(), why.to_string()));
         }
     }
@@ -146,7 +159,9 @@ impl Interrupt {
     pub fn lower(&self) {
         let abandoned = self.0.abandoned.lock().unwrap_or_else(|e| e.into_inner());
         if abandoned.is_none() {
-            *self.0.raised.lock().unwrap_or_else(|e| e.into_inner()) = None;
+            let mut raised = self.0.raised.lock().unwrap_or_else(|e| e.into_inner());
+            self.0.lowered.store(true, Ordering::Release);
+            *raised = None;
         }
     }
 
@@ -626,7 +641,7 @@ pub fn listen(
                     interrupted = true;
                     let why = route.stop_reason().unwrap_or_default();
                     route.stop(why.as_str());
-                    interrupt.raise(&why);
+                    interrupt.raise_for_watch(&why);
                     continue;
                 }
             };
@@ -651,7 +666,7 @@ pub fn listen(
                 continue;
             }
             route.stop(why.as_str());
-            interrupt.raise(&why);
+            interrupt.raise_for_watch(&why);
         }
     });
     Some(Listening(task.abort_handle()))

@@ -872,9 +872,18 @@ fn listen_for_signals(route: &Route) -> std::io::Result<SignalListener> {
                 () = tokio::time::sleep_until(due.map_or_else(tokio::time::Instant::now, |d| d.0)),
                     if due.is_some() =>
                 {
+                    let signal = due.take().map_or("SIGTERM", |d| d.1);
+                    // The grace runs from when the watch began its shutdown, which a hook that
+                    // was running at the signal delays: the turns get all of it.
+                    if !route.was_cut_short()
+                        && let Some(began) = route.shutdown_began()
+                        && began + route.grace() + AFTER_INTERRUPT > tokio::time::Instant::now()
+                    {
+                        due = Some((began + route.grace() + AFTER_INTERRUPT, signal));
+                        continue;
+                    }
                     // Still watching (this task ends with the watch): what it waits for does
                     // not end (a hook that sleeps, a hook blocked outside Lua).
-                    let signal = due.take().map_or("SIGTERM", |d| d.1);
                     tracing::warn!(
                         "{signal}: the watch did not end in time: ending the program where it \
                          waits"

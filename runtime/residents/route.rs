@@ -140,6 +140,8 @@ struct Inner {
     grace: Mutex<Duration>,
     /// Set by [`Route::cut_short`]: the grace is over now (a second Ctrl-C).
     cut_short: watch::Sender<bool>,
+    /// When the stop's grace began ([`Route::shutdown`]), once it has.
+    shutdown_began: Mutex<Option<tokio::time::Instant>>,
     /// Set by [`Route::interrupt`]: code that does not wait is to be stopped too.
     interrupting: watch::Sender<bool>,
     /// Set by [`Route::abandon`], with why: the program's code is ended where it stands.
@@ -242,6 +244,7 @@ impl Route {
                 settled: Mutex::new(None),
                 grace: Mutex::new(DEFAULT_GRACE),
                 cut_short: watch::Sender::new(false),
+                shutdown_began: Mutex::new(None),
                 interrupting: watch::Sender::new(false),
                 abandoning: watch::Sender::new(None),
                 observer: OnceLock::new(),
@@ -768,6 +771,12 @@ impl Route {
         self.inner.cut_short.send_replace(true);
     }
 
+    /// When the grace of a stop began ([`Route::shutdown`]), once it has: a watch's hook that
+    /// was running at the stop delays it.
+    pub fn shutdown_began(&self) -> Option<tokio::time::Instant> {
+        *lock(&self.inner.shutdown_began)
+    }
+
     /// Whether [`Route::cut_short`] was asked.
     pub fn was_cut_short(&self) -> bool {
         *self.inner.cut_short.borrow()
@@ -793,7 +802,9 @@ impl Route {
     /// finish (or until [`Route::cut_short`]), then ends the tasks still running. Returns how many had to be cut
     /// off.
     pub async fn shutdown(&self, grace: Duration) -> usize {
-        let deadline = tokio::time::Instant::now() + grace;
+        let began = tokio::time::Instant::now();
+        lock(&self.inner.shutdown_began).get_or_insert(began);
+        let deadline = began + grace;
         let mut cut_short = self.inner.cut_short.subscribe();
         loop {
             let done = self.inner.tasks_done.notified();

@@ -218,6 +218,11 @@ impl Hosted {
         route.abandon(reason);
     }
 
+    /// Whether its script still runs.
+    pub fn script_running(&self) -> bool {
+        !self.lifecycle.script_end().has_ended()
+    }
+
     /// The grace its watch gives turns in flight after a stop.
     pub fn grace(&self) -> Duration {
         self.lifecycle.grace()

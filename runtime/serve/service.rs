@@ -427,8 +427,6 @@ impl Service {
             .publish("reloaded", json!({ "unblocked": unblocked }));
     }
 
-    /// SIGTERM: no new mail; every program stops, its turns in flight given their grace; answers
-    /// once all have ended.
     /// Ends every program now, where it waits ([`Hosted::end_now`]): for an operator who will
     /// not wait for a drain's grace.
     pub fn end_now(&self, reason: &str) {
@@ -437,6 +435,16 @@ impl Service {
                 hosted.end_now(reason);
             }
         }
+    }
+
+    /// The programs whose script still runs (a program whose script has ended may still be
+    /// closing its store).
+    pub fn scripts_running(&self) -> Vec<String> {
+        self.programs()
+            .iter()
+            .filter(|slot| slot.hosted().is_some_and(|h| h.script_running()))
+            .map(|slot| slot.name.clone())
+            .collect()
     }
 
     /// How long a drain may take when every program ends as a stop lets it: the longest of
@@ -453,6 +461,8 @@ impl Service {
         grace + crate::residents::lifecycle::AFTER_STOP
     }
 
+    /// SIGTERM: no new mail; every program stops, its turns in flight given their grace; answers
+    /// once all have ended.
     pub async fn drain(&self, reason: &str) {
         self.draining.store(true, Ordering::Release);
         let programs = self.programs();
