@@ -1133,3 +1133,19 @@ print(ai.watch{})
     );
     assert_eq!(lines[2], "done");
 }
+
+/// A program stopped before its watch (`ai.stop`, or a host's signal as the script reaches
+/// `ai.watch`) has its watch return the stop's reason at once. The watch raised instead, the
+/// hire of its first resident refused ("the route is stopping"), and the run failed: `colony
+/// mcp serve` exited 1 on a SIGTERM that came as its program started.
+#[test]
+fn a_watch_stopped_before_it_began_returns_the_stop_s_reason() {
+    let sb = support::script::Sandbox::new();
+    let run = sb
+        .lua(
+            "ai.spawn{ name = \"a\", system = \"x\" }\nai.stop(\"early\")\nprint(ai.watch{})\n",
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "early\n");
+}

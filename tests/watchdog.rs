@@ -534,8 +534,9 @@ print("never")
 #[test]
 fn the_grace_after_a_signal_runs_from_when_the_watch_begins_its_shutdown() {
     // A hook was running (2.7 s more) when the signal came: the watch's shutdown, and the
-    // grace of the turn in flight, begin when it returns. The program is not ended a grace
-    // after the signal, in the middle of the grace its turn was given.
+    // grace of the turn in flight (4 s), begin when it returns. The program is not ended a
+    // grace and a second after the signal (5 s), in the middle of the grace its turn was given
+    // (to 6.7 s). The margins are seconds: a loaded machine does not turn one into the other.
     let fake = FakeProvider::start();
     fake.set_default(Reply::text("late").delay(9000));
     let sb = styled(&fake, "openai");
@@ -548,7 +549,7 @@ ai.spawn{ name = "a", provider = "openai", model = "m", restart = "temporary",
     ai.mail{ to = self, source = "desk", content = "go", hop = 0 }
     error("the source fails")
   end } }
-print(ai.watch{ grace_ms = 2000, on_fail = function()
+print(ai.watch{ grace_ms = 4000, on_fail = function()
   print("ready")
   ai.sleep(3000)
 end })

@@ -13,6 +13,7 @@ use crate::mcp::server::stdio::{self, Ended};
 use crate::mcp::server::{Exports, Offer};
 use crate::permissions::Permissions;
 use crate::residents::Watch;
+use crate::residents::lifecycle::SCRIPT_ENDED;
 use crate::store::state_dir::{self, StateDir};
 
 /// Serve a program's exportable tools, exported residents, resources and prompts over MCP on
@@ -122,7 +123,10 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     drop(state);
     // Nothing to serve and nothing running: the client was served empty lists until the
     // program ended, and now finds the server gone. Said as a failure, not as a quiet end.
-    if matches!(ended, Ended::Stopped(_)) && script.has_ended() && offered.is_empty() {
+    // Its script ended by itself: a stop (a signal its watch heard, say) that came before the
+    // program exported anything is no such failure.
+    let ended_by_itself = matches!(&ended, Ended::Stopped(why) if why == SCRIPT_ENDED);
+    if ended_by_itself && script.has_ended() && offered.is_empty() {
         joined.map_err(|e| Failure::run(e.0))?;
         return Err(Failure::run(format!(
             "colony mcp serve: {} exports nothing and its script has ended, so there is \

@@ -355,9 +355,9 @@ pub(super) fn listen_for_signals(lua: &Lua) {
     if lua.app_data_ref::<super::watchdog::Listening>().is_some() {
         return;
     }
-    let route = lifecycle(lua).route().clone();
-    let runtime = route.core().handle().clone();
-    if let Some(listening) = super::watchdog::listen(lua, &runtime, route) {
+    let program = lifecycle(lua);
+    let runtime = program.route().core().handle().clone();
+    if let Some(listening) = super::watchdog::listen(lua, &runtime, program.downgrade()) {
         lua.set_app_data(listening);
     }
 }

@@ -600,7 +600,7 @@ pub fn caught(lua: &Lua) -> mlua::Result<Function> {
 pub fn listen(
     lua: &Lua,
     runtime: &tokio::runtime::Handle,
-    route: crate::residents::Route,
+    program: crate::residents::WeakLifecycle,
 ) -> Option<Listening> {
     let interrupt = lua.app_data_ref::<Interrupt>()?.clone();
     let task = runtime.spawn(async move {
@@ -608,6 +608,9 @@ pub fn listen(
         let (Ok(mut term), Ok(mut int)) =
             (signal(SignalKind::terminate()), crate::signals::sigint())
         else {
+            return;
+        };
+        let Some(route) = program.upgrade().map(|p| p.route().clone()) else {
             return;
         };
         let mut interrupted = false;
@@ -652,7 +655,17 @@ pub fn listen(
             // (the watch's own listener), and a third ends the program whatever it waits for.
             // The watch's listener hears each signal too, and may end the watch on it before
             // this task runs: a signal the watch heard is not one after it.
-            let unheard = !route.watch_listening() && signals > route.signals_heard();
+            let watch = program
+                .upgrade()
+                .map_or(crate::residents::Watch::Ended, |p| p.watch_state());
+            let unheard = match watch {
+                crate::residents::Watch::NotYet => true,
+                // Its listener may not be up yet: the stop reaches the watch all the same.
+                crate::residents::Watch::Running => false,
+                crate::residents::Watch::Ended => {
+                    !route.watch_listening() && signals > route.signals_heard()
+                }
+            };
             if unheard || signals >= 3 {
                 // The end says it ("the program was ended by SIGINT"); the third is told here
                 // too, since the watch said the first two would let turns finish.

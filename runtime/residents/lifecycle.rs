@@ -107,6 +107,9 @@ impl WeakLifecycle {
     }
 }
 
+/// The stop's reason when the script ended before anything else stopped the program.
+pub const SCRIPT_ENDED: &str = "the program ended";
+
 /// How long [`WeakLifecycle::end`] waits after the watch's grace before it ends a script where
 /// it waits: the watch's own end (its sources, its hooks) takes a moment after the grace.
 pub const AFTER_INTERRUPT: Duration = Duration::from_secs(1);
@@ -593,7 +596,7 @@ impl Lifecycle {
     /// The script ended: the program stops (a host waiting for the watch to open, or for it to
     /// end, learns that it never will).
     pub fn script_ended(&self) {
-        self.inner.route.stop("the program ended");
+        self.inner.route.stop(SCRIPT_ENDED);
         self.inner.script_ended.send_replace(true);
     }
 
@@ -648,10 +651,14 @@ impl Lifecycle {
             // Everyone registers before the route opens, so no early mail finds a name missing.
             for q in pending {
                 let name = q.spec.name.clone();
-                self.admit(q).map_err(|e| match e {
-                    HireError::Spawn(e) => WatchError::Hire(name.clone(), e),
-                    _ => WatchError::Hire(name.clone(), SpawnError::Taken(name.clone())),
-                })?;
+                match self.admit(q) {
+                    Ok(()) => {}
+                    // Stopped while it starts (a host's signal as the script reaches its
+                    // watch): the watch returns the stop's reason, not the hire it refused.
+                    Err(HireError::Spawn(SpawnError::Stopping)) => break,
+                    Err(HireError::Spawn(e)) => return Err(WatchError::Hire(name, e)),
+                    Err(_) => return Err(WatchError::Hire(name.clone(), SpawnError::Taken(name))),
+                }
             }
             route.open();
             events
