@@ -1071,3 +1071,94 @@ fn a_program_that_exports_nothing_and_ends_is_a_failure_said_on_stderr() {
         "{stderr}"
     );
 }
+
+/// A client that writes requests and reads none of the answers is read no further once they
+/// wait to be written: colony read everything and held every answer (a client writing pings
+/// without reading grew it by gigabytes). The client's writes block instead, and once it reads,
+/// every request is answered and the session goes on.
+#[test]
+fn a_client_that_reads_no_answers_is_read_no_further_until_it_does() {
+    use std::io::{BufRead, Write};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    const PINGS: u64 = 40_000;
+    // What the pipes and colony's bounded queue hold is about 160 KB of pings.
+    const TOO_MUCH: usize = 1 << 20;
+    let sb = Sandbox::new();
+    let file = sb.write(
+        "served.lua",
+        "ai.tool{ name = \"x\", description = \"x\", exportable = true, parameters = {}, handler = function() return \"one\" end }\nai.watch()\n",
+    );
+    let mut child = sb
+        .command(&[
+            "mcp",
+            "serve",
+            "--state",
+            &state(&sb),
+            &file.display().to_string(),
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    writeln!(stdin, "{}", json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}})).unwrap();
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.contains("serverInfo"), "{line}");
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"})
+    )
+    .unwrap();
+
+    let written = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let writer = std::thread::spawn({
+        let (written, done) = (written.clone(), done.clone());
+        move || {
+            for id in 2..2 + PINGS {
+                let ping = format!("{}\n", json!({"jsonrpc":"2.0","id":id,"method":"ping"}));
+                stdin.write_all(ping.as_bytes()).unwrap();
+                written.fetch_add(ping.len(), Ordering::Relaxed);
+            }
+            done.store(true, Ordering::Relaxed);
+            stdin
+        }
+    });
+    // Colony stops reading once its answers wait: the client's writes stop where the pipes are
+    // full, far below what it has to write. Read as three seconds without a byte written.
+    let mut last = (0, std::time::Instant::now());
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let now = written.load(Ordering::Relaxed);
+        assert!(
+            now < TOO_MUCH && !done.load(Ordering::Relaxed),
+            "colony read {now} bytes of requests while nobody read its answers"
+        );
+        if now != last.0 {
+            last = (now, std::time::Instant::now());
+        } else if last.1.elapsed() > std::time::Duration::from_secs(3) {
+            break;
+        }
+    }
+    // Reading the answers lets the client write the rest; each is answered once.
+    let mut answered = std::collections::HashSet::new();
+    while answered.len() < PINGS as usize {
+        line.clear();
+        assert!(stdout.read_line(&mut line).unwrap() > 0, "stdout ended");
+        let m: Value = serde_json::from_str(&line).unwrap();
+        if m.get("id").is_none() {
+            continue; // a notification (the program's tools listed as it started)
+        }
+        assert_eq!(m["result"], json!({}), "{line}");
+        assert!(answered.insert(m["id"].as_u64().unwrap()), "twice: {line}");
+    }
+    let stdin = writer.join().unwrap();
+    drop(stdin);
+    let status = support::exits_within_a_minute(&mut child, "colony did not end with stdin closed");
+    assert_eq!(status.code(), Some(0));
+}

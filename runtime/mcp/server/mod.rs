@@ -10,6 +10,7 @@
 //!   the caller in the audit log).
 //! - [`content`]: resources, templates and prompts made by the script's functions.
 //! - [`stdio`]: one program on stdin and stdout.
+//! - [`paced`]: reading no further request while answers wait to be written.
 //! - [`streams`]: the Streamable HTTP sessions, with a call's stream closed mid-call and
 //!   resumed (SSE polling).
 //!
@@ -20,6 +21,7 @@ pub mod call;
 pub mod content;
 pub mod exports;
 pub mod handler;
+pub mod paced;
 pub mod stdio;
 pub mod streams;
 

@@ -1,17 +1,20 @@
 //! One program served over stdin and stdout (what a `claude_desktop_config.json` or `.mcp.json`
 //! entry runs): stdout carries only protocol messages, logs go to stderr. It ends when stdin
-//! closes, on SIGINT or SIGTERM, or when the program stops.
+//! closes, on SIGINT or SIGTERM, or when the program stops. A client that does not read its
+//! answers is not read from either ([`super::paced`]).
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::Arc;
 
 use rmcp::ServiceExt;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::call::Caller;
 use super::handler::{Offer, One, Server};
+use super::paced::Paced;
 
 /// How long the end of a session waits for the answers of the calls it cut to be written.
 const DRAIN: std::time::Duration = std::time::Duration::from_secs(3);
@@ -128,7 +131,7 @@ pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Resul
         inner: output,
         broken: broken.clone(),
     });
-    let streams = (input, output);
+    let transport = Paced::new(AsyncRwTransport::new_server(input, output));
     let route = offer.route.clone();
     // Heard from the start: a program still starting ends on a signal as one serving does.
     let mut int = crate::signals::sigint().map_err(|e| e.to_string())?;
@@ -154,7 +157,7 @@ pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Resul
     let server = Server::new(Arc::new(One(offer)), Caller("stdio".into()), name);
     let ending = server.ending();
     let serving = async {
-        match server.serve(streams).await {
+        match server.serve(transport).await {
             Ok(running) => {
                 let token = running.cancellation_token();
                 // Pinned out here, not made inside the select: `waiting` owns the service,
