@@ -1,4 +1,4 @@
-//! SIGINT as colony listens for it.
+//! The signals that stop a program, as colony listens for them.
 //!
 //! A process that starts with SIGINT ignored is a background job of a non-interactive shell
 //! (`colony run watcher.lua &` in a script): the shell ignored it so that the terminal's Ctrl-C
@@ -6,8 +6,14 @@
 //! that for good, so colony listens for SIGINT only when it was not ignored as colony first
 //! looked, as the shells and Python do; such a job is stopped with SIGTERM. Every listener for
 //! SIGINT goes through [`sigint`], so the first look comes before any handler is installed.
+//!
+//! SIGHUP (the terminal closed: an ssh session dropped, a window shut) stops a program as
+//! SIGTERM does where the host says so ([`hangup_stops`], `colony run`): its default action
+//! ended the process where it stood, turns cut off and the store left as after a crash.
+//! `colony serve` keeps it for reloading. Started with it ignored (`nohup`), it stays ignored.
 
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
@@ -39,12 +45,73 @@ pub fn sigint() -> std::io::Result<Sigint> {
 /// Whether SIGINT was ignored when colony first looked, before any handler of its own.
 pub fn ignored_at_start() -> bool {
     static IGNORED: OnceLock<bool> = OnceLock::new();
-    *IGNORED.get_or_init(|| {
-        // Safety: a null new action only reads the current one into `old`.
-        unsafe {
-            let mut old: libc::sigaction = std::mem::zeroed();
-            libc::sigaction(libc::SIGINT, std::ptr::null(), &mut old) == 0
-                && old.sa_sigaction == libc::SIG_IGN
+    *IGNORED.get_or_init(|| ignored(libc::SIGINT))
+}
+
+/// Whether `signal`'s disposition is "ignore" now.
+fn ignored(signal: libc::c_int) -> bool {
+    // Safety: a null new action only reads the current one into `old`.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(signal, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
+    }
+}
+
+/// Whether SIGHUP stops programs in this process: set once, by [`hangup_stops`].
+static HANGUP_STOPS: AtomicBool = AtomicBool::new(false);
+
+/// From now on, SIGHUP stops a program as SIGTERM does, unless it was ignored when this was
+/// called (`nohup`). Called by `colony run` before any listener starts.
+pub fn hangup_stops() {
+    if !ignored(libc::SIGHUP) {
+        HANGUP_STOPS.store(true, Ordering::Release);
+    }
+}
+
+/// The names of the signals that stop a program, as [`Stops::recv`] gives them.
+pub fn is_stop_signal(name: &str) -> bool {
+    matches!(name, "SIGINT" | "SIGTERM" | "SIGHUP")
+}
+
+/// The signals that stop a program, heard by one listener: SIGINT (see [`sigint`]), SIGTERM,
+/// and SIGHUP where [`hangup_stops`] made it one.
+pub struct Stops {
+    int: Sigint,
+    term: Signal,
+    hup: Option<Signal>,
+}
+
+impl Stops {
+    /// Waits for the next of them: its name.
+    pub async fn recv(&mut self) -> &'static str {
+        let Stops { int, term, hup } = self;
+        let hup = async {
+            if let Some(hup) = hup
+                && hup.recv().await.is_some()
+            {
+                return;
+            }
+            std::future::pending().await
+        };
+        tokio::select! {
+            () = int.recv() => "SIGINT",
+            Some(()) = term.recv() => "SIGTERM",
+            () = hup => "SIGHUP",
         }
+    }
+}
+
+/// Listens for the signals that stop a program from now on (in tokio's runtime).
+pub fn stops() -> std::io::Result<Stops> {
+    let hup = if HANGUP_STOPS.load(Ordering::Acquire) {
+        Some(signal(SignalKind::hangup())?)
+    } else {
+        None
+    };
+    Ok(Stops {
+        int: sigint()?,
+        term: signal(SignalKind::terminate())?,
+        hup,
     })
 }

@@ -338,7 +338,7 @@ fn signal_when_ready_then_read(
 fn a_signal_after_the_watch_ends_a_program_that_waits() {
     let fake = FakeProvider::start();
     let sb = styled(&fake, "openai");
-    for (signal, code) in [("INT", 130), ("TERM", 143)] {
+    for (signal, code) in [("INT", 130), ("TERM", 143), ("HUP", 129)] {
         let (status, stderr) = signalled_while_waiting(
             &sb,
             r#"
@@ -362,7 +362,7 @@ print("never")
 #[test]
 fn a_signal_before_the_watch_ends_the_program_where_it_waits_and_closes_its_store() {
     let sb = Sandbox::new();
-    for (signal, code) in [("INT", 130), ("TERM", 143)] {
+    for (signal, code) in [("INT", 130), ("TERM", 143), ("HUP", 129)] {
         let state = sb.path(&format!("state-{signal}"));
         let file = sb.write(
             "script.lua",
@@ -405,7 +405,11 @@ fn a_signal_ends_a_script_blocked_outside_lua_before_and_after_the_watch() {
     // signal's own action gives (after the watch, nothing ended it: it read on for ever).
     let fake = FakeProvider::start();
     let sb = styled(&fake, "openai");
-    for (watch, signal, code) in [("", "TERM", 143), ("ai.watch{}", "INT", 130)] {
+    for (watch, signal, code) in [
+        ("", "TERM", 143),
+        ("ai.watch{}", "INT", 130),
+        ("", "HUP", 129),
+    ] {
         let file = sb.write(
             "script.lua",
             &format!(
@@ -641,4 +645,46 @@ print("never")
         stderr.contains("the program was ended by SIGTERM"),
         "{stderr}"
     );
+}
+
+/// A closed terminal (SIGHUP) stops a watch as SIGTERM does: the watch returns its name and the
+/// script goes on to its end. Its default action ended the process where it stood, the
+/// program's turns cut off and its store left as after a crash. Started with SIGHUP ignored
+/// (`nohup`), the run leaves it ignored.
+#[test]
+fn sighup_stops_a_watch_as_sigterm_does_unless_ignored_at_start() {
+    let fake = FakeProvider::start();
+    let sb = styled(&fake, "openai");
+    let file = sb.write(
+        "script.lua",
+        r#"
+io.stdout:setvbuf("line")
+ai.spawn{ name = "a", provider = "openai", model = "m",
+  sources = { function() while true do ai.sleep(50) end end } }
+print("ready")
+print(ai.watch{})
+"#,
+    );
+    let child = sb.spawn(&["run", "--max-time", "120", &file.display().to_string()]);
+    let (status, rest, stderr) = signal_when_ready_then_read(child, &["HUP"]);
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert_eq!(rest, "SIGHUP\n", "{stderr}");
+
+    let mut ignoring = sb.command(&["run", "--max-time", "3", &file.display().to_string()]);
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        std::os::unix::process::CommandExt::pre_exec(&mut ignoring, || {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let child = ignoring
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (status, rest, stderr) = signal_when_ready_then_read(child, &["HUP"]);
+    // Not heard: the watch ran on until --max-time ended it.
+    assert_eq!(status.code(), Some(124), "{stderr}");
+    assert_eq!(rest, "max-time\n", "{stderr}");
 }

@@ -2,8 +2,9 @@
 //!
 //! Exit status: 0 when the program ends (its watch stopped, or it settled with every resident
 //! idle), 1 when the script raised, 2 for bad input, 3 when its watch ended because residents
-//! are blocked (each named on stderr with its error), 124 when `--max-time` ended it, 130 and 143
-//! when SIGINT or SIGTERM ended it where it waited (before its watch, after it, or a third one).
+//! are blocked (each named on stderr with its error), 124 when `--max-time` ended it, 130, 143
+//! and 129 when SIGINT, SIGTERM or SIGHUP ended it where it waited (before its watch, after it,
+//! or a third one).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -62,6 +63,9 @@ pub struct Prepared {
 /// Reads what the run needs and starts opening its store. A bad config or cassette and a
 /// missing program are reported before any store is touched, as before.
 pub fn prepare(args: &Args) -> Result<Prepared, Failure> {
+    // A closed terminal stops the run as SIGTERM does (its default action ended the process
+    // where it stood); before any listener starts, which reads it.
+    crate::signals::hangup_stops();
     let parts = core_parts(&args.cassettes)?;
     super::program_file(&args.file)?;
     // A cassette holds a run from a fresh start: replaying on a state that carried on would ask
@@ -272,7 +276,11 @@ async fn last_resort(
 
 /// The exit status of a run a signal ended (128 + its number, as its default action's).
 fn signal_status(signal: &str) -> u8 {
-    if signal == "SIGTERM" { 143 } else { 130 }
+    match signal {
+        "SIGHUP" => 129,
+        "SIGTERM" => 143,
+        _ => 130,
+    }
 }
 
 /// Why a run `--max-time` ended where it waited ([`end_after`]).

@@ -582,7 +582,8 @@ pub fn caught(lua: &Lua) -> mlua::Result<Function> {
     })
 }
 
-/// Raises the VM's [`Interrupt`] on SIGINT and SIGTERM (and on
+/// Raises the VM's [`Interrupt`] on SIGINT and SIGTERM (SIGHUP under `colony run`:
+/// [`crate::signals::stops`]), and on
 /// [`crate::residents::Route::interrupt`]) from a task on `runtime` (the VM's own thread may be
 /// the one spinning), for as long as the returned guard lives. The watch starts it, or the
 /// program's start when its host asks ([`super::HostSetup::signals_from_start`], `colony run`):
@@ -604,10 +605,7 @@ pub fn listen(
 ) -> Option<Listening> {
     let interrupt = lua.app_data_ref::<Interrupt>()?.clone();
     let task = runtime.spawn(async move {
-        use tokio::signal::unix::{SignalKind, signal};
-        let (Ok(mut term), Ok(mut int)) =
-            (signal(SignalKind::terminate()), crate::signals::sigint())
-        else {
+        let Ok(mut stops) = crate::signals::stops() else {
             return;
         };
         let Some(route) = program.upgrade().map(|p| p.route().clone()) else {
@@ -620,14 +618,13 @@ pub fn listen(
         let mut cancelling: Option<(tokio::time::Instant, usize)> = None;
         loop {
             let why = tokio::select! {
-                _ = term.recv() => "SIGTERM".to_string(),
-                _ = int.recv() => {
-                    if interrupt.sigint_taken() {
+                signal = stops.recv() => {
+                    if signal == "SIGINT" && interrupt.sigint_taken() {
                         let due = tokio::time::Instant::now() + CANCEL_PATIENCE;
                         cancelling = Some((due, interrupt.sigint_calls_ended()));
                         continue;
                     }
-                    "SIGINT".to_string()
+                    signal.to_string()
                 }
                 () = tokio::time::sleep_until(
                     cancelling.map_or_else(tokio::time::Instant::now, |c| c.0)

@@ -854,16 +854,16 @@ fn warn_of_unserved_mail(route: &Route) {
     }
 }
 
-/// Listens for SIGTERM and SIGINT while the watch runs (until the guard is dropped): the
+/// Listens for SIGTERM and SIGINT (and SIGHUP where it stops programs, `colony run`) while
+/// the watch runs (until the guard is dropped): the
 /// first stops `route` (its reason is the signal's name) and says what the grace is for;
 /// another cuts the grace short. Registered here, on the core's runtime, so that a signal is
 /// heard at once whatever this thread is doing.
 fn listen_for_signals(route: &Route) -> std::io::Result<SignalListener> {
-    use tokio::signal::unix::{SignalKind, signal};
     let runtime = route.core().handle().clone();
-    let (mut terminate, mut interrupt) = {
+    let mut stops = {
         let _core = runtime.enter();
-        (signal(SignalKind::terminate())?, crate::signals::sigint()?)
+        crate::signals::stops()?
     };
     let listening = route.clone();
     let route = route.clone();
@@ -874,8 +874,7 @@ fn listen_for_signals(route: &Route) -> std::io::Result<SignalListener> {
         let mut due: Option<(tokio::time::Instant, &str)> = None;
         loop {
             let signal = tokio::select! {
-                _ = terminate.recv() => "SIGTERM",
-                _ = interrupt.recv() => "SIGINT",
+                signal = stops.recv() => signal,
                 () = tokio::time::sleep_until(due.map_or_else(tokio::time::Instant::now, |d| d.0)),
                     if due.is_some() =>
                 {
@@ -905,7 +904,7 @@ fn listen_for_signals(route: &Route) -> std::io::Result<SignalListener> {
             // turns in their grace: a signal then is the user's "now".
             let stopping_already = route
                 .stop_reason()
-                .is_some_and(|r| r != "SIGINT" && r != "SIGTERM");
+                .is_some_and(|r| !crate::signals::is_stop_signal(&r));
             if heard == 1 && !stopping_already {
                 due = Some((
                     tokio::time::Instant::now() + route.grace() + AFTER_INTERRUPT,
