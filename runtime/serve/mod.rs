@@ -32,6 +32,7 @@ pub mod service;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::DefaultBodyLimit;
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::routing::{get, post};
 use tower_http::limit::RequestBodyLimitLayer;
@@ -87,6 +88,9 @@ pub fn router(service: Arc<Service>, guard: Guard) -> Router {
         .merge(open)
         .merge(over_mcp)
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
+        // The limit is that layer's alone: axum's extractors apply 2 MiB of their own, which
+        // refused a mail of 3 MB as over the service's limit.
+        .layer(DefaultBodyLimit::disable())
         .layer(from_fn(refusal::as_json))
         .with_state(service)
 }
