@@ -1104,6 +1104,42 @@ fn a_loopback_service_answers_its_own_names_and_tells_a_client_of_another_run_so
     assert_eq!(statuses.last(), Some(&503), "{statuses:?}");
     let restarted = restart.join().unwrap();
     assert!(restarted.starts_with("HTTP/1.1 200"), "{restarted}");
+
+    // A restart whose caller hangs up while the old run stops (a proxy's timeout, `curl -m`)
+    // is carried through: the old run was stopped and the new one never started.
+    assert_eq!(
+        served
+            .mail("desk", json!({ "to": "desk", "content": "slow again" }))
+            .status,
+        202
+    );
+    support::serve::eventually("the turn to start", || {
+        served.get("/api/programs/desk/residents/desk").json["state"] == "busy"
+    });
+    let mut hung_up = {
+        use std::io::Write;
+        let mut tcp = std::net::TcpStream::connect(served.url.trim_start_matches("http://"))
+            .expect("the service listens");
+        tcp.write_all(
+            b"POST /api/programs/desk/restart HTTP/1.1\r\nHost: localhost\r\n\
+              Content-Length: 0\r\nConnection: close\r\n\r\n",
+        )
+        .expect("the request is sent");
+        Some(tcp)
+    };
+    support::serve::eventually("the program to be restarting", || {
+        served
+            .mail("desk", json!({ "to": "desk", "content": "during" }))
+            .status
+            == 503
+    });
+    drop(hung_up.take());
+    support::serve::eventually("the program to take mail again", || {
+        let after = served.mail("desk", json!({ "to": "desk", "content": "after" }));
+        assert!([202, 503].contains(&after.status), "{}", after.text);
+        after.status == 202
+    });
+    assert_eq!(served.get("/api/programs/desk").json["state"], "running");
 }
 
 #[test]

@@ -411,16 +411,39 @@ pub async fn restart(State(s): Svc, Path(p): Path<String>) -> Response {
             "the service is stopping",
         );
     }
-    s.restart(&slot).await;
-    Json(slot.view()).into_response()
+    carried_through(async move {
+        s.restart(&slot).await;
+        slot
+    })
+    .await
 }
 
 pub async fn stop(State(s): Svc, Path(p): Path<String>) -> Response {
     let Some(slot) = s.program(&p) else {
         return no_program(&p);
     };
-    s.stop(&slot, "stopped through the API").await;
-    Json(slot.view()).into_response()
+    carried_through(async move {
+        s.stop(&slot, "stopped through the API").await;
+        slot
+    })
+    .await
+}
+
+/// Runs `change` (a stop, a restart) on a task of its own and answers the program as it left
+/// it. A client that hangs up while the old run stops (a proxy's timeout, `curl -m`) drops
+/// this future, not the change: dropped mid-restart, the old run was stopped and the new one
+/// never started.
+async fn carried_through(
+    change: impl std::future::Future<Output = Arc<super::service::Slot>> + Send + 'static,
+) -> Response {
+    match tokio::spawn(change).await {
+        Ok(slot) => Json(slot.view()).into_response(),
+        Err(e) => refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            &format!("the change failed: {e}"),
+        ),
+    }
 }
 
 pub async fn events(State(s): Svc, headers: HeaderMap) -> Response {
