@@ -582,10 +582,10 @@ pub fn caught(lua: &Lua) -> mlua::Result<Function> {
     })
 }
 
-/// Raises the VM's [`Interrupt`] on SIGINT and SIGTERM (SIGHUP under `colony run`:
-/// [`crate::signals::stops`]), and on
-/// [`crate::residents::Route::interrupt`]) from a task on `runtime` (the VM's own thread may be
-/// the one spinning), for as long as the returned guard lives. The watch starts it, or the
+/// Raises the VM's [`Interrupt`] on SIGINT and SIGTERM (SIGHUP too under `colony run`:
+/// [`crate::signals::stops`]) and on [`crate::residents::Route::interrupt`], from a task on
+/// `runtime` (the VM's own thread may be the one spinning), for as long as the returned guard
+/// lives. The watch starts it, or the
 /// program's start when its host asks ([`super::HostSetup::signals_from_start`], `colony run`):
 /// otherwise, before a watch, a signal ends the process by its default action, leaving the
 /// store as a crash does.

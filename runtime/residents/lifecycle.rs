@@ -855,9 +855,8 @@ fn warn_of_unserved_mail(route: &Route) {
 }
 
 /// Listens for SIGTERM and SIGINT (and SIGHUP where it stops programs, `colony run`) while
-/// the watch runs (until the guard is dropped): the
-/// first stops `route` (its reason is the signal's name) and says what the grace is for;
-/// another cuts the grace short. Registered here, on the core's runtime, so that a signal is
+/// the watch runs (until the guard is dropped): the first stops `route` (its reason is the
+/// signal's name) and says what the grace is for; another cuts the grace short. Registered here, on the core's runtime, so that a signal is
 /// heard at once whatever this thread is doing.
 fn listen_for_signals(route: &Route) -> std::io::Result<SignalListener> {
     let runtime = route.core().handle().clone();
