@@ -927,6 +927,87 @@ fn sighup_after_fixing_a_bad_key_on_disk_unblocks() {
     assert_eq!(served.wait(), Some(0), "{}", served.stderr());
 }
 
+/// SIGHUP (`systemctl reload`) reads the token file again: a revoked token stops working on the
+/// API and on `/mcp`, a new one starts; a file that cannot be used keeps the tokens and says so.
+/// A wrong token is told it is wrong, not that one is missing.
+#[test]
+fn sighup_reads_the_token_file_again_and_one_it_cannot_use_keeps_the_tokens() {
+    let fake = FakeProvider::start();
+    echo(&fake);
+    let sb = sandbox(&fake, GOOD_KEY);
+    let file = sb.write("tokens", "alice: tok-alice-1\nbob: tok-bob-1\n");
+    let served = Served::start(
+        &sb,
+        &[
+            "--token-file",
+            &file.display().to_string(),
+            &example("desk.lua"),
+        ],
+    );
+    let with = |token: &str, path: &str| {
+        let auth = format!("Bearer {token}");
+        served.get_with(path, &[("authorization", &auth)], true)
+    };
+    let mcp = |token: &str| {
+        served
+            .send(
+                reqwest::Client::new()
+                    .post(format!("{}/mcp", served.url))
+                    .bearer_auth(token)
+                    .header("accept", "application/json, text/event-stream")
+                    .json(
+                        &json!({ "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                        "protocolVersion": "2025-06-18", "capabilities": {},
+                        "clientInfo": { "name": "t", "version": "1" } } }),
+                    ),
+            )
+            .status
+    };
+    assert_eq!(with("tok-bob-1", "/api/programs").status, 200);
+    assert_eq!(mcp("tok-bob-1"), 200);
+    let wrong = with("tok-carol-1", "/api/programs");
+    assert_eq!(wrong.status, 401);
+    assert!(
+        wrong.text.contains("not one of this service's"),
+        "{}",
+        wrong.text
+    );
+    let missing = served.get_with("/api/programs", &[], true);
+    assert!(missing.text.contains("is required"), "{}", missing.text);
+
+    // bob's token is revoked, alice's replaced.
+    std::fs::write(&file, "alice: tok-alice-2\n").unwrap();
+    served.signal("HUP");
+    support::serve::eventually("the token file was never read again", || {
+        with("tok-alice-2", "/api/programs").status == 200
+    });
+    for old in ["tok-bob-1", "tok-alice-1"] {
+        assert_eq!(with(old, "/api/programs").status, 401, "{old} on the API");
+        assert_eq!(mcp(old), 401, "{old} on /mcp");
+    }
+    assert_eq!(mcp("tok-alice-2"), 200);
+
+    // A file emptied by mistake, then one gone: the tokens stay, and the log says why.
+    std::fs::write(&file, "\n").unwrap();
+    served.signal("HUP");
+    support::serve::eventually("the empty token file was not reported", || {
+        served.stderr().contains("the tokens stay as they were")
+    });
+    assert!(
+        served.stderr().contains("the token is empty"),
+        "{}",
+        served.stderr()
+    );
+    std::fs::remove_file(&file).unwrap();
+    served.signal("HUP");
+    support::serve::eventually("the missing token file was not reported", || {
+        served.stderr().contains("cannot read the token file")
+    });
+    assert_eq!(with("tok-alice-2", "/api/programs").status, 200);
+    assert_eq!(served.get_with("/api/programs", &[], true).status, 401);
+    assert!(!served.stderr().contains("tok-alice"), "a token in the log");
+}
+
 #[test]
 fn sigterm_with_a_tool_call_in_flight_finishes_it_and_exits_0() {
     let fake = FakeProvider::start();

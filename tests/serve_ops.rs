@@ -428,6 +428,24 @@ ai.spawn{{ name = ",
     );
     let reply = events.next_of("delivery", "alpha");
     assert_eq!(reply.data["text"], "re: [mail from api] still");
+    // A restart through the API keeps it too: it answers why, and the run goes on.
+    let refused = served.post("/api/programs/alpha/restart", json!({}));
+    assert_eq!(refused.status, 422, "{}", refused.text);
+    assert_eq!(refused.json["error"], "does_not_load", "{}", refused.text);
+    assert!(
+        refused.text.contains("alpha.lua:4: unexpected symbol"),
+        "{}",
+        refused.text
+    );
+    assert_eq!(served.get("/api/programs/alpha").json["state"], "running");
+    assert_eq!(
+        served
+            .mail("alpha", json!({ "to": "alpha", "content": "kept" }))
+            .status,
+        202
+    );
+    let reply = events.next_of("delivery", "alpha");
+    assert_eq!(reply.data["text"], "re: [mail from api] kept");
     served.signal("TERM");
     assert_eq!(served.wait(), Some(0), "{}", served.stderr());
 }

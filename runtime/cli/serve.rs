@@ -96,7 +96,7 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
             crate::config::path().display()
         ))
     })?;
-    let tokens = tokens(&args, settings.token_file.as_deref())?;
+    let tokens = tokens(args.token_file.as_deref(), settings.token_file.as_deref())?;
     if tokens.is_empty() && !addr.ip().is_loopback() {
         return Err(Failure::input(format!(
             "colony serve: {addr} is not a loopback address: set a token (--token-file FILE or \
@@ -118,20 +118,24 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         ))
     })?;
     let guard = Guard::named(tokens);
-    handle.block_on(serve_until_drained(service, guard, addr))
+    let tokens = Reread {
+        guard: guard.clone(),
+        flag: args.token_file.clone(),
+    };
+    handle.block_on(serve_until_drained(service, tokens, addr))
 }
 
 /// The tokens, if any are set (one, or several with names: [`read_tokens`]); an unreadable or
 /// empty token file is an error, not "no token".
-fn tokens(args: &Args, configured: Option<&Path>) -> Result<Vec<(String, String)>, Failure> {
-    let file = args
-        .token_file
-        .as_deref()
-        .or(if std::env::var_os("COLONY_SERVE_TOKEN").is_some() {
-            None
-        } else {
-            configured
-        });
+fn tokens(
+    flag: Option<&Path>,
+    configured: Option<&Path>,
+) -> Result<Vec<(String, String)>, Failure> {
+    let file = flag.or(if std::env::var_os("COLONY_SERVE_TOKEN").is_some() {
+        None
+    } else {
+        configured
+    });
     let (text, from) = match file {
         Some(path) => (
             std::fs::read_to_string(path).map_err(|e| {
@@ -244,9 +248,31 @@ fn programs(
     Ok(programs)
 }
 
+/// Where the tokens were read from, to read them again at SIGHUP: a revoked token stops
+/// working without a restart, as `systemctl reload` promises.
+struct Reread {
+    guard: Guard,
+    flag: Option<PathBuf>,
+}
+
+impl Reread {
+    /// Reads the tokens again (the config already read again: its `[serve] token_file` may
+    /// have changed). A file that cannot be read or used leaves the tokens as they were, and
+    /// says so.
+    fn tokens(&self, config: &crate::config::Config) -> Result<(), Failure> {
+        let settings = config.serve.clone().unwrap_or_default();
+        let new = tokens(self.flag.as_deref(), settings.token_file.as_deref())?;
+        let names = self.guard.replace(new).map_err(Failure::input)?;
+        if !names.is_empty() {
+            tracing::info!("tokens read again: {} admitted", names.join(", "));
+        }
+        Ok(())
+    }
+}
+
 async fn serve_until_drained(
     service: Arc<Service>,
-    guard: Guard,
+    tokens: Reread,
     addr: SocketAddr,
 ) -> Result<(), Failure> {
     let signals = (|| {
@@ -274,8 +300,8 @@ async fn serve_until_drained(
     }
     tracing::info!(%local, "listening");
     let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(on_signals(service.clone(), signals, drained_tx));
-    let app = serve::router(service, guard);
+    let app = serve::router(service.clone(), tokens.guard.clone());
+    tokio::spawn(on_signals(service, tokens, signals, drained_tx));
     let (closing_tx, closing) = tokio::sync::watch::channel(false);
     // Small answers go out at once: without TCP_NODELAY an MCP client's next request waits
     // out the peer's delayed ACK (40 ms a call on Linux).
@@ -317,6 +343,7 @@ type Signals = (
 /// reaches), ends the process.
 async fn on_signals(
     service: Arc<Service>,
+    tokens: Reread,
     (mut term, mut int, mut hup): Signals,
     drained: tokio::sync::oneshot::Sender<()>,
 ) {
@@ -324,7 +351,16 @@ async fn on_signals(
         tokio::select! {
             _ = term.recv() => break "SIGTERM",
             _ = int.recv() => break "SIGINT",
-            _ = hup.recv() => service.reload().await,
+            _ = hup.recv() => {
+                service.core().reload_config();
+                // Before the programs, whose restarts may wait out a grace: a revoked token
+                // stops working at once.
+                if let Err(e) = tokens.tokens(&service.core().config()) {
+                    let why = e.message.trim_start_matches("colony serve: ");
+                    tracing::error!("the tokens stay as they were: {why}");
+                }
+                service.reload_programs().await
+            }
         }
     };
     let patience = service.drain_patience() + LAST_RESORT;

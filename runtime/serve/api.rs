@@ -411,39 +411,53 @@ pub async fn restart(State(s): Svc, Path(p): Path<String>) -> Response {
             "the service is stopping",
         );
     }
-    carried_through(async move {
-        s.restart(&slot).await;
-        slot
+    let restarted = carried_through(async move {
+        let restarted = s.restart_if_loads(&slot).await;
+        (slot, restarted)
     })
-    .await
+    .await;
+    match restarted {
+        Ok((slot, Ok(()))) => Json(slot.view()).into_response(),
+        Ok((_, Err(e))) => refuse(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "does_not_load",
+            &format!(
+                "program {p:?} was not restarted: its file does not load ({e}); its run goes \
+                 on as it was"
+            ),
+        ),
+        Err(answer) => answer,
+    }
 }
 
 pub async fn stop(State(s): Svc, Path(p): Path<String>) -> Response {
     let Some(slot) = s.program(&p) else {
         return no_program(&p);
     };
-    carried_through(async move {
+    match carried_through(async move {
         s.stop(&slot, "stopped through the API").await;
         slot
     })
     .await
+    {
+        Ok(slot) => Json(slot.view()).into_response(),
+        Err(answer) => answer,
+    }
 }
 
-/// Runs `change` (a stop, a restart) on a task of its own and answers the program as it left
-/// it. A client that hangs up while the old run stops (a proxy's timeout, `curl -m`) drops
-/// this future, not the change: dropped mid-restart, the old run was stopped and the new one
-/// never started.
-async fn carried_through(
-    change: impl std::future::Future<Output = Arc<super::service::Slot>> + Send + 'static,
-) -> Response {
-    match tokio::spawn(change).await {
-        Ok(slot) => Json(slot.view()).into_response(),
-        Err(e) => refuse(
+/// Runs `change` (a stop, a restart) on a task of its own. A client that hangs up while the
+/// old run stops (a proxy's timeout, `curl -m`) drops this future, not the change: dropped
+/// mid-restart, the old run was stopped and the new one never started.
+async fn carried_through<T: Send + 'static>(
+    change: impl std::future::Future<Output = T> + Send + 'static,
+) -> Result<T, Response> {
+    tokio::spawn(change).await.map_err(|e| {
+        refuse(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",
             &format!("the change failed: {e}"),
-        ),
-    }
+        )
+    })
 }
 
 pub async fn events(State(s): Svc, headers: HeaderMap) -> Response {

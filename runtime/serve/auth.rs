@@ -3,7 +3,7 @@
 //! another origin (a request whose `Origin` is not the service's own is refused with `403`, so
 //! a web page the operator visits cannot drive the API with their browser).
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
@@ -14,10 +14,20 @@ use subtle::ConstantTimeEq;
 use super::refusal::refuse;
 
 /// The tokens, if any, each with the name of its caller. Their text never appears in an
-/// answer, a log line or the page.
+/// answer, a log line or the page. Every clone shares them, so a reload ([`Guard::replace`])
+/// reaches the API, the page and `/mcp` at once.
 #[derive(Clone, Default)]
 pub struct Guard {
-    tokens: Arc<[(String, Box<[u8]>)]>,
+    tokens: Arc<RwLock<Tokens>>,
+}
+
+type Tokens = Arc<[(String, Box<[u8]>)]>;
+
+fn tokens(named: Vec<(String, String)>) -> Tokens {
+    named
+        .into_iter()
+        .map(|(name, t)| (name, t.into_bytes().into_boxed_slice()))
+        .collect()
 }
 
 /// What a token file holds: one token (its first line; the caller is `token`), or one named
@@ -96,17 +106,41 @@ impl Guard {
     }
 
     /// Named tokens (none: no token is asked).
-    pub fn named(tokens: Vec<(String, String)>) -> Guard {
+    pub fn named(named: Vec<(String, String)>) -> Guard {
         Guard {
-            tokens: tokens
-                .into_iter()
-                .map(|(name, t)| (name, t.into_bytes().into_boxed_slice()))
-                .collect(),
+            tokens: Arc::new(RwLock::new(tokens(named))),
         }
     }
 
+    /// The tokens as they are now: a request is checked against one set, whole.
+    fn now(&self) -> Tokens {
+        self.tokens
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     pub fn has_token(&self) -> bool {
-        !self.tokens.is_empty()
+        !self.now().is_empty()
+    }
+
+    /// Puts `named` in place of the tokens (a token file read again at SIGHUP: a revoked token
+    /// stops working, a new one starts). A service that asks for a token goes on asking: an
+    /// empty set is refused, the tokens stay. Returns the names now admitted.
+    pub fn replace(&self, named: Vec<(String, String)>) -> Result<Vec<String>, String> {
+        if named.is_empty() && self.has_token() {
+            return Err(
+                "no token is left: a service that asks for a token cannot stop asking \
+                        while it runs (restart it without one)"
+                    .into(),
+            );
+        }
+        let names = named.iter().map(|(name, _)| name.clone()).collect();
+        *self
+            .tokens
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = tokens(named);
+        Ok(names)
     }
 
     /// Whether `headers` carry a token (`Authorization: Bearer T`, or the dashboard's
@@ -117,7 +151,7 @@ impl Guard {
 
     /// The name of the token `headers` carry, `None` when they carry none of them. Every token
     /// is compared, each in constant time, whichever matches.
-    pub fn caller(&self, headers: &HeaderMap) -> Option<&str> {
+    pub fn caller(&self, headers: &HeaderMap) -> Option<String> {
         // The scheme's name is case-insensitive (RFC 9110): `bearer T` was refused.
         let bearer = headers
             .get(header::AUTHORIZATION)
@@ -143,10 +177,11 @@ impl Guard {
         });
         let mut found = None;
         let given = [bearer, cookie.map(str::to_string), decoded];
+        let tokens = self.now();
         for given in given.iter().flatten() {
-            for (name, token) in self.tokens.iter() {
+            for (name, token) in tokens.iter() {
                 if bool::from(given.as_bytes().ct_eq(token)) && found.is_none() {
-                    found = Some(name.as_str());
+                    found = Some(name.clone());
                 }
             }
         }
@@ -232,7 +267,11 @@ pub async fn check(State(guard): State<Guard>, mut request: Request, next: Next)
         let mut answer = refuse(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
-            "a bearer token is required (Authorization: Bearer ...)",
+            if carries_a_token(request.headers()) {
+                "the bearer token is not one of this service's"
+            } else {
+                "a bearer token is required (Authorization: Bearer ...)"
+            },
         );
         answer.headers_mut().insert(
             header::WWW_AUTHENTICATE,
@@ -242,10 +281,20 @@ pub async fn check(State(guard): State<Guard>, mut request: Request, next: Next)
     }
     let caller = guard
         .caller(request.headers())
-        .unwrap_or(Caller::LOCAL)
-        .to_string();
+        .unwrap_or_else(|| Caller::LOCAL.to_string());
     request.extensions_mut().insert(Caller(caller));
     next.run(request).await
+}
+
+/// Whether a request presents a token at all (a header, or the page's cookie), right or
+/// wrong: a wrong one is told so, not that one is missing.
+pub fn carries_a_token(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::AUTHORIZATION)
+        || headers
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .any(|v| v.split(';').any(|c| c.trim().starts_with("colony_token=")))
 }
 
 /// The middleware in front of everything: a foreign `Origin` is refused even where no token is
@@ -292,8 +341,8 @@ mod tests {
     fn each_named_token_is_its_callers_and_one_line_is_the_one_token_form() {
         let g = Guard::named(read_tokens("# who\nalice: tok-a-123\n\nbob: tok-b-456\n").unwrap());
         let bearer = |t: &str| headers(&[("authorization", &format!("Bearer {t}"))]);
-        assert_eq!(g.caller(&bearer("tok-a-123")), Some("alice"));
-        assert_eq!(g.caller(&bearer("tok-b-456")), Some("bob"));
+        assert_eq!(g.caller(&bearer("tok-a-123")).as_deref(), Some("alice"));
+        assert_eq!(g.caller(&bearer("tok-b-456")).as_deref(), Some("bob"));
         assert_eq!(g.caller(&bearer("tok-b-45")), None);
         assert!(!g.admits(&bearer("alice")));
         assert_eq!(
@@ -306,6 +355,27 @@ mod tests {
         assert!(err("alice: a\nalice: b\n").contains("twice"));
         assert!(err("alice: a\nbob: a\n").contains("same token"));
         assert!(err("local: a\nbob: b\n").contains("kept"));
+    }
+
+    #[test]
+    fn a_replaced_token_is_refused_and_every_clone_sees_the_new_one() {
+        let g = Guard::named(read_tokens("alice: tok-a-123\nbob: tok-b-456\n").unwrap());
+        let shared = g.clone();
+        let bearer = |t: &str| headers(&[("authorization", &format!("Bearer {t}"))]);
+        let names = g
+            .replace(read_tokens("alice: tok-a-789\n").unwrap())
+            .unwrap();
+        assert_eq!(names, ["alice"]);
+        assert_eq!(shared.caller(&bearer("tok-a-123")), None);
+        assert_eq!(shared.caller(&bearer("tok-b-456")), None);
+        assert_eq!(
+            shared.caller(&bearer("tok-a-789")).as_deref(),
+            Some("alice")
+        );
+        let e = g.replace(Vec::new()).unwrap_err();
+        assert!(e.contains("no token is left"), "{e}");
+        assert!(!shared.admits(&headers(&[])), "the token is still asked");
+        assert!(shared.admits(&bearer("tok-a-789")));
     }
 
     #[test]

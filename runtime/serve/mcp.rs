@@ -95,7 +95,7 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
             format!("a request from another origin ({origin}) was refused"),
         ))
     } else if !gate.guard.admits(request.headers()) {
-        let what = if request.headers().contains_key(header::AUTHORIZATION) {
+        let what = if auth::carries_a_token(request.headers()) {
             "a request with a wrong bearer token was refused"
         } else {
             "a request without a bearer token was refused"
@@ -116,7 +116,7 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         return answer;
     }
     // The caller is its token's name (`token` for a single unnamed one), `loopback` without.
-    let name = gate.guard.caller(request.headers()).map(str::to_string);
+    let name = gate.guard.caller(request.headers());
     let limited = name.as_deref().unwrap_or(auth::Caller::LOCAL);
     if let Some(answer) = rate::over(&gate.programs.0, limited) {
         gate.audit_refusal(

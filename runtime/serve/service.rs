@@ -325,6 +325,26 @@ impl Service {
         let _ = ended.wait_for(|n| *n > runs).await;
     }
 
+    /// A restart an operator asks for: a run that works is not stopped for a file that does not
+    /// load (saved with a mistake), as at SIGHUP; it goes on, and the error is the answer. A
+    /// program that is not running is started whatever its file (its start tells what fails).
+    pub async fn restart_if_loads(self: &Arc<Self>, slot: &Arc<Slot>) -> Result<(), String> {
+        if slot.hosted().is_some() {
+            let file = slot.launch().file;
+            let loads = tokio::task::spawn_blocking(move || crate::embed::Runtime::compiles(&file))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
+            if let Err(e) = loads {
+                tracing::error!(program = %slot.name, "its file does not load, so its run goes on as it was: {e}");
+                self.events
+                    .publish("program_kept", json!({ "program": slot.name, "error": e }));
+                return Err(e);
+            }
+        }
+        self.restart(slot).await;
+        Ok(())
+    }
+
     /// Stops `slot`'s run and starts it again from its file (persisted residents carry on).
     pub async fn restart(self: &Arc<Self>, slot: &Arc<Slot>) {
         let _op = slot.ops.lock().await;
@@ -343,6 +363,12 @@ impl Service {
     /// those added start, those removed stop (and leave), those whose entry changed restart.
     pub async fn reload(self: &Arc<Self>) {
         self.core.reload_config();
+        self.reload_programs().await;
+    }
+
+    /// [`Service::reload`] with the config already read again (`colony serve` reads its tokens
+    /// from it in between).
+    pub async fn reload_programs(self: &Arc<Self>) {
         let mut added = Vec::new();
         let mut removed = Vec::new();
         let mut changed = HashSet::new();
