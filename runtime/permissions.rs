@@ -183,9 +183,16 @@ impl Permissions {
         if allowed {
             return Ok(());
         }
+        // An IPv6 address is written in brackets, as a URL writes it: `::1:8080` would read
+        // as an address of its own.
+        let bracketed = if host.contains(':') {
+            format!("[{host}]")
+        } else {
+            host.to_string()
+        };
         let named = match url.port() {
-            Some(p) => format!("{host}:{p}"),
-            None => host.to_string(),
+            Some(p) => format!("{bracketed}:{p}"),
+            None => bracketed,
         };
         Err(Denied {
             who: who.to_string(),
@@ -219,10 +226,14 @@ impl Permissions {
     }
 }
 
-/// Whether an allowed entry (`host` or `host:port`, `[::1]:8080` for IPv6) admits `host` and
-/// `port`.
+/// Whether an allowed entry (`host` or `host:port`, `[::1]:8080` for IPv6, or a bare IPv6
+/// address, `::1`) admits `host` and `port`. Addresses are compared as addresses
+/// (`0:0:0:0:0:0:0:1` is `::1`).
 fn host_matches(allowed: &str, host: &str, port: Option<u16>) -> bool {
     let allowed = allowed.trim().to_ascii_lowercase();
+    if let Ok(ip) = allowed.parse::<std::net::Ipv6Addr>() {
+        return host.parse::<std::net::Ipv6Addr>() == Ok(ip);
+    }
     let (name, want_port) = match allowed.rsplit_once(':') {
         Some((h, p)) if !h.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && !p.is_empty() => {
             (h.to_string(), p.parse::<u16>().ok())
@@ -230,7 +241,14 @@ fn host_matches(allowed: &str, host: &str, port: Option<u16>) -> bool {
         _ => (allowed.clone(), None),
     };
     let name = name.trim_start_matches('[').trim_end_matches(']');
-    name == host && want_port.is_none_or(|p| Some(p) == port)
+    let same = match (
+        name.parse::<std::net::IpAddr>(),
+        host.parse::<std::net::IpAddr>(),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => name == host,
+    };
+    same && want_port.is_none_or(|p| Some(p) == port)
 }
 
 /// How many symlinks [`resolve`] follows through paths that do not exist yet (the kernel's
@@ -400,6 +418,44 @@ mod tests {
             "http.get: reaching 127.0.0.1:9090 needs --allow-net=127.0.0.1:9090"
         );
         assert!(p.check_net("http.get", &url("https://evil.com/")).is_err());
+    }
+
+    #[test]
+    fn an_ipv6_address_is_allowed_bare_or_in_brackets_and_named_in_brackets() {
+        let url = |u: &str| reqwest::Url::parse(u).unwrap();
+        let allow = |h: &str| Permissions {
+            net: Grant::Only(vec![h.into()]),
+            ..Permissions::none()
+        };
+        for entry in ["::1", "[::1]", "0:0:0:0:0:0:0:1", "[::1]:8080"] {
+            assert!(
+                allow(entry)
+                    .check_net("http.get", &url("http://[::1]:8080/"))
+                    .is_ok(),
+                "{entry}"
+            );
+        }
+        assert!(
+            allow("[::1]:8080")
+                .check_net("http.get", &url("http://[::1]:9090/"))
+                .is_err()
+        );
+        assert!(
+            allow("::1")
+                .check_net("http.get", &url("http://[::2]/"))
+                .is_err()
+        );
+        let e = Permissions::none()
+            .check_net("http.get", &url("http://[::1]:8080/"))
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "http.get: reaching [::1]:8080 needs --allow-net=[::1]:8080"
+        );
+        let e = Permissions::none()
+            .check_net("http.get", &url("http://[::1]/"))
+            .unwrap_err();
+        assert!(e.to_string().ends_with("needs --allow-net=[::1]"), "{e}");
     }
 
     #[test]
