@@ -857,6 +857,19 @@ while true do ai.sleep(1000) end
     );
 }
 
+/// A program that fails as it loads says why, and only that: "exports nothing: mark a tool
+/// exportable" came first and pointed at the wrong fix.
+#[test]
+fn a_program_that_fails_to_load_says_why_and_not_that_it_exports_nothing() {
+    let sb = Sandbox::new();
+    let mut session = Session::start(&sb, "ai.sleep(300)\nerror(\"no DATABASE_URL set\")\n");
+    initialize(&mut session);
+    let (code, stderr) = session.ends_by_itself();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("no DATABASE_URL set"), "{stderr}");
+    assert!(!stderr.contains("exports nothing"), "{stderr}");
+}
+
 /// An exported resident that is blocked (here: no provider is configured) answers a call at
 /// once with why; the call used to wait for the reply until its deadline (300 s), told only
 /// that the resident "is working".

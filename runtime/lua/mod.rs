@@ -455,17 +455,17 @@ async fn run_on_this_thread(
         None => chunk.await,
     };
     // A program served over MCP keeps answering calls after its main chunk returns, until
-    // it is stopped.
-    if let Some(exports) = &host.exports {
+    // it is stopped. One whose chunk failed is never ready: a client's lists wait for its
+    // route to stop instead, and nobody is told it exports nothing.
+    // (The runner answers `true` and the chunk's values, or `false` and its error.)
+    let returned = matches!(
+        result.as_ref().map(|v| v.front()),
+        Ok(Some(Value::Boolean(true)))
+    );
+    if let (Some(exports), true) = (&host.exports, returned) {
         exports.set_ready();
     }
-    if host.linger
-        && host.exports.as_ref().is_some_and(|e| !e.is_empty())
-        && matches!(
-            result.as_ref().map(|v| v.front()),
-            Ok(Some(Value::Boolean(true)))
-        )
-    {
+    if host.linger && host.exports.as_ref().is_some_and(|e| !e.is_empty()) && returned {
         lifecycle.stopped().await;
         lifecycle.finish_calls().await;
     }

@@ -203,6 +203,11 @@ impl Exports {
         self.0.ready.send_replace(true);
     }
 
+    /// Whether [`Exports::set_ready`] was called: a main chunk that failed never is.
+    pub fn is_ready(&self) -> bool {
+        *self.0.ready.borrow()
+    }
+
     /// Waits for [`Exports::set_ready`].
     pub async fn ready(&self) {
         let mut rx = self.0.ready.subscribe();

@@ -142,7 +142,10 @@ pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Resul
         let offer = offer.clone();
         tokio::spawn(async move {
             offer.ready().await;
-            if offer.exports.is_empty() {
+            // A program whose main chunk failed (stopped, never ready) says why itself;
+            // "exports nothing" before its error pointed at the wrong fix.
+            let failed = !offer.exports.is_ready() && offer.route.stop_reason().is_some();
+            if offer.exports.is_empty() && !failed {
                 tracing::warn!(
                     "{} exports nothing: a client lists no tools (mark a tool `exportable = \
                      true`, a resident `export = true`, or offer `mcp.resource` / `mcp.prompt`)",
