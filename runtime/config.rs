@@ -198,9 +198,10 @@ pub enum ConfigError {
     Invalid(String),
 }
 
-/// Where the config file lives: `COLONY_CONFIG`, else the XDG config directory.
+/// Where the config file lives: `COLONY_CONFIG`, else the XDG config directory. An empty
+/// `COLONY_CONFIG=` is unset, as shells mean it: it was read as a file named "".
 pub fn path() -> PathBuf {
-    if let Some(p) = std::env::var_os("COLONY_CONFIG") {
+    if let Some(p) = std::env::var_os("COLONY_CONFIG").filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
     dirs::config_dir()
@@ -694,10 +695,18 @@ impl Config {
             (None, None, None) => key_vars(entry).into_iter().find_map(env),
         };
         if key.is_none() && !entry.key_optional {
+            // A config file that is not there is read as empty: said here, where it matters
+            // (`COLONY_CONFIG` with a typo in it).
+            let file = path();
+            let missing = if file.exists() {
+                ""
+            } else {
+                ", which does not exist"
+            };
             return Err(ProviderError::Config(format!(
-                "missing key for {provider}: set {} (or key_env / key in [use.{use_type}] of {})",
+                "missing key for {provider}: set {} (or key_env / key in [use.{use_type}] of {}{missing})",
                 key_vars(entry).join(" or "),
-                path().display()
+                file.display()
             )));
         }
         if let Some(k) = &key {

@@ -101,6 +101,24 @@ fn a_folder_given_for_a_script_is_named_as_one() {
     assert_eq!(run.code, 0, "{}", run.stderr);
 }
 
+/// `colony chat --tool` with a name that is not a built-in tool is one line naming the ones
+/// there are, status 2, before anything starts: it was a Lua traceback from the chat script,
+/// status 1.
+#[test]
+fn chat_with_a_tool_that_is_not_built_in_is_refused_in_one_line() {
+    let sb = Sandbox::new();
+    let run = sb.colony(&["chat", "--tool", "bogus", "hello"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("'bogus'"), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("read_file, list_dir, fetch"),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("traceback"), "{}", run.stderr);
+    assert!(!run.stderr.contains("chat.lua"), "{}", run.stderr);
+}
+
 #[test]
 fn unknown_provider_is_refused() {
     let run = Sandbox::new()
@@ -120,6 +138,19 @@ fn missing_key_names_the_variable() {
         .colony(&["ask", "--provider", "anthropic", "hi"])
         .failed();
     assert!(run.stderr.contains("ANTHROPIC_API_KEY"), "{}", run.stderr);
+    // The config file it names is not there (`COLONY_CONFIG` with a typo): it says so.
+    assert!(
+        run.stderr.contains("config.toml, which does not exist)"),
+        "{}",
+        run.stderr
+    );
+    let sb = Sandbox::new();
+    sb.write("config.toml", "[use.chat]\nmodel = \"m\"\n");
+    let run = sb
+        .colony(&["ask", "--provider", "anthropic", "hi"])
+        .failed();
+    assert!(run.stderr.contains("ANTHROPIC_API_KEY"), "{}", run.stderr);
+    assert!(!run.stderr.contains("does not exist"), "{}", run.stderr);
     let run = Sandbox::new()
         .colony(&["ask", "--provider", "gemini", "hi"])
         .failed();
@@ -128,6 +159,22 @@ fn missing_key_names_the_variable() {
         "{}",
         run.stderr
     );
+}
+
+/// An empty `COLONY_CONFIG=` is unset: the config is the XDG one. It was a file named "", and
+/// `config set` failed with "cannot write :".
+#[test]
+fn an_empty_colony_config_is_the_default_file() {
+    let sb = Sandbox::new();
+    let xdg = sb.path("xdg");
+    let sb = sb
+        .env("XDG_CONFIG_HOME", &xdg.display().to_string())
+        .env("COLONY_CONFIG", "");
+    sb.colony(&["config", "set", "code", "model", "m-1"]).ok();
+    let text = std::fs::read_to_string(xdg.join("colony").join("config.toml")).unwrap();
+    assert!(text.contains("m-1"), "{text}");
+    let run = sb.colony(&["config", "get", "code", "model"]).ok();
+    assert_eq!(run.stdout.trim(), "m-1");
 }
 
 #[test]

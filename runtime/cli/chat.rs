@@ -38,9 +38,14 @@ pub struct Args {
     /// Attach a file to the first message (repeatable).
     #[arg(long = "file", value_name = "PATH")]
     files: Vec<PathBuf>,
-    /// Enable a built-in tool (read_file, list_dir, fetch), kept enabled for later chats;
-    /// `/tools` lists them.
-    #[arg(long = "tool", value_name = "NAME")]
+    /// Enable a built-in tool, kept enabled for later chats; `/tools` lists them.
+    // The names are `scripts/chat.lua`'s built-ins, checked here so that a wrong one is told
+    // in one line with status 2 (the script's own check ended in a traceback).
+    #[arg(
+        long = "tool",
+        value_name = "NAME",
+        value_parser = ["read_file", "list_dir", "fetch"]
+    )]
     tools: Vec<String>,
     /// The question (interactive when absent).
     #[arg(num_args = 0..)]
