@@ -92,3 +92,60 @@ fn an_mcp_sse_line_that_never_ends_is_cut_at_the_limit() {
         "the connection closed",
     );
 }
+
+/// A stdio server whose tools' names are not words (a space, a `!`, nothing at all, two that
+/// read the same once sanitised): `mcp.tools` offers each under a sanitised name, leaves out
+/// those it cannot name, and a call by the offered name reaches the server's own tool. It was a
+/// panic of colony's Lua thread ("a tool name must be a word"), which `pcall` could not catch.
+#[test]
+fn tools_whose_names_are_not_words_are_renamed_or_left_out_not_a_panic() {
+    let sb = Sandbox::new();
+    let server = sb.write(
+        "server.py",
+        r#"import sys, json
+tools = [{"name": n, "inputSchema": {"type": "object"}}
+         for n in ["bad name!", "bad.name!", "", "ok"]]
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    if m["method"] == "initialize":
+        r = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
+             "serverInfo": {"name": "s", "version": "1"}}
+    elif m["method"] == "tools/list":
+        r = {"tools": tools}
+    else:
+        r = {"content": [{"type": "text", "text": "called " + m["params"]["name"]}]}
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
+"#,
+    );
+    let run = sb.lua(
+        &format!(
+            r#"
+local conn = assert(mcp.connect{{ command = "python3", args = {{ "{}" }} }})
+local names = {{}}
+local by = {{}}
+for _, t in ipairs(assert(mcp.tools(conn))) do names[#names + 1] = t.name; by[t.name] = t end
+print(table.concat(names, ","))
+print(assert(mcp.call(conn, "bad name!", {{}})))
+-- The tool as a turn would call it: by its offered name, reaching the server's own.
+print(by.bad_name_({{}}))
+mcp.close(conn)
+"#,
+            server.display()
+        ),
+        &["--max-time", GUARD],
+    );
+    assert_eq!(
+        run.code, 0,
+        "stdout:\n{}\nstderr:\n{}",
+        run.stdout, run.stderr
+    );
+    assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
+    assert_eq!(
+        run.lines(),
+        ["bad_name_,ok", "called bad name!", "called bad name!"],
+        "{}",
+        run.stderr
+    );
+}

@@ -209,7 +209,7 @@ pub fn tools(
                 .iter()
                 .find(|t| t.name == original)
                 .expect("kept from listed");
-            out.push(toolset::tool_def(conn.clone(), &public, t));
+            out.extend(toolset::tool_def(conn.clone(), &public, t));
         }
     }
     (out, conns)

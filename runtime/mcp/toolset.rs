@@ -135,7 +135,7 @@ pub async fn adopt(
             .iter()
             .find(|t| &t.name == original)
             .expect("kept from listed");
-        tools.push(tool_def(conn.clone(), public, t));
+        tools.extend(tool_def(conn.clone(), public, t));
     }
     let report = ServerReport {
         name: conn.name().to_string(),
@@ -156,11 +156,29 @@ pub async fn adopt(
 }
 
 /// A connected server's tools under their own names (no `<server>__` prefix): what a script
-/// that connected a server without naming it offers.
+/// that connected a server without naming it offers. A name is sanitised as a prefixed one is
+/// (`bad name!` is offered as `bad_name_`, and its calls reach `bad name!`); one that is empty,
+/// too long or taken by an earlier tool is left out and logged. (A name that was not a word
+/// panicked here.)
 pub fn adopt_unprefixed(conn: &Arc<Connection>, listed: &[ListedTool]) -> Vec<ToolDef> {
+    let mut taken = HashSet::new();
     listed
         .iter()
-        .map(|t| tool_def(conn.clone(), &t.name, t))
+        .filter_map(|t| {
+            let public = naming::sanitize(&t.name);
+            let why = if public.is_empty() {
+                "its name is empty"
+            } else if public.chars().count() > naming::MAX_NAME {
+                "its name is too long"
+            } else if !taken.insert(public.clone()) {
+                "its name clashes"
+            } else {
+                return tool_def(conn.clone(), &public, t);
+            };
+            tracing::info!(target: "colony::mcp", server = %conn.name(), tool = %t.name,
+                "tool left out: {why}");
+            None
+        })
         .collect()
 }
 
@@ -181,7 +199,10 @@ pub fn own_name<'a>(conn: &Connection, listed: &'a [ListedTool], name: &str) -> 
 
 /// One server tool as a turn tool. The turn's own deadline is set past the longest a call may
 /// ask for: the call's deadline is enforced here, where passing it sends `notifications/cancelled`.
-pub fn tool_def(conn: Arc<Connection>, public: &str, listed: &ListedTool) -> ToolDef {
+/// `None` (logged) when `public` is not a name a tool may have: a server's tool is left out,
+/// never a panic.
+pub fn tool_def(conn: Arc<Connection>, public: &str, listed: &ListedTool) -> Option<ToolDef> {
+    let server = conn.name().to_string();
     let tool = listed.name.clone();
     let run = move |args: Value| {
         let conn = conn.clone();
@@ -218,7 +239,11 @@ pub fn tool_def(conn: Arc<Connection>, public: &str, listed: &ListedTool) -> Too
             Handler::Attaching(native),
         )
     })
-    .expect("an object schema and a sanitised name always make a tool")
+    .map_err(|e| {
+        tracing::info!(target: "colony::mcp", server = %server, tool = %listed.name,
+            "tool left out: {e}");
+    })
+    .ok()
 }
 
 #[cfg(test)]
