@@ -99,6 +99,16 @@ fn a_folder_given_for_a_script_is_named_as_one() {
     // A pipe is read as the program it carries.
     let run = sb.colony(&["run", "/dev/stdin"]);
     assert_eq!(run.code, 0, "{}", run.stderr);
+    // A file with no end is refused once past what a program could be; it was read until
+    // memory ran out (8 GB in 20 s).
+    let run = sb.colony(&["run", "/dev/zero"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("cannot read /dev/zero: over 64 MiB, more than a program's source"),
+        "{}",
+        run.stderr
+    );
 }
 
 /// `colony chat --tool` with a name that is not a built-in tool is one line naming the ones

@@ -113,14 +113,33 @@ impl Running {
     }
 }
 
-/// Starts the script at `path` on its own thread with what `host` lends it, and returns once
-/// its VM is built (the script then runs on).
+/// The most of a program's source that is read: a file past it (`/dev/zero`, a log given by
+/// mistake) is refused, not read until memory runs out.
+pub const MAX_SOURCE: u64 = 64 << 20;
+
+/// The text of the program at `path`, up to [`MAX_SOURCE`].
+fn read_source(path: &Path) -> Result<Vec<u8>, ScriptError> {
+    use std::io::Read;
+    let cannot = |why: String| ScriptError(format!("cannot read {}: {why}", path.display()));
+    let file = std::fs::File::open(path).map_err(|e| cannot(e.to_string()))?;
+    let mut source = Vec::new();
+    file.take(MAX_SOURCE + 1)
+        .read_to_end(&mut source)
+        .map_err(|e| cannot(e.to_string()))?;
+    if source.len() as u64 > MAX_SOURCE {
+        return Err(cannot(format!(
+            "over {} MiB, more than a program's source",
+            MAX_SOURCE >> 20
+        )));
+    }
+    Ok(source)
+}
+
 /// Whether the script at `path` reads and compiles, without running any of it: `Err` says why
 /// as a run would (`file:line: message`). What a host checks before it replaces a run that works
 /// with the file's new text.
 pub fn compiles(path: &Path) -> Result<(), ScriptError> {
-    let source = std::fs::read(path)
-        .map_err(|e| ScriptError(format!("cannot read {}: {e}", path.display())))?;
+    let source = read_source(path)?;
     let lua = Lua::new();
     lua.load(source.as_slice())
         .set_name(format!("@{}", path.display()))
@@ -129,14 +148,15 @@ pub fn compiles(path: &Path) -> Result<(), ScriptError> {
         .map_err(|e| ScriptError(plain(&e)))
 }
 
+/// Starts the script at `path` on its own thread with what `host` lends it, and returns once
+/// its VM is built (the script then runs on).
 pub fn start_file(
     core: Core,
     path: &Path,
     args: Vec<String>,
     host: HostSetup,
 ) -> Result<Running, ScriptError> {
-    let source = std::fs::read(path)
-        .map_err(|e| ScriptError(format!("cannot read {}: {e}", path.display())))?;
+    let source = read_source(path)?;
     // Relative paths in `fs.*` resolve against the script's folder, wherever colony was started.
     let dir = std::path::absolute(path)
         .ok()
