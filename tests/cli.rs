@@ -33,6 +33,20 @@ fn a_script_gets_its_arguments_and_json() {
             "nil\tparse_error",
         ]
     );
+    // Everything after FILE is the program's, colony's own options too: `--state` right after
+    // it was colony's (its state went there), `--help` printed colony's help.
+    let file = sb.write("echo.lua", "print(table.concat(arg, ' '))");
+    let file = file.display().to_string();
+    let elsewhere = sb.path("elsewhere").display().to_string();
+    let run = sb
+        .colony(&["run", &file, "--state", &elsewhere, "--help"])
+        .ok();
+    assert_eq!(run.stdout.trim(), format!("--state {elsewhere} --help"));
+    assert!(!sb.path("elsewhere").exists());
+    let run = sb
+        .colony(&["run", "--max-time", "30", &file, "--max-time", "1"])
+        .ok();
+    assert_eq!(run.stdout.trim(), "--max-time 1");
 }
 
 #[test]

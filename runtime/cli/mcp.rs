@@ -61,6 +61,7 @@ enum Action {
     /// Add the servers of a Claude Desktop config or a `.mcp.json` (its `mcpServers` object).
     Import { file: PathBuf },
     /// Serve a program's exports over MCP on stdin and stdout.
+    #[command(override_usage = "colony mcp serve [OPTIONS] <FILE> [ARGS]...")]
     Serve(super::mcp_serve::ServeArgs),
     /// Print (or --write) the `mcpServers` entry that runs `colony mcp serve FILE.lua`.
     Install(super::mcp_serve::InstallArgs),

@@ -32,11 +32,8 @@ pub struct ServeArgs {
     /// The program's state directory (default: beside the file, as `colony run` uses).
     #[arg(long, value_name = "DIR")]
     state: Option<PathBuf>,
-    /// The program to serve.
-    file: PathBuf,
-    /// Arguments for the program.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<String>,
+    #[command(flatten)]
+    program: super::program::Program,
 }
 
 /// Print (or write into a file) the `mcpServers` entry that runs `colony mcp serve FILE.lua`,
@@ -58,7 +55,8 @@ pub struct InstallArgs {
 }
 
 pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
-    super::program_file(&args.file)?;
+    let file = args.program.file();
+    super::program_file(&file)?;
     // First: whatever the program prints from its first line on goes to stderr.
     let streams = stdio::protocol_streams().map_err(|e| {
         Failure::run(format!(
@@ -69,7 +67,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     let dir = args
         .state
         .clone()
-        .unwrap_or_else(|| state_dir::default_for(&args.file));
+        .unwrap_or_else(|| state_dir::default_for(&file));
     let state = StateDir::open(&dir).map_err(|e| Failure::run(format!("colony mcp serve: {e}")))?;
     let permissions = permissions(&args, &core.config())?;
     let exports = Exports::default();
@@ -82,14 +80,13 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         linger: true,
         ..HostSetup::default()
     };
-    let running = crate::lua::start_file(core, &args.file, args.args.clone(), host)
+    let running = crate::lua::start_file(core, &file, args.program.args(), host)
         .map_err(|e| Failure::run(e.0))?;
     let lifecycle = running.lifecycle.clone();
     let script = lifecycle.script_end();
     let offered = exports.clone();
     let offer = Offer {
-        program: args
-            .file
+        program: file
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default(),
@@ -132,7 +129,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
             "colony mcp serve: {} exports nothing and its script has ended, so there is \
              nothing to serve: mark a tool `exportable = true`, a resident `export = true`, or \
              offer `mcp.resource` / `mcp.prompt`",
-            args.file.display()
+            file.display()
         )));
     }
     match joined {
@@ -160,12 +157,13 @@ fn permissions(args: &ServeArgs, config: &crate::config::Config) -> Result<Permi
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default();
-    match crate::serve::programs::entry_for(settings, &base, &args.file) {
+    let file = args.program.file();
+    match crate::serve::programs::entry_for(settings, &base, &file) {
         Some(entry) => crate::serve::programs::permissions(entry, &base).map_err(|e| {
             Failure::input(format!(
                 "colony mcp serve: {}: the [[serve.programs]] entry for {}: {e}",
                 config_file.display(),
-                args.file.display()
+                file.display()
             ))
         }),
         None => Ok(Permissions::none()),

@@ -11,6 +11,7 @@ mod mcp_serve;
 mod models;
 mod panic;
 pub mod permissions;
+mod program;
 mod providers;
 mod run;
 mod scripts;
@@ -51,6 +52,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    #[command(override_usage = "colony run [OPTIONS] <FILE> [ARGS]...")]
     Run(run::Args),
     Ask(ask::Args),
     Chat(chat::Args),

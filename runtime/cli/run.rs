@@ -44,11 +44,8 @@ pub struct Args {
     max_time: Option<Duration>,
     #[command(flatten)]
     sandbox: super::permissions::SandboxArgs,
-    /// The program to run.
-    file: PathBuf,
-    /// Arguments for the program.
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
-    args: Vec<String>,
+    #[command(flatten)]
+    program: super::program::Program,
 }
 
 /// What `colony run` does before there is a runtime: the config and cassettes read, the program
@@ -67,7 +64,8 @@ pub fn prepare(args: &Args) -> Result<Prepared, Failure> {
     // where it stood); before any listener starts, which reads it.
     crate::signals::hangup_stops();
     let parts = core_parts(&args.cassettes)?;
-    super::program_file(&args.file)?;
+    let file = args.program.file();
+    super::program_file(&file)?;
     // A cassette holds a run from a fresh start: replaying on a state that carried on would ask
     // the model things the cassette never saw.
     let scratch = (args.state.is_none() && args.cassettes.replay.is_some())
@@ -75,12 +73,12 @@ pub fn prepare(args: &Args) -> Result<Prepared, Failure> {
     let dir = match (&args.state, &scratch) {
         (Some(dir), _) => dir.clone(),
         (None, Some(tmp)) => tmp.clone(),
-        (None, None) => state_dir::default_for(&args.file),
+        (None, None) => state_dir::default_for(&file),
     };
     let url = select::url(args.store.as_deref(), &parts.config());
     // The store opens on a thread of its own while the runtime and the VM are built; the script
     // starts once it is open.
-    let opening = Opening::start(dir, url, args.file.clone())
+    let opening = Opening::start(dir, url, file)
         .map_err(|e| Failure::run(format!("colony: cannot start opening the store: {e}")))?;
     Ok(Prepared {
         parts,
@@ -106,7 +104,7 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
         signals_from_start: true,
         ..HostSetup::default()
     };
-    let started = crate::lua::start_file(core, &args.file, args.args, host);
+    let started = crate::lua::start_file(core, &args.program.file(), args.program.args(), host);
     // A store that cannot be opened is what the run reports, before anything of the script.
     let state = opening
         .finish()
