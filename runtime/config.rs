@@ -198,6 +198,32 @@ pub enum ConfigError {
     Invalid(String),
 }
 
+/// Held from reading the config file to writing it back (`colony config set`, `colony mcp
+/// add`, ...): a lock on the folder the file is written in. Two commands at once each read the
+/// file before the other wrote it, and the last rename dropped the other's change while both
+/// said it was made.
+pub struct EditLock {
+    _dir: std::fs::File,
+}
+
+impl EditLock {
+    pub fn take(path: &Path) -> Result<EditLock, ConfigError> {
+        let path = crate::permissions::resolve(path);
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let failed = |source: std::io::Error| ConfigError::Write {
+            path: dir.into(),
+            source,
+        };
+        std::fs::create_dir_all(dir).map_err(failed)?;
+        let handle = std::fs::File::open(dir).map_err(failed)?;
+        handle.lock().map_err(failed)?;
+        Ok(EditLock { _dir: handle })
+    }
+}
+
 /// Where the config file lives: `COLONY_CONFIG`, else the XDG config directory. An empty
 /// `COLONY_CONFIG=` is unset, as shells mean it: it was read as a file named "".
 pub fn path() -> PathBuf {
@@ -322,6 +348,9 @@ impl Config {
     /// comments, order and layout: only the settings that differ from what it holds are
     /// written into it ([`layout`]).
     pub fn save_to(&self, path: &Path) -> Result<(), ConfigError> {
+        // A config linked from elsewhere (a dotfiles checkout) is written where the link
+        // ends: the rename replaced the link with a plain file, splitting the config in two.
+        let path = &crate::permissions::resolve(path);
         let fresh =
             toml::to_string_pretty(self).map_err(|e| ConfigError::Invalid(e.to_string()))?;
         let text = std::fs::read_to_string(path)
@@ -338,7 +367,20 @@ impl Config {
                 source,
             })?;
         }
-        let tmp = path.with_extension("toml.tmp");
+        // A file made read-only is left as it is, as `fs.write` leaves one: the rename would
+        // replace it all the same.
+        if std::fs::metadata(path).is_ok_and(|m| m.permissions().readonly()) {
+            return Err(ConfigError::Write {
+                path: path.into(),
+                source: std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    "the file is read-only (make it writable to let colony change it)",
+                ),
+            });
+        }
+        // A name of this process's own: two writers sharing one removed each other's file
+        // ("No such file") between its write and its rename.
+        let tmp = path.with_extension(format!("toml.{}.tmp", std::process::id()));
         let write = || -> std::io::Result<()> {
             use std::io::Write;
             let mut opts = std::fs::OpenOptions::new();
@@ -361,6 +403,13 @@ impl Config {
             path: path.into(),
             source,
         })
+    }
+
+    /// Reads the config file at `path` to change it, holding [`EditLock`] until the change is
+    /// written: unchecked, as [`Config::read_unchecked`] reads it.
+    pub fn edit(path: &Path) -> Result<(Config, EditLock), ConfigError> {
+        let lock = EditLock::take(path)?;
+        Ok((Config::read_unchecked(path)?, lock))
     }
 
     /// The table for `use_type`, falling back to `general`.

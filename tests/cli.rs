@@ -831,3 +831,77 @@ client_id = "colony-docs"
 "#
     );
 }
+
+/// What a person does to their config around colony: commands run at once (each change kept,
+/// each told truly: the last rename dropped the others while all said "set"), a config linked
+/// from a dotfiles folder (the link was replaced by a plain file), a file made read-only (it
+/// was replaced all the same), and `config unset` of the first table (the file's header
+/// comment went with it).
+#[test]
+fn config_changes_keep_each_other_a_link_a_read_only_file_and_the_header() {
+    let sb = Sandbox::new();
+    sb.write("config.toml", "[use.general]\nprovider = \"openai\"\n");
+    let children: Vec<_> = (0..8)
+        .map(|i| {
+            let (use_type, model) = (format!("u{i}"), format!("m{i}"));
+            sb.command(&["config", "set", &use_type, "model", &model])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let text = std::fs::read_to_string(sb.path("config.toml")).unwrap();
+    for i in 0..8 {
+        assert!(
+            text.contains(&format!("[use.u{i}]\nmodel = \"m{i}\"")),
+            "u{i} lost:\n{text}"
+        );
+    }
+
+    // A link: the file it ends at is changed, the link stays a link.
+    let real = sb.write(
+        "dotfiles-config.toml",
+        "# mine\n\n[use.general]\nprovider = \"openai\"\n",
+    );
+    let link = sb.path("linked.toml");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let linked = sb.env("COLONY_CONFIG", &link.display().to_string());
+    linked
+        .colony(&["config", "set", "code", "model", "m1"])
+        .ok();
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    let text = std::fs::read_to_string(&real).unwrap();
+    assert!(text.contains("[use.code]\nmodel = \"m1\""), "{text}");
+
+    // The first table unset: the header above it stays.
+    linked.colony(&["config", "unset", "general"]).ok();
+    let text = std::fs::read_to_string(&real).unwrap();
+    assert!(text.starts_with("# mine\n"), "{text}");
+    assert!(!text.contains("general"), "{text}");
+
+    // Read-only: refused, and left as it was.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&real, std::fs::Permissions::from_mode(0o444)).unwrap();
+    let run = linked.colony(&["config", "set", "code", "model", "m2"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert!(run.stderr.contains("read-only"), "{}", run.stderr);
+    assert_eq!(std::fs::read_to_string(&real).unwrap(), text);
+    assert_eq!(
+        std::fs::metadata(&real).unwrap().permissions().mode() & 0o777,
+        0o444
+    );
+}

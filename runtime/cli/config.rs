@@ -53,8 +53,8 @@ fn load() -> Result<Config, Failure> {
 
 /// The file as `set` and `unset` change it: read without judging its values, so the one that
 /// keeps it from loading can be mended; the result is judged before it is written.
-fn load_to_change(who: &str) -> Result<Config, Failure> {
-    Config::read_unchecked(&config::path()).map_err(|e| Failure::input(format!("{who}: {e}")))
+fn load_to_change(who: &str) -> Result<(Config, config::EditLock), Failure> {
+    Config::edit(&config::path()).map_err(|e| Failure::input(format!("{who}: {e}")))
 }
 
 /// Refuses a change that brings a value no call could use; one that leaves the file's other
@@ -106,7 +106,7 @@ pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Fail
             field,
             value,
         } => {
-            let before = load_to_change("colony config set")?;
+            let (before, _lock) = load_to_change("colony config set")?;
             let mut cfg = before.clone();
             cfg.set(&use_type, &field, &value)
                 .map_err(|e| Failure::input(format!("colony config set: {e}")))?;
@@ -119,7 +119,7 @@ pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Fail
             Ok(())
         }
         Action::Unset { use_type, field } => {
-            let before = load_to_change("colony config unset")?;
+            let (before, _lock) = load_to_change("colony config unset")?;
             let mut cfg = before.clone();
             let removed = cfg
                 .unset(&use_type, field.as_deref())

@@ -84,6 +84,14 @@ fn load() -> Result<Config, Failure> {
     Config::load().map_err(|e| Failure::input(format!("colony mcp: {e}")))
 }
 
+/// [`load`] to change it: the file stays locked until the returned lock is dropped, after
+/// [`save`].
+fn load_to_change() -> Result<(Config, crate::config::EditLock), Failure> {
+    let lock = crate::config::EditLock::take(&crate::config::path())
+        .map_err(|e| Failure::run(format!("colony mcp: {e}")))?;
+    Ok((load()?, lock))
+}
+
 fn save(cfg: &Config) -> Result<(), Failure> {
     cfg.save_to(&crate::config::path())
         .map_err(|e| Failure::run(format!("colony mcp: {e}")))
@@ -208,7 +216,7 @@ pub async fn run(args: Args) -> Result<(), Failure> {
                 .clone()
                 .into_spec(&name)
                 .map_err(|e| Failure::input(format!("colony mcp add: {e}")))?;
-            let mut cfg = load()?;
+            let (mut cfg, _lock) = load_to_change()?;
             // Replacing a remote server: how it signs in (`[mcp.NAME.auth]`, which no flag
             // sets) stays.
             let kept_auth = match cfg.mcp.get(&name) {
@@ -224,7 +232,7 @@ pub async fn run(args: Args) -> Result<(), Failure> {
             Ok(())
         }
         Action::Del { name } => {
-            let mut cfg = load()?;
+            let (mut cfg, _lock) = load_to_change()?;
             if cfg.mcp.remove(&name).is_none() {
                 return Err(Failure::input(format!(
                     "colony mcp del: no server named {name:?}"
@@ -291,7 +299,7 @@ pub async fn run(args: Args) -> Result<(), Failure> {
             let servers = import_mcp_servers(&text).map_err(|e| {
                 Failure::input(format!("colony mcp import: {}: {e}", file.display()))
             })?;
-            let mut cfg = load()?;
+            let (mut cfg, _lock) = load_to_change()?;
             let mut said = Vec::new();
             let mut taken = std::collections::BTreeSet::new();
             for (name, config) in servers {

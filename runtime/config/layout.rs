@@ -9,7 +9,7 @@
 //! removed, a key new or changed in `after` is written; everything else, written as the person
 //! wrote it, stays.
 
-use toml_edit::{DocumentMut, Item, TableLike};
+use toml_edit::{DocumentMut, Item, Table, TableLike};
 
 /// `file` (the file's text) with the change from `before` to `after` (both serialised
 /// configs) applied, or `None` when one of them does not parse as TOML.
@@ -17,17 +17,58 @@ pub fn patched(file: &str, before: &str, after: &str) -> Option<String> {
     let mut file: DocumentMut = file.parse().ok()?;
     let before: DocumentMut = before.parse().ok()?;
     let after: DocumentMut = after.parse().ok()?;
-    patch(file.as_table_mut(), before.as_table(), after.as_table());
+    let mut left = Vec::new();
+    patch(
+        file.as_table_mut(),
+        before.as_table(),
+        after.as_table(),
+        &mut left,
+    );
+    for (after, text) in left {
+        match next_table(file.as_table(), after) {
+            Some(at) => {
+                if let Some(table) = table_at(file.as_table_mut(), at) {
+                    let own = table
+                        .decor()
+                        .prefix()
+                        .and_then(|p| p.as_str())
+                        .unwrap_or("");
+                    let prefix = format!("{text}{own}");
+                    table.decor_mut().set_prefix(prefix);
+                }
+            }
+            None => {
+                let trailing = file.trailing().as_str().unwrap_or("").to_string();
+                file.set_trailing(format!("{trailing}{text}"));
+            }
+        }
+    }
     Some(file.to_string())
 }
 
-fn patch(file: &mut dyn TableLike, before: &dyn TableLike, after: &dyn TableLike) {
+/// Comments a removed table leaves, with the place it had: those above its own, set apart
+/// from them by a blank line. The file's header comment is written into the first table's
+/// prefix, and `config unset` of that table took the header with it.
+type Left = (isize, String);
+
+fn patch(
+    file: &mut dyn TableLike,
+    before: &dyn TableLike,
+    after: &dyn TableLike,
+    left: &mut Vec<Left>,
+) {
     let gone: Vec<String> = before
         .iter()
         .filter(|(k, _)| !after.contains_key(k))
         .map(|(k, _)| k.to_string())
         .collect();
     for key in gone {
+        if let Some(Item::Table(t)) = file.get(&key)
+            && let Some((at, prefix)) = first_header(t)
+            && let Some(cut) = prefix.rfind("\n\n")
+        {
+            left.push((at, prefix[..=cut].to_string()));
+        }
         file.remove(&key);
     }
     for (key, new) in after.iter() {
@@ -36,7 +77,7 @@ fn patch(file: &mut dyn TableLike, before: &dyn TableLike, after: &dyn TableLike
             // A table on every side: only what changed inside it is touched.
             (Some(old), Some(new_table)) => {
                 match file.get_mut(key).and_then(Item::as_table_like_mut) {
-                    Some(inside) => patch(inside, old, new_table),
+                    Some(inside) => patch(inside, old, new_table, left),
                     None => {
                         file.insert(key, spaced(new.clone()));
                     }
@@ -49,6 +90,48 @@ fn patch(file: &mut dyn TableLike, before: &dyn TableLike, after: &dyn TableLike
             }
         }
     }
+}
+
+/// The place and prefix of the first header written in `table` (itself, or the first of the
+/// tables in it when it has no header of its own: `[use]` above `[use.code]`).
+fn first_header(table: &Table) -> Option<(isize, String)> {
+    let own = (!table.is_implicit())
+        .then(|| table.position())
+        .flatten()
+        .map(|at| {
+            let prefix = table.decor().prefix().and_then(|p| p.as_str());
+            (at, prefix.unwrap_or("").to_string())
+        });
+    let inner = table.iter().filter_map(|(_, item)| match item {
+        Item::Table(t) => first_header(t),
+        _ => None,
+    });
+    own.into_iter().chain(inner).min_by_key(|(at, _)| *at)
+}
+
+/// The place of the first header after `after` still in the file (one of the file's own: a
+/// table written new has no place).
+fn next_table(table: &Table, after: isize) -> Option<isize> {
+    let own = (!table.is_implicit())
+        .then(|| table.position())
+        .flatten()
+        .filter(|at| *at > after);
+    let inner = table.iter().filter_map(|(_, item)| match item {
+        Item::Table(t) => next_table(t, after),
+        _ => None,
+    });
+    own.into_iter().chain(inner).min()
+}
+
+/// The table whose header has place `at`.
+fn table_at(table: &mut Table, at: isize) -> Option<&mut Table> {
+    if !table.is_implicit() && table.position() == Some(at) {
+        return Some(table);
+    }
+    table.iter_mut().find_map(|(_, item)| match item {
+        Item::Table(t) => table_at(t, at),
+        _ => None,
+    })
 }
 
 /// Writes `new` under `key`, keeping the key's place and, for a value, the comment around it.
@@ -137,6 +220,26 @@ Authorization = "Bearer t"
         );
         assert!(out.contains("max_tokens = 4096"), "{out}");
         assert!(!out.contains("docs"), "{out}");
+    }
+
+    #[test]
+    fn a_removed_table_leaves_the_comments_above_its_own() {
+        let file = "# my laptop config\n# keep keys out of git\n\n[use.code]\nprovider = \"openai\"\n\n# the general one\n[use.general]\nprovider = \"openai\"\n";
+        let before = "[use.code]\nprovider = \"openai\"\n\n[use.general]\nprovider = \"openai\"\n";
+        let only_general = "[use.general]\nprovider = \"openai\"\n";
+        let out = patched(file, before, only_general).unwrap();
+        assert_eq!(
+            out,
+            "# my laptop config\n# keep keys out of git\n\n# the general one\n[use.general]\nprovider = \"openai\"\n"
+        );
+        // The last table gone: the header stays, alone.
+        let out = patched(&out, only_general, "").unwrap();
+        assert_eq!(out, "# my laptop config\n# keep keys out of git\n");
+        // The comment right above a table is its own and goes with it.
+        let only_code = "[use.code]\nprovider = \"openai\"\n";
+        let out = patched(file, before, only_code).unwrap();
+        assert!(!out.contains("the general one"), "{out}");
+        assert!(out.starts_with("# my laptop config\n"), "{out}");
     }
 
     #[test]
