@@ -131,7 +131,8 @@ fn a_refused_request_blocks_the_resident() {
 
 /// A 200 whose body is not the API's (a base URL pointing at a web page) cannot be waited
 /// out. It used to be taken for an outage: the resident retried it forever, and the run never
-/// ended.
+/// ended. The error names the page and where it came from (it was the JSON parser's "expected
+/// value at line 1 column 1").
 #[test]
 fn an_answer_that_is_not_the_api_s_blocks_the_resident() {
     let fake = FakeProvider::start();
@@ -140,10 +141,10 @@ fn an_answer_that_is_not_the_api_s_blocks_the_resident() {
     let run = run(&sandbox, ONE_MAIL, &[]);
     assert_blocked(
         &run,
-        "parse_error",
-        "nil",
-        "could not parse the response: chat completion is not JSON: expected value at line 1 \
-         column 1",
+        "api_error",
+        "200",
+        "API error 200: the server answered with a page, not the API's JSON (a proxy or a \
+         wrong base_url?): Welcome to nginx! (at /openai/v1/chat/completions)",
     );
     assert_eq!(fake.calls(), 1);
     assert_mail_kept(&sandbox);

@@ -292,18 +292,30 @@ fn unstreamed_answer(body: &str) -> ProviderError {
         }
         return e;
     }
+    a_page(body, "a stream of events")
+}
+
+/// A 2xx answer that is not the API's at all (a captive portal's page, a proxy's text, a
+/// base URL that points at a website): what it is, summarised, in place of the JSON parser's
+/// "expected value at line 1 column 1".
+fn a_page(body: &str, wanted: &str) -> ProviderError {
     let shown = errors::summarise_body(body).unwrap_or_else(|| body.trim().to_string());
+    let shown = if shown.is_empty() {
+        "(an empty body)".to_string()
+    } else {
+        shown
+    };
     ProviderError::Api {
         status: 200,
         message: format!(
-            "the server answered with a page, not a stream of events (a proxy or a wrong \
-             base_url?): {shown}"
+            "the server answered with a page, not {wanted} (a proxy or a wrong base_url?): \
+             {shown}"
         ),
         body: crate::secrets::redact(&shown),
     }
 }
 
-fn whole_body_fault(e: ProviderError, body: &[u8], framed: bool) -> ProviderError {
+fn whole_body_fault(e: ProviderError, body: &[u8], framed: bool, url: &str) -> ProviderError {
     if !matches!(e, ProviderError::Parse(_)) {
         return e;
     }
@@ -325,6 +337,15 @@ fn whole_body_fault(e: ProviderError, body: &[u8], framed: bool) -> ProviderErro
                 *message = message.replacen("mid-stream:", "in a 200 answer:", 1);
             }
             e
+        }
+        // What does not even begin as JSON; a body that does (nested too deep, bytes that are
+        // not UTF-8) stays a parse error.
+        Err(_)
+            if !body.trim_ascii_start().starts_with(b"{")
+                && !body.trim_ascii_start().starts_with(b"[") =>
+        {
+            let text = String::from_utf8_lossy(body);
+            a_page(&text, "the API's JSON").located(url, &text)
         }
         _ => e,
     }
@@ -519,7 +540,8 @@ impl Providers {
                     }
                     return Ok(whole);
                 }
-                Err(unstreamed_answer(&String::from_utf8_lossy(&body)))
+                let text = String::from_utf8_lossy(&body);
+                Err(unstreamed_answer(&text).located(&wire.url, &text))
             }
             Some(on_text) => sse::assemble(response, codec.assembler(), on_text, ep).await,
             None => {
@@ -534,7 +556,7 @@ impl Providers {
                     .map_err(|e| body_failure(e, ep))?;
                 codec
                     .parse(&body)
-                    .map_err(|e| whole_body_fault(e, &body, framed))
+                    .map_err(|e| whole_body_fault(e, &body, framed, &wire.url))
             }
         }
     }
