@@ -200,6 +200,34 @@ print(ai.watch{})
     assert_eq!(fake.calls(), 1);
 }
 
+/// A signal before any watch ends the program where it waits: a script whose own turn's tool
+/// spins does not get its turn back. It did two runs in three: the tool, stopped, ended the
+/// turn, and the script went on with the turn's empty result (`ran error`) before the end.
+#[test]
+fn sigint_during_the_scripts_own_turn_ends_it_before_the_script_goes_on() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|_, _| Reply::tool_call("c1", "spin", json!({})));
+    let sb = styled(&fake, "openai");
+    // Three runs: the end raced the script's next line.
+    for _ in 0..3 {
+        let (status, rest) = signalled(
+            &sb,
+            r#"
+io.stdout:setvbuf("line")
+local spin = ai.tool{ name = "spin", parameters = {}, timeout = 3600, handler = function()
+  print("spinning")
+  while true do end
+end }
+local r = ai.run{ prompt = "weather?", tools = { spin }, provider = "openai", model = "m" }
+print("ran", r.stop)
+"#,
+            "INT",
+        );
+        assert_eq!(status.code(), Some(130), "{rest:?}");
+        assert_eq!(rest, Vec::<String>::new());
+    }
+}
+
 #[test]
 fn max_time_stops_a_program_whose_tool_spins_as_a_signal_does() {
     // --max-time only asked the program to stop: the tool spun to its own deadline, and the

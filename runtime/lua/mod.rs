@@ -466,11 +466,15 @@ async fn run_on_this_thread(
         runner.call_async::<MultiValue>(call_args),
     );
     let result = match interrupt {
+        // The end first: a turn whose tool the end stopped is done by the next poll, and
+        // polled first the chunk went on with its empty result (the line after `ai.run`)
+        // before it was dropped.
         Some(interrupt) => tokio::select! {
-            result = chunk => result,
+            biased;
             why = interrupt.abandoned() => {
                 return Err(ScriptError(format!("colony: the program was ended by {why}")));
             }
+            result = chunk => result,
         },
         None => chunk.await,
     };
