@@ -121,7 +121,7 @@ fn a_token_budget_blocks_the_resident_and_a_restart_keeps_it_blocked_with_its_ma
         [
             "RESIDENT  DAY         INPUT  OUTPUT  CACHE  TURNS  COST",
             &format!(
-                "worker    {}     10       5      0      1  0.000000 USD (+15 tokens unpriced)",
+                "worker    {}     10       5      0      1  unpriced (15 tokens)",
                 today()
             ),
         ]

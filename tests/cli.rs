@@ -76,6 +76,29 @@ fn a_misused_function_names_the_line_and_the_option() {
         "{}",
         run.stderr
     );
+    // A function of one table given something else names itself (it was "bad argument #1:
+    // error converting Lua nil to table").
+    for (call, says) in [
+        (
+            "ai.spawn()",
+            "ai.spawn takes a table of options (ai.spawn{ ... }), not nil",
+        ),
+        (
+            "ai.tool('x')",
+            "ai.tool takes a table of options (ai.tool{ ... }), not string",
+        ),
+        (
+            "ai.run(1)",
+            "ai.run takes a table of options (ai.run{ ... }), not integer",
+        ),
+    ] {
+        let run = Sandbox::new().lua(&format!("\n{call}\n"), &[]).failed();
+        assert!(
+            run.stderr.contains(&format!("script.lua:2: {says}")),
+            "{call}: {}",
+            run.stderr
+        );
+    }
 }
 
 #[test]
@@ -289,6 +312,10 @@ fn config_set_and_unset_mend_a_value_that_keeps_the_file_from_loading() {
     sb.colony(&["config", "unset", "general", "provider"]).ok();
     let run = sb.colony(&["config", "list"]).ok();
     assert!(!run.stdout.contains("opnai"), "{}", run.stdout);
+    // A use-type whose name is not a bare key is listed as the file writes it.
+    sb.colony(&["config", "set", "a.b", "model", "m"]).ok();
+    let run = sb.colony(&["config", "list"]).ok();
+    assert!(run.stdout.contains("[use.\"a.b\"]"), "{}", run.stdout);
 }
 
 #[test]

@@ -359,8 +359,8 @@ fn the_tool_cache_is_refreshed_listed_offered_and_cleared() {
         let mode = std::fs::metadata(&cache).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
     }
-    // A server deleted since the refresh offers nothing.
-    sb.colony(&["mcp", "del", "time"]).ok();
+    // A server deleted since the refresh offers nothing (`remove` is `del`, as people guess).
+    sb.colony(&["mcp", "remove", "time"]).ok();
     assert_eq!(
         sb.lua("print(#mcp.cached_tools())", &[]).ok().stdout.trim(),
         "0"

@@ -239,6 +239,9 @@ fn store_get_and_list() {
     assert_eq!(run.lines(), ["notes/1", "notes/2"]);
     let run = sb.colony(&["store", &file, "list", "--space", "docs"]).ok();
     assert_eq!(run.lines(), ["notes/9"]);
+    // Before the file too, where clap suggested `--state` instead.
+    let run = sb.colony(&["store", "--space", "docs", &file, "list"]).ok();
+    assert_eq!(run.lines(), ["notes/9"]);
     let run = sb.colony(&["store", &file, "list", "zzz"]).ok();
     assert_eq!(run.stdout, "");
 

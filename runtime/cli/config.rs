@@ -157,7 +157,9 @@ pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Fail
 }
 
 fn print_table(name: &str, table: &config::UseConfig) {
-    println!("[use.{name}]");
+    // As the file writes it: a name that is not a bare key is quoted (`[use.a.b]` read as a
+    // table `b` inside `a`).
+    println!("[use.{}]", toml_edit::Key::new(name).display_repr());
     for f in FIELDS {
         if let Some(v) = table.field(f) {
             println!("{f} = {v}");

@@ -47,6 +47,7 @@ enum Action {
         command: Vec<String>,
     },
     /// Remove a server.
+    #[command(visible_alias = "remove")]
     Del {
         /// The server's name.
         name: String,

@@ -17,6 +17,10 @@ use super::state::Target;
 pub struct Args {
     #[command(flatten)]
     target: Target,
+    /// Read the workspace's space instead of the program's global one (before FILE or after
+    /// the action, either).
+    #[arg(long, value_name = "WORKSPACE", global = true)]
+    space: Option<String>,
     #[command(subcommand)]
     action: Action,
 }
@@ -27,17 +31,11 @@ enum Action {
     Get {
         /// The key, as the program's `store.set` named it.
         key: String,
-        /// Read the workspace's space instead of the program's global one.
-        #[arg(long, value_name = "WORKSPACE")]
-        space: Option<String>,
     },
     /// Print the keys, or those starting with PREFIX, one per line in byte order.
     List {
         /// Only the keys starting with this (taken literally: no wildcards).
         prefix: Option<String>,
-        /// List the workspace's space instead of the program's global one.
-        #[arg(long, value_name = "WORKSPACE")]
-        space: Option<String>,
     },
 }
 
@@ -45,30 +43,27 @@ pub fn run(args: Args) -> Result<(), Failure> {
     let state = args.target.open("store")?;
     let store = state.dyn_store();
     let fail = |e: crate::store::StoreError| Failure::run(format!("colony store: {e}"));
+    let space = args.space.unwrap_or_default();
     match args.action {
-        Action::Get { key, space } => {
-            let space = space.unwrap_or_default();
-            match store.get(&space, &key).map_err(fail)? {
-                Some(value) => {
-                    let text = serde_json::to_string_pretty(&value)
-                        .map_err(|e| Failure::run(format!("colony store: {e}")))?;
-                    println!("{text}");
-                }
-                None => {
-                    let where_ = if space.is_empty() {
-                        "the global space".to_string()
-                    } else {
-                        format!("workspace {space:?}")
-                    };
-                    return Err(Failure::run(format!(
-                        "colony store: no key {key:?} in {where_} of {}",
-                        state.place()
-                    )));
-                }
+        Action::Get { key } => match store.get(&space, &key).map_err(fail)? {
+            Some(value) => {
+                let text = serde_json::to_string_pretty(&value)
+                    .map_err(|e| Failure::run(format!("colony store: {e}")))?;
+                println!("{text}");
             }
-        }
-        Action::List { prefix, space } => {
-            let space = space.unwrap_or_default();
+            None => {
+                let where_ = if space.is_empty() {
+                    "the global space".to_string()
+                } else {
+                    format!("workspace {space:?}")
+                };
+                return Err(Failure::run(format!(
+                    "colony store: no key {key:?} in {where_} of {}",
+                    state.place()
+                )));
+            }
+        },
+        Action::List { prefix } => {
             for key in store
                 .list(&space, prefix.as_deref().unwrap_or(""))
                 .map_err(fail)?

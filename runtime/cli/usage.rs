@@ -51,10 +51,16 @@ pub fn run(args: Args) -> Result<(), Failure> {
             *day = sum(day, &spent);
         }
         for (day, s) in days {
-            let mut cost = format!("{:.6} {currency}", s.cost);
-            if s.unpriced > 0 {
-                cost.push_str(&format!(" (+{} tokens unpriced)", s.unpriced));
-            }
+            // Nothing priced is not a cost of 0: "0.000000 USD (+15 tokens unpriced)" read as
+            // free.
+            let cost = match (
+                s.unpriced,
+                s.input + s.output + s.cache_read + s.cache_write,
+            ) {
+                (0, _) => format!("{:.6} {currency}", s.cost),
+                (unpriced, all) if unpriced >= all => format!("unpriced ({unpriced} tokens)"),
+                (unpriced, _) => format!("{:.6} {currency} (+{unpriced} tokens unpriced)", s.cost),
+            };
             rows.push([
                 resident.clone(),
                 day,

@@ -248,6 +248,19 @@ pub fn check_fields(t: &mlua::Table, who: &str, fields: &[&str]) -> mlua::Result
     Ok(())
 }
 
+/// The one table argument of `who` (`ai.run{ ... }`): anything else is refused naming the
+/// function, where mlua said "bad argument #1: error converting Lua nil to table" and left
+/// the reader to find which call on the line it was.
+pub fn options(value: mlua::Value, who: &str) -> mlua::Result<mlua::Table> {
+    match value {
+        mlua::Value::Table(t) => Ok(t),
+        other => Err(mlua::Error::runtime(format!(
+            "{who} takes a table of options ({who}{{ ... }}), not {}",
+            other.type_name()
+        ))),
+    }
+}
+
 /// An optional `true`/`false` field, strictly: Lua would read `"yes"` as true, which hides a
 /// mistake. Anything but a boolean or nil raises, naming the field.
 pub fn flag(t: &mlua::Table, key: &str, who: &str) -> mlua::Result<Option<bool>> {

@@ -31,11 +31,15 @@ fn exports(lua: &Lua) -> Exports {
 pub fn register(lua: &Lua, mcp: &Table) -> mlua::Result<()> {
     mcp.set(
         "resource",
-        lua.create_function(|lua, spec: Table| resource(lua, spec))?,
+        lua.create_function(|lua, spec: Value| {
+            resource(lua, super::convert::options(spec, "mcp.resource")?)
+        })?,
     )?;
     mcp.set(
         "prompt",
-        lua.create_function(|lua, spec: Table| prompt(lua, spec))?,
+        lua.create_function(|lua, spec: Value| {
+            prompt(lua, super::convert::options(spec, "mcp.prompt")?)
+        })?,
     )?;
     Ok(())
 }

@@ -77,7 +77,8 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
         "spawn",
         // Async only to open `mcp` servers first: without them the future is ready at once and
         // nothing yields.
-        lua.create_async_function(|lua, opts: Table| async move {
+        lua.create_async_function(|lua, opts: Value| async move {
+            let opts = super::convert::options(opts, "ai.spawn")?;
             let mut servers =
                 super::turn::read_servers(&lua, opts.get::<Value>("mcp")?, "ai.spawn")?;
             super::mcp_client::apply_elicit(&lua, &opts, &mut servers, "ai.spawn")?;

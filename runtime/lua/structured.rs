@@ -11,7 +11,10 @@ use crate::vocab::Message;
 pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     ai.set(
         "infer_structured",
-        lua.create_async_function(|lua, opts: Table| async move { structured(&lua, opts).await })?,
+        lua.create_async_function(|lua, opts: Value| async move {
+            let opts = super::convert::options(opts, "ai.infer_structured")?;
+            structured(&lua, opts).await
+        })?,
     )?;
     Ok(())
 }

@@ -13,7 +13,9 @@ use crate::turn::{Handler, ToolDef};
 pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     ai.set(
         "tool",
-        lua.create_function(|lua, spec: Table| tool(lua, spec))?,
+        lua.create_function(|lua, spec: Value| {
+            tool(lua, super::convert::options(spec, "ai.tool")?)
+        })?,
     )?;
     Ok(())
 }
