@@ -112,12 +112,24 @@ pub struct Config {
 }
 
 /// `[store]`: `url = "postgres://USER@HOST:PORT/DATABASE"` keeps every program's state in that
-/// PostgreSQL database instead of its state directory (`--store URL` overrides it).
+/// PostgreSQL database instead of its state directory (`--store URL` overrides it);
+/// `keep_audit = "90d"` removes audit lines older than that while a program watches (the log
+/// grows with every tool call otherwise; kept whole by default).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_audit: Option<String>,
+}
+
+impl Config {
+    /// How long audit lines are kept (`[store] keep_audit`), when a limit is set and reads.
+    pub fn keep_audit(&self) -> Option<std::time::Duration> {
+        let text = self.store.as_ref()?.keep_audit.as_deref()?;
+        crate::duration::parse(text).ok()
+    }
 }
 
 /// `[serve]`: `listen = "127.0.0.1:7878"`, `token_file = "..."`, `authorization_servers`,
@@ -312,6 +324,16 @@ impl Config {
                 "[store] url = {:?} is not a PostgreSQL URL (postgres://USER@HOST:PORT/DATABASE)",
                 crate::store::postgres::redact(url)
             ));
+        }
+        if let Some(keep) = self.store.as_ref().and_then(|s| s.keep_audit.as_deref()) {
+            match crate::duration::parse(keep) {
+                Err(e) => problems.push(format!("[store] keep_audit: {e}")),
+                Ok(d) if d < std::time::Duration::from_secs(3600) => problems.push(format!(
+                    "[store] keep_audit = {keep:?} is under an hour: audit lines are kept at \
+                     least that long"
+                )),
+                Ok(_) => {}
+            }
         }
         problems
     }

@@ -24,7 +24,7 @@ pub enum DurationError {
     #[error("{0} is longer than the maximum of 365 days (31536000 s)")]
     TooLong(String),
     #[error(
-        "{0:?} is not a duration (write seconds, or a number with h, m, s or ms: 90, 1.5s, 250ms, 2m, 1h30m)"
+        "{0:?} is not a duration (write seconds, or a number with d, h, m, s or ms: 90, 1.5s, 250ms, 2m, 1h30m, 30d)"
     )]
     Unreadable(String),
 }
@@ -75,7 +75,8 @@ fn from_f64(value: f64, per_second: f64, unit: &str) -> Result<Duration, Duratio
 }
 
 /// A duration written as text: a bare number of seconds (`90`, `1.5`), or numbers each with a
-/// unit (`250ms`, `1.5s`, `2m`, `1h30m`, `6m0s`), as command-line options and providers write them.
+/// unit (`250ms`, `1.5s`, `2m`, `1h30m`, `6m0s`, `30d`), as command-line options and providers
+/// write them.
 pub fn parse(text: &str) -> Result<Duration, DurationError> {
     match text.trim().parse::<f64>() {
         // `inf` and `nan` parse as floats; they are refused by `seconds` with their own reason.
@@ -103,6 +104,7 @@ pub fn with_units(text: &str) -> Result<Duration, DurationError> {
         let value: f64 = number.parse().map_err(|_| unreadable())?;
         number.clear();
         let unit = match c {
+            'd' => 86_400.0,
             'h' => 3600.0,
             'm' if chars.peek() == Some(&'s') => {
                 chars.next();

@@ -649,3 +649,61 @@ fn a_config_value_the_store_does_not_use_is_noted_and_the_store_still_read() {
     let run = sb.colony(&["audit", &s(&script)]).failed();
     assert!(run.stderr.starts_with("colony audit: "), "{}", run.stderr);
 }
+
+/// `[store] keep_audit = "1d"`: a program that watches removes the audit lines older than a day
+/// from its store (the log grew with every tool call for as long as a service ran) and keeps
+/// the newer ones; without the setting every line stays.
+#[test]
+fn a_watching_program_removes_audit_lines_past_keep_audit() {
+    let (sb, _, _) = setup();
+    let script = sb.write(
+        "watcher.lua",
+        "ai.spawn{ name = 'w', provider = 'openai', model = 'm', sources = {\n\
+           function() ai.stop() end } }\n\
+         ai.watch{}\n",
+    );
+    let state = state_dir::default_under(&sb.state_home(), &script);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let day = 24 * 3600 * 1000;
+    let line = |at_ms: u64, tool: &str| AuditEntry {
+        at_ms,
+        resident: "w".into(),
+        tool: tool.into(),
+        args_hash: "0".repeat(64),
+        duration_ms: 1.0,
+        outcome: "ok".into(),
+        message: None,
+    };
+    {
+        let store = StateDir::open(&state).unwrap().dyn_store();
+        store
+            .audit_all(&[
+                line(now - 40 * day, "ancient"),
+                line(now - 2 * day, "old"),
+                line(now - 3_600_000, "recent"),
+            ])
+            .unwrap();
+    }
+    let tools = |sb: &Sandbox| -> Vec<String> {
+        let run = sb.colony(&["audit", &s(&script)]).ok();
+        run.lines()
+            .iter()
+            .skip(1)
+            .map(|l| l.split_whitespace().nth(2).unwrap_or("").to_string())
+            .collect()
+    };
+    // Without the setting, nothing goes.
+    sb.colony(&["run", "--max-time", "60", &s(&script)]).ok();
+    assert_eq!(tools(&sb), ["ancient", "old", "recent"]);
+    sb.write("config.toml", "[store]\nkeep_audit = \"1d\"\n");
+    sb.colony(&["run", "--max-time", "60", &s(&script)]).ok();
+    assert_eq!(tools(&sb), ["recent"]);
+    // A keep that does not read is named when the config is read.
+    sb.write("config.toml", "[store]\nkeep_audit = \"a month\"\n");
+    let run = sb.colony(&["run", &s(&script)]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("[store] keep_audit"), "{}", run.stderr);
+}

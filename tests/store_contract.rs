@@ -82,6 +82,7 @@ on_every_backend!(
     clear_cell_removes_messages_backlog_and_journal,
     breaker_round_trip,
     audit_log_filters_by_resident_and_tool_in_order,
+    pruning_the_audit_log_removes_the_oldest_lines_a_batch_at_a_time,
     writes_from_many_threads_each_get_their_own_outcome_and_all_are_durable,
 );
 
@@ -577,6 +578,40 @@ fn breaker_round_trip(store: &Backend) {
         Some(closed)
     );
     assert_eq!(store.breaker("other").unwrap(), None);
+}
+
+fn pruning_the_audit_log_removes_the_oldest_lines_a_batch_at_a_time(store: &Backend) {
+    let line = |at_ms: u64| AuditEntry {
+        at_ms,
+        resident: "r".into(),
+        tool: "t".into(),
+        args_hash: format!("{at_ms:064x}"),
+        duration_ms: 1.0,
+        outcome: "ok".into(),
+        message: None,
+    };
+    let old = u64::from(colony::store::PRUNE_BATCH) + 5;
+    let lines: Vec<AuditEntry> = (0..old).map(|n| line(1_000 + n)).collect();
+    store.audit_all(&lines).unwrap();
+    let newer = [line(1_000_000), line(1_000_001)];
+    store.audit_all(&newer).unwrap();
+    assert!(
+        !store.prune_audit(1_000).unwrap(),
+        "nothing is older than 1000"
+    );
+    // The first call takes a batch, the second the rest, the third finds nothing.
+    assert!(store.prune_audit(500_000).unwrap());
+    assert_eq!(store.audit_log(&AuditFilter::default()).unwrap().len(), 7);
+    assert!(store.prune_audit(500_000).unwrap());
+    assert!(!store.prune_audit(500_000).unwrap());
+    assert_eq!(
+        store.audit_log(&AuditFilter::default()).unwrap(),
+        newer.to_vec()
+    );
+    assert_eq!(
+        (store.reopen)().audit_log(&AuditFilter::default()).unwrap(),
+        newer.to_vec()
+    );
 }
 
 fn audit_log_filters_by_resident_and_tool_in_order(store: &Backend) {

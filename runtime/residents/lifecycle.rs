@@ -680,6 +680,7 @@ impl Lifecycle {
         } else {
             None
         };
+        let pruning = super::retention::keep(&route);
         let reason = loop {
             tokio::select! {
                 biased;
@@ -706,6 +707,9 @@ impl Lifecycle {
             st.watch = Watch::Ended;
         }
         let cut = route.shutdown(route.grace()).await;
+        if let Some(pruning) = pruning {
+            pruning.first_look().await;
+        }
         if cut > 0 && !route.was_cut_short() {
             tracing::warn!(
                 "{cut} resident(s) were still busy after the grace period and were stopped"

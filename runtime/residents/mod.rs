@@ -31,6 +31,7 @@ pub mod observe;
 pub mod persist;
 pub mod placement;
 pub mod resident;
+pub mod retention;
 pub mod route;
 pub mod supervision;
 

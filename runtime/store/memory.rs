@@ -177,6 +177,13 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    fn prune_audit(&self, before_ms: u64) -> StoreResult<bool> {
+        let mut inner = self.lock()?;
+        let had = inner.audit.len();
+        inner.audit.retain(|e| e.at_ms >= before_ms);
+        Ok(inner.audit.len() < had)
+    }
+
     fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
         Ok(self
             .lock()?

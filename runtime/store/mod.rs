@@ -140,6 +140,10 @@ pub struct AuditFilter {
     pub tool: Option<String>,
 }
 
+/// The most audit lines one [`Store::prune_audit`] removes: the oldest lines are looked for
+/// among this many, so a call's work is bounded whatever the log's length.
+pub const PRUNE_BATCH: u32 = 10_000;
+
 /// The store's operations. Implementations are `Send + Sync` and serialise their own writes.
 pub trait Store: Send + Sync {
     // --- key-value, per workspace ("" is the global space) ---
@@ -212,6 +216,13 @@ pub trait Store: Send + Sync {
         }
     }
     fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>>;
+    /// Removes audit lines older than `before_ms` (ms since the epoch), oldest first, at most
+    /// [`PRUNE_BATCH`] a call so that the writes waiting behind it wait little: `true` when
+    /// it removed any (call again). `[store] keep_audit` ([`crate::residents::retention`]).
+    fn prune_audit(&self, before_ms: u64) -> StoreResult<bool> {
+        let _ = before_ms;
+        Ok(false)
+    }
 
     /// Writes are likely soon (a turn that may call tools has begun, and a call writes its
     /// audit line): the store may get ready for them beside what the caller does meanwhile.

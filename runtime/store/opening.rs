@@ -165,6 +165,9 @@ impl Store for OpeningStore {
     fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
         self.wait()?.audit_log(filter)
     }
+    fn prune_audit(&self, before_ms: u64) -> StoreResult<bool> {
+        self.wait()?.prune_audit(before_ms)
+    }
     fn prepare_writes(&self) {
         // Before the store is open nobody writes: there is nothing to prepare for yet.
         if let Some(Ok(store)) = self.opened.get() {

@@ -285,4 +285,7 @@ impl Store for FencedStore {
     fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
         self.inner.audit_log(filter)
     }
+    fn prune_audit(&self, before_ms: u64) -> StoreResult<bool> {
+        self.inner.prune_audit(before_ms)
+    }
 }

@@ -804,6 +804,24 @@ impl Store for PostgresStore {
         })
     }
 
+    fn prune_audit(&self, before_ms: u64) -> StoreResult<bool> {
+        let before_ms = i64::try_from(before_ms).unwrap_or(i64::MAX);
+        let batch = i64::from(super::PRUNE_BATCH);
+        self.with(|client| async move {
+            // Among the oldest lines only: a log with nothing to remove is not scanned whole.
+            let removed = exec(
+                &client,
+                "DELETE FROM colony_audit WHERE id IN \
+                     (SELECT id FROM colony_audit ORDER BY id LIMIT $2) \
+                 AND at_ms < $1",
+                &[&before_ms, &batch],
+            )
+            .await
+            .map_err(|e| self.err(e))?;
+            Ok(removed > 0)
+        })
+    }
+
     fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
         self.with(|client| async move {
             let rows = client

@@ -661,6 +661,12 @@ impl Store for SqliteStore {
         }
     }
 
+    fn prune_audit(&self, before_ms: u64) -> StoreResult<bool> {
+        self.submit(Write::PruneAudit {
+            before_ms: i64::try_from(before_ms).unwrap_or(i64::MAX),
+        })
+    }
+
     fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
         let conn = self.reader()?;
         let mut stmt = conn

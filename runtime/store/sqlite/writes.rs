@@ -70,6 +70,11 @@ pub(super) enum Write {
         text: String,
     },
     Audit(AuditEntry),
+    /// Whether any audit line older than `before_ms` was removed ([`crate::store::PRUNE_BATCH`]
+    /// at most).
+    PruneAudit {
+        before_ms: i64,
+    },
     /// Writes applied in order as one (`finish_call`: the audit line, then the journal entry).
     Several(Vec<Write>),
 }
@@ -84,7 +89,8 @@ impl Write {
     /// script's every tool call about as much CPU as the rest of its step.
     pub fn waits_for_disk(&self) -> bool {
         match self {
-            Write::Audit(_) => false,
+            // A prune lost with the machine is done again at the next.
+            Write::Audit(_) | Write::PruneAudit { .. } => false,
             Write::Several(writes) => writes.iter().any(Write::waits_for_disk),
             _ => true,
         }
@@ -95,7 +101,11 @@ impl Write {
     fn is_one_statement(&self) -> bool {
         matches!(
             self,
-            Write::Set { .. } | Write::Delete { .. } | Write::SaveBreaker { .. } | Write::Audit(_)
+            Write::Set { .. }
+                | Write::Delete { .. }
+                | Write::SaveBreaker { .. }
+                | Write::Audit(_)
+                | Write::PruneAudit { .. }
         )
     }
 
@@ -212,6 +222,15 @@ impl Write {
                 .execute(params![key, text])?;
                 Ok(true)
             }
+            // Among the oldest lines only (the rowid's order): a log with nothing to remove
+            // is not scanned whole.
+            Write::PruneAudit { before_ms } => Ok(conn
+                .prepare_cached(
+                    "DELETE FROM audit WHERE id IN (SELECT id FROM audit ORDER BY id LIMIT ?2)
+                     AND at_ms < ?1",
+                )?
+                .execute(params![before_ms, crate::store::PRUNE_BATCH])?
+                > 0),
             Write::Audit(entry) => {
                 conn.prepare_cached(
                     "INSERT INTO audit
