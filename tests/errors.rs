@@ -134,6 +134,34 @@ stack traceback:
     );
 }
 
+/// A table thrown from `deliver_to` is described, as a tool handler's is: it was logged as
+/// `table: 0x388dd682b80`.
+#[test]
+fn a_deliver_to_that_throws_a_table_is_logged_as_what_it_threw() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("the plan"));
+    let sb = styled(&fake, "openai");
+    let run = sb.lua(
+        r#"ai.spawn{ name = "planner", provider = "openai", model = "m", restart = "temporary",
+  sources = { function(self) ai.mail{ to = self, source = "desk", content = "plan", hop = 0 } end },
+  deliver_to = function(reply, info)
+    error({ code = 7, why = "no printer" })
+  end }
+print(ai.watch{})
+"#,
+        &[],
+    );
+    let run = run.ok();
+    let logged = logged(&run);
+    assert!(
+        logged.contains(
+            r#"[planner] crashed in deliver_to: a table was thrown: {"code":7,"why":"no printer"}"#
+        ),
+        "{logged}"
+    );
+    assert!(!logged.contains("table: 0x"), "{logged}");
+}
+
 #[test]
 fn a_watch_callback_that_raises_is_logged_with_its_name_and_traceback() {
     let sb = support::script::Sandbox::new();

@@ -237,9 +237,18 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
     let Ok((protected, handler)) = protected else {
         return;
     };
+    // A callback's arguments are as many as it is given.
+    let Ok(protected_callback) = lua
+        .load("local f, h = ... return xpcall(f, h, select(3, ...))")
+        .set_name("=colony.callback")
+        .into_function()
+    else {
+        return;
+    };
     while let Some(job) = jobs.0.recv().await {
         let lua = lua.clone();
         let protected = protected.clone();
+        let protected_callback = protected_callback.clone();
         let handler = handler.clone();
         tokio::task::spawn_local(async move {
             match job {
@@ -304,7 +313,7 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                     }
                 }
                 Job::Callback { func, args, reply } => {
-                    let run = run_callback(&lua, func, args);
+                    let run = run_callback(&lua, (&protected_callback, &handler), func, args);
                     let result = super::watchdog::as_callback(&lua, run).await;
                     match reply {
                         Reply::To(reply) => {
@@ -421,21 +430,7 @@ async fn run_tool(
     let ok = matches!(values.next(), Some(Value::Boolean(true)));
     let first = values.next().unwrap_or(Value::Nil);
     if !ok {
-        // The traced handler's `{ err, message, traceback }`.
-        // Lua calls no message handler for a memory error: the bare error comes back.
-        let Value::Table(t) = first else {
-            return HandlerOutcome::Raised(super::memory_or(&first).into());
-        };
-        let raised = t.get::<Value>(1).unwrap_or(Value::Nil);
-        let fault = Fault {
-            message: t.get("message").unwrap_or_default(),
-            traceback: t.get("traceback").ok(),
-            during: None,
-        };
-        return match raised {
-            Value::String(_) | Value::Error(_) => HandlerOutcome::Raised(fault),
-            other => HandlerOutcome::Thrown(describe_thrown(lua, other)),
-        };
+        return failed(lua, first);
     }
     match first {
         Value::Nil => match values.next() {
@@ -504,12 +499,53 @@ fn describe_thrown(lua: &Lua, value: Value) -> String {
     }
 }
 
-async fn run_callback(lua: &Lua, func: FnId, args: Vec<Json>) -> Result<(), Fault> {
+/// How a protected call that failed failed, from the traced handler's `{ err, message,
+/// traceback }`: raised (a string, an error colony raised), or a value thrown.
+fn failed(lua: &Lua, first: Value) -> HandlerOutcome {
+    // Lua calls no message handler for a memory error: the bare error comes back.
+    let Value::Table(t) = first else {
+        return HandlerOutcome::Raised(super::memory_or(&first).into());
+    };
+    let raised = t.get::<Value>(1).unwrap_or(Value::Nil);
+    let fault = Fault {
+        message: t.get("message").unwrap_or_default(),
+        traceback: t.get("traceback").ok(),
+        during: None,
+    };
+    match raised {
+        Value::String(_) | Value::Error(_) => HandlerOutcome::Raised(fault),
+        other => HandlerOutcome::Thrown(describe_thrown(lua, other)),
+    }
+}
+
+/// A callback (`deliver_to`, a watch's hook), protected as a tool's handler is: a table it
+/// throws is described (`a table was thrown: {...}`), where mlua's error said `table:
+/// 0x388dd682b80`.
+async fn run_callback(
+    lua: &Lua,
+    (protected, traced): (&Function, &Function),
+    func: FnId,
+    args: Vec<Json>,
+) -> Result<(), Fault> {
     let f = function(lua, func).ok_or(Fault::from("the callback is gone"))?;
-    let args = args
+    let mut call = args
         .iter()
         .map(|a| from_json(lua, a))
-        .collect::<mlua::Result<MultiValue>>()
+        .collect::<mlua::Result<Vec<Value>>>()
         .map_err(|e| Fault::from(super::plain(&e)))?;
-    f.call_async::<()>(args).await.map_err(|e| super::fault(&e))
+    call.insert(0, Value::Function(f));
+    call.insert(1, Value::Function(traced.clone()));
+    let values = protected
+        .call_async::<MultiValue>(MultiValue::from_iter(call))
+        .await
+        .map_err(|e| super::fault(&e))?;
+    let mut values = values.into_iter();
+    if matches!(values.next(), Some(Value::Boolean(true))) {
+        return Ok(());
+    }
+    match failed(lua, values.next().unwrap_or(Value::Nil)) {
+        HandlerOutcome::Raised(fault) => Err(fault),
+        HandlerOutcome::Thrown(what) => Err(Fault::from(what)),
+        _ => Err(Fault::from("the callback failed")),
+    }
 }
