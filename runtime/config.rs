@@ -729,8 +729,7 @@ impl Config {
                 ProviderError::Config(format!(
                     "no provider for use-type {use_type:?}: set one with `colony config set \
                      {use_type} provider NAME` (known: {}), pass one (`provider = ...` in a \
-                     script, `--provider` on the command line), or set a key such as \
-                     ANTHROPIC_API_KEY",
+                     script, `colony ask --provider`), or set a key such as ANTHROPIC_API_KEY",
                     catalogue::ids().join(", ")
                 ))
             })?;

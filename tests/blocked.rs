@@ -183,7 +183,7 @@ fn no_provider_configured_blocks_the_resident() {
         "nil",
         "no provider for use-type \"general\": set one with `colony config set general provider \
          NAME` (known: anthropic, openai, groq, ollama, kimi, gemini, replay), pass one \
-         (`provider = ...` in a script, `--provider` on the command line), or set a key such as \
+         (`provider = ...` in a script, `colony ask --provider`), or set a key such as \
          ANTHROPIC_API_KEY",
     );
     assert_mail_kept(&sandbox);
