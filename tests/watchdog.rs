@@ -468,6 +468,35 @@ print("read", io.read())
     }
 }
 
+/// `fs.read` of a FIFO nobody writes blocks a thread of colony's, not Lua: the program is
+/// ended where it waits by `--max-time` (124) or a signal (143) all the same. The run never
+/// ended: the Lua thread's runtime, dropped, waited for its blocking read for ever, and only
+/// SIGKILL ended the process.
+#[test]
+fn a_read_of_a_fifo_nobody_writes_ends_at_max_time_or_a_signal() {
+    let sb = Sandbox::new();
+    let fifo = sb.path("fifo");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let file = sb.write(
+        "script.lua",
+        &format!(
+            "io.stdout:setvbuf('line')\nprint('ready')\nprint(fs.read({:?}))\n",
+            fifo.display().to_string()
+        ),
+    );
+    let file = file.display().to_string();
+    let child = sb.spawn(&["run", "--max-time", "1", &file]);
+    let (status, stderr) = signal_when_ready(child, &[]);
+    assert_eq!(status.code(), Some(124), "{stderr}");
+    let child = sb.spawn(&["run", "--max-time", "120", &file]);
+    let (status, stderr) = signal_when_ready(child, &["TERM"]);
+    assert_eq!(status.code(), Some(143), "{stderr}");
+}
+
 #[test]
 fn a_run_started_with_sigint_ignored_leaves_it_ignored_and_sigterm_ends_it() {
     // A background job of a non-interactive shell starts with SIGINT ignored, so that the

@@ -174,6 +174,9 @@ pub fn main() -> ExitCode {
     };
     // Stdio MCP servers a program or command left running end with colony.
     crate::mcp::server_group::end_all();
+    // A blocking task still running (a read nobody will answer) does not hold the exit: a
+    // runtime dropped waits for its blocking tasks for ever.
+    rt.shutdown_timeout(RUNTIME_PATIENCE);
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
@@ -182,6 +185,10 @@ pub fn main() -> ExitCode {
         }
     }
 }
+
+/// How long the end of a command waits for the runtime's blocking tasks (a store's writes
+/// finish in milliseconds; a read of a pipe nobody writes never does).
+const RUNTIME_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// `command`, or exit status 130 when Ctrl-C (or SIGTERM) ends it first: `main` goes on to end
 /// the stdio MCP servers it started, which the signal's default action would have left running.

@@ -190,7 +190,13 @@ fn start(
                 dir,
                 host,
             };
-            local.block_on(&rt, run_on_this_thread(launch, life_tx))
+            let ended = local.block_on(&rt, run_on_this_thread(launch, life_tx));
+            drop(local);
+            // A blocking call the program was ended in (`fs.read` of a FIFO nobody writes, of
+            // a stdin nobody closes) is left to the process's end: dropped, the runtime waits
+            // for its blocking tasks, and this thread, and so the run, never ended.
+            rt.shutdown_background();
+            ended
         })
         .map_err(|e| ScriptError(format!("cannot start the Lua thread: {e}")))?;
     match life_rx.recv() {
