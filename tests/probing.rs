@@ -523,6 +523,48 @@ fn an_attachment_past_the_providers_size_becomes_a_note() {
         ),
         "{sent}"
     );
+    // Said on stderr too, as a file of a type the API cannot read is (it went without a word).
+    assert!(
+        run.stderr.contains(
+            "big.pdf (application/pdf) is not sent: larger than this model's API takes (24.0 MB \
+             for one file), so the model is told its content is absent"
+        ),
+        "{}",
+        run.stderr
+    );
+}
+
+/// OpenAI's 20 MB an image counts the base64 the wire carries: a raw 16 MB image is over it
+/// (it went out as a 21 MB data URL).
+#[test]
+fn an_openai_image_past_20_mb_as_base64_becomes_a_note() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("read"));
+    let sb = styled(&fake, "openai");
+    sb.write(
+        "config.toml",
+        "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\nimages = true\n",
+    );
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.resize(16_000_000, 0);
+    std::fs::write(sb.path("big.png"), &png).unwrap();
+    let run = sb
+        .lua(
+            r#"print(ai.ask({ { role = "user", content = "look", files = { "big.png" } } }))"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "read\n", "{}", run.stderr);
+    let sent = serde_json::to_string(&model_calls(&fake)[0]).unwrap();
+    assert!(
+        sent.len() < 100_000,
+        "the image was sent: {} bytes",
+        sent.len()
+    );
+    assert!(
+        sent.contains("larger than this model's API takes (15.0 MB for one file)"),
+        "{sent}"
+    );
 }
 
 #[test]

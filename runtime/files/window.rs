@@ -105,10 +105,10 @@ fn render_file(
         Form::Inline { media_type } => {
             let limits = forms::size_limits(style, super::kind_of(file));
             if file.size > limits.file {
-                return Rendered::Text(forms::too_large(file, limits.file, false));
+                return too_large(file, style, limits.file, false);
             }
             if *inlined + file.size > limits.request {
-                return Rendered::Text(forms::too_large(file, limits.request, true));
+                return too_large(file, style, limits.request, true);
             }
             *inlined += file.size;
             let mut wire = file.clone();
@@ -136,6 +136,20 @@ fn noted(file: &FileRef, style: Style) -> Rendered {
         );
     }
     Rendered::Text(forms::note(file))
+}
+
+/// A file too large for the API, told of as [`noted`] tells (it went without a word on
+/// stderr, unlike a file of a type the API cannot read).
+fn too_large(file: &FileRef, style: Style, limit: u64, per_request: bool) -> Rendered {
+    if first_telling(&file.sha256, style) {
+        tracing::warn!(
+            "{} ({}) is not sent: {}, so the model is told its content is absent",
+            file.name,
+            file.content_type,
+            forms::too_large_why(limit, per_request)
+        );
+    }
+    Rendered::Text(forms::too_large(file, limit, per_request))
 }
 
 /// The files (by content and wire) [`noted`] has told of.
