@@ -76,20 +76,40 @@ fn a_misused_function_names_the_line_and_the_option() {
         "{}",
         run.stderr
     );
-    // A function of one table given something else names itself (it was "bad argument #1:
-    // error converting Lua nil to table").
+    // An argument of the wrong type names the function (it was "bad argument #1: error
+    // converting Lua nil to table", which of the calls on the line left to guess).
     for (call, says) in [
         (
             "ai.spawn()",
-            "ai.spawn takes a table of options (ai.spawn{ ... }), not nil",
+            "bad argument #1 to 'ai.spawn': table expected, got nil",
         ),
         (
             "ai.tool('x')",
-            "ai.tool takes a table of options (ai.tool{ ... }), not string",
+            "bad argument #1 to 'ai.tool': table expected, got string",
         ),
         (
             "ai.run(1)",
-            "ai.run takes a table of options (ai.run{ ... }), not integer",
+            "bad argument #1 to 'ai.run': table expected, got integer",
+        ),
+        (
+            "ai.dismiss(nil)",
+            "bad argument #1 to 'ai.dismiss': string expected, got nil",
+        ),
+        (
+            "ai.stop({})",
+            "bad argument #1 to 'ai.stop': string expected, got table",
+        ),
+        (
+            "ai.ask('x', 'y')",
+            "bad argument #2 to 'ai.ask': table expected, got string",
+        ),
+        (
+            "ai.ask_simple({})",
+            "bad argument #1 to 'ai.ask_simple': string expected, got table",
+        ),
+        (
+            "ai.classify_file()",
+            "bad argument #1 to 'ai.classify_file': string expected, got nil",
         ),
     ] {
         let run = Sandbox::new().lua(&format!("\n{call}\n"), &[]).failed();

@@ -18,19 +18,22 @@ use crate::vocab::{Inferred, ToolChoice, ToolSpec};
 
 pub fn register(lua: &Lua) -> mlua::Result<Table> {
     let ai = lua.create_table()?;
-    let ask_fn =
-        lua.create_async_function(|lua, (history, opts): (Value, Option<Table>)| async move {
-            ask(&lua, history, opts).await
-        })?;
+    // Arguments read by `convert::arg`, which names the function when one is of the wrong
+    // type (mlua's own conversion did not).
+    let ask_fn = lua.create_async_function(|lua, (history, opts): (Value, Value)| async move {
+        let opts: Option<Table> = super::convert::arg(&lua, "ai.ask", 2, opts)?;
+        ask(&lua, history, opts).await
+    })?;
     ai.set("ask", ask_fn)?;
-    let ask_simple = lua.create_async_function(
-        |lua, (prompt, opts): (mlua::LuaString, Option<Table>)| async move {
+    let ask_simple =
+        lua.create_async_function(|lua, (prompt, opts): (Value, Value)| async move {
+            let prompt: mlua::LuaString = super::convert::arg(&lua, "ai.ask_simple", 1, prompt)?;
+            let opts: Option<Table> = super::convert::arg(&lua, "ai.ask_simple", 2, opts)?;
             let history = Value::String(prompt);
             // Only the reply, or `nil, err`: the calls are not for a one-shot caller.
             let out = ask(&lua, history, opts).await?;
             Ok(MultiValue::from_iter(out.into_iter().take(2)))
-        },
-    )?;
+        })?;
     ai.set("ask_simple", ask_simple.clone())?;
     ai.set("infer", ask_simple.clone())?;
     ai.set("askSimple", ask_simple)?;
@@ -38,7 +41,10 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     // `ai.classify_file(content_type)`: "image", "pdf", "text", "audio", "video" or "other".
     ai.set(
         "classify_file",
-        lua.create_function(|_, ct: String| Ok(crate::files::classify(&ct).as_str()))?,
+        lua.create_function(|lua, ct: Value| {
+            let ct: String = super::convert::arg(lua, "ai.classify_file", 1, ct)?;
+            Ok(crate::files::classify(&ct).as_str())
+        })?,
     )?;
     // `file, err = ai.view_file(ref)`: an attached file again, bytes and all.
     ai.set(

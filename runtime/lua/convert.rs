@@ -249,16 +249,10 @@ pub fn check_fields(t: &mlua::Table, who: &str, fields: &[&str]) -> mlua::Result
 }
 
 /// The one table argument of `who` (`ai.run{ ... }`): anything else is refused naming the
-/// function, where mlua said "bad argument #1: error converting Lua nil to table" and left
-/// the reader to find which call on the line it was.
-pub fn options(value: mlua::Value, who: &str) -> mlua::Result<mlua::Table> {
-    match value {
-        mlua::Value::Table(t) => Ok(t),
-        other => Err(mlua::Error::runtime(format!(
-            "{who} takes a table of options ({who}{{ ... }}), not {}",
-            other.type_name()
-        ))),
-    }
+/// function ([`arg`]), where mlua said "bad argument #1: error converting Lua nil to table"
+/// and left the reader to find which call on the line it was.
+pub fn options(lua: &Lua, value: Value, who: &str) -> mlua::Result<mlua::Table> {
+    arg(lua, who, 1, value)
 }
 
 /// An optional `true`/`false` field, strictly: Lua would read `"yes"` as true, which hides a

@@ -78,7 +78,7 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
         // Async only to open `mcp` servers first: without them the future is ready at once and
         // nothing yields.
         lua.create_async_function(|lua, opts: Value| async move {
-            let opts = super::convert::options(opts, "ai.spawn")?;
+            let opts = super::convert::options(&lua, opts, "ai.spawn")?;
             let mut servers =
                 super::turn::read_servers(&lua, opts.get::<Value>("mcp")?, "ai.spawn")?;
             super::mcp_client::apply_elicit(&lua, &opts, &mut servers, "ai.spawn")?;
@@ -103,12 +103,18 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     )?;
     ai.set(
         "dismiss",
-        lua.create_function(|lua, name: String| dismiss(lua, &name))?,
+        lua.create_function(|lua, name: Value| {
+            dismiss(
+                lua,
+                &super::convert::arg::<String>(lua, "ai.dismiss", 1, name)?,
+            )
+        })?,
     )?;
     ai.set("residents", lua.create_function(|lua, ()| residents(lua))?)?;
     ai.set(
         "unblock",
-        lua.create_function(|lua, name: String| {
+        lua.create_function(|lua, name: Value| {
+            let name: String = super::convert::arg(lua, "ai.unblock", 1, name)?;
             let answer = match lifecycle(lua).unblock(&name) {
                 Some(was) => Value::Boolean(was),
                 None => {
@@ -123,7 +129,8 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     )?;
     ai.set(
         "stop",
-        lua.create_function(|lua, reason: Option<String>| {
+        lua.create_function(|lua, reason: Value| {
+            let reason: Option<String> = super::convert::arg(lua, "ai.stop", 1, reason)?;
             lifecycle(lua).stop(reason.unwrap_or_else(|| "ai.stop".into()));
             Ok(())
         })?,
