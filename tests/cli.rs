@@ -33,6 +33,25 @@ fn a_script_gets_its_arguments_and_json() {
             "nil\tparse_error",
         ]
     );
+    // Tables nested past what the conversion takes: said as such, with where (it was "deserialize
+    // error: recursion limit exceeded", during an encode, naming no place).
+    let run = sb
+        .lua(
+            "for _, d in ipairs{ 127, 128 } do\n\
+               local t = {} local c = t for _ = 1, d do c.k = {} c = c.k end\n\
+               local ok, err = pcall(json.encode, t)\n\
+               print(d, ok, ok or err:sub(-60))\n\
+             end\n",
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "127\ttrue\ttrue",
+            "128\tfalse\tk.k: tables nested more than 127 deep have no JSON form here"
+        ]
+    );
     // Everything after FILE is the program's, colony's own options too: `--state` right after
     // it was colony's (its state went there), `--help` printed colony's help.
     let file = sb.write("echo.lua", "print(table.concat(arg, ' '))");

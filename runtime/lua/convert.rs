@@ -54,10 +54,17 @@ fn unfit(why: String) -> Unfit {
     }
 }
 
-/// Checks that `value`, and every table it holds, has a JSON form. Each table is walked once;
-/// deeper than mlua's own recursion limit is left to mlua to refuse.
+/// How deep tables may be inside one another for a JSON form: mlua's conversion refuses the
+/// next level, saying "deserialize error: recursion limit exceeded" where it encodes, and
+/// naming no place.
+const DEEPEST: usize = 127;
+
+/// Checks that `value`, and every table it holds, has a JSON form. Each table is walked once.
 fn json_form(value: &Value, walk: &mut Walk, depth: usize) -> Result<(), Unfit> {
     match value {
+        Value::Table(_) if depth > DEEPEST => Err(unfit(format!(
+            "tables nested more than {DEEPEST} deep have no JSON form here"
+        ))),
         Value::Number(n) if !n.is_finite() => Err(unfit(format!(
             "the number {} has no JSON form: JSON numbers are finite",
             crate::duration::number_text(*n)
@@ -70,7 +77,7 @@ fn json_form(value: &Value, walk: &mut Walk, depth: usize) -> Result<(), Unfit> 
         Value::Function(_) | Value::Thread(_) => {
             Err(unfit(format!("a {} has no JSON form", value.type_name())))
         }
-        Value::Table(t) if depth <= 128 && !walk.done.contains(&t.to_pointer()) => {
+        Value::Table(t) if !walk.done.contains(&t.to_pointer()) => {
             let at = t.to_pointer();
             if !walk.inside.insert(at) {
                 // mlua's refusal ("recursive table detected") said neither where nor which.

@@ -12,7 +12,8 @@ json.null = nil
 --- unless it came from a JSON array or was marked with `json.array`.
 --- Raises an error for values JSON cannot hold, naming what and where (`items[2].score: ...`):
 --- functions, NaN and the infinities, strings that are not UTF-8, a list with other keys
---- (`{ 1, 2, x = 3 }`, or an item past the list's end), number keys that are not a list from 1.
+--- (`{ 1, 2, x = 3 }`, or an item past the list's end), number keys that are not a list from 1,
+--- tables nested more than 127 deep.
 --- `store.set`, `http`'s `json =` and a tool's result follow the same rules.
 ---@param value any
 ---@param opts? { pretty?: boolean }
