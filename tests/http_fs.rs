@@ -141,6 +141,13 @@ fn a_timeout_is_a_fetch_error() {
     assert_eq!(lines[0], "nil\tfetch_error");
     assert!(lines[1].contains(&format!("{base}/slow")), "{}", lines[1]);
     assert!(lines[1].contains("timed out"), "{}", lines[1]);
+    // 0 is a duration like any other: an immediate timeout (it was refused as not positive).
+    let script = format!(
+        r#"local resp, err = http.get("{base}/slow", {{ timeout = 0 }})
+           print(resp, err.kind)"#
+    );
+    let run = Sandbox::new().lua(&script, &[]).ok();
+    assert_eq!(run.lines(), ["nil\tfetch_error"]);
 }
 
 #[test]

@@ -219,6 +219,38 @@ fn every_failure_kind_comes_back_as_an_error_result() {
     }
 }
 
+/// A handler that returns `json.null` sends JSON's null (it was "the handler returned a
+/// lightuserdata"), and one that refuses with an error table of a `kind` alone says its kind
+/// (it was "(error table without a message)").
+#[test]
+fn a_handler_may_return_json_null_or_refuse_with_a_kind() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_calls(vec![
+        ("c1", "nothing", json!({})),
+        ("c2", "missing", json!({})),
+    ]));
+    fake.push(Reply::text("done"));
+    let run = sandbox(&fake, "openai")
+        .lua(
+            &script(
+                r#"local nothing = ai.tool{ name = "nothing", parameters = {}, handler = function() return json.null end }
+                   local missing = ai.tool{ name = "missing", parameters = {}, handler = function() return nil, { kind = "not_found" } end }
+                   show(ai.take_turn{ prompt = "try", tools = { nothing, missing } })"#,
+            ),
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines()[2..],
+        [
+            "event\tnothing\tok\tnull",
+            "event\tmissing\terror\tnot_found"
+        ],
+        "{}",
+        run.stdout
+    );
+}
+
 #[test]
 fn arguments_that_are_not_json() {
     // Gemini carries arguments as an object, so only the text-carrying styles can break them.

@@ -465,6 +465,8 @@ async fn run_tool(
                 ),
             }
         }
+        // `json.null`: JSON's null, as a table holding it would send.
+        Value::LightUserData(p) if p.0.is_null() => HandlerOutcome::Value("null".into()),
         other => HandlerOutcome::Raised(
             format!(
                 "the handler returned a {}, not a string or a table",

@@ -221,11 +221,12 @@ fn read_request(
     };
     let timeout = match get("timeout")? {
         Value::Nil => DEFAULT_TIMEOUT,
-        Value::Integer(n) if n > 0 => super::convert::seconds_option(who, "timeout", n as f64)?,
-        Value::Number(n) if n > 0.0 => super::convert::seconds_option(who, "timeout", n)?,
+        // 0 is an immediate timeout, as for every other duration (README: "0 or more").
+        Value::Integer(n) if n >= 0 => super::convert::seconds_option(who, "timeout", n as f64)?,
+        Value::Number(n) if n >= 0.0 => super::convert::seconds_option(who, "timeout", n)?,
         other => {
             return Err(bad(format!(
-                "timeout must be a positive number of seconds, not {}",
+                "timeout must be 0 or more seconds, not {}",
                 match other {
                     Value::Integer(n) => n.to_string(),
                     Value::Number(n) => n.to_string(),

@@ -538,6 +538,8 @@ pub fn describe_error(err: &Value) -> String {
             match (kind, message) {
                 (Some(k), Some(m)) => format!("{k}: {m}"),
                 (None, Some(m)) => m,
+                // `nil, { kind = "not_found" }`: its kind is what it says.
+                (Some(k), None) => k,
                 // An error object of the script's own says itself through `__tostring`.
                 _ => match err.to_string() {
                     Ok(text) if !text.starts_with("table: ") => text,

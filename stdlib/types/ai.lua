@@ -305,6 +305,7 @@ function ai.view_file(ref) end
 ---@class ai.Middleware a layer made by ai.with_retries, ai.with_breaker or ai.with_context
 
 ---@class ai.RouteOptions: ai.Options
+---@field stream? nil not a route setting (an error): each resident's replies go to its `deliver_to`
 ---@field middleware? ai.Middleware[] outermost first: { ai.with_context{...}, ai.with_breaker{...}, ai.with_retries{...} }
 ---@field budget? ai.Budget the program's: what all its residents together may use per window
 
@@ -336,6 +337,7 @@ function ai.route(opts) end
 
 ---@class ai.SpawnOptions: ai.Options
 ---@field name string unique; the address mail is sent to
+---@field stream? nil not a resident setting (an error): its replies go to `deliver_to`
 ---@field tools? (ai.ToolValue|ai.ToolDef|string)[] Lua tools, inline tables, or names of tools the embedding application registered
 ---@field sources? (fun(self: string)|ai.SourceSpec)[] forked when the AI registers, as `<name>/source/<n>`
 ---@field deliver_to? fun(reply: string, info: ai.DeliveryInfo)|"host" where replies and outage notices go; nil: the AI speaks only through its tools; "host": the embedding application's channel (under `colony run`, printed as `[name] reply`)
