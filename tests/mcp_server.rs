@@ -301,7 +301,9 @@ fn sigterm_ends_the_server_with_0() {
     }
     support::signal(child.id(), "TERM");
     let status = child.wait().unwrap();
-    assert_eq!(status.code(), Some(0));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(0), "{stderr}");
     drop(stdin);
 }
 

@@ -71,7 +71,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     let state = StateDir::open(&dir).map_err(|e| Failure::run(format!("colony mcp serve: {e}")))?;
     let permissions = permissions(&args, &core.config())?;
     let exports = Exports::default();
+    let interrupt = crate::lua::watchdog::Interrupt::default();
     let host = HostSetup {
+        interrupt: interrupt.clone(),
         store: Some(state.dyn_store()),
         mails_in: true,
         permissions: std::sync::Arc::new(permissions),
@@ -132,8 +134,15 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
             file.display()
         )));
     }
+    // The signal that ended the session may also end the program where it waits (heard by the
+    // program's own listener as its watch ended): the end asked for all the same, status 0.
+    // Under load that was exit 1, "the program was ended by SIGTERM".
+    let asked = match &ended {
+        Ended::Signal(s) => interrupt.abandoned_by().as_deref() == Some(*s),
+        _ => false,
+    };
     match joined {
-        Err(e) if cut => {
+        Err(e) if cut || asked => {
             tracing::info!("colony mcp serve: {}", e.0);
             Ok(())
         }
