@@ -128,7 +128,26 @@ impl Config {
     /// How long audit lines are kept (`[store] keep_audit`), when a limit is set and reads.
     pub fn keep_audit(&self) -> Option<std::time::Duration> {
         let text = self.store.as_ref()?.keep_audit.as_deref()?;
-        crate::duration::parse(text).ok()
+        keep_duration(text).ok()
+    }
+}
+
+/// A keep: a duration as [`crate::duration::parse`] reads it, or a number of days past its
+/// one-year maximum (`"2555d"`, seven years, as audit rules ask), up to a hundred years.
+fn keep_duration(text: &str) -> Result<std::time::Duration, String> {
+    match crate::duration::parse(text) {
+        Err(crate::duration::DurationError::TooLong(_)) => {
+            let days: f64 = text
+                .trim()
+                .strip_suffix('d')
+                .and_then(|d| d.trim().parse().ok())
+                .ok_or_else(|| format!("{text:?}: past a year, write it in days (\"730d\")"))?;
+            if days > 36_500.0 {
+                return Err(format!("{text:?} is more than a hundred years"));
+            }
+            Ok(std::time::Duration::from_secs_f64(days * 86_400.0))
+        }
+        other => other.map_err(|e| e.to_string()),
     }
 }
 
@@ -208,6 +227,18 @@ pub enum ConfigError {
     },
     #[error("{0}")]
     Invalid(String),
+}
+
+/// Whether this process may write `path` as it stands (`access(2)`, `W_OK`); a file that is
+/// not there yet is writable here (its folder decides).
+fn writable(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return true;
+    };
+    // SAFETY: `c` is a valid NUL-terminated path for the duration of the call.
+    let denied = unsafe { libc::access(c.as_ptr(), libc::W_OK) } != 0;
+    !(denied && std::io::Error::last_os_error().kind() == std::io::ErrorKind::PermissionDenied)
 }
 
 /// Held from reading the config file to writing it back (`colony config set`, `colony mcp
@@ -326,7 +357,7 @@ impl Config {
             ));
         }
         if let Some(keep) = self.store.as_ref().and_then(|s| s.keep_audit.as_deref()) {
-            match crate::duration::parse(keep) {
+            match keep_duration(keep) {
                 Err(e) => problems.push(format!("[store] keep_audit: {e}")),
                 Ok(d) if d < std::time::Duration::from_secs(3600) => problems.push(format!(
                     "[store] keep_audit = {keep:?} is under an hour: audit lines are kept at \
@@ -389,9 +420,10 @@ impl Config {
                 source,
             })?;
         }
-        // A file made read-only is left as it is, as `fs.write` leaves one: the rename would
+        // A file made read-only, or one this user may not write (a 0644 file of root's in a
+        // folder of theirs), is left as it is, as `fs.write` leaves one: the rename would
         // replace it all the same.
-        if std::fs::metadata(path).is_ok_and(|m| m.permissions().readonly()) {
+        if std::fs::metadata(path).is_ok_and(|m| m.permissions().readonly()) || !writable(path) {
             return Err(ConfigError::Write {
                 path: path.into(),
                 source: std::io::Error::new(
@@ -826,6 +858,24 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_audit_keep_may_be_years_in_days_and_is_checked() {
+        let day = std::time::Duration::from_secs(86_400);
+        assert_eq!(keep_duration("90d"), Ok(day * 90));
+        assert_eq!(keep_duration("2555d"), Ok(day * 2555));
+        assert!(
+            keep_duration("400d1h")
+                .unwrap_err()
+                .contains("write it in days")
+        );
+        assert!(
+            keep_duration("40000d")
+                .unwrap_err()
+                .contains("hundred years")
+        );
+        assert!(keep_duration("a month").is_err());
+    }
 
     #[test]
     fn use_type_falls_back_to_general_and_overrides_win() {
