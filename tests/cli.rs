@@ -62,6 +62,26 @@ fn a_script_gets_its_arguments_and_json() {
         .ok();
     assert_eq!(run.stdout.trim(), format!("--state {elsewhere} --help"));
     assert!(!sb.path("elsewhere").exists());
+    // Said, since it was colony's before: a limit relied on would go without a word.
+    assert!(
+        run.stderr.contains(
+            "colony: --state after the program's file is the program's argument, not an option \
+             of `colony run` (colony's options go before the file)"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("--help after"), "{}", run.stderr);
+    // An option mistyped before the file is not taken for the file.
+    let run = sb.colony(&["run", "--stat", &file]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "colony: --stat is neither an option of this command (see --help) nor a file"
+        ),
+        "{}",
+        run.stderr
+    );
     let run = sb
         .colony(&["run", "--max-time", "30", &file, "--max-time", "1"])
         .ok();

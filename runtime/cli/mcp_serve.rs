@@ -57,6 +57,8 @@ pub struct InstallArgs {
 pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     let file = args.program.file();
     super::program_file(&file)?;
+    args.program
+        .warn_of_colony_options::<ServeArgs>("colony mcp serve");
     // First: whatever the program prints from its first line on goes to stderr.
     let streams = stdio::protocol_streams().map_err(|e| {
         Failure::run(format!(
@@ -82,7 +84,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         linger: true,
         ..HostSetup::default()
     };
-    let running = crate::lua::start_file(core, &file, args.program.args(), host)
+    let running = crate::lua::start_file(core, &file, args.program.args()?, host)
         .map_err(|e| Failure::run(e.0))?;
     let lifecycle = running.lifecycle.clone();
     let script = lifecycle.script_end();

@@ -255,6 +255,13 @@ pub fn not_a_file(path: &std::path::Path) -> Option<&'static str> {
 pub fn program_file(file: &std::path::Path) -> Result<(), Failure> {
     match not_a_file(file) {
         None => Ok(()),
+        // `colony run --stat x.lua`: an option mistyped before the file is taken for the file.
+        Some(_) if file.as_os_str().as_encoded_bytes().starts_with(b"-") => {
+            Err(Failure::input(format!(
+                "colony: {} is neither an option of this command (see --help) nor a file",
+                file.display()
+            )))
+        }
         Some(why) => Err(Failure::input(format!(
             "colony: cannot read {}: {why}",
             file.display()

@@ -66,6 +66,8 @@ pub fn prepare(args: &Args) -> Result<Prepared, Failure> {
     let parts = core_parts(&args.cassettes)?;
     let file = args.program.file();
     super::program_file(&file)?;
+    args.program.args()?;
+    args.program.warn_of_colony_options::<Args>("colony run");
     // A cassette holds a run from a fresh start: replaying on a state that carried on would ask
     // the model things the cassette never saw.
     let scratch = (args.state.is_none() && args.cassettes.replay.is_some())
@@ -93,6 +95,7 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
         opening,
         scratch,
     } = prepared;
+    let script_args = args.program.args()?;
     let core = parts.start(handle.clone());
     let base = std::env::current_dir().unwrap_or_default();
     let interrupt = crate::lua::watchdog::Interrupt::default();
@@ -104,7 +107,7 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
         signals_from_start: true,
         ..HostSetup::default()
     };
-    let started = crate::lua::start_file(core, &args.program.file(), args.program.args(), host);
+    let started = crate::lua::start_file(core, &args.program.file(), script_args, host);
     // A store that cannot be opened is what the run reports, before anything of the script.
     let state = opening
         .finish()
