@@ -146,47 +146,75 @@ impl Guard {
     /// Whether `headers` carry a token (`Authorization: Bearer T`, or the dashboard's
     /// `colony_token` cookie, which the browser sends with its event stream).
     pub fn admits(&self, headers: &HeaderMap) -> bool {
-        !self.has_token() || self.caller(headers).is_some()
+        self.presented(headers).admitted()
+    }
+
+    /// What `headers` present, checked against one set of tokens whole (a reload between two
+    /// looks admitted a request under one set and named its caller under the next).
+    pub fn presented(&self, headers: &HeaderMap) -> Presented {
+        let tokens = self.now();
+        Presented {
+            asked: !tokens.is_empty(),
+            caller: caller_in(&tokens, headers),
+        }
     }
 
     /// The name of the token `headers` carry, `None` when they carry none of them. Every token
     /// is compared, each in constant time, whichever matches.
     pub fn caller(&self, headers: &HeaderMap) -> Option<String> {
-        // The scheme's name is case-insensitive (RFC 9110): `bearer T` was refused.
-        let bearer = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim_start().split_once(' '))
-            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-            .map(|(_, token)| token.trim().to_string());
-        let cookie = headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(';'))
-            .filter_map(|c| c.trim().strip_prefix("colony_token="))
-            .next();
-        // The page stores the token as `encodeURIComponent` writes it: a token with `+`, `/` or
-        // `=` (base64) was never read back. Both forms are tried.
-        let decoded = cookie.and_then(|c| {
-            percent_encoding::percent_decode_str(c)
-                .decode_utf8()
-                .ok()
-                .filter(|d| d != c)
-                .map(|d| d.into_owned())
-        });
-        let mut found = None;
-        let given = [bearer, cookie.map(str::to_string), decoded];
-        let tokens = self.now();
-        for given in given.iter().flatten() {
-            for (name, token) in tokens.iter() {
-                if bool::from(given.as_bytes().ct_eq(token)) && found.is_none() {
-                    found = Some(name.clone());
-                }
+        caller_in(&self.now(), headers)
+    }
+}
+
+/// What a request presents ([`Guard::presented`]).
+pub struct Presented {
+    /// Whether the service asks for a token.
+    pub asked: bool,
+    /// The name of the token it carries, if it carries one of the service's.
+    pub caller: Option<String>,
+}
+
+impl Presented {
+    pub fn admitted(&self) -> bool {
+        !self.asked || self.caller.is_some()
+    }
+}
+
+/// The name of the token of `tokens` that `headers` carry.
+fn caller_in(tokens: &Tokens, headers: &HeaderMap) -> Option<String> {
+    // The scheme's name is case-insensitive (RFC 9110): `bearer T` was refused.
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim_start().split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim().to_string());
+    let cookie = headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|c| c.trim().strip_prefix("colony_token="))
+        .next();
+    // The page stores the token as `encodeURIComponent` writes it: a token with `+`, `/` or
+    // `=` (base64) was never read back. Both forms are tried.
+    let decoded = cookie.and_then(|c| {
+        percent_encoding::percent_decode_str(c)
+            .decode_utf8()
+            .ok()
+            .filter(|d| d != c)
+            .map(|d| d.into_owned())
+    });
+    let mut found = None;
+    let given = [bearer, cookie.map(str::to_string), decoded];
+    for given in given.iter().flatten() {
+        for (name, token) in tokens.iter() {
+            if bool::from(given.as_bytes().ct_eq(token)) && found.is_none() {
+                found = Some(name.clone());
             }
         }
-        found
     }
+    found
 }
 
 /// Whether a request with these headers comes from a page of another origin: its `Origin` (a
@@ -255,7 +283,8 @@ pub async fn check(State(guard): State<Guard>, mut request: Request, next: Next)
         .headers()
         .get(header::HOST)
         .and_then(|h| h.to_str().ok());
-    if !guard.has_token() && host.is_some_and(|h| !loopback_host(h)) {
+    let presented = guard.presented(request.headers());
+    if !presented.asked && host.is_some_and(|h| !loopback_host(h)) {
         return refuse(
             StatusCode::FORBIDDEN,
             "forbidden",
@@ -263,7 +292,7 @@ pub async fn check(State(guard): State<Guard>, mut request: Request, next: Next)
              [::1]); give it a token (--token-file) to reach it by another name",
         );
     }
-    if !guard.admits(request.headers()) {
+    if !presented.admitted() {
         let mut answer = refuse(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
@@ -279,8 +308,8 @@ pub async fn check(State(guard): State<Guard>, mut request: Request, next: Next)
         );
         return answer;
     }
-    let caller = guard
-        .caller(request.headers())
+    let caller = presented
+        .caller
         .unwrap_or_else(|| Caller::LOCAL.to_string());
     request.extensions_mut().insert(Caller(caller));
     next.run(request).await

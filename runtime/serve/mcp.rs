@@ -82,6 +82,7 @@ pub fn routes(service: Arc<Service>, guard: Guard) -> Router<Arc<Service>> {
 
 /// The token and the `Origin` rule, audited when they refuse.
 async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Response {
+    let presented = gate.guard.presented(request.headers());
     let refusal = if auth::foreign_origin(request.headers()) {
         let origin = request
             .headers()
@@ -94,7 +95,7 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
             "forbidden",
             format!("a request from another origin ({origin}) was refused"),
         ))
-    } else if !gate.guard.admits(request.headers()) {
+    } else if !presented.admitted() {
         let what = if auth::carries_a_token(request.headers()) {
             "a request with a wrong bearer token was refused"
         } else {
@@ -116,7 +117,7 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         return answer;
     }
     // The caller is its token's name (`token` for a single unnamed one), `loopback` without.
-    let name = gate.guard.caller(request.headers());
+    let name = presented.caller;
     let limited = name.as_deref().unwrap_or(auth::Caller::LOCAL);
     if let Some(answer) = rate::over(&gate.programs.0, limited) {
         gate.audit_refusal(
