@@ -33,6 +33,10 @@ fn the_wizard_writes_the_config_and_reports_the_round_trips() {
     pty.expect("chat: model (a number or a name) [gpt-4.1-mini]: ");
     pty.send_line("");
     pty.expect("code: provider [-]: ");
+    // Meanwhile, in another terminal: kept when the walk saves (it was undone, the walk's
+    // copy of the file saved whole).
+    sb.colony(&["config", "set", "helper", "model", "set-meanwhile"])
+        .ok();
     pty.send_line("-");
     pty.expect("helper: provider [-]: ");
     pty.send_line("");
@@ -49,9 +53,10 @@ fn the_wizard_writes_the_config_and_reports_the_round_trips() {
     let uses = parsed["use"].as_table().unwrap();
     assert_eq!(
         uses.keys().collect::<Vec<_>>(),
-        ["chat", "general"],
-        "code and helper left unset: {text}"
+        ["chat", "general", "helper"],
+        "code left unset, helper as set meanwhile: {text}"
     );
+    assert_eq!(uses["helper"]["model"].as_str(), Some("set-meanwhile"));
     // What the fake lists for Anthropic (tests/support/fake/anthropic.rs).
     let models = ["claude-fake-1", "claude-fake-2"];
     assert_eq!(uses["general"]["provider"].as_str(), Some("anthropic"));

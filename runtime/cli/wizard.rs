@@ -112,6 +112,7 @@ fn choosable() -> impl Iterator<Item = &'static CatalogueEntry> {
 pub async fn run(handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     let path = config::path();
     let mut cfg = Config::load().map_err(|e| Failure::input(format!("colony config: {e}")))?;
+    let read = cfg.clone();
     let mut p = Prompter::new()?;
     println!(
         "colony config: a provider and a model for each use-type, saved in {}",
@@ -232,8 +233,22 @@ pub async fn run(handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         chosen.push(use_type.to_string());
     }
     println!();
-    cfg.save_to(&path)
-        .map_err(|e| Failure::run(format!("colony config: {e}")))?;
+    // The walk took minutes: the file is read again, under the lock `config set` takes, and
+    // only the use-types the walk changed are put in it. Saved whole, the walk's copy undid
+    // a `config set` made meanwhile in another terminal.
+    let failed_to = |e: config::ConfigError| Failure::run(format!("colony config: {e}"));
+    let cfg = {
+        let (mut now, _lock) = Config::edit(&path).map_err(failed_to)?;
+        for (use_type, table) in &cfg.uses {
+            if read.uses.get(use_type) != Some(table) {
+                now.uses.insert(use_type.clone(), table.clone());
+            }
+        }
+        now.save_to(&path).map_err(failed_to)?;
+        // Read unchecked: the keys it holds are kept out of what the round trips print.
+        now.register_secrets();
+        now
+    };
     println!("saved {}", path.display());
     if chosen.is_empty() {
         return Ok(());
