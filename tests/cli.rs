@@ -150,6 +150,10 @@ fn a_misused_function_names_the_line_and_the_option() {
             "ai.classify_file()",
             "bad argument #1 to 'ai.classify_file': string expected, got nil",
         ),
+        (
+            "ai.dismiss('\\xff')",
+            "bad argument #1 to 'ai.dismiss': UTF-8 text expected, got a string that is not",
+        ),
     ] {
         let run = Sandbox::new().lua(&format!("\n{call}\n"), &[]).failed();
         assert!(

@@ -287,12 +287,17 @@ pub fn arg<T: mlua::FromLua>(lua: &Lua, who: &str, pos: usize, value: Value) -> 
                 let to = match to.as_str() {
                     "f32" | "f64" | "i8" | "i16" | "i32" | "i64" | "u8" | "u16" | "u32" | "u64"
                     | "usize" | "isize" => "number",
-                    "String" | "LuaString" | "BorrowedStr" => "string",
+                    "String" | "LuaString" | "BorrowedStr" | "&str" | "str" => "string",
                     "Table" => "table",
                     "Function" => "function",
                     other => other,
                 };
-                format!("{to} expected, got {from}")
+                if to == "string" && *from == "string" {
+                    // A string mlua could not read as text.
+                    "UTF-8 text expected, got a string that is not".to_string()
+                } else {
+                    format!("{to} expected, got {from}")
+                }
             }
             other => other.to_string(),
         };
