@@ -94,8 +94,9 @@ fn an_mcp_sse_line_that_never_ends_is_cut_at_the_limit() {
 }
 
 /// A stdio server whose tools' names are not words (a space, a `!`, nothing at all, two that
-/// read the same once sanitised): `mcp.tools` offers each under a sanitised name, leaves out
-/// those it cannot name, and a call by the offered name reaches the server's own tool. It was a
+/// read the same once sanitised, one of them a word already, which keeps its name):
+/// `mcp.tools` offers each under a sanitised name, leaves out those it cannot name, and a call
+/// by the offered name reaches the server's own tool. It was a
 /// panic of colony's Lua thread ("a tool name must be a word"), which `pcall` could not catch.
 #[test]
 fn tools_whose_names_are_not_words_are_renamed_or_left_out_not_a_panic() {
@@ -104,7 +105,7 @@ fn tools_whose_names_are_not_words_are_renamed_or_left_out_not_a_panic() {
         "server.py",
         r#"import sys, json
 tools = [{"name": n, "inputSchema": {"type": "object"}}
-         for n in ["bad name!", "bad.name!", "", "ok"]]
+         for n in ["a b", "a_b", "bad name!", "bad.name!", "", "ok"]]
 for line in sys.stdin:
     m = json.loads(line)
     if "id" not in m:
@@ -130,6 +131,7 @@ print(table.concat(names, ","))
 print(assert(mcp.call(conn, "bad name!", {{}})))
 -- The tool as a turn would call it: by its offered name, reaching the server's own.
 print(by.bad_name_({{}}))
+print(by.a_b({{}}))
 mcp.close(conn)
 "#,
             server.display()
@@ -144,7 +146,12 @@ mcp.close(conn)
     assert!(!run.stderr.contains("panicked"), "{}", run.stderr);
     assert_eq!(
         run.lines(),
-        ["bad_name_,ok", "called bad name!", "called bad name!"],
+        [
+            "a_b,bad_name_,ok",
+            "called bad name!",
+            "called bad name!",
+            "called a_b"
+        ],
         "{}",
         run.stderr
     );

@@ -161,16 +161,23 @@ pub async fn adopt(
 /// too long or taken by an earlier tool is left out and logged. (A name that was not a word
 /// panicked here.)
 pub fn adopt_unprefixed(conn: &Arc<Connection>, listed: &[ListedTool]) -> Vec<ToolDef> {
-    let mut taken = HashSet::new();
+    // A name that is already a word is its tool's before any other's sanitised name: with
+    // `a b` and `a_b` listed, `a_b` is the real `a_b`, and `a b` is the one left out.
+    let mut taken: HashSet<String> = listed
+        .iter()
+        .filter(|t| !t.name.is_empty() && naming::sanitize(&t.name) == t.name)
+        .map(|t| t.name.clone())
+        .collect();
     listed
         .iter()
         .filter_map(|t| {
+            let own = naming::sanitize(&t.name) == t.name;
             let public = naming::sanitize(&t.name);
             let why = if public.is_empty() {
                 "its name is empty"
             } else if public.chars().count() > naming::MAX_NAME {
                 "its name is too long"
-            } else if !taken.insert(public.clone()) {
+            } else if !own && !taken.insert(public.clone()) {
                 "its name clashes"
             } else {
                 return tool_def(conn.clone(), &public, t);

@@ -150,7 +150,9 @@ function mcp.connect_named(name) end
 
 --- The server's tools (every page), as `ai.tool` values: named `<server>__<tool>` when the script
 --- named the server, else under their own names; `opts.prefix` decides instead (`true`: the
---- prefix, `<host>__<tool>` for a URL given without a name; `false`: none).
+--- prefix, `<host>__<tool>` for a URL given without a name; `false`: none). A name that is not
+--- a word is offered sanitised (`bad name!` as `bad_name_`; its value calls `bad name!`, and
+--- `mcp.call` takes the server's own name); one that cannot be offered is left out.
 ---@param conn mcp.Connection
 ---@param opts? { prefix?: boolean }
 ---@return ai.ToolValue[]? tools, mcp.Error? err
