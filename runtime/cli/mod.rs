@@ -174,16 +174,18 @@ pub fn main() -> ExitCode {
     };
     // Stdio MCP servers a program or command left running end with colony.
     crate::mcp::server_group::end_all();
-    // A blocking task still running (a read nobody will answer) does not hold the exit: a
-    // runtime dropped waits for its blocking tasks for ever.
-    rt.shutdown_timeout(RUNTIME_PATIENCE);
-    match result {
+    let code = match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
             eprintln!("{}", f.message.trim_end());
             ExitCode::from(f.code)
         }
-    }
+    };
+    // A blocking task still running (a read nobody will answer) does not hold the exit: a
+    // runtime dropped waits for its blocking tasks for ever. After the error is said, which
+    // does not wait on it.
+    rt.shutdown_timeout(RUNTIME_PATIENCE);
+    code
 }
 
 /// How long the end of a command waits for the runtime's blocking tasks (a store's writes

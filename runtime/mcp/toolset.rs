@@ -142,7 +142,8 @@ pub async fn adopt(
         phase: "ready",
         error: None,
         version: conn.version().await,
-        tools: kept.into_iter().map(|(public, _)| public).collect(),
+        // The tools made (one `tool_def` could not make is logged and not offered).
+        tools: tools.iter().map(|t| t.spec.name.clone()).collect(),
         dropped: dropped
             .into_iter()
             .map(|(name, why)| {

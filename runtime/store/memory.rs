@@ -179,9 +179,18 @@ impl Store for MemoryStore {
 
     fn prune_audit(&self, before_ms: u64) -> StoreResult<bool> {
         let mut inner = self.lock()?;
-        let had = inner.audit.len();
-        inner.audit.retain(|e| e.at_ms >= before_ms);
-        Ok(inner.audit.len() < had)
+        let window = inner.audit.len().min(super::PRUNE_BATCH as usize);
+        let mut removed = false;
+        let mut kept = std::collections::VecDeque::with_capacity(inner.audit.len());
+        for (n, line) in inner.audit.drain(..).enumerate() {
+            if n < window && line.at_ms < before_ms {
+                removed = true;
+            } else {
+                kept.push_back(line);
+            }
+        }
+        inner.audit = kept;
+        Ok(removed)
     }
 
     fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {
@@ -215,5 +224,21 @@ mod tests {
             "the five oldest are dropped"
         );
         assert_eq!(kept.last().map(|e| e.at_ms), Some(made - 1));
+    }
+
+    #[test]
+    fn pruning_removes_the_oldest_lines_past_the_keep() {
+        let store = MemoryStore::new();
+        for n in 0..10 {
+            store.audit(&AuditEntry::numbered(n)).unwrap();
+        }
+        assert!(!store.prune_audit(0).unwrap());
+        assert!(store.prune_audit(4).unwrap());
+        assert!(!store.prune_audit(4).unwrap());
+        let kept = store.audit_log(&AuditFilter::default()).unwrap();
+        assert_eq!(
+            kept.iter().map(|e| e.at_ms).collect::<Vec<_>>(),
+            (4..10).collect::<Vec<_>>()
+        );
     }
 }

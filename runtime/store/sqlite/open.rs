@@ -84,7 +84,8 @@ const MIGRATIONS: &[&str] = &[
     // 5: the audit log without `AUTOINCREMENT` and without its two indexes. A script's every tool
     // call commits one line, and each of the three wrote a page of its own to the WAL (the
     // `sqlite_sequence` row, an index leaf each) beside the table's: four pages a line where one
-    // does. Lines are never deleted, so a plain rowid still grows with each line; the filters
+    // does. Lines are deleted only oldest first (`[store] keep_audit`), so a plain rowid still
+    // grows with each line (restarting at 1 only once every line is gone); the filters
     // of `colony audit` scan the table, which a reader can afford where every call cannot.
     "CREATE TABLE audit_lines (
          id          INTEGER PRIMARY KEY,
