@@ -17,6 +17,11 @@ pub fn patched(file: &str, before: &str, after: &str) -> Option<String> {
     let mut file: DocumentMut = file.parse().ok()?;
     let before: DocumentMut = before.parse().ok()?;
     let after: DocumentMut = after.parse().ok()?;
+    // The file's own headers, by place and path, before the patch: a table the patch writes
+    // anew carries a place from `after`'s text, not this file's.
+    let mut headers = Vec::new();
+    own_headers(file.as_table(), &mut Vec::new(), &mut headers);
+    headers.sort();
     let mut left = Vec::new();
     patch(
         file.as_table_mut(),
@@ -24,18 +29,26 @@ pub fn patched(file: &str, before: &str, after: &str) -> Option<String> {
         after.as_table(),
         &mut left,
     );
-    for (after, text) in left {
-        match next_table(file.as_table(), after) {
-            Some(at) => {
-                if let Some(table) = table_at(file.as_table_mut(), at) {
-                    let own = table
-                        .decor()
-                        .prefix()
-                        .and_then(|p| p.as_str())
-                        .unwrap_or("");
-                    let prefix = format!("{text}{own}");
-                    table.decor_mut().set_prefix(prefix);
-                }
+    // The last first: comments of two tables removed in a row keep their order.
+    left.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
+    for (removed, text) in left {
+        let next = headers
+            .iter()
+            .filter(|(at, _)| *at > removed)
+            .find_map(|(_, path)| {
+                table_at(file.as_table_mut(), path)
+                    .is_some()
+                    .then_some(path)
+            });
+        match next.and_then(|path| table_at(file.as_table_mut(), path)) {
+            Some(table) => {
+                let own = table
+                    .decor()
+                    .prefix()
+                    .and_then(|p| p.as_str())
+                    .unwrap_or("");
+                let prefix = format!("{text}{own}");
+                table.decor_mut().set_prefix(prefix);
             }
             None => {
                 let trailing = file.trailing().as_str().unwrap_or("").to_string();
@@ -65,9 +78,9 @@ fn patch(
     for key in gone {
         if let Some(Item::Table(t)) = file.get(&key)
             && let Some((at, prefix)) = first_header(t)
-            && let Some(cut) = prefix.rfind("\n\n")
+            && let Some(cut) = paragraph_end(&prefix)
         {
-            left.push((at, prefix[..=cut].to_string()));
+            left.push((at, prefix[..cut].to_string()));
         }
         file.remove(&key);
     }
@@ -92,6 +105,14 @@ fn patch(
     }
 }
 
+/// Where the last paragraph before a header's own comment ends: after the line ending before
+/// the last blank line (`\n\n`, or `\r\n\r\n` in a file written on Windows).
+fn paragraph_end(prefix: &str) -> Option<usize> {
+    let unix = prefix.rfind("\n\n").map(|i| i + 1);
+    let windows = prefix.rfind("\r\n\r\n").map(|i| i + 2);
+    unix.into_iter().chain(windows).max()
+}
+
 /// The place and prefix of the first header written in `table` (itself, or the first of the
 /// tables in it when it has no header of its own: `[use]` above `[use.code]`).
 fn first_header(table: &Table) -> Option<(isize, String)> {
@@ -109,29 +130,31 @@ fn first_header(table: &Table) -> Option<(isize, String)> {
     own.into_iter().chain(inner).min_by_key(|(at, _)| *at)
 }
 
-/// The place of the first header after `after` still in the file (one of the file's own: a
-/// table written new has no place).
-fn next_table(table: &Table, after: isize) -> Option<isize> {
-    let own = (!table.is_implicit())
-        .then(|| table.position())
-        .flatten()
-        .filter(|at| *at > after);
-    let inner = table.iter().filter_map(|(_, item)| match item {
-        Item::Table(t) => next_table(t, after),
-        _ => None,
-    });
-    own.into_iter().chain(inner).min()
+/// The place and path of every header written in `table` (the file as read).
+fn own_headers(table: &Table, path: &mut Vec<String>, out: &mut Vec<(isize, Vec<String>)>) {
+    if !table.is_implicit()
+        && let Some(at) = table.position()
+    {
+        out.push((at, path.clone()));
+    }
+    for (key, item) in table.iter() {
+        if let Item::Table(t) = item {
+            path.push(key.to_string());
+            own_headers(t, path, out);
+            path.pop();
+        }
+    }
 }
 
-/// The table whose header has place `at`.
-fn table_at(table: &mut Table, at: isize) -> Option<&mut Table> {
-    if !table.is_implicit() && table.position() == Some(at) {
-        return Some(table);
+/// The table at `path`, if there is one still.
+fn table_at<'a>(table: &'a mut Table, path: &[String]) -> Option<&'a mut Table> {
+    match path.split_first() {
+        None => Some(table),
+        Some((key, rest)) => match table.get_mut(key)? {
+            Item::Table(t) => table_at(t, rest),
+            _ => None,
+        },
     }
-    table.iter_mut().find_map(|(_, item)| match item {
-        Item::Table(t) => table_at(t, at),
-        _ => None,
-    })
 }
 
 /// Writes `new` under `key`, keeping the key's place and, for a value, the comment around it.
@@ -235,6 +258,20 @@ Authorization = "Bearer t"
         // The last table gone: the header stays, alone.
         let out = patched(&out, only_general, "").unwrap();
         assert_eq!(out, "# my laptop config\n# keep keys out of git\n");
+        // Written on Windows: the same.
+        let crlf = file.replace('\n', "\r\n");
+        let out = patched(&crlf, before, only_general).unwrap();
+        assert!(
+            out.replace("\r\n", "\n")
+                .starts_with("# my laptop config\n# keep keys out of git\n\n# the general one"),
+            "{out:?}"
+        );
+        // Two tables removed in a row: their comments stay in their order.
+        let three = "# one\n\n[use.a]\nmodel = \"1\"\n\n# two\n\n[use.b]\nmodel = \"2\"\n\n[use.c]\nmodel = \"3\"\n";
+        let before3 =
+            "[use.a]\nmodel = \"1\"\n\n[use.b]\nmodel = \"2\"\n\n[use.c]\nmodel = \"3\"\n";
+        let out = patched(three, before3, "[use.c]\nmodel = \"3\"\n").unwrap();
+        assert!(out.starts_with("# one\n\n# two\n"), "{out:?}");
         // The comment right above a table is its own and goes with it.
         let only_code = "[use.code]\nprovider = \"openai\"\n";
         let out = patched(file, before, only_code).unwrap();
