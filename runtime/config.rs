@@ -113,7 +113,7 @@ pub struct Config {
 
 /// `[store]`: `url = "postgres://USER@HOST:PORT/DATABASE"` keeps every program's state in that
 /// PostgreSQL database instead of its state directory (`--store URL` overrides it);
-/// `keep_audit = "90d"` removes audit lines older than that while a program watches (the log
+/// `keep_audit = "90d"` removes audit lines older than that while a program runs (the log
 /// grows with every tool call otherwise; kept whole by default).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

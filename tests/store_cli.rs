@@ -650,11 +650,11 @@ fn a_config_value_the_store_does_not_use_is_noted_and_the_store_still_read() {
     assert!(run.stderr.starts_with("colony audit: "), "{}", run.stderr);
 }
 
-/// `[store] keep_audit = "1d"`: a program that watches removes the audit lines older than a day
-/// from its store (the log grew with every tool call for as long as a service ran) and keeps
-/// the newer ones; without the setting every line stays.
+/// `[store] keep_audit = "1d"`: a program removes the audit lines older than a day from its
+/// store (the log grew with every tool call for as long as a service ran) and keeps the newer
+/// ones, one with a watch or without; without the setting every line stays.
 #[test]
-fn a_watching_program_removes_audit_lines_past_keep_audit() {
+fn a_program_removes_audit_lines_past_keep_audit() {
     let (sb, _, _) = setup();
     let script = sb.write(
         "watcher.lua",
@@ -699,6 +699,15 @@ fn a_watching_program_removes_audit_lines_past_keep_audit() {
     sb.colony(&["run", "--max-time", "60", &s(&script)]).ok();
     assert_eq!(tools(&sb), ["ancient", "old", "recent"]);
     sb.write("config.toml", "[store]\nkeep_audit = \"1d\"\n");
+    sb.colony(&["run", "--max-time", "60", &s(&script)]).ok();
+    assert_eq!(tools(&sb), ["recent"]);
+    // A script without a watch (a report run from cron) prunes too.
+    {
+        let store = StateDir::open(&state).unwrap().dyn_store();
+        store.audit_all(&[line(now - 3 * day, "stale")]).unwrap();
+    }
+    assert_eq!(tools(&sb), ["recent", "stale"]);
+    sb.write("watcher.lua", "print('report')\n");
     sb.colony(&["run", "--max-time", "60", &s(&script)]).ok();
     assert_eq!(tools(&sb), ["recent"]);
     // A keep that does not read is named when the config is read.

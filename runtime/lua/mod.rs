@@ -499,6 +499,8 @@ async fn run_on_this_thread(
         lifecycle.stopped().await;
         lifecycle.finish_calls().await;
     }
+    // A short script's audit log is pruned all the same (`[store] keep_audit`).
+    lifecycle.first_prune().await;
     // The MCP servers the program kept open are shut down in order, not killed.
     lifecycle.close_servers().await;
     let result = result.map_err(|e| ScriptError(plain(&e)))?;

@@ -146,6 +146,9 @@ struct Life {
     script_ended: tokio::sync::watch::Sender<bool>,
     /// What the program offers its host over MCP ([`Lifecycle::serve_exports`]), if it does.
     exports: std::sync::OnceLock<crate::mcp::server::Exports>,
+    /// The audit lines past `[store] keep_audit` removed for as long as the program lives, a
+    /// script without a watch's too ([`super::retention`]).
+    pruning: Option<super::retention::Pruning>,
 }
 
 struct LifeState {
@@ -262,6 +265,7 @@ impl Lifecycle {
     pub fn new(route: Route, mails_in: bool) -> Lifecycle {
         Lifecycle {
             inner: Arc::new(Life {
+                pruning: super::retention::keep(&route),
                 _mails_in: mails_in.then(|| route.listen()),
                 route,
                 state: Mutex::new(LifeState {
@@ -277,6 +281,15 @@ impl Lifecycle {
                 script_ended: tokio::sync::watch::Sender::new(false),
                 exports: std::sync::OnceLock::new(),
             }),
+        }
+    }
+
+    /// Waits (a while at most) for the first removal of audit lines past their keep, begun
+    /// with the program: a short program, or a short watch, has its log pruned all the same.
+    /// At once when no keep is set.
+    pub async fn first_prune(&self) {
+        if let Some(pruning) = &self.inner.pruning {
+            pruning.first_look(self.inner.route.core()).await;
         }
     }
 
@@ -680,7 +693,7 @@ impl Lifecycle {
         } else {
             None
         };
-        let pruning = super::retention::keep(&route);
+
         let reason = loop {
             tokio::select! {
                 biased;
@@ -707,9 +720,7 @@ impl Lifecycle {
             st.watch = Watch::Ended;
         }
         let cut = route.shutdown(route.grace()).await;
-        if let Some(pruning) = pruning {
-            pruning.first_look().await;
-        }
+        self.first_prune().await;
         if cut > 0 && !route.was_cut_short() {
             tracing::warn!(
                 "{cut} resident(s) were still busy after the grace period and were stopped"

@@ -1,8 +1,11 @@
 //! Audit lines kept no longer than the config's `[store] keep_audit` says (`"90d"`): the log
 //! gains a line with every tool call, and a service that runs for months filled its disk with
-//! it. While a program watches, the lines past their keep are removed at once and then every
+//! it. While a program runs, the lines past their keep are removed at once and then every
 //! hour, a batch at a time ([`crate::store::PRUNE_BATCH`]) so that the writes waiting behind
 //! each wait little. Without the setting the log is kept whole, as before.
+//!
+//! The pruning lives as long as the program's [`super::Lifecycle`]: a script without a watch
+//! (a report run from cron, say) prunes too, and its end waits for the first look.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,7 +14,7 @@ use super::route::Route;
 use crate::core::Core;
 use crate::store::Store;
 
-/// How often a watching program looks for lines past their keep.
+/// How often a running program looks for lines past their keep.
 const EVERY: Duration = Duration::from_secs(3600);
 
 /// The most batches one look removes (ten million lines): a longer history goes at the next.
@@ -21,7 +24,7 @@ const MOST_BATCHES: u32 = 1_000;
 const FIRST_LOOK_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Removes the lines of `route`'s store past their keep until the returned guard is dropped
-/// (the watch's end). `None` for a program without a store.
+/// (the program's end). `None` for a program without a store.
 pub fn keep(route: &Route) -> Option<Pruning> {
     let store = route.store()?.clone();
     let core = route.core().clone();
@@ -76,10 +79,14 @@ pub struct Pruning {
 }
 
 impl Pruning {
-    /// Waits (a while at most) for the first look, begun with the watch: a program whose
-    /// watch is short has its log pruned all the same, not cut off mid-way.
-    pub async fn first_look(mut self) {
-        let _ = tokio::time::timeout(FIRST_LOOK_PATIENCE, self.first.wait_for(|done| *done)).await;
+    /// Waits (a while at most) for the first look, begun with the program: a short program
+    /// has its log pruned all the same, not cut off mid-way. At once when no keep is set.
+    pub async fn first_look(&self, core: &Core) {
+        if core.config().keep_audit().is_none() {
+            return;
+        }
+        let mut first = self.first.clone();
+        let _ = tokio::time::timeout(FIRST_LOOK_PATIENCE, first.wait_for(|done| *done)).await;
     }
 }
 
