@@ -693,7 +693,6 @@ impl Lifecycle {
         } else {
             None
         };
-
         let reason = loop {
             tokio::select! {
                 biased;

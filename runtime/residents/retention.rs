@@ -26,12 +26,19 @@ const FIRST_LOOK_PATIENCE: Duration = Duration::from_secs(10);
 /// Removes the lines of `route`'s store past their keep until the returned guard is dropped
 /// (the program's end). `None` for a program without a store.
 pub fn keep(route: &Route) -> Option<Pruning> {
-    let store = route.store()?.clone();
+    // Held weakly between looks: the program's end closes its store when the program lets go
+    // of it, not when this task is next polled after its abort.
+    let store = Arc::downgrade(route.store()?);
     let core = route.core().clone();
     let (looked, first) = tokio::sync::watch::channel(false);
     let task = core.handle().clone().spawn(async move {
         loop {
+            let Some(store) = store.upgrade() else {
+                looked.send_replace(true);
+                return;
+            };
             prune(&core, &store).await;
+            drop(store);
             looked.send_replace(true);
             tokio::time::sleep(EVERY).await;
         }
