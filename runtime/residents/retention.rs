@@ -20,7 +20,7 @@ const EVERY: Duration = Duration::from_secs(3600);
 /// The most batches one look removes (ten million lines): a longer history goes at the next.
 const MOST_BATCHES: u32 = 1_000;
 
-/// How long a watch that ends waits for a first look still under way.
+/// How long a program that ends waits for a first look still under way.
 const FIRST_LOOK_PATIENCE: Duration = Duration::from_secs(10);
 
 /// Removes the lines of `route`'s store past their keep until the returned guard is dropped
