@@ -98,7 +98,12 @@ print("after")
         .expect("kill runs");
     assert!(status.success());
     let out = child.wait_with_output().expect("colony ends");
-    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
         "false\tinterrupted\nafter\n"
