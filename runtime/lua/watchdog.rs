@@ -213,10 +213,8 @@ impl Drop for SigintTaken {
 
 /// How long a `term.interruptible` call may take to give way to the SIGINT that cancels it
 /// before the signal is the program's: code that spins or is blocked outside Lua does not
-/// give way. Three seconds, not one: on a loaded machine (two cores and a test suite's
-/// processes) a call that gave way at once was, one run in a few hundred, not polled within a
-/// second, and the program was ended (130) where the call alone was to be.
-const CANCEL_PATIENCE: Duration = Duration::from_secs(3);
+/// give way.
+const CANCEL_PATIENCE: Duration = Duration::from_secs(1);
 
 /// One poll of a callback: since when (as the watchdog first saw it: a poll costs no clock
 /// read, and a slice is at most one tick longer), and under what limit.
