@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 use serde_json::json;
 use support::fake::{FakeProvider, Reply};
-use support::script::Sandbox;
+use support::script::{Run, Sandbox};
 use support::{STYLES, model_calls, serve, styled};
 
 /// A body that never ends: the same 64 KiB chunk forever (SSE comment lines when `sse`).
@@ -489,23 +489,20 @@ fn an_mcp_servers_env_values_appear_nowhere() {
     assert!(!sent.contains(TOKEN));
 }
 
-#[test]
-fn an_attachment_past_the_providers_size_becomes_a_note() {
+/// Asks `style`'s model (config `config`) about the file `name` of `bytes`; the run and the
+/// first request as sent, which must not hold the file (under 100 KB).
+fn asked_with_a_file(style: &str, config: &str, name: &str, bytes: Vec<u8>) -> (Run, String) {
     let fake = FakeProvider::start();
     fake.push(Reply::text("read"));
-    let sb = styled(&fake, "anthropic");
-    sb.write(
-        "config.toml",
-        "[use.general]\nprovider = \"anthropic\"\nmodel = \"m\"\n",
-    );
-    // 25 MB: under Anthropic's 32 MB request only before base64, so over what it takes.
-    let mut pdf = b"%PDF-1.4\n".to_vec();
-    pdf.resize(25_000_000, b' ');
-    std::fs::write(sb.path("big.pdf"), &pdf).unwrap();
+    let sb = styled(&fake, style);
+    sb.write("config.toml", config);
+    std::fs::write(sb.path(name), &bytes).unwrap();
     let run = sb
         .lua(
-            r#"local r, err = ai.ask({ { role = "user", content = "look", files = { "big.pdf" } } })
-               print(r or err.message)"#,
+            &format!(
+                r#"local r, err = ai.ask({{ {{ role = "user", content = "look", files = {{ "{name}" }} }} }})
+                   print(r or err.message)"#
+            ),
             &[],
         )
         .ok();
@@ -513,8 +510,22 @@ fn an_attachment_past_the_providers_size_becomes_a_note() {
     let sent = serde_json::to_string(&model_calls(&fake)[0]).unwrap();
     assert!(
         sent.len() < 100_000,
-        "the PDF was sent: {} bytes",
+        "{name} was sent: {} bytes",
         sent.len()
+    );
+    (run, sent)
+}
+
+#[test]
+fn an_attachment_past_the_providers_size_becomes_a_note() {
+    // 25 MB: under Anthropic's 32 MB request only before base64, so over what it takes.
+    let mut pdf = b"%PDF-1.4\n".to_vec();
+    pdf.resize(25_000_000, b' ');
+    let (run, sent) = asked_with_a_file(
+        "anthropic",
+        "[use.general]\nprovider = \"anthropic\"\nmodel = \"m\"\n",
+        "big.pdf",
+        pdf,
     );
     assert!(
         sent.contains(
@@ -538,28 +549,13 @@ fn an_attachment_past_the_providers_size_becomes_a_note() {
 /// (it went out as a 21 MB data URL).
 #[test]
 fn an_openai_image_past_20_mb_as_base64_becomes_a_note() {
-    let fake = FakeProvider::start();
-    fake.push(Reply::text("read"));
-    let sb = styled(&fake, "openai");
-    sb.write(
-        "config.toml",
-        "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\nimages = true\n",
-    );
     let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
     png.resize(16_000_000, 0);
-    std::fs::write(sb.path("big.png"), &png).unwrap();
-    let run = sb
-        .lua(
-            r#"print(ai.ask({ { role = "user", content = "look", files = { "big.png" } } }))"#,
-            &[],
-        )
-        .ok();
-    assert_eq!(run.stdout, "read\n", "{}", run.stderr);
-    let sent = serde_json::to_string(&model_calls(&fake)[0]).unwrap();
-    assert!(
-        sent.len() < 100_000,
-        "the image was sent: {} bytes",
-        sent.len()
+    let (_, sent) = asked_with_a_file(
+        "openai",
+        "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\nimages = true\n",
+        "big.png",
+        png,
     );
     assert!(
         sent.contains("larger than this model's API takes (15.0 MB for one file)"),

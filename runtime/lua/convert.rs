@@ -255,13 +255,6 @@ pub fn check_fields(t: &mlua::Table, who: &str, fields: &[&str]) -> mlua::Result
     Ok(())
 }
 
-/// The one table argument of `who` (`ai.run{ ... }`): anything else is refused naming the
-/// function ([`arg`]), where mlua said "bad argument #1: error converting Lua nil to table"
-/// and left the reader to find which call on the line it was.
-pub fn options(lua: &Lua, value: Value, who: &str) -> mlua::Result<mlua::Table> {
-    arg(lua, who, 1, value)
-}
-
 /// An optional `true`/`false` field, strictly: Lua would read `"yes"` as true, which hides a
 /// mistake. Anything but a boolean or nil raises, naming the field.
 pub fn flag(t: &mlua::Table, key: &str, who: &str) -> mlua::Result<Option<bool>> {

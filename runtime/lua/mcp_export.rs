@@ -32,13 +32,13 @@ pub fn register(lua: &Lua, mcp: &Table) -> mlua::Result<()> {
     mcp.set(
         "resource",
         lua.create_function(|lua, spec: Value| {
-            resource(lua, super::convert::options(lua, spec, "mcp.resource")?)
+            resource(lua, super::convert::arg(lua, "mcp.resource", 1, spec)?)
         })?,
     )?;
     mcp.set(
         "prompt",
         lua.create_function(|lua, spec: Value| {
-            prompt(lua, super::convert::options(lua, spec, "mcp.prompt")?)
+            prompt(lua, super::convert::arg(lua, "mcp.prompt", 1, spec)?)
         })?,
     )?;
     Ok(())

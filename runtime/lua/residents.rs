@@ -78,7 +78,7 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
         // Async only to open `mcp` servers first: without them the future is ready at once and
         // nothing yields.
         lua.create_async_function(|lua, opts: Value| async move {
-            let opts = super::convert::options(&lua, opts, "ai.spawn")?;
+            let opts: Table = super::convert::arg(&lua, "ai.spawn", 1, opts)?;
             let mut servers =
                 super::turn::read_servers(&lua, opts.get::<Value>("mcp")?, "ai.spawn")?;
             super::mcp_client::apply_elicit(&lua, &opts, &mut servers, "ai.spawn")?;

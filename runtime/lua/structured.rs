@@ -12,7 +12,7 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     ai.set(
         "infer_structured",
         lua.create_async_function(|lua, opts: Value| async move {
-            let opts = super::convert::options(&lua, opts, "ai.infer_structured")?;
+            let opts = super::convert::arg(&lua, "ai.infer_structured", 1, opts)?;
             structured(&lua, opts).await
         })?,
     )?;

@@ -14,7 +14,7 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     ai.set(
         "tool",
         lua.create_function(|lua, spec: Value| {
-            tool(lua, super::convert::options(lua, spec, "ai.tool")?)
+            tool(lua, super::convert::arg(lua, "ai.tool", 1, spec)?)
         })?,
     )?;
     Ok(())

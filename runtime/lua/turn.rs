@@ -24,7 +24,7 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     ai.set(
         "take_turn",
         lua.create_async_function(|lua, opts: Value| async move {
-            let opts = super::convert::options(&lua, opts, "ai.take_turn")?;
+            let opts = super::convert::arg(&lua, "ai.take_turn", 1, opts)?;
             let (outcome, servers) =
                 run_turn(&lua, opts, "ai.take_turn", DEFAULT_MAX_STEPS).await?;
             turn_table(&lua, outcome, servers, c"reply", c"tool_events")
@@ -33,7 +33,7 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     ai.set(
         "infer_with_tools",
         lua.create_async_function(|lua, opts: Value| async move {
-            let opts = super::convert::options(&lua, opts, "ai.infer_with_tools")?;
+            let opts = super::convert::arg(&lua, "ai.infer_with_tools", 1, opts)?;
             let (outcome, servers) =
                 run_turn(&lua, opts, "ai.infer_with_tools", DEFAULT_MAX_STEPS).await?;
             turn_table(&lua, outcome, servers, c"reply", c"tool_events")
@@ -42,7 +42,7 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     ai.set(
         "run",
         lua.create_async_function(|lua, opts: Value| async move {
-            let opts = super::convert::options(&lua, opts, "ai.run")?;
+            let opts = super::convert::arg(&lua, "ai.run", 1, opts)?;
             let (outcome, servers) = run_turn(&lua, opts, "ai.run", DEFAULT_MAX_STEPS + 1).await?;
             turn_table(&lua, outcome, servers, c"text", c"tools")
         })?,

@@ -719,7 +719,6 @@ impl Lifecycle {
             st.watch = Watch::Ended;
         }
         let cut = route.shutdown(route.grace()).await;
-        self.first_prune().await;
         if cut > 0 && !route.was_cut_short() {
             tracing::warn!(
                 "{cut} resident(s) were still busy after the grace period and were stopped"
