@@ -72,7 +72,12 @@ fn interruptible_passes_results_through_and_sigint_cancels_the_wait() {
         .ok();
     assert_eq!(run.stdout, "true\t5\tx\n");
 
+    // The signal listener runs on another thread and may hear the SIGINT only after the call it
+    // cancelled has ended: the script goes on a while (`ai.sleep`) so that a listener taking
+    // the late signal for the program's would end it (130) before it prints "after". Then a
+    // second Ctrl-C, outside any such call, is the program's.
     let started = sb.path("started");
+    let resumed = sb.path("resumed");
     let script = sb.write(
         "wait.lua",
         &format!(
@@ -83,30 +88,50 @@ local ok, why = term.interruptible(function()
   return "slept"
 end)
 print(ok, why)
+ai.sleep(100)
 print("after")
+io.stdout:flush()
+fs.write({resumed:?}, "yes")
+ai.sleep(60000)
+print("not reached")
 "#,
-            started = started.display().to_string()
+            started = started.display().to_string(),
+            resumed = resumed.display().to_string()
         ),
     );
     let child = sb.spawn(&["run", &script.display().to_string()]);
+    let interrupt = |child: &std::process::Child| {
+        let status = std::process::Command::new("kill")
+            .args(["-INT", &child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(status.success());
+    };
     while !started.exists() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    let status = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .expect("kill runs");
-    assert!(status.success());
+    interrupt(&child);
+    let mut child = child;
+    while !resumed.exists() {
+        if child.try_wait().expect("colony runs").is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    if resumed.exists() {
+        interrupt(&child);
+    }
     let out = child.wait_with_output().expect("colony ends");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(
         String::from_utf8_lossy(&out.stdout),
-        "false\tinterrupted\nafter\n"
+        "false\tinterrupted\nafter\n",
+        "{stderr}"
+    );
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("the program was ended by SIGINT"),
+        "{stderr}"
     );
 }
 

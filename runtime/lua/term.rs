@@ -207,7 +207,7 @@ async fn interruptible(lua: &Lua, f: Function, args: MultiValue) -> mlua::Result
     #[cfg(not(unix))]
     let interrupted = tokio::signal::ctrl_c();
     // Ctrl-C while `f` runs is this call's, not a reason to end the program.
-    let _taken = lua
+    let taken = lua
         .app_data_ref::<super::watchdog::Interrupt>()
         .map(|interrupt| interrupt.take_sigint());
     tokio::select! {
@@ -216,10 +216,15 @@ async fn interruptible(lua: &Lua, f: Function, args: MultiValue) -> mlua::Result
             out.push_front(Value::Boolean(true));
             Ok(out)
         }
-        _ = interrupted => Ok(MultiValue::from_iter([
+        _ = interrupted => {
+            if let Some(taken) = &taken {
+                taken.gave_way();
+            }
+            Ok(MultiValue::from_iter([
             Value::Boolean(false),
             Value::String(lua.create_string("interrupted")?),
-        ])),
+        ]))
+        }
     }
 }
 

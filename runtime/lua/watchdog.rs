@@ -110,6 +110,10 @@ pub struct Interrupted {
     sigint_taken: AtomicUsize,
     /// `term.interruptible` calls ended so far: one that a SIGINT did not end is seen as such.
     sigint_calls_ended: AtomicUsize,
+    /// SIGINTs `term.interruptible` calls gave way to ([`SigintTaken::gave_way`]): the signal
+    /// listener may hear one only after the call it cancelled has ended, and must not then take
+    /// it for the program's.
+    sigints_given_way: AtomicUsize,
 }
 
 impl Interrupt {
@@ -180,6 +184,10 @@ impl Interrupt {
         self.0.sigint_calls_ended.load(Ordering::Acquire)
     }
 
+    fn sigints_given_way(&self) -> usize {
+        self.0.sigints_given_way.load(Ordering::Acquire)
+    }
+
     /// What abandoned the program, once something did.
     pub fn abandoned_by(&self) -> Option<String> {
         self.0
@@ -203,6 +211,42 @@ impl Interrupt {
 
 /// SIGINT held by a caller of its own ([`Interrupt::take_sigint`]) until dropped.
 pub struct SigintTaken(Arc<Interrupted>);
+
+impl SigintTaken {
+    /// The call ended because of a SIGINT: that signal was the call's. The signal listener runs
+    /// on another thread and may hear the same signal after this guard is gone; it counts
+    /// these so as not to end the program on it.
+    pub fn gave_way(&self) {
+        self.0.sigints_given_way.fetch_add(1, Ordering::AcqRel);
+    }
+}
+
+/// What the signal listener makes of the SIGINTs `term.interruptible` calls took: it hears
+/// each signal on a thread of its own, before or after the call that took it has seen it.
+struct SigintClaims {
+    /// SIGINTs given way to ([`SigintTaken::gave_way`]) that the listener has matched with
+    /// one it heard.
+    claimed: usize,
+}
+
+impl SigintClaims {
+    fn new(interrupt: &Interrupt) -> SigintClaims {
+        SigintClaims {
+            claimed: interrupt.sigints_given_way(),
+        }
+    }
+
+    /// Whether a call already gave way to a SIGINT the listener has not matched yet: the one
+    /// just heard is that one (the call saw it first), and it is now matched.
+    fn already_taken(&mut self, interrupt: &Interrupt) -> bool {
+        if interrupt.sigints_given_way() > self.claimed {
+            self.claimed += 1;
+            true
+        } else {
+            false
+        }
+    }
+}
 
 impl Drop for SigintTaken {
     fn drop(&mut self) {
@@ -594,7 +638,8 @@ pub fn caught(lua: &Lua) -> mlua::Result<Function> {
 /// listener decides), and a third ends it wherever it waits (a hook of the watch that sleeps).
 /// One that no watch hears, before the watch or after it, ends the program wherever it waits
 /// at once, so that the run ends as any other and closes its store. SIGINT is not the
-/// program's while a `term.interruptible` call runs ([`Interrupt::take_sigint`]).
+/// program's while a `term.interruptible` call runs ([`Interrupt::take_sigint`]), nor when
+/// heard after such a call gave way to it ([`SigintClaims`]).
 ///
 /// The route is told to stop first: a source the interrupt cuts short must find the program
 /// stopping, or its restart policy would start it again before the watch hears the signal.
@@ -604,6 +649,9 @@ pub fn listen(
     program: crate::residents::WeakLifecycle,
 ) -> Option<Listening> {
     let interrupt = lua.app_data_ref::<Interrupt>()?.clone();
+    // Counted from here: a call that gave way before the listener was up took a signal it
+    // will never hear.
+    let mut claims = SigintClaims::new(&interrupt);
     let task = runtime.spawn(async move {
         let Ok(mut stops) = crate::signals::stops() else {
             return;
@@ -619,6 +667,16 @@ pub fn listen(
         loop {
             let why = tokio::select! {
                 signal = stops.recv() => {
+                    if signal == "SIGINT" {
+                        // One heard while a call ran, which has since given way: that was
+                        // the call's; this one is new.
+                        if cancelling.is_some() && claims.already_taken(&interrupt) {
+                            cancelling = None;
+                        }
+                        if claims.already_taken(&interrupt) {
+                            continue;
+                        }
+                    }
                     if signal == "SIGINT" && interrupt.sigint_taken() {
                         let due = tokio::time::Instant::now() + CANCEL_PATIENCE;
                         cancelling = Some((due, interrupt.sigint_calls_ended()));
@@ -630,7 +688,10 @@ pub fn listen(
                     cancelling.map_or_else(tokio::time::Instant::now, |c| c.0)
                 ), if cancelling.is_some() => {
                     let ended = cancelling.take().map_or(0, |c| c.1);
-                    if !interrupt.sigint_taken() || interrupt.sigint_calls_ended() != ended {
+                    if claims.already_taken(&interrupt)
+                        || !interrupt.sigint_taken()
+                        || interrupt.sigint_calls_ended() != ended
+                    {
                         continue;
                     }
                     // The call did not give way: the signal is the program's.
@@ -688,5 +749,33 @@ pub struct Listening(tokio::task::AbortHandle);
 impl Drop for Listening {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The listener may hear a SIGINT only after the `term.interruptible` call it cancelled
+    /// has ended (its thread was busy): that signal is still the call's, and the next is not.
+    #[test]
+    fn a_sigint_heard_after_the_call_it_cancelled_ended_was_the_calls() {
+        let interrupt = Interrupt::default();
+        let mut claims = SigintClaims::new(&interrupt);
+        let taken = interrupt.take_sigint();
+        taken.gave_way();
+        drop(taken);
+        assert!(!interrupt.sigint_taken());
+        assert!(claims.already_taken(&interrupt));
+        assert!(!claims.already_taken(&interrupt));
+    }
+
+    /// A call that gave way before the listener was up took a signal the listener never hears.
+    #[test]
+    fn a_listener_started_later_does_not_claim_earlier_signals() {
+        let interrupt = Interrupt::default();
+        interrupt.take_sigint().gave_way();
+        let mut claims = SigintClaims::new(&interrupt);
+        assert!(!claims.already_taken(&interrupt));
     }
 }
