@@ -226,6 +226,61 @@ impl Permissions {
     }
 }
 
+/// An `--allow-net` entry (`host`, `host:port`, `[::1]:8080`, or a bare IPv6 address, `::1`)
+/// checked and lowercased; the error says what is wrong with it. A port past 65535 read as no
+/// port at all, so `127.0.0.1:99999` (a typo for 9999) admitted every port of the host; a URL
+/// or a broken address admitted nothing without a word.
+pub fn net_entry(text: &str) -> Result<String, String> {
+    let entry = text.trim().to_ascii_lowercase();
+    let wrong = |why: &str| Err(format!("{text:?} is not a host or host:port: {why}"));
+    if entry.is_empty() {
+        return wrong("it is empty");
+    }
+    if entry.contains("://") || entry.contains('/') {
+        return wrong("give the host alone (\"api.example.com\", \"127.0.0.1:8080\"), not a URL");
+    }
+    if entry.parse::<std::net::Ipv6Addr>().is_ok() {
+        return Ok(entry);
+    }
+    let (host, port) = if let Some(rest) = entry.strip_prefix('[') {
+        let Some((address, after)) = rest.split_once(']') else {
+            return wrong("a '[' without its ']'");
+        };
+        if address.parse::<std::net::Ipv6Addr>().is_err() {
+            return wrong("what is in brackets is not an IPv6 address");
+        }
+        match after {
+            "" => (address, None),
+            _ => match after.strip_prefix(':') {
+                Some(port) => (address, Some(port)),
+                None => return wrong("after ']' comes ':' and a port"),
+            },
+        }
+    } else {
+        match entry.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (entry.as_str(), None),
+        }
+    };
+    if host.is_empty() {
+        return wrong("no host before the port");
+    }
+    if !entry.starts_with('[')
+        && !host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+    {
+        return wrong("a host name is letters, digits, '.', '-' and '_'");
+    }
+    if let Some(port) = port {
+        match port.parse::<u16>() {
+            Ok(p) if p > 0 && port.bytes().all(|b| b.is_ascii_digit()) => {}
+            _ => return wrong(&format!("the port {port:?} is not one (1 to 65535)")),
+        }
+    }
+    Ok(entry)
+}
+
 /// Whether an allowed entry (`host` or `host:port`, `[::1]:8080` for IPv6, or a bare IPv6
 /// address, `::1`) admits `host` and `port`. Addresses are compared as addresses
 /// (`0:0:0:0:0:0:0:1` is `::1`).
@@ -236,7 +291,12 @@ fn host_matches(allowed: &str, host: &str, port: Option<u16>) -> bool {
     }
     let (name, want_port) = match allowed.rsplit_once(':') {
         Some((h, p)) if !h.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && !p.is_empty() => {
-            (h.to_string(), p.parse::<u16>().ok())
+            // A port that is not one admits nothing (never every port): `net_entry` refuses
+            // it before it gets here.
+            let Ok(p) = p.parse::<u16>() else {
+                return false;
+            };
+            (h.to_string(), Some(p))
         }
         _ => (allowed.clone(), None),
     };
@@ -324,6 +384,51 @@ fn canonical_prefix(path: &Path, links: &mut u32) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_allow_net_entry_is_a_host_or_host_and_port_and_nothing_else() {
+        for good in [
+            "example.com",
+            "API.Example.com:443",
+            "127.0.0.1:8080",
+            "::1",
+            "[::1]",
+            "[::1]:8080",
+            "my_host",
+        ] {
+            assert!(net_entry(good).is_ok(), "{good}");
+        }
+        assert_eq!(net_entry(" API.example.com ").unwrap(), "api.example.com");
+        for (bad, says) in [
+            (
+                "127.0.0.1:99999",
+                "the port \"99999\" is not one (1 to 65535)",
+            ),
+            ("127.0.0.1:65536", "is not one (1 to 65535)"),
+            ("127.0.0.1:0", "is not one"),
+            ("127.0.0.1:abc", "the port \"abc\""),
+            ("127.0.0.1:", "the port \"\""),
+            ("http://127.0.0.1:8080", "not a URL"),
+            ("example.com/api", "not a URL"),
+            ("[::1", "without its ']'"),
+            ("[nope]:80", "not an IPv6 address"),
+            ("[::1]x", "after ']'"),
+            (":8080", "no host"),
+            ("exa mple.com", "letters, digits"),
+        ] {
+            let err = net_entry(bad).expect_err(bad);
+            assert!(err.contains(says), "{bad}: {err}");
+            assert!(err.contains(&format!("{bad:?}")), "{bad}: {err}");
+        }
+    }
+
+    /// A port that is not one, had it got past `net_entry`, admits nothing, never every port.
+    #[test]
+    fn an_entry_with_a_port_past_65535_admits_no_port() {
+        assert!(!host_matches("127.0.0.1:99999", "127.0.0.1", Some(18555)));
+        assert!(host_matches("127.0.0.1:9999", "127.0.0.1", Some(9999)));
+        assert!(host_matches("127.0.0.1", "127.0.0.1", Some(18555)));
+    }
 
     fn only_read(dir: &Path) -> Permissions {
         Permissions {

@@ -583,3 +583,83 @@ print(select(2, pcall(os.tmpname)))"#,
         ]
     );
 }
+
+/// A server a script names by URL is a host it reaches, with headers and arguments of its
+/// choosing: it needs `--allow-net` as `http` does (`mcp.connect`, a turn's or a resident's
+/// `mcp` list, a `dynamic_mcp` prefix). Before, a sandboxed script sent anything to any host
+/// this way, and the listener below heard it.
+#[test]
+fn an_mcp_server_a_script_names_by_url_needs_allow_net_for_its_host() {
+    let hits = Arc::new(AtomicUsize::new(0));
+    let heard = hits.clone();
+    let listener = support::serve(Router::new().fallback(move || {
+        heard.fetch_add(1, Ordering::SeqCst);
+        async { StatusCode::INTERNAL_SERVER_ERROR }
+    }));
+    let host = listener.trim_start_matches("http://").to_string();
+    let source = format!(
+        r#"
+print("connect", pcall(mcp.connect, "{listener}/mcp?data=secret", {{ headers = {{ ["X-Leak"] = "1" }} }}))
+print("turn", pcall(ai.take_turn, {{ prompt = "hi", mcp = {{ {{ name = "u", url = "{listener}/mcp" }} }} }}))
+print("spawn", pcall(ai.spawn, {{ name = "w", mcp = {{ {{ name = "u", url = "{listener}/mcp" }} }} }}))
+print("dynamic", pcall(ai.take_turn, {{ prompt = "hi", dynamic_mcp = {{ "{listener}/mcp" }} }}))
+"#
+    );
+    let sb = Sandbox::new();
+    let run = sb.lua(&source, &["--sandbox"]).ok();
+    let lines = run.lines();
+    let needs = format!("reaching {host} needs --allow-net={host}");
+    for (line, who) in lines.iter().zip([
+        "mcp.connect",
+        "ai.take_turn: mcp[1]",
+        "ai.spawn: mcp[1]",
+        "ai.take_turn: dynamic_mcp",
+    ]) {
+        assert!(line.contains("\tfalse\t"), "{line}");
+        assert!(line.contains(&format!("{who}: {needs}")), "{line}");
+    }
+    assert_eq!(lines.len(), 4, "{}", run.stdout);
+    assert_eq!(hits.load(Ordering::SeqCst), 0, "the listener was reached");
+
+    // Allowed, the connection is tried (the listener answers 500: an error, not a refusal).
+    let flag = format!("--allow-net={host}");
+    let run = sb
+        .lua(&format!("print(mcp.connect(\"{listener}/mcp\"))"), &[&flag])
+        .ok();
+    assert!(
+        run.stdout.starts_with("nil\tconnect_error"),
+        "{}",
+        run.stdout
+    );
+    assert!(hits.load(Ordering::SeqCst) > 0);
+}
+
+/// A port past 65535 was read as no port, granting every port of the host; a URL or a broken
+/// address granted nothing without a word. Each is refused as the flag is read (status 2).
+#[test]
+fn an_allow_net_entry_that_is_not_a_host_is_refused_naming_it() {
+    let sb = Sandbox::new();
+    let file = sb.write("p.lua", "print('ran')\n").display().to_string();
+    for (flag, says) in [
+        (
+            "--allow-net=127.0.0.1:99999",
+            "the port \"99999\" is not one (1 to 65535)",
+        ),
+        ("--allow-net=127.0.0.1:abc", "the port \"abc\""),
+        ("--allow-net=http://127.0.0.1:8080", "not a URL"),
+        ("--allow-net=[::1", "without its ']'"),
+    ] {
+        let run = sb.colony(&["run", flag, &file]);
+        assert_eq!(run.code, 2, "{flag}: {}{}", run.stdout, run.stderr);
+        assert!(run.stderr.contains(says), "{flag}: {}", run.stderr);
+        assert!(run.stdout.is_empty(), "{flag}: {}", run.stdout);
+    }
+    let run = sb
+        .colony(&[
+            "run",
+            "--allow-net=127.0.0.1:9999,[::1]:80,example.com",
+            &file,
+        ])
+        .ok();
+    assert_eq!(run.stdout, "ran\n");
+}

@@ -160,7 +160,10 @@ fn listed() -> impl clap::builder::TypedValueParser<Value = String> {
     use clap::builder::TypedValueParser;
     clap::builder::StringValueParser::new().try_map(|s| {
         item(std::ffi::OsStr::new(s.trim()))?;
-        Ok::<_, String>(s)
+        if s == EVERY {
+            return Ok(s);
+        }
+        crate::permissions::net_entry(&s)
     })
 }
 

@@ -356,9 +356,13 @@ pub fn read_spec(lua: &Lua, v: Value, who: &str) -> mlua::Result<ServerSpec> {
     }
     let config: ServerConfig =
         serde_json::from_value(fields).map_err(|e| misuse(format!("{who}: server {name}: {e}")))?;
-    // A server the script starts itself is a process it runs; configured servers are colony's.
+    // A server the script starts itself is a process it runs, one it names by URL a host it
+    // reaches (with headers and arguments of its choosing); configured servers are colony's.
     if let Some(command) = &config.command {
         super::sandbox::check_run(lua, who, command)?;
+    }
+    if let Some(url) = &config.url {
+        check_url(lua, who, url)?;
     }
     let mut spec = config
         .into_spec(&name)
@@ -368,6 +372,17 @@ pub fn read_spec(lua: &Lua, v: Value, who: &str) -> mlua::Result<ServerSpec> {
         spec.auth.get_or_insert_with(Default::default).authorizer = Some(a);
     }
     Ok(wired(lua, spec))
+}
+
+/// Checks that the program may reach the MCP server at `url` (`--allow-net`). A URL that does
+/// not parse, or is not HTTP, is left to the connection, which says so.
+pub fn check_url(lua: &Lua, who: &str, url: &str) -> mlua::Result<()> {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) if matches!(parsed.scheme(), "http" | "https") => {
+            super::sandbox::check_net(lua, who, &parsed)
+        }
+        _ => Ok(()),
+    }
 }
 
 /// The Lua type a JSON value came from, for errors.

@@ -113,6 +113,10 @@ async fn run_turn(
     let mut servers = read_servers(lua, opts.get::<Value>("mcp")?, who)?;
     super::mcp_client::apply_elicit(lua, opts.table(), &mut servers, who)?;
     let dynamic_allow = names(&opts, "dynamic_mcp", who)?;
+    // A URL prefix lets the model reach that host: the program must be allowed to.
+    for entry in &dynamic_allow {
+        super::mcp::check_url(lua, &format!("{who}: dynamic_mcp"), entry)?;
+    }
     let mut messages: Vec<Message> = match opts.get::<Value>("messages")? {
         Value::Nil => Vec::new(),
         v => read_history(lua, v, who)?,

@@ -84,13 +84,7 @@ pub fn permissions(p: &ServeProgram, base: &Path) -> Result<Permissions, String>
         return Ok(Permissions::all());
     }
     let hosts = grant(p.allow_net.as_ref(), "allow_net", |h| {
-        if h.trim().is_empty() || h.contains('/') {
-            Err(format!(
-                "allow_net: {h:?} is not a host (say \"api.example.com\" or \"host:port\")"
-            ))
-        } else {
-            Ok(h.trim().to_ascii_lowercase())
-        }
+        crate::permissions::net_entry(h).map_err(|e| format!("allow_net: {e}"))
     })?;
     let path = |field: &'static str| {
         move |p: &String| {

@@ -137,7 +137,9 @@ mcp = {}
 ---@field command? string
 ---@field args? string[]
 
---- Connects (handshake included): a URL, or a table `{ command, args, env, cwd }`.
+--- Connects (handshake included): a URL, or a table `{ command, args, env, cwd }`. In a sandbox
+--- a URL needs `--allow-net` for its host and a command `--allow-run` (a configured server,
+--- `mcp.connect_named`, needs neither).
 ---@param target string|mcp.ServerSpec
 ---@param opts? { name?: string, headers?: table<string, string>, roots?: string[], on_elicit?: fun(req: mcp.ElicitRequest): mcp.ElicitAnswer, auth?: mcp.Auth, resources?: boolean, sampling?: string }
 ---@return mcp.Connection? conn, mcp.Error? err
