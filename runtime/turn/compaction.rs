@@ -6,9 +6,9 @@
 //! and colony's own estimate of the whole request ([`super::estimate`]), so a server that reports
 //! a small fixed count, or none, still compacts before the window. The new
 //! transcript is one user message (a preamble, the summary, the user's latest request) followed by
-//! the last tool round verbatim (the assistant's calls and their results, never one without the
-//! other), with its reasoning blocks dropped since their signatures vouch for a context that is
-//! gone. Files survive it: the latest request's ride on the new first message, every other
+//! the last tool round verbatim when it answers that request (a turn compacted between its
+//! rounds: the assistant's calls and their results, never one without the other), with its
+//! reasoning blocks dropped since their signatures vouch for a context that is gone. Files survive it: the latest request's ride on the new first message, every other
 //! compacted file on a message before it (sent as reference lines `view_file` can follow).
 
 use tracing::Instrument;
@@ -104,9 +104,14 @@ pub fn rebuild(messages: &[Message], summary: &str) -> Vec<Message> {
     if let Some((_, latest)) = &latest {
         text.push_str(&format!("\n\nThe user's latest request: {latest}"));
     }
-    let round = last_tool_round(messages);
-    let kept_from = messages.len() - round.len();
     let latest_at = latest.as_ref().map(|(at, _)| *at);
+    // The last round is kept only when it answers the latest request (a turn compacted in the
+    // middle of its tool rounds). One before it (a resident's new mail that compacts at its
+    // turn's start) belongs to the summary: kept after the request, it was what the model
+    // carried on from, and it answered the new mail with the old round's result.
+    let (kept_from, round) = last_tool_round(messages)
+        .filter(|(at, _)| latest_at.is_none_or(|latest| *at > latest))
+        .unwrap_or((messages.len(), Vec::new()));
     let files_of = |m: &Message| m.files().cloned().map(Part::File).collect::<Vec<_>>();
     let earlier: Vec<Part> = messages[..kept_from]
         .iter()
@@ -142,17 +147,13 @@ fn latest_request(messages: &[Message]) -> Option<(usize, String)> {
         })
 }
 
-/// The newest assistant message with calls and the results that answer it, reasoning dropped.
-fn last_tool_round(messages: &[Message]) -> Vec<Message> {
-    let Some(at) = messages
+/// The newest assistant message with calls and the results that answer it, reasoning dropped,
+/// and where the calls are.
+fn last_tool_round(messages: &[Message]) -> Option<(usize, Vec<Message>)> {
+    let at = messages
         .iter()
-        .rposition(|m| m.role == Role::Assistant && m.tool_calls().next().is_some())
-    else {
-        return Vec::new();
-    };
-    let Some(results) = messages.get(at + 1).filter(|m| m.role == Role::Tool) else {
-        return Vec::new();
-    };
+        .rposition(|m| m.role == Role::Assistant && m.tool_calls().next().is_some())?;
+    let results = messages.get(at + 1).filter(|m| m.role == Role::Tool)?;
     let calls = Message::new(
         Role::Assistant,
         messages[at]
@@ -162,7 +163,7 @@ fn last_tool_round(messages: &[Message]) -> Vec<Message> {
             .cloned()
             .collect(),
     );
-    vec![calls, results.clone()]
+    Some((at, vec![calls, results.clone()]))
 }
 
 #[cfg(test)]
@@ -221,6 +222,27 @@ mod tests {
         assert_eq!(out[1].parts.len(), 2, "reasoning dropped");
         assert_eq!(out[1].tool_calls().next().unwrap().id, "b");
         assert_eq!(out[2], result("b"));
+    }
+
+    /// A resident's new mail that compacts its conversation at the turn's start: the last
+    /// round was the previous turn's, and kept after the new request the model carried on from
+    /// its result (answering the new mail with the old round's). It goes to the summary.
+    #[test]
+    fn a_round_before_the_latest_request_is_not_kept_after_it() {
+        let messages = vec![
+            Message::user("first question"),
+            Message::new(Role::Assistant, vec![call("a")]),
+            result("a"),
+            Message::assistant("done with a"),
+            Message::user("a new mail"),
+        ];
+        let out = rebuild(&messages, "SUMMARY");
+        assert_eq!(out.len(), 1, "{out:?}");
+        assert_eq!(
+            out[0].text(),
+            format!("{PREAMBLE}\n\nSUMMARY\n\nThe user's latest request: a new mail")
+        );
+        assert_eq!(out.last().unwrap().role, Role::User);
     }
 
     #[test]
