@@ -592,9 +592,24 @@ fn a_failing_program_does_not_stop_the_service() {
             .contains("this program is broken"),
         "{view}"
     );
-    // Not ready (a program failed), but the others serve.
-    let ready = served.get("/readyz");
+    // Not ready (a program failed), but the others serve. The probe, which needs no token,
+    // names the failed program and its state, not its error (which may hold a password).
+    let ready = served.get_with("/readyz", &[], true);
     assert_eq!(ready.status, 503, "{}", ready.text);
+    assert!(
+        ready.json["programs"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({ "name": "broken", "state": "failed" })),
+        "{}",
+        ready.text
+    );
+    assert!(
+        !ready.text.contains("this program is broken"),
+        "{}",
+        ready.text
+    );
+    assert!(!ready.text.contains("broken.lua"), "{}", ready.text);
     let events = served.events(None);
     assert_eq!(
         served

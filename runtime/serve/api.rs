@@ -472,8 +472,18 @@ pub async fn healthz() -> Response {
     Json(json!({ "ok": true })).into_response()
 }
 
+/// Readiness, for a probe that carries no token: each program's name and state, never its
+/// file, error or traceback (an error may hold what a program was connecting to, password and
+/// all); those are the token's, under `/api/programs`.
 pub async fn readyz(State(s): Svc) -> Response {
-    let programs: Vec<Value> = s.programs().iter().map(|p| p.view()).collect();
+    let programs: Vec<Value> = s
+        .programs()
+        .iter()
+        .map(|p| {
+            let view = p.view();
+            json!({ "name": view["name"], "state": view["state"] })
+        })
+        .collect();
     let status = if s.ready() && !s.draining() {
         StatusCode::OK
     } else {
