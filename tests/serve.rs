@@ -1023,6 +1023,50 @@ fn sighup_reads_the_token_file_again_and_one_it_cannot_use_keeps_the_tokens() {
     assert!(!served.stderr().contains("tok-alice"), "a token in the log");
 }
 
+/// `[serve] token_file` is relative to the config file, as the programs are: it was read from
+/// the working directory (under systemd, `/`), and a file not found there did not say it was
+/// the config's.
+#[test]
+fn a_configured_token_file_is_relative_to_the_config_file() {
+    let fake = FakeProvider::start();
+    echo(&fake);
+    let sb = Sandbox::new();
+    sb.write("tokens", "ops: tok-relative-1\n");
+    let with_token_file = |file: &str| {
+        format!(
+            "{}\n[serve]\ntoken_file = \"{file}\"\n[[serve.programs]]\nfile = \"{}\"\n",
+            config(&fake, GOOD_KEY),
+            example("desk.lua")
+        )
+    };
+    sb.write("config.toml", &with_token_file("tokens"));
+    // The sandbox's commands run in the project's folder, not the config's.
+    let mut served = Served::start(&sb, &[]);
+    assert_eq!(served.get_with("/api/programs", &[], true).status, 401);
+    let ok = served.get_with(
+        "/api/programs",
+        &[("authorization", "Bearer tok-relative-1")],
+        true,
+    );
+    assert_eq!(ok.status, 200, "{}", ok.text);
+    served.signal("TERM");
+    assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+
+    sb.write("config.toml", &with_token_file("gone"));
+    let run = sb.colony(&["serve", "--listen", "127.0.0.1:0"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let config_file = sb.path("config.toml");
+    assert!(
+        run.stderr.contains(&format!(
+            "cannot read the token file {} ([serve] token_file in {})",
+            sb.path("gone").display(),
+            config_file.display()
+        )),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn sigterm_with_a_tool_call_in_flight_finishes_it_and_exits_0() {
     let fake = FakeProvider::start();

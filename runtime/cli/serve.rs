@@ -131,20 +131,30 @@ fn tokens(
     flag: Option<&Path>,
     configured: Option<&Path>,
 ) -> Result<Vec<(String, String)>, Failure> {
-    let file = flag.or(if std::env::var_os("COLONY_SERVE_TOKEN").is_some() {
-        None
-    } else {
-        configured
+    // A configured file is relative to the config file's folder, as the programs are (under
+    // systemd the working directory is `/`), and named as the config's when it fails.
+    let config_file = crate::config::path();
+    let configured = configured.map(|p| {
+        let base = config_file.parent().unwrap_or(Path::new(""));
+        (
+            base.join(p),
+            format!(" ([serve] token_file in {})", config_file.display()),
+        )
     });
+    let file = match flag {
+        Some(p) => Some((p.to_path_buf(), String::new())),
+        None if std::env::var_os("COLONY_SERVE_TOKEN").is_some() => None,
+        None => configured,
+    };
     let (text, from) = match file {
-        Some(path) => (
-            std::fs::read_to_string(path).map_err(|e| {
+        Some((path, whence)) => (
+            std::fs::read_to_string(&path).map_err(|e| {
                 Failure::input(format!(
-                    "colony serve: cannot read the token file {}: {e}",
+                    "colony serve: cannot read the token file {}{whence}: {e}",
                     path.display()
                 ))
             })?,
-            format!("the token file {}", path.display()),
+            format!("the token file {}{whence}", path.display()),
         ),
         None => match std::env::var("COLONY_SERVE_TOKEN") {
             Ok(t) => (t, "COLONY_SERVE_TOKEN".to_string()),
