@@ -234,12 +234,38 @@ pub struct FileIn {
 /// `202` once the mail is accepted (saved first, for a resident that keeps its conversation);
 /// the same `id` is accepted once. `404`: no such resident; `429` with `Retry-After`: its
 /// mailbox is full.
+/// The sender a mail from the API is labelled with: the `source` it gives (`api` when none),
+/// and, for a caller known by its token's name, that name (`ops (api:bob)`, `api:bob`), so
+/// one caller cannot pass its mail off as another's. `mcp:` and `api:` are colony's own labels
+/// and refused: a mail from `mcp:alice (mcp-1-7)` would also have been taken for the reply to
+/// alice's MCP call of that id, which waits for its resident's answer to that sender.
+fn mail_source(given: Option<&str>, caller: Option<&str>) -> Result<String, String> {
+    if let Some(source) = given {
+        let lower = source.trim_start().to_ascii_lowercase();
+        if lower.starts_with("mcp:") || lower.starts_with("api:") {
+            return Err(format!(
+                "source {source:?}: \"mcp:\" and \"api:\" begin colony's own labels of callers; \
+                 name the sender another way"
+            ));
+        }
+    }
+    let named =
+        caller.filter(|c| *c != super::auth::Caller::LOCAL && *c != super::auth::Caller::TOKEN);
+    Ok(match (given, named) {
+        (Some(source), Some(caller)) => format!("{source} (api:{caller})"),
+        (None, Some(caller)) => format!("api:{caller}"),
+        (Some(source), None) => source.to_string(),
+        (None, None) => "api".to_string(),
+    })
+}
+
 /// How long mail to a program whose watch is not up yet waits for it.
 const OPEN_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub async fn mail(
     State(s): Svc,
     Path(p): Path<String>,
+    caller: Option<axum::Extension<super::auth::Caller>>,
     body: Result<axum::body::Bytes, axum::extract::rejection::BytesRejection>,
 ) -> Response {
     // The body is read as JSON whatever its Content-Type: `curl -d '{...}'` sends it as a form.
@@ -317,6 +343,10 @@ pub async fn mail(
             }
         }
     }
+    let source = match mail_source(m.source.as_deref(), caller.as_ref().map(|c| c.0.0.as_str())) {
+        Ok(source) => source,
+        Err(why) => return refuse(StatusCode::BAD_REQUEST, "bad_request", &why),
+    };
     let durable = hosted.persists(&m.to).unwrap_or(false);
     if let Some(id) = &m.id
         && !s.first_time(&slot.name, &m.to, id)
@@ -326,7 +356,7 @@ pub async fn mail(
     let mail = Mail {
         files,
         id: m.id.clone(),
-        ..Mail::new(&m.to, m.source.as_deref().unwrap_or("api"), &m.content, 0)
+        ..Mail::new(&m.to, &source, &m.content, 0)
     };
     match hosted.mail_once(mail) {
         Ok(crate::residents::Delivered::New) => {
@@ -550,4 +580,25 @@ fn no_resident(name: &str) -> Response {
         "no_recipient",
         &format!("no resident named {name:?}"),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::mail_source;
+
+    #[test]
+    fn a_mails_source_names_its_caller_and_colonys_own_labels_are_refused() {
+        assert_eq!(mail_source(None, None).unwrap(), "api");
+        assert_eq!(mail_source(Some("ops"), Some("local")).unwrap(), "ops");
+        assert_eq!(mail_source(None, Some("token")).unwrap(), "api");
+        assert_eq!(mail_source(None, Some("bob")).unwrap(), "api:bob");
+        assert_eq!(
+            mail_source(Some("ops"), Some("bob")).unwrap(),
+            "ops (api:bob)"
+        );
+        for spoof in ["mcp:alice (mcp-1-7)", "MCP:alice", " api:alice"] {
+            let err = mail_source(Some(spoof), Some("bob")).unwrap_err();
+            assert!(err.contains("colony's own labels"), "{spoof}: {err}");
+        }
+    }
 }
