@@ -1023,6 +1023,33 @@ fn sighup_reads_the_token_file_again_and_one_it_cannot_use_keeps_the_tokens() {
     assert!(!served.stderr().contains("tok-alice"), "a token in the log");
 }
 
+/// Mail to a program that warms up before its watch is not answered 404 (no such resident: a
+/// client drops it) but 503 with Retry-After, once the service has waited for the watch a while.
+#[test]
+fn mail_to_a_program_not_yet_watching_is_told_to_come_back() {
+    let fake = FakeProvider::start();
+    echo(&fake);
+    let sb = sandbox(&fake, GOOD_KEY);
+    let slow = sb.write(
+        "slow.lua",
+        "ai.spawn{ name = \"s\", system = \"x\", persist_conversation = true }\n\
+         ai.sleep(600000)\nai.watch()\n",
+    );
+    let mut served = Served::start(&sb, &[&slow.display().to_string()]);
+    let sent = served.mail("slow", json!({ "to": "s", "content": "early" }));
+    assert_eq!(sent.status, 503, "{}", sent.text);
+    assert_eq!(sent.json["error"], "not_open", "{}", sent.text);
+    assert!(sent.headers.contains_key("retry-after"));
+    assert!(
+        sent.text.contains("has not reached its watch"),
+        "{}",
+        sent.text
+    );
+    served.signal("TERM");
+    served.signal("TERM");
+    let _ = served.wait();
+}
+
 /// A mail's sender names the caller whose token sent it: bob cannot pass his mail off as
 /// alice's, nor as the reply to an MCP call (whose sender is `mcp:NAME (ID)`).
 #[test]

@@ -315,6 +315,11 @@ pub async fn mail(
         let _ = tokio::time::timeout(OPEN_PATIENCE, hosted.opened()).await;
     }
     if !hosted.knows(&m.to) {
+        // Still not watching (a program that warms up before its watch): its residents are
+        // not registered yet, and a 404 reads as "no such resident", which a client drops.
+        if !hosted.is_open() {
+            return not_open(&p);
+        }
         return no_resident(&m.to);
     }
     let mut files = Vec::new();
@@ -571,6 +576,21 @@ fn stopping(p: &str) -> Response {
     );
     r.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
+}
+
+/// A program whose watch is not up yet: its residents take mail once it is.
+fn not_open(p: &str) -> Response {
+    let mut r = refuse(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "not_open",
+        &format!(
+            "program {p:?} has not reached its watch yet (ai.watch): its residents take mail once \
+             it has; try again in a moment"
+        ),
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
     r
 }
 
