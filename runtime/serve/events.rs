@@ -32,22 +32,46 @@ pub struct Events {
 }
 
 struct Buffer {
+    /// This run's first id.
+    first: u64,
     next: u64,
     kept: VecDeque<Published>,
     capacity: usize,
 }
 
 impl Default for Events {
+    /// A run's events, numbered from [`run_base`]: an id a client kept from the run before
+    /// is below every id of this one, so it is told of the restart ([`Events::of_this_run`]).
     fn default() -> Events {
-        Events::with_capacity(REPLAY)
+        Events::starting_at(REPLAY, run_base())
     }
+}
+
+/// The first id of a run started now: the time in milliseconds times a thousand. The ids of
+/// a run before stay below it unless that run published a thousand events a millisecond, and
+/// the ids stay exact in a JavaScript number (under 2^53) for two more centuries. With ids
+/// from 1 in each run, a client that came back with id 4 after a restart was taken to have
+/// seen this run's first four events, and was never sent them.
+fn run_base() -> u64 {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| {
+            u64::try_from(d.as_millis()).unwrap_or(u64::MAX / 1000)
+        });
+    ms.saturating_mul(1000).max(1)
 }
 
 impl Events {
     pub fn with_capacity(capacity: usize) -> Events {
+        Events::starting_at(capacity, 1)
+    }
+
+    fn starting_at(capacity: usize, first: u64) -> Events {
+        let first = first.max(1);
         Events {
             inner: Mutex::new(Buffer {
-                next: 1,
+                first,
+                next: first,
                 kept: VecDeque::with_capacity(capacity.min(1024)),
                 capacity: capacity.max(1),
             }),
@@ -81,6 +105,18 @@ impl Events {
     /// The id the next event will get.
     pub fn next_id(&self) -> u64 {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).next
+    }
+
+    /// Whether `id` is one this run gave (or is about to give): one below its first or past
+    /// its last was given by another run.
+    fn of_this_run(&self, id: u64) -> bool {
+        let buffer = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        id + 1 >= buffer.first && id < buffer.next
+    }
+
+    /// The id before this run's first: "seen nothing of this run".
+    fn before_first(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).first - 1
     }
 
     /// Ends every stream, now and to come (the service is stopping).
@@ -128,11 +164,11 @@ impl Events {
 
 /// Sends a client its events until it goes away.
 async fn feed(events: Arc<Events>, after: Option<u64>, tx: tokio::sync::mpsc::Sender<Event>) {
-    // An id this service never gave was given by the one before it (ids start again at 1 in
-    // each process): the client is told so and sent what this one kept, from the first. Read as
-    // its own, it silenced every event until the new ids passed the old.
+    // An id this run never gave was given by another (before a restart): the client is told
+    // so and sent what this one kept, from the first. Read as its own, it silenced every event
+    // until the new ids passed the old, or skipped this run's first ones.
     let after = match after {
-        Some(id) if id >= events.next_id() => {
+        Some(id) if !events.of_this_run(id) => {
             let reset = json!({ "type": "reset", "last_event_id": id,
                 "message": "the service restarted: event ids started again" });
             if tx
@@ -142,12 +178,12 @@ async fn feed(events: Arc<Events>, after: Option<u64>, tx: tokio::sync::mpsc::Se
             {
                 return;
             }
-            Some(0)
+            Some(events.before_first())
         }
         given => given,
     };
     let (mut lost, mut missed, mut rx) = events.subscribe(after);
-    let mut last = after.unwrap_or(0);
+    let mut last = after.unwrap_or_else(|| events.before_first());
     loop {
         if lost > 0 {
             let gap = json!({ "type": "gap", "lost": lost });
@@ -220,5 +256,29 @@ mod tests {
         assert_eq!((lost, missed.len()), (0, 0));
         assert!(missed.is_empty());
         assert!(events.subscribe(Some(5)).1.is_empty());
+    }
+
+    /// An id kept from the run before a restart is below every id of this run, however few
+    /// events this run has published: the client is told of the restart, not skipped ahead.
+    #[test]
+    fn an_id_of_the_run_before_is_not_taken_for_one_of_this_run() {
+        let before = Events::default();
+        for n in 0..5 {
+            before.publish("tick", json!({ "n": n }));
+        }
+        let kept = before.next_id() - 1;
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let now = Events::default();
+        for n in 0..10 {
+            now.publish("tick", json!({ "n": n }));
+        }
+        assert!(!now.of_this_run(kept), "{kept} read as this run's");
+        assert!(!now.of_this_run(4));
+        assert!(now.of_this_run(now.next_id() - 1));
+        assert!(now.of_this_run(now.before_first()));
+        assert!(!now.of_this_run(now.next_id()));
+        // Everything this run kept follows the reset, with no gap.
+        let (lost, missed, _) = now.subscribe(Some(now.before_first()));
+        assert_eq!((lost, missed.len()), (0, 10));
     }
 }
