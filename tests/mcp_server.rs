@@ -931,6 +931,60 @@ ai.tool{ name = "sleepy", description = "sleeps", exportable = true, parameters 
     assert_eq!(code, Some(0), "{stderr}");
 }
 
+/// A call the client cancels, and one cut short by colony's end, leave an audit line as every
+/// other call does (`cancelled`): they left none, though they ran and may have done something.
+#[test]
+fn a_cancelled_call_and_one_cut_by_a_signal_are_audited() {
+    let sb = Sandbox::new();
+    let mut session = Session::start(
+        &sb,
+        r#"
+ai.tool{ name = "sleepy", description = "sleeps", exportable = true, parameters = {},
+  handler = function(_, ctx)
+    ctx.log("info", "started")
+    ai.sleep(60000)
+    return "woke"
+  end }
+ai.tool{ name = "quick", description = "answers", exportable = true, parameters = {},
+  handler = function() return "quick" end }
+"#,
+    );
+    initialize(&mut session);
+    let started = |session: &Session| loop {
+        if session.next()["method"] == "notifications/message" {
+            break;
+        }
+    };
+    session.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sleepy","arguments":{}}}));
+    started(&session);
+    session.send(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"enough"}}));
+    session.send(json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"quick","arguments":{}}}));
+    assert_eq!(session.answer(3)["result"]["content"][0]["text"], "quick");
+    session.send(json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"sleepy","arguments":{}}}));
+    started(&session);
+    session.signal("TERM");
+    session.answer(4);
+    let (code, stderr) = session.end();
+    assert_eq!(code, Some(0), "{stderr}");
+    let run = sb.colony(&[
+        "audit",
+        "--state",
+        &state(&sb),
+        &sb.path("served.lua").display().to_string(),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let lines: Vec<&str> = run.stdout.lines().skip(1).collect();
+    let of = |tool: &str| {
+        lines
+            .iter()
+            .filter(|l| l.split_whitespace().nth(2) == Some(tool))
+            .map(|l| l.split_whitespace().nth(3).unwrap_or_default().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(of("quick"), ["ok"], "{}", run.stdout);
+    assert_eq!(of("sleepy"), ["cancelled", "cancelled"], "{}", run.stdout);
+}
+
 /// A question a tool asks its client (`ctx.elicit`) and stops waiting for (its deadline) is
 /// withdrawn: the client is sent `notifications/cancelled` for it, so its form does not stay
 /// open for nobody.

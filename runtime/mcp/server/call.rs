@@ -82,8 +82,9 @@ pub async fn tool(
         files: &[],
         rates: config.rate.as_ref(),
     };
+    let line = AuditOnEnd::new(route, caller, &call);
     let answer = run_call(&cx, &call).await;
-    audit(route, caller, &call, &answer.event);
+    line.finish(&answer.event);
     Outcome {
         text: answer.result.content,
         files: answer.files,
@@ -123,6 +124,7 @@ pub async fn resident(
         arguments: Value::Object(args.clone()).to_string(),
         opaque: None,
     };
+    let line = AuditOnEnd::new(route, caller, &call);
     let (kind, outcome) = ask_resident(route, resident, &args, caller, &id, reporter).await;
     let event = ToolEvent {
         step: 0,
@@ -132,8 +134,56 @@ pub async fn resident(
         outcome: outcome.text.chars().take(500).collect(),
         duration: started.elapsed(),
     };
-    audit(route, caller, &call, &event);
+    line.finish(&event);
     outcome
+}
+
+/// The audit line of one call from outside, written when it ends, or when it is dropped
+/// before (the client cancelled it, went away, or colony ended while it ran): every call that
+/// started leaves a line, a cancelled one as `cancelled`. Before, only calls that ran to their
+/// end did, and one that ran 30 s before its cancel left no trace.
+struct AuditOnEnd<'a> {
+    route: &'a Route,
+    caller: &'a Caller,
+    call: &'a ToolCall,
+    started: Instant,
+    written: bool,
+}
+
+impl<'a> AuditOnEnd<'a> {
+    fn new(route: &'a Route, caller: &'a Caller, call: &'a ToolCall) -> AuditOnEnd<'a> {
+        AuditOnEnd {
+            route,
+            caller,
+            call,
+            started: Instant::now(),
+            written: false,
+        }
+    }
+
+    fn finish(mut self, event: &ToolEvent) {
+        self.written = true;
+        audit(self.route, self.caller, self.call, event);
+    }
+}
+
+impl Drop for AuditOnEnd<'_> {
+    fn drop(&mut self) {
+        if self.written {
+            return;
+        }
+        let event = ToolEvent {
+            step: 0,
+            call_id: self.call.id.clone(),
+            name: self.call.name.clone(),
+            kind: EventKind::Cancelled,
+            outcome: "cancelled before it ended (the client cancelled the call or went away, or \
+                      colony ended)"
+                .into(),
+            duration: self.started.elapsed(),
+        };
+        audit(self.route, self.caller, self.call, &event);
+    }
 }
 
 fn failed(kind: EventKind, text: String) -> (EventKind, Outcome) {
