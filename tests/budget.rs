@@ -235,17 +235,26 @@ end
 #[test]
 fn a_price_written_wrong_is_refused_naming_the_file_and_field() {
     let sandbox = Sandbox::new();
-    let config = sandbox.write("config.toml", "[prices.models.m]\ninput = -2\noutput = 1\n");
-    let run = sandbox.lua("print('never')", &[]).failed();
-    assert!(
-        run.stderr.contains(&format!(
-            "{}: [prices.models.\"m\"] input = -2 is not a price (0 or more, per million tokens)",
-            config.display()
-        )),
-        "stderr:\n{}",
-        run.stderr
-    );
-    assert!(!run.stdout.contains("never"));
+    // A price so high the cost was infinite (stored as null, the usage then uncounted and a
+    // cost budget never reached) is refused as a negative one is.
+    for (price, shown) in [("-2", "-2"), ("1e308", "100000000000000000000")] {
+        let config = sandbox.write(
+            "config.toml",
+            &format!("[prices.models.m]\ninput = {price}\noutput = 1\n"),
+        );
+        let run = sandbox.lua("print('never')", &[]).failed();
+        assert!(
+            run.stderr.contains(&format!(
+                "{}: [prices.models.\"m\"] input = {shown}",
+                config.display()
+            )) && run
+                .stderr
+                .contains("is not a price (0 to a billion, per million tokens)"),
+            "stderr:\n{}",
+            run.stderr
+        );
+        assert!(!run.stdout.contains("never"));
+    }
 }
 
 #[test]
@@ -275,8 +284,8 @@ fn a_budget_that_cannot_be_counted_blocks_instead_of_never_being_reached() {
     assert_eq!(run.lines()[0], "reply: one");
     assert_eq!(
         run.lines()[1],
-        "blocked: budget: a token budget cannot be kept: openai/m reported no token usage for \
-         the last turn, so what it spends cannot be counted (have its server report usage) (1 \
+        "blocked: budget: a token budget cannot be kept: openai/m reported no token usage colony \
+         could read for the last turn, so what it spends cannot be counted (have its server report usage) (1 \
          held)"
     );
     assert_eq!(fake.calls(), 1);

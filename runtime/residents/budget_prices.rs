@@ -56,6 +56,12 @@ pub struct Prices {
     pub models: BTreeMap<String, Price>,
 }
 
+/// The highest price a table may give, per million tokens: far past any model's, and low
+/// enough that a cost stays finite at any count a server is believed
+/// ([`crate::vocab::Usage::MOST_REPORTED`]). `1e308` made the cost infinite, stored as null:
+/// the usage went uncounted and a cost budget never blocked.
+const MOST_PRICE: f64 = 1e9;
+
 impl Prices {
     /// The table's currency.
     pub fn currency(&self) -> &str {
@@ -72,11 +78,11 @@ impl Prices {
             ];
             for (field, v) in fields {
                 if let Some(v) = v
-                    && !(v.is_finite() && v >= 0.0)
+                    && !(v.is_finite() && (0.0..=MOST_PRICE).contains(&v))
                 {
                     return Err(format!(
-                        "[prices.models.{model:?}] {field} = {v} is not a price (0 or more, per \
-                         million tokens)"
+                        "[prices.models.{model:?}] {field} = {v} is not a price (0 to a billion, \
+                         per million tokens)"
                     ));
                 }
             }

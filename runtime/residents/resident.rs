@@ -499,8 +499,9 @@ impl Resident {
                 .map(|r| format!("{}/{}", r.endpoint.provider, r.model))
                 .unwrap_or_else(|| "its model".into());
             return Some(format!(
-                "a token budget cannot be kept: {model} reported no token usage for the last \
-                 turn, so what it spends cannot be counted (have its server report usage)"
+                "a token budget cannot be kept: {model} reported no token usage colony could \
+                 read for the last turn, so what it spends cannot be counted (have its server \
+                 report usage)"
             ));
         }
         None

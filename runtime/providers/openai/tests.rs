@@ -564,6 +564,16 @@ fn usage_mapping() {
     assert_eq!(read_usage(&deepseek).cache_read, 8);
     let kimi = json!({"prompt_tokens": 9, "cached_tokens": 6});
     assert_eq!(read_usage(&kimi).cache_read, 6);
+    // Floats with an integer's value are counts; a count that is none makes the usage
+    // unreadable (not reported, which a token budget does not pass), never 0 and the rest.
+    assert_eq!(
+        read_usage(&json!({"prompt_tokens": 100.0, "completion_tokens": 2})).input,
+        100
+    );
+    for garbage in [json!(-100), json!(1e23), json!(1.5), json!("100")] {
+        let usage = json!({"prompt_tokens": garbage, "completion_tokens": 1});
+        assert_eq!(read_usage(&usage), Usage::default(), "{usage}");
+    }
 }
 
 #[test]
