@@ -183,6 +183,11 @@ fn add_list_test_del_and_import() {
             &["evil\nname", "http://127.0.0.1:9/mcp"],
             "is not a server name",
         ),
+        // `a_` with a tool `echo` and `a` with `_echo` both offered `a___echo`.
+        (
+            &["a_", "http://127.0.0.1:9/mcp"],
+            "\"a_\" is not a server name: it ends in '_'",
+        ),
         (&["n2", "--", ""], "give a URL or -- COMMAND ARGS"),
         (
             &["h", "http://127.0.0.1:9/mcp", "--header", "A: b\r\nX: y"],
@@ -780,5 +785,32 @@ fn a_refresh_whose_stdout_is_closed_still_saves_the_cache() {
         list.stdout.contains("time__get_current_time"),
         "the cache was saved: {}",
         list.stdout
+    );
+}
+
+/// A script names its servers by the rule `colony mcp add` keeps: `a__b` and `a_` would name
+/// their tools like another server's.
+#[test]
+fn a_script_cannot_name_a_server_whose_tools_run_into_anothers() {
+    let sb = Sandbox::new();
+    let run = sb
+        .lua(
+            r#"
+print(pcall(mcp.connect, { name = "a__b", command = "true" }))
+print(pcall(mcp.connect, { name = "a_", command = "true" }))
+"#,
+            &[],
+        )
+        .ok();
+    let lines = run.lines();
+    assert!(
+        lines[0].contains("mcp.connect: server name \"a__b\": it holds \"__\""),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        lines[1].contains("mcp.connect: server name \"a_\": it ends in '_'"),
+        "{}",
+        run.stdout
     );
 }

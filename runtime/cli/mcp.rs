@@ -136,19 +136,14 @@ fn usable_name(name: &str) -> Option<String> {
 /// `__`. An empty name gave tools named `__echo`, a name with a line break or an escape sequence
 /// was printed raw by `mcp list`, and `a b`, `a/b` and `a_b` (or `x` with a tool `y__echo` and
 /// `x__y` with `echo`) named their tools alike, so one server's hid the other's.
+/// A name may not end in `_` either: `a_` with a tool `echo` and `a` with `_echo` both named
+/// theirs `a___echo`.
 fn server_name(name: &str) -> Result<(), Failure> {
-    let plain = !name.is_empty()
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
-        && !name.contains("__");
-    if plain {
-        Ok(())
-    } else {
-        Err(Failure::input(format!(
-            "colony mcp add: {name:?} is not a server name: use letters, digits, '-' and '_' \
-             (not \"__\", which joins it to its tools' names: NAME__tool)"
-        )))
+    match crate::mcp::naming::server_name_problem(name) {
+        None => Ok(()),
+        Some(why) => Err(Failure::input(format!(
+            "colony mcp add: {name:?} is not a server name: {why}"
+        ))),
     }
 }
 

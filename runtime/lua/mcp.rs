@@ -325,7 +325,12 @@ pub fn read_spec(lua: &Lua, v: Value, who: &str) -> mlua::Result<ServerSpec> {
     let authorizer = super::mcp_client::take_authorizer(lua, &copy, who)?;
     let json = to_json(lua, Value::Table(copy))?;
     let name = match json.get("name") {
-        Some(serde_json::Value::String(n)) => n.clone(),
+        Some(serde_json::Value::String(n)) => {
+            if let Some(why) = naming::server_name_problem(n) {
+                return Err(misuse(format!("{who}: server name {n:?}: {why}")));
+            }
+            n.clone()
+        }
         Some(_) => return Err(misuse(format!("{who}: name must be a string"))),
         None => default_name(&json),
     };

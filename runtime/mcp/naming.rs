@@ -21,6 +21,31 @@ pub fn namespaced(server: &str, tool: &str) -> String {
     format!("{}__{}", sanitize(server), sanitize(tool))
 }
 
+/// Why `name` cannot name a server whose tools are offered as `NAME__tool`, if it cannot:
+/// letters, digits, `-` and `_`, without `__` (`x` with a tool `y__echo` and `x__y` with `echo`
+/// named theirs alike) and not ending in `_` (`a` with `_echo` and `a_` with `echo` both made
+/// `a___echo`, and one hid the other).
+pub fn server_name_problem(name: &str) -> Option<&'static str> {
+    if name.is_empty() {
+        return Some("it is empty");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Some("use letters, digits, '-' and '_'");
+    }
+    if name.contains("__") {
+        return Some("it holds \"__\", which joins it to its tools' names (NAME__tool)");
+    }
+    if name.ends_with('_') {
+        return Some(
+            "it ends in '_', which its tools' names (NAME__tool) would run into another's",
+        );
+    }
+    None
+}
+
 /// Why a tool was left out.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Dropped {
@@ -57,6 +82,18 @@ pub fn assign(
 mod tests {
     use super::*;
     use std::collections::HashSet;
+
+    #[test]
+    fn a_server_name_cannot_run_into_another_servers_tools() {
+        for good in ["time", "a_b", "a-b", "_a", "x9"] {
+            assert_eq!(server_name_problem(good), None, "{good}");
+        }
+        for bad in ["", "a b", "a/b", "a__b", "a_", "a___"] {
+            assert!(server_name_problem(bad).is_some(), "{bad}");
+        }
+        // Why `a_` is refused: it and `a` name tools alike.
+        assert_eq!(namespaced("a", "_echo"), namespaced("a_", "echo"));
+    }
 
     #[test]
     fn names_are_namespaced_sanitised_and_checked() {

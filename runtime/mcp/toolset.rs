@@ -147,8 +147,10 @@ pub async fn adopt(
         dropped: dropped
             .into_iter()
             .map(|(name, why)| {
-                tracing::info!(target: "colony::mcp", server = %conn.name(), tool = %name,
-                    "tool left out: {}", match why { Dropped::TooLong => "its name is too long", Dropped::Clash => "its name clashes" });
+                // A tool the model is not offered is said (at the default level): one that
+                // clashed hid behind another server's, without a word.
+                tracing::warn!(target: "colony::mcp", server = %conn.name(), tool = %name,
+                    "tool left out: {}", match why { Dropped::TooLong => "its name is too long (64 characters at most, with the server's name)", Dropped::Clash => "its name clashes with another tool's" });
                 name
             })
             .collect(),
