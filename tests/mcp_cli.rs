@@ -122,12 +122,42 @@ fn add_list_test_del_and_import() {
         failed.stderr
     );
 
-    // A failing server: reported, exit status 1.
-    sb.colony(&["mcp", "add", "quits", "--", "sh", "-c", "exit 1"])
-        .ok();
+    // A failing server: reported with what it said as it ended (it was "Broken pipe"),
+    // exit status 1.
+    sb.colony(&[
+        "mcp",
+        "add",
+        "quits",
+        "--",
+        "sh",
+        "-c",
+        "echo 'fatal: missing API token' >&2; exit 1",
+    ])
+    .ok();
     let failed = sb.colony(&["mcp", "test", "quits"]).failed();
     assert!(
-        failed.stderr.contains("quits: cannot connect"),
+        failed.stderr.contains(
+            "quits: cannot connect: it ended before it answered; its stderr: fatal: missing API token"
+        ),
+        "{}",
+        failed.stderr
+    );
+    // A cwd that is not there is named, not the command.
+    sb.colony(&[
+        "mcp",
+        "add",
+        "lost",
+        "--cwd",
+        "/nonexistent-folder",
+        "--",
+        "sh",
+    ])
+    .ok();
+    let failed = sb.colony(&["mcp", "test", "lost"]).failed();
+    assert!(
+        failed
+            .stderr
+            .contains("cannot start sh: its cwd /nonexistent-folder is not a folder"),
         "{}",
         failed.stderr
     );

@@ -533,6 +533,14 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
             }
             cmd.envs(env);
             if let Some(dir) = cwd {
+                // The spawn's own error names the command ("cannot start python3: No such
+                // file or directory") when it is the folder that is missing.
+                if !std::path::Path::new(dir).is_dir() {
+                    return Err(failed(format!(
+                        "cannot start {command}: its cwd {} is not a folder",
+                        dir.display()
+                    )));
+                }
                 cmd.current_dir(dir);
             }
             // A group of its own, which colony ends whole (see `server_group`).
@@ -541,25 +549,94 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
                 .spawn()
                 .map_err(|e| failed(format!("cannot start {command}: {e}")))?;
             group = transport.id().and_then(ServerGroup::started);
+            let said = StderrTail::default();
             if let Some(stderr) = stderr {
                 let server = spec.name.clone();
+                let said = said.clone();
                 tokio::spawn(async move {
                     let mut lines = tokio::io::BufReader::new(stderr).lines();
                     while let Ok(Some(line)) = lines.next_line().await {
                         let line = crate::secrets::redact(&line);
                         tracing::info!(target: "colony::mcp::stderr", server = %server, "{line}");
+                        said.push(line);
                     }
+                    said.ended();
                 });
+            } else {
+                said.ended();
             }
-            handler
-                .serve(transport)
-                .await
-                .map_err(|e| failed(innermost(&e)))?
+            match handler.serve(transport).await {
+                Ok(service) => service,
+                Err(e) => return Err(failed(said.explain(innermost(&e)).await)),
+            }
         }
     };
     let mut live = checked(spec, service).await?;
     live.group = group;
     Ok(live)
+}
+
+/// The last lines a stdio server wrote to its stderr, for the error of a handshake it failed:
+/// a server that exits as it starts (a missing token, a missing module) says why there, and
+/// colony said only "Broken pipe".
+#[derive(Clone, Default)]
+struct StderrTail(
+    Arc<std::sync::Mutex<(std::collections::VecDeque<String>, bool)>>,
+    Arc<Notify>,
+);
+
+impl StderrTail {
+    /// The lines kept, and the characters a line is cut to.
+    const LINES: usize = 3;
+    const WIDTH: usize = 300;
+
+    fn push(&self, line: String) {
+        let mut tail = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        if tail.0.len() == Self::LINES {
+            tail.0.pop_front();
+        }
+        tail.0.push_back(line.chars().take(Self::WIDTH).collect());
+    }
+
+    fn ended(&self) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
+        self.1.notify_waiters();
+        self.1.notify_one();
+    }
+
+    /// `cause` with what the server said: once its stderr has ended (it exited), or a moment
+    /// later if it has not.
+    async fn explain(&self, cause: String) -> String {
+        let ended = async {
+            loop {
+                let notified = self.1.notified();
+                if self.0.lock().unwrap_or_else(|e| e.into_inner()).1 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let exited = tokio::time::timeout(Duration::from_millis(500), ended)
+            .await
+            .is_ok();
+        let lines: Vec<String> = {
+            let tail = self.0.lock().unwrap_or_else(|e| e.into_inner());
+            tail.0
+                .iter()
+                .filter(|l| !l.trim().is_empty())
+                .cloned()
+                .collect()
+        };
+        match (exited, lines.is_empty()) {
+            (true, true) => format!("it ended before it answered, saying nothing ({cause})"),
+            (true, false) => format!(
+                "it ended before it answered; its stderr: {} ({cause})",
+                lines.join(" / ")
+            ),
+            (false, true) => cause,
+            (false, false) => format!("{cause}; its stderr: {}", lines.join(" / ")),
+        }
+    }
 }
 
 /// The session, unless the server answered a revision we do not speak.
