@@ -844,3 +844,43 @@ print(pcall(mcp.connect, { name = "a_", command = "true" }))
         run.stdout
     );
 }
+
+/// A stdio server's message past the MCP SDK's 16 MiB line limit is dropped by the SDK: that
+/// is said on stderr at once (it was only in the SDK's own log, off by default, and the call
+/// waited for its timeout without a word).
+#[test]
+fn a_message_past_the_line_limit_is_said_when_it_is_dropped() {
+    let sb = Sandbox::new();
+    let server = sb.write(
+        "huge.py",
+        r#"import sys, json
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m: continue
+    if m["method"] == "initialize":
+        r = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "h", "version": "1"}}
+    elif m["method"] == "tools/list":
+        r = {"tools": [{"name": "huge", "inputSchema": {"type": "object"}}]}
+    else:
+        r = {"content": [{"type": "text", "text": "x" * 17000000}]}
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
+"#,
+    );
+    let run = sb
+        .lua(
+            &format!(
+                r#"local c = assert(mcp.connect{{ command = "python3", args = {{ {:?} }} }})
+print(mcp.call{{ conn = c, name = "huge", timeout = 1 }})"#,
+                server.display().to_string()
+            ),
+            &[],
+        )
+        .ok();
+    assert!(run.stdout.contains("timeout"), "{}", run.stdout);
+    assert!(
+        run.stderr
+            .contains("Incoming message exceeded the maximum line length"),
+        "{}",
+        run.stderr
+    );
+}
