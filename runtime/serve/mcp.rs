@@ -130,5 +130,37 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
     request
         .extensions_mut()
         .insert(Caller(name.unwrap_or_else(|| "loopback".into())));
-    next.run(request).await
+    let method = request.method().clone();
+    let json = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("application/json"));
+    amended(method, json, next.run(request).await).await
+}
+
+/// rmcp's answers where the MCP SDKs expect others: a session ended with `DELETE` is `202`,
+/// which the official clients log as a failed termination ("Session termination failed: 202":
+/// they take 200 and 204); a body that is not JSON though it says it is is `415` in plain
+/// text, where JSON-RPC says `-32700`, parse error.
+async fn amended(method: axum::http::Method, json: bool, answer: Response) -> Response {
+    if method == axum::http::Method::DELETE && answer.status() == StatusCode::ACCEPTED {
+        let (mut parts, body) = answer.into_parts();
+        parts.status = StatusCode::OK;
+        return Response::from_parts(parts, body);
+    }
+    if json && answer.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+        let (_, body) = answer.into_parts();
+        let text = axum::body::to_bytes(body, 64 * 1024)
+            .await
+            .map(|b| String::from_utf8_lossy(&b).into_owned())
+            .unwrap_or_default();
+        let error = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": { "code": -32700, "message": format!("parse error: {}", text.trim()) },
+        });
+        return (StatusCode::BAD_REQUEST, axum::Json(error)).into_response();
+    }
+    answer
 }
