@@ -341,6 +341,27 @@ fn raw_head(served: &Served, head: &str) -> String {
     String::from_utf8_lossy(&answer).into_owned()
 }
 
+/// A client that sends its headers and part of a mail, then nothing, is answered once the body
+/// has not come for a while (30 s), rather than holding the connection for ever: three hundred
+/// such held three hundred sockets.
+#[test]
+fn a_request_whose_body_stops_coming_is_answered_not_held() {
+    let fake = FakeProvider::start();
+    echo(&fake);
+    let sb = sandbox(&fake, GOOD_KEY);
+    let served = Served::start(&sb, &[&example("desk.lua")]);
+    let answer = raw_head(
+        &served,
+        "POST /api/programs/desk/mail HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+         Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"to\":\"desk\"",
+    );
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(
+        answer.contains("data was not received within the designated timeout"),
+        "{answer}"
+    );
+}
+
 /// Two runs of one program would share its state directory, and the second could never lock
 /// it: refused at the start, on the command line and in the config.
 #[test]

@@ -36,6 +36,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::middleware::{from_fn, from_fn_with_state};
 use axum::routing::{get, post};
 use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 pub use auth::Guard;
 pub use host::Launch;
@@ -43,6 +44,10 @@ pub use service::{Programs, Service};
 
 /// The largest request body the service reads (a mail with its files, base64).
 pub const BODY_LIMIT: usize = 8 * 1024 * 1024;
+
+/// How long a request body may stop coming before its request ends (between two pieces of it,
+/// not for the whole).
+pub const BODY_PATIENCE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7878";
@@ -88,6 +93,9 @@ pub fn router(service: Arc<Service>, guard: Guard) -> Router {
         .merge(open)
         .merge(over_mcp)
         .layer(RequestBodyLimitLayer::new(BODY_LIMIT))
+        // A body that stops coming (a client that sent its headers and part of a mail) ends
+        // its request, rather than holding a connection and its socket for ever.
+        .layer(RequestBodyTimeoutLayer::new(BODY_PATIENCE))
         // The limit is that layer's alone: axum's extractors apply 2 MiB of their own, which
         // refused a mail of 3 MB as over the service's limit.
         .layer(DefaultBodyLimit::disable())
