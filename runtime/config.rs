@@ -204,11 +204,42 @@ pub struct ServeProgram {
 }
 
 /// One `allow_*` of a served program: `true` (everything), `false` (nothing) or a list.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 pub enum Allow {
     Every(bool),
     Only(Vec<String>),
+}
+
+/// Read by hand: serde's untagged reading said only "data did not match any variant of
+/// untagged enum Allow" of `allow_write = "pages.log"`.
+impl<'de> Deserialize<'de> for Allow {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Allow, D::Error> {
+        struct Reads;
+        impl<'de> serde::de::Visitor<'de> for Reads {
+            type Value = Allow;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("true, false or a list of strings (allow_write = [\"out.log\"])")
+            }
+
+            fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Allow, E> {
+                Ok(Allow::Every(b))
+            }
+
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Allow, A::Error> {
+                let mut items = Vec::new();
+                while let Some(item) = seq.next_element::<String>()? {
+                    items.push(item);
+                }
+                Ok(Allow::Only(items))
+            }
+        }
+        d.deserialize_any(Reads)
+    }
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -289,11 +289,12 @@ fn a_budget_that_cannot_be_counted_blocks_instead_of_never_being_reached() {
          held)"
     );
     assert_eq!(fake.calls(), 1);
-    // The turn is counted, tokens or not: `colony usage` showed nothing of it.
+    // The turn is counted, tokens or not: `colony usage` showed nothing of it. Its cost is
+    // not 0 (it read as free) but unknown.
     assert_eq!(
         usage(&sandbox).lines()[1],
         format!(
-            "worker    {}      0       0      0      1  0.000000 USD",
+            "worker    {}      0       0      0      1  no usage reported",
             today()
         )
     );

@@ -62,6 +62,17 @@ fn add_list_test_del_and_import() {
         "helper",
     ])
     .ok();
+    // Adding a name again replaces the server, and says what it was.
+    sb.colony(&["mcp", "add", "spare", "http://127.0.0.1:9/old"])
+        .ok();
+    let again = sb
+        .colony(&["mcp", "add", "spare", "http://127.0.0.1:9/new"])
+        .ok();
+    assert_eq!(
+        again.stdout.trim(),
+        "spare: http://127.0.0.1:9/new (replaces http://127.0.0.1:9/old)"
+    );
+    sb.colony(&["mcp", "del", "spare"]).ok();
     let list = sb.colony(&["mcp", "list"]).ok();
     assert_eq!(
         list.lines(),

@@ -274,17 +274,18 @@ fn every_refusal_is_json_naming_what_was_wrong() {
         "bad_request",
         "state = \"bogus\" is not a resident's state (idle, busy,",
     );
+    // The value is named, not only the field.
     refused(
         &served.get("/api/programs/desk/residents?limit=ten"),
         400,
         "bad_request",
-        "limit",
+        "the query \"limit=ten\" does not read: limit",
     );
     refused(
         &served.get("/api/programs/desk/residents/desk/conversation?after=-1"),
         400,
         "bad_request",
-        "after",
+        "the query \"after=-1\" does not read: after",
     );
     let idle = served.get("/api/programs/desk/residents?state=idle");
     assert_eq!(idle.status, 200, "{}", idle.text);

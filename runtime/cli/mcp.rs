@@ -222,9 +222,16 @@ pub async fn run(args: Args) -> Result<(), Failure> {
                 }
                 _ => String::new(),
             };
-            cfg.mcp.insert(name.clone(), config);
+            // A server of that name is replaced, and that is said with what it was: it was
+            // replaced without a word.
+            let was = cfg
+                .mcp
+                .insert(name.clone(), config)
+                .and_then(|old| old.into_spec(&name).ok())
+                .map(|old| format!(" (replaces {})", old.describe()))
+                .unwrap_or_default();
             save(&cfg)?;
-            println!("{name}: {}{kept_auth}", spec.describe());
+            println!("{name}: {}{kept_auth}{was}", spec.describe());
             Ok(())
         }
         Action::Del { name } => {

@@ -25,7 +25,7 @@ use crate::store::state_dir;
 /// `allow_env`, `allow_all`); SIGHUP starts those added and stops those removed. A program
 /// reaches nothing beyond model providers and configured MCP servers unless allowed (the
 /// --allow-* flags below, for the FILEs given). The token (`--token-file`, else COLONY_SERVE_TOKEN, else `[serve] token_file`)
-/// is asked of every request but /healthz and /readyz; it is required off loopback. A token file
+/// is asked of every request but /healthz, /readyz and the dashboard page at / (which asks for it); it is required off loopback. A token file
 /// may name several tokens, one a line as `NAME: TOKEN`; a caller is known by its token's name
 /// (`token` for a single unnamed one) in the audit log and in `[rate.callers]`.
 #[derive(clap::Args)]

@@ -57,6 +57,8 @@ pub fn run(args: Args) -> Result<(), Failure> {
                 s.unpriced,
                 s.input + s.output + s.cache_read + s.cache_write,
             ) {
+                // Turns whose server reported no tokens cost something nobody counted.
+                (0, 0) if s.turns > 0 => "no usage reported".to_string(),
                 (0, _) => format!("{:.6} {currency}", s.cost),
                 (unpriced, all) if unpriced >= all => format!("unpriced ({unpriced} tokens)"),
                 (unpriced, _) => format!("{:.6} {currency} (+{unpriced} tokens unpriced)", s.cost),

@@ -709,7 +709,31 @@ fn innermost(e: &(dyn std::error::Error + 'static)) -> String {
     } else {
         text
     };
-    without_type_names(&text)
+    readable_content_type(&without_type_names(&text))
+}
+
+/// rmcp's "Unexpected content type: Some(\"text/html\")" as a person reads it, with what a page
+/// usually means: a URL that is not the server's MCP endpoint.
+fn readable_content_type(text: &str) -> String {
+    const AT: &str = "Unexpected content type: Some(\"";
+    let Some(start) = text.find(AT) else {
+        return text.to_string();
+    };
+    let after = &text[start + AT.len()..];
+    let Some(end) = after.find("\")") else {
+        return text.to_string();
+    };
+    let kind = &after[..end];
+    let hint = if kind.starts_with("text/html") {
+        " (a web page, not MCP: is the URL the server's MCP endpoint?)"
+    } else {
+        ""
+    };
+    format!(
+        "{}the server answered {kind}{hint}{}",
+        &text[..start],
+        &after[end + 2..]
+    )
 }
 
 /// `text` without the Rust type names rmcp puts in some messages (`Transport
@@ -731,4 +755,19 @@ fn without_type_names(text: &str) -> String {
     }
     out.push_str(rest);
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn an_unexpected_content_type_reads_as_what_the_server_answered() {
+        assert_eq!(
+            super::readable_content_type(
+                "Unexpected content type: Some(\"text/html\"), when send initialize request"
+            ),
+            "the server answered text/html (a web page, not MCP: is the URL the server's MCP \
+             endpoint?), when send initialize request"
+        );
+        assert_eq!(super::readable_content_type("Broken pipe"), "Broken pipe");
+    }
 }

@@ -685,10 +685,11 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
             ..TurnError::default()
         };
         let held = me.mailbox.len();
-        tracing::warn!(ai = %me.spec.name, "blocked: budget: {} (its mail is kept)", error.message);
+        let kept = kept_while(me);
+        tracing::warn!(ai = %me.spec.name, "blocked: budget: {} (its mail is kept{kept})", error.message);
         let text = format!(
-            "[colony] {} is blocked: budget: {}. Its {held} waiting arrival(s) are kept; it \
-             tries again when the window resets, the config file changes or ai.unblock({:?}) \
+            "[colony] {} is blocked: budget: {}. Its {held} waiting arrival(s) are kept{kept}; \
+             it tries again when the window resets, the config file changes or ai.unblock({:?}) \
              is called.",
             me.spec.name, error.message, me.spec.name
         );
@@ -823,15 +824,16 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
             } else {
                 "it tries again when the config file changes or ai.unblock is called"
             };
+            let kept = kept_while(me);
             tracing::warn!(
                 ai = %me.spec.name,
-                "blocked: {}: {} (its mail is kept; {then})",
+                "blocked: {}: {} (its mail is kept{kept}; {then})",
                 error.kind,
                 error.message
             );
             let text = format!(
-                "[colony] {} is blocked: {}: {}. Its {held} waiting arrival(s) are kept; it \
-                 tries again when the config file changes or ai.unblock({:?}) is called.",
+                "[colony] {} is blocked: {}: {}. Its {held} waiting arrival(s) are kept{kept}; \
+                 it tries again when the config file changes or ai.unblock({:?}) is called.",
                 me.spec.name, error.kind, error.message, me.spec.name
             );
             let error = error.clone();
@@ -932,6 +934,16 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         return Some(Exit::Crashed(e));
     }
     None
+}
+
+/// How long a blocked resident's mail is kept, as its notice says: a resident that does not
+/// keep its conversation loses it when the program ends (it said "kept", then dropped it).
+fn kept_while(me: &Resident) -> &'static str {
+    if me.spec.persist {
+        ""
+    } else {
+        " while the program runs"
+    }
 }
 
 /// Sends the notice that `me` is blocked by `error` (`text`, with `held` arrivals kept), then

@@ -50,11 +50,12 @@ pub struct Page {
 pub async fn residents(
     State(s): Svc,
     Path(p): Path<String>,
+    uri: axum::http::Uri,
     page: Result<Query<Page>, QueryRejection>,
 ) -> Response {
     let page = match page {
         Ok(Query(page)) => page,
-        Err(e) => return bad_query(&e),
+        Err(e) => return bad_query(&uri, &e),
     };
     if let Some(state) = &page.state
         && !ResidentState::ALL.iter().any(|s| s.as_str() == state)
@@ -161,11 +162,12 @@ pub struct After {
 pub async fn conversation(
     State(s): Svc,
     Path((p, name)): Path<(String, String)>,
+    uri: axum::http::Uri,
     q: Result<Query<After>, QueryRejection>,
 ) -> Response {
     let q = match q {
         Ok(Query(q)) => q,
-        Err(e) => return bad_query(&e),
+        Err(e) => return bad_query(&uri, &e),
     };
     let (_, hosted) = match running(&s, &p) {
         Ok(x) => x,
@@ -554,8 +556,21 @@ fn running(s: &Service, p: &str) -> Result<(Arc<Slot>, Arc<Hosted>), Box<Respons
 }
 
 /// A query string that does not read (`?limit=ten`), answered as every refusal is.
-fn bad_query(e: &QueryRejection) -> Response {
-    refuse(StatusCode::BAD_REQUEST, "bad_request", &e.body_text())
+/// The query as sent leads: serde's text names the field, not the value (`offset: invalid
+/// digit found in string` of `offset=-1`).
+fn bad_query(uri: &axum::http::Uri, e: &QueryRejection) -> Response {
+    let text = e.body_text();
+    let cause = text
+        .strip_prefix("Failed to deserialize query string: ")
+        .unwrap_or(&text);
+    refuse(
+        StatusCode::BAD_REQUEST,
+        "bad_request",
+        &format!(
+            "the query {:?} does not read: {cause}",
+            uri.query().unwrap_or_default()
+        ),
+    )
 }
 
 fn no_program(p: &str) -> Response {

@@ -170,5 +170,14 @@ mod tests {
         assert!(err.contains("allow_read = [] allows nothing"), "{err}");
         // Neither a number nor a table: the config itself refuses it.
         assert!(toml::from_str::<ServeProgram>("file = \"a.lua\"\nallow_run = \"yes\"").is_err());
+        // A path where a list is meant is told what is expected (it was "data did not match
+        // any variant of untagged enum Allow").
+        let err = toml::from_str::<ServeProgram>("file = \"a.lua\"\nallow_write = \"pages.log\"")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("expected true, false or a list of strings"),
+            "{err}"
+        );
     }
 }
