@@ -363,6 +363,50 @@ fn a_request_whose_body_stops_coming_is_answered_not_held() {
     );
 }
 
+/// A client that sends half its headers, or holds a keep-alive connection idle, has its
+/// connection closed once the head has not come for a while (30 s): both held their socket for
+/// ever (`axum::serve` gave hyper no timer, so its header deadline never applied).
+#[test]
+fn a_connection_whose_head_stops_coming_or_that_idles_is_closed() {
+    use std::io::{Read, Write};
+    let fake = FakeProvider::start();
+    echo(&fake);
+    let sb = sandbox(&fake, GOOD_KEY);
+    let served = Served::start(&sb, &[&example("desk.lua")]);
+    let addr = served.url.trim_start_matches("http://").to_string();
+    let open = |head: &str| {
+        let mut tcp = std::net::TcpStream::connect(&addr).expect("the service listens");
+        tcp.set_read_timeout(Some(support::serve::PATIENCE))
+            .unwrap();
+        tcp.write_all(head.as_bytes()).unwrap();
+        tcp
+    };
+    let half = std::thread::spawn({
+        let mut tcp = open("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+        move || {
+            let mut buf = [0u8; 1024];
+            tcp.read(&mut buf)
+                .expect("closed, not timed out by the test")
+        }
+    });
+    let mut idle = open("GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&answer).contains("{\"ok\":true}") {
+        let n = idle.read(&mut buf).expect("the answer");
+        assert!(n > 0, "closed before answering");
+        answer.extend_from_slice(&buf[..n]);
+    }
+    // Then nothing more comes: the connection is closed (0), not held until the test's own
+    // read timeout (an error).
+    assert_eq!(
+        idle.read(&mut buf)
+            .expect("closed, not timed out by the test"),
+        0
+    );
+    assert_eq!(half.join().unwrap(), 0, "the half head got an answer");
+}
+
 /// Two runs of one program would share its state directory, and the second could never lock
 /// it: refused at the start, on the command line and in the config.
 #[test]

@@ -313,14 +313,7 @@ async fn serve_until_drained(
     let app = serve::router(service.clone(), tokens.guard.clone());
     tokio::spawn(on_signals(service, tokens, signals, drained_tx));
     let (closing_tx, closing) = tokio::sync::watch::channel(false);
-    // Small answers go out at once: without TCP_NODELAY an MCP client's next request waits
-    // out the peer's delayed ACK (40 ms a call on Linux).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("cannot set TCP_NODELAY: {e}");
-        }
-    });
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let server = serve::conn::serve(listener, app, async move {
         let _ = drained_rx.await;
         let _ = closing_tx.send(true);
     });
@@ -332,7 +325,7 @@ async fn serve_until_drained(
         tokio::time::sleep(CLOSE_GRACE).await;
     };
     tokio::select! {
-        served = server => served.map_err(|e| Failure::run(format!("colony serve: {e}")))?,
+        () = server => {}
         _ = cut_off => tracing::warn!("connections still open after the drain were closed"),
     }
     Ok(())

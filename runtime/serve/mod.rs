@@ -18,6 +18,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod conn;
 pub mod dashboard;
 pub mod events;
 pub mod host;
