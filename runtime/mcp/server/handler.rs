@@ -468,7 +468,13 @@ impl ServerHandler for Server {
         let args = request.arguments.clone().unwrap_or_default();
         let Some((offer, target)) = self.find_tool(&request.name).await else {
             // Not offered: unknown, or a tool the program did not mark exportable.
-            let message = format!("unknown tool {:?}: it is not exported", request.name);
+            // A stopped program's tools are not offered either: that is said, as well as the
+            // `exportable` it may lack (a stopped program's tool sent people off to check it).
+            let message = format!(
+                "unknown tool {:?}: it is not exported by any program running now (a tool is \
+                 offered once marked exportable, while its program runs)",
+                request.name
+            );
             for offer in self.offers().await {
                 call::refused(
                     &offer.route,
