@@ -895,3 +895,61 @@ print(mcp.call{{ conn = c, name = "huge", timeout = 1 }})"#,
         run.stderr
     );
 }
+
+/// One tool in `tools/list` without its `inputSchema` took the server's other tools with it
+/// ("tools/list got an answer of another kind"): each is read on its own now, that one offered
+/// as taking an object (said), one whose schema is not an object left out (said).
+#[test]
+fn a_tool_listed_without_its_schema_does_not_take_the_others_with_it() {
+    let sb = Sandbox::new();
+    let server = sb.write(
+        "loose.py",
+        r#"import sys, json
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m: continue
+    if m["method"] == "initialize":
+        r = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "l", "version": "1"}}
+    elif m["method"] == "tools/list":
+        r = {"tools": [
+            {"name": "good", "inputSchema": {"type": "object"}},
+            {"name": "noschema"},
+            {"name": "badschema", "inputSchema": "object"},
+        ]}
+    else:
+        r = {"content": [{"type": "text", "text": "called " + m["params"]["name"]}]}
+    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
+"#,
+    );
+    let run = sb
+        .lua(
+            &format!(
+                r#"local c = assert(mcp.connect{{ name = "l", command = "python3", args = {{ {:?} }} }})
+local names = {{}}
+for _, t in ipairs(assert(mcp.tools(c))) do names[#names + 1] = t.name end
+table.sort(names)
+print(table.concat(names, " "))
+print(mcp.call{{ conn = c, name = "noschema" }}.text)"#,
+                server.display().to_string()
+            ),
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        ["l__good l__noschema", "called noschema"],
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("the tool has no inputSchema"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("the tool is left out: its inputSchema is not an object"),
+        "{}",
+        run.stderr
+    );
+}

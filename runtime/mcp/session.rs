@@ -181,19 +181,35 @@ impl Connection {
             let params = PaginatedRequestParams::default().with_cursor(cursor.take());
             let req = ClientRequest::ListToolsRequest(ListToolsRequest::with_param(params));
             let answer = self.request(&peer, req, LIST_TIMEOUT).await?;
-            let ServerResult::ListToolsResult(page) = answer else {
-                return Err(Failure::Final(
-                    self.closed("tools/list got an answer of another kind"),
-                ));
+            let next = match answer {
+                ServerResult::ListToolsResult(page) => {
+                    for t in page.tools {
+                        tools.push(ListedTool {
+                            name: t.name.to_string(),
+                            description: t.description.map(|d| d.to_string()).unwrap_or_default(),
+                            input_schema: Value::Object((*t.input_schema).clone()),
+                        });
+                    }
+                    page.next_cursor
+                }
+                // A list rmcp could not read whole (one tool without its `inputSchema`) comes
+                // as JSON: read a tool at a time, so one bad tool does not take the server's
+                // others with it ("tools/list got an answer of another kind").
+                ServerResult::CustomResult(rmcp::model::CustomResult(page))
+                    if page.get("tools").is_some_and(Value::is_array) =>
+                {
+                    tools.extend(Self::listed_one_by_one(&self.spec.name, &page));
+                    page.get("nextCursor")
+                        .and_then(Value::as_str)
+                        .map(str::to_string)
+                }
+                _ => {
+                    return Err(Failure::Final(
+                        self.closed("tools/list got an answer of another kind"),
+                    ));
+                }
             };
-            for t in page.tools {
-                tools.push(ListedTool {
-                    name: t.name.to_string(),
-                    description: t.description.map(|d| d.to_string()).unwrap_or_default(),
-                    input_schema: Value::Object((*t.input_schema).clone()),
-                });
-            }
-            match next_cursor(&mut seen, page.next_cursor, &self.spec.name, "tools/list") {
+            match next_cursor(&mut seen, next, &self.spec.name, "tools/list") {
                 Some(c) => cursor = Some(c),
                 None => return Ok(tools),
             }
@@ -235,6 +251,44 @@ impl Connection {
                 Ok(answer) => return Ok(answer),
             }
         }
+    }
+
+    /// The tools of a `tools/list` page read one by one: one without an `inputSchema` (which MCP
+    /// requires) is offered as taking an object, said once; one without a name, or whose schema
+    /// is not an object, is left out, said.
+    fn listed_one_by_one(server: &str, page: &Value) -> Vec<ListedTool> {
+        let mut out = Vec::new();
+        for t in page["tools"].as_array().into_iter().flatten() {
+            let Some(name) = t.get("name").and_then(Value::as_str) else {
+                let shown: String = t.to_string().chars().take(200).collect();
+                tracing::warn!(target: "colony::mcp", server = %server,
+                "a tool without a name is left out: {shown}");
+                continue;
+            };
+            let input_schema = match t.get("inputSchema") {
+                Some(schema @ Value::Object(_)) => schema.clone(),
+                None | Some(Value::Null) => {
+                    tracing::warn!(target: "colony::mcp", server = %server, tool = %name,
+                    "the tool has no inputSchema (MCP requires one): offered as taking an object");
+                    serde_json::json!({ "type": "object" })
+                }
+                Some(other) => {
+                    tracing::warn!(target: "colony::mcp", server = %server, tool = %name,
+                    "the tool is left out: its inputSchema is not an object but {other}");
+                    continue;
+                }
+            };
+            out.push(ListedTool {
+                name: name.to_string(),
+                description: t
+                    .get("description")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                input_schema,
+            });
+        }
+        out
     }
 
     /// The server's name for errors about what it answered.
