@@ -170,3 +170,26 @@ fn a_sampling_that_is_not_a_use_type_name_is_refused() {
         run.stderr
     );
 }
+
+/// A sampling request for no tokens is refused as bad params, naming `maxTokens`; it was passed
+/// on to the provider as `max_tokens: 0`, which the config itself refuses.
+#[test]
+fn a_sampling_request_for_no_tokens_is_refused_before_any_model_call() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("Four."));
+    let script = format!(
+        r#"local conn = assert(mcp.connect({server}))
+           print(mcp.call(conn, "trigger-sampling-request", {{ prompt = "What is 2+2?", maxTokens = 0 }}))
+           mcp.close(conn)"#,
+        server = everything(r#", sampling = "helper""#)
+    );
+    let run = sandbox(&fake).lua(&script, &[]).ok();
+    assert!(
+        run.stdout
+            .contains("maxTokens = 0: ask for at least one token"),
+        "{}\n{}",
+        run.stdout,
+        run.stderr
+    );
+    assert!(model_calls(&fake).is_empty(), "a model was called");
+}

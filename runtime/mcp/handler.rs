@@ -114,6 +114,14 @@ impl ClientHandler for Handler {
             ));
         };
         let params = serde_json::to_value(&params).unwrap_or_default();
+        // A sample of no tokens is no request a model can answer (the config refuses
+        // `max_tokens = 0` for the same reason): it was passed on to the provider.
+        if params.get("maxTokens").and_then(serde_json::Value::as_u64) == Some(0) {
+            return Err(rmcp::ErrorData::invalid_params(
+                "maxTokens = 0: ask for at least one token",
+                None,
+            ));
+        }
         let answer = hook.0.sample(params).await.map_err(|e| {
             tracing::warn!(target: "colony::mcp", server = %self.server, "sampling: {e}");
             rmcp::ErrorData::internal_error(format!("the client's sampling failed: {e}"), None)
