@@ -445,6 +445,32 @@ fn a_cluster_needs_a_shared_store() {
         "{}",
         run.stderr
     );
+    // Mistakes on the line are refused before anything starts, and a password in the
+    // --cluster URL is never shown (it was, when the URL was not a NATS one).
+    let script = script.display().to_string();
+    for (args, says) in [
+        (
+            [
+                "--cluster",
+                "http://user:NatsPW77@127.0.0.1:4222",
+                "--node",
+                "a",
+            ],
+            "--cluster \"http://user:***@127.0.0.1:4222/\" is not a NATS server's URL",
+        ),
+        (
+            ["--cluster", "nats://127.0.0.1:4222", "--node", ""],
+            "--node \"\" is not a node name",
+        ),
+    ] {
+        let mut all = vec!["serve", "--store", "postgres://colony@127.0.0.1:9/colony"];
+        all.extend_from_slice(&args);
+        all.push(&script);
+        let run = sb.colony(&all);
+        assert_eq!(run.code, 2, "{args:?}: {}", run.stderr);
+        assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
+        assert!(!run.stderr.contains("NatsPW77"), "{}", run.stderr);
+    }
 }
 
 /// A NATS server that cannot be reached: the program fails to start, saying which server and

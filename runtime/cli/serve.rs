@@ -171,7 +171,17 @@ fn cluster(args: &Args) -> Result<Option<crate::cluster::ClusterOptions>, Failur
     };
     if !nats.starts_with("nats://") && !nats.starts_with("tls://") {
         return Err(Failure::input(format!(
-            "colony serve: --cluster {nats:?} is not a NATS server's URL (say nats://HOST:4222)"
+            "colony serve: --cluster {:?} is not a NATS server's URL (say nats://HOST:4222)",
+            crate::cluster::bus::shown(nats)
+        )));
+    }
+    // Refused here, as every other mistake on the line is: it was found only as the program
+    // started, which then failed while the process served on.
+    if let Some(node) = &args.node
+        && (node.trim().is_empty() || node.contains('\0'))
+    {
+        return Err(Failure::input(format!(
+            "colony serve: --node {node:?} is not a node name (say --node a)"
         )));
     }
     let lease = match &args.lease {

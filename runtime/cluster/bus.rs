@@ -191,19 +191,51 @@ fn token(name: &str) -> String {
 }
 
 /// `url` without a password, for messages.
-fn shown(url: &str) -> String {
+/// `url` as messages show it: its password `***`, whether or not the rest parses (one with a
+/// port that is not a number was shown whole, password and all).
+pub fn shown(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut u) if u.password().is_some() => {
             let _ = u.set_password(Some("***"));
             u.to_string()
         }
-        _ => url.to_string(),
+        Ok(_) => url.to_string(),
+        Err(_) => {
+            let Some(start) = url.find("://").map(|i| i + 3) else {
+                return url.to_string();
+            };
+            let end = url[start..].find('/').map_or(url.len(), |i| start + i);
+            let Some(at) = url[start..end].rfind('@').map(|i| start + i) else {
+                return url.to_string();
+            };
+            match url[start..at].find(':').map(|i| start + i) {
+                Some(colon) => format!("{}:***{}", &url[..colon], &url[at..]),
+                None => url.to_string(),
+            }
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_password_is_never_shown_even_in_a_url_that_does_not_parse() {
+        assert_eq!(
+            shown("nats://user:NatsPW77@127.0.0.1:4222"),
+            "nats://user:***@127.0.0.1:4222"
+        );
+        assert_eq!(
+            shown("nats://user:NatsPW77@127.0.0.1:notaport"),
+            "nats://user:***@127.0.0.1:notaport"
+        );
+        assert_eq!(
+            shown("http://user:NatsPW77@host/x"),
+            "http://user:***@host/x"
+        );
+        assert_eq!(shown("nats://127.0.0.1:4222"), "nats://127.0.0.1:4222");
+    }
 
     #[test]
     fn a_token_is_a_subject_token_whatever_the_name() {
