@@ -692,3 +692,33 @@ fn an_attachment_that_cannot_go_does_not_stop_the_conversation() {
         calls[3]
     );
 }
+
+/// `kill PID` (SIGTERM) or a closed terminal (SIGHUP) at a prompt, in a program's
+/// `term.readline` or at `colony chat`'s own: the terminal is given back as it was found. It
+/// was left raw (no echo, no line editing) for the shell after, until `stty sane`.
+#[test]
+fn a_signal_at_a_prompt_gives_the_terminal_back_as_it_was() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let script = sb.write("ask.lua", "print(term.readline(\"say> \"))\n");
+    let script = script.display().to_string();
+    for (args, signal, code) in [
+        (vec!["run", script.as_str()], "TERM", 143),
+        (vec!["run", script.as_str()], "HUP", 129),
+        (vec!["chat"], "TERM", 143),
+    ] {
+        let mut pty = Pty::start(&sb, &args, &[]);
+        pty.expect("> ");
+        pty.send("half typed");
+        // The editor holds the terminal raw while it waits.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while pty.edits_lines() {
+            assert!(std::time::Instant::now() < deadline, "never raw");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        pty.signal(signal);
+        let (got, shown, edits) = pty.finish_with_modes();
+        assert_eq!(got, code, "{args:?} {signal}: {shown}");
+        assert!(edits, "{args:?} {signal}: the terminal was left raw");
+    }
+}

@@ -103,8 +103,14 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     let core = build_core(&args.cassettes, handle)?;
     let state =
         StateDir::open(&chat_dir()).map_err(|e| Failure::run(format!("colony chat: {e}")))?;
+    // SIGTERM and SIGHUP end the chat where it waits, through its end (the terminal's modes
+    // put back, its store closed), not by their default action, which left the terminal raw
+    // when they came at the prompt. (Ctrl-C is the chat's own: it cancels a reply.)
+    let interrupt = crate::lua::watchdog::Interrupt::default();
+    let _ending = handle.spawn(end_on_signals(interrupt.clone()));
     let host = HostSetup {
         store: Some(state.dyn_store()),
+        interrupt: interrupt.clone(),
         ..HostSetup::default()
     };
     let source = crate::shipped::script("chat")
@@ -119,7 +125,29 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     )
     .map_err(|e| Failure::run(e.0));
     drop(state);
+    if let Some(why) = interrupt.abandoned_by() {
+        return Err(Failure {
+            message: format!("colony chat: ended by {why}"),
+            code: super::run::signal_status(&why),
+        });
+    }
     result
+}
+
+/// Ends the chat wherever it waits at SIGTERM or SIGHUP.
+async fn end_on_signals(interrupt: crate::lua::watchdog::Interrupt) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return;
+    };
+    let why = tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = hup.recv() => "SIGHUP",
+    };
+    interrupt.abandon(why);
 }
 
 /// Where the chats live: `<state home>/colony/chat`, one store for every use-type.

@@ -20,6 +20,7 @@ mod state;
 mod stdout_gone;
 mod store;
 mod table;
+mod terminal;
 mod tools;
 mod usage;
 mod wizard;
@@ -130,6 +131,7 @@ pub fn main() -> ExitCode {
     let json_logs =
         matches!(&cli.command, Command::Serve(a) if a.log_format == serve::LogFormat::Json);
     init_logging(json_logs);
+    terminal::remember();
     panic::install();
     if std::env::var_os(PANIC_ON_PURPOSE).is_some() {
         panic!("{PANIC_ON_PURPOSE} is set: colony panics on purpose");
@@ -174,6 +176,8 @@ pub fn main() -> ExitCode {
     };
     // Stdio MCP servers a program or command left running end with colony.
     crate::mcp::server_group::end_all();
+    // Before the error is said: said on a raw terminal, it began on the prompt's line.
+    terminal::restore();
     let code = match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {

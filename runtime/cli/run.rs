@@ -260,6 +260,7 @@ async fn last_resort(
          process",
         humane(ABANDON_PATIENCE)
     );
+    super::terminal::restore();
     let code = match why.as_str() {
         super::stdout_gone::REASON => 0,
         MAX_TIME => {
@@ -276,7 +277,7 @@ async fn last_resort(
 }
 
 /// The exit status of a run a signal ended (128 + its number, as its default action's).
-fn signal_status(signal: &str) -> u8 {
+pub(super) fn signal_status(signal: &str) -> u8 {
     match signal {
         "SIGHUP" => 129,
         "SIGTERM" => 143,

@@ -60,14 +60,50 @@ impl Pty {
         self.session.send_line(text).expect("write to the pty");
     }
 
+    /// Sends colony's process `signal` (`TERM`, `HUP`), as `kill` would.
+    #[allow(dead_code)]
+    pub fn signal(&mut self, signal: &str) {
+        let pid = self.session.get_process().pid().as_raw() as u32;
+        super::signal(pid, signal);
+    }
+
+    /// Whether the terminal edits lines (ICANON, which a line editor turns off while it waits):
+    /// what a shell after colony finds. (Not ECHO: expectrl's terminal starts without it.)
+    #[allow(dead_code)]
+    pub fn edits_lines(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let fd = self.session.get_stream().as_raw_fd();
+        // SAFETY: tcgetattr writes only into `modes`, which outlives the call.
+        let modes = unsafe {
+            let mut modes: libc::termios = std::mem::zeroed();
+            assert_eq!(libc::tcgetattr(fd, &mut modes), 0, "tcgetattr of the pty");
+            modes
+        };
+        modes.c_lflag & libc::ICANON != 0
+    }
+
     /// Ctrl-C, as the terminal sends it.
     pub fn ctrl_c(&mut self) {
         self.send("\x03");
     }
 
+    /// [`Pty::finish`], and whether the terminal edits lines once colony has ended.
+    #[allow(dead_code)]
+    #[track_caller]
+    pub fn finish_with_modes(mut self) -> (i32, String, bool) {
+        let (code, shown) = self.finish_here();
+        let edits = self.edits_lines();
+        (code, shown, edits)
+    }
+
     /// Reads to the end of output and returns the exit code.
     #[track_caller]
     pub fn finish(mut self) -> (i32, String) {
+        self.finish_here()
+    }
+
+    #[track_caller]
+    fn finish_here(&mut self) -> (i32, String) {
         match self.session.expect(Eof) {
             Ok(found) => {
                 self.shown
@@ -84,7 +120,7 @@ impl Pty {
             WaitStatus::Exited(_, code) => code,
             other => panic!("colony ended by {other:?}\nshown:\n{}", self.shown),
         };
-        (code, self.shown)
+        (code, self.shown.clone())
     }
 }
 
