@@ -694,7 +694,7 @@ fn an_attachment_that_cannot_go_does_not_stop_the_conversation() {
 }
 
 /// `kill PID` (SIGTERM) or a closed terminal (SIGHUP) at a prompt, in a program's
-/// `term.readline` or at `colony chat`'s own: the terminal is given back as it was found. It
+/// `term.readline`, at `colony chat`'s own or in the config walk: the terminal is given back as it was found. It
 /// was left raw (no echo, no line editing) for the shell after, until `stty sane`.
 #[test]
 fn a_signal_at_a_prompt_gives_the_terminal_back_as_it_was() {
@@ -706,16 +706,17 @@ fn a_signal_at_a_prompt_gives_the_terminal_back_as_it_was() {
         (vec!["run", script.as_str()], "TERM", 143),
         (vec!["run", script.as_str()], "HUP", 129),
         (vec!["chat"], "TERM", 143),
+        // The config walk's first question.
+        (vec!["config"], "TERM", 143),
     ] {
         let mut pty = Pty::start(&sb, &args, &[]);
-        pty.expect("> ");
-        pty.send("half typed");
         // The editor holds the terminal raw while it waits.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
         while pty.edits_lines() {
-            assert!(std::time::Instant::now() < deadline, "never raw");
+            assert!(std::time::Instant::now() < deadline, "{args:?}: never raw");
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
+        pty.send("half typed");
         pty.signal(signal);
         let (got, shown, edits) = pty.finish_with_modes();
         assert_eq!(got, code, "{args:?} {signal}: {shown}");

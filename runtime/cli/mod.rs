@@ -162,7 +162,10 @@ pub fn main() -> ExitCode {
         Command::Scripts(args) => scripts::run(args),
         Command::Providers(args) => providers::run(args),
         Command::Models(args) => rt.block_on(models::run(args, rt.handle())),
-        Command::Config(args) => rt.block_on(config::run(args, rt.handle())),
+        Command::Config(args) => {
+            let _signals = rt.spawn(terminal::give_back_on_signals());
+            rt.block_on(config::run(args, rt.handle()))
+        }
         Command::State(args) => state::run(args),
         Command::Conversations(args) => conversations::run(args),
         Command::Store(args) => store::run(args),

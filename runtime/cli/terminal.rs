@@ -46,3 +46,23 @@ pub fn restore() {
         }
     }
 }
+
+/// For a command that waits in a line editor on its own thread (the config walk): SIGTERM or
+/// SIGHUP puts the terminal back and ends the process with their status (143, 129). Their
+/// default action left it raw.
+pub async fn give_back_on_signals() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return;
+    };
+    let (why, code) = tokio::select! {
+        _ = term.recv() => ("SIGTERM", 143),
+        _ = hup.recv() => ("SIGHUP", 129),
+    };
+    restore();
+    eprintln!("\ncolony: ended by {why}");
+    std::process::exit(code);
+}
