@@ -14,7 +14,13 @@ for i = 1, #arg do
     break
   end
   local k, v = a:match("^%-%-(%w+)=(.*)$")
-  if k then opts[k] = v end
+  if k then
+    opts[k] = v
+  elseif a:sub(1, 1) ~= "-" then
+    -- A copy run as `colony run mine.lua "question"` takes it as `colony ask` does.
+    question = table.concat(arg, " ", i)
+    break
+  end
 end
 assert(question and question ~= "", "colony ask: no question given")
 

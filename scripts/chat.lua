@@ -1,7 +1,7 @@
 -- chat.lua: a multi-turn chat client with tools, streaming and Markdown (`colony chat`).
 --
 -- Usage (through the binary): colony chat [--use=USE] [--provider=P] [--model=M] [--new]
---   [--history] [--clear] [--file=PATH]... [--tool=NAME]... [-- QUESTION]
+--   [--history] [--clear] [--file=PATH]... [--tool=NAME]... [[--] QUESTION]
 -- The binary gives it a store of its own ($XDG_STATE_HOME/colony/chat): one conversation per
 -- use-type (`conversation/<use>`) and the tools the user enabled (`tools`). Everything here is
 -- the public Lua API: copy it (`colony scripts cat chat > mine.lua`) and change what you like.
@@ -29,6 +29,14 @@ for i = 1, #arg do
     show_history = true
   elseif a == "--clear" then
     clear = true
+  elseif a:sub(1, 1) ~= "-" then
+    -- A copy run as `colony run mine.lua "question"` takes it as `colony chat` does (it was
+    -- dropped without a word, and the copy ended at once).
+    question = table.concat(arg, " ", i)
+    break
+  else
+    io.stderr:write("chat.lua: unknown option ", a, " (the question goes last, or after --)\n")
+    os.exit(2)
   end
 end
 
@@ -465,15 +473,20 @@ local errors = 0
 if term.is_tty("stdin") then
   note(dim("colony chat (" .. use .. ", " .. #messages .. " messages so far): /help for commands"))
 end
+local unreadable = 0
 while true do
   local line, why = term.readline(use .. "> ")
   if not line then
     if why == "interrupted" or why == "eof" then break end
-    -- Input that is not UTF-8 text, say: said in one line, the conversation so far kept.
-    note("colony chat: cannot read the next line: " .. tostring(why):gsub("^io_error: ", "")
-      .. " (colony chat reads UTF-8 text)")
-    os.exit(1)
+    -- Input that is not UTF-8 text, say (a stray byte in a paste): that line is left out and
+    -- the chat goes on; it ended the session. A reader that keeps failing ends it.
+    unreadable = unreadable + 1
+    note("colony chat: cannot read that line: " .. tostring(why):gsub("^io_error: ", "")
+      .. " (colony chat reads UTF-8 text); it was left out")
+    if unreadable >= 10 then os.exit(1) end
+    goto next_line
   end
+  unreadable = 0
   local command, rest = line:match("^/(%S+)%s*(.-)%s*$")
   if command == "exit" or command == "quit" then
     break
@@ -552,6 +565,7 @@ while true do
       end
     end
   end
+  ::next_line::
 end
 -- Fed from a pipe, a failed exchange is the run's failure too.
 if errors > 0 and not term.is_tty("stdin") then os.exit(1) end

@@ -478,9 +478,10 @@ fn piped_lines_are_a_conversation_and_a_failure_fails_the_run() {
     assert_eq!(transcript(&calls[2]).len(), 5);
     let history = sb.colony(&["chat", "--history"]).ok();
     assert!(!history.stdout.contains("Third"), "{}", history.stdout);
-    // A line that is not UTF-8 (Latin-1 here) ends the run in one line, not a Lua traceback,
-    // and what came before it is kept.
+    // A line that is not UTF-8 (Latin-1 here, a stray byte in a paste) is left out, said in
+    // one line, and the chat goes on (it ended the session, exit 1).
     fake.push(Reply::text("Four."));
+    fake.push(Reply::text("Five."));
     let mut child = sb
         .command(&["chat"])
         .stdin(std::process::Stdio::piped())
@@ -489,18 +490,19 @@ fn piped_lines_are_a_conversation_and_a_failure_fails_the_run() {
         .spawn()
         .unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    stdin.write_all(b"Fourth\ncaf\xe9\n").unwrap();
+    stdin.write_all(b"Fourth\ncaf\xe9\nFifth\n").unwrap();
     drop(stdin);
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert_eq!(
         stderr.trim_end(),
-        "colony chat: cannot read the next line: stream did not contain valid UTF-8 (colony \
-         chat reads UTF-8 text)"
+        "colony chat: cannot read that line: stream did not contain valid UTF-8 (colony chat \
+         reads UTF-8 text); it was left out"
     );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "Four.\nFive.\n");
     let history = sb.colony(&["chat", "--history"]).ok();
-    assert!(history.stdout.contains("Four."), "{}", history.stdout);
+    assert!(history.stdout.contains("Five."), "{}", history.stdout);
 }
 
 #[test]
@@ -722,4 +724,35 @@ fn a_signal_at_a_prompt_gives_the_terminal_back_as_it_was() {
         assert_eq!(got, code, "{args:?} {signal}: {shown}");
         assert!(edits, "{args:?} {signal}: the terminal was left raw");
     }
+}
+
+/// README: "`colony scripts cat chat > my-chat.lua` gives you one to change, and `colony run
+/// my-chat.lua` runs your copy". Run with a question as `colony chat` is, the copy dropped the
+/// question without a word and ended at once (status 0); an unknown option is now named.
+#[test]
+fn a_copy_of_the_chat_script_takes_its_question_as_colony_chat_does() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    fake.push(Reply::text("Paris."));
+    let copy = sb.colony(&["scripts", "cat", "chat"]).ok();
+    let mine = sb.write("my-chat.lua", &copy.stdout);
+    let mine = mine.display().to_string();
+    let run = sb
+        .colony(&["run", &mine, "What is the capital of France?"])
+        .ok();
+    assert_eq!(run.stdout.trim(), "Paris.", "{}", run.stderr);
+    assert!(
+        transcript(&model_calls(&fake)[0])
+            .iter()
+            .any(|m| m.contains("What is the capital of France?")),
+        "{:?}",
+        model_calls(&fake)
+    );
+    let run = sb.colony(&["run", &mine, "--bogus"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("chat.lua: unknown option --bogus"),
+        "{}",
+        run.stderr
+    );
 }
