@@ -678,6 +678,34 @@ fn providers_lists_the_catalogue() {
         assert!(line.ends_with(&format!(" {url}")), "{line}");
     }
     assert!(run.stdout.lines().next().unwrap().ends_with("BASE URL"));
+    // The config is read: a key stored in a use-type is "in config" (it was "not set"), a
+    // use-type's own base URL is listed, and a config that does not load is said (status 2).
+    let sb = Sandbox::new();
+    sb.write(
+        "config.toml",
+        "[use.general]\nprovider = \"openai\"\nkey = \"sk-stored-0123456789\"\nbase_url = \"http://127.0.0.1:9/v1\"\n",
+    );
+    let run = sb.colony(&["providers"]).ok();
+    let openai = run
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("openai"))
+        .unwrap();
+    assert!(openai.contains(" in config "), "{openai}");
+    assert!(
+        run.stdout
+            .contains("[use.general] reaches openai at http://127.0.0.1:9/v1"),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("sk-stored"), "{}", run.stdout);
+    sb.write(
+        "config.toml",
+        "[use.general]\nprovider = \"openai\"\nmax_tokens = 0\n",
+    );
+    let run = sb.colony(&["providers"]);
+    assert_eq!(run.code, 2, "{}", run.stdout);
+    assert!(run.stderr.contains("max_tokens = 0"), "{}", run.stderr);
     let lua = Sandbox::new()
         .lua(
             r#"for _, p in ipairs(ai.providers()) do print(p.id, p.style, p.key_env, p.tools) end"#,
