@@ -923,7 +923,8 @@ client_id = "colony-docs"
         .ok();
     assert_eq!(
         replaced.stdout.trim(),
-        "docs: https://docs.example/mcp2 (its [mcp.docs.auth] is kept)"
+        "docs: https://docs.example/mcp2 (its [mcp.docs.auth] is kept) (replaces \
+         https://docs.example/mcp)"
     );
     sb.colony(&["mcp", "del", "time"]).ok();
     let text = std::fs::read_to_string(&path).unwrap();
