@@ -21,7 +21,12 @@
 --   colony run examples/watcher.lua /path/to/inbox 0
 
 local folder = arg[1] or "watched"
-local scans = tonumber(arg[2] or "2")
+local scans = math.tointeger(tonumber(arg[2] or "2"))
+if not scans or scans < 0 then
+  io.stderr:write(("watcher.lua: SCANS must be a whole number, 0 or more (0 watches until "
+    .. "Ctrl-C), not %q\n"):format(arg[2]))
+  os.exit(2)
+end
 local INTERVAL_MS = 1000
 local EXCERPT = 600 -- characters of each new file the AI sees
 

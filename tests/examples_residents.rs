@@ -244,6 +244,30 @@ fn the_watcher_replays_offline() {
     assert_eq!(run.stderr, "", "no warnings, no cassette misses");
 }
 
+/// A SCANS that is not a whole number of 0 or more is said, status 2: `abc` crashed the
+/// watcher's source four times over (comparing a number with nil) and `-1` did nothing.
+#[test]
+fn the_watcher_names_a_scans_argument_it_cannot_use() {
+    for scans in ["abc", "-1", "1.5"] {
+        let run = Sandbox::new().colony(&[
+            "run",
+            "--replay",
+            "examples/watcher.jsonl",
+            "examples/watcher.lua",
+            "examples/watched",
+            scans,
+        ]);
+        assert_eq!(run.code, 2, "{scans}: {}{}", run.stdout, run.stderr);
+        assert_eq!(
+            run.stderr,
+            format!(
+                "watcher.lua: SCANS must be a whole number, 0 or more (0 watches until Ctrl-C), \
+                 not {scans:?}\n"
+            )
+        );
+    }
+}
+
 /// `cargo test --test examples_residents -- --ignored regenerate_newsroom_cassette`.
 #[test]
 #[ignore = "writes examples/newsroom.jsonl; run by hand"]
