@@ -115,3 +115,19 @@ pub fn stops() -> std::io::Result<Stops> {
         hup,
     })
 }
+
+/// Waits for SIGTERM or SIGHUP and answers which (`None` when they cannot be listened for): for
+/// a command that ends on either where it waits, but keeps SIGINT for itself (`colony chat`,
+/// whose Ctrl-C cancels a reply; the config walk, whose line editor reads it as a key).
+pub async fn term_or_hangup() -> Option<&'static str> {
+    let (Ok(mut term), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return None;
+    };
+    Some(tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = hup.recv() => "SIGHUP",
+    })
+}

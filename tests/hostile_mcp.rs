@@ -101,24 +101,11 @@ fn an_mcp_sse_line_that_never_ends_is_cut_at_the_limit() {
 #[test]
 fn tools_whose_names_are_not_words_are_renamed_or_left_out_not_a_panic() {
     let sb = Sandbox::new();
-    let server = sb.write(
-        "server.py",
-        r#"import sys, json
-tools = [{"name": n, "inputSchema": {"type": "object"}}
-         for n in ["a b", "a_b", "bad name!", "bad.name!", "", "ok"]]
-for line in sys.stdin:
-    m = json.loads(line)
-    if "id" not in m:
-        continue
-    if m["method"] == "initialize":
-        r = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}},
-             "serverInfo": {"name": "s", "version": "1"}}
-    elif m["method"] == "tools/list":
-        r = {"tools": tools}
-    else:
-        r = {"content": [{"type": "text", "text": "called " + m["params"]["name"]}]}
-    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
-"#,
+    let server = support::mcp::scripted_server(
+        &sb,
+        r#"[{"name": n, "inputSchema": {"type": "object"}}
+         for n in ["a b", "a_b", "bad name!", "bad.name!", "", "ok"]]"#,
+        support::mcp::CALLED,
     );
     let run = sb.lua(
         &format!(

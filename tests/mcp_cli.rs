@@ -862,20 +862,10 @@ print(pcall(mcp.connect, { name = "a_", command = "true" }))
 #[test]
 fn a_message_past_the_line_limit_is_said_when_it_is_dropped() {
     let sb = Sandbox::new();
-    let server = sb.write(
-        "huge.py",
-        r#"import sys, json
-for line in sys.stdin:
-    m = json.loads(line)
-    if "id" not in m: continue
-    if m["method"] == "initialize":
-        r = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "h", "version": "1"}}
-    elif m["method"] == "tools/list":
-        r = {"tools": [{"name": "huge", "inputSchema": {"type": "object"}}]}
-    else:
-        r = {"content": [{"type": "text", "text": "x" * 17000000}]}
-    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
-"#,
+    let server = mcp::scripted_server(
+        &sb,
+        r#"[{"name": "huge", "inputSchema": {"type": "object"}}]"#,
+        r#"{"content": [{"type": "text", "text": "x" * 17000000}]}"#,
     );
     let run = sb
         .lua(
@@ -902,24 +892,14 @@ print(mcp.call{{ conn = c, name = "huge", timeout = 1 }})"#,
 #[test]
 fn a_tool_listed_without_its_schema_does_not_take_the_others_with_it() {
     let sb = Sandbox::new();
-    let server = sb.write(
-        "loose.py",
-        r#"import sys, json
-for line in sys.stdin:
-    m = json.loads(line)
-    if "id" not in m: continue
-    if m["method"] == "initialize":
-        r = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}, "serverInfo": {"name": "l", "version": "1"}}
-    elif m["method"] == "tools/list":
-        r = {"tools": [
-            {"name": "good", "inputSchema": {"type": "object"}},
-            {"name": "noschema"},
-            {"name": "badschema", "inputSchema": "object"},
-        ]}
-    else:
-        r = {"content": [{"type": "text", "text": "called " + m["params"]["name"]}]}
-    print(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r}), flush=True)
-"#,
+    let server = mcp::scripted_server(
+        &sb,
+        r#"[
+    {"name": "good", "inputSchema": {"type": "object"}},
+    {"name": "noschema"},
+    {"name": "badschema", "inputSchema": "object"},
+]"#,
+        mcp::CALLED,
     );
     let run = sb
         .lua(

@@ -700,6 +700,11 @@ impl Session {
             .expect("an answer within a minute")
     }
 
+    /// Waits for the next log message a tool sends (`ctx.log`): a call that has started.
+    fn logged(&self) {
+        while self.next()["method"] != "notifications/message" {}
+    }
+
     /// The answer to request `id` (notifications before it are passed over).
     fn answer(&self, id: u64) -> Value {
         loop {
@@ -740,6 +745,17 @@ impl Session {
         (status.code(), stderr)
     }
 }
+
+/// An exported tool that says it started (`ctx.log`) and then sleeps a minute: a call in flight
+/// to cancel or cut short.
+const SLEEPY: &str = r#"
+ai.tool{ name = "sleepy", description = "sleeps", exportable = true, parameters = {},
+  handler = function(_, ctx)
+    ctx.log("info", "started")
+    ai.sleep(60000)
+    return "woke"
+  end }
+"#;
 
 fn initialize(session: &mut Session) {
     session.send(json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}));
@@ -905,25 +921,10 @@ fn a_call_to_a_blocked_resident_is_answered_with_why() {
 #[test]
 fn a_call_cut_by_a_signal_says_colony_is_ending() {
     let sb = Sandbox::new();
-    let mut session = Session::start(
-        &sb,
-        r#"
-ai.tool{ name = "sleepy", description = "sleeps", exportable = true, parameters = {},
-  handler = function(_, ctx)
-    ctx.log("info", "started")
-    ai.sleep(60000)
-    return "woke"
-  end }
-"#,
-    );
+    let mut session = Session::start(&sb, SLEEPY);
     initialize(&mut session);
     session.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sleepy","arguments":{}}}));
-    loop {
-        let m = session.next();
-        if m["method"] == "notifications/message" {
-            break;
-        }
-    }
+    session.logged();
     session.signal("TERM");
     let answer = session.answer(2);
     assert_eq!(
@@ -941,30 +942,19 @@ fn a_cancelled_call_and_one_cut_by_a_signal_are_audited() {
     let sb = Sandbox::new();
     let mut session = Session::start(
         &sb,
-        r#"
-ai.tool{ name = "sleepy", description = "sleeps", exportable = true, parameters = {},
-  handler = function(_, ctx)
-    ctx.log("info", "started")
-    ai.sleep(60000)
-    return "woke"
-  end }
-ai.tool{ name = "quick", description = "answers", exportable = true, parameters = {},
-  handler = function() return "quick" end }
-"#,
+        &format!(
+            "{SLEEPY}ai.tool{{ name = \"quick\", description = \"answers\", exportable = true, \
+             parameters = {{}}, handler = function() return \"quick\" end }}\n"
+        ),
     );
     initialize(&mut session);
-    let started = |session: &Session| loop {
-        if session.next()["method"] == "notifications/message" {
-            break;
-        }
-    };
     session.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sleepy","arguments":{}}}));
-    started(&session);
+    session.logged();
     session.send(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"enough"}}));
     session.send(json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"quick","arguments":{}}}));
     assert_eq!(session.answer(3)["result"]["content"][0]["text"], "quick");
     session.send(json!({"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"sleepy","arguments":{}}}));
-    started(&session);
+    session.logged();
     session.signal("TERM");
     session.answer(4);
     let (code, stderr) = session.end();

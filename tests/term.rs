@@ -100,13 +100,7 @@ print("not reached")
         ),
     );
     let child = sb.spawn(&["run", &script.display().to_string()]);
-    let interrupt = |child: &std::process::Child| {
-        let status = std::process::Command::new("kill")
-            .args(["-INT", &child.id().to_string()])
-            .status()
-            .expect("kill runs");
-        assert!(status.success());
-    };
+    let interrupt = |child: &std::process::Child| support::signal(child.id(), "INT");
     while !started.exists() {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }

@@ -136,18 +136,9 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
 
 /// Ends the chat wherever it waits at SIGTERM or SIGHUP.
 async fn end_on_signals(interrupt: crate::lua::watchdog::Interrupt) {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-    ) else {
-        return;
-    };
-    let why = tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = hup.recv() => "SIGHUP",
-    };
-    interrupt.abandon(why);
+    if let Some(why) = crate::signals::term_or_hangup().await {
+        interrupt.abandon(why);
+    }
 }
 
 /// Where the chats live: `<state home>/colony/chat`, one store for every use-type.

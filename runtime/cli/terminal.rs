@@ -51,18 +51,10 @@ pub fn restore() {
 /// SIGHUP puts the terminal back and ends the process with their status (143, 129). Their
 /// default action left it raw.
 pub async fn give_back_on_signals() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::hangup()),
-    ) else {
+    let Some(why) = crate::signals::term_or_hangup().await else {
         return;
-    };
-    let (why, code) = tokio::select! {
-        _ = term.recv() => ("SIGTERM", 143),
-        _ = hup.recv() => ("SIGHUP", 129),
     };
     restore();
     eprintln!("\ncolony: ended by {why}");
-    std::process::exit(code);
+    std::process::exit(super::run::signal_status(why).into());
 }

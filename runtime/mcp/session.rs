@@ -633,11 +633,21 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
 /// The last lines a stdio server wrote to its stderr, for the error of a handshake it failed:
 /// a server that exits as it starts (a missing token, a missing module) says why there, and
 /// colony said only "Broken pipe".
-#[derive(Clone, Default)]
-struct StderrTail(
-    Arc<std::sync::Mutex<(std::collections::VecDeque<String>, bool)>>,
-    Arc<Notify>,
-);
+#[derive(Clone)]
+struct StderrTail {
+    lines: Arc<std::sync::Mutex<std::collections::VecDeque<String>>>,
+    /// Whether its stderr has ended (the server exited, or closed it).
+    ended: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Default for StderrTail {
+    fn default() -> StderrTail {
+        StderrTail {
+            lines: Arc::default(),
+            ended: Arc::new(tokio::sync::watch::channel(false).0),
+        }
+    }
+}
 
 impl StderrTail {
     /// The lines kept, and the characters a line is cut to.
@@ -645,37 +655,27 @@ impl StderrTail {
     const WIDTH: usize = 300;
 
     fn push(&self, line: String) {
-        let mut tail = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        if tail.0.len() == Self::LINES {
-            tail.0.pop_front();
+        let mut lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        if lines.len() == Self::LINES {
+            lines.pop_front();
         }
-        tail.0.push_back(line.chars().take(Self::WIDTH).collect());
+        lines.push_back(line.chars().take(Self::WIDTH).collect());
     }
 
     fn ended(&self) {
-        self.0.lock().unwrap_or_else(|e| e.into_inner()).1 = true;
-        self.1.notify_waiters();
-        self.1.notify_one();
+        self.ended.send_replace(true);
     }
 
     /// `cause` with what the server said: once its stderr has ended (it exited), or a moment
     /// later if it has not.
     async fn explain(&self, cause: String) -> String {
-        let ended = async {
-            loop {
-                let notified = self.1.notified();
-                if self.0.lock().unwrap_or_else(|e| e.into_inner()).1 {
-                    return;
-                }
-                notified.await;
-            }
-        };
-        let exited = tokio::time::timeout(Duration::from_millis(500), ended)
+        let mut ended = self.ended.subscribe();
+        let exited = tokio::time::timeout(Duration::from_millis(500), ended.wait_for(|e| *e))
             .await
-            .is_ok();
+            .is_ok_and(|r| r.is_ok());
         let lines: Vec<String> = {
-            let tail = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            tail.0
+            let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+            lines
                 .iter()
                 .filter(|l| !l.trim().is_empty())
                 .cloned()

@@ -538,6 +538,11 @@ impl Slot {
     }
 
     /// The program as the API shows it.
+    /// Where it is in its life, without the rest of [`Slot::view`] (which lists its residents).
+    pub fn phase(&self) -> Phase {
+        self.lock().phase.clone()
+    }
+
     pub fn view(&self) -> Value {
         let (phase, error, reason, hosted, runs) = {
             let now = self.lock();

@@ -226,3 +226,36 @@ pub fn everything_http(port: u16) -> Server {
     wait_listening(&mut child, port, "server-everything");
     Server { child, port }
 }
+
+/// A stdio MCP server of a few lines of Python (the machine's `python3`, no SDK), written into
+/// `sandbox` as `server.py`: it answers `initialize`, lists `tools` (a Python expression for the
+/// list), and answers every call with `result` (a Python expression of the request `m`). For
+/// what colony makes of answers no real server gives: odd names, no schema, a huge result.
+#[allow(dead_code)]
+pub fn scripted_server(sandbox: &super::script::Sandbox, tools: &str, result: &str) -> PathBuf {
+    sandbox.write(
+        "server.py",
+        &format!(
+            r#"import sys, json
+tools = {tools}
+for line in sys.stdin:
+    m = json.loads(line)
+    if "id" not in m:
+        continue
+    if m["method"] == "initialize":
+        r = {{"protocolVersion": "2025-06-18", "capabilities": {{"tools": {{}}}},
+             "serverInfo": {{"name": "s", "version": "1"}}}}
+    elif m["method"] == "tools/list":
+        r = {{"tools": tools}}
+    else:
+        r = {result}
+    print(json.dumps({{"jsonrpc": "2.0", "id": m["id"], "result": r}}), flush=True)
+"#
+        ),
+    )
+}
+
+/// The result [`scripted_server`] answers with by default: `called NAME`.
+#[allow(dead_code)]
+pub const CALLED: &str =
+    r#"{"content": [{"type": "text", "text": "called " + m["params"]["name"]}]}"#;
