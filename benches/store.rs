@@ -288,7 +288,7 @@ impl Store for Counted {
         add(&self.loads, &self.load_ns, t);
         r
     }
-    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<bool> {
+    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<Option<i64>> {
         let t = Instant::now();
         let r = self.inner.push_backlog(name, mail);
         add(&self.accepts, &self.accept_ns, t);
@@ -298,14 +298,14 @@ impl Store for Counted {
         &self,
         name: &str,
         messages: &[Message],
-        served: usize,
+        served: &[i64],
         dropped: u64,
     ) -> StoreResult<()> {
         let t = Instant::now();
         let r = self.inner.commit_step(name, messages, served, dropped);
         add(&self.commits, &self.commit_ns, t);
-        if r.is_ok() && served > 0 {
-            let served = served as u64;
+        if r.is_ok() && !served.is_empty() {
+            let served = served.len() as u64;
             if self.served.fetch_add(served, Ordering::AcqRel) + served == self.target {
                 self.done.notify_one();
             }
@@ -487,23 +487,23 @@ fn store_level(dir: &Path, dur: Duration, concurrent: bool) -> StoreLevel {
     // Warm the statements and the file.
     for i in 0..50 {
         store
-            .commit_step("warm", conv20[i % conv20.len()], 0, 0)
+            .commit_step("warm", conv20[i % conv20.len()], &[], 0)
             .expect("committed");
     }
     let commit20 = timed_loop(dur, |i| {
         store
-            .commit_step("c20", conv20[i % conv20.len()], 0, 0)
+            .commit_step("c20", conv20[i % conv20.len()], &[], 0)
             .expect("committed");
     });
     let commit200 = timed_loop(dur, |i| {
         store
-            .commit_step("c200", conv200[i % conv200.len()], 0, 0)
+            .commit_step("c200", conv200[i % conv200.len()], &[], 0)
             .expect("committed");
     });
 
     // A tool step as a persisted resident writes it: the reply with its call, the call started,
     // its audit line and its result, the step's results.
-    let hooks = ResidentHooks::new(store.clone(), "tools", true, Vec::new(), 0);
+    let hooks = ResidentHooks::new(store.clone(), "tools", true, Vec::new(), Vec::new());
     let call = ToolCall {
         id: "call_1".into(),
         name: "read".into(),
@@ -567,7 +567,12 @@ fn store_level(dir: &Path, dur: Duration, concurrent: bool) -> StoreLevel {
 
     let mail = Mail::new("inbox", "feed", prose(8, MESSAGE_BYTES), 0);
     let accept = timed_loop(dur / 2, |_| {
-        assert!(store.push_backlog("inbox", &mail).expect("accepted"));
+        assert!(
+            store
+                .push_backlog("inbox", &mail)
+                .expect("accepted")
+                .is_some()
+        );
     });
 
     let concurrent = concurrent.then(|| {
@@ -581,7 +586,7 @@ fn store_level(dir: &Path, dur: Duration, concurrent: bool) -> StoreLevel {
                         let who = format!("t{t}");
                         timed_loop(dur, |i| {
                             store
-                                .commit_step(&who, convs[i % convs.len()], 0, 0)
+                                .commit_step(&who, convs[i % convs.len()], &[], 0)
                                 .expect("committed");
                         })
                     })

@@ -74,7 +74,7 @@ fn filled() -> (Sandbox, String) {
     let messages: Vec<Message> = (0..200)
         .map(|i| Message::user(format!("message {i}")))
         .collect();
-    store.commit_step("alice", &messages, 0, 0).unwrap();
+    store.commit_step("alice", &messages, &[], 0).unwrap();
     store
         .push_backlog("alice", &Mail::new("alice", "carol", "are you there?", 0))
         .unwrap();

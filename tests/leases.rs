@@ -109,7 +109,7 @@ fn a_node_that_lost_its_lease_cannot_write_after_another_took_over() {
 
     // Without a lease a node writes nothing.
     let err = node_a
-        .commit_step("r", &[Message::user("no lease")], 0, 0)
+        .commit_step("r", &[Message::user("no lease")], &[], 0)
         .unwrap_err();
     assert_eq!(err.kind(), "fenced", "{err}");
     assert!(err.to_string().contains("holds no lease"), "{err}");
@@ -123,7 +123,7 @@ fn a_node_that_lost_its_lease_cannot_write_after_another_took_over() {
         .unwrap();
     node_a.hold(&lease_a);
     node_a
-        .commit_step("r", &[Message::user("from a")], 0, 0)
+        .commit_step("r", &[Message::user("from a")], &[], 0)
         .unwrap();
 
     // b takes over and writes.
@@ -133,15 +133,18 @@ fn a_node_that_lost_its_lease_cannot_write_after_another_took_over() {
         .expect("expired: taken");
     node_b.hold(&lease_b);
     let from_b = [Message::user("from a"), Message::assistant("b carried on")];
-    node_b.commit_step("r", &from_b, 0, 0).unwrap();
+    node_b.commit_step("r", &from_b, &[], 0).unwrap();
     let mut m = Mail::new("r", "feeder", "for b", 0);
     m.id = Some("m-1".into());
-    assert!(node_b.push_backlog("r", &m).unwrap());
+    let row = node_b
+        .push_backlog("r", &m)
+        .unwrap()
+        .expect("a new id is appended");
 
     // a resumes, still believing it owns r: every cell write is refused, naming it.
     let refused = [
         node_a
-            .commit_step("r", &[Message::user("a overwrites")], 1, 0)
+            .commit_step("r", &[Message::user("a overwrites")], &[row], 0)
             .unwrap_err(),
         node_a
             .push_backlog("r", &Mail::new("r", "feeder", "via a", 0))
@@ -180,7 +183,10 @@ fn a_node_that_lost_its_lease_cannot_write_after_another_took_over() {
     // b hands over (SIGTERM): its own writes stop, and a may take the resident back.
     assert!(store.release(&lease_b).unwrap());
     assert_eq!(
-        node_b.commit_step("r", &from_b, 1, 0).unwrap_err().kind(),
+        node_b
+            .commit_step("r", &from_b, &[row], 0)
+            .unwrap_err()
+            .kind(),
         "fenced"
     );
     let again = store
@@ -188,6 +194,6 @@ fn a_node_that_lost_its_lease_cannot_write_after_another_took_over() {
         .unwrap()
         .expect("released");
     node_a.hold(&again);
-    node_a.commit_step("r", &from_b, 1, 0).unwrap();
+    node_a.commit_step("r", &from_b, &[row], 0).unwrap();
     assert!(store.load_cell("r").unwrap().unwrap().backlog.is_empty());
 }

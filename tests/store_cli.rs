@@ -58,7 +58,7 @@ fn conversation() -> Vec<Message> {
 fn fill_conversations(dir: &Path) {
     let state = StateDir::open(dir).unwrap();
     let store = state.store();
-    store.commit_step("alice", &conversation(), 0, 0).unwrap();
+    store.commit_step("alice", &conversation(), &[], 0).unwrap();
     store
         .push_backlog("alice", &Mail::new("alice", "carol", "are you there?", 0))
         .unwrap();

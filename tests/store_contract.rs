@@ -74,6 +74,7 @@ on_every_backend!(
     the_store_refuses_calls_from_inside_update_instead_of_deadlocking,
     commit_step_replaces_messages_serves_backlog_sets_dropped_and_clears_journal,
     commit_step_creates_a_cell_and_backlog_keeps_arrival_order,
+    commit_step_removes_the_rows_it_names_and_no_other,
     journal_records_start_then_result_in_order_and_commit_step_clears_it,
     messages_with_tool_calls_round_trip,
     file_bytes_are_put_back_on_load_after_a_restart,
@@ -166,7 +167,7 @@ fn values_survive_reopening(store: &Backend) {
     let v = json!({"n": 3, "f": 3.0, "s": "ü", "e": [], "o": {}});
     store.set("ws", "k", &v).unwrap();
     store
-        .commit_step("r", &[Message::user("kept")], 0, 0)
+        .commit_step("r", &[Message::user("kept")], &[], 0)
         .unwrap();
     let again = (store.reopen)();
     assert_eq!(again.get("ws", "k").unwrap(), Some(v));
@@ -352,11 +353,14 @@ fn the_store_refuses_calls_from_inside_update_instead_of_deadlocking(store: &Bac
 
 fn commit_step_replaces_messages_serves_backlog_sets_dropped_and_clears_journal(store: &Backend) {
     assert_eq!(store.load_cell("alice").unwrap(), None);
-    for i in 0..4 {
-        store
-            .push_backlog("alice", &mail(&format!("m{i}")))
-            .unwrap();
-    }
+    let rows: Vec<i64> = (0..4)
+        .map(|i| {
+            store
+                .push_backlog("alice", &mail(&format!("m{i}")))
+                .unwrap()
+                .expect("a mail without an id is appended")
+        })
+        .collect();
     store.push_backlog("bob", &mail("for bob")).unwrap();
     store.journal("alice", &started("c1")).unwrap();
     store.journal("bob", &started("c1")).unwrap();
@@ -370,6 +374,8 @@ fn commit_step_replaces_messages_serves_backlog_sets_dropped_and_clears_journal(
             .collect::<Vec<_>>()
     };
     assert_eq!(contents(&cell), ["m0", "m1", "m2", "m3"]);
+    let saved: Vec<Option<i64>> = cell.backlog.iter().map(|m| m.saved).collect();
+    assert_eq!(saved, rows.iter().copied().map(Some).collect::<Vec<_>>());
     assert_eq!(cell.journal.len(), 1);
 
     let messages = vec![
@@ -377,7 +383,9 @@ fn commit_step_replaces_messages_serves_backlog_sets_dropped_and_clears_journal(
         Message::user("[mail from bob] m1"),
         Message::assistant("done"),
     ];
-    store.commit_step("alice", &messages, 2, 7).unwrap();
+    store
+        .commit_step("alice", &messages, &rows[..2], 7)
+        .unwrap();
     let cell = store.load_cell("alice").unwrap().unwrap();
     assert_eq!(cell.messages, messages);
     assert_eq!(contents(&cell), ["m2", "m3"]);
@@ -388,7 +396,9 @@ fn commit_step_replaces_messages_serves_backlog_sets_dropped_and_clears_journal(
     assert_eq!(bob.backlog, vec![mail("for bob")]);
     assert_eq!(bob.journal.len(), 1);
 
-    store.commit_step("alice", &messages[..1], 10, 0).unwrap();
+    store
+        .commit_step("alice", &messages[..1], &rows, 0)
+        .unwrap();
     let cell = store.load_cell("alice").unwrap().unwrap();
     assert_eq!(cell.messages, messages[..1]);
     assert!(cell.backlog.is_empty());
@@ -397,7 +407,7 @@ fn commit_step_replaces_messages_serves_backlog_sets_dropped_and_clears_journal(
 }
 
 fn commit_step_creates_a_cell_and_backlog_keeps_arrival_order(store: &Backend) {
-    store.commit_step("carol", &[], 0, 0).unwrap();
+    store.commit_step("carol", &[], &[], 0).unwrap();
     assert_eq!(
         store.load_cell("carol").unwrap(),
         Some(SavedResident::default())
@@ -409,10 +419,13 @@ fn commit_step_creates_a_cell_and_backlog_keeps_arrival_order(store: &Backend) {
         Arc::from(&b"attached"[..]),
     )];
     with_files.hop = 2;
+    let mut rows = Vec::new();
     for i in 0..20 {
-        store
-            .push_backlog("carol", &mail(&format!("c{i}")))
-            .unwrap();
+        rows.extend(
+            store
+                .push_backlog("carol", &mail(&format!("c{i}")))
+                .unwrap(),
+        );
         store.push_backlog("dave", &mail(&format!("d{i}"))).unwrap();
     }
     store.push_backlog("carol", &with_files).unwrap();
@@ -424,10 +437,62 @@ fn commit_step_creates_a_cell_and_backlog_keeps_arrival_order(store: &Backend) {
         cell.backlog[20].files[0].data.as_deref(),
         Some(&b"attached"[..])
     );
-    store.commit_step("carol", &[], 5, 0).unwrap();
+    store.commit_step("carol", &[], &rows[..5], 0).unwrap();
     let cell = store.load_cell("carol").unwrap().unwrap();
     assert_eq!(cell.backlog, expected[5..]);
     assert_eq!(store.load_cell("dave").unwrap().unwrap().backlog.len(), 20);
+}
+
+/// A commit removes the backlog rows it names, wherever they are, and no other. A mail whose
+/// save landed but whose answer was lost (the store went away as it committed) has a row that
+/// no queue holds: the turns after it must not remove it in place of their own (a restart
+/// serves it, once). A commit repeated after its answer was lost removes nothing more.
+fn commit_step_removes_the_rows_it_names_and_no_other(store: &Backend) {
+    let rows: Vec<i64> = ["m0", "m1", "m2", "m3"]
+        .iter()
+        .map(|c| store.push_backlog("alice", &mail(c)).unwrap().unwrap())
+        .collect();
+    assert!(
+        rows.windows(2).all(|w| w[0] < w[1]),
+        "rows in arrival order: {rows:?}"
+    );
+    let contents = |store: &dyn Store| {
+        let cell = store.load_cell("alice").unwrap().unwrap();
+        cell.backlog
+            .iter()
+            .map(|m| (m.content.clone(), m.saved))
+            .collect::<Vec<_>>()
+    };
+    let served = [
+        Message::user("[mail from bob] m1"),
+        Message::assistant("ok"),
+    ];
+    store.commit_step("alice", &served, &rows[1..3], 0).unwrap();
+    let left = vec![
+        ("m0".to_string(), Some(rows[0])),
+        ("m3".into(), Some(rows[3])),
+    ];
+    assert_eq!(
+        contents(&**store),
+        left,
+        "the rows named, not the first two"
+    );
+    store.commit_step("alice", &served, &rows[1..3], 0).unwrap();
+    assert_eq!(
+        contents(&**store),
+        left,
+        "a repeated commit removes nothing more"
+    );
+    let next = store.push_backlog("alice", &mail("m4")).unwrap().unwrap();
+    assert!(!rows.contains(&next), "row {next} was numbered before");
+    store.commit_step("alice", &served, &rows[1..3], 0).unwrap();
+    let mut left = left;
+    left.push(("m4".into(), Some(next)));
+    assert_eq!(
+        contents(&*(store.reopen)()),
+        left,
+        "the same rows after a restart"
+    );
 }
 
 fn journal_records_start_then_result_in_order_and_commit_step_clears_it(store: &Backend) {
@@ -446,7 +511,7 @@ fn journal_records_start_then_result_in_order_and_commit_step_clears_it(store: &
     let again = (store.reopen)();
     assert_eq!(again.load_cell("a").unwrap().unwrap().journal, cell.journal);
     store
-        .commit_step("a", &[Message::assistant("ok")], 0, 0)
+        .commit_step("a", &[Message::assistant("ok")], &[], 0)
         .unwrap();
     assert!(store.load_cell("a").unwrap().unwrap().journal.is_empty());
 }
@@ -473,7 +538,7 @@ fn messages_with_tool_calls_round_trip(store: &Backend) {
         ),
         Message::new(Role::Tool, vec![Part::ToolResult(result("c1", "hello"))]),
     ];
-    store.commit_step("r", &messages, 0, 0).unwrap();
+    store.commit_step("r", &messages, &[], 0).unwrap();
     assert_eq!(store.load_cell("r").unwrap().unwrap().messages, messages);
 }
 
@@ -486,8 +551,8 @@ fn file_bytes_are_put_back_on_load_after_a_restart(store: &Backend) {
         ),
         Message::new(Role::User, vec![Part::File(file.clone())]),
     ];
-    store.commit_step("r", &messages, 0, 0).unwrap();
-    store.commit_step("r", &messages, 0, 0).unwrap();
+    store.commit_step("r", &messages, &[], 0).unwrap();
+    store.commit_step("r", &messages, &[], 0).unwrap();
     let loaded = (store.reopen)().load_cell("r").unwrap().unwrap().messages;
     assert_eq!(loaded, messages);
     for m in &loaded {
@@ -513,32 +578,43 @@ fn a_journaled_result_keeps_its_files(store: &Backend) {
 fn a_mail_id_is_accepted_once_until_the_cell_is_cleared(store: &Backend) {
     let mut m = mail("one");
     m.id = Some("feed-1".into());
-    assert!(store.push_backlog("alice", &m).unwrap());
+    assert!(store.push_backlog("alice", &m).unwrap().is_some());
     assert!(
-        !store.push_backlog("alice", &m).unwrap(),
+        store.push_backlog("alice", &m).unwrap().is_none(),
         "a repeat is not appended"
     );
     assert!(
-        !(store.reopen)().push_backlog("alice", &m).unwrap(),
+        (store.reopen)()
+            .push_backlog("alice", &m)
+            .unwrap()
+            .is_none(),
         "nor after a restart"
     );
     assert!(
-        store.push_backlog("bob", &m).unwrap(),
+        store.push_backlog("bob", &m).unwrap().is_some(),
         "ids are per resident"
     );
-    assert!(store.push_backlog("alice", &mail("no id")).unwrap());
     assert!(
-        store.push_backlog("alice", &mail("no id")).unwrap(),
+        store
+            .push_backlog("alice", &mail("no id"))
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        store
+            .push_backlog("alice", &mail("no id"))
+            .unwrap()
+            .is_some(),
         "no id: no dedupe"
     );
     assert_eq!(store.load_cell("alice").unwrap().unwrap().backlog.len(), 3);
     store.clear_cell("alice").unwrap();
-    assert!(store.push_backlog("alice", &m).unwrap());
+    assert!(store.push_backlog("alice", &m).unwrap().is_some());
 }
 
 fn clear_cell_removes_messages_backlog_and_journal(store: &Backend) {
     store
-        .commit_step("a", &[Message::user("hi")], 0, 3)
+        .commit_step("a", &[Message::user("hi")], &[], 3)
         .unwrap();
     store.push_backlog("a", &mail("held")).unwrap();
     store.journal("a", &started("c")).unwrap();
@@ -662,7 +738,7 @@ fn audit_log_filters_by_resident_and_tool_in_order(store: &Backend) {
 
 fn writes_from_many_threads_each_get_their_own_outcome_and_all_are_durable(store: &Backend) {
     const THREADS: usize = 16;
-    let accepted: Vec<Vec<bool>> = std::thread::scope(|s| {
+    let accepted: Vec<Vec<Option<i64>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
                 s.spawn(move || {
@@ -682,7 +758,10 @@ fn writes_from_many_threads_each_get_their_own_outcome_and_all_are_durable(store
     });
     for pair in accepted.chunks(2) {
         for (i, (a, b)) in pair[0].iter().zip(&pair[1]).enumerate() {
-            assert!(a ^ b, "id {i} of a pair accepted exactly once");
+            assert!(
+                a.is_some() ^ b.is_some(),
+                "id {i} of a pair accepted exactly once"
+            );
         }
     }
     let again = (store.reopen)();
@@ -693,4 +772,13 @@ fn writes_from_many_threads_each_get_their_own_outcome_and_all_are_durable(store
     }
     let cell = again.load_cell("inbox").unwrap().unwrap();
     assert_eq!(cell.backlog.len(), THREADS / 2 * 20);
+    // Each caller was answered its own mail's row.
+    for (m, row) in accepted.iter().flatten().enumerate() {
+        let Some(row) = row else { continue };
+        let held = cell.backlog.iter().find(|b| b.saved == Some(*row));
+        assert_eq!(
+            held.map(|b| b.content.as_str()),
+            Some(format!("{}-{}", m / 20, m % 20).as_str())
+        );
+    }
 }

@@ -25,12 +25,16 @@ use colony::turn::{Compaction, ToolDef};
 use colony::vocab::{Inferred, Message, Part, Role, Stop, ToolCall, Usage};
 use serde_json::{Value, json};
 
-/// A store whose `commit_step` fails while `broken` is set, and whose `journal` fails while
-/// `journal_broken` is.
+/// A store whose `commit_step` fails while `broken` is set, whose `journal` fails while
+/// `journal_broken` is, and whose `push_backlog` saves but answers an error while
+/// `answer_lost` is (PostgreSQL stopped as the commit went through: the row is there, its
+/// answer never came).
+#[derive(Default)]
 struct Flaky {
     inner: MemoryStore,
     broken: AtomicBool,
     journal_broken: AtomicBool,
+    answer_lost: AtomicBool,
 }
 
 impl Store for Flaky {
@@ -60,10 +64,14 @@ impl Store for Flaky {
     fn load_cell(&self, n: &str) -> StoreResult<Option<SavedResident>> {
         self.inner.load_cell(n)
     }
-    fn push_backlog(&self, n: &str, m: &Mail) -> StoreResult<bool> {
-        self.inner.push_backlog(n, m)
+    fn push_backlog(&self, n: &str, m: &Mail) -> StoreResult<Option<i64>> {
+        let saved = self.inner.push_backlog(n, m)?;
+        if self.answer_lost.load(Ordering::SeqCst) {
+            return Err(StoreError::Io("the connection was closed".into()));
+        }
+        Ok(saved)
     }
-    fn commit_step(&self, n: &str, m: &[Message], served: usize, d: u64) -> StoreResult<()> {
+    fn commit_step(&self, n: &str, m: &[Message], served: &[i64], d: u64) -> StoreResult<()> {
         if self.broken.load(Ordering::SeqCst) {
             return Err(StoreError::Io("the disk is full".into()));
         }
@@ -126,7 +134,7 @@ fn a_step_that_cannot_be_saved_runs_no_tool() {
     let store = Arc::new(Flaky {
         inner: MemoryStore::new(),
         broken: AtomicBool::new(true),
-        journal_broken: AtomicBool::new(false),
+        ..Flaky::default()
     });
     let route = Route::with_store(core, LuaBridge::detached(), Some(store.clone()));
     let runs = Arc::new(AtomicUsize::new(0));
@@ -226,8 +234,8 @@ fn a_call_whose_start_cannot_be_journaled_does_not_run() {
     );
     let store = Arc::new(Flaky {
         inner: MemoryStore::new(),
-        broken: AtomicBool::new(false),
         journal_broken: AtomicBool::new(true),
+        ..Flaky::default()
     });
     let route = Route::with_store(core, LuaBridge::detached(), Some(store.clone()));
     let runs = Arc::new(AtomicUsize::new(0));
@@ -292,5 +300,128 @@ fn a_call_whose_start_cannot_be_journaled_does_not_run() {
             && result.content.contains("its lease was taken over"),
         "{}",
         result.content
+    );
+}
+
+fn text(reply: &str) -> Inferred {
+    Inferred {
+        message: Message::assistant(reply),
+        stop: Stop::EndTurn,
+        usage: Usage::default(),
+        model: None,
+    }
+}
+
+/// `r`, keeping its conversation in `route`'s store, answered by `answers`.
+fn spawn_r(
+    route: &Route,
+    answers: Vec<Inferred>,
+) -> tokio::sync::mpsc::UnboundedReceiver<colony::residents::Delivery> {
+    let stack: SharedInfer = Arc::new(Scripted::new(
+        ManualClock::new(0),
+        answers.into_iter().map(Ok),
+    ));
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    route
+        .spawn(ResidentSpec {
+            name: "r".into(),
+            ask: Ask::default(),
+            tools: Vec::new(),
+            max_steps: 8,
+            max_hop: DEFAULT_MAX_HOP,
+            mailbox: colony::residents::mail::CAPACITY,
+            compaction: Compaction {
+                enabled: false,
+                ..Compaction::default()
+            },
+            deliver: Deliver::Channel(tx),
+            restart: RestartPolicy::new(Restart::Permanent),
+            stack,
+            persist: true,
+            workspace: None,
+            budgets: Default::default(),
+        })
+        .unwrap();
+    route.open();
+    rx
+}
+
+/// A mail whose save landed but whose answer was lost (the sender was told "not saved" and
+/// retried, or gave up) has a backlog row no queue holds. The turns after it removed "the first
+/// N rows", its row in place of their own: the last mail served stayed in the backlog, and the
+/// next owner (a restart, another node's takeover) served it a second time, its tools with it.
+/// Each turn now removes its own rows: a restart serves the lost-answer mail, once, and nothing
+/// that was served.
+#[test]
+fn a_mail_saved_whose_answer_was_lost_leaves_the_backlog_in_step() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let cassette = Arc::new(Cassette::load(file.path()).unwrap());
+    let core = || {
+        Core::new(
+            Config::default(),
+            Providers::new(Some(cassette.clone()), None),
+            rt.handle().clone(),
+        )
+    };
+    let store = Arc::new(Flaky::default());
+    let route = Route::with_store(core(), LuaBridge::detached(), Some(store.clone()));
+    let mut rx = spawn_r(&route, vec![text("one"), text("two")]);
+    let mail = |content: &str| Mail {
+        id: Some(content.into()),
+        ..Mail::new("r", "t", content, 0)
+    };
+    store.answer_lost.store(true, Ordering::SeqCst);
+    assert!(route.mail(mail("lost answer")).is_err(), "said not saved");
+    store.answer_lost.store(false, Ordering::SeqCst);
+    for (sent, reply) in [("first", "one"), ("second", "two")] {
+        route.mail(mail(sent)).unwrap();
+        let d = rt
+            .block_on(async { tokio::time::timeout(Duration::from_secs(30), rx.recv()).await })
+            .expect("a reply")
+            .unwrap();
+        assert_eq!(d.text, reply);
+    }
+    route.stop("restart");
+    drop(route);
+
+    let held: Vec<String> = store
+        .load_cell("r")
+        .unwrap()
+        .unwrap()
+        .backlog
+        .iter()
+        .map(|m| m.content.clone())
+        .collect();
+    assert_eq!(held, ["lost answer"], "what a restart would serve");
+
+    // The restart serves it, and only it.
+    let route = Route::with_store(core(), LuaBridge::detached(), Some(store.clone()));
+    let mut rx = spawn_r(&route, vec![text("three"), text("again")]);
+    let d = rt
+        .block_on(async { tokio::time::timeout(Duration::from_secs(30), rx.recv()).await })
+        .expect("a reply")
+        .unwrap();
+    assert_eq!(d.text, "three");
+    route.stop("done");
+    let cell = store.load_cell("r").unwrap().unwrap();
+    assert!(cell.backlog.is_empty());
+    let served: Vec<String> = cell
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::User)
+        .map(|m| m.text())
+        .collect();
+    assert_eq!(
+        served,
+        [
+            "[mail from t] first",
+            "[mail from t] second",
+            "[mail from t] lost answer"
+        ]
     );
 }

@@ -71,7 +71,7 @@ print("run " .. runs)
                 Message::user("[mail from bob] hi"),
                 Message::assistant("hello"),
             ],
-            0,
+            &[],
             0,
         )
         .unwrap();

@@ -182,7 +182,7 @@ async fn run_turn(
             "script",
             false,
             Vec::new(),
-            0,
+            Vec::new(),
         );
         let hooks = match lua.app_data_ref::<ScriptAudit>() {
             Some(lines) => hooks.batched(lines.0.clone()),

@@ -26,7 +26,7 @@ pub const HELD: usize = 24;
 pub const CAPACITY: usize = 10_000;
 
 /// One report posted to a resident.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Mail {
     pub to: String,
     /// Who or what sent it (a person, a clock, another AI): the label of the user turn.
@@ -46,6 +46,38 @@ pub struct Mail {
     /// answers `true` without a second copy.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
+    /// The row it was saved as in its recipient's kept backlog, once saved
+    /// ([`crate::store::Store::push_backlog`]): the commit of the turn that serves it removes
+    /// that row and no other. Removing "the first N rows" went wrong whenever the saved backlog
+    /// and the queue differed (a save that committed but whose answer was lost, when the store
+    /// went away, left a row no queue held): each later turn removed the row before its own,
+    /// and a takeover served the one left again. Where the mail is kept, not what it says: it
+    /// is not sent (nor saved) with the mail, and two mails that differ only here are equal.
+    #[serde(skip)]
+    pub saved: Option<i64>,
+}
+
+impl PartialEq for Mail {
+    fn eq(&self, other: &Mail) -> bool {
+        let Mail {
+            to,
+            source,
+            content,
+            hop,
+            files,
+            id,
+            saved: _,
+        } = self;
+        (to, source, content, hop, files, id)
+            == (
+                &other.to,
+                &other.source,
+                &other.content,
+                &other.hop,
+                &other.files,
+                &other.id,
+            )
+    }
 }
 
 /// Mail a store kept before files were recorded held their paths: such a path comes back as a
@@ -93,6 +125,7 @@ impl Mail {
             hop,
             files: Vec::new(),
             id: None,
+            saved: None,
         }
     }
 
@@ -276,14 +309,14 @@ impl Mailbox {
     }
 
     /// Posts `mail` after `save` has written it down, both under the mailbox's lock, so the order
-    /// of the saved backlog is the order of the queue (a turn's served rows are removed from the
-    /// front of the saved backlog). `save` answers whether the mail is new (`false`: a repeated
-    /// id, acknowledged and not queued again). A full mailbox refuses before `save` runs, so
-    /// nothing is written for a mail that is not accepted.
+    /// of the saved backlog is the order of the queue. `save` answers the row the mail was saved
+    /// as (kept with it, [`Mail::saved`]), or `None` for a repeated id, acknowledged and not
+    /// queued again. A full mailbox refuses before `save` runs, so nothing is written for a
+    /// mail that is not accepted.
     pub fn post_saved<E>(
         &self,
-        mail: Mail,
-        save: impl FnOnce(&Mail) -> Result<bool, E>,
+        mut mail: Mail,
+        save: impl FnOnce(&Mail) -> Result<Option<i64>, E>,
     ) -> Result<Result<Delivered, MailError>, E> {
         {
             let mut inbox = self.lock();
@@ -293,9 +326,10 @@ impl Mailbox {
             if let Err(e) = self.check_room(&mut inbox) {
                 return Ok(Err(e));
             }
-            if !save(&mail)? {
+            let Some(row) = save(&mail)? else {
                 return Ok(Ok(Delivered::Repeated));
-            }
+            };
+            mail.saved = Some(row);
             inbox.queue.push_back(mail);
             inbox.trim();
         }
@@ -444,7 +478,7 @@ mod tests {
         let mut saved = 0;
         let refused = b.post_saved(mail(3), |_| {
             saved += 1;
-            Ok::<_, ()>(true)
+            Ok::<_, ()>(Some(1))
         });
         assert_eq!(refused, Ok(Err(MailError::MailboxFull)));
         assert_eq!(saved, 0, "a refused mail is not saved");

@@ -16,7 +16,7 @@
 //! ending in results (the next model call was not made yet).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use sha2::{Digest, Sha256};
@@ -36,8 +36,10 @@ pub struct ResidentHooks {
     /// The journal found at a restart: it answers only the calls of the step it was written
     /// for (the first commit clears it, as it clears the saved journal).
     journal: std::sync::Mutex<Vec<JournalEntry>>,
-    /// Backlog rows this turn serves, removed at its first commit.
-    served: AtomicUsize,
+    /// The backlog rows this turn serves ([`crate::residents::Mail::saved`]), removed at its
+    /// first commit that lands. A commit repeated after one whose answer was lost (it landed)
+    /// names rows already gone: nothing else is removed.
+    served: std::sync::Mutex<Vec<i64>>,
     /// Where audit lines with nothing else to write wait to share a transaction (a script's
     /// own turns, [`ResidentHooks::batched`]); `None`: each is written as its call ends.
     batch: Option<Arc<AuditBatch>>,
@@ -51,14 +53,14 @@ impl ResidentHooks {
         name: &str,
         persist: bool,
         journal: Vec<JournalEntry>,
-        served: usize,
+        served: Vec<i64>,
     ) -> ResidentHooks {
         ResidentHooks {
             store,
             name: name.to_string(),
             persist,
             journal: std::sync::Mutex::new(journal),
-            served: AtomicUsize::new(served),
+            served: std::sync::Mutex::new(served),
             batch: None,
             queued: AtomicU64::new(0),
         }
@@ -88,10 +90,10 @@ impl ResidentHooks {
         }
         // Discarded arrivals are still in the backlog on disk until the turn that reports them
         // commits, so nothing is counted apart: `dropped` stays 0.
-        let served = self.served.load(Ordering::Acquire);
-        match self.store.commit_step(&self.name, messages, served, 0) {
+        let mut served = self.served.lock().unwrap_or_else(|e| e.into_inner());
+        match self.store.commit_step(&self.name, messages, &served, 0) {
             Ok(()) => {
-                self.served.store(0, Ordering::Release);
+                served.clear();
                 Ok(())
             }
             Err(e) => {

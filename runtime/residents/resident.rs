@@ -736,7 +736,9 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
     turn.reported_tokens = *reported_tokens;
     let hooks = host.store().map(|store| {
         let journal = std::mem::take(&mut *me.journal.lock().unwrap_or_else(|e| e.into_inner()));
-        let served = batch.mail.len() + batch.dropped as usize;
+        // A resident that keeps its conversation drops nothing (`batch.dropped` is 0), and each
+        // mail it holds was saved.
+        let served = batch.mail.iter().filter_map(|m| m.saved).collect();
         Arc::new(ResidentHooks::new(
             store.clone(),
             &me.spec.name,

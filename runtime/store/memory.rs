@@ -29,6 +29,8 @@ struct Inner {
     cells: BTreeMap<String, SavedResident>,
     breakers: BTreeMap<String, BreakerState>,
     accepted: std::collections::BTreeSet<(String, String)>,
+    /// The last backlog row numbered (rows are never numbered twice).
+    rows: i64,
     /// The newest [`AUDIT_KEPT`] audit lines.
     audit: VecDeque<AuditEntry>,
 }
@@ -110,34 +112,39 @@ impl Store for MemoryStore {
         Ok(self.lock()?.cells.get(name).cloned())
     }
 
-    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<bool> {
+    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<Option<i64>> {
         let mut inner = self.lock()?;
         if let Some(id) = &mail.id
             && !inner.accepted.insert((name.into(), id.clone()))
         {
-            return Ok(false);
+            return Ok(None);
         }
+        inner.rows += 1;
+        let row = inner.rows;
         inner
             .cells
             .entry(name.into())
             .or_default()
             .backlog
-            .push(mail.clone());
-        Ok(true)
+            .push(Mail {
+                saved: Some(row),
+                ..mail.clone()
+            });
+        Ok(Some(row))
     }
 
     fn commit_step(
         &self,
         name: &str,
         messages: &[Message],
-        served: usize,
+        served: &[i64],
         dropped: u64,
     ) -> StoreResult<()> {
         let mut inner = self.lock()?;
         let cell = inner.cells.entry(name.into()).or_default();
         cell.messages = messages.to_vec();
-        let served = served.min(cell.backlog.len());
-        cell.backlog.drain(..served);
+        cell.backlog
+            .retain(|m| m.saved.is_none_or(|row| !served.contains(&row)));
         cell.dropped = dropped;
         cell.journal.clear();
         Ok(())

@@ -78,7 +78,8 @@ pub type StoreResult<T> = Result<T, StoreError>;
 pub struct SavedResident {
     /// The committed conversation.
     pub messages: Vec<Message>,
-    /// Mail accepted (`ai.mail` answered `true`) and not yet served, oldest first.
+    /// Mail accepted (`ai.mail` answered `true`) and not yet served, oldest first, each with
+    /// the row it is saved as ([`Mail::saved`]).
     pub backlog: Vec<Mail>,
     /// Older arrivals the outage bound discarded, not yet reported to the model.
     pub dropped: u64,
@@ -168,17 +169,19 @@ pub trait Store: Send + Sync {
     /// The names with a cell, in order.
     fn conversations(&self) -> StoreResult<Vec<String>>;
     fn load_cell(&self, name: &str) -> StoreResult<Option<SavedResident>>;
-    /// Appends accepted mail to the backlog (before `ai.mail` answers `true`). A mail with an
-    /// `id` this cell has accepted before is not appended again: `Ok(false)`.
-    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<bool>;
-    /// One transaction after a step: the conversation becomes `messages`, the first `served`
-    /// backlog entries are removed (they are in `messages` now), `dropped` is set, and the
-    /// journal is cleared.
+    /// Appends accepted mail to the backlog (before `ai.mail` answers `true`): the row it was
+    /// saved as ([`Mail::saved`]), which the commit that serves it names. A mail with an `id`
+    /// this cell has accepted before is not appended again: `Ok(None)`. Rows are never numbered
+    /// twice, so a commit repeated after its answer was lost removes nothing it should not.
+    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<Option<i64>>;
+    /// One transaction after a step: the conversation becomes `messages`, the backlog rows
+    /// `served` are removed (their mail is in `messages` now; rows already gone are skipped),
+    /// `dropped` is set, and the journal is cleared.
     fn commit_step(
         &self,
         name: &str,
         messages: &[Message],
-        served: usize,
+        served: &[i64],
         dropped: u64,
     ) -> StoreResult<()>;
     /// Records that a call of the step in flight started (`result: None`) or finished.

@@ -124,14 +124,14 @@ impl Store for OpeningStore {
     fn load_cell(&self, name: &str) -> StoreResult<Option<SavedResident>> {
         self.wait()?.load_cell(name)
     }
-    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<bool> {
+    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<Option<i64>> {
         self.wait()?.push_backlog(name, mail)
     }
     fn commit_step(
         &self,
         name: &str,
         messages: &[Message],
-        served: usize,
+        served: &[i64],
         dropped: u64,
     ) -> StoreResult<()> {
         self.wait()?.commit_step(name, messages, served, dropped)

@@ -249,7 +249,7 @@ impl Store for FencedStore {
     fn load_cell(&self, name: &str) -> StoreResult<Option<SavedResident>> {
         self.inner.load_cell(name)
     }
-    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<bool> {
+    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<Option<i64>> {
         self.inner
             .push_backlog_fenced(name, mail, Some(&self.fence(name)?))
     }
@@ -257,7 +257,7 @@ impl Store for FencedStore {
         &self,
         name: &str,
         messages: &[Message],
-        served: usize,
+        served: &[i64],
         dropped: u64,
     ) -> StoreResult<()> {
         self.inner

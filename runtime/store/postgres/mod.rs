@@ -267,7 +267,7 @@ impl PostgresStore {
         let dropped: i64 = row.get(1);
         let backlog = tx
             .query(
-                "SELECT mail FROM colony_backlog WHERE name = $1 ORDER BY seq",
+                "SELECT seq, mail FROM colony_backlog WHERE name = $1 ORDER BY seq",
                 &[&name],
             )
             .await
@@ -284,7 +284,13 @@ impl PostgresStore {
             self.decode(format_args!("the conversation of {name:?}"), &messages)?;
         let mut backlog = backlog
             .iter()
-            .map(|r| self.decode::<Mail>(format_args!("the backlog of {name:?}"), r.get(0)))
+            .map(|r| {
+                let mail = self.decode::<Mail>(format_args!("the backlog of {name:?}"), r.get(1));
+                mail.map(|m| Mail {
+                    saved: Some(r.get(0)),
+                    ..m
+                })
+            })
             .collect::<StoreResult<Vec<Mail>>>()?;
         let mut journal = journal
             .iter()
@@ -426,7 +432,7 @@ impl PostgresStore {
         name: &str,
         mail: &Mail,
         fence: Option<&Fence>,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<Option<i64>> {
         self.plain("resident name", name)?;
         let text = self.encode(mail)?;
         self.with(|mut client| async move {
@@ -442,18 +448,24 @@ impl PostgresStore {
                     .await
                     .map_err(e)?;
                 if tx.execute(&stmt, &[&name, id]).await.map_err(e)? == 0 {
-                    return Ok(false);
+                    return Ok(None);
                 }
             }
             ensure_cell(&tx, name).await.map_err(e)?;
             save_files(&tx, mail.files.iter()).await.map_err(e)?;
             let stmt = tx
-                .prepare_cached("INSERT INTO colony_backlog (name, mail) VALUES ($1, $2)")
+                .prepare_cached(
+                    "INSERT INTO colony_backlog (name, mail) VALUES ($1, $2) RETURNING seq",
+                )
                 .await
                 .map_err(e)?;
-            tx.execute(&stmt, &[&name, &text]).await.map_err(e)?;
+            let row: i64 = tx
+                .query_one(&stmt, &[&name, &text])
+                .await
+                .map_err(e)?
+                .get(0);
             tx.commit().await.map_err(e)?;
-            Ok(true)
+            Ok(Some(row))
         })
     }
 
@@ -461,13 +473,12 @@ impl PostgresStore {
         &self,
         name: &str,
         messages: &[Message],
-        served: usize,
+        served: &[i64],
         dropped: u64,
         fence: Option<&Fence>,
     ) -> StoreResult<()> {
         self.plain("resident name", name)?;
         let text = self.encode(messages)?;
-        let served = i64::try_from(served).unwrap_or(i64::MAX);
         let dropped = i64::try_from(dropped).unwrap_or(i64::MAX);
         self.with(|mut client| async move {
             let e = |e| self.err(e);
@@ -487,12 +498,9 @@ impl PostgresStore {
             tx.execute(&stmt, &[&name, &text, &dropped])
                 .await
                 .map_err(e)?;
-            if served > 0 {
+            if !served.is_empty() {
                 let stmt = tx
-                    .prepare_cached(
-                        "DELETE FROM colony_backlog WHERE seq IN \
-                         (SELECT seq FROM colony_backlog WHERE name = $1 ORDER BY seq LIMIT $2)",
-                    )
+                    .prepare_cached("DELETE FROM colony_backlog WHERE name = $1 AND seq = ANY($2)")
                     .await
                     .map_err(e)?;
                 tx.execute(&stmt, &[&name, &served]).await.map_err(e)?;
@@ -724,7 +732,7 @@ impl Store for PostgresStore {
         self.with(|mut client| async move { self.read_cell(&mut client, name).await })
     }
 
-    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<bool> {
+    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<Option<i64>> {
         self.push_backlog_fenced(name, mail, None)
     }
 
@@ -732,7 +740,7 @@ impl Store for PostgresStore {
         &self,
         name: &str,
         messages: &[Message],
-        served: usize,
+        served: &[i64],
         dropped: u64,
     ) -> StoreResult<()> {
         self.commit_step_fenced(name, messages, served, dropped, None)

@@ -26,8 +26,8 @@ const KEPT_FOR: Duration = Duration::from_secs(60);
 pub(super) struct RawCell {
     pub messages: String,
     pub dropped: i64,
-    /// The backlog's mail, oldest first.
-    pub backlog: Vec<String>,
+    /// The backlog's rows (their `seq`, their mail), oldest first.
+    pub backlog: Vec<(i64, String)>,
     /// The journal, in the order the calls were recorded.
     pub journal: Vec<RawEntry>,
 }
@@ -106,12 +106,12 @@ pub(super) fn read_all(conn: &mut Connection) -> rusqlite::Result<HashMap<String
                 },
             );
         }
-        let mut stmt = tx.prepare("SELECT name, mail FROM backlog ORDER BY seq")?;
+        let mut stmt = tx.prepare("SELECT name, seq, mail FROM backlog ORDER BY seq")?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
             let name: String = r.get(0)?;
             if let Some(cell) = cells.get_mut(&name) {
-                cell.backlog.push(r.get(1)?);
+                cell.backlog.push((r.get(1)?, r.get(2)?));
             }
         }
         let mut stmt =
@@ -150,9 +150,9 @@ pub(super) fn read_one(conn: &mut Connection, name: &str) -> rusqlite::Result<Op
         return Ok(None);
     };
     let backlog = tx
-        .prepare_cached("SELECT mail FROM backlog WHERE name = ?1 ORDER BY seq")?
-        .query_map(params![name], |r| r.get(0))?
-        .collect::<rusqlite::Result<Vec<String>>>()?;
+        .prepare_cached("SELECT seq, mail FROM backlog WHERE name = ?1 ORDER BY seq")?
+        .query_map(params![name], |r| Ok((r.get(0)?, r.get(1)?)))?
+        .collect::<rusqlite::Result<Vec<(i64, String)>>>()?;
     let journal = tx
         .prepare_cached(
             "SELECT call_id, tool, result, files FROM journal WHERE name = ?1 ORDER BY rowid",

@@ -33,7 +33,7 @@ use serde_json::Value;
 use cells::{Kept, RawCell};
 use open::classify;
 pub use open::{APPLICATION_ID, SCHEMA_VERSION};
-use writes::{Write, Writer, file_bytes};
+use writes::{Done, Write, Writer, file_bytes};
 
 use super::group_commit::{Commits, GroupCommit};
 use super::off_worker::off_worker;
@@ -56,7 +56,7 @@ pub struct SqliteStore {
     write: Arc<Mutex<Writer>>,
     /// The reading connection.
     read: Mutex<Connection>,
-    writes: GroupCommit<Write, StoreResult<bool>>,
+    writes: GroupCommit<Write, StoreResult<Done>>,
     /// The cells read in one pass for a resume, until each is loaded or written.
     kept: Mutex<Kept>,
     /// Whether the log was started (or is being) ahead of the first write.
@@ -202,7 +202,7 @@ impl SqliteStore {
 
     /// Queues `write` for the next group commit and waits (off tokio's workers) until the
     /// transaction holding it is on disk.
-    fn submit(&self, write: Write) -> StoreResult<bool> {
+    fn submit(&self, write: Write) -> StoreResult<Done> {
         self.not_in_update()?;
         off_worker(|| {
             self.writes.submit(
@@ -257,7 +257,13 @@ impl SqliteStore {
         let mut backlog = raw
             .backlog
             .iter()
-            .map(|t| self.decode::<Mail>(format_args!("the backlog of {name:?}"), t))
+            .map(|(row, t)| {
+                let mail = self.decode::<Mail>(format_args!("the backlog of {name:?}"), t)?;
+                Ok(Mail {
+                    saved: Some(*row),
+                    ..mail
+                })
+            })
             .collect::<StoreResult<Vec<Mail>>>()?;
         let mut journal = raw
             .journal
@@ -501,9 +507,10 @@ impl Store for SqliteStore {
             space: space.to_string(),
             key: key.to_string(),
         })
+        .map(Done::changed)
     }
 
-    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<bool> {
+    fn push_backlog(&self, name: &str, mail: &Mail) -> StoreResult<Option<i64>> {
         let text = self.encode(mail)?;
         self.submit(Write::PushBacklog {
             name: name.to_string(),
@@ -511,13 +518,14 @@ impl Store for SqliteStore {
             id: mail.id.clone(),
             files: file_bytes(mail.files.iter()),
         })
+        .map(Done::row)
     }
 
     fn commit_step(
         &self,
         name: &str,
         messages: &[Message],
-        served: usize,
+        served: &[i64],
         dropped: u64,
     ) -> StoreResult<()> {
         let text = self.encode(messages)?;
@@ -525,7 +533,7 @@ impl Store for SqliteStore {
             name: name.to_string(),
             text,
             files: file_bytes(messages.iter().flat_map(Message::files)),
-            served: i64::try_from(served).unwrap_or(i64::MAX),
+            served: served.to_vec(),
             dropped: i64::try_from(dropped).unwrap_or(i64::MAX),
         })?;
         Ok(())
@@ -540,6 +548,7 @@ impl Store for SqliteStore {
         self.submit(Write::ClearCell {
             name: name.to_string(),
         })
+        .map(Done::changed)
     }
 
     fn save_breaker(&self, key: &str, state: &BreakerState) -> StoreResult<()> {
@@ -665,6 +674,7 @@ impl Store for SqliteStore {
         self.submit(Write::PruneAudit {
             before_ms: i64::try_from(before_ms).unwrap_or(i64::MAX),
         })
+        .map(Done::changed)
     }
 
     fn audit_log(&self, filter: &AuditFilter) -> StoreResult<Vec<AuditEntry>> {

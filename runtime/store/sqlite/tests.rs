@@ -23,7 +23,7 @@ fn on_writer(store: &SqliteStore, sql: &str) {
 }
 
 /// Applies `writes` as one batch on the store's writing connection.
-fn batch(store: &SqliteStore, writes: &[Write]) -> Vec<StoreResult<bool>> {
+fn batch(store: &SqliteStore, writes: &[Write]) -> Vec<StoreResult<Done>> {
     writes::apply_batch(&mut store.write.lock().unwrap(), writes, &|e| store.err(e))
 }
 
@@ -663,6 +663,7 @@ fn commit_step_replaces_messages_serves_backlog_sets_dropped_and_clears_journal(
             .collect::<Vec<_>>(),
         ["m0", "m1", "m2", "m3"]
     );
+    let rows: Vec<i64> = cell.backlog.iter().map(|m| m.saved.unwrap()).collect();
     assert_eq!(cell.journal.len(), 1);
 
     let messages = vec![
@@ -670,7 +671,9 @@ fn commit_step_replaces_messages_serves_backlog_sets_dropped_and_clears_journal(
         Message::user("[mail from bob] m1"),
         Message::assistant("done"),
     ];
-    store.commit_step("alice", &messages, 2, 7).unwrap();
+    store
+        .commit_step("alice", &messages, &rows[..2], 7)
+        .unwrap();
     let cell = store.load_cell("alice").unwrap().unwrap();
     assert_eq!(cell.messages, messages);
     assert_eq!(
@@ -688,8 +691,10 @@ fn commit_step_replaces_messages_serves_backlog_sets_dropped_and_clears_journal(
     assert_eq!(bob.backlog, vec![mail("for bob")]);
     assert_eq!(bob.journal.len(), 1);
 
-    // Serving more than is held empties the backlog; dropped can go back to 0.
-    store.commit_step("alice", &messages[..1], 10, 0).unwrap();
+    // Naming rows already served too empties the backlog; dropped can go back to 0.
+    store
+        .commit_step("alice", &messages[..1], &rows, 0)
+        .unwrap();
     let cell = store.load_cell("alice").unwrap().unwrap();
     assert_eq!(cell.messages, messages[..1]);
     assert!(cell.backlog.is_empty());
@@ -700,7 +705,7 @@ fn commit_step_replaces_messages_serves_backlog_sets_dropped_and_clears_journal(
 #[test]
 fn commit_step_creates_a_cell_and_backlog_keeps_arrival_order() {
     let (_dir, store) = fresh();
-    store.commit_step("carol", &[], 0, 0).unwrap();
+    store.commit_step("carol", &[], &[], 0).unwrap();
     assert_eq!(
         store.load_cell("carol").unwrap(),
         Some(SavedResident::default())
@@ -726,7 +731,8 @@ fn commit_step_creates_a_cell_and_backlog_keeps_arrival_order() {
     assert_eq!(cell.backlog, expected);
     let attached = &cell.backlog[20].files[0];
     assert_eq!(attached.data.as_deref(), Some(&b"attached"[..]));
-    store.commit_step("carol", &[], 5, 0).unwrap();
+    let rows: Vec<i64> = cell.backlog.iter().map(|m| m.saved.unwrap()).collect();
+    store.commit_step("carol", &[], &rows[..5], 0).unwrap();
     let cell = store.load_cell("carol").unwrap().unwrap();
     assert_eq!(cell.backlog, expected[5..]);
     assert_eq!(store.load_cell("dave").unwrap().unwrap().backlog.len(), 20);
@@ -753,7 +759,7 @@ fn journal_records_start_then_result_in_order_and_commit_step_clears_it() {
     let cell = store.load_cell("a").unwrap().unwrap();
     assert_eq!(cell.journal, vec![finished, start("c1")]);
     store
-        .commit_step("a", &[Message::assistant("ok")], 0, 0)
+        .commit_step("a", &[Message::assistant("ok")], &[], 0)
         .unwrap();
     assert!(store.load_cell("a").unwrap().unwrap().journal.is_empty());
 }
@@ -782,7 +788,7 @@ fn messages_with_tool_calls_round_trip() {
         ),
         Message::new(Role::Tool, vec![Part::ToolResult(result("c1", "hello"))]),
     ];
-    store.commit_step("r", &messages, 0, 0).unwrap();
+    store.commit_step("r", &messages, &[], 0).unwrap();
     assert_eq!(store.load_cell("r").unwrap().unwrap().messages, messages);
 }
 
@@ -797,8 +803,8 @@ fn file_bytes_are_stored_once_and_put_back_on_load() {
         ),
         Message::new(Role::User, vec![Part::File(file.clone())]),
     ];
-    store.commit_step("r", &messages, 0, 0).unwrap();
-    store.commit_step("r", &messages, 0, 0).unwrap();
+    store.commit_step("r", &messages, &[], 0).unwrap();
+    store.commit_step("r", &messages, &[], 0).unwrap();
     let stored: i64 = store
         .writer()
         .unwrap()
@@ -847,30 +853,38 @@ fn a_mail_id_is_accepted_once_until_the_cell_is_cleared() {
     let (_dir, store) = fresh();
     let mut m = mail("one");
     m.id = Some("feed-1".into());
-    assert!(store.push_backlog("alice", &m).unwrap());
+    assert!(store.push_backlog("alice", &m).unwrap().is_some());
     assert!(
-        !store.push_backlog("alice", &m).unwrap(),
+        store.push_backlog("alice", &m).unwrap().is_none(),
         "a repeat is not appended"
     );
     assert!(
-        store.push_backlog("bob", &m).unwrap(),
+        store.push_backlog("bob", &m).unwrap().is_some(),
         "ids are per resident"
     );
-    assert!(store.push_backlog("alice", &mail("no id")).unwrap());
     assert!(
-        store.push_backlog("alice", &mail("no id")).unwrap(),
+        store
+            .push_backlog("alice", &mail("no id"))
+            .unwrap()
+            .is_some()
+    );
+    assert!(
+        store
+            .push_backlog("alice", &mail("no id"))
+            .unwrap()
+            .is_some(),
         "no id: no dedupe"
     );
     assert_eq!(store.load_cell("alice").unwrap().unwrap().backlog.len(), 3);
     store.clear_cell("alice").unwrap();
-    assert!(store.push_backlog("alice", &m).unwrap());
+    assert!(store.push_backlog("alice", &m).unwrap().is_some());
 }
 
 #[test]
 fn clear_cell_removes_messages_backlog_and_journal() {
     let (_dir, store) = fresh();
     store
-        .commit_step("a", &[Message::user("hi")], 0, 3)
+        .commit_step("a", &[Message::user("hi")], &[], 3)
         .unwrap();
     store.push_backlog("a", &mail("held")).unwrap();
     store
@@ -1247,7 +1261,7 @@ fn writes_from_many_threads_each_get_their_own_outcome_and_all_are_durable() {
     let path = dir.path().join("store.sqlite3");
     let store = SqliteStore::open(&path).unwrap();
     const THREADS: usize = 16;
-    let accepted: Vec<Vec<bool>> = std::thread::scope(|s| {
+    let accepted: Vec<Vec<Option<i64>>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..THREADS)
             .map(|t| {
                 let store = &store;
@@ -1268,7 +1282,10 @@ fn writes_from_many_threads_each_get_their_own_outcome_and_all_are_durable() {
     });
     for pair in accepted.chunks(2) {
         for (i, (a, b)) in pair[0].iter().zip(&pair[1]).enumerate() {
-            assert!(a ^ b, "id {i} of a pair accepted exactly once");
+            assert!(
+                a.is_some() ^ b.is_some(),
+                "id {i} of a pair accepted exactly once"
+            );
         }
     }
     let commits = store.commits();
@@ -1353,7 +1370,7 @@ fn a_write_of_several_statements_that_fails_in_a_batch_is_undone_whole() {
     // Its mail id was not taken either: once allowed, the same mail is accepted.
     on_writer(&store, "DROP TRIGGER refuse");
     let again = batch(&store, &[accept("refused")]);
-    assert_eq!(again[0].as_ref().ok(), Some(&true), "{again:?}");
+    assert!(matches!(again[0], Ok(Done::Appended(Some(_)))), "{again:?}");
 }
 
 /// 64 tasks on a runtime of 2 workers commit while the writing connection is held: every one of
@@ -1375,7 +1392,7 @@ fn residents_committing_at_once_share_one_transaction() {
             let store = store.clone();
             rt.spawn(async move {
                 let messages = vec![Message::user(format!("step of {t}"))];
-                store.commit_step(&format!("r{t}"), &messages, 0, 0)
+                store.commit_step(&format!("r{t}"), &messages, &[], 0)
             })
         })
         .collect();
@@ -1414,14 +1431,17 @@ fn a_resume_reads_every_cell_in_one_pass_and_never_misses_a_write_made_since() {
     let path = dir.path().join("store.sqlite3");
     let n = cells::IN_ONE_PASS as usize + 6;
     let name = |i: usize| format!("r{i:03}");
+    let mut rows = Vec::new();
     {
         let store = SqliteStore::open(&path).unwrap();
         for i in 0..n {
             let messages = [Message::user(format!("hello {i}"))];
-            store.commit_step(&name(i), &messages, 0, 0).unwrap();
-            store
-                .push_backlog(&name(i), &mail(&format!("mail {i}")))
-                .unwrap();
+            store.commit_step(&name(i), &messages, &[], 0).unwrap();
+            rows.extend(
+                store
+                    .push_backlog(&name(i), &mail(&format!("mail {i}")))
+                    .unwrap(),
+            );
             if i % 2 == 0 {
                 let started = JournalEntry {
                     call_id: "call_1".into(),
@@ -1445,7 +1465,7 @@ fn a_resume_reads_every_cell_in_one_pass_and_never_misses_a_write_made_since() {
 
     // Written after the pass: a load sees the write, not the text read before it.
     store
-        .commit_step(&name(1), &[Message::user("changed")], 1, 0)
+        .commit_step(&name(1), &[Message::user("changed")], &rows[1..2], 0)
         .unwrap();
     store.push_backlog(&name(2), &mail("later")).unwrap();
     let one = store.load_cell(&name(1)).unwrap().unwrap();
@@ -1479,7 +1499,7 @@ fn a_resume_reads_every_cell_in_one_pass_and_never_misses_a_write_made_since() {
 fn a_small_store_reads_its_cells_one_by_one() {
     let (_dir, store) = fresh();
     store
-        .commit_step("alice", &[Message::user("hi")], 0, 0)
+        .commit_step("alice", &[Message::user("hi")], &[], 0)
         .unwrap();
     assert!(store.load_cell("alice").unwrap().is_some());
     assert!(matches!(*store.kept.lock().unwrap(), Kept::Done));

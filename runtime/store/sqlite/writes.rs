@@ -27,6 +27,32 @@ pub(super) fn file_bytes<'a>(refs: impl Iterator<Item = &'a FileRef>) -> Vec<Fil
     .collect()
 }
 
+/// What a write did, as its caller is answered.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) enum Done {
+    /// Whether it changed what it names (a key that existed, a cell that was there, an old
+    /// audit line removed); `true` for the writes that always do.
+    Changed(bool),
+    /// The backlog row a mail was saved as; `None`: its id was accepted before.
+    Appended(Option<i64>),
+}
+
+impl Done {
+    pub(super) fn changed(self) -> bool {
+        match self {
+            Done::Changed(changed) => changed,
+            Done::Appended(row) => row.is_some(),
+        }
+    }
+
+    pub(super) fn row(self) -> Option<i64> {
+        match self {
+            Done::Appended(row) => row,
+            Done::Changed(_) => None,
+        }
+    }
+}
+
 /// One write of the [`Store`](super::super::Store) API, ready to apply.
 pub(super) enum Write {
     Set {
@@ -39,7 +65,7 @@ pub(super) enum Write {
         space: String,
         key: String,
     },
-    /// Whether the mail was appended (`false`: its id was accepted before).
+    /// The row the mail was appended as (`None`: its id was accepted before).
     PushBacklog {
         name: String,
         text: String,
@@ -50,7 +76,7 @@ pub(super) enum Write {
         name: String,
         text: String,
         files: Vec<FileBytes>,
-        served: i64,
+        served: Vec<i64>,
         dropped: i64,
     },
     Journal {
@@ -121,8 +147,9 @@ impl Write {
         }
     }
 
-    /// Runs the write's statements in the open transaction; `Ok(true)` unless it says otherwise.
-    fn apply(&self, conn: &Connection) -> rusqlite::Result<bool> {
+    /// Runs the write's statements in the open transaction; `Changed(true)` unless it says
+    /// otherwise.
+    fn apply(&self, conn: &Connection) -> rusqlite::Result<Done> {
         match self {
             Write::Set { space, key, text } => {
                 conn.prepare_cached(
@@ -130,12 +157,13 @@ impl Write {
                      ON CONFLICT (space, key) DO UPDATE SET value = excluded.value",
                 )?
                 .execute(params![space, key, text])?;
-                Ok(true)
+                Ok(Done::Changed(true))
             }
-            Write::Delete { space, key } => Ok(conn
-                .prepare_cached("DELETE FROM kv WHERE space = ?1 AND key = ?2")?
-                .execute(params![space, key])?
-                > 0),
+            Write::Delete { space, key } => Ok(Done::Changed(
+                conn.prepare_cached("DELETE FROM kv WHERE space = ?1 AND key = ?2")?
+                    .execute(params![space, key])?
+                    > 0,
+            )),
             Write::PushBacklog {
                 name,
                 text,
@@ -149,14 +177,14 @@ impl Write {
                         )?
                         .execute(params![name, id])?;
                     if new == 0 {
-                        return Ok(false);
+                        return Ok(Done::Appended(None));
                     }
                 }
                 ensure_cell(conn, name)?;
                 save_files(conn, files)?;
                 conn.prepare_cached("INSERT INTO backlog (name, mail) VALUES (?1, ?2)")?
                     .execute(params![name, text])?;
-                Ok(true)
+                Ok(Done::Appended(Some(conn.last_insert_rowid())))
             }
             Write::CommitStep {
                 name,
@@ -172,16 +200,16 @@ impl Write {
                                                       dropped = excluded.dropped",
                 )?
                 .execute(params![name, text, dropped])?;
-                if *served > 0 {
-                    conn.prepare_cached(
-                        "DELETE FROM backlog WHERE seq IN
-                             (SELECT seq FROM backlog WHERE name = ?1 ORDER BY seq LIMIT ?2)",
-                    )?
-                    .execute(params![name, served])?;
+                if !served.is_empty() {
+                    let mut delete =
+                        conn.prepare_cached("DELETE FROM backlog WHERE seq = ?1 AND name = ?2")?;
+                    for row in served {
+                        delete.execute(params![row, name])?;
+                    }
                 }
                 conn.prepare_cached("DELETE FROM journal WHERE name = ?1")?
                     .execute(params![name])?;
-                Ok(true)
+                Ok(Done::Changed(true))
             }
             Write::Journal {
                 name,
@@ -201,7 +229,7 @@ impl Write {
                                                                files = excluded.files",
                 )?
                 .execute(params![name, call_id, tool, result, files_text])?;
-                Ok(true)
+                Ok(Done::Changed(true))
             }
             Write::ClearCell { name } => {
                 let mut removed = 0;
@@ -212,7 +240,7 @@ impl Write {
                 }
                 conn.prepare_cached("DELETE FROM accepted WHERE name = ?1")?
                     .execute(params![name])?;
-                Ok(removed > 0)
+                Ok(Done::Changed(removed > 0))
             }
             Write::SaveBreaker { key, text } => {
                 conn.prepare_cached(
@@ -220,17 +248,18 @@ impl Write {
                      ON CONFLICT (key) DO UPDATE SET state = excluded.state",
                 )?
                 .execute(params![key, text])?;
-                Ok(true)
+                Ok(Done::Changed(true))
             }
             // Among the oldest lines only (the rowid's order): a log with nothing to remove
             // is not scanned whole.
-            Write::PruneAudit { before_ms } => Ok(conn
-                .prepare_cached(
+            Write::PruneAudit { before_ms } => Ok(Done::Changed(
+                conn.prepare_cached(
                     "DELETE FROM audit WHERE id IN (SELECT id FROM audit ORDER BY id LIMIT ?2)
                      AND at_ms < ?1",
                 )?
                 .execute(params![before_ms, crate::store::PRUNE_BATCH])?
-                > 0),
+                    > 0,
+            )),
             Write::Audit(entry) => {
                 conn.prepare_cached(
                     "INSERT INTO audit
@@ -246,13 +275,13 @@ impl Write {
                     entry.outcome,
                     entry.message
                 ])?;
-                Ok(true)
+                Ok(Done::Changed(true))
             }
             Write::Several(writes) => {
                 for write in writes {
                     write.apply(conn)?;
                 }
-                Ok(true)
+                Ok(Done::Changed(true))
             }
         }
     }
@@ -315,7 +344,7 @@ pub(super) fn apply_batch(
     writer: &mut Writer,
     writes: &[Write],
     err: &dyn Fn(rusqlite::Error) -> StoreError,
-) -> Vec<StoreResult<bool>> {
+) -> Vec<StoreResult<Done>> {
     let all = |e: StoreError| writes.iter().map(|_| Err(e.clone())).collect();
     let conn = match writer.at(writes.iter().any(Write::waits_for_disk)) {
         Ok(conn) => conn,
@@ -383,7 +412,7 @@ fn run(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
 }
 
 /// Applies a write of several statements so that, if one fails, those before it are undone too.
-fn in_savepoint(conn: &Connection, write: &Write) -> rusqlite::Result<bool> {
+fn in_savepoint(conn: &Connection, write: &Write) -> rusqlite::Result<Done> {
     run(conn, "SAVEPOINT write")?;
     match write.apply(conn) {
         Ok(done) => {
