@@ -588,3 +588,40 @@ ai.watch{}
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+/// A second node started with a name a running node has is refused, saying so (the two took
+/// each other's leases for their own, in turn, restarting the residents each time), and the
+/// first runs on with every resident.
+#[test]
+fn a_second_node_with_a_running_nodes_name_is_refused() {
+    let store_url = support::postgres::database();
+    let nats = support::nats::server().url();
+    let fake = FakeProvider::start();
+    let sb = styled(&fake, "openai");
+    let script = sb.write("desk.lua", PROGRAM);
+    let cluster = Cluster {
+        sb: &sb,
+        script: script.display().to_string(),
+        store: store_url,
+        nats,
+    };
+    let first = cluster.node("a");
+    wait_spread(&[("a", &first)]);
+    let second = cluster.node("a");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let p = second.get("/api/programs/desk").json;
+        if p["state"] == "failed" {
+            let error = p["error"].as_str().unwrap_or("");
+            assert!(
+                error.contains("another node named \"a\" is running")
+                    && error.contains("give each node its own --node"),
+                "{p}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "never refused: {p}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(local(&[("a", &first)])["a"].len(), RESIDENTS);
+}

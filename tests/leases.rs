@@ -197,3 +197,36 @@ fn a_node_that_lost_its_lease_cannot_write_after_another_took_over() {
     node_a.commit_step("r", &from_b, &[row], 0).unwrap();
     assert!(store.load_cell("r").unwrap().unwrap().backlog.is_empty());
 }
+
+/// A node's name is one process's while its heartbeat lasts: a second process started with the
+/// same `--node` is refused (it took the first one's leases for its own, in turn, for as long
+/// as both ran), one that restarts after its predecessor died takes the name once the old
+/// heartbeat expires, and one that leaves removes only its own heartbeat.
+#[test]
+fn a_node_name_beats_for_one_process_at_a_time() {
+    let store = store();
+    assert!(store.beat("node-b", "first", LONG).unwrap());
+    assert!(
+        !store.beat("node-b", "second", LONG).unwrap(),
+        "the name is taken"
+    );
+    assert!(
+        store.beat("node-b", "first", LONG).unwrap(),
+        "its own renewal"
+    );
+    assert_eq!(store.live_nodes().unwrap(), ["node-b"]);
+    store.leave("node-b", "second").unwrap();
+    assert_eq!(
+        store.live_nodes().unwrap(),
+        ["node-b"],
+        "another process's leaving removes nothing"
+    );
+    store.leave("node-b", "first").unwrap();
+    assert!(store.live_nodes().unwrap().is_empty());
+    assert!(store.beat("node-b", "second", LONG).unwrap(), "left: free");
+
+    // A heartbeat that expired (its process died without leaving) frees the name.
+    assert!(store.beat("node-c", "dead", Duration::ZERO).unwrap());
+    assert!(store.beat("node-c", "restarted", LONG).unwrap());
+    assert!(!store.beat("node-c", "dead", LONG).unwrap(), "taken since");
+}

@@ -71,6 +71,10 @@ pub struct Cluster {
 
 struct Shared {
     node: String,
+    /// This process among any given the same node name ([`PostgresStore::beat`]).
+    instance: String,
+    /// Another process took the node's name while this one's heartbeat had expired.
+    displaced: std::sync::atomic::AtomicBool,
     ttl: Duration,
     pg: Arc<PostgresStore>,
     fenced: Arc<FencedStore>,
@@ -113,11 +117,16 @@ impl Cluster {
             let _enter = handle.enter();
             futures::executor::block_on(Bus::connect(&options.nats, program))
         })?;
+        let ttl = options.lease.max(Duration::from_millis(300));
+        let instance = instance();
+        off_worker(|| take_name(&pg, &options.node, &instance, ttl))?;
         let fenced = Arc::new(FencedStore::new(pg.clone(), &options.node));
         Ok(Cluster {
             inner: Arc::new(Shared {
                 node: options.node.clone(),
-                ttl: options.lease.max(Duration::from_millis(300)),
+                instance,
+                displaced: Default::default(),
+                ttl,
                 pg,
                 fenced,
                 bus,
@@ -141,6 +150,50 @@ impl Cluster {
     }
 }
 
+/// A name for this process among any that share its node name: its id and start time.
+fn instance() -> String {
+    let at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos();
+    format!("{}-{at:x}", std::process::id())
+}
+
+/// Takes the name `node` for this process: at once when no live node has it, else once its
+/// heartbeat expires, which that of a process that died without leaving (SIGKILL, a lost
+/// machine; restarted by systemd) does within `ttl`. One still renewed after that is another
+/// process running as `node`: two would take each other's leases for their own in turn, so
+/// this one is refused, saying so.
+fn take_name(pg: &PostgresStore, node: &str, instance: &str, ttl: Duration) -> Result<(), String> {
+    let until = std::time::Instant::now() + ttl + ttl / 2;
+    let mut said = false;
+    loop {
+        match pg.beat(node, instance, ttl) {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => return Err(format!("cannot join the cluster as node {node:?}: {e}")),
+        }
+        if std::time::Instant::now() >= until {
+            return Err(format!(
+                "another node named {node:?} is running: its heartbeat in the store is still \
+                 renewed after {:.1}s; give each node its own --node",
+                (ttl + ttl / 2).as_secs_f64()
+            ));
+        }
+        if !said {
+            said = true;
+            tracing::warn!(
+                node,
+                "a node by this name has a heartbeat in the store: waiting up to {:.1}s for it \
+                 to expire (a process that ended without leaving); if it is renewed, another \
+                 process runs as {node:?}",
+                (ttl + ttl / 2).as_secs_f64()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
 impl Shared {
     fn state(&self) -> std::sync::MutexGuard<'_, Placing> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -149,7 +202,23 @@ impl Shared {
     /// One round: heartbeat, renewals, claims and handovers (blocking: the store's calls).
     fn round(self: &Arc<Self>, lifecycle: &Lifecycle) -> StoreResult<()> {
         let pg = &self.pg;
-        pg.beat(&self.node, self.ttl)?;
+        if !pg.beat(&self.node, &self.instance, self.ttl)? {
+            // Its heartbeat expired (it was paused) and another process took the name: the
+            // leases are that process's now, and renewing them here would fail anyway.
+            if !self.displaced.swap(true, Ordering::Relaxed) {
+                tracing::error!(
+                    node = %self.node,
+                    "another process joined as this node while this one's heartbeat had \
+                     expired: this one lets its residents go and places nothing from now on \
+                     (stop it)"
+                );
+            }
+            let held: Vec<String> = self.state().held.keys().cloned().collect();
+            for name in held {
+                self.let_go(lifecycle, &name, false);
+            }
+            return Ok(());
+        }
         let live = pg.live_nodes()?;
         let now = pg.now_ms()?;
         let leases: HashMap<String, Lease> = pg
@@ -341,7 +410,7 @@ impl Placement for Cluster {
                     tracing::warn!(ai = %lease.name, "cannot release its lease: {e}");
                 }
             }
-            if let Err(e) = shared.pg.leave(&shared.node) {
+            if let Err(e) = shared.pg.leave(&shared.node, &shared.instance) {
                 tracing::warn!(node = %shared.node, "cannot leave the cluster: {e}");
             }
         });

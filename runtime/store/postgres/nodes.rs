@@ -10,21 +10,27 @@ use super::leases::Lease;
 use crate::store::StoreResult;
 
 impl PostgresStore {
-    /// The heartbeat of `node`: alive for `ttl` from now.
-    pub fn beat(&self, node: &str, ttl: Duration) -> StoreResult<()> {
+    /// The heartbeat of `node`, beaten by the process `instance`: alive for `ttl` from now.
+    /// `false` (nothing written) while another process's heartbeat under that name has not
+    /// expired: two processes given one `--node` would each take the other's leases for their
+    /// own.
+    pub fn beat(&self, node: &str, instance: &str, ttl: Duration) -> StoreResult<bool> {
         self.plain("node", node)?;
         let ms = ttl.as_secs_f64() * 1000.0;
         self.with(|client| async move {
-            client
+            let beaten = client
                 .execute(
-                    "INSERT INTO colony_nodes (node, expires_at) \
-                     VALUES ($1, now() + $2 * interval '1 millisecond') \
-                     ON CONFLICT (node) DO UPDATE SET expires_at = excluded.expires_at",
-                    &[&node, &ms],
+                    "INSERT INTO colony_nodes (node, instance, expires_at) \
+                     VALUES ($1, $2, now() + $3 * interval '1 millisecond') \
+                     ON CONFLICT (node) DO UPDATE \
+                     SET expires_at = excluded.expires_at, instance = excluded.instance \
+                     WHERE colony_nodes.instance = excluded.instance \
+                        OR colony_nodes.expires_at <= now()",
+                    &[&node, &instance, &ms],
                 )
                 .await
                 .map_err(|e| self.err(e))?;
-            Ok(())
+            Ok(beaten == 1)
         })
     }
 
@@ -42,11 +48,15 @@ impl PostgresStore {
         })
     }
 
-    /// `node` leaves the cluster at once (the others need not wait for its heartbeat to expire).
-    pub fn leave(&self, node: &str) -> StoreResult<()> {
+    /// `node`, as beaten by `instance`, leaves the cluster at once (the others need not wait
+    /// for its heartbeat to expire). Another process's heartbeat under that name stays.
+    pub fn leave(&self, node: &str, instance: &str) -> StoreResult<()> {
         self.with(|client| async move {
             client
-                .execute("DELETE FROM colony_nodes WHERE node = $1", &[&node])
+                .execute(
+                    "DELETE FROM colony_nodes WHERE node = $1 AND instance = $2",
+                    &[&node, &instance],
+                )
                 .await
                 .map_err(|e| self.err(e))?;
             Ok(())

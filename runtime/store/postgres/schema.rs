@@ -82,6 +82,9 @@ const MIGRATIONS: &[&str] = &[
          node       TEXT COLLATE "C" PRIMARY KEY,
          expires_at TIMESTAMPTZ NOT NULL
      );"#,
+    // 4: which process beats each node's heart, so a second process given the same name is
+    // refused instead of taking the first one's leases as its own.
+    r#"ALTER TABLE colony_nodes ADD COLUMN instance TEXT NOT NULL DEFAULT '';"#,
 ];
 
 /// Brings the database behind `client` (its tables in `schema`, created if missing, when one is
