@@ -625,3 +625,79 @@ fn a_second_node_with_a_running_nodes_name_is_refused() {
     }
     assert_eq!(local(&[("a", &first)])["a"].len(), RESIDENTS);
 }
+
+/// A resident only one node's program has (a file changed on one node, mid-deploy) is run by
+/// that node once no other takes it, and its mail is served: it was placed by hashing over
+/// every live node, the node it fell to did not have it, and mail to it was accepted
+/// (`202`, durable) and never served.
+#[test]
+fn a_resident_only_one_node_has_runs_there() {
+    let store_url = support::postgres::database();
+    let nats = support::nats::server().url();
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("seen"));
+    let sb = styled(&fake, "openai");
+    let program = |n: usize| {
+        format!(
+            r#"
+for i = 1, {n} do
+  ai.spawn{{ name = "f" .. i, provider = "openai", model = "m", persist_conversation = true,
+    deliver_to = function() end }}
+end
+ai.watch{{}}
+"#
+        )
+    };
+    // The same file name (the same schema) in two folders, as on two machines.
+    let older = sb.path("older");
+    let newer = sb.path("newer");
+    std::fs::create_dir_all(&older).unwrap();
+    std::fs::create_dir_all(&newer).unwrap();
+    std::fs::write(older.join("desk.lua"), program(3)).unwrap();
+    std::fs::write(newer.join("desk.lua"), program(12)).unwrap();
+    let node = |name: &str, dir: &std::path::Path| {
+        Cluster {
+            sb: &sb,
+            script: dir.join("desk.lua").display().to_string(),
+            store: store_url.clone(),
+            nats: nats.clone(),
+        }
+        .node(name)
+    };
+    let a = node("a", &older);
+    let b = node("b", &newer);
+    // Hashing over a and b places about half of f4..f12 on a, which has none of them.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let here = local(&[("a", &a), ("b", &b)]);
+        let on_b: HashSet<&str> = here["b"].iter().map(String::as_str).collect();
+        if (4..=12).all(|i| on_b.contains(format!("f{i}").as_str())) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "f4..f12 never all ran on b: {here:?}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    for i in 4..=12 {
+        let sent = b.mail("desk", json!({ "to": format!("f{i}"), "content": "hello" }));
+        assert_eq!(sent.status, 202, "{}", sent.text);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let list = b.get("/api/programs/desk/residents?limit=100").json;
+        let served: u64 = list["residents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["name"].as_str().unwrap()[1..].parse::<u32>().unwrap() >= 4)
+            .map(|r| r["served"].as_u64().unwrap_or(0))
+            .sum();
+        if served == 9 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not served: {list}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}

@@ -7,11 +7,13 @@
 //! ([`crate::store::postgres::leases`]); every cell write goes through a [`FencedStore`], so a
 //! node that lost a lease (paused past it, cut off) cannot write after another took over.
 //!
-//! Every [`ClusterOptions::lease`]`/3` a round ([`Cluster::round`]): the node beats its heart in
+//! Every [`ClusterOptions::lease`]`/3` a round (`Shared::round`): the node beats its heart in
 //! `colony_nodes`, renews the leases it holds (a lost one retires its resident here), and, by
 //! rendezvous hashing over the live nodes ([`rendezvous`]), claims the residents that should
 //! run here and whose lease is free or expired, and hands over, once at rest, the ones that
-//! should run on another live node (a node that joins gets its share). A node stopped with
+//! should run on another live node (a node that joins gets its share); a resident that the
+//! node it hashes to does not have (programs that differ) is run by a node that has it once it
+//! has gone unowned for a few rounds. A node stopped with
 //! SIGTERM releases everything once its turns have finished ([`Placement::ended`]); one that
 //! died is taken over once its leases expire.
 //!
@@ -96,6 +98,11 @@ struct Placing {
     consumers: HashMap<String, AbortHandle>,
     /// Who runs what, as of the last round (unexpired leases only).
     owners: HashMap<String, String>,
+    /// For each resident placed on another node, how many rounds in a row it had no owner.
+    unowned: HashMap<String, u32>,
+    /// Residents run here because the node they belong on did not take them: not handed over
+    /// (that node would not take them either).
+    adopted: std::collections::HashSet<String>,
     rounds: Option<AbortHandle>,
     over: bool,
 }
@@ -149,6 +156,12 @@ impl Cluster {
         Arc::new(self.clone())
     }
 }
+
+/// How many rounds in a row (each a third of a lease) a resident that belongs on another
+/// node may go without an owner before a node that has it runs it: the node it belongs on
+/// claims it in its first round after the lease is free, so this is only reached when that
+/// node has no such resident.
+const UNCLAIMED_ROUNDS: u32 = 4;
 
 /// A name for this process among any that share its node name: its id and start time.
 fn instance() -> String {
@@ -250,25 +263,46 @@ impl Shared {
                         continue;
                     }
                 }
-                if want.is_some_and(|w| w != self.node) && lifecycle.at_rest(&name) {
+                let adopted = self.state().adopted.contains(&name);
+                if want.is_some_and(|w| w != self.node) && !adopted && lifecycle.at_rest(&name) {
                     tracing::info!(ai = %name, to = want.unwrap_or(""), "handed over");
                     self.let_go(lifecycle, &name, true);
                 }
-            } else if want == Some(self.node.as_str()) {
+            } else {
                 let free = leases
                     .get(&name)
                     .is_none_or(|l| l.owner == self.node || l.expires_at_ms <= now);
-                if free {
+                let unowned = {
+                    let mut st = self.state();
+                    let rounds = st.unowned.entry(name.clone()).or_default();
+                    *rounds = if free { *rounds + 1 } else { 0 };
+                    *rounds
+                };
+                if free && want == Some(self.node.as_str()) {
                     self.claim(lifecycle, &name)?;
+                } else if free && unowned > UNCLAIMED_ROUNDS {
+                    // The node it belongs on does not run it: that node's program has no such
+                    // resident (a program file that differs, say mid-deploy). Mail to it would
+                    // be accepted and never served.
+                    tracing::warn!(
+                        ai = %name,
+                        to = want.unwrap_or(""),
+                        "no node took it for {unowned} rounds: it runs here (do all nodes run \
+                         the same program file?)"
+                    );
+                    if self.claim(lifecycle, &name)? {
+                        self.state().adopted.insert(name.clone());
+                    }
                 }
             }
         }
         Ok(())
     }
 
-    fn claim(self: &Arc<Self>, lifecycle: &Lifecycle, name: &str) -> StoreResult<()> {
+    /// Takes `name`'s lease and runs it here: whether it does.
+    fn claim(self: &Arc<Self>, lifecycle: &Lifecycle, name: &str) -> StoreResult<bool> {
         let Some(lease) = self.pg.acquire(name, &self.node, self.ttl)? else {
-            return Ok(());
+            return Ok(false);
         };
         self.fenced.hold(&lease);
         self.state().held.insert(name.to_string(), lease.clone());
@@ -276,15 +310,16 @@ impl Shared {
             Ok(_) => {
                 tracing::info!(ai = %name, node = %self.node, token = lease.token, "claimed");
                 self.read_mail(lifecycle, name);
+                Ok(true)
             }
             Err(e) => {
                 tracing::error!(ai = %name, "cannot start it here: {e}");
                 self.state().held.remove(name);
                 self.fenced.forget(name);
                 let _ = self.pg.release(&lease);
+                Ok(false)
             }
         }
-        Ok(())
     }
 
     /// Ends `name` here: its mail is no longer read, it is retired, and its lease, with
@@ -292,6 +327,7 @@ impl Shared {
     fn let_go(&self, lifecycle: &Lifecycle, name: &str, release: bool) {
         let (lease, consumer) = {
             let mut st = self.state();
+            st.adopted.remove(name);
             (st.held.remove(name), st.consumers.remove(name))
         };
         if let Some(c) = consumer {
