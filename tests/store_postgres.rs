@@ -116,6 +116,30 @@ print("run " .. runs)
     assert!(run.stderr.contains("\"nobody\""), "{}", run.stderr);
     assert!(run.stderr.contains(&shown), "{}", run.stderr);
     assert!(!run.stderr.contains(PASSWORD), "{}", run.stderr);
+
+    // A program that never ran with this store (a mistyped name) is said, and nothing is
+    // created for it: each reading command answered nothing, status 0, and left an empty
+    // schema behind (which the next command then found).
+    let typo = sb.write("keepr.lua", "print('never run')\n");
+    let typo = typo.display().to_string();
+    for args in [
+        vec!["conversations", &typo, "list"],
+        vec!["store", &typo, "list"],
+        vec!["audit", &typo],
+    ] {
+        let run = sb.colony(&args).failed();
+        assert!(
+            run.stderr
+                .contains("holds no state of this program (no schema colony_keepr")
+                && run.stderr.contains("the programs with state there: keeper"),
+            "{args:?}: {}",
+            run.stderr
+        );
+        assert!(!run.stderr.contains(PASSWORD), "{}", run.stderr);
+    }
+    // (Each command after the first would have found the schema the first made.)
+    let run = sb.colony(&["conversations", &script, "list"]).ok();
+    assert!(run.stdout.starts_with("alice"), "{}", run.stdout);
 }
 
 #[test]

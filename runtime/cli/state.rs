@@ -71,7 +71,7 @@ impl Target {
                 )));
             }
             // A shared database: no lock to take, and it may be read while the program runs.
-            return ProgramStore::open(Path::new(""), Some(&url), &self.script)
+            return ProgramStore::open_existing(&url, &self.script)
                 .map_err(|e| Failure::run(format!("colony {command}: {e}")));
         }
         let dir = match &self.state {

@@ -32,6 +32,13 @@ impl ProgramStore {
         }
     }
 
+    /// The PostgreSQL store at `url` holding `script`'s program, for reading what it stored:
+    /// an error, creating nothing, when it holds no state of that program.
+    pub fn open_existing(url: &str, script: &Path) -> StoreResult<ProgramStore> {
+        PostgresStore::open_existing_in(url, &schema_for(script))
+            .map(|store| ProgramStore::Postgres(Arc::new(store)))
+    }
+
     /// The store as the trait object the residents use.
     pub fn dyn_store(&self) -> Arc<dyn Store> {
         match self {

@@ -109,6 +109,18 @@ impl PostgresStore {
     /// [`PostgresStore::open`] with the tables in `schema` (created if missing) instead of
     /// the URL's default search path: one schema per program ([`address::schema_for`]).
     pub fn open_in(url: &str, schema: Option<&str>) -> StoreResult<PostgresStore> {
+        PostgresStore::opening(url, schema, false)
+    }
+
+    /// [`PostgresStore::open_in`] for reading what a program stored (`colony conversations
+    /// --store URL`): a `schema` the database does not hold is not created but refused, naming
+    /// the programs that have state there (a mistyped name read as "nothing stored", and left
+    /// an empty schema behind).
+    pub fn open_existing_in(url: &str, schema: &str) -> StoreResult<PostgresStore> {
+        PostgresStore::opening(url, Some(schema), true)
+    }
+
+    fn opening(url: &str, schema: Option<&str>, existing: bool) -> StoreResult<PostgresStore> {
         let shown = redact(url);
         let config = address::config(url, schema)?;
         let manager = Manager::from_config(
@@ -131,6 +143,9 @@ impl PostgresStore {
         let store = PostgresStore { shown, pool };
         store.block(async {
             let mut client = store.connection().await?;
+            if existing && let Some(schema) = schema {
+                schema::exists(&client, &store.shown, schema).await?;
+            }
             schema::migrate(&mut client, &store.shown, schema).await
         })?;
         Ok(store)

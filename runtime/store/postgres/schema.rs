@@ -87,6 +87,45 @@ const MIGRATIONS: &[&str] = &[
     r#"ALTER TABLE colony_nodes ADD COLUMN instance TEXT NOT NULL DEFAULT '';"#,
 ];
 
+/// `Ok` when the database behind `client` holds the program schema `schema`; else an error
+/// naming the programs whose schemas it holds.
+pub(super) async fn exists(
+    client: &tokio_postgres::Client,
+    shown: &str,
+    schema: &str,
+) -> StoreResult<()> {
+    let rows = client
+        .query(
+            "SELECT nspname::text FROM pg_namespace WHERE starts_with(nspname, 'colony_') \
+             ORDER BY 1",
+            &[],
+        )
+        .await
+        .map_err(|e| {
+            StoreError::Io(format!(
+                "{shown}: cannot list its schemas: {}",
+                super::describe(&e)
+            ))
+        })?;
+    let names: Vec<String> = rows.iter().map(|r| r.get(0)).collect();
+    if names.iter().any(|n| n == schema) {
+        return Ok(());
+    }
+    let programs: Vec<&str> = names
+        .iter()
+        .filter_map(|n| n.strip_prefix("colony_"))
+        .collect();
+    let there = if programs.is_empty() {
+        "it holds no program's state".to_string()
+    } else {
+        format!("the programs with state there: {}", programs.join(", "))
+    };
+    Err(StoreError::Io(format!(
+        "{shown} holds no state of this program (no schema {schema}: it has not run with this \
+         store, or its file is named otherwise; {there})"
+    )))
+}
+
 /// Brings the database behind `client` (its tables in `schema`, created if missing, when one is
 /// given) to [`SCHEMA_VERSION`]; `shown` names it in errors.
 pub(super) async fn migrate(
