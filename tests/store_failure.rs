@@ -214,6 +214,10 @@ fn a_step_that_cannot_be_saved_runs_no_tool() {
         roles,
         [Role::User, Role::Assistant, Role::Tool, Role::Assistant]
     );
+    // The mail is in the conversation, so not in the backlog: the first commit of its turn
+    // (which would have removed it) failed, and the turn's later commits saved the conversation
+    // and left its row, which a restart or another node then served a second time.
+    assert!(cell.backlog.is_empty(), "{:?}", cell.backlog);
 }
 
 /// The call's start cannot be journaled (a cluster node whose lease was taken over): the tool

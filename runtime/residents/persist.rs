@@ -105,6 +105,15 @@ impl ResidentHooks {
 }
 
 impl ResidentHooks {
+    /// The backlog rows this turn served whose removal has not landed (no commit of the turn
+    /// succeeded since it began): the next turn's commit must remove them.
+    pub fn unserved(&self) -> Vec<i64> {
+        self.served
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Saves the conversation outside a step (the undelivered-text line).
     pub fn save(&self, messages: &[Message]) {
         // Logged by `commit`; the next step's commit writes the whole conversation again.

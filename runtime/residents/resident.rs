@@ -554,6 +554,11 @@ const MAX_BACKOFF: Duration = Duration::from_secs(60);
 const MAX_WAIT: Duration = Duration::from_secs(600);
 
 /// What a resident's loop carries from one turn to the next.
+/// The rows a turn's commits did not remove ([`Carried::unserved`]).
+fn left_unserved(hooks: Option<&ResidentHooks>) -> Vec<i64> {
+    hooks.map(ResidentHooks::unserved).unwrap_or_default()
+}
+
 #[derive(Default)]
 struct Carried {
     outage: Option<Outage>,
@@ -570,6 +575,11 @@ struct Carried {
     reported_tokens: Option<u64>,
     /// Blocked by a budget: when its window resets.
     budget_resets: Option<tokio::time::Instant>,
+    /// Backlog rows of mail already in the conversation whose removal has not landed yet (a
+    /// turn whose first commit failed after its step ran, or whose final answer could not be
+    /// saved): the next commit removes them with its own. Forgotten, a later commit saved the
+    /// conversation with the mail in it and left its row, which the next owner served again.
+    unserved: Vec<i64>,
 }
 
 /// Runs the resident until the route stops, it is dismissed (its mailbox closed), or it crashes
@@ -674,6 +684,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         serving,
         reported_tokens,
         budget_resets,
+        unserved,
     } = carried;
     if let Some(over) = me.over_budget(host) {
         // Nothing is taken from the mailbox: the mail waits, saved, for the window's reset.
@@ -738,7 +749,8 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         let journal = std::mem::take(&mut *me.journal.lock().unwrap_or_else(|e| e.into_inner()));
         // A resident that keeps its conversation drops nothing (`batch.dropped` is 0), and each
         // mail it holds was saved.
-        let served = batch.mail.iter().filter_map(|m| m.saved).collect();
+        let mut served = std::mem::take(unserved);
+        served.extend(batch.mail.iter().filter_map(|m| m.saved));
         Arc::new(ResidentHooks::new(
             store.clone(),
             &me.spec.name,
@@ -800,6 +812,11 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
             return Some(Exit::Normal);
         }
         let nothing_happened = out.steps == 0 && out.compactions == 0 && !out.resumed;
+        *unserved = left_unserved(hooks.as_deref());
+        if nothing_happened {
+            // Its mail goes back to the queue, rows and all.
+            unserved.retain(|row| !batch.mail.iter().any(|m| m.saved == Some(*row)));
+        }
         let mut messages = out.messages;
         let held = if nothing_happened {
             messages.truncate(before);
@@ -886,6 +903,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
     }
     *unfinished = false;
     *reported_tokens = out.reported_tokens;
+    *unserved = left_unserved(hooks.as_deref());
     me.mailbox.served(&batch, true);
     let mut messages = out.messages;
     let reply = out.reply;
