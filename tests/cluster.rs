@@ -591,7 +591,9 @@ ai.watch{}
 
 /// A second node started with a name a running node has is refused, saying so (the two took
 /// each other's leases for their own, in turn, restarting the residents each time), and the
-/// first runs on with every resident.
+/// first runs on with every resident. Its program is started again later, by itself (as one
+/// whose store or NATS server could not be reached is): once the first node has stopped, the
+/// second runs in its place.
 #[test]
 fn a_second_node_with_a_running_nodes_name_is_refused() {
     let store_url = support::postgres::database();
@@ -605,7 +607,7 @@ fn a_second_node_with_a_running_nodes_name_is_refused() {
         store: store_url,
         nats,
     };
-    let first = cluster.node("a");
+    let mut first = cluster.node("a");
     wait_spread(&[("a", &first)]);
     let second = cluster.node("a");
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -624,6 +626,10 @@ fn a_second_node_with_a_running_nodes_name_is_refused() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(local(&[("a", &first)])["a"].len(), RESIDENTS);
+    first.signal("TERM");
+    assert_eq!(first.wait(), Some(0));
+    wait_spread(&[("a", &second)]);
+    assert_eq!(second.get("/api/programs/desk").json["state"], "running");
 }
 
 /// A resident only one node's program has (a file changed on one node, mid-deploy) is run by

@@ -33,6 +33,21 @@ pub struct Launch {
     pub cluster: Option<crate::cluster::ClusterOptions>,
 }
 
+/// Why a program did not start, and whether starting it again later may work: its store or
+/// its cluster could not be reached or was held (a machine booted before its database, a node
+/// by its name still stopping), as opposed to its file, which a new attempt reads the same.
+#[derive(Debug, Clone)]
+pub struct Unstarted {
+    pub message: String,
+    pub again: bool,
+}
+
+impl std::fmt::Display for Unstarted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// A program running on its own Lua thread, with its state directory held.
 pub struct Hosted {
     lifecycle: Lifecycle,
@@ -50,23 +65,38 @@ pub fn start(
     launch: &Launch,
     observer: Observer,
     deliveries: mpsc::UnboundedSender<Delivery>,
-) -> Result<Hosted, String> {
-    let state = ProgramStore::open(&launch.state, launch.store.as_deref(), &launch.file)
-        .map_err(|e| e.to_string())?;
+) -> Result<Hosted, Unstarted> {
+    let state =
+        ProgramStore::open(&launch.state, launch.store.as_deref(), &launch.file).map_err(|e| {
+            Unstarted {
+                again: matches!(
+                    e,
+                    crate::store::StoreError::Io(_) | crate::store::StoreError::Locked(_)
+                ),
+                message: e.to_string(),
+            }
+        })?;
     let cluster = match (&launch.cluster, &state) {
         (None, _) => None,
-        (Some(options), ProgramStore::Postgres(pg)) => Some(crate::cluster::Cluster::join(
-            options,
-            pg.clone(),
-            &crate::store::postgres::schema_for(&launch.file),
-            runtime.core().handle(),
-        )?),
+        (Some(options), ProgramStore::Postgres(pg)) => Some(
+            crate::cluster::Cluster::join(
+                options,
+                pg.clone(),
+                &crate::store::postgres::schema_for(&launch.file),
+                runtime.core().handle(),
+            )
+            .map_err(|message| Unstarted {
+                message,
+                again: true,
+            })?,
+        ),
         (Some(_), ProgramStore::Dir(_)) => {
-            return Err(
-                "--cluster needs a store every node shares: --store postgres://... (or [store] \
-                 url in the config)"
+            return Err(Unstarted {
+                message: "--cluster needs a store every node shares: --store postgres://... (or \
+                          [store] url in the config)"
                     .into(),
-            );
+                again: false,
+            });
         }
     };
     let exports = crate::mcp::server::Exports::default();
@@ -85,7 +115,10 @@ pub fn start(
     };
     let program = runtime
         .load_with(&launch.file, launch.args.clone(), lend)
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Unstarted {
+            message: e.to_string(),
+            again: false,
+        })?;
     Ok(Hosted {
         lifecycle: program.lifecycle().clone(),
         exports,

@@ -27,6 +27,11 @@ use crate::turn::TurnError;
 /// conversation also remembers them in its state directory, across restarts).
 const IDS_KEPT: usize = 100_000;
 
+/// The wait before a program whose store or cluster could not be reached is started again,
+/// doubling with each start that fails, up to [`START_AGAIN_MOST`].
+const START_AGAIN_FIRST: Duration = Duration::from_secs(1);
+const START_AGAIN_MOST: Duration = Duration::from_secs(60);
+
 /// Where a program is in its life.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -59,6 +64,10 @@ struct Now {
     runs: u64,
     /// The file's hash when this run started (SIGHUP restarts a program whose file changed).
     hash: Option<Vec<u8>>,
+    /// Starts tried so far: a start tried again later goes ahead only if none came since.
+    attempts: u64,
+    /// Starts that failed since the last that worked (the wait before the next grows).
+    failed_in_a_row: u32,
 }
 
 /// Per resident, what the observer tallied (for the API's view).
@@ -246,6 +255,28 @@ impl Service {
         self.metrics.encode(&now)
     }
 
+    /// Starts `slot`'s program again after `wait`, unless something else started (or stopped)
+    /// it meanwhile (`attempt` is no longer its last) or the service is draining.
+    fn start_again(self: &Arc<Self>, slot: &Arc<Slot>, attempt: u64, wait: Duration) {
+        let (me, slot) = (self.clone(), slot.clone());
+        self.core.handle().spawn(async move {
+            tokio::time::sleep(wait).await;
+            let _op = slot.ops.lock().await;
+            let due = {
+                let now = slot.lock();
+                now.attempts == attempt && now.phase == Phase::Failed
+            };
+            if !due || me.draining() {
+                return;
+            }
+            let s = slot.clone();
+            let started = tokio::task::spawn_blocking(move || me.start(&s)).await;
+            if matches!(started, Ok(true)) {
+                tracing::info!(program = %slot.name, "started");
+            }
+        });
+    }
+
     /// Starts a run of `slot`'s program; `false` when it could not start (it is then `failed`,
     /// and `program_failed` says why).
     fn start(self: &Arc<Self>, slot: &Arc<Slot>) -> bool {
@@ -262,7 +293,7 @@ impl Service {
         );
         for _ in 0..20 {
             match &started {
-                Err(e) if e.contains("locked") || e.contains("in use") => {
+                Err(e) if e.message.contains("locked") || e.message.contains("in use") => {
                     std::thread::sleep(Duration::from_millis(100));
                     started = host::start(
                         &self.runtime,
@@ -275,25 +306,48 @@ impl Service {
             }
         }
         drop((observer, deliveries_tx));
+        let attempt = {
+            let mut now = slot.lock();
+            now.attempts += 1;
+            now.attempts
+        };
         let hosted = match started {
             Ok(h) => Arc::new(h),
             Err(e) => {
-                tracing::error!(program = %slot.name, "cannot start: {e}");
+                let again = (e.again && !self.draining()).then(|| {
+                    let failed = slot.lock().failed_in_a_row + 1;
+                    START_AGAIN_FIRST
+                        .saturating_mul(1 << (failed - 1).min(6))
+                        .min(START_AGAIN_MOST)
+                });
+                match again {
+                    Some(wait) => tracing::error!(
+                        program = %slot.name,
+                        "cannot start: {e}; trying again in {}s",
+                        wait.as_secs()
+                    ),
+                    None => tracing::error!(program = %slot.name, "cannot start: {e}"),
+                }
                 {
                     let mut now = slot.lock();
                     now.phase = Phase::Failed;
-                    now.error = Some(e.clone());
+                    now.error = Some(e.message.clone());
                     now.hash = hash;
+                    now.failed_in_a_row += 1;
                 }
                 self.events.publish(
                     "program_failed",
-                    json!({ "program": slot.name, "error": e }),
+                    json!({ "program": slot.name, "error": e.message }),
                 );
+                if let Some(wait) = again {
+                    self.start_again(slot, attempt, wait);
+                }
                 return false;
             }
         };
         {
             let mut now = slot.lock();
+            now.failed_in_a_row = 0;
             now.phase = Phase::Starting;
             now.error = None;
             now.reason = None;
@@ -510,6 +564,8 @@ impl Slot {
                 hosted: None,
                 runs: 0,
                 hash: None,
+                attempts: 0,
+                failed_in_a_row: 0,
             }),
             ended: watch::Sender::new(0),
             ops: tokio::sync::Mutex::new(()),
