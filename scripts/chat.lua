@@ -48,14 +48,21 @@ local SYSTEM = "You are a helpful assistant in a terminal chat. Be concise; use 
 local function dim(s) return styled and ("\27[2m" .. s .. "\27[0m") or s end
 local function note(s) io.stderr:write(s, "\n") end
 
+-- Set while a reply streams: keeps the exchange so far, for a chat that ends mid-reply.
+local keep_partial = nil
+
 --- Writes a streamed delta to stdout. A reader that went away (`| head -c1`) ends the chat
---- quietly, status 0, at once rather than at the answer's end; any other failure (a full disk)
+--- quietly, status 0, at once rather than at the answer's end, the question and what had
+--- arrived kept in the conversation (as Ctrl-C keeps them); any other failure (a full disk)
 --- is said, status 1.
 local function show(text)
   local ok, err, code = io.write(text)
   if ok then ok, err, code = io.flush() end
   if ok then return end
-  if code == 32 then os.exit(0) end
+  if code == 32 then
+    if keep_partial then keep_partial() end
+    os.exit(0)
+  end
   note("colony chat: cannot write to stdout: " .. tostring(err))
   os.exit(1)
 end
@@ -398,7 +405,12 @@ local function exchange(use, messages, text, files)
   }
   -- A misuse the turn raises (an attached file that has since gone, say) is reported like a
   -- failed call rather than ending the chat.
+  keep_partial = function()
+    history[#history + 1] = { role = "assistant", content = shown() .. "\n\n[interrupted: stdout closed]" }
+    save(use, history)
+  end
   local ok, done, turn = term.interruptible(function() return pcall(ai.take_turn, opts) end)
+  keep_partial = nil
   stop_spinner()
   if ok and not done then
     if #pieces > 0 then io.write("\n") end

@@ -230,16 +230,26 @@ fn ask() {
 /// `colony chat`) ends at the first word that finds the reader gone, quietly, with 0. It used
 /// to read the whole answer (or up to the use-type's timeout) and print nothing. A minute
 /// without its end fails the test instead of hanging it.
+/// The chat keeps the question and what had arrived, marked, as Ctrl-C does: it exited at
+/// once and kept nothing (`colony chat "..." | head -1` lost the exchange the user paid for).
 #[test]
 fn ask_ends_when_its_reader_goes_mid_stream() {
-    ends_when_its_reader_goes_mid_stream(&["ask", "Tell me everything."]);
-    ends_when_its_reader_goes_mid_stream(&["chat", "--new", "Tell me everything."]);
+    let fake = FakeProvider::start();
+    ends_when_its_reader_goes_mid_stream(&fake, &["ask", "Tell me everything."]);
+    let sb = ends_when_its_reader_goes_mid_stream(&fake, &["chat", "--new", "Tell me everything."]);
+    let history = sb.colony(&["chat", "--history"]).ok();
+    assert!(
+        history.stdout.contains("> Tell me everything.")
+            && history.stdout.contains("word")
+            && history.stdout.contains("[interrupted: stdout closed]"),
+        "{}",
+        history.stdout
+    );
 }
 
-fn ends_when_its_reader_goes_mid_stream(args: &[&str]) {
-    let fake = FakeProvider::start();
+fn ends_when_its_reader_goes_mid_stream(fake: &FakeProvider, args: &[&str]) -> Sandbox {
     fake.set_default(Reply::text("word ".repeat(100_000)).stream_delay(100));
-    let sb = support::styled(&fake, "anthropic");
+    let sb = support::styled(fake, "anthropic");
     let (reader, writer) = std::io::pipe().expect("a pipe");
     drop(reader);
     let mut child = sb
@@ -262,6 +272,7 @@ fn ends_when_its_reader_goes_mid_stream(args: &[&str]) {
         .read_to_string(&mut stderr)
         .unwrap();
     assert_eq!((status.code(), stderr.as_str()), (Some(0), ""));
+    sb
 }
 
 #[test]
