@@ -714,3 +714,41 @@ fn a_streamed_call_answered_with_a_page_or_a_whole_answer_reads_it_as_what_it_is
         .ok();
     assert_eq!(run.stdout.trim(), "Paris.\tnil\tParis.");
 }
+
+/// `colony models PROVIDER` finds the provider's key and base URL in the use-type set to it:
+/// only `[use.general]` was read, so a key kept under `[use.chat]` was "missing", and the
+/// error sent the user to put it in a table for another provider.
+#[test]
+fn models_finds_the_key_of_the_use_type_set_to_the_provider() {
+    let fake = FakeProvider::start();
+    let sb = support::script::Sandbox::new();
+    std::fs::write(
+        sb.path("config.toml"),
+        format!(
+            "[use.general]\nprovider = \"openai\"\n\n[use.chat]\nprovider = \"anthropic\"\n\
+             key = \"chat-key-0123456789\"\nbase_url = \"{}\"\n",
+            fake.base_url("anthropic")
+        ),
+    )
+    .unwrap();
+    let run = sb.colony(&["models", "anthropic"]).ok();
+    assert!(run.lines().len() >= 2, "{}", run.stdout);
+    let asked = fake.requests();
+    let key = asked
+        .last()
+        .unwrap()
+        .headers
+        .iter()
+        .find(|(k, _)| k == "x-api-key");
+    assert_eq!(key.map(|(_, v)| v.as_str()), Some("chat-key-0123456789"));
+    // Named outright, the same.
+    sb.colony(&["models", "anthropic", "--use", "chat"]).ok();
+    let run = sb
+        .colony(&["models", "anthropic", "--use", "general"])
+        .failed();
+    assert!(
+        run.stderr.contains("missing key for anthropic"),
+        "{}",
+        run.stderr
+    );
+}
