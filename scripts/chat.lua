@@ -546,6 +546,8 @@ while true do
       print("no such file: " .. rest)
     elseif st.is_dir then
       print(rest .. ": a folder, not a file")
+    elseif not st.is_file then
+      print(rest .. ": not a regular file (a device or a pipe)")
     else
       pending[#pending + 1] = fs.absolute(rest)
       print(dim("attached " .. rest .. " to the next message"))

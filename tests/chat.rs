@@ -296,6 +296,34 @@ fn attachments_are_checked_and_passed_on() {
         "{}",
         run.stderr
     );
+    // One past what any API takes is refused in terms a person at a shell can act on (it
+    // said to attach "{ name = ..., data = ... }", the Lua API's words).
+    let big = sb.path("big.bin");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(80_000_000) // sparse: no disk used
+        .unwrap();
+    let run = sb.colony(&["chat", "--file", &big.display().to_string(), "Look"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "80.0 MB is more than any model's API takes in one file (75.0 MB): attach a part of \
+             it (`split -b 50M FILE part-` makes parts to attach)"
+        ) && !run.stderr.contains("data ="),
+        "{}",
+        run.stderr
+    );
+    // `/attach` at the prompt refuses a device at once (it was "attached", then failed the
+    // next message and was dropped).
+    let run = sb
+        .colony_with_stdin(&["chat", "--new"], "/attach /dev/zero\n")
+        .ok();
+    assert!(
+        run.stdout
+            .contains("/dev/zero: not a regular file (a device or a pipe)"),
+        "{}",
+        run.stdout
+    );
     let latin1 = {
         use std::os::unix::ffi::OsStrExt;
         sb.path("")

@@ -519,8 +519,8 @@ fn what_no_api_could_take_is_refused_before_it_is_read() {
         [
             refused(
                 &format!("{d}/huge.log"),
-                "3.0 GB is more than any model's API takes in one file (75.0 MB); attach a part of \
-                 it as { name = ..., data = ... }"
+                "3.0 GB is more than any model's API takes in one file (75.0 MB): attach a part of \
+                 it (as { name = ..., data = ... } holding some of its bytes)"
             ),
             refused(&format!("{d}/notes"), "a folder, not a file"),
             refused("/dev/zero", "not a regular file (a device or a pipe)"),

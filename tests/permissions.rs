@@ -535,7 +535,9 @@ fn fs_read_of_a_file_past_the_memory_limit_fails_before_reading_it() {
             r#"local data, err = fs.read("big.bin")
 print(data, err.kind, err.message)
 data, err = fs.read("/dev/zero")
-print(data, err.kind)"#,
+print(data, err.kind, err.message)
+local st = fs.stat("/dev/zero")
+print(st.is_dir, st.is_file, fs.stat("big.bin").is_file)"#,
             &["--max-memory", "16M"],
         )
         .ok();
@@ -549,7 +551,11 @@ print(data, err.kind)"#,
                 path.display()
             )
             .as_str(),
-            "nil\ttoo_large"
+            // Not "raise --max-memory": a device that never ends.
+            "nil\ttoo_large\tfs.read: /dev/zero: not a regular file, and it gave more than the \
+             program's memory limit of 16777216 bytes (16 MiB) without ending (a device or a \
+             pipe that may never end)",
+            "false\tfalse\ttrue",
         ]
     );
 }

@@ -80,6 +80,11 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(refused(&"no such file"));
             }
+            Err(e) if crate::files::TooLarge::of(&e).is_some() => {
+                return Err(refused(&format_args!(
+                    "{e} (`split -b 50M FILE part-` makes parts to attach)"
+                )));
+            }
             Err(e) => return Err(refused(&e)),
             Ok(_) => {}
         }

@@ -34,7 +34,6 @@ use crate::vocab::FileRef;
 /// memory on its way to becoming a note). The error's text ends a message naming the path.
 pub fn read_to_attach(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::Read;
-    let refuse = |why: String| Err(std::io::Error::other(why));
     let meta = attachable(path)?;
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     std::fs::File::open(path)?
@@ -42,7 +41,7 @@ pub fn read_to_attach(path: &Path) -> std::io::Result<Vec<u8>> {
         .read_to_end(&mut bytes)?;
     // A file that grew as it was read.
     if bytes.len() as u64 > forms::LARGEST_FILE {
-        return refuse(too_large(bytes.len() as u64));
+        return Err(std::io::Error::other(TooLarge(bytes.len() as u64)));
     }
     Ok(bytes)
 }
@@ -60,18 +59,35 @@ pub fn attachable(path: &Path) -> std::io::Result<std::fs::Metadata> {
         return refuse("not a regular file (a device or a pipe)".into());
     }
     if meta.len() > forms::LARGEST_FILE {
-        return refuse(too_large(meta.len()));
+        return Err(std::io::Error::other(TooLarge(meta.len())));
     }
     Ok(meta)
 }
 
-fn too_large(size: u64) -> String {
-    format!(
-        "{} is more than any model's API takes in one file ({}); attach a part of it as \
-         {{ name = ..., data = ... }}",
-        human_size(size),
-        human_size(forms::LARGEST_FILE)
-    )
+/// A file larger than any API takes ([`forms::LARGEST_FILE`]): the error [`attachable`] and
+/// [`read_to_attach`] carry, so each front end can say how to attach a part of it in its own
+/// terms.
+#[derive(Debug)]
+pub struct TooLarge(pub u64);
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is more than any model's API takes in one file ({}): attach a part of it",
+            human_size(self.0),
+            human_size(forms::LARGEST_FILE)
+        )
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
+impl TooLarge {
+    /// The [`TooLarge`] an I/O error from [`attachable`] or [`read_to_attach`] carries, if any.
+    pub fn of(e: &std::io::Error) -> Option<&TooLarge> {
+        e.get_ref().and_then(|inner| inner.downcast_ref())
+    }
 }
 
 /// The closed set of kinds a provider's rules are written against.

@@ -118,8 +118,13 @@ fn read_path(
         crate::permissions::Access::Read,
         &super::fs::resolve(lua, path),
     )?;
-    let bytes = crate::files::read_to_attach(&full)
-        .map_err(|e| misuse(format!("{at}: cannot read {}: {e}", full.display())))?;
+    let bytes = crate::files::read_to_attach(&full).map_err(|e| {
+        let part = match crate::files::TooLarge::of(&e) {
+            Some(_) => " (as { name = ..., data = ... } holding some of its bytes)",
+            None => "",
+        };
+        misuse(format!("{at}: cannot read {}: {e}{part}", full.display()))
+    })?;
     Ok((full, bytes))
 }
 

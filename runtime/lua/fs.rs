@@ -34,11 +34,23 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
                 Ok(Some(bytes)) => ok(Value::String(lua.create_string(&bytes)?)),
                 Ok(None) => {
                     let limit = crate::providers::body::describe_limit(limit.unwrap_or(0));
-                    let message = format!(
-                        "fs.read: {}: larger than the program's memory limit of {limit} \
-                         (--max-memory), so it could never be held",
-                        path.display()
-                    );
+                    let regular = std::fs::metadata(&path).is_ok_and(|m| m.is_file());
+                    // A device or a pipe that gave that much may never end (`/dev/zero`):
+                    // raising the limit is no cure for it.
+                    let message = if regular {
+                        format!(
+                            "fs.read: {}: larger than the program's memory limit of {limit} \
+                             (--max-memory), so it could never be held",
+                            path.display()
+                        )
+                    } else {
+                        format!(
+                            "fs.read: {}: not a regular file, and it gave more than the \
+                             program's memory limit of {limit} without ending (a device or a \
+                             pipe that may never end)",
+                            path.display()
+                        )
+                    };
                     let err = error_table(&lua, "too_large", &message)?;
                     err.set("path", path.display().to_string())?;
                     Ok(MultiValue::from_iter([Value::Nil, Value::Table(err)]))
@@ -94,6 +106,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
                         .map(|d| d.as_secs_f64());
                     t.set("modified", modified)?;
                     t.set("is_dir", meta.is_dir())?;
+                    t.set("is_file", meta.is_file())?;
                     ok(Value::Table(t))
                 }
                 Err(e) => failed(&lua, "stat", &path, &e),

@@ -19,6 +19,7 @@ fs = {}
 ---@field size integer bytes
 ---@field modified number seconds since the epoch (fractional)
 ---@field is_dir boolean
+---@field is_file boolean a regular file (not a folder, a device, a pipe or a socket)
 
 --- The whole file as a string (bytes as they are); `too_large` past the memory limit.
 ---@param path string

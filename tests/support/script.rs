@@ -143,6 +143,29 @@ impl Sandbox {
         }
     }
 
+    /// Runs `colony ARGS...` with `input` on its stdin (then closed).
+    #[allow(dead_code)] // Not every test binary that includes this module calls it.
+    pub fn colony_with_stdin(&self, args: &[&str], input: &str) -> Run {
+        use std::io::Write;
+        let mut child = self
+            .command(args)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the colony binary runs");
+        let mut stdin = child.stdin.take().expect("stdin");
+        // A colony that ends before reading all of it closes the pipe: not the test's failure.
+        let _ = stdin.write_all(input.as_bytes());
+        drop(stdin);
+        let out = child.wait_with_output().expect("the colony binary runs");
+        Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
     /// Writes `source` to a script file and runs it with `colony run [EXTRA...] FILE`.
     pub fn lua(&self, source: &str, extra: &[&str]) -> Run {
         let file = self.write("script.lua", source);
