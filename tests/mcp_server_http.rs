@@ -412,9 +412,25 @@ fn without_a_token_the_loopback_service_serves_mcp_to_loopback_callers() {
         initialize("2025-06-18"),
     );
     assert_eq!(r.status, 403, "{}", r.text);
-    // Nor a name that is not loopback (DNS rebinding).
-    let r = raw.post(&[("host", "evil.example")], initialize("2025-06-18"));
-    assert_ne!(r.status, 200, "{}", r.text);
+    // Nor a name that is not loopback (DNS rebinding), refused as the API refuses it; and the
+    // loopback names the API takes, `/mcp` takes too (it refused `localhost.` and 127.0.0.2).
+    for host in ["evil.example", "localhost.attacker.example"] {
+        let r = raw.post(&[("host", host)], initialize("2025-06-18"));
+        assert_eq!(r.status, 403, "{host}: {}", r.text);
+        assert!(
+            r.text.contains("answers only its loopback names"),
+            "{}",
+            r.text
+        );
+        let api = served.get_with("/api/programs", &[("host", host)], true);
+        assert_eq!(api.status, 403, "{host}: {}", api.text);
+    }
+    for host in ["localhost.", "127.0.0.2", "colony.localhost"] {
+        let r = raw.post(&[("host", host)], initialize("2025-06-18"));
+        assert_eq!(r.status, 200, "{host}: {}", r.text);
+        let api = served.get_with("/api/programs", &[("host", host)], true);
+        assert_eq!(api.status, 200, "{host}: {}", api.text);
+    }
     drop(served);
 }
 

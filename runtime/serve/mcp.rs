@@ -68,12 +68,10 @@ pub fn routes(service: Arc<Service>, guard: Guard) -> Router<Arc<Service>> {
                 .with_streams(streams.clone()))
         }
     };
-    let mut config = StreamableHttpServerConfig::default();
-    // Without a token the service listens on loopback only, and rmcp's own `Host` check (the
-    // loopback names) stops DNS rebinding; with one it may listen anywhere, under any name.
-    if guard.has_token() {
-        config = config.disable_allowed_hosts();
-    }
+    // The `Host` rule is the API's (`gate`): rmcp's own list of loopback names refused
+    // `localhost.` and `127.0.0.2`, which the API took, so one service answered a name on
+    // one path and refused it on the other.
+    let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
     let mcp = StreamableHttpService::new(factory, streams, config);
     Router::new()
         .route_service("/mcp", mcp)
@@ -94,6 +92,23 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
             StatusCode::FORBIDDEN,
             "forbidden",
             format!("a request from another origin ({origin}) was refused"),
+        ))
+    } else if let Some(host) = request
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .filter(|h| !presented.asked && !auth::loopback_host(h))
+    {
+        // Without a token the service listens on loopback only: a page that renamed itself to
+        // point there (DNS rebinding) sends its own name.
+        Some((
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "a request to {host:?} was refused: a service without a token answers only its \
+                 loopback names (localhost, 127.0.0.1, [::1]); give it a token (--token-file) to \
+                 reach it by another name"
+            ),
         ))
     } else if !presented.admitted() {
         let what = if auth::carries_a_token(request.headers()) {
