@@ -317,8 +317,23 @@ fn register_secrets(creds: &StoredCredentials) {
 pub(super) fn auth_failed(server: &str, e: impl std::fmt::Display) -> McpError {
     McpError::Connect {
         server: server.to_string(),
-        message: format!("authorization failed: {e}"),
+        message: format!("authorization failed: {}", without_repeats(&e.to_string())),
     }
+}
+
+/// rmcp's auth errors nest their causes, each adding its own words: "Registration failed:
+/// Dynamic registration failed: Registration failed: HTTP 401 Unauthorized: ". Each part is
+/// said once, and an empty last one (a body that was empty) is left out.
+fn without_repeats(text: &str) -> String {
+    let mut kept: Vec<&str> = Vec::new();
+    for part in text.split(": ").map(str::trim) {
+        let part = part.trim_end_matches(':').trim();
+        if part.is_empty() || kept.iter().any(|k| k.eq_ignore_ascii_case(part)) {
+            continue;
+        }
+        kept.push(part);
+    }
+    kept.join(": ")
 }
 
 /// The manager for `url` with the server's stored tokens, when there are any.
@@ -556,6 +571,19 @@ async fn authorization_code(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn nested_auth_errors_say_each_part_once() {
+        assert_eq!(
+            without_repeats(
+                "Registration failed: Dynamic registration failed: Registration failed: HTTP \
+                 401 Unauthorized: "
+            ),
+            "Registration failed: Dynamic registration failed: HTTP 401 Unauthorized"
+        );
+        assert_eq!(without_repeats("no metadata"), "no metadata");
+    }
+
     use super::*;
 
     #[tokio::test]
