@@ -141,13 +141,25 @@ impl Cluster<'_> {
 
 /// The residents each node runs itself (not `elsewhere`), by node name.
 fn local(nodes: &[(&str, &Served)]) -> BTreeMap<String, Vec<String>> {
+    local_in("desk", nodes)
+}
+
+/// [`local`] for the program `program` (the file's stem).
+fn local_in(program: &str, nodes: &[(&str, &Served)]) -> BTreeMap<String, Vec<String>> {
     let mut out = BTreeMap::new();
     for (name, served) in nodes {
-        let a = served.get("/api/programs/desk/residents?limit=1000");
+        let a = served.get(&format!("/api/programs/{program}/residents?limit=1000"));
         let list = a.json["residents"].as_array().cloned().unwrap_or_default();
         let mine: Vec<String> = list
             .iter()
-            .filter(|r| r["state"] != "elsewhere" && r["state"] != "pending")
+            .filter(|r| {
+                // One that no node runs says so, not "elsewhere" on no node.
+                assert!(
+                    r["state"] != "elsewhere" || r["node"].is_string(),
+                    "elsewhere, but on no node: {r}"
+                );
+                !["elsewhere", "pending", "unplaced"].contains(&r["state"].as_str().unwrap_or(""))
+            })
             .map(|r| {
                 assert_eq!(r["node"], *name, "a resident here names its node: {r}");
                 r["name"].as_str().unwrap().to_string()
@@ -160,9 +172,14 @@ fn local(nodes: &[(&str, &Served)]) -> BTreeMap<String, Vec<String>> {
 
 /// Waits until every resident runs on exactly one of `nodes`, each node running some.
 fn wait_spread(nodes: &[(&str, &Served)]) -> BTreeMap<String, Vec<String>> {
+    wait_spread_in("desk", nodes)
+}
+
+/// [`wait_spread`] for the program `program`.
+fn wait_spread_in(program: &str, nodes: &[(&str, &Served)]) -> BTreeMap<String, Vec<String>> {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let now = local(nodes);
+        let now = local_in(program, nodes);
         let all: Vec<&String> = now.values().flatten().collect();
         let distinct: HashSet<&&String> = all.iter().collect();
         if all.len() == RESIDENTS
@@ -600,7 +617,9 @@ fn a_second_node_with_a_running_nodes_name_is_refused() {
     let nats = support::nats::server().url();
     let fake = FakeProvider::start();
     let sb = styled(&fake, "openai");
-    let script = sb.write("desk.lua", PROGRAM);
+    // A program of its own: the tests of this file share one NATS server, whose streams and
+    // consumers are named after the program and its residents.
+    let script = sb.write("names.lua", PROGRAM);
     let cluster = Cluster {
         sb: &sb,
         script: script.display().to_string(),
@@ -608,11 +627,11 @@ fn a_second_node_with_a_running_nodes_name_is_refused() {
         nats,
     };
     let mut first = cluster.node("a");
-    wait_spread(&[("a", &first)]);
+    wait_spread_in("names", &[("a", &first)]);
     let second = cluster.node("a");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let p = second.get("/api/programs/desk").json;
+        let p = second.get("/api/programs/names").json;
         if p["state"] == "failed" {
             let error = p["error"].as_str().unwrap_or("");
             assert!(
@@ -625,11 +644,11 @@ fn a_second_node_with_a_running_nodes_name_is_refused() {
         assert!(Instant::now() < deadline, "never refused: {p}");
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(local(&[("a", &first)])["a"].len(), RESIDENTS);
+    assert_eq!(local_in("names", &[("a", &first)])["a"].len(), RESIDENTS);
     first.signal("TERM");
     assert_eq!(first.wait(), Some(0));
-    wait_spread(&[("a", &second)]);
-    assert_eq!(second.get("/api/programs/desk").json["state"], "running");
+    wait_spread_in("names", &[("a", &second)]);
+    assert_eq!(second.get("/api/programs/names").json["state"], "running");
 }
 
 /// A resident only one node's program has (a file changed on one node, mid-deploy) is run by
@@ -654,17 +673,18 @@ ai.watch{{}}
 "#
         )
     };
-    // The same file name (the same schema) in two folders, as on two machines.
+    // The same file name (the same schema) in two folders, as on two machines; a program of
+    // its own (the tests of this file share one NATS server).
     let older = sb.path("older");
     let newer = sb.path("newer");
     std::fs::create_dir_all(&older).unwrap();
     std::fs::create_dir_all(&newer).unwrap();
-    std::fs::write(older.join("desk.lua"), program(3)).unwrap();
-    std::fs::write(newer.join("desk.lua"), program(12)).unwrap();
+    std::fs::write(older.join("deploy.lua"), program(3)).unwrap();
+    std::fs::write(newer.join("deploy.lua"), program(12)).unwrap();
     let node = |name: &str, dir: &std::path::Path| {
         Cluster {
             sb: &sb,
-            script: dir.join("desk.lua").display().to_string(),
+            script: dir.join("deploy.lua").display().to_string(),
             store: store_url.clone(),
             nats: nats.clone(),
         }
@@ -675,7 +695,7 @@ ai.watch{{}}
     // Hashing over a and b places about half of f4..f12 on a, which has none of them.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let here = local(&[("a", &a), ("b", &b)]);
+        let here = local_in("deploy", &[("a", &a), ("b", &b)]);
         let on_b: HashSet<&str> = here["b"].iter().map(String::as_str).collect();
         if (4..=12).all(|i| on_b.contains(format!("f{i}").as_str())) {
             break;
@@ -687,12 +707,15 @@ ai.watch{{}}
         std::thread::sleep(Duration::from_millis(200));
     }
     for i in 4..=12 {
-        let sent = b.mail("desk", json!({ "to": format!("f{i}"), "content": "hello" }));
+        let sent = b.mail(
+            "deploy",
+            json!({ "to": format!("f{i}"), "content": "hello" }),
+        );
         assert_eq!(sent.status, 202, "{}", sent.text);
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let list = b.get("/api/programs/desk/residents?limit=100").json;
+        let list = b.get("/api/programs/deploy/residents?limit=100").json;
         let served: u64 = list["residents"]
             .as_array()
             .unwrap()
@@ -706,4 +729,83 @@ ai.watch{{}}
         assert!(Instant::now() < deadline, "not served: {list}");
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Two clusters (two databases) on one NATS server, each with a program of the same name:
+/// mail through one cluster is served by that cluster only. The mail streams were named after
+/// the program alone, so the other cluster's nodes read a share of it (staging serving
+/// production's mail) and the cluster it was sent to never saw it.
+#[test]
+fn two_clusters_on_one_nats_server_keep_their_mail_apart() {
+    let nats = support::nats::server().url();
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("seen"));
+    let sb = styled(&fake, "openai");
+    let script = sb.write(
+        "twin.lua",
+        r#"
+for i = 1, 6 do
+  ai.spawn{ name = "t" .. i, provider = "openai", model = "m", persist_conversation = true,
+    deliver_to = function() end }
+end
+ai.watch{}
+"#,
+    );
+    let cluster = |store: String| Cluster {
+        sb: &sb,
+        script: script.display().to_string(),
+        store,
+        nats: nats.clone(),
+    };
+    let (ours, theirs) = (
+        cluster(support::postgres::database()),
+        cluster(support::postgres::database()),
+    );
+    let a1 = ours.node("a1");
+    let a2 = ours.node("a2");
+    let b1 = theirs.node("b1");
+    let served = |node: &Served| -> u64 {
+        let list = node.get("/api/programs/twin/residents?limit=100").json;
+        list["residents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["state"] != "elsewhere")
+            .map(|r| r["served"].as_u64().unwrap_or(0))
+            .sum()
+    };
+    // Every resident placed in ours, a2 running some; b1 runs all of its own.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let on_a2 = loop {
+        let here = local_in("twin", &[("a1", &a1), ("a2", &a2)]);
+        let theirs = local_in("twin", &[("b1", &b1)]);
+        if here.values().map(Vec::len).sum::<usize>() == 6
+            && !here["a2"].is_empty()
+            && theirs["b1"].len() == 6
+        {
+            break here["a2"].clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never placed: {here:?} {theirs:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    // Through a1, to residents a2 runs: over NATS.
+    for n in 0..12 {
+        let to = &on_a2[n % on_a2.len()];
+        let sent = a1.mail("twin", json!({ "to": to, "content": format!("m{n}") }));
+        assert_eq!(sent.status, 202, "{}", sent.text);
+    }
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while served(&a2) < 12 {
+        assert!(
+            Instant::now() < deadline,
+            "a2 served {} of 12, the other cluster's b1 {}",
+            served(&a2),
+            served(&b1)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(served(&b1), 0, "the other cluster served ours");
 }

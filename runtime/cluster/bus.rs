@@ -1,6 +1,7 @@
 //! Mail between nodes over NATS JetStream.
 //!
-//! One stream per program (`COLONY_MAIL_<program>`, work-queue retention, on disk), one subject
+//! One stream per program (`COLONY_MAIL_<program>`, the program's schema and its identity in
+//! the store: two clusters may share a NATS server; work-queue retention, on disk), one subject
 //! per resident (`colony.<program>.mail.<hash of the name>`: a name may hold characters a
 //! subject cannot), and one durable pull consumer per resident, which only the node holding
 //! its lease reads. A mail is published with `Nats-Msg-Id` = its resident's hash and its id

@@ -120,9 +120,14 @@ impl Cluster {
         if options.node.is_empty() || options.node.contains('\0') {
             return Err(format!("the node name {:?} is not usable", options.node));
         }
+        // The mail stream is the program's in this database: another cluster on the same NATS
+        // server with a program of the same name (staging beside production) has its own.
+        let identity = off_worker(|| pg.identity())
+            .map_err(|e| format!("cannot read the program's identity in the store: {e}"))?;
+        let stream = format!("{program}_{}", identity.get(..12).unwrap_or(&identity));
         let bus = off_worker(|| {
             let _enter = handle.enter();
-            futures::executor::block_on(Bus::connect(&options.nats, program))
+            futures::executor::block_on(Bus::connect(&options.nats, &stream))
         })?;
         let ttl = options.lease.max(Duration::from_millis(300));
         let instance = instance();

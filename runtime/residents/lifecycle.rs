@@ -251,6 +251,16 @@ impl Default for WatchOptions {
     }
 }
 
+/// The state of a resident placed on no node here: `elsewhere` on the node that runs it, or
+/// `unplaced` while none does (it was `elsewhere` with no node, which said neither where nor
+/// whether it ran).
+fn placed_state(node: Option<&str>) -> State {
+    match node {
+        Some(_) => State::Elsewhere,
+        None => State::Unplaced,
+    }
+}
+
 impl Lifecycle {
     /// This life, held without keeping the program alive.
     pub fn downgrade(&self) -> WeakLifecycle {
@@ -490,10 +500,11 @@ impl Lifecycle {
         }
         let st = self.state();
         let placed = st.placed.get(name).filter(|p| !p.here)?;
+        let node = placement.and_then(|p| p.node_of(name));
         Some(ResidentInfo::absent(
             &placed.pending.spec.name,
-            State::Elsewhere,
-            placement.and_then(|p| p.node_of(name)),
+            placed_state(node.as_deref()),
+            node,
         ))
     }
 
@@ -990,4 +1001,16 @@ async fn run_source(s: RunningSource) {
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_resident_no_node_runs_is_unplaced() {
+        assert_eq!(placed_state(Some("b")), State::Elsewhere);
+        assert_eq!(placed_state(None), State::Unplaced);
+        assert_eq!(State::Unplaced.as_str(), "unplaced");
+    }
 }

@@ -141,11 +141,14 @@ pub enum State {
     Pending,
     /// Placed on another node of the cluster ([`super::placement`]): `node` names it.
     Elsewhere,
+    /// Placed in the cluster, and no node runs it now: it is being handed over or taken over
+    /// (its lease free or expired), or no live node has it.
+    Unplaced,
 }
 
 impl State {
     /// Every state, as [`State::as_str`] names them.
-    pub const ALL: [State; 8] = [
+    pub const ALL: [State; 9] = [
         State::Idle,
         State::Busy,
         State::Outage,
@@ -154,6 +157,7 @@ impl State {
         State::Blocked,
         State::Pending,
         State::Elsewhere,
+        State::Unplaced,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -166,6 +170,7 @@ impl State {
             State::Blocked => "blocked",
             State::Pending => "pending",
             State::Elsewhere => "elsewhere",
+            State::Unplaced => "unplaced",
         }
     }
 
@@ -178,6 +183,7 @@ impl State {
             5 => State::Blocked,
             6 => State::Pending,
             7 => State::Elsewhere,
+            8 => State::Unplaced,
             _ => State::Stopped,
         }
     }

@@ -413,7 +413,7 @@ function ai.dismiss(name) end
 
 ---@class ai.ResidentInfo
 ---@field name string
----@field state "idle"|"busy"|"outage"|"blocked"|"restarting"|"stopped"|"pending"|"elsewhere" `elsewhere`: on another node of the cluster
+---@field state "idle"|"busy"|"outage"|"blocked"|"restarting"|"stopped"|"pending"|"elsewhere"|"unplaced" `elsewhere`: on another node of the cluster; `unplaced`: no node runs it now (it is moving)
 ---@field conversation integer messages in its stored conversation
 ---@field held integer arrivals waiting (all of them kept while blocked)
 ---@field dropped integer older arrivals discarded in the current outage

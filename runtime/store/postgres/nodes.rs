@@ -80,6 +80,18 @@ impl PostgresStore {
         })
     }
 
+    /// The program's identity in this database, made once as its schema was: a cluster's
+    /// nodes share it, another database's program of the same name has its own.
+    pub fn identity(&self) -> StoreResult<String> {
+        self.with(|client| async move {
+            let row = client
+                .query_one("SELECT id FROM colony_identity", &[])
+                .await
+                .map_err(|e| self.err(e))?;
+            Ok(row.get(0))
+        })
+    }
+
     /// Milliseconds since the Unix epoch on the database's clock (to tell an expired lease).
     pub fn now_ms(&self) -> StoreResult<i64> {
         self.with(|client| async move {
