@@ -306,18 +306,30 @@ fn stop_from_wire(reason: Option<&str>, has_calls: bool) -> Stop {
 /// `output_tokens`, `cache_read_input_tokens` and `cache_creation_input_tokens` (cache write).
 /// Stream usage is cumulative, so the latest value of each field wins; absent and `null` fields
 /// keep the value seen before.
-fn apply_usage(wire: Option<&Value>, usage: &mut Usage) {
-    let Some(wire) = wire else { return };
-    for (name, field) in [
-        ("input_tokens", &mut usage.input),
-        ("output_tokens", &mut usage.output),
-        ("cache_read_input_tokens", &mut usage.cache_read),
-        ("cache_creation_input_tokens", &mut usage.cache_write),
-    ] {
-        if let Some(n) = wire.get(name).and_then(Value::as_u64) {
+/// `false` when a field holds something that is no count: the usage cannot be read
+/// ([`super::token_counts`]).
+fn apply_usage(wire: Option<&Value>, usage: &mut Usage) -> bool {
+    let Some(wire) = wire else { return true };
+    const FIELDS: [&str; 4] = [
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+    ];
+    if super::token_counts::garbled(wire, &FIELDS) {
+        return false;
+    }
+    for (name, field) in FIELDS.into_iter().zip([
+        &mut usage.input,
+        &mut usage.output,
+        &mut usage.cache_read,
+        &mut usage.cache_write,
+    ]) {
+        if let Some(n) = wire.get(name).and_then(super::token_counts::count) {
             *field = n;
         }
     }
+    true
 }
 
 /// The wire counts as the neutral [`Usage`] reads them: Anthropic's `input_tokens` leaves out
@@ -382,8 +394,10 @@ fn parse_message(value: &Value) -> Result<Inferred, ProviderError> {
     }
     let has_calls = parts.iter().any(|p| matches!(p, Part::ToolCall(_)));
     let mut usage = Usage::default();
-    apply_usage(value.get("usage"), &mut usage);
-    let usage = neutral_usage(usage);
+    let usage = match apply_usage(value.get("usage"), &mut usage) {
+        true => neutral_usage(usage),
+        false => Usage::default(),
+    };
     Ok(Inferred {
         message: Message::new(Role::Assistant, parts),
         stop: stop_from_wire(value.get("stop_reason").and_then(Value::as_str), has_calls),
@@ -444,6 +458,8 @@ struct StreamAssembler {
     model: Option<String>,
     blocks: Vec<StreamBlock>,
     usage: Usage,
+    /// A usage field held something that is no count: the usage is not counted.
+    garbled_usage: bool,
     stop_reason: Option<String>,
     /// `message_stop` arrived.
     ended: bool,
@@ -486,7 +502,10 @@ impl Assembler for StreamAssembler {
         Ok(Inferred {
             message: Message::new(Role::Assistant, parts),
             stop: stop_from_wire(self.stop_reason.as_deref(), has_calls),
-            usage: neutral_usage(self.usage),
+            usage: match self.garbled_usage {
+                false => neutral_usage(self.usage),
+                true => Usage::default(),
+            },
             model: self.model,
         })
     }
@@ -498,7 +517,9 @@ impl StreamAssembler {
         if let Some(model) = message.and_then(|m| m.get("model")).and_then(Value::as_str) {
             self.model = Some(model.to_string());
         }
-        apply_usage(message.and_then(|m| m.get("usage")), &mut self.usage);
+        if !apply_usage(message.and_then(|m| m.get("usage")), &mut self.usage) {
+            self.garbled_usage = true;
+        }
     }
 
     fn message_delta(&mut self, payload: &Value) {
@@ -509,7 +530,9 @@ impl StreamAssembler {
         if let Some(reason) = reason {
             self.stop_reason = Some(reason.to_string());
         }
-        apply_usage(payload.get("usage"), &mut self.usage);
+        if !apply_usage(payload.get("usage"), &mut self.usage) {
+            self.garbled_usage = true;
+        }
     }
 
     fn block_start(

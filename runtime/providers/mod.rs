@@ -15,6 +15,7 @@ pub mod replay;
 pub mod sse;
 pub mod structured;
 pub mod text_tools;
+pub mod token_counts;
 pub mod wire_names;
 
 use std::sync::{Arc, OnceLock};

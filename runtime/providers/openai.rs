@@ -39,6 +39,7 @@
 use reqwest::header::HeaderMap;
 use serde_json::{Map, Value, json};
 
+use super::token_counts::{self, count};
 use super::{Assembler, Codec, Endpoint, ProviderError, WireRequest, errors};
 use crate::vocab::{
     InferRequest, Inferred, Message, Opaque, Part, ResponseSchema, Role, Stop, Style, ToolCall,
@@ -219,21 +220,8 @@ fn read_usage(usage: &Value) -> Usage {
             .try_fold(usage, |v, key| v.get(key))
             .and_then(count)
     };
-    // A count that is there and is no count (negative, fractional, past any u64): the usage
-    // cannot be read, and is taken as not reported, which a token budget does not pass. Read
-    // as 0, it let every turn through a token budget without a word.
-    for field in ["prompt_tokens", "completion_tokens"] {
-        if let Some(v) = usage
-            .get(field)
-            .filter(|v| !v.is_null() && count(v).is_none())
-        {
-            tracing::warn!(
-                "the server's usage says {field} = {}, which is no token count: its usage is \
-                 not counted",
-                short(v)
-            );
-            return Usage::default();
-        }
+    if token_counts::garbled(usage, &["prompt_tokens", "completion_tokens"]) {
+        return Usage::default();
     }
     Usage {
         input: number(&["prompt_tokens"]).unwrap_or(0),
@@ -245,16 +233,6 @@ fn read_usage(usage: &Value) -> Usage {
         cache_write: number(&["prompt_tokens_details", "cache_write_tokens"]).unwrap_or(0),
         reasoning: number(&["completion_tokens_details", "reasoning_tokens"]).unwrap_or(0),
     }
-}
-
-/// A token count as a server writes it: an integer, or a float with an integer's value
-/// (`100.0`); `None` for anything else.
-fn count(v: &Value) -> Option<u64> {
-    v.as_u64().or_else(|| {
-        v.as_f64()
-            .filter(|f| f.is_finite() && *f >= 0.0 && f.fract() == 0.0 && *f < u64::MAX as f64)
-            .map(|f| f as u64)
-    })
 }
 
 /// The first reasoning field present as text on a message or delta: its name and its text.

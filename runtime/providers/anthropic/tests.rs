@@ -582,6 +582,29 @@ fn streamed_thinking_and_redacted_thinking_are_kept_whole() {
     assert_eq!(inferred.model.as_deref(), Some("claude-test"));
 }
 
+/// A usage count that is no count makes the usage unreadable, whole or streamed (not reported,
+/// which a token budget does not pass): `input_tokens: -100` was skipped and the output
+/// counted, so a token budget saw a fraction of what was used.
+#[test]
+fn garbled_usage_is_not_counted() {
+    for garbage in [json!(-100), json!(1.5), json!("100")] {
+        let response = json!({
+            "id": "msg_1", "type": "message", "role": "assistant", "model": "m",
+            "content": [{"type": "text", "text": "Hi"}], "stop_reason": "end_turn",
+            "usage": {"input_tokens": garbage, "output_tokens": 7},
+        });
+        let inferred = Anthropic.parse(response.to_string().as_bytes()).unwrap();
+        assert_eq!(inferred.usage, Usage::default(), "{garbage}");
+        let bytes = sse(&[
+            message_start(),
+            json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": garbage}}),
+            json!({"type": "message_stop"}),
+        ]);
+        let (result, _) = assemble_bytes(&bytes, Anthropic.assembler());
+        assert_eq!(result.unwrap().usage, Usage::default(), "{garbage}");
+    }
+}
+
 #[test]
 fn a_mid_stream_error_event_is_an_error_not_a_short_answer() {
     let bytes = sse(&[

@@ -319,7 +319,21 @@ fn stop_reason(reason: &str, has_calls: bool) -> Stop {
 }
 
 fn read_usage(meta: &Value) -> Usage {
-    let count = |key: &str| meta.get(key).and_then(Value::as_u64).unwrap_or(0);
+    const FIELDS: [&str; 5] = [
+        "promptTokenCount",
+        "toolUsePromptTokenCount",
+        "candidatesTokenCount",
+        "thoughtsTokenCount",
+        "cachedContentTokenCount",
+    ];
+    if crate::providers::token_counts::garbled(meta, &FIELDS) {
+        return Usage::default();
+    }
+    let count = |key: &str| {
+        meta.get(key)
+            .and_then(crate::providers::token_counts::count)
+            .unwrap_or(0)
+    };
     let reasoning = count("thoughtsTokenCount");
     Usage {
         input: count("promptTokenCount") + count("toolUsePromptTokenCount"),

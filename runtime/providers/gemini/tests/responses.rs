@@ -77,6 +77,20 @@ fn usage_mapping() {
         }
     );
     assert_eq!(inferred.model.as_deref(), Some("gemini-2.5-pro"));
+    // A count that is no count makes the usage unreadable (not reported, which a token budget
+    // does not pass): it was read as 0 and the rest counted.
+    for garbage in [json!(-100), json!(1.5), json!("100")] {
+        let body = json!({
+            "candidates": [{"content": {"parts": [{"text": "hi"}]}, "finishReason": "STOP"}],
+            "usageMetadata": {"promptTokenCount": garbage, "candidatesTokenCount": 20},
+        });
+        assert_eq!(parse(body).unwrap().usage, Usage::default(), "{garbage}");
+    }
+    let body = json!({
+        "candidates": [{"content": {"parts": [{"text": "hi"}]}, "finishReason": "STOP"}],
+        "usageMetadata": {"promptTokenCount": 100.0, "candidatesTokenCount": 20},
+    });
+    assert_eq!(parse(body).unwrap().usage.input, 100);
 }
 
 #[test]
