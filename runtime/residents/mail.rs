@@ -228,6 +228,9 @@ struct Inbox {
     refused: u64,
     /// Mails that reached the conversation, since it was made.
     served: u64,
+    /// A save failed, perhaps after it committed (the store went away as it answered): the
+    /// saved backlog may hold a row no queue does ([`Mailbox::resync`]).
+    unsure: bool,
 }
 
 impl Inbox {
@@ -337,6 +340,62 @@ impl Mailbox {
         Ok(Ok(Delivered::New))
     }
 
+    /// A save for this mailbox failed in a way that may have kept the mail all the same: the
+    /// resident compares the saved backlog with its queue when next between turns.
+    pub fn unsure(&self) {
+        self.lock().unsure = true;
+        self.notify.notify_one();
+    }
+
+    /// Whether [`Mailbox::unsure`] was said and no [`Mailbox::resync`] has settled it since.
+    pub fn is_unsure(&self) -> bool {
+        self.lock().unsure
+    }
+
+    /// Queues the mail of the saved backlog (`load`) that the queue does not hold and that is
+    /// not among `unserved` (rows of mail already in the conversation whose removal has not
+    /// landed): mail whose save committed though its sender was told it was not saved (or,
+    /// from another node, was told so and sent it again, answered as a repeat), which would
+    /// otherwise wait for the next restart or takeover. Called between turns, so no other mail
+    /// is in flight; the lock is held across the read, as [`Mailbox::post_saved`] holds it
+    /// across its save, so a mail being posted is not taken for a lost one. The number queued.
+    pub fn resync<E>(
+        &self,
+        load: impl FnOnce() -> Result<Vec<Mail>, E>,
+        unserved: &[i64],
+    ) -> Result<usize, E> {
+        let mut inbox = self.lock();
+        if !inbox.unsure {
+            return Ok(0);
+        }
+        let saved = load()?;
+        inbox.unsure = false;
+        let held: std::collections::HashSet<i64> =
+            inbox.queue.iter().filter_map(|m| m.saved).collect();
+        let lost: Vec<Mail> = saved
+            .into_iter()
+            .filter(|m| {
+                m.saved
+                    .is_some_and(|row| !held.contains(&row) && !unserved.contains(&row))
+            })
+            .collect();
+        let found = lost.len();
+        for mail in lost {
+            // In the order of the rows, as they were saved.
+            let at = inbox
+                .queue
+                .iter()
+                .position(|m| m.saved.is_some_and(|row| Some(row) > mail.saved))
+                .unwrap_or(inbox.queue.len());
+            inbox.queue.insert(at, mail);
+        }
+        drop(inbox);
+        if found > 0 {
+            self.notify.notify_one();
+        }
+        Ok(found)
+    }
+
     /// Takes up to [`HELD`] arrivals, oldest first, with the dropped count.
     pub fn take(&self) -> Batch {
         let mut inbox = self.lock();
@@ -441,6 +500,31 @@ mod tests {
 
     fn mail(n: usize) -> Mail {
         Mail::new("a", "t", format!("m{n}"), 0)
+    }
+
+    /// After a failed save, the saved backlog's rows that neither the queue holds nor a turn
+    /// served are queued, in the order of their rows; nothing is compared unless it was said.
+    #[test]
+    fn a_resync_queues_the_saved_mail_no_one_holds() {
+        let saved = |n: usize| Mail {
+            saved: Some(n as i64),
+            ..mail(n)
+        };
+        let b = Mailbox::keeping_all(CAPACITY);
+        let all = || Ok::<_, ()>(vec![saved(1), saved(2), saved(3), saved(4), saved(5)]);
+        assert_eq!(b.resync(all, &[]), Ok(0), "not unsure: not compared");
+        b.post_saved(mail(2), |_| Ok::<_, ()>(Some(2))).unwrap().unwrap();
+        b.post_saved(mail(5), |_| Ok::<_, ()>(Some(5))).unwrap().unwrap();
+        b.unsure();
+        assert!(b.is_unsure());
+        // 1 and 4 were kept though their senders were told otherwise; 3 is in the conversation
+        // already (its removal has not landed).
+        assert_eq!(b.resync(|| Err(()), &[3]), Err(()), "the store cannot be read");
+        assert!(b.is_unsure(), "tried again later");
+        assert_eq!(b.resync(all, &[3]), Ok(2));
+        assert!(!b.is_unsure());
+        let queued: Vec<Option<i64>> = b.take().mail.iter().map(|m| m.saved).collect();
+        assert_eq!(queued, [Some(1), Some(2), Some(4), Some(5)]);
     }
 
     #[test]

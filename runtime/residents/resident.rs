@@ -627,6 +627,9 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
             if host.stopping() || me.mailbox.is_closed() {
                 continue;
             }
+        } else if me.mailbox.is_unsure() && !carried.unfinished {
+            Box::pin(resync(host, me, &carried.unserved)).await;
+            continue;
         } else if me.mailbox.is_empty() && !carried.unfinished {
             me.set_state(State::Idle);
             host.settling();
@@ -635,6 +638,47 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
         }
         if let Some(exit) = Box::pin(serve(host, me, &mut carried)).await {
             return exit;
+        }
+    }
+}
+
+/// How long a resident whose saved backlog could not be compared with its queue waits before
+/// it tries again (the store is down; the mail it may have kept is served once it is back).
+const RESYNC_AGAIN: Duration = Duration::from_secs(2);
+
+/// Compares the saved backlog with the queue after a save that failed ([`Mailbox::resync`]);
+/// when the store cannot be read yet, waits a little (or for mail) and leaves it for the next
+/// time round.
+async fn resync(host: &dyn Host, me: &Resident, unserved: &[i64]) {
+    let Some(store) = host.store().filter(|_| me.spec.persist) else {
+        // Nothing kept: nothing to compare.
+        let _ = me.mailbox.resync(|| Ok::<_, ()>(Vec::new()), unserved);
+        return;
+    };
+    let store = store.clone();
+    let name = me.spec.name.clone();
+    let found = me.mailbox.resync(
+        || {
+            store
+                .load_cell(&name)
+                .map(|cell| cell.map(|c| c.backlog).unwrap_or_default())
+        },
+        unserved,
+    );
+    match found {
+        Ok(0) => {}
+        Ok(n) => tracing::warn!(
+            ai = %me.spec.name,
+            "{n} mail(s) whose save was answered as failed had been kept: serving them"
+        ),
+        Err(e) => {
+            tracing::debug!(ai = %me.spec.name, "cannot compare its saved backlog yet: {e}");
+            me.set_state(State::Idle);
+            host.settling();
+            tokio::select! {
+                _ = tokio::time::sleep(RESYNC_AGAIN) => {}
+                _ = me.mailbox.notified() => {}
+            }
         }
     }
 }

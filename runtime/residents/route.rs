@@ -503,6 +503,8 @@ impl Route {
             }
             Err(e) => {
                 tracing::error!(to = %to, "mail not accepted: cannot save it: {e}");
+                // A save whose answer was lost may have committed: the resident looks.
+                resident.mailbox.unsure();
                 Err(MailError::NotSaved)
             }
         }
