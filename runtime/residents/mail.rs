@@ -513,13 +513,21 @@ mod tests {
         let b = Mailbox::keeping_all(CAPACITY);
         let all = || Ok::<_, ()>(vec![saved(1), saved(2), saved(3), saved(4), saved(5)]);
         assert_eq!(b.resync(all, &[]), Ok(0), "not unsure: not compared");
-        b.post_saved(mail(2), |_| Ok::<_, ()>(Some(2))).unwrap().unwrap();
-        b.post_saved(mail(5), |_| Ok::<_, ()>(Some(5))).unwrap().unwrap();
+        b.post_saved(mail(2), |_| Ok::<_, ()>(Some(2)))
+            .unwrap()
+            .unwrap();
+        b.post_saved(mail(5), |_| Ok::<_, ()>(Some(5)))
+            .unwrap()
+            .unwrap();
         b.unsure();
         assert!(b.is_unsure());
         // 1 and 4 were kept though their senders were told otherwise; 3 is in the conversation
         // already (its removal has not landed).
-        assert_eq!(b.resync(|| Err(()), &[3]), Err(()), "the store cannot be read");
+        assert_eq!(
+            b.resync(|| Err(()), &[3]),
+            Err(()),
+            "the store cannot be read"
+        );
         assert!(b.is_unsure(), "tried again later");
         assert_eq!(b.resync(all, &[3]), Ok(2));
         assert!(!b.is_unsure());

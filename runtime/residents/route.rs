@@ -503,8 +503,12 @@ impl Route {
             }
             Err(e) => {
                 tracing::error!(to = %to, "mail not accepted: cannot save it: {e}");
-                // A save whose answer was lost may have committed: the resident looks.
-                resident.mailbox.unsure();
+                // A save whose answer was lost (the store went away) may have committed: the
+                // resident looks. A refusal (a lease another node holds, a value JSON cannot
+                // hold) wrote nothing, and the backlog then holds another owner's mail.
+                if matches!(e, crate::store::StoreError::Io(_)) {
+                    resident.mailbox.unsure();
+                }
                 Err(MailError::NotSaved)
             }
         }
