@@ -856,11 +856,12 @@ print(pcall(mcp.connect, { name = "a_", command = "true" }))
     );
 }
 
-/// A stdio server's message past the MCP SDK's 16 MiB line limit is dropped by the SDK: that
-/// is said on stderr at once (it was only in the SDK's own log, off by default, and the call
-/// waited for its timeout without a word).
+/// A stdio server's message past the 16 MiB limit ends the connection, and the call waiting
+/// for it ends at once, saying why: the MCP SDK dropped the message, said so only in its own
+/// log, and the call waited for its timeout (two minutes by default) to say "no answer". The
+/// server is started again on next use.
 #[test]
-fn a_message_past_the_line_limit_is_said_when_it_is_dropped() {
+fn a_message_past_the_line_limit_ends_its_call_at_once() {
     let sb = Sandbox::new();
     let server = mcp::scripted_server(
         &sb,
@@ -871,16 +872,27 @@ fn a_message_past_the_line_limit_is_said_when_it_is_dropped() {
         .lua(
             &format!(
                 r#"local c = assert(mcp.connect{{ command = "python3", args = {{ {:?} }} }})
-print(mcp.call{{ conn = c, name = "huge", timeout = 1 }})"#,
+local r, err = mcp.call{{ conn = c, name = "huge", timeout = 600 }}
+print(r, err and err.kind, err and err.message)
+print(#assert(mcp.tools(c)))"#,
                 server.display().to_string()
             ),
-            &[],
+            &["--max-time", "300"],
         )
         .ok();
-    assert!(run.stdout.contains("timeout"), "{}", run.stdout);
+    let lines = run.lines();
     assert!(
-        run.stderr
-            .contains("Incoming message exceeded the maximum line length"),
+        lines[0].contains(
+            "closed\tpython3: the connection closed: the server sent a message of more than 16 \
+             MiB, more than colony reads"
+        ),
+        "{}",
+        run.stdout
+    );
+    assert!(!run.stdout.contains("timeout"), "{}", run.stdout);
+    assert_eq!(lines[1], "1", "started again on next use: {}", run.stdout);
+    assert!(
+        run.stderr.contains("sent a message of more than 16 MiB"),
         "{}",
         run.stderr
     );

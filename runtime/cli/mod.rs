@@ -234,10 +234,8 @@ pub fn commands() -> Vec<(String, String)> {
 fn init_logging(json: bool) {
     use tracing_subscriber::EnvFilter;
     // rmcp logs the failures it returns to us as errors of its own: colony reports them once.
-    // Save one it never returns: a stdio message over its 16 MiB line limit is dropped with
-    // only that log line, and the call waited for its timeout without a word.
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new("warn,rmcp=off,rmcp::transport::async_rw=error"));
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,rmcp=off"));
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);

@@ -30,6 +30,7 @@
 //! - [`server`]: the other direction: colony as an MCP server of a program's exports.
 
 pub mod cache;
+pub mod child;
 pub mod dynamic;
 pub mod elicit;
 pub mod enterprise;

@@ -20,8 +20,8 @@ use rmcp::model::{
     PaginatedRequestParams, ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, RoleClient, RunningService, ServiceError};
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
 use tokio::sync::{Mutex, Notify};
@@ -61,6 +61,9 @@ pub struct Connection {
     drained: Notify,
     /// Set by `close`: a closed connection refuses calls instead of starting the server again.
     closed: std::sync::atomic::AtomicBool,
+    /// Why colony ended the live session itself (a stdio message past its limit), said by the
+    /// calls it ended.
+    cut: super::child::Cut,
 }
 
 /// A server's tool as listed: its own name and the JSON it was listed with.
@@ -79,6 +82,7 @@ impl Connection {
             inflight: AtomicUsize::new(0),
             drained: Notify::new(),
             closed: std::sync::atomic::AtomicBool::new(false),
+            cut: super::child::Cut::default(),
         })
     }
 
@@ -129,7 +133,8 @@ impl Connection {
                 "the connection closed (a child that exited, a server that went away); reconnecting");
             *live = None;
         }
-        let fresh = tokio::time::timeout(CONNECT_TIMEOUT, connect(&self.spec))
+        *self.cut.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        let fresh = tokio::time::timeout(CONNECT_TIMEOUT, connect(&self.spec, &self.cut))
             .await
             .map_err(|_| McpError::Connect {
                 server: self.spec.name.clone(),
@@ -403,10 +408,13 @@ impl Connection {
                     Failure::Final(closed)
                 }
             }
-            other => Failure::Final(McpError::Closed {
-                server,
-                message: other.to_string(),
-            }),
+            other => {
+                let cut = self.cut.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                Failure::Final(McpError::Closed {
+                    server,
+                    message: cut.unwrap_or_else(|| other.to_string()),
+                })
+            }
         }
     }
 
@@ -486,7 +494,7 @@ impl Failure {
     }
 }
 
-async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
+async fn connect(spec: &ServerSpec, cut: &super::child::Cut) -> Result<Live, McpError> {
     let handler = Handler {
         server: spec.name.clone(),
         roots: spec.roots.clone(),
@@ -598,10 +606,9 @@ async fn connect(spec: &ServerSpec) -> Result<Live, McpError> {
                 cmd.current_dir(dir);
             }
             // A group of its own, which colony ends whole (see `server_group`).
-            let (transport, stderr) = TokioChildProcess::builder(super::server_group::wrap(cmd))
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .map_err(|e| failed(format!("cannot start {command}: {e}")))?;
+            let (transport, stderr) =
+                super::child::Child::spawn(super::server_group::wrap(cmd), &spec.name, cut.clone())
+                    .map_err(|e| failed(format!("cannot start {command}: {e}")))?;
             group = transport.id().and_then(ServerGroup::started);
             let said = StderrTail::default();
             if let Some(stderr) = stderr {

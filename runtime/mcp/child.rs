@@ -1,0 +1,254 @@
+//! A stdio server's process as a transport: rmcp's `TokioChildProcess` (the same spawn, the
+//! same shutdown: stdin closed, 3 s, SIGTERM, 3 s, kill; killed when dropped), with the
+//! server's stdout read through a line limit of colony's own.
+//!
+//! rmcp drops a message longer than its 16 MiB line limit, says so only in its log, and reads
+//! on: the call that message answered waited for its timeout (two minutes by default) and said
+//! "no answer". Here a message past [`MAX_MESSAGE`] ends the connection instead, so every call
+//! waiting on it ends at once, with the reason ([`Cut`]); the session starts the server again
+//! on next use. Hand-written because rmcp's `TokioChildProcess` lets neither the limit be set
+//! nor a reader be put in front of the child's stdout.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use futures::future::Future;
+use process_wrap::tokio::{ChildWrapper, CommandWrap};
+use rmcp::RoleClient;
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use tokio::io::{AsyncRead, ReadBuf};
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+
+/// The longest message a stdio server may send: the MCP SDK's own limit, and the streamable
+/// HTTP client's for an event.
+pub const MAX_MESSAGE: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
+
+/// How long each step of the shutdown waits for the server to exit.
+const EXIT_PATIENCE: Duration = Duration::from_secs(3);
+
+/// Why colony ended a connection itself (a message past the limit), for the errors of the
+/// calls it ends; cleared when a new connection starts.
+pub type Cut = Arc<Mutex<Option<String>>>;
+
+/// A stdio server's process and the transport over its stdin and stdout.
+pub struct Child {
+    process: Cleanup,
+    transport: AsyncRwTransport<RoleClient, Limited<ChildStdout>, ChildStdin>,
+}
+
+/// The process, killed (with its group) when dropped before it exited.
+struct Cleanup(Option<Box<dyn ChildWrapper>>);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(mut process) = self.0.take() {
+            // `kill` and not `start_kill`: it reaps the process, so no zombie is left.
+            tokio::spawn(async move {
+                if let Err(e) = Box::into_pin(process.kill()).await {
+                    tracing::warn!(target: "colony::mcp", "cannot end a stdio server: {e}");
+                }
+            });
+        }
+    }
+}
+
+impl Child {
+    /// Starts `command` with piped stdin, stdout and stderr: the transport, and the server's
+    /// stderr to read. A message past [`MAX_MESSAGE`] ends the connection, its reason in `cut`.
+    pub fn spawn(
+        mut command: CommandWrap,
+        server: &str,
+        cut: Cut,
+    ) -> std::io::Result<(Child, Option<ChildStderr>)> {
+        use std::process::Stdio;
+        command
+            .command_mut()
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut process = command.spawn()?;
+        let inner = process.inner_mut();
+        let (Some(stdin), Some(stdout)) = (inner.stdin().take(), inner.stdout().take()) else {
+            return Err(std::io::Error::other(
+                "the server's stdin or stdout is missing",
+            ));
+        };
+        let stderr = inner.stderr().take();
+        let stdout = Limited {
+            inner: stdout,
+            since_newline: 0,
+            over: false,
+            server: server.to_string(),
+            cut,
+        };
+        // The limit is ours (`Limited`), before rmcp's would drop the message and read on.
+        let transport = AsyncRwTransport::new(stdout, stdin).with_max_line_length(usize::MAX);
+        Ok((
+            Child {
+                process: Cleanup(Some(process)),
+                transport,
+            },
+            stderr,
+        ))
+    }
+
+    /// The server's process id.
+    pub fn id(&self) -> Option<u32> {
+        self.process.0.as_ref()?.id()
+    }
+
+    /// MCP's stdio shutdown: close the server's stdin and wait for it to exit; then SIGTERM and
+    /// wait; then kill it.
+    async fn shut_down(&mut self) -> std::io::Result<()> {
+        let Some(process) = self.process.0.as_mut() else {
+            return Ok(());
+        };
+        self.transport.close().await?;
+        if exited(process).await? {
+            self.process.0 = None;
+            return Ok(());
+        }
+        match process.signal(libc::SIGTERM) {
+            Ok(()) => {
+                if exited(process).await? {
+                    self.process.0 = None;
+                    return Ok(());
+                }
+            }
+            Err(e) => {
+                tracing::warn!(target: "colony::mcp", "cannot send SIGTERM to a stdio server: {e}")
+            }
+        }
+        Box::into_pin(process.kill()).await?;
+        self.process.0 = None;
+        Ok(())
+    }
+}
+
+/// Whether `process` exits within [`EXIT_PATIENCE`].
+async fn exited(process: &mut Box<dyn ChildWrapper>) -> std::io::Result<bool> {
+    match tokio::time::timeout(EXIT_PATIENCE, process.wait()).await {
+        Ok(Ok(_)) => Ok(true),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Ok(false),
+    }
+}
+
+impl Transport<RoleClient> for Child {
+    type Error = std::io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.transport.send(item)
+    }
+
+    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
+        self.transport.receive()
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.shut_down()
+    }
+}
+
+/// A server's stdout that ends (reads as closed) once a line grows past [`MAX_MESSAGE`].
+struct Limited<R> {
+    inner: R,
+    /// Bytes read since the last newline.
+    since_newline: usize,
+    /// The limit was passed: nothing more is read.
+    over: bool,
+    server: String,
+    cut: Cut,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Limited<R> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        if self.over {
+            return Poll::Ready(Ok(()));
+        }
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if !matches!(polled, Poll::Ready(Ok(()))) {
+            return polled;
+        }
+        let read = &buf.filled()[before..];
+        // The line this read goes on with, up to its newline if it has one (a line wholly
+        // inside one read is no longer than the read, far below the limit).
+        let going_on = match read.iter().position(|&b| b == b'\n') {
+            Some(at) => self.since_newline.saturating_add(at),
+            None => self.since_newline.saturating_add(read.len()),
+        };
+        self.since_newline = match read.iter().rposition(|&b| b == b'\n') {
+            Some(at) => read.len() - at - 1,
+            None => going_on,
+        };
+        if going_on > MAX_MESSAGE {
+            let reason = format!(
+                "the server sent a message of more than {} MiB, more than colony reads (it is \
+                 started again on next use)",
+                MAX_MESSAGE >> 20
+            );
+            tracing::error!(target: "colony::mcp", server = %self.server, "{reason}");
+            *self.cut.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+            self.over = true;
+            buf.set_filled(before);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncReadExt;
+
+    fn limited(bytes: Vec<u8>) -> (Limited<std::io::Cursor<Vec<u8>>>, Cut) {
+        let cut = Cut::default();
+        let reader = Limited {
+            inner: std::io::Cursor::new(bytes),
+            since_newline: 0,
+            over: false,
+            server: "big".into(),
+            cut: cut.clone(),
+        };
+        (reader, cut)
+    }
+
+    #[tokio::test]
+    async fn lines_within_the_limit_pass_and_a_longer_one_ends_the_stream() {
+        let mut bytes = b"{\"a\":1}\n".to_vec();
+        bytes.extend(std::iter::repeat_n(b'x', MAX_MESSAGE - 1));
+        bytes.push(b'\n');
+        let whole = bytes.len();
+        let (mut reader, cut) = limited(bytes);
+        let mut out = Vec::new();
+        reader.read_to_end(&mut out).await.unwrap();
+        assert_eq!(out.len(), whole, "a line of the limit's length passes");
+        assert!(cut.lock().unwrap().is_none());
+
+        let mut bytes = b"{\"a\":1}\n".to_vec();
+        bytes.extend(std::iter::repeat_n(b'x', MAX_MESSAGE + 10));
+        bytes.extend(b"\n{\"b\":2}\n");
+        let (mut reader, cut) = limited(bytes);
+        let mut out = Vec::new();
+        reader.read_to_end(&mut out).await.unwrap();
+        assert!(out.len() <= MAX_MESSAGE + 8, "read {} bytes", out.len());
+        assert!(!out.ends_with(b"{\"b\":2}\n"), "nothing after the cut");
+        let reason = cut.lock().unwrap().clone().expect("the reason");
+        assert!(
+            reason.contains("the server sent a message of more than 16 MiB"),
+            "{reason}"
+        );
+    }
+}
