@@ -157,11 +157,28 @@ impl std::fmt::Debug for FileRef {
 pub struct Message {
     pub role: Role,
     pub parts: Vec<Part>,
+    /// For a user message that is a resident's mail: who sent it, and over how many relays.
+    /// Kept with the conversation, never sent to a model: a turn resumed after a restart
+    /// serves the same mail, and its tools are told where it came from
+    /// (`ai.inbound_provenance()` answered nothing, and a relaying tool lost the hop count).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mail: Option<Box<MailFrom>>,
+}
+
+/// Where a mail came from, as its message keeps it ([`Message::mail`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MailFrom {
+    pub source: String,
+    pub hop: u32,
 }
 
 impl Message {
     pub fn new(role: Role, parts: Vec<Part>) -> Message {
-        Message { role, parts }
+        Message {
+            role,
+            parts,
+            mail: None,
+        }
     }
 
     pub fn user(text: impl Into<String>) -> Message {
@@ -412,6 +429,7 @@ mod tests {
     #[test]
     fn text_len_is_the_length_of_the_text() {
         let message = Message {
+            mail: None,
             role: Role::Assistant,
             parts: vec![
                 Part::text("héllo "),

@@ -502,3 +502,66 @@ print(done)
         audit.stdout
     );
 }
+
+/// A turn cut off mid-step and resumed by the next run serves the same mail, and its tools are
+/// told where that mail came from: `ai.inbound_provenance()` answered nil after a restart (the
+/// mail was no longer at hand), and the README's relaying tool (`p.ai`, `p.hop + 1`) raised,
+/// its relay lost.
+#[test]
+fn a_resumed_turn_knows_where_its_mail_came_from() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        if last["role"] == "tool" {
+            Reply::text("relayed")
+        } else {
+            Reply::tool_calls(vec![("c1", "relay", json!({}))])
+        }
+    });
+    let sb = styled(&fake, "openai");
+    let state = sb.path("state-dir").display().to_string();
+    let script = sb
+        .write(
+            "relay.lua",
+            r#"
+local run = ...
+local relay = ai.tool{ name = "relay", description = "r", parameters = {}, idempotent = true,
+  handler = function()
+    local p = ai.inbound_provenance()
+    store.set("seen/" .. run, p and (p.origin .. " hop " .. p.hop .. " to " .. p.ai) or "nil")
+    if run == "first" then ai.stop("cut") ai.sleep(60000) end
+    return "relayed"
+  end }
+ai.spawn{ name = "r", provider = "openai", model = "m", persist_conversation = true,
+  tools = { relay },
+  deliver_to = function(text, info) if info.kind == "reply" then print(text) ; ai.stop("done") end end,
+  sources = { function(self)
+    if run == "first" then ai.mail{ to = self, source = "desk", content = "go", hop = 2 } end
+  end } }
+print(ai.watch{ grace_ms = 0 })
+"#,
+        )
+        .display()
+        .to_string();
+    let first = sb
+        .colony(&["run", "--state", &state, &script, "first"])
+        .ok();
+    assert_eq!(first.stdout, "cut\n");
+    let second = sb
+        .colony(&["run", "--state", &state, &script, "second"])
+        .ok();
+    assert_eq!(second.stdout, "relayed\ndone\n");
+    for run in ["first", "second"] {
+        let seen = sb
+            .colony(&[
+                "store",
+                &script,
+                "--state",
+                &state,
+                "get",
+                &format!("seen/{run}"),
+            ])
+            .ok();
+        assert_eq!(seen.stdout.trim(), "\"desk hop 2 to r\"", "{run}");
+    }
+}

@@ -66,6 +66,13 @@ fn request_value(req: &InferRequest) -> Value {
     let mut v = serde_json::to_value(req).expect("requests serialise");
     if let Value::Object(map) = &mut v {
         map.remove("model");
+        // Where a resident's mail came from is kept with its message, never sent to a model:
+        // not part of what a recording answered.
+        if let Some(Value::Array(messages)) = map.get_mut("messages") {
+            for m in messages.iter_mut().filter_map(Value::as_object_mut) {
+                m.remove("mail");
+            }
+        }
     }
     canonical(&v)
 }

@@ -134,12 +134,16 @@ impl Mail {
         format!("[mail from {}] {}", self.source, self.content)
     }
 
-    /// The user turn this mail becomes: its text, then its files.
+    /// The user turn this mail becomes: its text, then its files, and where it came from.
     pub fn as_user_message(&self) -> Message {
         let mut message = Message::user(self.as_user_text());
         message
             .parts
             .extend(self.files.iter().cloned().map(Part::File));
+        message.mail = Some(Box::new(crate::vocab::MailFrom {
+            source: self.source.clone(),
+            hop: self.hop,
+        }));
         message
     }
 }
@@ -147,6 +151,28 @@ impl Mail {
 pub use crate::script::Provenance;
 
 impl Provenance {
+    /// The mail the turn that `messages` ends in is serving, as its messages keep it
+    /// ([`Message::mail`]): for a turn resumed after a restart, whose mail is no longer at
+    /// hand. The turn's mail is the run of user messages before its calls and results (after
+    /// a compaction, the summary holding the latest request); as [`Provenance::of`], the
+    /// newest one's sender and the highest hop.
+    pub fn resumed(messages: &[Message], to: &str) -> Option<Provenance> {
+        use crate::vocab::Role;
+        let mut turn = messages.iter().rev().skip_while(|m| {
+            m.role == Role::Tool || (m.role == Role::Assistant && m.tool_calls().next().is_some())
+        });
+        let newest = turn.next()?.mail.as_deref()?;
+        let hop = turn
+            .map_while(|m| m.mail.as_deref())
+            .map(|from| from.hop)
+            .fold(newest.hop, u32::max);
+        Some(Provenance {
+            origin: newest.source.clone(),
+            hop,
+            to: to.to_string(),
+        })
+    }
+
     /// For a turn serving several arrivals: the newest one's sender and the highest hop, so a
     /// relay chain cannot shorten itself by being batched.
     pub fn of(batch: &[Mail]) -> Option<Provenance> {
@@ -500,6 +526,39 @@ mod tests {
 
     fn mail(n: usize) -> Mail {
         Mail::new("a", "t", format!("m{n}"), 0)
+    }
+
+    /// A turn resumed after a restart knows its mail's origin from its messages: the newest
+    /// mail's sender, the highest hop of the batch, past the step's calls and results.
+    #[test]
+    fn a_resumed_turn_reads_its_provenance_from_its_messages() {
+        use crate::vocab::{Part, Role, ToolCall};
+        let from = |source: &str, hop: u32| Mail {
+            hop,
+            ..Mail::new("r", source, "x", hop)
+        };
+        let call = Message::new(
+            Role::Assistant,
+            vec![Part::ToolCall(ToolCall {
+                id: "c1".into(),
+                name: "t".into(),
+                arguments: "{}".into(),
+                opaque: None,
+            })],
+        );
+        let messages = vec![
+            from("old", 9).as_user_message(),
+            Message::assistant("done before"),
+            from("a", 3).as_user_message(),
+            from("b", 1).as_user_message(),
+            call,
+        ];
+        let p = Provenance::resumed(&messages, "r").expect("its mail");
+        assert_eq!((p.origin.as_str(), p.hop, p.to.as_str()), ("b", 3, "r"));
+        assert_eq!(
+            Provenance::resumed(&[Message::user("a script's turn")], "r"),
+            None
+        );
     }
 
     /// After a failed save, the saved backlog's rows that neither the queue holds nor a turn

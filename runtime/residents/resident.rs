@@ -775,7 +775,10 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         me.mailbox.take()
     };
     let provenance = if *unfinished {
-        serving.clone()
+        // After a restart the mail is no longer at hand: its messages say where it came from.
+        serving
+            .clone()
+            .or_else(|| Provenance::resumed(&me.lock(), &me.spec.name))
     } else {
         Provenance::of(&batch.mail)
     };

@@ -126,6 +126,10 @@ pub fn rebuild(messages: &[Message], summary: &str) -> Vec<Message> {
         out.push(Message::new(Role::User, parts));
     }
     let mut first = Message::user(text);
+    // The latest request's origin stays with it (a turn resumed after a restart reads it).
+    if let Some(at) = latest_at {
+        first.mail = messages[at].mail.clone();
+    }
     if let Some(at) = latest_at.filter(|at| *at < kept_from) {
         first.parts.extend(files_of(&messages[at]));
     }
@@ -234,7 +238,13 @@ mod tests {
             Message::new(Role::Assistant, vec![call("a")]),
             result("a"),
             Message::assistant("done with a"),
-            Message::user("a new mail"),
+            Message {
+                mail: Some(Box::new(crate::vocab::MailFrom {
+                    source: "desk".into(),
+                    hop: 2,
+                })),
+                ..Message::user("a new mail")
+            },
         ];
         let out = rebuild(&messages, "SUMMARY");
         assert_eq!(out.len(), 1, "{out:?}");
@@ -243,6 +253,8 @@ mod tests {
             format!("{PREAMBLE}\n\nSUMMARY\n\nThe user's latest request: a new mail")
         );
         assert_eq!(out.last().unwrap().role, Role::User);
+        // Where the latest request came from stays with it (a resumed turn reads it).
+        assert_eq!(out[0].mail, messages[4].mail);
     }
 
     #[test]
