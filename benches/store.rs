@@ -544,7 +544,7 @@ fn store_level(dir: &Path, dur: Duration, concurrent: bool) -> StoreLevel {
     let tool = timed_loop(dur, |i| {
         let (with_call, with_result) = &steps[i % steps.len()];
         hooks.inferred(with_call).expect("commit");
-        hooks.started(&call).expect("journal");
+        hooks.starting(&[&call]).expect("journal");
         hooks.finished(&call, &result, &[], &event);
         hooks.step_done(with_result).expect("commit");
     });

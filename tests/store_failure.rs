@@ -35,6 +35,8 @@ struct Flaky {
     broken: AtomicBool,
     journal_broken: AtomicBool,
     answer_lost: AtomicBool,
+    /// `journal` fails as a full disk does.
+    disk_full: AtomicBool,
 }
 
 impl Store for Flaky {
@@ -80,6 +82,9 @@ impl Store for Flaky {
     fn journal(&self, n: &str, e: &JournalEntry) -> StoreResult<()> {
         if self.journal_broken.load(Ordering::SeqCst) {
             return Err(StoreError::Fenced("its lease was taken over".into()));
+        }
+        if self.disk_full.load(Ordering::SeqCst) {
+            return Err(StoreError::Io("database or disk is full".into()));
         }
         self.inner.journal(n, e)
     }
@@ -418,4 +423,90 @@ fn a_mail_saved_whose_answer_was_lost_is_served_once_in_this_run() {
             "[mail from t] second"
         ]
     );
+}
+
+/// The calls' start cannot be journaled because the disk is full: none runs, and the turn
+/// waits as one whose step could not be saved; once the disk has room the calls run, once, and
+/// the model answers. They were answered "not run: cannot journal the call", the model read
+/// that, the turn ended and its mail counted as served: the work was never done.
+#[test]
+fn a_step_whose_calls_cannot_be_journaled_waits_for_the_disk() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let cassette = Cassette::load(file.path()).unwrap();
+    let core = Core::new(
+        Config::default(),
+        Providers::new(Some(Arc::new(cassette)), None),
+        rt.handle().clone(),
+    );
+    let store = Arc::new(Flaky {
+        disk_full: AtomicBool::new(true),
+        ..Flaky::default()
+    });
+    let route = Route::with_store(core, LuaBridge::detached(), Some(store.clone()));
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let work = ToolDef::native("work", "Works", json!({}), move |_| {
+        let counted = counted.clone();
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(json!("worked"))
+        }
+    })
+    .unwrap();
+    let stack: SharedInfer = Arc::new(Scripted::new(
+        ManualClock::new(0),
+        [Ok(call()), Ok(text("done"))],
+    ));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    route
+        .spawn(ResidentSpec {
+            name: "r".into(),
+            ask: Ask::default(),
+            tools: vec![work],
+            max_steps: 8,
+            max_hop: DEFAULT_MAX_HOP,
+            mailbox: colony::residents::mail::CAPACITY,
+            compaction: Compaction {
+                enabled: false,
+                ..Compaction::default()
+            },
+            deliver: Deliver::Channel(tx),
+            restart: RestartPolicy::new(Restart::Permanent),
+            stack,
+            persist: true,
+            workspace: None,
+            budgets: Default::default(),
+        })
+        .unwrap();
+    route.open();
+    route.mail(Mail::new("r", "t", "go", 0)).unwrap();
+    rt.block_on(async {
+        let first = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .expect("a delivery")
+            .unwrap();
+        assert_eq!(first.kind, DeliveryKind::Outage, "{}", first.text);
+        assert!(first.text.contains("disk is full"), "{}", first.text);
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "nothing ran unjournaled");
+        store.disk_full.store(false, Ordering::SeqCst);
+        let mut kinds = Vec::new();
+        while let Ok(Some(d)) = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await {
+            kinds.push(d.kind);
+            if d.kind == DeliveryKind::Reply {
+                assert_eq!(d.text, "done");
+                break;
+            }
+        }
+        assert_eq!(kinds, [DeliveryKind::Recovered, DeliveryKind::Reply]);
+    });
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "the call ran once");
+    let cell = store.load_cell("r").unwrap().unwrap();
+    let result = cell.messages[2].tool_results().next().expect("its result");
+    assert_eq!(result.content, "worked");
+    assert!(cell.backlog.is_empty());
 }

@@ -89,8 +89,8 @@ impl TurnHooks for ObservedHooks {
             .map_or(Recorded::Nothing, |h| h.recorded(call_id))
     }
 
-    fn started(&self, call: &ToolCall) -> Result<(), String> {
-        self.inner.as_ref().map_or(Ok(()), |h| h.started(call))
+    fn starting(&self, calls: &[&ToolCall]) -> Result<(), crate::turn::NotStarted> {
+        self.inner.as_ref().map_or(Ok(()), |h| h.starting(calls))
     }
 
     fn finished(&self, call: &ToolCall, result: &ToolResult, files: &[FileRef], event: &ToolEvent) {

@@ -6,8 +6,9 @@
 //! 1. `ai.mail` answers `true` only after the mail is in the backlog on disk;
 //! 2. a step's model reply is committed (with the served mail moved from the backlog into the
 //!    conversation, in the same transaction) before any of its calls run;
-//! 3. each call is journaled as started (a call that cannot be is not run), then as finished
-//!    with its result;
+//! 3. a step's calls are journaled as started before any of them runs (when that cannot be
+//!    written none runs: the turn waits as one whose step could not be saved, or, without the
+//!    lease in a cluster, each is answered "not run"), then each as finished with its result;
 //! 4. the step's results are committed (and the journal cleared) before the next model call.
 //!
 //! So a restart finds either a transcript ending in a reply (the turn was done), or one ending in
@@ -23,8 +24,8 @@ use sha2::{Digest, Sha256};
 
 use crate::infer::breaker::{BreakerState, BreakerStore};
 use crate::store::audit_batch::AuditBatch;
-use crate::store::{AuditEntry, JournalEntry, Store};
-use crate::turn::{EventKind, Recorded, ToolEvent, TurnHooks};
+use crate::store::{AuditEntry, JournalEntry, Store, StoreError};
+use crate::turn::{EventKind, NotStarted, Recorded, ToolEvent, TurnHooks};
 use crate::vocab::{FileRef, Message, ToolCall, ToolResult};
 
 /// The hooks of one resident's turn.
@@ -143,20 +144,28 @@ impl TurnHooks for ResidentHooks {
         }
     }
 
-    fn started(&self, call: &ToolCall) -> Result<(), String> {
+    fn starting(&self, calls: &[&ToolCall]) -> Result<(), NotStarted> {
         if !self.persist {
             return Ok(());
         }
-        let entry = JournalEntry {
-            call_id: call.id.clone(),
-            tool: call.name.clone(),
-            result: None,
-            files: Vec::new(),
-        };
-        self.store.journal(&self.name, &entry).map_err(|e| {
-            tracing::error!(ai = %self.name, call = %call.id, "cannot journal a call: not run: {e}");
-            format!("not run: cannot journal the call: {e}")
-        })
+        for call in calls {
+            let entry = JournalEntry {
+                call_id: call.id.clone(),
+                tool: call.name.clone(),
+                result: None,
+                files: Vec::new(),
+            };
+            if let Err(e) = self.store.journal(&self.name, &entry) {
+                tracing::error!(ai = %self.name, call = %call.id, "cannot journal a call: not run: {e}");
+                return Err(match e {
+                    StoreError::Fenced(_) => {
+                        NotStarted::Refused(format!("not run: cannot journal the call: {e}"))
+                    }
+                    _ => NotStarted::Unsaved(format!("cannot journal the step's calls: {e}")),
+                });
+            }
+        }
+        Ok(())
     }
 
     fn finished(&self, call: &ToolCall, result: &ToolResult, files: &[FileRef], event: &ToolEvent) {

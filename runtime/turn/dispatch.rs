@@ -50,6 +50,9 @@ pub struct CallContext<'a> {
     pub files: &'a [FileRef],
     /// The config's rate limits (`[rate]`), as the turn began.
     pub rates: Option<&'a crate::rate::RateConfig>,
+    /// Why the step's calls may not run (their start could not be journaled): each is
+    /// answered with it instead.
+    pub refused: Option<&'a str>,
 }
 
 /// A call's answer: the result for the model, the event for the caller, and the files the
@@ -74,6 +77,21 @@ impl Drop for AbortOnDrop {
 
 /// What a call cut off by the end of the program reads.
 pub const CANCELLED: &str = "cancelled: the program ended before the tool finished";
+
+/// Whether `call` runs (and so is journaled as started first): not one the journal says
+/// finished before a restart (its result is reused), nor one that started and did not finish
+/// unless its tool is idempotent (answered as interrupted).
+pub fn will_run(cx: &CallContext<'_>, call: &ToolCall) -> bool {
+    match cx.hooks.map(|h| h.recorded(&call.id)) {
+        None | Some(Recorded::Nothing) => true,
+        Some(Recorded::Finished(..)) => false,
+        Some(Recorded::Started) => cx
+            .tools
+            .iter()
+            .find(|t| t.spec.name == call.name)
+            .is_some_and(|t| t.idempotent),
+    }
+}
 
 /// Runs `call` against the offered tools and answers it. A call the journal says finished
 /// before a restart is answered with its recorded result, not run again.
@@ -123,9 +141,9 @@ pub async fn run_call(cx: &CallContext<'_>, call: &ToolCall) -> Answer {
         };
         (result, event, Vec::new())
     } else {
-        match cx.hooks.map_or(Ok(()), |h| h.started(call)) {
-            Ok(()) => run(cx, call).await,
-            Err(why) => not_journaled(cx, call, why),
+        match cx.refused {
+            None => run(cx, call).await,
+            Some(why) => not_journaled(cx, call, why.to_string()),
         }
     };
     // A call the end of the program cut off did not finish: the journal keeps it as started.

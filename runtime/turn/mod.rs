@@ -86,6 +86,19 @@ pub enum Recorded {
     Finished(ToolResult, Vec<FileRef>),
 }
 
+/// Why the calls of a step were not journaled as started ([`TurnHooks::starting`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum NotStarted {
+    /// Refused for good (in a cluster: this node no longer holds the resident's lease): the
+    /// calls do not run, and each is answered with the reason.
+    Refused(String),
+    /// The store could not write (a full disk, a database gone away): nothing of the step
+    /// runs, and the turn ends as one whose step could not be saved, to be continued, the calls
+    /// run then, once the store writes again. Answered "not run" instead, the model read that,
+    /// the turn ended, and the mail's work was never done.
+    Unsaved(String),
+}
+
 /// A turn's observer: what a persisted resident writes down so that a restart resumes the turn
 /// without running a finished tool twice, and what the audit log records. Every method has a
 /// default that does nothing; calls come from the turn's task, in order.
@@ -102,10 +115,10 @@ pub trait TurnHooks: Send + Sync {
     fn recorded(&self, _call_id: &str) -> Recorded {
         Recorded::Nothing
     }
-    /// A call is about to run. An error (the journal cannot record it: the store is down, or
-    /// in a cluster this node no longer holds the resident's lease) and it does not run: a
-    /// restart, or the node that took over, could not tell that it had.
-    fn started(&self, _call: &ToolCall) -> Result<(), String> {
+    /// A step's calls are about to run, all of them journaled as started before any does: a
+    /// restart, or the node that took over, must be able to tell that one had. An error and
+    /// none of them runs ([`NotStarted`]).
+    fn starting(&self, _calls: &[&ToolCall]) -> Result<(), NotStarted> {
         Ok(())
     }
     /// A call ended (whether it ran, was refused, or was reused).

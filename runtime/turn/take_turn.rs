@@ -128,9 +128,10 @@ async fn run(
     if !pending.is_empty() {
         let held = viewable(&offered, &req.messages);
         let cx = context(script, &spec, 0, &offered, &held, config.rate.as_ref());
-        let Some(answers) = run_calls(&cx, &pending, spec.on_tool, &mut out.tool_events).await
-        else {
-            return cancelled(out, req.messages);
+        let answers = match run_calls(&cx, &pending, spec.on_tool, &mut out.tool_events).await {
+            Ran::Answered(answers) => answers,
+            Ran::Cancelled => return cancelled(out, req.messages),
+            Ran::Unsaved(e) => return not_saved(out, req.messages, e),
         };
         req.messages.push(results_message(answers));
         out.resumed = true;
@@ -257,11 +258,12 @@ async fn run(
             let held = viewable(&offered, &req.messages);
             let cx = context(script, &spec, step, &offered, &held, config.rate.as_ref());
             match run_calls(&cx, &calls, spec.on_tool, &mut out.tool_events).await {
-                Some(answers) => {
+                Ran::Answered(answers) => {
                     whole = Some(answers.iter().map(|a| a.result.clone()).collect());
                     results_message(answers)
                 }
-                None => return cancelled(out, req.messages),
+                Ran::Cancelled => return cancelled(out, req.messages),
+                Ran::Unsaved(e) => return not_saved(out, req.messages, e),
             }
         };
         let results: Vec<ToolResult> = answered.tool_results().cloned().collect();
@@ -302,6 +304,7 @@ fn context<'a>(
         hooks: spec.hooks.as_deref(),
         files,
         rates,
+        refused: None,
     }
 }
 
@@ -316,12 +319,35 @@ fn with_dynamic(spec: &TurnSpec) -> Vec<super::tools::ToolDef> {
 
 /// Runs a step's calls at once, telling `on_tool` of each as it ends; `None` when the program
 /// ended while they ran.
+/// What became of a step's calls.
+enum Ran {
+    Answered(Vec<Answer>),
+    /// The end of the program cut a call off.
+    Cancelled,
+    /// Their start could not be journaled (the store cannot write): none ran.
+    Unsaved(String),
+}
+
 async fn run_calls(
     cx: &CallContext<'_>,
     calls: &[ToolCall],
     on_tool: Option<FnId>,
     events: &mut Vec<ToolEvent>,
-) -> Option<Vec<Answer>> {
+) -> Ran {
+    // Every call that will run is journaled as started before any runs.
+    let starting: Vec<&ToolCall> = calls
+        .iter()
+        .filter(|c| super::dispatch::will_run(cx, c))
+        .collect();
+    let refusal = match cx.hooks.map_or(Ok(()), |h| h.starting(&starting)) {
+        Ok(()) => None,
+        Err(super::NotStarted::Refused(why)) => Some(why),
+        Err(super::NotStarted::Unsaved(why)) => return Ran::Unsaved(why),
+    };
+    let cx = &CallContext {
+        refused: refusal.as_deref(),
+        ..*cx
+    };
     let mut answers = Vec::with_capacity(calls.len());
     let mut cut_off = false;
     let each = calls.iter().map(|c| async move {
@@ -334,7 +360,10 @@ async fn run_calls(
         events.push(answer.event.clone());
         answers.push(answer);
     }
-    (!cut_off).then_some(answers)
+    match cut_off {
+        false => Ran::Answered(answers),
+        true => Ran::Cancelled,
+    }
 }
 
 /// Whether `message` is the results a turn wrote for the calls it did not run at its last step

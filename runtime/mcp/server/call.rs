@@ -81,6 +81,7 @@ pub async fn tool(
         hooks: None,
         files: &[],
         rates: config.rate.as_ref(),
+        refused: None,
     };
     let line = AuditOnEnd::new(route, caller, &call);
     let answer = run_call(&cx, &call).await;
