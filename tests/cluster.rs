@@ -809,3 +809,45 @@ ai.watch{}
     }
     assert_eq!(served(&b1), 0, "the other cluster served ours");
 }
+
+/// A node paused past its heartbeat, whose name another process took meanwhile, stops its
+/// program when it wakes: it said it placed nothing, yet stayed ready, and took every resident
+/// back from under the other once that one stopped.
+#[test]
+fn a_node_whose_name_was_taken_while_it_was_paused_stops_its_program() {
+    let store_url = support::postgres::database();
+    let nats = support::nats::server().url();
+    let fake = FakeProvider::start();
+    let sb = styled(&fake, "openai");
+    let script = sb.write("paused.lua", PROGRAM);
+    let cluster = Cluster {
+        sb: &sb,
+        script: script.display().to_string(),
+        store: store_url,
+        nats,
+    };
+    let paused = cluster.node("x");
+    wait_spread_in("paused", &[("x", &paused)]);
+    paused.signal("STOP");
+    // The second takes the name once the paused one's heartbeat has expired (its start is
+    // refused until then, and tried again).
+    let second = cluster.node("x");
+    wait_spread_in("paused", &[("x", &second)]);
+    paused.signal("CONT");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let p = paused.get("/api/programs/paused").json;
+        if p["state"] == "stopped" {
+            assert!(
+                p["stop_reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("another process joined as node \"x\"")),
+                "{p}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "still running: {p}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(local_in("paused", &[("x", &second)])["x"].len(), RESIDENTS);
+}

@@ -59,8 +59,8 @@ pub struct Args {
     #[arg(long, value_name = "URL")]
     cluster: Option<String>,
     /// This node's name in the cluster, unique in it (default: the host's name and the
-    /// process id). A node started with a running node's name is refused; one restarted after
-    /// it died waits up to 1.5 leases for the old heartbeat to expire.
+    /// process id). A node started with a running node's name is refused, its start tried
+    /// again later; one restarted after it died starts once the old heartbeat has expired.
     #[arg(long, value_name = "NAME", requires = "cluster")]
     node: Option<String>,
     /// How long a node's leases last unless renewed: a node that dies is taken over this long

@@ -124,7 +124,12 @@ impl Cluster {
         // server with a program of the same name (staging beside production) has its own.
         let identity = off_worker(|| pg.identity())
             .map_err(|e| format!("cannot read the program's identity in the store: {e}"))?;
-        let stream = format!("{program}_{}", identity.get(..12).unwrap_or(&identity));
+        let stream = {
+            use sha2::{Digest, Sha256};
+            let digest = Sha256::digest(identity.as_bytes());
+            let short: String = digest[..6].iter().map(|b| format!("{b:02x}")).collect();
+            format!("{program}_{short}")
+        };
         let bus = off_worker(|| {
             let _enter = handle.enter();
             futures::executor::block_on(Bus::connect(&options.nats, &stream))
@@ -177,38 +182,21 @@ fn instance() -> String {
     format!("{}-{at:x}", std::process::id())
 }
 
-/// Takes the name `node` for this process: at once when no live node has it, else once its
-/// heartbeat expires, which that of a process that died without leaving (SIGKILL, a lost
-/// machine; restarted by systemd) does within `ttl`. One still renewed after that is another
-/// process running as `node`: two would take each other's leases for their own in turn, so
-/// this one is refused, saying so.
+/// Takes the name `node` for this process, when no live node has it. One that has it is
+/// another process running as `node` (two would take each other's leases for their own in
+/// turn), or one that ended without leaving (SIGKILL, a lost machine; restarted by systemd),
+/// whose heartbeat expires within a lease: refused either way, saying so, and `colony serve`
+/// starts the program again a little later (it waited here, and answered no request meanwhile).
 fn take_name(pg: &PostgresStore, node: &str, instance: &str, ttl: Duration) -> Result<(), String> {
-    let until = std::time::Instant::now() + ttl + ttl / 2;
-    let mut said = false;
-    loop {
-        match pg.beat(node, instance, ttl) {
-            Ok(true) => return Ok(()),
-            Ok(false) => {}
-            Err(e) => return Err(format!("cannot join the cluster as node {node:?}: {e}")),
-        }
-        if std::time::Instant::now() >= until {
-            return Err(format!(
-                "another node named {node:?} is running: its heartbeat in the store is still \
-                 renewed after {:.1}s; give each node its own --node",
-                (ttl + ttl / 2).as_secs_f64()
-            ));
-        }
-        if !said {
-            said = true;
-            tracing::warn!(
-                node,
-                "a node by this name has a heartbeat in the store: waiting up to {:.1}s for it \
-                 to expire (a process that ended without leaving); if it is renewed, another \
-                 process runs as {node:?}",
-                (ttl + ttl / 2).as_secs_f64()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(250));
+    match pg.beat(node, instance, ttl) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(format!(
+            "another node named {node:?} is running (its heartbeat in the store is current; one \
+             that ended without leaving expires within {:.1}s, and the start is tried again): \
+             give each node its own --node",
+            ttl.as_secs_f64()
+        )),
+        Err(e) => Err(format!("cannot join the cluster as node {node:?}: {e}")),
     }
 }
 
@@ -220,21 +208,25 @@ impl Shared {
     /// One round: heartbeat, renewals, claims and handovers (blocking: the store's calls).
     fn round(self: &Arc<Self>, lifecycle: &Lifecycle) -> StoreResult<()> {
         let pg = &self.pg;
+        if self.displaced.load(Ordering::Relaxed) {
+            return Ok(());
+        }
         if !pg.beat(&self.node, &self.instance, self.ttl)? {
             // Its heartbeat expired (it was paused) and another process took the name: the
-            // leases are that process's now, and renewing them here would fail anyway.
-            if !self.displaced.swap(true, Ordering::Relaxed) {
-                tracing::error!(
-                    node = %self.node,
-                    "another process joined as this node while this one's heartbeat had \
-                     expired: this one lets its residents go and places nothing from now on \
-                     (stop it)"
-                );
-            }
+            // leases are that process's now. This one lets its residents go and its program
+            // stops (its API says so, `/readyz` with it), for good: placing again once the
+            // other left would take the name back from under whoever has it then.
+            self.displaced.store(true, Ordering::Relaxed);
+            let why = format!(
+                "another process joined as node {:?} while this one's heartbeat had expired",
+                self.node
+            );
+            tracing::error!(node = %self.node, "{why}: its residents let go, its program stopped");
             let held: Vec<String> = self.state().held.keys().cloned().collect();
             for name in held {
                 self.let_go(lifecycle, &name, false);
             }
+            lifecycle.stop(why);
             return Ok(());
         }
         let live = pg.live_nodes()?;
@@ -285,7 +277,7 @@ impl Shared {
                 };
                 if free && want == Some(self.node.as_str()) {
                     self.claim(lifecycle, &name)?;
-                } else if free && unowned > UNCLAIMED_ROUNDS {
+                } else if free && unowned >= UNCLAIMED_ROUNDS {
                     // The node it belongs on does not run it: that node's program has no such
                     // resident (a program file that differs, say mid-deploy). Mail to it would
                     // be accepted and never served.

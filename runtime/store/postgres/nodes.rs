@@ -80,12 +80,19 @@ impl PostgresStore {
         })
     }
 
-    /// The program's identity in this database, made once as its schema was: a cluster's
-    /// nodes share it, another database's program of the same name has its own.
+    /// The program's identity in this database: the id made once with its schema, and the
+    /// database's name. A cluster's nodes share it; another database's program of the same
+    /// name has its own, a copy restored into another database (`pg_dump`) included. (A copy
+    /// restored into a database of the same name on another server keeps it: give the copy a
+    /// new id, `UPDATE colony_identity SET id = md5(random()::text)`, before its nodes share a
+    /// NATS server with the original's.)
     pub fn identity(&self) -> StoreResult<String> {
         self.with(|client| async move {
             let row = client
-                .query_one("SELECT id FROM colony_identity", &[])
+                .query_one(
+                    "SELECT id || '/' || current_database() FROM colony_identity",
+                    &[],
+                )
                 .await
                 .map_err(|e| self.err(e))?;
             Ok(row.get(0))

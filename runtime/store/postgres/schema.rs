@@ -83,11 +83,11 @@ const MIGRATIONS: &[&str] = &[
          expires_at TIMESTAMPTZ NOT NULL
      );"#,
     // 4: which process beats each node's heart, so a second process given the same name is
-    // refused instead of taking the first one's leases as its own; and the program's identity
-    // in this database, which names its mail stream (two clusters with a program of the same
-    // name on one NATS server read each other's mail).
-    r#"ALTER TABLE colony_nodes ADD COLUMN instance TEXT NOT NULL DEFAULT '';
-     CREATE TABLE colony_identity (id TEXT NOT NULL);
+    // refused instead of taking the first one's leases as its own.
+    r#"ALTER TABLE colony_nodes ADD COLUMN instance TEXT NOT NULL DEFAULT '';"#,
+    // 5: the program's identity in this database, which names its mail stream (two clusters
+    // with a program of the same name on one NATS server read each other's mail).
+    r#"CREATE TABLE colony_identity (id TEXT NOT NULL);
      INSERT INTO colony_identity (id) SELECT md5(random()::text || clock_timestamp()::text);"#,
 ];
 
