@@ -416,3 +416,38 @@ fn calls_after_the_server_dropped_the_connections_connect_afresh() {
     store.set("", "after", &json!(true)).unwrap();
     assert_eq!(store.get("", "after").unwrap(), Some(json!(true)));
 }
+
+/// `colony serve` starts again by itself a program whose store could not be reached (a
+/// database that boots after the machine), but not one the database refused (a database that
+/// does not exist, a wrong password): that was retried every minute for ever, never a failure
+/// systemd could see, the log saying "cannot reach".
+#[test]
+fn serve_does_not_retry_a_store_that_refused_it() {
+    let server = support::postgres::server();
+    let sb = Sandbox::new();
+    let script = sb.write("keeper.lua", "ai.watch{}\n");
+    let missing = server.url("no_such_database");
+    let served =
+        support::serve::Served::start(&sb, &["--store", &missing, &script.display().to_string()]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let p = served.get("/api/programs/keeper").json;
+        if p["state"] == "failed" {
+            assert!(
+                p["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("does not exist")),
+                "{p}"
+            );
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "never failed: {p}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    let said = served.stderr();
+    assert!(said.contains("cannot start"), "{said}");
+    assert!(
+        !said.contains("trying again"),
+        "a refusal is not retried: {said}"
+    );
+}

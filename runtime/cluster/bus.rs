@@ -52,13 +52,23 @@ pub enum Taken {
 
 impl Bus {
     /// Connects to the NATS server at `url` and makes sure `program`'s stream exists.
-    pub async fn connect(url: &str, program: &str) -> Result<Bus, String> {
+    pub async fn connect(url: &str, program: &str) -> Result<Bus, super::JoinError> {
+        use async_nats::ConnectErrorKind;
         let shown = shown(url);
         let client = async_nats::ConnectOptions::new()
             .name(format!("colony {program}"))
             .connect(url)
             .await
-            .map_err(|e| format!("cannot reach the NATS server at {shown}: {e}"))?;
+            .map_err(|e| super::JoinError {
+                // An address that does not parse, or credentials refused, stay so.
+                lasting: matches!(
+                    e.kind(),
+                    ConnectErrorKind::ServerParse
+                        | ConnectErrorKind::Authentication
+                        | ConnectErrorKind::AuthorizationViolation
+                ),
+                message: format!("cannot reach the NATS server at {shown}: {e}"),
+            })?;
         let js = jetstream::new(client);
         let stream = format!("COLONY_MAIL_{program}");
         js.get_or_create_stream(stream::Config {
@@ -71,7 +81,9 @@ impl Bus {
         })
         .await
         .map_err(|e| {
-            format!("{shown}: cannot open the stream {stream} (is JetStream enabled, `nats-server -js`?): {e}")
+            super::JoinError::from(format!(
+                "{shown}: cannot open the stream {stream} (is JetStream enabled, `nats-server -js`?): {e}"
+            ))
         })?;
         Ok(Bus {
             js,

@@ -65,6 +65,31 @@ impl ClusterOptions {
     }
 }
 
+/// Why a node could not join its cluster, and whether that lasts: a NATS address that does not
+/// parse, or credentials refused, are not worth trying again; a server that cannot be reached,
+/// or a name another process holds, may be.
+#[derive(Debug)]
+pub struct JoinError {
+    pub message: String,
+    pub lasting: bool,
+}
+
+impl From<String> for JoinError {
+    /// A failure that may pass.
+    fn from(message: String) -> JoinError {
+        JoinError {
+            message,
+            lasting: false,
+        }
+    }
+}
+
+impl std::fmt::Display for JoinError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
 /// One program's placement on one node of a cluster.
 #[derive(Clone)]
 pub struct Cluster {
@@ -116,9 +141,12 @@ impl Cluster {
         pg: Arc<PostgresStore>,
         program: &str,
         handle: &Handle,
-    ) -> Result<Cluster, String> {
+    ) -> Result<Cluster, JoinError> {
         if options.node.is_empty() || options.node.contains('\0') {
-            return Err(format!("the node name {:?} is not usable", options.node));
+            return Err(JoinError {
+                message: format!("the node name {:?} is not usable", options.node),
+                lasting: true,
+            });
         }
         // The mail stream is the program's in this database: another cluster on the same NATS
         // server with a program of the same name (staging beside production) has its own.

@@ -85,9 +85,9 @@ pub fn start(
                 &crate::store::postgres::schema_for(&launch.file),
                 runtime.core().handle(),
             )
-            .map_err(|message| Unstarted {
-                message,
-                again: true,
+            .map_err(|e| Unstarted {
+                again: !e.lasting,
+                message: e.message,
             })?,
         ),
         (Some(_), ProgramStore::Dir(_)) => {

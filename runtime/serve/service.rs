@@ -272,7 +272,8 @@ impl Service {
             let s = slot.clone();
             let started = tokio::task::spawn_blocking(move || me.start(&s)).await;
             if matches!(started, Ok(true)) {
-                tracing::info!(program = %slot.name, "started");
+                // Its failures were said as warnings: so is the end of them.
+                tracing::warn!(program = %slot.name, "started, after its store or cluster came back");
             }
         });
     }

@@ -56,6 +56,10 @@ pub enum StoreError {
     /// A write through a lease another node has taken over (or that was released): refused.
     #[error("{0}")]
     Fenced(String),
+    /// The database refused us for good: a wrong password, a role or a database that does not
+    /// exist. Trying again changes nothing until someone fixes the settings.
+    #[error("{0}")]
+    Refused(String),
 }
 
 impl StoreError {
@@ -63,6 +67,7 @@ impl StoreError {
         match self {
             StoreError::Locked(_) => "locked",
             StoreError::TooNew(_) => "too_new",
+            StoreError::Refused(_) => "refused",
             StoreError::Damaged(_) => "damaged",
             StoreError::Io(_) => "io_error",
             StoreError::Value(_) => "value_error",

@@ -7,7 +7,7 @@
 store = {}
 
 ---@class store.Error
----@field kind "io_error"|"value_error"|"locked"|"damaged"|"too_new"
+---@field kind "io_error"|"value_error"|"locked"|"damaged"|"too_new"|"fenced"|"refused" `fenced`: in a cluster, this node no longer holds the resident; `refused`: the database refused the login (a wrong password, no such database)
 ---@field message string
 
 --- The value at `key`, or nil.

@@ -180,6 +180,7 @@ impl PostgresStore {
     async fn connection(&self) -> StoreResult<deadpool_postgres::Object> {
         use deadpool_postgres::PoolError;
         self.pool.get().await.map_err(|e| {
+            use tokio_postgres::error::SqlState;
             let why = match &e {
                 PoolError::Backend(e) => describe(e),
                 PoolError::Timeout(_) => format!(
@@ -189,10 +190,27 @@ impl PostgresStore {
                 ),
                 other => other.to_string(),
             };
-            StoreError::Io(format!(
-                "cannot reach the PostgreSQL store {}: {why}",
-                self.shown
-            ))
+            let refused = match &e {
+                PoolError::Backend(e) => e.code().is_some_and(|c| {
+                    [
+                        SqlState::INVALID_PASSWORD,
+                        SqlState::INVALID_AUTHORIZATION_SPECIFICATION,
+                        SqlState::INVALID_CATALOG_NAME,
+                    ]
+                    .contains(c)
+                }),
+                _ => false,
+            };
+            match refused {
+                true => StoreError::Refused(format!(
+                    "the PostgreSQL store {} refused the login: {why}",
+                    self.shown
+                )),
+                false => StoreError::Io(format!(
+                    "cannot reach the PostgreSQL store {}: {why}",
+                    self.shown
+                )),
+            }
         })
     }
 
