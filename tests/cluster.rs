@@ -528,6 +528,20 @@ fn an_unreachable_nats_server_fails_the_program_loudly() {
         assert!(Instant::now() < deadline, "never failed: {p}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    // Its start is tried again: mail is told when (it was a bare 503, which a client cannot
+    // tell from a program that will never run).
+    let sent = served.mail("desk", json!({ "to": "r01", "content": "hello" }));
+    assert_eq!(sent.status, 503, "{}", sent.text);
+    assert!(
+        sent.text.contains("its start is tried again in"),
+        "{}",
+        sent.text
+    );
+    assert!(
+        sent.headers.contains_key("retry-after"),
+        "{:?}",
+        sent.headers
+    );
 }
 
 /// A file attached to mail sent through one node reaches the resident on another with its

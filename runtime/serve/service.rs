@@ -68,6 +68,8 @@ struct Now {
     attempts: u64,
     /// Starts that failed since the last that worked (the wait before the next grows).
     failed_in_a_row: u32,
+    /// When its start is tried again, if it is to be.
+    again_at: Option<std::time::Instant>,
 }
 
 /// Per resident, what the observer tallied (for the API's view).
@@ -310,6 +312,7 @@ impl Service {
         let attempt = {
             let mut now = slot.lock();
             now.attempts += 1;
+            now.again_at = None;
             now.attempts
         };
         let hosted = match started {
@@ -341,6 +344,7 @@ impl Service {
                     json!({ "program": slot.name, "error": e.message }),
                 );
                 if let Some(wait) = again {
+                    slot.lock().again_at = Some(std::time::Instant::now() + wait);
                     self.start_again(slot, attempt, wait);
                 }
                 return false;
@@ -567,6 +571,7 @@ impl Slot {
                 hash: None,
                 attempts: 0,
                 failed_in_a_row: 0,
+                again_at: None,
             }),
             ended: watch::Sender::new(0),
             ops: tokio::sync::Mutex::new(()),
@@ -592,6 +597,16 @@ impl Slot {
     /// The running program, if it runs.
     pub fn hosted(&self) -> Option<Arc<Hosted>> {
         self.lock().hosted.clone()
+    }
+
+    /// How long until its start is tried again, if it failed to start and is to be (its store
+    /// or cluster could not be reached).
+    pub fn starts_again_in(&self) -> Option<Duration> {
+        let now = self.lock();
+        (now.phase == Phase::Failed)
+            .then_some(now.again_at)
+            .flatten()
+            .map(|at| at.saturating_duration_since(std::time::Instant::now()))
     }
 
     /// The program as the API shows it.
