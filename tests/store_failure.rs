@@ -154,39 +154,7 @@ fn a_step_that_cannot_be_saved_runs_no_tool() {
     .unwrap();
     // The model asks for `work` (that answer cannot be saved); once the store writes again the
     // resident runs the call it kept and the model answers.
-    let clock = ManualClock::new(0);
-    let answers = vec![
-        Ok(call()),
-        Ok(Inferred {
-            message: Message::assistant("done"),
-            stop: Stop::EndTurn,
-            usage: Usage::default(),
-            model: None,
-        }),
-    ];
-    let stack: SharedInfer = Arc::new(Scripted::new(clock, answers));
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    route
-        .spawn(ResidentSpec {
-            name: "r".into(),
-            ask: Ask::default(),
-            tools: vec![work],
-            max_steps: 8,
-            max_hop: DEFAULT_MAX_HOP,
-            mailbox: colony::residents::mail::CAPACITY,
-            compaction: Compaction {
-                enabled: false,
-                ..Compaction::default()
-            },
-            deliver: Deliver::Channel(tx),
-            restart: RestartPolicy::new(Restart::Permanent),
-            stack,
-            persist: true,
-            workspace: None,
-            budgets: Default::default(),
-        })
-        .unwrap();
-    route.open();
+    let mut rx = spawn_r(&route, vec![work], vec![call(), text("done")]);
     route.mail(Mail::new("r", "t", "go", 0)).unwrap();
     rt.block_on(async {
         let first = rx.recv().await.unwrap();
@@ -257,38 +225,7 @@ fn a_call_whose_start_cannot_be_journaled_does_not_run() {
         }
     })
     .unwrap();
-    let answers = vec![
-        Ok(call()),
-        Ok(Inferred {
-            message: Message::assistant("done"),
-            stop: Stop::EndTurn,
-            usage: Usage::default(),
-            model: None,
-        }),
-    ];
-    let stack: SharedInfer = Arc::new(Scripted::new(ManualClock::new(0), answers));
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    route
-        .spawn(ResidentSpec {
-            name: "r".into(),
-            ask: Ask::default(),
-            tools: vec![work],
-            max_steps: 8,
-            max_hop: DEFAULT_MAX_HOP,
-            mailbox: colony::residents::mail::CAPACITY,
-            compaction: Compaction {
-                enabled: false,
-                ..Compaction::default()
-            },
-            deliver: Deliver::Channel(tx),
-            restart: RestartPolicy::new(Restart::Permanent),
-            stack,
-            persist: true,
-            workspace: None,
-            budgets: Default::default(),
-        })
-        .unwrap();
-    route.open();
+    let mut rx = spawn_r(&route, vec![work], vec![call(), text("done")]);
     route.mail(Mail::new("r", "t", "go", 0)).unwrap();
     rt.block_on(async {
         let d = tokio::time::timeout(Duration::from_secs(30), rx.recv())
@@ -321,9 +258,10 @@ fn text(reply: &str) -> Inferred {
     }
 }
 
-/// `r`, keeping its conversation in `route`'s store, answered by `answers`.
+/// `r`, keeping its conversation in `route`'s store, with `tools`, answered by `answers`.
 fn spawn_r(
     route: &Route,
+    tools: Vec<ToolDef>,
     answers: Vec<Inferred>,
 ) -> tokio::sync::mpsc::UnboundedReceiver<colony::residents::Delivery> {
     let stack: SharedInfer = Arc::new(Scripted::new(
@@ -335,7 +273,7 @@ fn spawn_r(
         .spawn(ResidentSpec {
             name: "r".into(),
             ask: Ask::default(),
-            tools: Vec::new(),
+            tools,
             max_steps: 8,
             max_hop: DEFAULT_MAX_HOP,
             mailbox: colony::residents::mail::CAPACITY,
@@ -378,7 +316,11 @@ fn a_mail_saved_whose_answer_was_lost_is_served_once_in_this_run() {
     );
     let store = Arc::new(Flaky::default());
     let route = Route::with_store(core, LuaBridge::detached(), Some(store.clone()));
-    let mut rx = spawn_r(&route, vec![text("zero"), text("one"), text("two")]);
+    let mut rx = spawn_r(
+        &route,
+        Vec::new(),
+        vec![text("zero"), text("one"), text("two")],
+    );
     let mail = |content: &str| Mail {
         id: Some(content.into()),
         ..Mail::new("r", "t", content, 0)
@@ -458,32 +400,7 @@ fn a_step_whose_calls_cannot_be_journaled_waits_for_the_disk() {
         }
     })
     .unwrap();
-    let stack: SharedInfer = Arc::new(Scripted::new(
-        ManualClock::new(0),
-        [Ok(call()), Ok(text("done"))],
-    ));
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    route
-        .spawn(ResidentSpec {
-            name: "r".into(),
-            ask: Ask::default(),
-            tools: vec![work],
-            max_steps: 8,
-            max_hop: DEFAULT_MAX_HOP,
-            mailbox: colony::residents::mail::CAPACITY,
-            compaction: Compaction {
-                enabled: false,
-                ..Compaction::default()
-            },
-            deliver: Deliver::Channel(tx),
-            restart: RestartPolicy::new(Restart::Permanent),
-            stack,
-            persist: true,
-            workspace: None,
-            budgets: Default::default(),
-        })
-        .unwrap();
-    route.open();
+    let mut rx = spawn_r(&route, vec![work], vec![call(), text("done")]);
     route.mail(Mail::new("r", "t", "go", 0)).unwrap();
     rt.block_on(async {
         let first = tokio::time::timeout(Duration::from_secs(30), rx.recv())
