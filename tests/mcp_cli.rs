@@ -945,3 +945,33 @@ print(mcp.call{{ conn = c, name = "noschema" }}.text)"#,
         run.stderr
     );
 }
+
+/// A stdio server that exits while a process it started still holds its stdout (a wrapper's
+/// helper, a browser it launched): the call waiting on it ends at once, and the next call is
+/// served by the server started again. colony saw only the stdout, which stayed open: the call
+/// waited for its timeout, and every call after it too.
+#[test]
+fn a_server_that_exits_with_a_child_holding_its_stdout_is_noticed() {
+    let sb = Sandbox::new();
+    let server = mcp::scripted_server(
+        &sb,
+        r#"[{"name": "pid", "inputSchema": {"type": "object"}},
+            {"name": "die", "inputSchema": {"type": "object"}}]"#,
+        r#"(__import__("subprocess").Popen(["sleep", "600"]), __import__("os")._exit(1)) if m["params"]["name"] == "die" else {"content": [{"type": "text", "text": str(__import__("os").getpid())}]}"#,
+    );
+    let run = sb
+        .lua(
+            &format!(
+                r#"local c = assert(mcp.connect{{ command = "python3", args = {{ {:?} }} }})
+local before = mcp.call{{ conn = c, name = "pid" }}
+local r, err = mcp.call{{ conn = c, name = "die", timeout = 100 }}
+print(r, err and err.kind)
+local after = assert(mcp.call{{ conn = c, name = "pid" }})
+print(before ~= after)"#,
+                server.display().to_string()
+            ),
+            &["--max-time", "200"],
+        )
+        .ok();
+    assert_eq!(run.lines(), ["nil\tclosed", "true"], "{}", run.stderr);
+}

@@ -30,6 +30,11 @@ pub const MAX_MESSAGE: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGT
 /// How long each step of the shutdown waits for the server to exit.
 const EXIT_PATIENCE: Duration = Duration::from_secs(3);
 
+/// How often a connection waiting for the server's next message looks whether the server's
+/// process has exited: a process it started (a wrapper's helper, a browser) may hold its stdout
+/// open, and the exit alone ended nothing: its calls waited for their timeouts.
+const EXIT_CHECK: Duration = Duration::from_secs(1);
+
 /// Why colony ended a connection itself (a message past the limit), for the errors of the
 /// calls it ends; cleared when a new connection starts.
 pub type Cut = Arc<Mutex<Option<String>>>;
@@ -38,6 +43,9 @@ pub type Cut = Arc<Mutex<Option<String>>>;
 pub struct Child {
     process: Cleanup,
     transport: AsyncRwTransport<RoleClient, Limited<ChildStdout>, ChildStdin>,
+    /// The connection ended from the server's side (its stdout closed, a message past the
+    /// limit, its process exited): the calls it ends must not wait for the server to exit.
+    lost: bool,
 }
 
 /// The process, killed (with its group) when dropped before it exited.
@@ -45,14 +53,19 @@ struct Cleanup(Option<Box<dyn ChildWrapper>>);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        if let Some(mut process) = self.0.take() {
-            // `kill` and not `start_kill`: it reaps the process, so no zombie is left.
-            tokio::spawn(async move {
-                if let Err(e) = Box::into_pin(process.kill()).await {
-                    tracing::warn!(target: "colony::mcp", "cannot end a stdio server: {e}");
-                }
-            });
+        if let Some(process) = self.0.take() {
+            tokio::spawn(end(process));
         }
+    }
+}
+
+/// Ends a server's process (and its group) for good: `kill`, not `start_kill`, so it is
+/// reaped and no zombie is left. One already gone is fine.
+async fn end(mut process: Box<dyn ChildWrapper>) {
+    if let Err(e) = Box::into_pin(process.kill()).await
+        && e.raw_os_error() != Some(libc::ESRCH)
+    {
+        tracing::warn!(target: "colony::mcp", "cannot end a stdio server: {e}");
     }
 }
 
@@ -91,6 +104,7 @@ impl Child {
             Child {
                 process: Cleanup(Some(process)),
                 transport,
+                lost: false,
             },
             stderr,
         ))
@@ -101,41 +115,42 @@ impl Child {
         self.process.0.as_ref()?.id()
     }
 
-    /// MCP's stdio shutdown: close the server's stdin and wait for it to exit; then SIGTERM and
-    /// wait; then kill it.
+    /// MCP's stdio shutdown: close the server's stdin and wait for it to exit; then SIGTERM
+    /// its group and wait; then kill it. A connection the server's side ended does this
+    /// without holding up the calls it ends (they fail at once, the waits go on meanwhile);
+    /// one colony closes (`mcp.close`, the program's end) waits, so a server that is told its
+    /// stdin closed has the time to finish.
     async fn shut_down(&mut self) -> std::io::Result<()> {
-        let Some(process) = self.process.0.as_mut() else {
+        let Some(mut process) = self.process.0.take() else {
             return Ok(());
         };
-        self.transport.close().await?;
-        if exited(process).await? {
-            self.process.0 = None;
-            return Ok(());
-        }
-        match process.signal(libc::SIGTERM) {
-            Ok(()) => {
-                if exited(process).await? {
-                    self.process.0 = None;
-                    return Ok(());
-                }
+        let closed = self.transport.close().await;
+        let ending = async move {
+            if exited(&mut process).await {
+                return;
             }
-            Err(e) => {
-                tracing::warn!(target: "colony::mcp", "cannot send SIGTERM to a stdio server: {e}")
+            match process.signal(libc::SIGTERM) {
+                Ok(()) if exited(&mut process).await => return,
+                Ok(()) => {}
+                Err(e) => tracing::warn!(target: "colony::mcp",
+                    "cannot send SIGTERM to a stdio server: {e}"),
             }
+            end(process).await;
+        };
+        match self.lost {
+            true => drop(tokio::spawn(ending)),
+            false => ending.await,
         }
-        Box::into_pin(process.kill()).await?;
-        self.process.0 = None;
-        Ok(())
+        closed
     }
 }
 
 /// Whether `process` exits within [`EXIT_PATIENCE`].
-async fn exited(process: &mut Box<dyn ChildWrapper>) -> std::io::Result<bool> {
-    match tokio::time::timeout(EXIT_PATIENCE, process.wait()).await {
-        Ok(Ok(_)) => Ok(true),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Ok(false),
-    }
+async fn exited(process: &mut Box<dyn ChildWrapper>) -> bool {
+    matches!(
+        tokio::time::timeout(EXIT_PATIENCE, process.wait()).await,
+        Ok(Ok(_)) | Ok(Err(_))
+    )
 }
 
 impl Transport<RoleClient> for Child {
@@ -149,7 +164,36 @@ impl Transport<RoleClient> for Child {
     }
 
     fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
-        self.transport.receive()
+        let (transport, process, lost) = (&mut self.transport, &mut self.process, &mut self.lost);
+        async move {
+            // Read cancellation-safely (rmcp's reader keeps a partial line across calls), and
+            // meanwhile look whether the server's process has exited.
+            let received = transport.receive();
+            tokio::pin!(received);
+            let mut check = tokio::time::interval(EXIT_CHECK);
+            check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    message = &mut received => {
+                        *lost |= message.is_none();
+                        return message;
+                    }
+                    _ = check.tick() => {
+                        let gone = process
+                            .0
+                            .as_mut()
+                            .is_some_and(|p| matches!(p.try_wait(), Ok(Some(_))));
+                        if gone {
+                            tracing::warn!(target: "colony::mcp",
+                                "a stdio server exited while a process it started still holds its \
+                                 stdout: the connection is closed");
+                            *lost = true;
+                            return None;
+                        }
+                    }
+                }
+            }
+        }
     }
 
     fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
