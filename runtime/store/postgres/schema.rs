@@ -115,10 +115,25 @@ pub(super) async fn exists(
     if names.iter().any(|n| n == schema) {
         return Ok(());
     }
-    let programs: Vec<&str> = names
-        .iter()
-        .filter_map(|n| n.strip_prefix("colony_"))
-        .collect();
+    // Only schemas that hold something: the reading commands of older colonies made an empty
+    // one for every name they were given, which are no programs.
+    let mut programs: Vec<&str> = Vec::new();
+    for name in &names {
+        let quoted = name.replace('"', "\"\"");
+        let held = format!(
+            "SELECT EXISTS (SELECT 1 FROM \"{quoted}\".colony_kv) \
+                 OR EXISTS (SELECT 1 FROM \"{quoted}\".colony_cells) \
+                 OR EXISTS (SELECT 1 FROM \"{quoted}\".colony_audit)"
+        );
+        // A schema without those tables is not a store colony wrote.
+        let holds = client
+            .query_one(&held, &[])
+            .await
+            .is_ok_and(|r| r.get::<_, bool>(0));
+        if holds && let Some(program) = name.strip_prefix("colony_") {
+            programs.push(program);
+        }
+    }
     let there = if programs.is_empty() {
         "it holds no program's state".to_string()
     } else {
