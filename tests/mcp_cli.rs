@@ -975,3 +975,40 @@ print(before ~= after)"#,
         .ok();
     assert_eq!(run.lines(), ["nil\tclosed", "true"], "{}", run.stderr);
 }
+
+/// Calls that a server's death fails together reset the connection once, and say so once: each
+/// reset the connection (and logged its death), so one that failed late could close the session
+/// a newer call had just opened.
+#[test]
+fn calls_a_server_death_fails_together_reset_it_once() {
+    let sb = Sandbox::new();
+    let server = mcp::scripted_server(
+        &sb,
+        r#"[{"name": "pid", "inputSchema": {"type": "object"}},
+            {"name": "die", "inputSchema": {"type": "object"}}]"#,
+        r#"(__import__("time").sleep(0.3), __import__("os")._exit(1)) if m["params"]["name"] == "die" else {"content": [{"type": "text", "text": str(__import__("os").getpid())}]}"#,
+    );
+    let run = sb
+        .lua(
+            &format!(
+                r#"local c = assert(mcp.connect{{ command = "python3", args = {{ {:?} }} }})
+local before = assert(mcp.call{{ conn = c, name = "pid" }})
+local function die() return {{ mcp.call{{ conn = c, name = "die", timeout = 100 }} }} end
+local results = {{ ai.parallel(die, die, die, die, die) }}
+local failed = 0
+for _, r in ipairs(results) do if r[1] == nil then failed = failed + 1 end end
+print(failed)
+print(assert(mcp.call{{ conn = c, name = "pid" }}) ~= before)"#,
+                server.display().to_string()
+            ),
+            &["--max-time", "200"],
+        )
+        .ok();
+    assert_eq!(run.lines(), ["5", "true"], "{}", run.stderr);
+    let said = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("the connection closed:"))
+        .count();
+    assert_eq!(said, 1, "{}", run.stderr);
+}

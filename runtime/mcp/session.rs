@@ -47,6 +47,8 @@ type Service = RunningService<RoleClient, Handler>;
 
 struct Live {
     service: Service,
+    /// Which session of the connection this is ([`Connection::reset_from`]).
+    generation: u64,
     version: String,
     /// A stdio server's processes, ended when the session is (after `service`, dropped first).
     group: Option<ServerGroup>,
@@ -64,6 +66,8 @@ pub struct Connection {
     /// Why colony ended the live session itself (a stdio message past its limit), said by the
     /// calls it ended.
     cut: super::child::Cut,
+    /// Sessions opened so far.
+    sessions: AtomicUsize,
 }
 
 /// A server's tool as listed: its own name and the JSON it was listed with.
@@ -83,6 +87,7 @@ impl Connection {
             drained: Notify::new(),
             closed: std::sync::atomic::AtomicBool::new(false),
             cut: super::child::Cut::default(),
+            sessions: AtomicUsize::new(0),
         })
     }
 
@@ -121,13 +126,18 @@ impl Connection {
 
     /// The live session's peer, connecting (or reconnecting after a death) first.
     async fn peer(&self) -> Result<rmcp::Peer<RoleClient>, McpError> {
+        self.session().await.map(|(peer, _)| peer)
+    }
+
+    /// [`Connection::peer`], and which session it is.
+    async fn session(&self) -> Result<(rmcp::Peer<RoleClient>, u64), McpError> {
         if self.closed.load(Ordering::SeqCst) {
             return Err(self.closed("the connection was closed (mcp.close)"));
         }
         let mut live = self.live.lock().await;
         if let Some(l) = live.as_ref() {
             if !l.service.is_closed() && !l.service.peer().is_transport_closed() {
-                return Ok(l.service.peer().clone());
+                return Ok((l.service.peer().clone(), l.generation));
             }
             tracing::warn!(target: "colony::mcp", server = %self.spec.name,
                 "the connection closed (a child that exited, a server that went away); reconnecting");
@@ -143,9 +153,27 @@ impl Connection {
                     CONNECT_TIMEOUT.as_secs()
                 ),
             })??;
+        let mut fresh = fresh;
+        fresh.generation = self.sessions.fetch_add(1, Ordering::SeqCst) as u64 + 1;
         let peer = fresh.service.peer().clone();
+        let generation = fresh.generation;
         *live = Some(fresh);
-        Ok(peer)
+        Ok((peer, generation))
+    }
+
+    /// Forgets session `generation`, if it is still the live one, so the next use opens a new
+    /// one: whether it did. A call that failed with a session that died must not close the
+    /// session another call has opened since (many calls fail with one server's death).
+    async fn reset_from(&self, generation: u64) -> bool {
+        let mut live = self.live.lock().await;
+        if live.as_ref().is_none_or(|l| l.generation != generation) {
+            return false;
+        }
+        if let Some(mut l) = live.take() {
+            drop(live);
+            let _ = l.service.close_with_timeout(Duration::from_secs(2)).await;
+        }
+        true
     }
 
     /// Forgets the session so the next use opens a new one.
@@ -235,7 +263,7 @@ impl Connection {
         let mut retried = false;
         let mut authorized = false;
         loop {
-            let peer = self.peer().await?;
+            let (peer, generation) = self.session().await?;
             match self.request(&peer, req.clone(), timeout).await {
                 Err(Failure::Auth(_, challenge)) if !authorized => {
                     authorized = true;
@@ -249,7 +277,7 @@ impl Connection {
                 Err(f) => {
                     let e = f.into_error();
                     if matches!(e, McpError::Closed { .. }) {
-                        self.reset().await;
+                        self.reset_from(generation).await;
                     }
                     return Err(e);
                 }
@@ -322,7 +350,7 @@ impl Connection {
         let mut retried = false;
         let mut authorized = false;
         loop {
-            let peer = self.peer().await?;
+            let (peer, generation) = self.session().await?;
             let params =
                 CallToolRequestParams::new(tool.to_string()).with_arguments(arguments.clone());
             let req = ClientRequest::CallToolRequest(CallToolRequest::new(params));
@@ -343,10 +371,10 @@ impl Connection {
                 }
                 Err(f) => {
                     let e = f.into_error();
-                    if matches!(e, McpError::Closed { .. }) {
-                        // A child that died: reported now, restarted on next use.
+                    // A child that died: reported now (by the first call it failed), restarted
+                    // on next use.
+                    if matches!(e, McpError::Closed { .. }) && self.reset_from(generation).await {
                         tracing::warn!(target: "colony::mcp", server = %self.spec.name, "{e}");
-                        self.reset().await;
                     }
                     return Err(e);
                 }
@@ -716,6 +744,8 @@ async fn checked(spec: &ServerSpec, service: Service) -> Result<Live, McpError> 
     }
     Ok(Live {
         service,
+        // Numbered as it becomes the live session (`Connection::session`).
+        generation: 0,
         version,
         group: None,
     })
