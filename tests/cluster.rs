@@ -197,6 +197,19 @@ fn wait_spread_in(program: &str, nodes: &[(&str, &Served)]) -> BTreeMap<String, 
     }
 }
 
+/// Waits (a minute at most) until `program` on `node` is in `state`: its view then.
+fn program_in_state(node: &Served, program: &str, state: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let p = node.get(&format!("/api/programs/{program}")).json;
+        if p["state"] == state {
+            return p;
+        }
+        assert!(Instant::now() < deadline, "never {state}: {p}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Sends mail `n` through `nodes` (starting at one chosen by `n`) until one accepts it.
 fn send(nodes: &[&Served], n: usize) {
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -514,20 +527,12 @@ fn an_unreachable_nats_server_fails_the_program_loudly() {
             &script.display().to_string(),
         ],
     );
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let p = served.get("/api/programs/desk").json;
-        if p["state"] == "failed" {
-            let error = p["error"].as_str().unwrap_or("");
-            assert!(
-                error.contains(&format!("cannot reach the NATS server at {nats}")),
-                "{p}"
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "never failed: {p}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let p = program_in_state(&served, "desk", "failed");
+    let error = p["error"].as_str().unwrap_or("");
+    assert!(
+        error.contains(&format!("cannot reach the NATS server at {nats}")),
+        "{p}"
+    );
     // Its start is tried again: mail is told when (it was a bare 503, which a client cannot
     // tell from a program that will never run).
     let sent = served.mail("desk", json!({ "to": "r01", "content": "hello" }));
@@ -643,21 +648,13 @@ fn a_second_node_with_a_running_nodes_name_is_refused() {
     let mut first = cluster.node("a");
     wait_spread_in("names", &[("a", &first)]);
     let second = cluster.node("a");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let p = second.get("/api/programs/names").json;
-        if p["state"] == "failed" {
-            let error = p["error"].as_str().unwrap_or("");
-            assert!(
-                error.contains("another node named \"a\" is running")
-                    && error.contains("give each node its own --node"),
-                "{p}"
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "never refused: {p}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let p = program_in_state(&second, "names", "failed");
+    let error = p["error"].as_str().unwrap_or("");
+    assert!(
+        error.contains("another node named \"a\" is running")
+            && error.contains("give each node its own --node"),
+        "{p}"
+    );
     assert_eq!(local_in("names", &[("a", &first)])["a"].len(), RESIDENTS);
     first.signal("TERM");
     assert_eq!(first.wait(), Some(0));
@@ -848,20 +845,12 @@ fn a_node_whose_name_was_taken_while_it_was_paused_stops_its_program() {
     let second = cluster.node("x");
     wait_spread_in("paused", &[("x", &second)]);
     paused.signal("CONT");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let p = paused.get("/api/programs/paused").json;
-        if p["state"] == "stopped" {
-            assert!(
-                p["stop_reason"]
-                    .as_str()
-                    .is_some_and(|r| r.contains("another process joined as node \"x\"")),
-                "{p}"
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "still running: {p}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let p = program_in_state(&paused, "paused", "stopped");
+    assert!(
+        p["stop_reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("another process joined as node \"x\"")),
+        "{p}"
+    );
     assert_eq!(local_in("paused", &[("x", &second)])["x"].len(), RESIDENTS);
 }

@@ -105,6 +105,53 @@ impl Store for Flaky {
     }
 }
 
+/// A test's runtime, its store and the route over it (the cassette the providers replay, empty:
+/// every model call here is scripted).
+struct Setup {
+    rt: tokio::runtime::Runtime,
+    store: Arc<Flaky>,
+    route: Route,
+    _cassette: tempfile::NamedTempFile,
+}
+
+fn setup(store: Flaky) -> Setup {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let cassette = Cassette::load(file.path()).unwrap();
+    let core = Core::new(
+        Config::default(),
+        Providers::new(Some(Arc::new(cassette)), None),
+        rt.handle().clone(),
+    );
+    let store = Arc::new(store);
+    let route = Route::with_store(core, LuaBridge::detached(), Some(store.clone()));
+    Setup {
+        rt,
+        store,
+        route,
+        _cassette: file,
+    }
+}
+
+/// The tool `work`, and how many times it ran.
+fn counted_work() -> (ToolDef, Arc<AtomicUsize>) {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let work = ToolDef::native("work", "Works", json!({}), move |_| {
+        let counted = counted.clone();
+        async move {
+            counted.fetch_add(1, Ordering::SeqCst);
+            Ok(json!("worked"))
+        }
+    })
+    .unwrap();
+    (work, runs)
+}
+
 fn call() -> Inferred {
     Inferred {
         message: Message::new(
@@ -124,34 +171,17 @@ fn call() -> Inferred {
 
 #[test]
 fn a_step_that_cannot_be_saved_runs_no_tool() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let file = tempfile::NamedTempFile::new().unwrap();
-    let cassette = Cassette::load(file.path()).unwrap();
-    let core = Core::new(
-        Config::default(),
-        Providers::new(Some(Arc::new(cassette)), None),
-        rt.handle().clone(),
-    );
-    let store = Arc::new(Flaky {
+    let Setup {
+        rt,
+        store,
+        route,
+        _cassette,
+    } = setup(Flaky {
         inner: MemoryStore::new(),
         broken: AtomicBool::new(true),
         ..Flaky::default()
     });
-    let route = Route::with_store(core, LuaBridge::detached(), Some(store.clone()));
-    let runs = Arc::new(AtomicUsize::new(0));
-    let counted = runs.clone();
-    let work = ToolDef::native("work", "Works", json!({}), move |_| {
-        let counted = counted.clone();
-        async move {
-            counted.fetch_add(1, Ordering::SeqCst);
-            Ok(json!("worked"))
-        }
-    })
-    .unwrap();
+    let (work, runs) = counted_work();
     // The model asks for `work` (that answer cannot be saved); once the store writes again the
     // resident runs the call it kept and the model answers.
     let mut rx = spawn_r(&route, vec![work], vec![call(), text("done")]);
@@ -197,34 +227,17 @@ fn a_step_that_cannot_be_saved_runs_no_tool() {
 /// does not run, its result says why, and the turn goes on to the model's answer.
 #[test]
 fn a_call_whose_start_cannot_be_journaled_does_not_run() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let file = tempfile::NamedTempFile::new().unwrap();
-    let cassette = Cassette::load(file.path()).unwrap();
-    let core = Core::new(
-        Config::default(),
-        Providers::new(Some(Arc::new(cassette)), None),
-        rt.handle().clone(),
-    );
-    let store = Arc::new(Flaky {
+    let Setup {
+        rt,
+        store,
+        route,
+        _cassette,
+    } = setup(Flaky {
         inner: MemoryStore::new(),
         journal_broken: AtomicBool::new(true),
         ..Flaky::default()
     });
-    let route = Route::with_store(core, LuaBridge::detached(), Some(store.clone()));
-    let runs = Arc::new(AtomicUsize::new(0));
-    let counted = runs.clone();
-    let work = ToolDef::native("work", "Works", json!({}), move |_| {
-        let counted = counted.clone();
-        async move {
-            counted.fetch_add(1, Ordering::SeqCst);
-            Ok(json!("worked"))
-        }
-    })
-    .unwrap();
+    let (work, runs) = counted_work();
     let mut rx = spawn_r(&route, vec![work], vec![call(), text("done")]);
     route.mail(Mail::new("r", "t", "go", 0)).unwrap();
     rt.block_on(async {
@@ -302,20 +315,12 @@ fn spawn_r(
 /// in this run, once, and nothing is left for a restart to serve again.
 #[test]
 fn a_mail_saved_whose_answer_was_lost_is_served_once_in_this_run() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let file = tempfile::NamedTempFile::new().unwrap();
-    let cassette = Arc::new(Cassette::load(file.path()).unwrap());
-    let core = Core::new(
-        Config::default(),
-        Providers::new(Some(cassette), None),
-        rt.handle().clone(),
-    );
-    let store = Arc::new(Flaky::default());
-    let route = Route::with_store(core, LuaBridge::detached(), Some(store.clone()));
+    let Setup {
+        rt,
+        store,
+        route,
+        _cassette,
+    } = setup(Flaky::default());
     let mut rx = spawn_r(
         &route,
         Vec::new(),
@@ -373,33 +378,16 @@ fn a_mail_saved_whose_answer_was_lost_is_served_once_in_this_run() {
 /// that, the turn ended and its mail counted as served: the work was never done.
 #[test]
 fn a_step_whose_calls_cannot_be_journaled_waits_for_the_disk() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    let file = tempfile::NamedTempFile::new().unwrap();
-    let cassette = Cassette::load(file.path()).unwrap();
-    let core = Core::new(
-        Config::default(),
-        Providers::new(Some(Arc::new(cassette)), None),
-        rt.handle().clone(),
-    );
-    let store = Arc::new(Flaky {
+    let Setup {
+        rt,
+        store,
+        route,
+        _cassette,
+    } = setup(Flaky {
         disk_full: AtomicBool::new(true),
         ..Flaky::default()
     });
-    let route = Route::with_store(core, LuaBridge::detached(), Some(store.clone()));
-    let runs = Arc::new(AtomicUsize::new(0));
-    let counted = runs.clone();
-    let work = ToolDef::native("work", "Works", json!({}), move |_| {
-        let counted = counted.clone();
-        async move {
-            counted.fetch_add(1, Ordering::SeqCst);
-            Ok(json!("worked"))
-        }
-    })
-    .unwrap();
+    let (work, runs) = counted_work();
     let mut rx = spawn_r(&route, vec![work], vec![call(), text("done")]);
     route.mail(Mail::new("r", "t", "go", 0)).unwrap();
     rt.block_on(async {

@@ -61,7 +61,7 @@ impl Bus {
             .await
             .map_err(|e| super::JoinError {
                 // An address that does not parse, or credentials refused, stay so.
-                lasting: matches!(
+                again: !matches!(
                     e.kind(),
                     ConnectErrorKind::ServerParse
                         | ConnectErrorKind::Authentication

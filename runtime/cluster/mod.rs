@@ -65,13 +65,13 @@ impl ClusterOptions {
     }
 }
 
-/// Why a node could not join its cluster, and whether that lasts: a NATS address that does not
-/// parse, or credentials refused, are not worth trying again; a server that cannot be reached,
-/// or a name another process holds, may be.
+/// Why a node could not join its cluster, and whether joining again later may work (as
+/// `serve::host::Unstarted` says it of a start): a server that cannot be reached, or a name
+/// another process holds, may; a NATS address that does not parse, or credentials refused, not.
 #[derive(Debug)]
 pub struct JoinError {
     pub message: String,
-    pub lasting: bool,
+    pub again: bool,
 }
 
 impl From<String> for JoinError {
@@ -79,7 +79,7 @@ impl From<String> for JoinError {
     fn from(message: String) -> JoinError {
         JoinError {
             message,
-            lasting: false,
+            again: true,
         }
     }
 }
@@ -145,7 +145,7 @@ impl Cluster {
         if options.node.is_empty() || options.node.contains('\0') {
             return Err(JoinError {
                 message: format!("the node name {:?} is not usable", options.node),
-                lasting: true,
+                again: false,
             });
         }
         // The mail stream is the program's in this database: another cluster on the same NATS

@@ -86,7 +86,7 @@ pub fn start(
                 runtime.core().handle(),
             )
             .map_err(|e| Unstarted {
-                again: !e.lasting,
+                again: e.again,
                 message: e.message,
             })?,
         ),
