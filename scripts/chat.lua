@@ -421,7 +421,14 @@ local function exchange(use, messages, text, files)
   end
   if not ok then
     if #pieces > 0 then io.write("\n") end
-    history[#history + 1] = { role = "assistant", content = shown() .. "\n\n[interrupted by the user]" }
+    -- Ctrl-C cancels this reply; SIGTERM or SIGHUP (`turn` names it) ends the chat, this
+    -- exchange kept as far as it went.
+    local by = turn ~= "SIGINT" and turn or "the user"
+    history[#history + 1] = { role = "assistant", content = shown() .. "\n\n[interrupted by " .. by .. "]" }
+    if turn ~= "SIGINT" then
+      note("colony chat: ended by " .. turn .. " (the conversation is kept)")
+      return history, turn
+    end
     note(dim("[interrupted: the conversation is kept; Ctrl-C at the prompt exits]"))
     return history, "interrupted"
   end
@@ -466,11 +473,14 @@ if new then
   save(use, messages)
 end
 
+-- The status a chat ended by a signal exits with (128 + its number, as a shell reports it).
+local SIGNAL_STATUS = { interrupted = 130, SIGHUP = 129, SIGTERM = 143 }
+
 local pending = attachments
 if question and question ~= "" then
   local updated, failed = exchange(use, messages, question, pending)
   if failed ~= "error" then save(use, updated) end
-  if failed then os.exit(failed == "interrupted" and 130 or 1) end
+  if failed then os.exit(SIGNAL_STATUS[failed] or 1) end
   return
 end
 
@@ -569,6 +579,8 @@ while true do
       messages = updated
       save(use, messages)
       pending = {}
+      -- A signal that cut the reply short ends the chat, as it would have at the prompt.
+      if failed and failed ~= "interrupted" then os.exit(SIGNAL_STATUS[failed] or 1) end
     else
       errors = errors + 1
       -- A file that cannot be sent (too large, unreadable) would fail every message after:

@@ -723,6 +723,45 @@ fn an_attachment_that_cannot_go_does_not_stop_the_conversation() {
     );
 }
 
+/// `kill PID` (SIGTERM, `timeout`'s signal) or a closed terminal (SIGHUP) while a reply
+/// streams: the chat ends with the signal's status and keeps the exchange as far as it went,
+/// as Ctrl-C keeps it. It was ended where it waited and the question was lost.
+#[test]
+fn a_signal_during_a_reply_keeps_the_exchange_and_ends_the_chat() {
+    for (args, signal, code) in [
+        (vec!["chat", "Count slowly"], "TERM", 143),
+        (vec!["chat"], "HUP", 129),
+    ] {
+        let fake = FakeProvider::start();
+        let sb = sandbox(&fake);
+        let words: Vec<String> = (1..=200).map(|i| format!("w{i}")).collect();
+        fake.push(Reply::text(words.join(" ")).stream_delay(100));
+        let mut pty = Pty::start(&sb, &args, &[]);
+        if args.len() == 1 {
+            pty.expect("chat> ");
+            pty.send_line("Count slowly");
+        }
+        pty.expect("w2");
+        pty.signal(signal);
+        let (got, shown) = pty.finish();
+        assert_eq!(got, code, "{args:?} {signal}: {shown}");
+        assert!(
+            visible(&shown).contains(&format!("ended by SIG{signal}")),
+            "{args:?}: {shown}"
+        );
+        let history = sb.colony(&["chat", "--history"]).ok();
+        assert!(
+            history.stdout.contains("> Count slowly")
+                && history.stdout.contains("w1 w2")
+                && history
+                    .stdout
+                    .contains(&format!("[interrupted by SIG{signal}]")),
+            "{args:?}: {}",
+            history.stdout
+        );
+    }
+}
+
 /// `kill PID` (SIGTERM) or a closed terminal (SIGHUP) at a prompt, in a program's
 /// `term.readline`, at `colony chat`'s own or in the config walk: the terminal is given back as it was found. It
 /// was left raw (no echo, no line editing) for the shell after, until `stty sane`.

@@ -108,11 +108,11 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     let core = build_core(&args.cassettes, handle)?;
     let state =
         StateDir::open(&chat_dir()).map_err(|e| Failure::run(format!("colony chat: {e}")))?;
-    // SIGTERM and SIGHUP end the chat where it waits, through its end (the terminal's modes
-    // put back, its store closed), not by their default action, which left the terminal raw
-    // when they came at the prompt. (Ctrl-C is the chat's own: it cancels a reply.)
+    // SIGTERM and SIGHUP end the chat through its end (the terminal's modes put back, its
+    // store closed), not by their default action, which left the terminal raw when they came
+    // at the prompt. (Ctrl-C is the chat's own: it cancels a reply.)
     let interrupt = crate::lua::watchdog::Interrupt::default();
-    let _ending = handle.spawn(end_on_signals(interrupt.clone()));
+    let ending = handle.spawn(end_on_signals(interrupt.clone()));
     let host = HostSetup {
         store: Some(state.dyn_store()),
         interrupt: interrupt.clone(),
@@ -129,6 +129,7 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         host,
     )
     .map_err(|e| Failure::run(e.0));
+    ending.abort();
     drop(state);
     if let Some(why) = interrupt.abandoned_by() {
         return Err(Failure {
@@ -139,11 +140,25 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     result
 }
 
-/// Ends the chat wherever it waits at SIGTERM or SIGHUP.
+/// How long a chat whose reply a signal cut short has to keep the exchange and end.
+const KEEP_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Ends the chat at SIGTERM or SIGHUP. A reply in flight is cut short as Ctrl-C cuts it, so
+/// that the chat keeps the question and what had arrived and ends itself (a one-shot
+/// `colony chat "..."` under `timeout`, a closed terminal); a chat that does not within
+/// [`KEEP_GRACE`], or another signal, or one at the prompt, is ended where it waits.
 async fn end_on_signals(interrupt: crate::lua::watchdog::Interrupt) {
-    if let Some(why) = crate::signals::term_or_hangup().await {
-        interrupt.abandon(why);
+    let Some(why) = crate::signals::term_or_hangup().await else {
+        return;
+    };
+    if interrupt.interruptible_running() {
+        interrupt.end_interruptible(why);
+        tokio::select! {
+            _ = tokio::time::sleep(KEEP_GRACE) => {}
+            _ = crate::signals::term_or_hangup() => {}
+        }
     }
+    interrupt.abandon(why);
 }
 
 /// Where the chats live: `<state home>/colony/chat`, one store for every use-type.

@@ -194,8 +194,12 @@ async fn readline(lua: &Lua, prompt: String) -> mlua::Result<MultiValue> {
 
 /// `ok, ... = term.interruptible(f, ...)`: runs `f(...)`; Ctrl-C while it runs cancels it (its
 /// coroutine is dropped, with the model call or tool it was waiting on) and answers
-/// `false, "interrupted"`. Otherwise `true` and what `f` returned. Outside such a call Ctrl-C
+/// `false, "interrupted", "SIGINT"`. A host that ends the program on its own terms
+/// ([`Interrupt::end_interruptible`]: `colony chat` at SIGTERM or SIGHUP) cancels it the same
+/// way, naming its signal. Otherwise `true` and what `f` returned. Outside such a call Ctrl-C
 /// ends the program as usual (under `colony run`, where it waits).
+///
+/// [`Interrupt::end_interruptible`]: super::watchdog::Interrupt::end_interruptible
 async fn interruptible(lua: &Lua, f: Function, args: MultiValue) -> mlua::Result<MultiValue> {
     // Listening before `f` starts: a Ctrl-C the moment it begins is not lost.
     #[cfg(unix)]
@@ -206,10 +210,24 @@ async fn interruptible(lua: &Lua, f: Function, args: MultiValue) -> mlua::Result
     };
     #[cfg(not(unix))]
     let interrupted = tokio::signal::ctrl_c();
-    // Ctrl-C while `f` runs is this call's, not a reason to end the program.
-    let taken = lua
+    let interrupt = lua
         .app_data_ref::<super::watchdog::Interrupt>()
-        .map(|interrupt| interrupt.take_sigint());
+        .map(|interrupt| interrupt.clone());
+    // Ctrl-C while `f` runs is this call's, not a reason to end the program.
+    let taken = interrupt.as_ref().map(|interrupt| interrupt.take_sigint());
+    let ended = async {
+        match &interrupt {
+            Some(interrupt) => interrupt.interruptible_ended().await,
+            None => std::future::pending().await,
+        }
+    };
+    let cancelled = |signal: &str| {
+        Ok(MultiValue::from_iter([
+            Value::Boolean(false),
+            Value::String(lua.create_string("interrupted")?),
+            Value::String(lua.create_string(signal)?),
+        ]))
+    };
     tokio::select! {
         result = f.call_async::<MultiValue>(args) => {
             let mut out = result?;
@@ -220,11 +238,9 @@ async fn interruptible(lua: &Lua, f: Function, args: MultiValue) -> mlua::Result
             if let Some(taken) = &taken {
                 taken.gave_way();
             }
-            Ok(MultiValue::from_iter([
-            Value::Boolean(false),
-            Value::String(lua.create_string("interrupted")?),
-        ]))
+            cancelled("SIGINT")
         }
+        why = ended => cancelled(&why),
     }
 }
 

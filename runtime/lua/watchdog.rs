@@ -114,6 +114,10 @@ pub struct Interrupted {
     /// listener may hear one only after the call it cancelled has ended, and must not then take
     /// it for the program's.
     sigints_given_way: AtomicUsize,
+    /// Set when a host asks the `term.interruptible` calls running to give way, naming the
+    /// signal ([`Interrupt::end_interruptible`]).
+    calls_ended: Mutex<Option<String>>,
+    end_calls: tokio::sync::Notify,
 }
 
 impl Interrupt {
@@ -178,6 +182,41 @@ impl Interrupt {
 
     fn sigint_taken(&self) -> bool {
         self.0.sigint_taken.load(Ordering::Acquire) > 0
+    }
+
+    /// Whether a `term.interruptible` call is running: a host that wants the script to end on
+    /// its own terms ([`Interrupt::end_interruptible`]) can have it give way first.
+    pub fn interruptible_running(&self) -> bool {
+        self.sigint_taken()
+    }
+
+    /// Ends the `term.interruptible` calls running and those that start later as a Ctrl-C ends
+    /// one, `why` (the signal) answered with it: the script keeps what it had and ends itself
+    /// (`colony chat` saves the exchange cut short). The host abandons it if it does not.
+    pub fn end_interruptible(&self, why: &str) {
+        let mut ended = self.0.calls_ended.lock().unwrap_or_else(|e| e.into_inner());
+        if ended.is_none() {
+            *ended = Some(why.to_string());
+        }
+        drop(ended);
+        self.0.end_calls.notify_waiters();
+    }
+
+    /// Waits until [`Interrupt::end_interruptible`]; answers why.
+    pub async fn interruptible_ended(&self) -> String {
+        loop {
+            let notified = self.0.end_calls.notified();
+            if let Some(why) = self
+                .0
+                .calls_ended
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone()
+            {
+                return why;
+            }
+            notified.await;
+        }
     }
 
     fn sigint_calls_ended(&self) -> usize {

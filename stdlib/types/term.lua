@@ -56,15 +56,17 @@ function Spinner:stop() end
 function term.spinner(label) end
 
 --- Runs `f(...)` so that Ctrl-C cancels it instead of ending the program: the call is dropped
---- where it waits (a model call, a tool) and `false, "interrupted"` comes back; otherwise `true`
---- and what `f` returned; under `colony run`, a call that does not give way within a second
+--- where it waits (a model call, a tool) and `false, "interrupted", "SIGINT"` comes back;
+--- otherwise `true` and what `f` returned. Under `colony chat`, SIGTERM and SIGHUP cancel it
+--- the same way, naming their signal (`false, "interrupted", "SIGTERM"`): the script then has 3 s
+--- to keep what it had and end. Under `colony run`, a call that does not give way within a second
 --- (code that spins, or is blocked outside Lua) leaves the Ctrl-C to the program, which it ends.
 --- Outside such a call Ctrl-C ends the program as usual (`colony run` ends it where it waits and
 --- closes its store). Under a host that leaves signals to the script
 --- (`colony chat`), Ctrl-C outside such a call is ignored after the first: the front end ends on
 --- its own terms (at its prompt).
 ---@param f fun(...): ...
----@return boolean ok, ... results, or "interrupted"
+---@return boolean ok, ... results, or "interrupted" and the signal ("SIGINT", "SIGTERM", "SIGHUP")
 function term.interruptible(f, ...) end
 
 return term
