@@ -898,6 +898,49 @@ print(#assert(mcp.tools(c)))"#,
     );
 }
 
+/// A stdio server that stops in the middle of a message (here its answer to the first call)
+/// is started again once that call has timed out: its next message was read as the rest of the
+/// half one, a line that is not JSON, dropped, and every later call waited for its timeout.
+#[test]
+fn a_server_stopped_mid_message_is_started_again_after_the_timeout() {
+    let sb = Sandbox::new();
+    let server = mcp::scripted_server(
+        &sb,
+        r#"[{"name": "half", "inputSchema": {"type": "object"}},
+           {"name": "whole", "inputSchema": {"type": "object"}}]"#,
+        r#"{"content": [{"type": "text", "text": "called " + m["params"]["name"]}]}
+        if m.get("method") == "tools/call" and m["params"]["name"] == "half":
+            sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": m["id"], "result": r})[:20])
+            sys.stdout.flush()
+            continue"#,
+    );
+    let run = sb
+        .lua(
+            &format!(
+                r#"local c = assert(mcp.connect{{ command = "python3", args = {{ {:?} }} }})
+local r, err = mcp.call{{ conn = c, name = "half", timeout = 2 }}
+print(r, err and err.kind)
+r, err = mcp.call{{ conn = c, name = "whole", timeout = 20 }}
+print(r and r.text, err and err.kind, err and err.message)"#,
+                server.display().to_string()
+            ),
+            &["--max-time", "120"],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        ["nil\ttimeout", "called whole\tnil\tnil"],
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr
+            .contains("a request timed out with the server's message half read"),
+        "{}",
+        run.stderr
+    );
+}
+
 /// One tool in `tools/list` without its `inputSchema` took the server's other tools with it
 /// ("tools/list got an answer of another kind"): each is read on its own now, that one offered
 /// as taking an object (said), one whose schema is not an object left out (said).

@@ -5,8 +5,9 @@
 //! rmcp drops a message longer than its 16 MiB line limit, says so only in its log, and reads
 //! on: the call that message answered waited for its timeout (two minutes by default) and said
 //! "no answer". Here a message past [`MAX_MESSAGE`] ends the connection instead, so every call
-//! waiting on it ends at once, with the reason ([`Cut`]); the session starts the server again
-//! on next use. Hand-written because rmcp's `TokioChildProcess` lets neither the limit be set
+//! waiting on it ends at once, with the reason ([`Seen::cut`]); the session starts the server again
+//! on next use. And the session learns whether a message stands half read
+//! ([`Seen::stalled_in_a_message`]). Hand-written because rmcp's `TokioChildProcess` lets neither the limit be set
 //! nor a reader be put in front of the child's stdout.
 
 use std::pin::Pin;
@@ -35,9 +36,27 @@ const EXIT_PATIENCE: Duration = Duration::from_secs(3);
 /// open, and the exit alone ended nothing: its calls waited for their timeouts.
 const EXIT_CHECK: Duration = Duration::from_secs(1);
 
-/// Why colony ended a connection itself (a message past the limit), for the errors of the
-/// calls it ends; cleared when a new connection starts.
-pub type Cut = Arc<Mutex<Option<String>>>;
+/// What the reader of a server's stdout has seen, shared with the session for its errors and
+/// timeouts; cleared when a new connection starts.
+pub type Reading = Arc<Mutex<Seen>>;
+
+#[derive(Default)]
+pub struct Seen {
+    /// Why colony ended the connection itself (a message past the limit), for the errors of
+    /// the calls it ends.
+    pub cut: Option<String>,
+    /// When the last read ended inside a message (a line begun, its newline not read yet).
+    pub half_line_since: Option<std::time::Instant>,
+}
+
+impl Seen {
+    /// Whether a message has stood half read for `at_least`: a server that stopped in the
+    /// middle of one. Its next message would be read as the rest of this one, and lost.
+    pub fn stalled_in_a_message(&self, at_least: Duration) -> bool {
+        self.half_line_since
+            .is_some_and(|since| since.elapsed() >= at_least)
+    }
+}
 
 /// A stdio server's process and the transport over its stdin and stdout.
 pub struct Child {
@@ -71,11 +90,12 @@ async fn end(mut process: Box<dyn ChildWrapper>) {
 
 impl Child {
     /// Starts `command` with piped stdin, stdout and stderr: the transport, and the server's
-    /// stderr to read. A message past [`MAX_MESSAGE`] ends the connection, its reason in `cut`.
+    /// stderr to read. A message past [`MAX_MESSAGE`] ends the connection, its reason in
+    /// `reading`.
     pub fn spawn(
         mut command: CommandWrap,
         server: &str,
-        cut: Cut,
+        reading: Reading,
     ) -> std::io::Result<(Child, Option<ChildStderr>)> {
         use std::process::Stdio;
         command
@@ -96,7 +116,7 @@ impl Child {
             since_newline: 0,
             over: false,
             server: server.to_string(),
-            cut,
+            reading,
         };
         // The limit is ours (`Limited`), before rmcp's would drop the message and read on.
         let transport = AsyncRwTransport::new(stdout, stdin).with_max_line_length(usize::MAX);
@@ -209,7 +229,7 @@ struct Limited<R> {
     /// The limit was passed: nothing more is read.
     over: bool,
     server: String,
-    cut: Cut,
+    reading: Reading,
 }
 
 impl<R: AsyncRead + Unpin> AsyncRead for Limited<R> {
@@ -237,6 +257,11 @@ impl<R: AsyncRead + Unpin> AsyncRead for Limited<R> {
             Some(at) => read.len() - at - 1,
             None => going_on,
         };
+        if !read.is_empty() {
+            let half = self.since_newline > 0;
+            let mut seen = self.reading.lock().unwrap_or_else(|e| e.into_inner());
+            seen.half_line_since = half.then(std::time::Instant::now);
+        }
         if going_on > MAX_MESSAGE {
             let reason = format!(
                 "the server sent a message of more than {} MiB, more than colony reads (it is \
@@ -244,7 +269,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Limited<R> {
                 MAX_MESSAGE >> 20
             );
             tracing::error!(target: "colony::mcp", server = %self.server, "{reason}");
-            *self.cut.lock().unwrap_or_else(|e| e.into_inner()) = Some(reason);
+            self.reading.lock().unwrap_or_else(|e| e.into_inner()).cut = Some(reason);
             self.over = true;
             buf.set_filled(before);
         }
@@ -257,14 +282,14 @@ mod tests {
     use super::*;
     use tokio::io::AsyncReadExt;
 
-    fn limited(bytes: Vec<u8>) -> (Limited<std::io::Cursor<Vec<u8>>>, Cut) {
-        let cut = Cut::default();
+    fn limited(bytes: Vec<u8>) -> (Limited<std::io::Cursor<Vec<u8>>>, Reading) {
+        let cut = Reading::default();
         let reader = Limited {
             inner: std::io::Cursor::new(bytes),
             since_newline: 0,
             over: false,
             server: "big".into(),
-            cut: cut.clone(),
+            reading: cut.clone(),
         };
         (reader, cut)
     }
@@ -279,7 +304,7 @@ mod tests {
         let mut out = Vec::new();
         reader.read_to_end(&mut out).await.unwrap();
         assert_eq!(out.len(), whole, "a line of the limit's length passes");
-        assert!(cut.lock().unwrap().is_none());
+        assert!(cut.lock().unwrap().cut.is_none());
 
         let mut bytes = b"{\"a\":1}\n".to_vec();
         bytes.extend(std::iter::repeat_n(b'x', MAX_MESSAGE + 10));
@@ -289,7 +314,7 @@ mod tests {
         reader.read_to_end(&mut out).await.unwrap();
         assert!(out.len() <= MAX_MESSAGE + 8, "read {} bytes", out.len());
         assert!(!out.ends_with(b"{\"b\":2}\n"), "nothing after the cut");
-        let reason = cut.lock().unwrap().clone().expect("the reason");
+        let reason = cut.lock().unwrap().cut.clone().expect("the reason");
         assert!(
             reason.contains("the server sent a message of more than 16 MiB"),
             "{reason}"

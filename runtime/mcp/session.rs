@@ -40,6 +40,11 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a `tools/list` page may take.
 const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// How long a message may stand half read, no byte coming, when a request times out, before
+/// the server is taken to have stopped in the middle of it ([`Connection::after_timeout`]); a
+/// long message still arriving is read in pieces far closer together than this.
+const HALF_MESSAGE_STALL: Duration = Duration::from_secs(1);
+
 /// How long a shutdown waits for answers in flight before closing anyway.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -63,9 +68,9 @@ pub struct Connection {
     drained: Notify,
     /// Set by `close`: a closed connection refuses calls instead of starting the server again.
     closed: std::sync::atomic::AtomicBool,
-    /// Why colony ended the live session itself (a stdio message past its limit), said by the
-    /// calls it ended.
-    cut: super::child::Cut,
+    /// What the live session's stdio reader has seen: why colony ended the session itself (a
+    /// message past its limit), said by the calls it ended; a message left half read.
+    reading: super::child::Reading,
     /// Sessions opened so far.
     sessions: AtomicUsize,
 }
@@ -86,7 +91,7 @@ impl Connection {
             inflight: AtomicUsize::new(0),
             drained: Notify::new(),
             closed: std::sync::atomic::AtomicBool::new(false),
-            cut: super::child::Cut::default(),
+            reading: super::child::Reading::default(),
             sessions: AtomicUsize::new(0),
         })
     }
@@ -143,8 +148,8 @@ impl Connection {
                 "the connection closed (a child that exited, a server that went away); reconnecting");
             *live = None;
         }
-        *self.cut.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        let fresh = tokio::time::timeout(CONNECT_TIMEOUT, connect(&self.spec, &self.cut))
+        *self.reading.lock().unwrap_or_else(|e| e.into_inner()) = Default::default();
+        let fresh = tokio::time::timeout(CONNECT_TIMEOUT, connect(&self.spec, &self.reading))
             .await
             .map_err(|_| McpError::Connect {
                 server: self.spec.name.clone(),
@@ -174,6 +179,23 @@ impl Connection {
             let _ = l.service.close_with_timeout(Duration::from_secs(2)).await;
         }
         true
+    }
+
+    /// After a request that timed out: a stdio server that stopped in the middle of a message
+    /// (its answer to that request, say) has its session ended and is started again on next
+    /// use. The reader would take the server's next message for the rest of that one, and lose
+    /// it: every later call would wait for its timeout.
+    async fn after_timeout(&self, e: &McpError, generation: u64) {
+        if !matches!(e, McpError::Timeout { .. }) {
+            return;
+        }
+        let stalled = (self.reading.lock().unwrap_or_else(|e| e.into_inner()))
+            .stalled_in_a_message(HALF_MESSAGE_STALL);
+        if stalled && self.reset_from(generation).await {
+            tracing::warn!(target: "colony::mcp", server = %self.spec.name,
+                "a request timed out with the server's message half read: the server is started \
+                 again on next use, so that its next message is read whole");
+        }
     }
 
     /// Forgets the session so the next use opens a new one.
@@ -279,6 +301,7 @@ impl Connection {
                     if matches!(e, McpError::Closed { .. }) {
                         self.reset_from(generation).await;
                     }
+                    self.after_timeout(&e, generation).await;
                     return Err(e);
                 }
                 Ok(answer) => return Ok(answer),
@@ -376,6 +399,7 @@ impl Connection {
                     if matches!(e, McpError::Closed { .. }) && self.reset_from(generation).await {
                         tracing::warn!(target: "colony::mcp", server = %self.spec.name, "{e}");
                     }
+                    self.after_timeout(&e, generation).await;
                     return Err(e);
                 }
             }
@@ -437,7 +461,9 @@ impl Connection {
                 }
             }
             other => {
-                let cut = self.cut.lock().unwrap_or_else(|e| e.into_inner()).clone();
+                let cut = (self.reading.lock().unwrap_or_else(|e| e.into_inner()))
+                    .cut
+                    .clone();
                 Failure::Final(McpError::Closed {
                     server,
                     message: cut.unwrap_or_else(|| other.to_string()),
@@ -522,7 +548,7 @@ impl Failure {
     }
 }
 
-async fn connect(spec: &ServerSpec, cut: &super::child::Cut) -> Result<Live, McpError> {
+async fn connect(spec: &ServerSpec, reading: &super::child::Reading) -> Result<Live, McpError> {
     let handler = Handler {
         server: spec.name.clone(),
         roots: spec.roots.clone(),
@@ -634,9 +660,12 @@ async fn connect(spec: &ServerSpec, cut: &super::child::Cut) -> Result<Live, Mcp
                 cmd.current_dir(dir);
             }
             // A group of its own, which colony ends whole (see `server_group`).
-            let (transport, stderr) =
-                super::child::Child::spawn(super::server_group::wrap(cmd), &spec.name, cut.clone())
-                    .map_err(|e| failed(format!("cannot start {command}: {e}")))?;
+            let (transport, stderr) = super::child::Child::spawn(
+                super::server_group::wrap(cmd),
+                &spec.name,
+                reading.clone(),
+            )
+            .map_err(|e| failed(format!("cannot start {command}: {e}")))?;
             group = transport.id().and_then(ServerGroup::started);
             let said = StderrTail::default();
             if let Some(stderr) = stderr {
