@@ -377,6 +377,15 @@ pub async fn mail(
                 s.forget(&slot.name, &m.to, id);
             }
             match e {
+                // A stop that began after the checks above (a restart, a reload, the service's
+                // drain) refuses mail as the program's, not the resident's: the sender is told
+                // to come back, not that there is no such resident (a client drops that mail).
+                MailError::NoRecipient if s.draining() => refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "draining",
+                    "the service is stopping: no new mail",
+                ),
+                MailError::NoRecipient if hosted.stopping() => stopping(&p),
                 MailError::NoRecipient => no_resident(&m.to),
                 MailError::MailboxFull => {
                     let mut r = refuse(
