@@ -156,6 +156,52 @@ fn a_cost_budget_in_the_price_tables_currency_blocks_the_resident() {
     );
 }
 
+/// Tokens read from a prompt cache are input tokens, counted once (Anthropic reports them apart
+/// from `input_tokens`, OpenAI among `prompt_tokens`) and priced at the cache's price: they
+/// were counted twice, a cached prompt blocked a resident under its budget and cost up to
+/// twice its price.
+#[test]
+fn cached_input_tokens_are_counted_once_and_priced_as_cache_reads() {
+    for provider in ["anthropic", "openai"] {
+        let fake = FakeProvider::start();
+        // 14 input tokens, 4 of them read from the cache, and 7 output: 21 in all.
+        fake.push(Reply::text("one").usage(14, 7).cache_read(4));
+        fake.set_default(Reply::text("one").usage(14, 7).cache_read(4));
+        let sandbox = styled(&fake, provider);
+        // 10 uncached input tokens at 100,000 per million (1), 4 cached at 25,000 (0.1), 7
+        // output at 0: 1.1 EUR.
+        sandbox.write(
+            "config.toml",
+            &format!(
+                "[prices]\ncurrency = \"EUR\"\n[prices.models.\"{provider}/m\"]\ninput = 100000\n\
+                 output = 0\ncache_read = 25000\n"
+            ),
+        );
+        let source = WORKER.replace("BUDGET", r#"{ tokens = 22, per = "day" }"#);
+        let run = run(&sandbox, &source);
+        assert_exit(&run, 3);
+        let lines = run.lines();
+        // Each reply mails the worker again: the third mail finds it over its budget.
+        assert_eq!(
+            lines[..2],
+            ["reply: one", "reply: one"],
+            "{provider}: {lines:?}"
+        );
+        assert!(
+            lines[2].contains("over its budget of 22 tokens per day (42 used)"),
+            "{provider}: {lines:?}"
+        );
+        assert_eq!(
+            usage(&sandbox).lines()[1],
+            format!(
+                "worker    {}     28      14      8      2  2.200000 EUR",
+                today()
+            ),
+            "{provider}"
+        );
+    }
+}
+
 #[test]
 fn the_programs_budget_counts_every_resident() {
     let fake = FakeProvider::start();

@@ -53,10 +53,7 @@ pub fn run(args: Args) -> Result<(), Failure> {
         for (day, s) in days {
             // Nothing priced is not a cost of 0: "0.000000 USD (+15 tokens unpriced)" read as
             // free.
-            let cost = match (
-                s.unpriced,
-                s.input + s.output + s.cache_read + s.cache_write,
-            ) {
+            let cost = match (s.unpriced, s.tokens()) {
                 // Turns whose server reported no tokens cost something nobody counted.
                 (0, 0) if s.turns > 0 => "no usage reported".to_string(),
                 (0, _) => format!("{:.6} {currency}", s.cost),

@@ -73,7 +73,7 @@ impl Window {
     }
 }
 
-/// One budget: at most `tokens` (input, output and cache, summed) and at most `cost` (in the
+/// One budget: at most `tokens` (input, cached input included, and output) and at most `cost` (in the
 /// price table's currency) per window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Budget {
@@ -134,8 +134,9 @@ pub struct Spent {
 }
 
 impl Spent {
+    /// Every token used: `input` counts the cache's tokens already ([`crate::vocab::Usage`]).
     pub fn tokens(&self) -> u64 {
-        self.input + self.output + self.cache_read + self.cache_write
+        self.input + self.output
     }
 
     fn add(&mut self, other: &Spent) {
@@ -150,7 +151,7 @@ impl Spent {
 
     /// One turn's usage, at `cost` (`None`: the model has no price).
     pub fn of(usage: &Usage, cost: Option<f64>) -> Spent {
-        let tokens = usage.input + usage.output + usage.cache_read + usage.cache_write;
+        let tokens = usage.input + usage.output;
         Spent {
             input: usage.input,
             output: usage.output,

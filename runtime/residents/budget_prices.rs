@@ -117,9 +117,12 @@ impl Prices {
     pub fn cost(&self, provider: &str, model: &str, usage: &crate::vocab::Usage) -> Option<f64> {
         let p = self.find(provider, model)?;
         let per = 1_000_000.0;
+        // `input` counts the tokens read from the cache too: those are priced as cache reads,
+        // the rest (cache writes among them) as input.
+        let cache_read = usage.cache_read.min(usage.input);
         Some(
-            (usage.input + usage.cache_write) as f64 * p.input / per
-                + usage.cache_read as f64 * p.cache_read.unwrap_or(p.input) / per
+            (usage.input - cache_read) as f64 * p.input / per
+                + cache_read as f64 * p.cache_read.unwrap_or(p.input) / per
                 + usage.output as f64 * p.output / per,
         )
     }

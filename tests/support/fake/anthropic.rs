@@ -29,11 +29,12 @@ fn stop_sequence(r: &Reply, cx: &Ctx) -> Value {
     }
 }
 
-fn usage(input: u64, output: u64) -> Value {
+/// `r`'s usage as Anthropic reports it: the tokens read from the cache apart from the input's.
+fn usage(r: &Reply, output: u64) -> Value {
     json!({
-        "input_tokens": input,
+        "input_tokens": r.usage.0.saturating_sub(r.cache_read),
         "cache_creation_input_tokens": 0,
-        "cache_read_input_tokens": 0,
+        "cache_read_input_tokens": r.cache_read,
         "output_tokens": output,
     })
 }
@@ -125,7 +126,7 @@ impl Wire for Anthropic {
             "content": content,
             "stop_reason": stop_reason(r),
             "stop_sequence": stop_sequence(r, cx),
-            "usage": usage(r.usage.0, r.usage.1),
+            "usage": usage(r, r.usage.1),
         })
     }
 
@@ -141,7 +142,7 @@ impl Wire for Anthropic {
                     "content": [],
                     "stop_reason": null,
                     "stop_sequence": null,
-                    "usage": usage(r.usage.0, 1),
+                    "usage": usage(r, 1),
                 }}),
             ),
             Frame::Event("ping", json!({"type": "ping"})),

@@ -31,6 +31,7 @@ fn usage(r: &Reply) -> Value {
         "prompt_tokens": r.usage.0,
         "completion_tokens": r.usage.1,
         "total_tokens": r.usage.0.saturating_add(r.usage.1),
+        "prompt_tokens_details": {"cached_tokens": r.cache_read},
     })
 }
 

@@ -48,6 +48,8 @@ pub struct Reply {
     pub(crate) calls: Vec<Call>,
     pub(crate) reasoning: Option<(String, String)>,
     pub(crate) usage: (u64, u64),
+    /// How many of the input tokens the reply reports as read from a prompt cache.
+    pub(crate) cache_read: u64,
     pub(crate) stop: Option<String>,
     pub(crate) status: u16,
     pub(crate) headers: Vec<(String, String)>,
@@ -64,6 +66,7 @@ impl Reply {
             calls: Vec::new(),
             reasoning: None,
             usage: (10, 5),
+            cache_read: 0,
             stop: None,
             status: 200,
             headers: Vec::new(),
@@ -165,6 +168,15 @@ impl Reply {
     /// Input and output token counts (default 10 and 5).
     pub fn usage(mut self, input: u64, output: u64) -> Reply {
         self.usage = (input, output);
+        self
+    }
+
+    /// Reports `read` of the input tokens as read from a prompt cache, in each provider's style:
+    /// Anthropic apart from `input_tokens` (`cache_read_input_tokens`), OpenAI among
+    /// `prompt_tokens` (`prompt_tokens_details.cached_tokens`).
+    #[allow(dead_code)]
+    pub fn cache_read(mut self, read: u64) -> Reply {
+        self.cache_read = read;
         self
     }
 
