@@ -75,13 +75,15 @@ fn an_endless_model_answer_ends_at_max_response_bytes_in_every_style_streamed_or
         let run = sb
             .lua(
                 r#"local r, err = ai.ask("hi")
-                   print(err.kind, err.message)
+                   print(err.kind, err.transient, err.message)
                    r, err = ai.ask("hi", { stream = function() end })
-                   print(err.kind, err.message)"#,
+                   print(err.kind, err.transient, err.message)"#,
                 &[],
             )
             .ok();
-        let want = "fetch_error\trequest failed: the answer is larger than the limit of 1048576 \
+        // A setting to change, not a failure that passes: each try would read the limit's
+        // worth again, and a resident would wait in an outage for good.
+        let want = "config_error\tfalse\tthe answer is larger than the limit of 1048576 \
                     bytes (1 MiB); raise max_response_bytes in the use-type to read more";
         assert_eq!(run.lines(), [want, want], "{style}: {}", run.stderr);
     }
@@ -156,15 +158,13 @@ fn a_provider_redirect_to_another_host_carries_no_key_there() {
         let run = pointed_at(&root, style, "")
             .lua(
                 r#"local r, err = ai.ask("hi")
-                   print(err.kind, err.message)"#,
+                   print(err.kind, err.transient, err.message)"#,
                 &[],
             )
             .ok();
         let line = run.stdout.trim_end();
-        assert!(
-            line.starts_with("fetch_error\trequest failed: "),
-            "{style}: {line}"
-        );
+        // The base URL's to mend: trying again meets the same redirect.
+        assert!(line.starts_with("config_error\tfalse\t"), "{style}: {line}");
         assert!(
             line.contains(&format!(
                 "the provider redirected to another host ({other}/{style}/"

@@ -13,7 +13,9 @@ use crate::secrets;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ProviderError {
-    /// Bad settings found before any request: unknown provider, missing key, bad base URL.
+    /// Bad settings: an unknown provider, a missing key, a bad base URL found before any
+    /// request; a base URL that redirects to another host, an answer past `max_response_bytes`
+    /// found by one. Trying again meets the same.
     #[error("{0}")]
     Config(String),
     /// 401 / 403: the key is missing, wrong or lacks permission.
@@ -109,6 +111,11 @@ impl ProviderError {
             msg.push_str(": ");
             msg.push_str(&secrets::redact(&s.to_string()));
             source = s.source();
+        }
+        // A redirect refused (to another host, or past ten) is the base URL's to mend: trying
+        // again meets the same redirect (a resident sat in an outage for good).
+        if err.is_redirect() {
+            return ProviderError::Config(msg);
         }
         ProviderError::Fetch(msg)
     }

@@ -224,11 +224,12 @@ pub(crate) fn same_origin_redirects(who: &'static str) -> reqwest::redirect::Pol
 /// The most of an error answer read: its message is all colony keeps of it.
 const MAX_ERROR_BODY: u64 = 1 << 20;
 
-/// A failure to read an answer's body, as the call's error: past the limit a `fetch_error`
-/// naming it, a timeout saying so, anything else as [`ProviderError::fetch`].
+/// A failure to read an answer's body, as the call's error: past the limit a `config_error`
+/// naming it (the next answer would be as long, and each try reads the limit's worth), a
+/// timeout saying so, anything else as [`ProviderError::fetch`].
 pub(crate) fn body_failure(e: body::BodyError, ep: &Endpoint) -> ProviderError {
     match e {
-        body::BodyError::TooLarge(_) => ProviderError::Fetch(format!(
+        body::BodyError::TooLarge(_) => ProviderError::Config(format!(
             "{e}; raise max_response_bytes in the use-type to read more"
         )),
         body::BodyError::Transport(e) => transport_failure(&e, ep),
