@@ -916,6 +916,66 @@ fn a_call_to_a_blocked_resident_is_answered_with_why() {
     assert_eq!(code, Some(0), "{stderr}");
 }
 
+/// Calls to an exported resident made together are each answered with the reply to their own
+/// message: the resident took the mails waiting into one turn and every caller got its reply,
+/// the answer to the last of them (one caller could read another's). And a resident without a
+/// `deliver_to` is not told afterwards that nobody read the reply the caller got.
+#[test]
+fn calls_made_together_are_each_answered_with_their_own_reply() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        let last = body["messages"]
+            .as_array()
+            .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+            .and_then(|m| m["content"].as_str())
+            .unwrap_or_default()
+            .to_string();
+        let question = last.rsplit("] ").next().unwrap_or_default().to_string();
+        // The first answer is slow, so the other calls wait in the mailbox meanwhile.
+        let reply = Reply::text(format!("re: {question}"));
+        if question == "q1" {
+            reply.delay(1500)
+        } else {
+            reply
+        }
+    });
+    let sb = sandbox(&fake);
+    let mut session = Session::start(
+        &sb,
+        "ai.spawn{ name = \"helper\", system = \"You answer in one line.\", export = true }\nai.watch()\n",
+    );
+    initialize(&mut session);
+    for i in 1..=4u64 {
+        session.send(json!({"jsonrpc":"2.0","id":10 + i,"method":"tools/call","params":{"name":"helper","arguments":{"message":format!("q{i}")}}}));
+    }
+    // The answers come in the order the turns end.
+    let mut answers = std::collections::BTreeMap::new();
+    while answers.len() < 4 {
+        let m = session.next();
+        if let Some(id) = m["id"].as_u64() {
+            answers.insert(id, m);
+        }
+    }
+    for i in 1..=4u64 {
+        let answer = &answers[&(10 + i)];
+        assert_eq!(
+            answer["result"]["content"][0]["text"],
+            format!("re: q{i}"),
+            "{answer}"
+        );
+    }
+    let calls = support::model_calls(&fake);
+    assert_eq!(calls.len(), 4, "one turn a call");
+    for call in &calls {
+        assert!(
+            !call.to_string().contains("was not delivered"),
+            "the resident was told its reply went nowhere: {call}"
+        );
+    }
+    let (code, stderr) = session.end();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
 /// A call still running when colony is told to end (SIGTERM) is answered with that; it was
 /// "cancelled by the client", which the client had not done.
 #[test]

@@ -432,6 +432,23 @@ impl Mailbox {
         }
     }
 
+    /// [`Mailbox::take`], but a mail `alone` picks is served in a turn of its own: the batch
+    /// is that mail when it comes first, else what waits before it. (A caller waiting for the
+    /// reply to its mail gets the reply to that mail, not to others served with it.)
+    pub fn take_apart(&self, alone: impl Fn(&Mail) -> bool) -> Batch {
+        let mut inbox = self.lock();
+        let waiting = inbox.queue.len().min(HELD);
+        let n = match inbox.queue.iter().take(waiting).position(alone) {
+            Some(0) => 1,
+            Some(at) => at,
+            None => waiting,
+        };
+        Batch {
+            mail: inbox.queue.drain(..n).collect(),
+            dropped: inbox.dropped,
+        }
+    }
+
     /// Puts back a batch whose turn could not be served, ahead of what arrived since, and holds
     /// from now on: only the newest [`HELD`] stay.
     pub fn put_back(&self, batch: Batch) {

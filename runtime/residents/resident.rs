@@ -293,6 +293,23 @@ impl Resident {
             .remove(source);
     }
 
+    /// The next batch of mail to serve: a mail whose sender awaits its reply is served alone,
+    /// so that the reply it is handed answers that mail (calls made together each got the reply
+    /// to the last of them).
+    fn next_batch(&self) -> super::mail::Batch {
+        let awaited = self.awaited.lock().unwrap_or_else(|e| e.into_inner());
+        if awaited.is_empty() {
+            return self.mailbox.take();
+        }
+        self.mailbox.take_apart(|m| awaited.contains_key(&m.source))
+    }
+
+    /// Whether a caller awaits the reply to a mail of `batch`: the reply goes to it.
+    fn awaited_by(&self, batch: &[super::mail::Mail]) -> bool {
+        let awaited = self.awaited.lock().unwrap_or_else(|e| e.into_inner());
+        !awaited.is_empty() && batch.iter().any(|m| awaited.contains_key(&m.source))
+    }
+
     /// Hands `d` to the callers awaiting a reply to any mail of `batch`; whether there were any.
     fn answer_awaited(&self, batch: &[super::mail::Mail], d: &Delivery) -> bool {
         let mut awaited = self.awaited.lock().unwrap_or_else(|e| e.into_inner());
@@ -772,7 +789,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
     let batch = if *unfinished {
         Batch::default()
     } else {
-        me.mailbox.take()
+        me.next_batch()
     };
     let provenance = if *unfinished {
         // After a restart the mail is no longer at hand: its messages say where it came from.
@@ -960,7 +977,11 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
     me.mailbox.served(&batch, true);
     let mut messages = out.messages;
     let reply = out.reply;
-    if matches!(me.spec.deliver, Deliver::Nobody) && !reply.trim().is_empty() {
+    // A reply a caller awaits (an MCP call to an exported resident) is delivered to it.
+    if matches!(me.spec.deliver, Deliver::Nobody)
+        && !reply.trim().is_empty()
+        && !me.awaited_by(&batch.mail)
+    {
         messages.push(Message::user(UNDELIVERED_NOTE));
         if let Some(h) = &hooks {
             h.save(&messages);
