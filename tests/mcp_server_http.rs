@@ -505,6 +505,75 @@ fn named_tokens_name_their_callers_in_the_audit_log_and_in_the_rate_limits() {
     }
 }
 
+/// A session answers only the caller that opened it: bob, with a token of his own and alice's
+/// session id, could call tools on her session, resume her streams (her progress and results)
+/// and end it. And a session that has ended is not there for a second DELETE either.
+#[test]
+fn a_session_answers_only_the_caller_that_opened_it() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let file = sb
+        .write("tokens", "alice: tok-alice-1f2e3d\nbob: tok-bob-9c8d7e\n")
+        .display()
+        .to_string();
+    let toml = format!(
+        "[[serve.programs]]\nfile = \"{}\"\nstate = \"{}\"\n",
+        program(),
+        state(&sb)
+    );
+    let config = std::fs::read_to_string(sb.path("config.toml")).unwrap() + &toml;
+    sb.write("config.toml", &config);
+    let served = Served::start(&sb, &["--token-file", &file]);
+    let raw = Raw::new(&served);
+    let version = ("mcp-protocol-version", "2025-11-25");
+    let alice = ("authorization", "Bearer tok-alice-1f2e3d");
+    let bob = ("authorization", "Bearer tok-bob-9c8d7e");
+    let r = raw.post(&[alice], initialize("2025-11-25"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let session = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+    let sid = ("mcp-session-id", session.as_str());
+    let r = raw.post(
+        &[alice, sid, version],
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    assert_eq!(r.status, 202, "{}", r.text);
+    let call = json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"add","arguments":{"a":1,"b":2}}});
+
+    // Bob, on alice's session: as if it were not there, whatever he asks.
+    assert_eq!(raw.post(&[bob, sid, version], call.clone()).status, 404);
+    let resume = raw.send(
+        reqwest::Method::GET,
+        &[
+            bob,
+            sid,
+            version,
+            ("accept", "text/event-stream"),
+            ("last-event-id", "0"),
+        ],
+        None,
+    );
+    assert_eq!(resume.status, 404, "{}", resume.text);
+    let r = raw.send(reqwest::Method::DELETE, &[bob, sid, version], None);
+    assert_eq!(r.status, 404, "{}", r.text);
+
+    // Alice's session is hers still, until she ends it.
+    let r = raw.post(&[alice, sid, version], call.clone());
+    assert_eq!(r.status, 200, "{}", r.text);
+    assert!(r.text.contains("sum"), "{}", r.text);
+    let r = raw.send(reqwest::Method::DELETE, &[alice, sid, version], None);
+    assert_eq!(r.status, 200, "{}", r.text);
+    let r = raw.send(reqwest::Method::DELETE, &[alice, sid, version], None);
+    assert_eq!(r.status, 404, "{}", r.text);
+    assert_eq!(raw.post(&[alice, sid, version], call).status, 404);
+
+    let log = audit_after(&sb, served);
+    let refused = log
+        .lines()
+        .filter(|l| l.contains("mcp:bob") && l.contains("another caller opened"))
+        .count();
+    assert_eq!(refused, 3, "{log}");
+}
+
 #[test]
 fn with_an_authorization_server_the_protected_resource_metadata_is_published_and_named_on_401() {
     let fake = FakeProvider::start();

@@ -4,7 +4,8 @@
 //! service's bearer tokens, `Origin` rule and per-caller rate limits; a request refused by any is
 //! audited in every program's log, and a caller admitted is named in the audit lines of its
 //! calls by its token's name (`mcp:alice`; `mcp:token` for a single unnamed token,
-//! `mcp:loopback` without one).
+//! `mcp:loopback` without one). A session answers only the caller that opened it
+//! ([`super::mcp_sessions`]).
 
 use std::sync::Arc;
 
@@ -16,6 +17,7 @@ use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use super::auth::{self, Guard};
+use super::mcp_sessions::{Owners, SESSION_HEADER, Standing};
 use super::service::Service;
 use super::{protected_resource, rate};
 use crate::mcp::server::{Caller, Offer, Programs, Server, Streams, call};
@@ -37,6 +39,8 @@ impl Programs for Hosted {
 struct Gate {
     guard: Guard,
     programs: Arc<Hosted>,
+    /// Which caller opened each session: it answers that caller alone.
+    owners: Arc<Owners>,
 }
 
 impl Gate {
@@ -75,7 +79,14 @@ pub fn routes(service: Arc<Service>, guard: Guard) -> Router<Arc<Service>> {
     let mcp = StreamableHttpService::new(factory, streams, config);
     Router::new()
         .route_service("/mcp", mcp)
-        .layer(from_fn_with_state(Gate { guard, programs }, gate))
+        .layer(from_fn_with_state(
+            Gate {
+                guard,
+                programs,
+                owners: Arc::default(),
+            },
+            gate,
+        ))
 }
 
 /// The token and the `Origin` rule, audited when they refuse.
@@ -142,16 +153,59 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         );
         return answer;
     }
-    request
-        .extensions_mut()
-        .insert(Caller(name.unwrap_or_else(|| "loopback".into())));
+    let caller = name.unwrap_or_else(|| "loopback".into());
+    let session = request
+        .headers()
+        .get(SESSION_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    if let Some(id) = &session {
+        let standing = gate.owners.standing(id, &caller);
+        if standing == Standing::Foreign {
+            gate.audit_refusal(
+                &caller,
+                "forbidden",
+                "a request on a session another caller opened was refused",
+            );
+        }
+        // Answered as a session that is not there, which it is not for this caller: an MCP
+        // client then opens one of its own.
+        if standing != Standing::Own {
+            return super::refusal::refuse(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no such session: it has ended, or was never opened by this caller; \
+                 initialize a new one",
+            );
+        }
+    }
+    request.extensions_mut().insert(Caller(caller.clone()));
     let method = request.method().clone();
     let json = request
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim_start().starts_with("application/json"));
-    amended(method, json, next.run(request).await).await
+    let answer = amended(method.clone(), json, next.run(request).await).await;
+    match &session {
+        None => {
+            if let Some(opened) = answer
+                .headers()
+                .get(SESSION_HEADER)
+                .and_then(|v| v.to_str().ok())
+            {
+                gate.owners.opened(opened, &caller);
+            }
+        }
+        Some(id)
+            if answer.status() == StatusCode::NOT_FOUND
+                || (method == axum::http::Method::DELETE && answer.status().is_success()) =>
+        {
+            gate.owners.ended(id);
+        }
+        Some(_) => {}
+    }
+    answer
 }
 
 /// rmcp's answers where the MCP SDKs expect others: a session ended with `DELETE` is `202`,

@@ -15,6 +15,7 @@
 //! - [`protected_resource`]: `/mcp`'s OAuth protected-resource metadata (RFC 9728).
 //! - [`dashboard`]: the page at `/`, compiled in.
 //! - [`mcp`]: the hosted programs' exports over MCP at `/mcp` (Streamable HTTP).
+//! - [`mcp_sessions`]: which caller opened each `/mcp` session (it answers that caller alone).
 
 pub mod api;
 pub mod auth;
@@ -23,6 +24,7 @@ pub mod dashboard;
 pub mod events;
 pub mod host;
 pub mod mcp;
+pub mod mcp_sessions;
 pub mod metrics;
 pub mod programs;
 pub mod protected_resource;
