@@ -507,7 +507,8 @@ fn named_tokens_name_their_callers_in_the_audit_log_and_in_the_rate_limits() {
 
 /// A session answers only the caller that opened it: bob, with a token of his own and alice's
 /// session id, could call tools on her session, resume her streams (her progress and results)
-/// and end it. And a session that has ended is not there for a second DELETE either.
+/// and end it. And a session that has ended is not there for a second DELETE either; a message
+/// within the service's body limit is read.
 #[test]
 fn a_session_answers_only_the_caller_that_opened_it() {
     let fake = FakeProvider::start();
@@ -560,6 +561,12 @@ fn a_session_answers_only_the_caller_that_opened_it() {
     let r = raw.post(&[alice, sid, version], call.clone());
     assert_eq!(r.status, 200, "{}", r.text);
     assert!(r.text.contains("sum"), "{}", r.text);
+    // A message within the service's body limit (8 MiB, as on the API) is read: rmcp's own
+    // limit, 4 MiB, answered a 5 MiB call 413 in plain text.
+    let big = json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"add",
+        "arguments":{"a":1,"b":2,"note":"x".repeat(5 << 20)}}});
+    let r = raw.post(&[alice, sid, version], big);
+    assert_eq!(r.status, 200, "{}", &r.text[..r.text.len().min(300)]);
     let r = raw.send(reqwest::Method::DELETE, &[alice, sid, version], None);
     assert_eq!(r.status, 200, "{}", r.text);
     let r = raw.send(reqwest::Method::DELETE, &[alice, sid, version], None);

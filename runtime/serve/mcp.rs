@@ -75,7 +75,10 @@ pub fn routes(service: Arc<Service>, guard: Guard) -> Router<Arc<Service>> {
     // The `Host` rule is the API's (`gate`): rmcp's own list of loopback names refused
     // `localhost.` and `127.0.0.2`, which the API took, so one service answered a name on
     // one path and refused it on the other.
-    let config = StreamableHttpServerConfig::default().disable_allowed_hosts();
+    // And the body limit is the service's (rmcp's own is half of it, and said in plain text).
+    let config = StreamableHttpServerConfig::default()
+        .disable_allowed_hosts()
+        .with_max_request_body_bytes(super::BODY_LIMIT);
     let mcp = StreamableHttpService::new(factory, streams, config);
     Router::new()
         .route_service("/mcp", mcp)
