@@ -581,6 +581,95 @@ fn a_session_answers_only_the_caller_that_opened_it() {
     assert_eq!(refused, 3, "{log}");
 }
 
+/// A session's client is told its lists changed when a program is restarted with other
+/// exports (a restart through the API; SIGHUP and a program added do the same): it was told
+/// only of what a running program added, and kept a stale list until it reconnected.
+#[test]
+fn a_restarted_program_tells_open_sessions_their_lists_changed() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let tool = |name: &str| {
+        format!(
+            "ai.tool{{ name = \"{name}\", description = \"{name}\", exportable = true, \
+             parameters = {{}}, handler = function() return \"{name}\" end }}\n"
+        )
+    };
+    let file = sb.write("lists.lua", &(tool("one") + "ai.watch()\n"));
+    let toml = format!(
+        "[[serve.programs]]\nfile = \"{}\"\nstate = \"{}\"\n",
+        file.display(),
+        state(&sb)
+    );
+    let config = std::fs::read_to_string(sb.path("config.toml")).unwrap() + &toml;
+    sb.write("config.toml", &config);
+    let served = Served::start(&sb, &[]);
+    let raw = Raw::new(&served);
+    let version = ("mcp-protocol-version", "2025-11-25");
+    let r = raw.post(&[], initialize("2025-11-25"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let session = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+    let sid = ("mcp-session-id", session.as_str());
+    let r = raw.post(
+        &[sid, version],
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    assert_eq!(r.status, 202, "{}", r.text);
+    let list = json!({"jsonrpc":"2.0","id":2,"method":"tools/list"});
+    let r = raw.post(&[sid, version], list.clone());
+    assert!(
+        r.text.contains("\"one\"") && !r.text.contains("\"two\""),
+        "{}",
+        r.text
+    );
+
+    // The session's stream of notifications, read line by line on a thread of its own.
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    let (url, id) = (raw.url.clone(), session.clone());
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            use futures::StreamExt;
+            let res = reqwest::Client::new()
+                .get(&url)
+                .header("accept", "text/event-stream")
+                .header("mcp-session-id", id)
+                .header("mcp-protocol-version", "2025-11-25")
+                .send()
+                .await
+                .expect("the stream opens");
+            let _ = tx.send(format!("status {}", res.status().as_u16()));
+            let mut body = res.bytes_stream();
+            while let Some(Ok(chunk)) = body.next().await {
+                if tx
+                    .send(String::from_utf8_lossy(&chunk).into_owned())
+                    .is_err()
+                {
+                    break;
+                }
+            }
+        });
+    });
+    let next = || {
+        lines
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the stream said something within a minute")
+    };
+    assert_eq!(next(), "status 200");
+
+    std::fs::write(&file, tool("one") + &tool("two") + "ai.watch()\n").unwrap();
+    let restarted = served.post("/api/programs/lists/restart", json!({}));
+    assert_eq!(restarted.status, 200, "{}", restarted.text);
+    let mut said = String::new();
+    while !said.contains("notifications/tools/list_changed") {
+        said.push_str(&next());
+    }
+    let r = raw.post(&[sid, version], list);
+    assert!(r.text.contains("\"two\""), "{}", r.text);
+}
+
 #[test]
 fn with_an_authorization_server_the_protected_resource_metadata_is_published_and_named_on_401() {
     let fake = FakeProvider::start();

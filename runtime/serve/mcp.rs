@@ -33,6 +33,10 @@ impl Programs for Hosted {
             .filter_map(|slot| slot.hosted().map(|h| h.offer(&slot.name)))
             .collect()
     }
+
+    fn lineup(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.0.lineup())
+    }
 }
 
 #[derive(Clone)]

@@ -117,6 +117,9 @@ pub struct Service {
     draining: AtomicBool,
     ids: Mutex<IdMemory>,
     tallies: DashMap<(String, String), Tally>,
+    /// Counts the runs started and ended: `/mcp` sessions are told their lists may have
+    /// changed.
+    lineup: watch::Sender<u64>,
 }
 
 impl Service {
@@ -153,7 +156,17 @@ impl Service {
             draining: AtomicBool::new(false),
             ids: Mutex::new(IdMemory::default()),
             tallies: DashMap::new(),
+            lineup: watch::Sender::new(0),
         }))
+    }
+
+    /// Told each time a program's run starts or ends (what `/mcp` offers changes with it).
+    pub fn lineup(&self) -> watch::Receiver<u64> {
+        self.lineup.subscribe()
+    }
+
+    fn lineup_changed(&self) {
+        self.lineup.send_modify(|runs| *runs += 1);
     }
 
     pub fn core(&self) -> &Core {
@@ -359,6 +372,7 @@ impl Service {
             now.hosted = Some(hosted.clone());
             now.hash = hash;
         }
+        self.lineup_changed();
         let handle = self.core.handle().clone();
         handle.spawn(observe(self.clone(), slot.name.clone(), observations));
         handle.spawn(hear(self.clone(), slot.name.clone(), deliveries));
@@ -664,6 +678,7 @@ async fn lifecycle(service: Arc<Service>, slot: Arc<Slot>, hosted: Arc<Hosted>) 
     let runs = {
         let mut now = slot.lock();
         now.hosted = None;
+        service.lineup_changed();
         now.runs += 1;
         match &result {
             Err(e) => {

@@ -68,6 +68,12 @@ impl Offer {
 /// The programs a server offers now (a hosted program restarts with new exports).
 pub trait Programs: Send + Sync {
     fn offers(&self) -> Vec<Offer>;
+
+    /// Told each time the programs offered change (one started, restarted, stopped, added or
+    /// removed): every list a session was given may have changed. `None`: they never do.
+    fn lineup(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
 }
 
 /// One program, fixed (`colony mcp serve`).
@@ -709,33 +715,114 @@ impl ServerHandler for Server {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        // Tell this client when a program adds to a list, until it goes away. Subscribed before
-        // anything here waits: a call the client makes right after `initialized` (one that adds
-        // a tool) may run as soon as this yields, and its change must not be taken as the start.
-        for offer in self.programs.offers() {
-            let mut changes = offer.exports.changes();
-            let peer = context.peer.clone();
-            tokio::spawn(async move {
-                let mut last = *changes.borrow_and_update();
-                while changes.changed().await.is_ok() {
-                    let now = *changes.borrow_and_update();
-                    // Each list that changed is told: one wake-up may hold several changes.
-                    let mut sent = true;
-                    if now.tools != last.tools {
-                        sent &= peer.notify_tool_list_changed().await.is_ok();
-                    }
-                    if now.resources != last.resources {
-                        sent &= peer.notify_resource_list_changed().await.is_ok();
-                    }
-                    if now.prompts != last.prompts {
-                        sent &= peer.notify_prompt_list_changed().await.is_ok();
-                    }
-                    last = now;
-                    if !sent || peer.is_transport_closed() {
-                        break;
-                    }
+        // Tell this client when a program adds to a list, or the programs offered change (a
+        // restart, a reload, one added), until it goes away. Subscribed before anything here
+        // waits: a call the client makes right after `initialized` (one that adds a tool) may
+        // run as soon as this yields, and its change must not be taken as the start.
+        let programs = self.programs.clone();
+        let lineup = programs.lineup();
+        let watched = Watched::all(&programs.offers());
+        tokio::spawn(tell_changes(
+            programs,
+            lineup,
+            watched,
+            context.peer.clone(),
+        ));
+    }
+}
+
+/// One program's lists, as this session was last told of them.
+struct Watched {
+    changes: tokio::sync::watch::Receiver<super::exports::Changes>,
+    last: super::exports::Changes,
+}
+
+impl Watched {
+    fn all(offers: &[Offer]) -> Vec<Watched> {
+        offers
+            .iter()
+            .map(|offer| {
+                let mut changes = offer.exports.changes();
+                let last = *changes.borrow_and_update();
+                Watched { changes, last }
+            })
+            .collect()
+    }
+}
+
+/// What woke [`tell_changes`].
+enum Woke {
+    /// The programs offered changed (`false`: the host has gone).
+    Lineup(bool),
+    /// Program `i`'s lists changed (`false`: the program has ended).
+    Lists(usize, bool),
+}
+
+/// Sends `peer` a `list_changed` for each list that changes, until it goes away.
+async fn tell_changes(
+    programs: Arc<dyn Programs>,
+    mut lineup: Option<tokio::sync::watch::Receiver<u64>>,
+    mut watched: Vec<Watched>,
+    peer: rmcp::Peer<RoleServer>,
+) {
+    let told_of_lineup = lineup.is_some();
+    loop {
+        let woke = {
+            let lineup_changed = async {
+                match lineup.as_mut() {
+                    Some(l) => l.changed().await.is_ok(),
+                    None => std::future::pending().await,
                 }
-            });
+            };
+            if watched.is_empty() {
+                if !told_of_lineup {
+                    return;
+                }
+                Woke::Lineup(lineup_changed.await)
+            } else {
+                let lists = futures::future::select_all(
+                    watched.iter_mut().map(|w| Box::pin(w.changes.changed())),
+                );
+                tokio::select! {
+                    ok = lineup_changed => Woke::Lineup(ok),
+                    (changed, i, _) = lists => Woke::Lists(i, changed.is_ok()),
+                }
+            }
+        };
+        let sent = match woke {
+            Woke::Lineup(false) => return,
+            // Every list may have changed: told all three, and the new programs watched.
+            Woke::Lineup(true) => {
+                watched = Watched::all(&programs.offers());
+                peer.notify_tool_list_changed().await.is_ok()
+                    && peer.notify_resource_list_changed().await.is_ok()
+                    && peer.notify_prompt_list_changed().await.is_ok()
+            }
+            // Its end changes the lineup, which tells.
+            Woke::Lists(i, false) => {
+                watched.swap_remove(i);
+                true
+            }
+            Woke::Lists(i, true) => {
+                let w = &mut watched[i];
+                let now = *w.changes.borrow_and_update();
+                // Each list that changed is told: one wake-up may hold several changes.
+                let mut sent = true;
+                if now.tools != w.last.tools {
+                    sent &= peer.notify_tool_list_changed().await.is_ok();
+                }
+                if now.resources != w.last.resources {
+                    sent &= peer.notify_resource_list_changed().await.is_ok();
+                }
+                if now.prompts != w.last.prompts {
+                    sent &= peer.notify_prompt_list_changed().await.is_ok();
+                }
+                w.last = now;
+                sent
+            }
+        };
+        if !sent || peer.is_transport_closed() {
+            return;
         }
     }
 }
