@@ -127,6 +127,35 @@ fn a_spinning_tool_in_the_scripts_own_turn_is_stopped_at_its_timeout() {
     assert_eq!(results, [DEADLINE_RESULT]);
 }
 
+/// A handler held past its deadline in code the hook cannot stop (a command run by os.execute;
+/// a backtracking string.find is the same) on the thread the script's own turn runs on: it ends
+/// late, and its call is the deadline's. It was `ok`, its result read as on time.
+#[test]
+fn a_tool_held_past_its_timeout_outside_lua_is_a_deadline() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "spin", json!({})));
+    fake.push(Reply::text("it gave up"));
+    let sb = styled(&fake, "openai");
+    sb.write("config.toml", "[use.general]\nprovider = \"openai\"\n");
+    let script = r#"
+local spin = ai.tool{ name = "spin", parameters = {}, timeout = 0.5, handler = function()
+  os.execute("sleep 1.5")
+  return "slept"
+end }
+local r = ai.take_turn{ prompt = "go", tools = { spin } }
+print(r.reply)
+for _, e in ipairs(r.tool_events) do print(e.name, e.kind) end
+"#;
+    let run = sb.lua(script, &["--max-time", "120", "--allow-run"]).ok();
+    assert_eq!(
+        run.lines(),
+        ["it gave up", "spin\tdeadline"],
+        "{}",
+        run.stderr
+    );
+    assert_eq!(tool_results(&fake), [DEADLINE_RESULT]);
+}
+
 #[test]
 fn a_tool_spinning_inside_a_coroutine_it_made_is_stopped_and_cannot_catch_it() {
     // The watchdog hooks a coroutine the script made only while it is resumed: one that spins

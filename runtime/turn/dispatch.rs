@@ -371,9 +371,15 @@ async fn checked(
         )
     };
     // Whichever sees the deadline first (this timer, or the Lua hook stopping a handler that
-    // never waits), the model reads the same result.
-    Ok(match tokio::time::timeout(tool.timeout, run).await {
+    // never waits), the model reads the same result. A handler held in code neither can stop
+    // (a C library call such as a backtracking string.find, os.execute) on the thread this
+    // timer runs on ends late: past its deadline, it is the deadline's too.
+    let started = tokio::time::Instant::now();
+    let outcome = tokio::time::timeout(tool.timeout, run).await;
+    let late = started.elapsed() > tool.timeout;
+    Ok(match outcome {
         Err(_) | Ok(HandlerOutcome::Deadline(_)) => past_deadline(),
+        Ok(_) if late => past_deadline(),
         Ok(HandlerOutcome::Value(text)) => Checked::Run(EventKind::Ok, text),
         Ok(HandlerOutcome::Attached(text, files)) => Checked::Attached(text, files),
         Ok(HandlerOutcome::Refused(message)) => Checked::Run(EventKind::Error, message),
