@@ -716,6 +716,19 @@ fn counts_that_are_not_whole_and_positive_are_named() {
             "ai.spawn{ name = 'a', mailbox = 2.5 }",
             "ai.spawn \"a\": mailbox must be a whole number from 1 to 4294967295, not 2.5",
         ),
+        // max_hop = 1.5 was 1, and math.huge lifted the relay loop's guard; so max_restarts.
+        (
+            "ai.spawn{ name = 'a', max_hop = math.huge }",
+            "ai.spawn \"a\": max_hop must be a whole number from 0 to 4294967295, not inf",
+        ),
+        (
+            "ai.spawn{ name = 'a', max_restarts = 1.5 }",
+            "ai.spawn \"a\": max_restarts must be a whole number from 0 to 4294967295, not 1.5",
+        ),
+        (
+            "ai.spawn{ name = 'a', restart_window_ms = 0 }",
+            "ai.spawn \"a\": restart_window_ms must be more than 0, not 0",
+        ),
         // A temperature follows the config file's rule: a finite number from 0.
         (
             "ai.ask('x', { temperature = 0/0 })",

@@ -335,11 +335,21 @@ pub fn seconds_option(who: &str, key: &str, value: f64) -> mlua::Result<std::tim
 /// fraction, zero, a negative number, NaN or one past `u32::MAX` is a misuse naming the function,
 /// the option and the value, rather than a silent 1 or a saturated 4294967295.
 pub fn count_option(who: &str, key: &str, value: f64) -> mlua::Result<u32> {
-    if value >= 1.0 && value <= f64::from(u32::MAX) && value.fract() == 0.0 {
+    whole_from(who, key, value, 1)
+}
+
+/// [`count_option`] that takes 0 too (`max_hop`, `max_restarts`): a fraction was rounded down
+/// and `math.huge` taken as 4294967295 (no hop limit at all).
+pub fn zero_or_more_option(who: &str, key: &str, value: f64) -> mlua::Result<u32> {
+    whole_from(who, key, value, 0)
+}
+
+fn whole_from(who: &str, key: &str, value: f64, least: u32) -> mlua::Result<u32> {
+    if value >= f64::from(least) && value <= f64::from(u32::MAX) && value.fract() == 0.0 {
         Ok(value as u32)
     } else {
         Err(misuse(format!(
-            "{who}: {key} must be a whole number from 1 to {}, not {}",
+            "{who}: {key} must be a whole number from {least} to {}, not {}",
             u32::MAX,
             crate::duration::number_text(value)
         )))

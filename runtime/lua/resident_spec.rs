@@ -167,9 +167,9 @@ pub(super) fn read_spawn(
     let restart = read_policy(&opts, who, Restart::Permanent)?;
     let max_steps = positive(&opts, who, "max_steps")?.unwrap_or(DEFAULT_MAX_STEPS);
     let max_hop = match opts.get::<Option<f64>>("max_hop") {
-        Ok(Some(n)) if n >= 0.0 => n as u32,
+        Ok(Some(n)) => super::convert::zero_or_more_option(who, "max_hop", n)?,
         Ok(None) => DEFAULT_MAX_HOP,
-        _ => return Err(bad(who, "max_hop must be a count (0 or more)")),
+        Err(_) => return Err(bad(who, "max_hop must be a whole number (0 or more)")),
     };
     let mailbox = positive(&opts, who, "mailbox")?.map_or(CAPACITY, |n| n as usize);
     let compaction = read_compaction(&super::options::Options::read(lua, opts.clone(), who)?, who)?;
@@ -357,16 +357,27 @@ pub(super) fn read_policy(t: &Table, who: &str, default: Restart) -> mlua::Resul
     };
     let mut policy = RestartPolicy::new(restart);
     match t.get::<Option<f64>>("max_restarts") {
-        Ok(Some(n)) if n >= 0.0 => policy.max_restarts = n as u32,
+        Ok(Some(n)) => {
+            policy.max_restarts = super::convert::zero_or_more_option(who, "max_restarts", n)?
+        }
         Ok(None) => {}
-        _ => return Err(bad(who, "max_restarts must be a count (0 or more)")),
+        Err(_) => return Err(bad(who, "max_restarts must be a whole number (0 or more)")),
     }
     match t.get::<Option<f64>>("restart_window_ms") {
         Ok(Some(ms)) if ms > 0.0 => {
             policy.window = super::convert::millis_option(who, "restart_window_ms", ms)?
         }
         Ok(None) => {}
-        _ => {
+        Ok(Some(ms)) => {
+            return Err(bad(
+                who,
+                &format!(
+                    "restart_window_ms must be more than 0, not {}",
+                    crate::duration::number_text(ms)
+                ),
+            ));
+        }
+        Err(_) => {
             return Err(bad(
                 who,
                 "restart_window_ms must be a number of milliseconds",
