@@ -163,12 +163,13 @@ end
 
 -- A failure that passes (a 429, a 503, a dropped connection) before any text arrived and before
 -- any tool ran is tried twice more, after what the provider asks to wait (10 s at most), or
--- 1 s, then 3 s.
+-- 1 s, then 3 s. Not a timeout: each try would wait the whole of it again.
 local reply, err, told
 local waits = { 1, 3 }
 for try = 1, #waits + 1 do
   reply, err, told = attempt()
-  if reply or streamed or called or try > #waits or type(err) ~= "table" or not err.transient then
+  if reply or streamed or called or try > #waits or type(err) ~= "table" or not err.transient
+    or tostring(err.message):find("timed out after", 1, true) then
     break
   end
   local wait = math.min(err.retry_after or waits[try], 10)

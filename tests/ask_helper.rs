@@ -201,4 +201,17 @@ fn a_failure_that_passes_is_tried_again_and_one_that_does_not_is_not() {
     assert_eq!(fake.calls(), 7);
     assert!(!run.stderr.contains("trying again"), "{}", run.stderr);
     assert!(run.stderr.contains("auth_error"), "{}", run.stderr);
+
+    // A call that timed out is not tried again: each try waits the whole timeout (600 s by
+    // default), so a stalled gateway held `colony ask` three times that before it said why.
+    sb.write(
+        "config.toml",
+        "[use.helper]\nprovider = \"anthropic\"\nmodel = \"m\"\ntimeout = 1\n",
+    );
+    fake.push(Reply::text(ANSWER).delay(2500));
+    let run = sb.colony(&["ask", QUESTION]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    assert_eq!(fake.calls(), 8);
+    assert!(!run.stderr.contains("trying again"), "{}", run.stderr);
+    assert!(run.stderr.contains("timed out after 1 s"), "{}", run.stderr);
 }
