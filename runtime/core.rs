@@ -251,6 +251,7 @@ impl Core {
                 span.record("gen_ai.usage.input_tokens", inferred.usage.input);
                 span.record("gen_ai.usage.output_tokens", inferred.usage.output);
                 tracing::debug!(stop = inferred.stop.as_str(), "inferred");
+                crate::infer::spending::charge(&inferred.usage, &ep.provider, &req.model);
             }
             Err(e) => tracing::debug!(kind = e.kind(), error = %e, "inference failed"),
         }

@@ -202,6 +202,65 @@ fn cached_input_tokens_are_counted_once_and_priced_as_cache_reads() {
     }
 }
 
+/// A model call a tool makes during a resident's turn (a sub-agent tool's `ai.ask`) is the
+/// resident's to pay: its budget and `colony usage` count it. They counted only the resident's
+/// own steps, and a tool calling a model spent past the budget unseen.
+#[test]
+fn a_model_call_a_tool_makes_counts_in_the_residents_budget() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        let asked = |text: &str| messages.iter().any(|m| m["content"] == text);
+        if asked("inner question") {
+            Reply::text("inner answer").usage(100, 50)
+        } else if messages.iter().any(|m| m["role"] == "tool") {
+            Reply::text("one").usage(10, 5)
+        } else {
+            Reply::tool_call("c1", "sub", serde_json::json!({})).usage(10, 5)
+        }
+    });
+    let sandbox = styled(&fake, "openai");
+    let source = r#"
+ai.route{ provider = "openai", model = "m" }
+local sub = ai.tool{ name = "sub", parameters = {}, handler = function()
+  return (ai.ask("inner question", { provider = "openai", model = "m" }))
+end }
+ai.spawn{ name = "worker", persist_conversation = true, tools = { sub },
+  budget = { tokens = 100, per = "day" },
+  deliver_to = function(reply, info)
+    if info.kind == "blocked" then
+      print(("blocked: %s"):format(info.error.message))
+    else
+      print(info.kind .. ": " .. reply)
+      assert(ai.mail{ to = "worker", source = "desk", content = "again", hop = 0 })
+    end
+  end,
+  sources = { function(self)
+    if not store.get("mailed") then
+      store.set("mailed", true)
+      assert(ai.mail{ to = self, source = "desk", content = "first", hop = 0 })
+    end
+  end } }
+print("watch ended: " .. ai.watch())
+"#;
+    let run = run(&sandbox, source);
+    assert_exit(&run, 3);
+    let lines = run.lines();
+    assert_eq!(lines[0], "reply: one", "{lines:?}");
+    // 15 for each of the turn's two steps and 150 for the tool's call.
+    assert!(
+        lines[1].starts_with("blocked: over its budget of 100 tokens per day (180 used)"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        usage(&sandbox).lines()[1],
+        format!(
+            "worker    {}    120      60      0      1  unpriced (180 tokens)",
+            today()
+        )
+    );
+}
+
 #[test]
 fn the_programs_budget_counts_every_resident() {
     let fake = FakeProvider::start();

@@ -20,6 +20,8 @@
 //! - [`stack`]: a stack built from a host's layer specs ([`stack::LayerSpec`]), with each breaker's
 //!   state kept in the program's store under its owner's key.
 //! - [`scripted`]: a fake inner step answering from a queue, for tests.
+//! - [`spending`]: who pays for a model call that is not a resident's own step (its tools', its
+//!   sources').
 //!
 //! "Infer" names one thing in Rust: serving a step through these layers ([`Infer::step`]). The
 //! other calls that reach a model have names of their own (ARCHITECTURE.md, "Names for a model
@@ -42,6 +44,7 @@ pub mod clock;
 pub mod context;
 pub mod retries;
 pub mod scripted;
+pub mod spending;
 pub mod stack;
 
 use std::future::Future;

@@ -267,7 +267,11 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                         ToolCtx::Table(json) => (Ctx::Table(json), None, None, None),
                     };
                     let run = run_tool(&lua, (&protected, &handler), func, args, ctx);
+                    // The model calls a handler makes are paid by the resident whose turn
+                    // called it.
+                    let payer = provenance.as_ref().and_then(|p| payer(&lua, &p.to));
                     let run = within(workspace, provenance, run);
+                    let run = crate::infer::spending::charged_to(payer, run);
                     // The watchdog asks whether the caller is still waiting (from its own
                     // thread too), the select waits for it to stop: both look at the one reply.
                     let reply = std::sync::Arc::new(std::sync::Mutex::new(Some(reply)));
@@ -304,7 +308,9 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                     workspace,
                     mut reply,
                 } => {
+                    let payer = payer(&lua, &ai);
                     let run = within(workspace, None, run_source(&lua, func, ai));
+                    let run = crate::infer::spending::charged_to(payer, run);
                     let run = super::watchdog::as_callback(&lua, run);
                     tokio::select! {
                         ended = run => { let _ = reply.send(ended); }
@@ -329,6 +335,12 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
             }
         });
     }
+}
+
+/// Who pays for the model calls of work done for resident `ai`: its budget and usage.
+fn payer(lua: &Lua, ai: &str) -> Option<crate::infer::spending::Payer> {
+    let life = lua.app_data_ref::<crate::residents::Lifecycle>()?;
+    life.route().payer_for(ai)
 }
 
 /// `run` inside the workspace its `store.*` calls see and the provenance

@@ -460,6 +460,24 @@ impl Resident {
         }
     }
 
+    /// Adds what a model call made on its behalf used (by a tool handler of its turn, by one
+    /// of its sources: not a turn of its own) to its usage, at that call's prices.
+    pub(crate) fn pay(&self, host: &dyn Host, usage: &Usage, provider: &str, model: &str) {
+        let prices = host.core().config().prices.clone().unwrap_or_default();
+        let spent = budget::Spent {
+            turns: 0,
+            ..budget::Spent::of(usage, prices.cost(provider, model, usage))
+        };
+        if let Err(e) = budget::record(
+            self.usage_store(host),
+            &self.spec.name,
+            chrono::Utc::now(),
+            &spent,
+        ) {
+            tracing::warn!(ai = %self.spec.name, "its usage could not be recorded: {e}");
+        }
+    }
+
     /// Whether its budgets let it start a turn now.
     fn over_budget(&self, host: &dyn Host) -> Option<budget::Over> {
         if self.spec.budgets.is_empty() {

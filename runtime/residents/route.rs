@@ -672,6 +672,16 @@ impl Route {
     }
 
     /// The resident `name`, if registered.
+    /// Who pays for the model calls of work done for resident `name` (a tool handler of its
+    /// turn, one of its sources): its budget and usage. `None` if it is not here.
+    pub fn payer_for(&self, name: &str) -> Option<crate::infer::spending::Payer> {
+        let resident = self.resident(name)?;
+        let inner = self.inner.clone();
+        Some(Arc::new(move |usage, provider, model| {
+            resident.pay(&*inner, usage, provider, model)
+        }))
+    }
+
     pub fn resident(&self, name: &str) -> Option<Arc<Resident>> {
         read(&self.inner.table)
             .get(name)
