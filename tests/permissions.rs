@@ -255,6 +255,24 @@ print("after", #string.rep("y", 1 << 20))
     );
 }
 
+/// The main chunk past `--max-memory` says which limit it met, as a tool or a source does: it
+/// said only Lua's "not enough memory".
+#[test]
+fn the_main_chunk_past_max_memory_names_the_limit() {
+    let run = Sandbox::new()
+        .lua(
+            "local t = {}\nfor i = 1, 1e9 do t[i] = string.rep(\"x\", 4096) .. i end\n",
+            &["--max-memory", "64M"],
+        )
+        .failed();
+    assert!(
+        run.stderr
+            .contains("memory: the program's Lua memory reached its limit (--max-memory)"),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn proc_run_waits_without_holding_the_program_and_ends_what_outlives_its_timeout() {
     let sb = Sandbox::new();

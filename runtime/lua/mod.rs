@@ -507,9 +507,9 @@ async fn run_on_this_thread(
     let mut values = result.into_iter();
     match values.next() {
         Some(Value::Boolean(true)) => Ok(()),
+        // Out of memory in the main chunk said "not enough memory", not which limit.
         _ => Err(ScriptError(match values.next() {
-            Some(Value::String(s)) => s.to_string_lossy(),
-            Some(other) => describe_error(&other),
+            Some(other) => memory_or(&other),
             None => "the script failed".into(),
         })),
     }
