@@ -83,16 +83,37 @@ local function load(use)
   return saved
 end
 
+-- The most of one file any model's API takes (a larger one is refused before it is read).
+local MOST_SENT = 75000000
+
+--- An attachment as the conversation keeps it: its path, and its size and time when attached
+--- (nil for one that names no path). Kept ones pass as they are; a path is looked at now.
+local function attachment_record(f)
+  if type(f) == "table" and type(f.path) == "string" and f.size then return f end
+  local path = type(f) == "string" and f or (type(f) == "table" and f.path)
+  if type(path) ~= "string" then return nil end
+  local st = fs.stat(path)
+  return { path = path, size = st and st.size, modified = st and st.modified }
+end
+
+--- The path to send for a kept attachment, or nil and why it cannot be sent.
+local function sendable(rec)
+  local st = fs.stat(rec.path)
+  if not st or st.is_dir then return nil, "no longer available" end
+  if not st.is_file then return nil, "no longer a regular file" end
+  if rec.size and (st.size ~= rec.size or st.modified ~= rec.modified) then
+    return nil, "changed since it was attached, not sent"
+  end
+  if st.size > MOST_SENT then return nil, "too large to send" end
+  return rec.path
+end
+
 -- Only attachments named by path are kept: a file table a turn hands back refers to this
 -- run's copy of the file, which the next run does not have.
 local function by_path(files)
   local kept = {}
   for _, f in ipairs(files) do
-    if type(f) == "string" then
-      kept[#kept + 1] = f
-    elseif type(f) == "table" and type(f.path) == "string" then
-      kept[#kept + 1] = f.path
-    end
+    kept[#kept + 1] = attachment_record(f)
   end
   return #kept > 0 and kept or nil
 end
@@ -346,31 +367,46 @@ end
 local function exchange(use, messages, text, files)
   local entry = { role = "user", content = text }
   if files and #files > 0 then entry.files = files end
-  -- An attachment saved by path that has gone since (or is now a folder) is sent as a line
-  -- saying so, so the conversation can go on without it.
-  local history = {}
+  -- Attachments are kept by path, with the size and time each had when attached: one that has
+  -- gone since, or changed, or is no longer a file that can be sent, is sent as a line saying
+  -- so (by its name), so the conversation goes on without it. A changed file was sent as if it
+  -- were the one asked about; a path that had become a pipe failed every later message.
+  local history, records = {}, {}
   for i, m in ipairs(messages) do
-    local present, gone = {}, {}
+    local kept, present, gone = {}, {}, {}
     for _, f in ipairs(m.files or {}) do
-      local st = type(f) == "string" and fs.stat(f)
-      if type(f) ~= "string" or (st and not st.is_dir) then
-        present[#present + 1] = f
-      else
-        gone[#gone + 1] = f
+      local rec = attachment_record(f)
+      if rec then
+        local path, why = sendable(rec)
+        if path then
+          kept[#kept + 1], present[#present + 1] = rec, path
+        else
+          gone[#gone + 1] = (rec.path:match("[^/]+$") or rec.path) .. ": " .. why
+        end
+      elseif type(f) == "table" then
+        -- A file given by its bytes (a copy of the script that attaches data): as it was.
+        kept[#kept + 1], present[#present + 1] = f, f
       end
     end
-    if #gone > 0 then
+    records[i] = #kept > 0 and kept or nil
+    if m.files then
       local copy = {}
       for k, v in pairs(m) do copy[k] = v end
       copy.files = #present > 0 and present or nil
-      copy.content = (m.content or "") .. "\n\n[attached " .. table.concat(gone, ", ")
-        .. ": no longer available]"
+      if #gone > 0 then
+        copy.content = (m.content or "") .. "\n\n[attached " .. table.concat(gone, "; ") .. "]"
+      end
       history[i] = copy
     else
       history[i] = m
     end
   end
   history[#history + 1] = entry
+  if entry.files then
+    local kept = {}
+    for _, f in ipairs(entry.files) do kept[#kept + 1] = attachment_record(f) or f end
+    records[#history] = kept
+  end
 
   -- What streamed since the last tool call, kept in pieces: joining each delta onto a string
   -- made a long answer cost its length squared.
@@ -406,6 +442,9 @@ local function exchange(use, messages, text, files)
   -- A misuse the turn raises (an attached file that has since gone, say) is reported like a
   -- failed call rather than ending the chat.
   keep_partial = function()
+    for i, m in ipairs(history) do
+      if m.files then m.files = records[i] end
+    end
     history[#history + 1] = { role = "assistant", content = shown() .. "\n\n[interrupted: stdout closed]" }
     save(use, history)
   end
@@ -420,6 +459,9 @@ local function exchange(use, messages, text, files)
     return messages, "error"
   end
   if not ok then
+    for i, m in ipairs(history) do
+      if m.files then m.files = records[i] end
+    end
     if #pieces > 0 then io.write("\n") end
     -- Ctrl-C cancels this reply; SIGTERM or SIGHUP (`turn` names it) ends the chat, this
     -- exchange kept as far as it went.
@@ -445,13 +487,13 @@ local function exchange(use, messages, text, files)
   end
   if not (all ~= "" and all:sub(-1) == "\n") then io.write("\n") end
   io.flush()
-  -- The messages sent keep their attachments as they were given (by path), whatever the
-  -- transcript the turn hands back carries for them.
+  -- The messages sent keep their attachments as they were kept (by path, with their size and
+  -- time), whatever the transcript the turn hands back carries for them.
   local out = turn.messages
   for i, sent in ipairs(history) do
     local back = out[i]
     if back and back.role == sent.role and back.content == sent.content then
-      back.files = sent.files
+      back.files = records[i]
     end
   end
   return out

@@ -717,9 +717,39 @@ fn an_attachment_that_cannot_go_does_not_stop_the_conversation() {
     assert_eq!(run.stdout.trim(), "Still here.");
     let calls = model_calls(&fake);
     assert!(
-        calls[3].to_string().contains("no longer available"),
+        calls[3].to_string().contains("[attached grow.txt: no longer available]"),
         "{}",
         calls[3]
+    );
+    assert!(!calls[3].to_string().contains(&file), "the path went: {}", calls[3]);
+
+    // A file changed since it was attached is not sent as the one asked about (it was, the
+    // earlier message rewritten); one that has become a pipe is a line too, and the chat goes
+    // on (every later message failed: "not a regular file").
+    sb.write("plan.txt", "the first plan");
+    sb.write("pipe.txt", "a file for now");
+    fake.push(Reply::text("Noted."));
+    fake.push(Reply::text("Again."));
+    let (plan, pipe) = (
+        sb.path("plan.txt").display().to_string(),
+        sb.path("pipe.txt").display().to_string(),
+    );
+    sb.colony(&["chat", "--new", "--file", &plan, "--file", &pipe, "first"])
+        .ok();
+    sb.write("plan.txt", "a second plan, longer than the first");
+    std::fs::remove_file(&pipe).unwrap();
+    let made = std::process::Command::new("mkfifo").arg(&pipe).status().unwrap();
+    assert!(made.success());
+    let run = sb.colony(&["chat", "second"]).ok();
+    assert_eq!(run.stdout.trim(), "Again.");
+    let last = model_calls(&fake).last().unwrap().to_string();
+    assert!(!last.contains("a second plan"), "{last}");
+    assert!(
+        last.contains(
+            "[attached plan.txt: changed since it was attached, not sent; pipe.txt: no longer a \
+             regular file]"
+        ),
+        "{last}"
     );
 }
 
