@@ -664,7 +664,7 @@ fn a_streaming_timeout_says_it_timed_out() {
         .ok();
     assert_eq!(
         run.stdout,
-        "fetch_error\trequest failed: timed out after 0.5 s (the use-type's timeout)\n"
+        "fetch_error\trequest failed: timed out after 0.5 s (its use-type's timeout, or the call's own)\n"
     );
 }
 

@@ -247,7 +247,7 @@ fn model_list_timeout(use_type: Duration) -> Duration {
 fn transport_failure(e: &reqwest::Error, ep: &Endpoint) -> ProviderError {
     if e.is_timeout() {
         return ProviderError::Fetch(format!(
-            "timed out after {} s (the use-type's timeout)",
+            "timed out after {} s (its use-type's timeout, or the call's own)",
             ep.timeout.as_secs_f64()
         ));
     }
