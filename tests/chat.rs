@@ -717,11 +717,17 @@ fn an_attachment_that_cannot_go_does_not_stop_the_conversation() {
     assert_eq!(run.stdout.trim(), "Still here.");
     let calls = model_calls(&fake);
     assert!(
-        calls[3].to_string().contains("[attached grow.txt: no longer available]"),
+        calls[3]
+            .to_string()
+            .contains("[attached grow.txt: no longer available]"),
         "{}",
         calls[3]
     );
-    assert!(!calls[3].to_string().contains(&file), "the path went: {}", calls[3]);
+    assert!(
+        !calls[3].to_string().contains(&file),
+        "the path went: {}",
+        calls[3]
+    );
 
     // A file changed since it was attached is not sent as the one asked about (it was, the
     // earlier message rewritten); one that has become a pipe is a line too, and the chat goes
@@ -738,7 +744,10 @@ fn an_attachment_that_cannot_go_does_not_stop_the_conversation() {
         .ok();
     sb.write("plan.txt", "a second plan, longer than the first");
     std::fs::remove_file(&pipe).unwrap();
-    let made = std::process::Command::new("mkfifo").arg(&pipe).status().unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&pipe)
+        .status()
+        .unwrap();
     assert!(made.success());
     let run = sb.colony(&["chat", "second"]).ok();
     assert_eq!(run.stdout.trim(), "Again.");

@@ -750,6 +750,44 @@ print(result.role, result.content, result.files[1].name, result.files[2].name)
     }
 }
 
+/// With `images = true`, OpenAI reads a PNG in a user message, and an image a tool returns is a
+/// note saying why it is absent there: tool messages carry text only. The note said the API
+/// "cannot read image/png files", which the same use-type had just sent.
+#[test]
+fn an_image_in_an_openai_tool_result_is_told_of_as_text_only_results() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "fetch", json!({})));
+    fake.push(Reply::text("got it"));
+    let sb = sandbox(&fake, "openai");
+    sb.write(
+        "config.toml",
+        "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\nimages = true\n",
+    );
+    let run = sb
+        .lua(
+            r#"
+local fetch = ai.tool{ name = "fetch", parameters = {},
+  handler = function() return { text = "the chart", files = { "a.png" } } end }
+print(ai.take_turn{ prompt = "fetch it", tools = { fetch } }.reply)
+"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.lines(), ["got it"], "{}", run.stderr);
+    let second = serde_json::to_string(conversation(&model_calls(&fake)[1])).unwrap();
+    assert!(
+        second.contains("this API's tool results carry text only, so its content is absent"),
+        "{second}"
+    );
+    assert!(!second.contains("cannot read image/png"), "{second}");
+    assert!(
+        run.stderr
+            .contains("a.png (image/png) is not sent: this API's tool results carry text only"),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn a_transcript_given_back_keeps_its_files_without_reading_them_again() {
     let fake = FakeProvider::start();

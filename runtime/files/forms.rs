@@ -182,12 +182,25 @@ fn gemini_video(ct: &str) -> Option<&'static str> {
 
 /// The one-sentence note for a file an API cannot read.
 pub fn note(file: &FileRef) -> String {
+    note_because(file, &unreadable(file))
+}
+
+/// Why an API that cannot read `file`'s type is told of it instead.
+pub fn unreadable(file: &FileRef) -> String {
+    format!("this model's API cannot read {} files", file.content_type)
+}
+
+/// Why a file in a tool's result is told of instead, where the API's tool results are text
+/// only (OpenAI's chat completions: the same image goes in a user message).
+pub const TEXT_ONLY_RESULTS: &str = "this API's tool results carry text only";
+
+/// The one-sentence note for a file told of instead of given, saying `why`.
+pub fn note_because(file: &FileRef, why: &str) -> String {
     format!(
-        "[file {} ({}, {}): this model's API cannot read {} files, so its content is absent]",
+        "[file {} ({}, {}): {why}, so its content is absent]",
         file.name,
         file.content_type,
         human_size(file.size),
-        file.content_type
     )
 }
 

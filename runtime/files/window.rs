@@ -99,9 +99,11 @@ fn render_file(
     };
     match forms::form(style, reads, file) {
         Form::Text => Rendered::Text(forms::inline_text(file, bytes)),
-        Form::Note => noted(file, style),
+        Form::Note => noted(file, style, &forms::unreadable(file)),
         // OpenAI-style tool results are text only, whatever the model reads elsewhere.
-        Form::Inline { .. } if in_results && style == Style::Openai => noted(file, style),
+        Form::Inline { .. } if in_results && style == Style::Openai => {
+            noted(file, style, forms::TEXT_ONLY_RESULTS)
+        }
         Form::Inline { media_type } => {
             let limits = forms::size_limits(style, super::kind_of(file));
             if file.size > limits.file {
@@ -121,21 +123,19 @@ fn render_file(
 /// The most files [`noted`] remembers having told of (about 100 bytes each).
 const TOLD_AT_MOST: usize = 4096;
 
-/// A file the model is told of instead of given, said once a process for each file and wire:
+/// A file the model is told of instead of given (`why`), said once a process for each file and wire:
 /// the person who attached it saw only the model's answer, which may not say why it did not
 /// look (every step renders the window again, hence once). A service that runs for months sees
 /// files without end: past [`TOLD_AT_MOST`] the set starts again, and a file may be told of twice.
-fn noted(file: &FileRef, style: Style) -> Rendered {
+fn noted(file: &FileRef, style: Style, why: &str) -> Rendered {
     if first_telling(&file.sha256, style) {
         tracing::warn!(
-            "{} ({}) is not sent: this model's API cannot read {} files, so the model is told \
-             its content is absent",
+            "{} ({}) is not sent: {why}, so the model is told its content is absent",
             file.name,
             file.content_type,
-            file.content_type
         );
     }
-    Rendered::Text(forms::note(file))
+    Rendered::Text(forms::note_because(file, why))
 }
 
 /// A file too large for the API, told of as [`noted`] tells (it went without a word on
