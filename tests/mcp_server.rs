@@ -976,6 +976,27 @@ fn calls_made_together_are_each_answered_with_their_own_reply() {
     assert_eq!(code, Some(0), "{stderr}");
 }
 
+/// A message past 16 MiB from the client is said on stderr: rmcp drops it and reads on, so the
+/// request in it gets no answer, and nothing said why. The session goes on.
+#[test]
+fn a_message_past_the_limit_from_the_client_is_said() {
+    let sb = Sandbox::new();
+    let mut session = Session::start(&sb, SLEEPY);
+    initialize(&mut session);
+    session.send(
+        json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"sleepy",
+        "arguments":{"pad":"x".repeat(17 << 20)}}}),
+    );
+    session.send(json!({"jsonrpc":"2.0","id":3,"method":"ping"}));
+    assert!(session.answer(3)["result"].is_object());
+    let (code, stderr) = session.end();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("the MCP client sent a message of more than 16 MiB"),
+        "{stderr}"
+    );
+}
+
 /// A call still running when colony is told to end (SIGTERM) is answered with that; it was
 /// "cancelled by the client", which the client had not done.
 #[test]

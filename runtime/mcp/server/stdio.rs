@@ -122,11 +122,68 @@ impl Watched {
     }
 }
 
+/// The client's messages, with a line past [`crate::mcp::child::MAX_MESSAGE`] said on stderr:
+/// rmcp drops such a message and reads on, so its request gets no answer, and nothing said why.
+struct LineWatch {
+    inner: Reader,
+    /// Bytes read since the last newline.
+    since_newline: usize,
+    /// The line being read was said to be too long.
+    said: bool,
+}
+
+impl AsyncRead for LineWatch {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = polled {
+            let read = &buf.filled()[before..];
+            match read.iter().rposition(|&b| b == b'\n') {
+                Some(at) => {
+                    let first = read.iter().position(|&b| b == b'\n').unwrap_or(at);
+                    self.check(first);
+                    self.since_newline = read.len() - at - 1;
+                    self.said = false;
+                }
+                None => {
+                    self.since_newline = self.since_newline.saturating_add(read.len());
+                }
+            }
+            self.check(0);
+        }
+        polled
+    }
+}
+
+impl LineWatch {
+    /// Says so once if the line read so far, and `more` bytes of it, pass the limit.
+    fn check(&mut self, more: usize) {
+        let limit = crate::mcp::child::MAX_MESSAGE;
+        if !self.said && self.since_newline.saturating_add(more) > limit {
+            self.said = true;
+            tracing::error!(
+                "the MCP client sent a message of more than {} MiB, more than colony reads: it \
+                 is dropped, and a request in it gets no answer",
+                limit >> 20
+            );
+        }
+    }
+}
+
 /// Serves `offer` on `streams` (from [`protocol_streams`], taken before the program starts)
 /// until one of [`Ended`] happens.
 pub async fn serve(offer: Offer, name: &str, streams: (Reader, Writer)) -> Result<Ended, String> {
     let broken = Arc::new(tokio::sync::Notify::new());
     let (input, output) = streams;
+    let input: Reader = Box::new(LineWatch {
+        inner: input,
+        since_newline: 0,
+        said: false,
+    });
     let output: Writer = Box::new(Watched {
         inner: output,
         broken: broken.clone(),
