@@ -32,6 +32,10 @@ use crate::secrets;
 
 mod layout;
 
+/// Why a use-type's `timeout = 0` is refused: every call would time out at once (a reader may
+/// take 0 for "no timeout"; a call's own `timeout = 0` is an immediate one, as any duration's).
+const ZERO_TIMEOUT: &str = "must be more than 0 seconds (0 would end every call at once)";
+
 /// One use-type's table.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -546,6 +550,9 @@ impl Config {
             "timeout" => {
                 let secs: f64 = value.parse().map_err(|_| bad("not seconds"))?;
                 crate::duration::seconds(secs).map_err(|e| bad(&e.to_string()))?;
+                if secs == 0.0 {
+                    return Err(bad(ZERO_TIMEOUT));
+                }
                 u.timeout = Some(secs);
             }
             "max_response_bytes" => {
@@ -647,10 +654,12 @@ impl UseConfig {
         {
             problems.push(("temperature", "must be a number from 0".into()));
         }
-        if let Some(secs) = self.timeout
-            && let Err(e) = crate::duration::seconds(secs)
-        {
-            problems.push(("timeout", e.to_string()));
+        if let Some(secs) = self.timeout {
+            if let Err(e) = crate::duration::seconds(secs) {
+                problems.push(("timeout", e.to_string()));
+            } else if secs == 0.0 {
+                problems.push(("timeout", ZERO_TIMEOUT.into()));
+            }
         }
         if self.max_response_bytes == Some(0) {
             problems.push(("max_response_bytes", "must be at least 1".into()));

@@ -313,6 +313,11 @@ fn absurd_durations_are_clear_errors_not_panics() {
             "1e300 s is longer than the maximum of 365 days (31536000 s)",
         ),
         ("-1", "-1 s is negative; a duration is 0 or more"),
+        // Read as "no timeout" by some, it ended every call at once.
+        (
+            "0",
+            "must be more than 0 seconds (0 would end every call at once)",
+        ),
     ] {
         // A config no call could use is refused when it is read, naming file, table and value,
         // by the program and by `colony ask` alike (never a panic, never a call).
