@@ -192,6 +192,11 @@ fn parse_size(text: &str) -> Result<usize, String> {
         "M" | "MB" | "MIB" => 20,
         "G" | "GB" | "GIB" => 30,
         "T" | "TB" | "TIB" => 40,
+        _ if unit.starts_with('.') => {
+            return Err(format!(
+                "{text:?}: a size is a whole number of its unit (say 1536M for 1.5G)"
+            ));
+        }
         _ => return Err(format!("{text:?}: unknown unit (say 512M or 2G)")),
     };
     let bytes = number
@@ -219,6 +224,11 @@ mod tests {
         assert!(parse_size("1K").unwrap_err().contains("too small"));
         assert!(parse_size("lots").is_err());
         assert!(parse_size("5X").unwrap_err().contains("unknown unit"));
+        assert!(
+            parse_size("1.5G")
+                .unwrap_err()
+                .contains("say 1536M for 1.5G")
+        );
         assert!(
             parse_size("99999999999T")
                 .unwrap_err()
