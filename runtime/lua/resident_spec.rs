@@ -371,7 +371,7 @@ pub(super) fn read_policy(t: &Table, who: &str, default: Restart) -> mlua::Resul
         Ok(Some(ms)) => {
             return Err(bad(
                 who,
-                &format!(
+                format!(
                     "restart_window_ms must be more than 0, not {}",
                     crate::duration::number_text(ms)
                 ),
