@@ -858,6 +858,38 @@ fn a_tool_can_call_another_tool() {
     );
 }
 
+/// A turn's error and a structured call's carry what `ai.ask`'s does and the type file promises
+/// every `ai.Error`: `transient`, `status`, `retry_after`. They had only kind and message, so a
+/// script that tried again on `err.transient`, as README shows, never did.
+#[test]
+fn a_turns_error_says_whether_it_is_worth_trying_again() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::status(429).header("retry-after", "7"));
+    fake.push(Reply::status(503));
+    fake.push(Reply::status(401));
+    let run = sandbox(&fake, "openai")
+        .lua(
+            r#"local function show(e) print(e.kind, e.transient, e.status, e.retry_after) end
+               show(ai.take_turn{ prompt = "x" }.error)
+               show(select(2, ai.infer_structured{ schema = { type = "object" }, prompt = "y" }))
+               show(ai.run{ prompt = "z" }.error)
+               show(select(2, ai.infer_structured{ schema = { type = "strnig" }, prompt = "w" }))"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "provider_error	true	429	7.0",
+            "provider_error	true	503	nil",
+            "auth_error	false	401	nil",
+            "schema	false	nil	nil",
+        ],
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn structured_output_from_lua() {
     let fake = FakeProvider::start();

@@ -235,6 +235,20 @@ pub fn provider_error(lua: &Lua, e: &ProviderError) -> mlua::Result<Table> {
     Ok(t)
 }
 
+/// A turn's error as a Lua error table, with what retry logic in Lua may want to read (as
+/// [`provider_error`] gives an `ai.ask`'s).
+pub fn turn_error(lua: &Lua, e: &crate::turn::TurnError) -> mlua::Result<Table> {
+    let t = error_table(lua, &e.kind, &e.message)?;
+    t.set("transient", e.transient)?;
+    if let Some(status) = e.status {
+        t.set("status", status)?;
+    }
+    if let Some(wait) = e.retry_after {
+        t.set("retry_after", wait.as_secs_f64())?;
+    }
+    Ok(t)
+}
+
 /// Refuses a table with a field not in `fields`, naming it and the fields there are.
 pub fn check_fields(t: &mlua::Table, who: &str, fields: &[&str]) -> mlua::Result<()> {
     for pair in t.pairs::<Value, Value>() {

@@ -267,22 +267,12 @@ fn residents(lua: &Lua) -> mlua::Result<Table> {
         t.set("served", r.served)?;
         t.set("node", r.node)?;
         if let Some(e) = &r.error {
-            t.set("error", turn_error(lua, e)?)?;
+            // A blocked resident's error: permanent, so `transient` is false.
+            t.set("error", super::convert::turn_error(lua, e)?)?;
         }
         list.push(t)?;
     }
     Ok(list)
-}
-
-/// A blocked resident's error as the Lua API's errors are: `{ kind, message, status?,
-/// transient = false }`, `tostring` giving `kind: message`.
-fn turn_error(lua: &Lua, e: &crate::turn::TurnError) -> mlua::Result<Table> {
-    let t = super::convert::error_table(lua, &e.kind, &e.message)?;
-    t.set("transient", false)?;
-    if let Some(status) = e.status {
-        t.set("status", status)?;
-    }
-    Ok(t)
 }
 
 /// The watch's callbacks.
@@ -382,7 +372,7 @@ async fn on_event(lua: &Lua, event: RouteEvent, hooks: &Hooks) {
         RouteEvent::Gone { .. } => return,
         RouteEvent::Blocked { ai, error } => {
             if let Some(f) = &hooks.on_blocked {
-                let told = match turn_error(lua, &error) {
+                let told = match super::convert::turn_error(lua, &error) {
                     Ok(err) => {
                         let hook = f.call_async::<()>((ai.as_str(), err));
                         super::watchdog::as_callback(lua, hook).await

@@ -56,7 +56,16 @@ async fn structured(lua: &Lua, opts: Table) -> mlua::Result<MultiValue> {
         Ok(outcome) => Ok(MultiValue::from_iter([from_json(lua, &outcome.value)?])),
         Err(e) => Ok(MultiValue::from_iter([
             Value::Nil,
-            Value::Table(error_table(lua, e.kind(), &e.to_string())?),
+            Value::Table(match &e {
+                crate::structured::StructuredError::Provider(p) => {
+                    super::convert::provider_error(lua, p)?
+                }
+                _ => {
+                    let t = error_table(lua, e.kind(), &e.to_string())?;
+                    t.set("transient", false)?;
+                    t
+                }
+            }),
         ])),
     }
 }

@@ -456,7 +456,7 @@ fn turn_table(
         Some(&lazy),
     )?;
     if let Some(e) = &o.error {
-        t.raw_set("error", error_table(lua, &e.kind, &e.message)?)?;
+        t.raw_set("error", super::convert::turn_error(lua, e)?)?;
     }
     if let Some(servers) = &mcp.servers {
         t.raw_set("servers", servers_table(lua, servers)?)?;

@@ -281,6 +281,10 @@ pub struct TurnError {
     /// ([`crate::providers::ProviderError::is_permanent`]): a resident is blocked, not in an outage.
     #[serde(skip)]
     pub permanent: bool,
+    /// Worth trying again unchanged after a pause
+    /// ([`crate::providers::ProviderError::is_transient`]).
+    #[serde(skip)]
+    pub transient: bool,
 }
 
 impl TurnError {
@@ -291,6 +295,7 @@ impl TurnError {
             retry_after: e.retry_after(),
             status: e.status(),
             permanent: e.is_permanent(),
+            transient: e.is_transient(),
         }
     }
 }
