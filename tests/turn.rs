@@ -967,6 +967,43 @@ fn a_scripts_own_turn_takes_middleware() {
     assert_eq!(model_calls(&fake).len(), 4);
 }
 
+/// A breaker on a script's own turns counts failed steps from one turn to the next: each turn
+/// builds its stack anew from the state the program's store keeps, and the count was saved only
+/// when the breaker opened or closed, so turns that each failed once never opened one with a
+/// threshold of 2, and every one of them reached the provider.
+#[test]
+fn a_breaker_on_a_scripts_turns_counts_failures_across_turns() {
+    let fake = FakeProvider::start();
+    // Two failures open it; the first probe goes at once and fails too.
+    for _ in 0..3 {
+        fake.push(Reply::status(500));
+    }
+    fake.set_default(Reply::text("not asked"));
+    let sb = sandbox(&fake, "openai");
+    let state = sb.path("state").display().to_string();
+    let run = sb
+        .lua(
+            r#"local br = ai.with_breaker{ threshold = 2, first_probe_ms = 60000 }
+               for i = 1, 4 do
+                 local t = ai.take_turn{ prompt = "turn " .. i, middleware = { br } }
+                 print(i, t.stop, t.error and t.error.message:match("^[^(]*"))
+               end"#,
+            &["--state", &state],
+        )
+        .ok();
+    let lines = run.lines();
+    assert_eq!(lines.len(), 4, "{}", run.stderr);
+    assert!(
+        lines[3].starts_with("4\terror\tprovider error: circuit open"),
+        "{lines:?}"
+    );
+    assert_eq!(
+        model_calls(&fake).len(),
+        3,
+        "the fourth turn reached no model"
+    );
+}
+
 /// `tools = "none"` on a use-type: a call without tools goes as usual and sends no tool
 /// definitions; a call that offers tools fails saying why, and nothing is sent.
 #[test]

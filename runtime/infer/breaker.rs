@@ -325,6 +325,9 @@ impl<I: Infer> Breaker<I> {
         if live.state.status != BreakerStatus::Closed {
             return;
         }
+        // The count is saved as it changes, not only at a transition: a breaker built anew for
+        // each of a script's turns (from the state its store keeps) started every turn at 0
+        // failures, and one whose turns failed at their first step never opened.
         match failure {
             Some(message) => {
                 let s = &mut live.state;
@@ -334,9 +337,17 @@ impl<I: Infer> Breaker<I> {
                     s.next_probe_ms = Some(now); // the first probe goes at once
                     s.probe_interval_ms = self.policy.first_probe.as_millis() as u64;
                     self.transition(&mut live, BreakerStatus::Open, now);
+                } else {
+                    self.store.save(&live.state);
                 }
             }
-            None => live.state.failures = 0,
+            // A success after failures starts the count again (nothing to save otherwise: the
+            // usual step costs no write).
+            None if live.state.failures > 0 => {
+                live.state.failures = 0;
+                self.store.save(&live.state);
+            }
+            None => {}
         }
     }
 
