@@ -156,6 +156,37 @@ for _, e in ipairs(r.tool_events) do print(e.name, e.kind) end
     assert_eq!(tool_results(&fake), [DEADLINE_RESULT]);
 }
 
+/// A tool called directly (`tool(args)`, from the script or another tool) keeps its timeout:
+/// one that waits past it ends with an error the caller can catch, one that spins is stopped.
+/// Both ran on (a spinning one for good, the program at 100 % CPU until it was killed).
+#[test]
+fn a_tool_called_directly_keeps_its_timeout() {
+    let sb = Sandbox::new();
+    let run = sb
+        .lua(
+            r#"
+local waits = ai.tool{ name = "waits", parameters = {}, timeout = 0.5,
+  handler = function() ai.sleep(30000) return "slept" end }
+local ok, e = pcall(waits, {})
+print(ok, tostring(e):match("deadline: .*$"))
+local spins = ai.tool{ name = "spins", parameters = {}, timeout = 0.5,
+  handler = function() while true do end end }
+spins({})
+print("not reached")
+"#,
+            &["--max-time", "120"],
+        )
+        .failed();
+    assert_eq!(
+        run.lines(),
+        ["false\tdeadline: it did not finish within its timeout of 0.5 s"],
+        "{}",
+        run.stderr
+    );
+    assert!(run.stderr.contains("deadline"), "{}", run.stderr);
+    assert_ne!(run.code, 124, "stopped by --max-time: {}", run.stderr);
+}
+
 #[test]
 fn a_tool_spinning_inside_a_coroutine_it_made_is_stopped_and_cannot_catch_it() {
     // The watchdog hooks a coroutine the script made only while it is resumed: one that spins

@@ -31,7 +31,7 @@ pub struct ToolValue(pub ToolDef);
 
 impl UserData for ToolValue {
     /// `tool(args)` runs the handler directly (from another tool, say), arguments checked against
-    /// the schema first; it returns what the handler returns.
+    /// the schema first, within its timeout; it returns what the handler returns.
     fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
         methods.add_async_meta_method(MetaMethod::Call, |lua, this, args: Value| async move {
             let def = this.0.clone();
@@ -53,7 +53,24 @@ impl UserData for ToolValue {
                         .ok_or_else(|| bad(&def.spec.name, "the handler is gone"))?;
                     let ctx = lua.create_table()?;
                     ctx.set("name", def.spec.name.as_str())?;
-                    return handler.call_async::<MultiValue>((args, ctx)).await;
+                    // Its timeout holds as in a turn: a handler that waits past it is dropped
+                    // (an error the caller may catch), one that spins is stopped (`deadline`).
+                    let limit = super::watchdog::Limit {
+                        deadline: std::time::Instant::now().checked_add(def.timeout),
+                        ..Default::default()
+                    };
+                    let run = handler.call_async::<MultiValue>((args, ctx));
+                    let run = super::watchdog::guarded(&lua, limit, run);
+                    return match tokio::time::timeout(def.timeout, run).await {
+                        Ok(result) => result,
+                        Err(_) => Err(bad(
+                            &def.spec.name,
+                            format!(
+                                "deadline: it did not finish within its timeout of {} s",
+                                def.timeout.as_secs_f64()
+                            ),
+                        )),
+                    };
                 }
                 Handler::Native(f) => f(json),
                 // Called directly, a tool answers its text (the files are for a model).

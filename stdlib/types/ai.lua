@@ -155,7 +155,9 @@ function ai.parallel(...) end
 ---@field timeout number seconds
 ---@field exportable boolean
 ---@field idempotent boolean
---- Calling a tool value runs its handler directly (arguments checked against the schema first).
+--- Calling a tool value runs its handler directly (arguments checked against the schema first),
+--- within its timeout: past it, a handler that waits ends with an error (`deadline: ...`) the
+--- caller may catch; one that spins is stopped as in a turn.
 ---@overload fun(args: table): any
 
 --- A tool handler's `ctx`. `ai`, `origin`, `hop` and `workspace` are there in a resident's turn;
