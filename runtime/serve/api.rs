@@ -506,12 +506,22 @@ async fn carried_through<T: Send + 'static>(
     })
 }
 
-pub async fn events(State(s): Svc, headers: HeaderMap) -> Response {
+pub async fn events(
+    State(s): Svc,
+    admission: Option<axum::Extension<super::auth::Admission>>,
+    headers: HeaderMap,
+) -> Response {
     let after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
-    s.events.stream(after).into_response()
+    let revoked = async move {
+        match admission {
+            Some(axum::Extension(a)) => a.revoked().await,
+            None => std::future::pending().await,
+        }
+    };
+    s.events.stream(after, Box::pin(revoked)).into_response()
 }
 
 pub async fn healthz() -> Response {

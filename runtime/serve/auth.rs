@@ -19,6 +19,9 @@ use super::refusal::refuse;
 #[derive(Clone, Default)]
 pub struct Guard {
     tokens: Arc<RwLock<Tokens>>,
+    /// Counts the reloads ([`Guard::replace`]): what a request was admitted for that goes on
+    /// (an event stream) looks again at each ([`Admission::revoked`]).
+    reloads: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 type Tokens = Arc<[(String, Box<[u8]>)]>;
@@ -109,6 +112,7 @@ impl Guard {
     pub fn named(named: Vec<(String, String)>) -> Guard {
         Guard {
             tokens: Arc::new(RwLock::new(tokens(named))),
+            reloads: Arc::default(),
         }
     }
 
@@ -140,6 +144,7 @@ impl Guard {
             .tokens
             .write()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = tokens(named);
+        self.reloads.send_modify(|n| *n += 1);
         Ok(names)
     }
 
@@ -165,6 +170,41 @@ impl Guard {
     #[cfg(test)]
     pub fn caller(&self, headers: &HeaderMap) -> Option<String> {
         caller_in(&self.now(), headers)
+    }
+}
+
+/// What a request was admitted with, for a response that goes on after it (an event stream):
+/// a token taken out of the file at a reload ends it, as it refuses the next request.
+#[derive(Clone)]
+pub struct Admission {
+    guard: Guard,
+    /// The headers that carry a token (`Authorization`, the page's cookie), as presented.
+    presented: HeaderMap,
+}
+
+impl Admission {
+    fn of(guard: &Guard, headers: &HeaderMap) -> Admission {
+        let mut presented = HeaderMap::new();
+        for name in [header::AUTHORIZATION, header::COOKIE] {
+            for value in headers.get_all(&name) {
+                presented.append(name.clone(), value.clone());
+            }
+        }
+        Admission {
+            guard: guard.clone(),
+            presented,
+        }
+    }
+
+    /// Waits until a reload leaves what this request presented admitted no more.
+    pub async fn revoked(self) {
+        let mut reloads = self.guard.reloads.subscribe();
+        while reloads.changed().await.is_ok() {
+            if !self.guard.presented(&self.presented).admitted() {
+                return;
+            }
+        }
+        std::future::pending::<()>().await
     }
 }
 
@@ -314,6 +354,8 @@ pub async fn check(State(guard): State<Guard>, mut request: Request, next: Next)
         .caller
         .unwrap_or_else(|| Caller::LOCAL.to_string());
     request.extensions_mut().insert(Caller(caller));
+    let admission = Admission::of(&guard, request.headers());
+    request.extensions_mut().insert(admission);
     next.run(request).await
 }
 

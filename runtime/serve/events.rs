@@ -147,12 +147,22 @@ impl Events {
     }
 
     /// The stream for `GET /api/events`: what the client missed since `after`, then live.
+    /// It ends when `revoked` does (the token it was opened with was taken out at a reload).
     pub fn stream(
         self: &Arc<Self>,
         after: Option<u64>,
+        revoked: futures::future::BoxFuture<'static, ()>,
     ) -> Sse<impl Stream<Item = Result<Event, Infallible>> + use<>> {
         let (tx, rx) = tokio::sync::mpsc::channel::<Event>(256);
-        tokio::spawn(feed(self.clone(), after, tx));
+        let feeding = feed(self.clone(), after, tx);
+        tokio::spawn(async move {
+            tokio::select! {
+                () = feeding => {}
+                () = revoked => tracing::info!(
+                    "an event stream was ended: the token it was opened with is no longer admitted"
+                ),
+            }
+        });
         let stream =
             futures::stream::unfold(
                 rx,
