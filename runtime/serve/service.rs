@@ -454,7 +454,13 @@ impl Service {
             ) {
                 Err(e) => tracing::error!("the config's programs stay as they were: {e}"),
                 Ok(launches) => {
-                    let wanted: BTreeMap<String, Launch> = named(launches).into_iter().collect();
+                    let existing: Vec<(String, Launch)> = self
+                        .programs()
+                        .iter()
+                        .map(|slot| (slot.name.clone(), slot.launch()))
+                        .collect();
+                    let wanted: BTreeMap<String, Launch> =
+                        named_keeping(launches, &existing).into_iter().collect();
                     for slot in self.programs() {
                         match wanted.get(&slot.name) {
                             None => removed.push(slot),
@@ -893,6 +899,54 @@ fn named(launches: Vec<Launch>) -> Vec<(String, Launch)> {
     out
 }
 
+/// [`named`] for a reload: a launch that is a running program's (the same file and state,
+/// else the same file) keeps that program's name, and a new one takes no name a program that
+/// leaves still holds. Names are given by place in the config, so removing the first of two
+/// files of one stem stopped the second and started the removed one with its file.
+fn named_keeping(launches: Vec<Launch>, existing: &[(String, Launch)]) -> Vec<(String, Launch)> {
+    let mut names: Vec<Option<String>> = vec![None; launches.len()];
+    let mut kept: HashSet<&str> = HashSet::new();
+    let passes: [fn(&Launch, &Launch) -> bool; 2] = [
+        |a, b| a.file == b.file && a.state == b.state,
+        |a, b| a.file == b.file,
+    ];
+    for matches in passes {
+        for (i, launch) in launches.iter().enumerate() {
+            if names[i].is_some() {
+                continue;
+            }
+            if let Some((name, _)) = existing
+                .iter()
+                .find(|(name, old)| !kept.contains(name.as_str()) && matches(launch, old))
+            {
+                kept.insert(name);
+                names[i] = Some(name.clone());
+            }
+        }
+    }
+    let mut taken: HashSet<String> = existing.iter().map(|(name, _)| name.clone()).collect();
+    let mut out = Vec::new();
+    for (launch, name) in launches.into_iter().zip(names) {
+        let name = name.unwrap_or_else(|| {
+            let stem = launch
+                .file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "program".into());
+            let mut name = stem.clone();
+            let mut n = 2;
+            while taken.contains(&name) {
+                name = format!("{stem}-{n}");
+                n += 1;
+            }
+            taken.insert(name.clone());
+            name
+        });
+        out.push((name, launch));
+    }
+    out
+}
+
 /// Whether two launches start the same program the same way.
 fn same(a: &Launch, b: &Launch) -> bool {
     a.file == b.file
@@ -908,4 +962,60 @@ fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
 
 fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
     l.write().unwrap_or_else(|e| e.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn launch(file: &str, state: &str) -> Launch {
+        Launch {
+            file: file.into(),
+            args: Vec::new(),
+            state: state.into(),
+            permissions: Arc::default(),
+            store: None,
+            max_memory: None,
+            cluster: None,
+        }
+    }
+
+    fn names(named: &[(String, Launch)]) -> Vec<(&str, &str)> {
+        named
+            .iter()
+            .map(|(n, l)| (n.as_str(), l.file.to_str().unwrap()))
+            .collect()
+    }
+
+    #[test]
+    fn a_reload_keeps_each_programs_name_whatever_its_place() {
+        let existing = named(vec![launch("a/echo.lua", "sa"), launch("b/echo.lua", "sb")]);
+        assert_eq!(
+            names(&existing),
+            [("echo", "a/echo.lua"), ("echo-2", "b/echo.lua")]
+        );
+        // The first entry removed: the second keeps its name, and is not taken for the first.
+        let reloaded = named_keeping(vec![launch("b/echo.lua", "sb")], &existing);
+        assert_eq!(names(&reloaded), [("echo-2", "b/echo.lua")]);
+        // One added above the others: it takes a name neither holds.
+        let reloaded = named_keeping(
+            vec![
+                launch("c/echo.lua", "sc"),
+                launch("a/echo.lua", "sa"),
+                launch("b/echo.lua", "sb"),
+            ],
+            &existing,
+        );
+        assert_eq!(
+            names(&reloaded),
+            [
+                ("echo-3", "c/echo.lua"),
+                ("echo", "a/echo.lua"),
+                ("echo-2", "b/echo.lua")
+            ]
+        );
+        // Its state moved: still the program of that file, under its name (a restart).
+        let reloaded = named_keeping(vec![launch("b/echo.lua", "elsewhere")], &existing);
+        assert_eq!(names(&reloaded), [("echo-2", "b/echo.lua")]);
+    }
 }
