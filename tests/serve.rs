@@ -691,6 +691,42 @@ fn a_failing_program_does_not_stop_the_service() {
     assert_eq!(not_running.status, 503, "{}", not_running.text);
 }
 
+/// An id whose mail a restart dropped (its resident keeps no conversation) is new again: sent
+/// again with it, the mail was answered `duplicate` and never served. An id the resident still
+/// holds stays a duplicate.
+#[test]
+fn an_id_whose_mail_a_restart_dropped_is_accepted_again() {
+    let fake = FakeProvider::start();
+    echo(&fake);
+    let sb = sandbox(&fake, GOOD_KEY);
+    let file = sb.write(
+        "forgetful.lua",
+        "ai.spawn{ name = \"w\", system = \"x\" }\n\
+         ai.spawn{ name = \"k\", system = \"x\", persist_conversation = true }\nai.watch()\n",
+    );
+    let served = Served::start(&sb, &[&file.display().to_string()]);
+    wait_ready(&served);
+    let send = |to: &str, id: &str| {
+        let sent = served.mail(
+            "forgetful",
+            json!({ "to": to, "content": format!("mail {id}"), "id": id }),
+        );
+        assert_eq!(sent.status, 202, "{}", sent.text);
+        sent.json["duplicate"].as_bool().unwrap()
+    };
+    assert!(!send("w", "w-1"));
+    assert!(!send("k", "k-1"));
+    assert!(send("w", "w-1"), "the same id, while it is held");
+    let restarted = served.post("/api/programs/forgetful/restart", json!({}));
+    assert_eq!(restarted.status, 200, "{}", restarted.text);
+    wait_ready(&served);
+    assert!(!send("w", "w-1"), "w keeps nothing: its mail is new again");
+    assert!(
+        send("k", "k-1"),
+        "k keeps its conversation: still a duplicate"
+    );
+}
+
 #[test]
 fn stop_and_restart_through_the_api_and_the_conversation_carries_on() {
     let fake = FakeProvider::start();

@@ -356,7 +356,7 @@ pub async fn mail(
     };
     let durable = hosted.persists(&m.to).unwrap_or(false);
     if let Some(id) = &m.id
-        && !s.first_time(&slot.name, &m.to, id)
+        && !s.first_time(&slot.name, &m.to, id, durable)
     {
         return accepted(true, durable);
     }
@@ -440,6 +440,8 @@ pub async fn dismiss(State(s): Svc, Path((p, name)): Path<(String, String)>) -> 
         Err(r) => return *r,
     };
     if hosted.dismiss(&name) {
+        // Its mail went with it: an id sent again is a new mail.
+        s.forget_dropped(&p, Some(&name));
         Json(json!({ "resident": name, "dismissed": true })).into_response()
     } else {
         no_resident(&name)

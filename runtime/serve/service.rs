@@ -2,7 +2,7 @@
 //! or stopped program still shows, and restarts in place), what their residents are observed
 //! doing (turned into [`Events`] and [`Metrics`]), and the drain.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
@@ -84,11 +84,21 @@ pub struct Tally {
 /// A mail id as the service remembers it: program, recipient, id.
 type MailKey = (String, String, String);
 
-/// The ids accepted lately, and their order (the oldest is forgotten first).
+/// The ids accepted lately, each with whether its mail is durable (its recipient keeps its
+/// conversation), and their order (the oldest is forgotten first).
 #[derive(Default)]
 struct IdMemory {
-    seen: HashSet<MailKey>,
+    seen: HashMap<MailKey, bool>,
     order: VecDeque<MailKey>,
+}
+
+impl IdMemory {
+    /// Forgets the ids `drop` picks: their mail is gone, and the same id sent again is new.
+    fn forget_where(&mut self, drop: impl Fn(&MailKey, bool) -> bool) {
+        self.seen.retain(|key, durable| !drop(key, *durable));
+        let seen = &self.seen;
+        self.order.retain(|key| seen.contains_key(key));
+    }
 }
 
 /// Where the service's programs come from.
@@ -208,13 +218,15 @@ impl Service {
             .unwrap_or_default()
     }
 
-    /// Whether the mail `id` for `to` in `program` is new (and remembers it if so).
-    pub fn first_time(&self, program: &str, to: &str, id: &str) -> bool {
+    /// Whether the mail `id` for `to` in `program` is new (and remembers it if so, with
+    /// whether the mail is `durable`).
+    pub fn first_time(&self, program: &str, to: &str, id: &str, durable: bool) -> bool {
         let key = (program.to_string(), to.to_string(), id.to_string());
         let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
-        if !ids.seen.insert(key.clone()) {
+        if ids.seen.contains_key(&key) {
             return false;
         }
+        ids.seen.insert(key.clone(), durable);
         ids.order.push_back(key);
         if ids.order.len() > IDS_KEPT
             && let Some(old) = ids.order.pop_front()
@@ -227,11 +239,22 @@ impl Service {
     /// Forgets `id` again (the mail it came with was refused).
     pub fn forget(&self, program: &str, to: &str, id: &str) {
         let key = (program.to_string(), to.to_string(), id.to_string());
+        let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
+        if ids.seen.remove(&key).is_some() {
+            ids.order.retain(|k| *k != key);
+        }
+    }
+
+    /// Forgets the ids of `program`'s mail that its end dropped: mail to a resident that does
+    /// not keep its conversation (every resident's, with `resident`: one dismissed). Sent again
+    /// with its id, such a mail was answered `duplicate` and never served.
+    pub fn forget_dropped(&self, program: &str, resident: Option<&str>) {
         self.ids
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .seen
-            .remove(&key);
+            .forget_where(|(p, to, _), durable| {
+                p == program && resident.map_or(!durable, |r| r == to)
+            });
     }
 
     /// The gauges' view of every program now, and the scrape.
@@ -681,6 +704,8 @@ async fn lifecycle(service: Arc<Service>, slot: Arc<Slot>, hosted: Arc<Hosted>) 
     let _ = opener.await;
     let reason = reason_then.stop_reason();
     drop(reason_then);
+    // What a resident that keeps no conversation held when the run ended is gone.
+    service.forget_dropped(&slot.name, None);
     let runs = {
         let mut now = slot.lock();
         now.hosted = None;
