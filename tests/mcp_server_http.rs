@@ -670,6 +670,79 @@ fn a_restarted_program_tells_open_sessions_their_lists_changed() {
     assert!(r.text.contains("\"two\""), "{}", r.text);
 }
 
+/// A session's stream opened with a token ends when a reload takes that token out of the file,
+/// as the API's event stream does: it went on carrying what the session was sent.
+#[test]
+fn a_sessions_stream_ends_when_its_token_is_revoked() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let file = sb.write("tokens", "alice: tok-alice-1f2e3d\nbob: tok-bob-9c8d7e\n");
+    let toml = format!(
+        "[[serve.programs]]\nfile = \"{}\"\nstate = \"{}\"\n",
+        program(),
+        state(&sb)
+    );
+    let config = std::fs::read_to_string(sb.path("config.toml")).unwrap() + &toml;
+    sb.write("config.toml", &config);
+    let served = Served::start(&sb, &["--token-file", &file.display().to_string()]);
+    let raw = Raw::new(&served);
+    let bob = ("authorization", "Bearer tok-bob-9c8d7e");
+    let r = raw.post(&[bob], initialize("2025-11-25"));
+    assert_eq!(r.status, 200, "{}", r.text);
+    let session = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+    let r = raw.post(
+        &[
+            bob,
+            ("mcp-session-id", &session),
+            ("mcp-protocol-version", "2025-11-25"),
+        ],
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    assert_eq!(r.status, 202, "{}", r.text);
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    let url = raw.url.clone();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            use futures::StreamExt;
+            let res = reqwest::Client::new()
+                .get(&url)
+                .header("authorization", "Bearer tok-bob-9c8d7e")
+                .header("accept", "text/event-stream")
+                .header("mcp-session-id", session)
+                .header("mcp-protocol-version", "2025-11-25")
+                .send()
+                .await
+                .expect("the stream opens");
+            let _ = tx.send(format!("status {}", res.status().as_u16()));
+            let mut body = res.bytes_stream();
+            while let Some(Ok(chunk)) = body.next().await {
+                let _ = tx.send(String::from_utf8_lossy(&chunk).into_owned());
+            }
+            let _ = tx.send("end".into());
+        });
+    });
+    let next = || {
+        lines
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .expect("the stream said something within a minute")
+    };
+    assert_eq!(next(), "status 200");
+    std::fs::write(&file, "alice: tok-alice-1f2e3d\n").unwrap();
+    served.signal("HUP");
+    // Keep-alive comments may come: a stream that stays open is given a minute in all.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while next() != "end" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "bob's stream was still open a minute after his token was taken out"
+        );
+    }
+}
+
 #[test]
 fn with_an_authorization_server_the_protected_resource_metadata_is_published_and_named_on_401() {
     let fake = FakeProvider::start();

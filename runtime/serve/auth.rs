@@ -183,7 +183,7 @@ pub struct Admission {
 }
 
 impl Admission {
-    fn of(guard: &Guard, headers: &HeaderMap) -> Admission {
+    pub fn of(guard: &Guard, headers: &HeaderMap) -> Admission {
         let mut presented = HeaderMap::new();
         for name in [header::AUTHORIZATION, header::COOKIE] {
             for value in headers.get_all(&name) {

@@ -187,6 +187,7 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         }
     }
     request.extensions_mut().insert(Caller(caller.clone()));
+    let admission = auth::Admission::of(&gate.guard, request.headers());
     let method = request.method().clone();
     let json = request
         .headers()
@@ -212,7 +213,19 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         }
         Some(_) => {}
     }
-    answer
+    // A stream that goes on (a session's GET, a long call's SSE answer) ends when a reload takes
+    // out the token it was opened with, as the API's event stream does.
+    let streamed = answer
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("text/event-stream"));
+    if !streamed {
+        return answer;
+    }
+    let (parts, body) = answer.into_parts();
+    let body = futures::StreamExt::take_until(body.into_data_stream(), admission.revoked());
+    Response::from_parts(parts, axum::body::Body::from_stream(body))
 }
 
 /// rmcp's answers where the MCP SDKs expect others: a session ended with `DELETE` is `202`,
