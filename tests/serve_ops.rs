@@ -523,6 +523,38 @@ fn sighup_starts_the_programs_added_to_the_config_and_stops_those_removed() {
     assert_eq!(served.wait(), Some(0), "{}", served.stderr());
 }
 
+/// A config's program whose file is missing at start fails alone, shown as failed with why, as
+/// when a reload adds it: it kept every other program from starting (status 2), which under
+/// systemd's Restart=on-failure is a loop with nothing served. A file named on the command line
+/// is still checked before anything starts.
+#[test]
+fn a_configs_program_whose_file_is_missing_fails_alone() {
+    let fake = FakeProvider::start();
+    let sb = Sandbox::new();
+    let here = sb.write("here.lua", &desk("desk"));
+    let gone = sb.path("gone.lua");
+    sb.write("config.toml", &programs_config(&fake, &[&here, &gone]));
+    let served = Served::start(&sb, &[]);
+    support::serve::eventually("the missing program was never failed", || {
+        served.get("/api/programs/gone").json["state"] == "failed"
+    });
+    let view = served.get("/api/programs/gone").json;
+    let error = view["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("cannot read") && error.contains("gone.lua"),
+        "{view}"
+    );
+    support::serve::eventually("the other program never ran", || {
+        served.get("/api/programs/here").json["state"] == "running"
+    });
+    let mail = served.mail("here", json!({ "to": "desk", "content": "hi" }));
+    assert_eq!(mail.status, 202, "{}", mail.text);
+
+    let named = sb.colony(&["serve", &gone.display().to_string()]);
+    assert_eq!(named.code, 2, "{}", named.stderr);
+    assert!(named.stderr.contains("no such file"), "{}", named.stderr);
+}
+
 /// A program whose script runs on after its watch (here it sleeps forever) is ended by a stop
 /// from the API once the watch's grace and `AFTER_STOP` have passed, and its end says why. The
 /// stop used to wait for it forever, the program stayed "running" with no residents, and mail

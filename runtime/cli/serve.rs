@@ -263,8 +263,14 @@ fn programs(
             "colony serve: no programs: name FILE.lua, or list [[serve.programs]] in the config",
         ));
     }
-    for l in &launches {
-        super::program_file(&l.file)?;
+    // Files named on the command line are checked before anything starts (a mistyped name ends
+    // it at once). A config's entry whose file is missing fails that program alone, shown as
+    // failed, as it does when a reload adds it: it kept every other program from starting
+    // (under systemd's Restart=on-failure, a loop with nothing served).
+    if let Programs::Files(_) = &programs {
+        for l in &launches {
+            super::program_file(&l.file)?;
+        }
     }
     Ok(programs)
 }
