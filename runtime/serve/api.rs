@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::host::Hosted;
 use super::refusal::refuse;
-use super::service::{Service, Slot};
+use super::service::{IdSeen, Service, Slot};
 use crate::infer::breaker::{BreakerState, BreakerStatus};
 use crate::residents::resident::State as ResidentState;
 use crate::residents::{Mail, MailError, ResidentInfo};
@@ -355,17 +355,35 @@ pub async fn mail(
         Err(why) => return refuse(StatusCode::BAD_REQUEST, "bad_request", &why),
     };
     let durable = hosted.persists(&m.to).unwrap_or(false);
-    if let Some(id) = &m.id
-        && !s.first_time(&slot.name, &m.to, id, durable)
-    {
-        return accepted(true, durable);
+    if let Some(id) = &m.id {
+        match s.first_time(&slot.name, &m.to, id, durable) {
+            IdSeen::New => {}
+            IdSeen::Accepted => return accepted(true, durable),
+            IdSeen::InFlight => {
+                let mut r = refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "in_flight",
+                    &format!(
+                        "a mail with id {id:?} is being accepted now, and may yet be refused: \
+                         send it again in a moment"
+                    ),
+                );
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                return r;
+            }
+        }
     }
     let mail = Mail {
         files,
         id: m.id.clone(),
         ..Mail::new(&m.to, &source, &m.content, 0)
     };
-    match hosted.mail_once(mail) {
+    let outcome = hosted.mail_once(mail);
+    if let (Ok(_), Some(id)) = (&outcome, &m.id) {
+        s.settled(&slot.name, &m.to, id);
+    }
+    match outcome {
         Ok(crate::residents::Delivered::New) => {
             s.metrics.accepted(&slot.name, &m.to);
             accepted(false, durable)

@@ -85,19 +85,80 @@ pub struct Tally {
 type MailKey = (String, String, String);
 
 /// The ids accepted lately, each with whether its mail is durable (its recipient keeps its
-/// conversation), and their order (the oldest is forgotten first).
+/// conversation) and whether its post has settled, and their order (the oldest is forgotten
+/// first).
 #[derive(Default)]
 struct IdMemory {
-    seen: HashMap<MailKey, bool>,
-    order: VecDeque<MailKey>,
+    seen: HashMap<MailKey, IdState>,
+    /// Each id as it was remembered, with its number: an entry whose id was forgotten (and
+    /// perhaps remembered again since, under another number) evicts nothing.
+    order: VecDeque<(MailKey, u64)>,
+    remembered: u64,
+}
+
+#[derive(Clone, Copy)]
+struct IdState {
+    durable: bool,
+    /// Its mail was accepted; until then its post is in flight, and may yet be refused.
+    settled: bool,
+    /// Its number in `order`.
+    at: u64,
+}
+
+/// What the service knows of a mail's id ([`Service::first_time`]).
+#[derive(Debug, PartialEq, Eq)]
+pub enum IdSeen {
+    /// Not seen: now remembered, in flight until [`Service::settled`] or [`Service::forget`].
+    New,
+    /// Its mail was accepted: a duplicate.
+    Accepted,
+    /// A mail with it is being posted now, and may yet be refused: not a duplicate yet.
+    InFlight,
 }
 
 impl IdMemory {
+    /// What is known of `key`; a new one is remembered, in flight.
+    fn look(&mut self, key: MailKey, durable: bool) -> IdSeen {
+        match self.seen.get(&key) {
+            Some(state) if state.settled => return IdSeen::Accepted,
+            Some(_) => return IdSeen::InFlight,
+            None => {}
+        }
+        self.remembered += 1;
+        let at = self.remembered;
+        self.seen.insert(
+            key.clone(),
+            IdState {
+                durable,
+                settled: false,
+                at,
+            },
+        );
+        self.order.push_back((key, at));
+        if self.order.len() > IDS_KEPT
+            && let Some((old, when)) = self.order.pop_front()
+            && self.seen.get(&old).is_some_and(|state| state.at == when)
+        {
+            self.seen.remove(&old);
+        }
+        IdSeen::New
+    }
+
+    /// `key`'s mail was accepted.
+    fn settle(&mut self, key: &MailKey) {
+        if let Some(state) = self.seen.get_mut(key) {
+            state.settled = true;
+        }
+    }
+
     /// Forgets the ids `drop` picks: their mail is gone, and the same id sent again is new.
     fn forget_where(&mut self, drop: impl Fn(&MailKey, bool) -> bool) {
-        self.seen.retain(|key, durable| !drop(key, *durable));
-        let seen = &self.seen;
-        self.order.retain(|key| seen.contains_key(key));
+        self.seen.retain(|key, state| !drop(key, state.durable));
+    }
+
+    /// Forgets `key` (its mail was refused).
+    fn forget(&mut self, key: &MailKey) {
+        self.seen.remove(key);
     }
 }
 
@@ -219,30 +280,33 @@ impl Service {
     }
 
     /// Whether the mail `id` for `to` in `program` is new (and remembers it if so, with
-    /// whether the mail is `durable`).
-    pub fn first_time(&self, program: &str, to: &str, id: &str, durable: bool) -> bool {
+    /// whether the mail is `durable`, in flight until its post settles). A second request with
+    /// an id whose post is in flight is not told `duplicate`: that post may yet be refused (a
+    /// full mailbox), and no copy would then have been accepted.
+    pub fn first_time(&self, program: &str, to: &str, id: &str, durable: bool) -> IdSeen {
         let key = (program.to_string(), to.to_string(), id.to_string());
-        let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
-        if ids.seen.contains_key(&key) {
-            return false;
-        }
-        ids.seen.insert(key.clone(), durable);
-        ids.order.push_back(key);
-        if ids.order.len() > IDS_KEPT
-            && let Some(old) = ids.order.pop_front()
-        {
-            ids.seen.remove(&old);
-        }
-        true
+        self.ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .look(key, durable)
+    }
+
+    /// The mail `id` came with was accepted: the id is a duplicate from now on.
+    pub fn settled(&self, program: &str, to: &str, id: &str) {
+        let key = (program.to_string(), to.to_string(), id.to_string());
+        self.ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .settle(&key);
     }
 
     /// Forgets `id` again (the mail it came with was refused).
     pub fn forget(&self, program: &str, to: &str, id: &str) {
         let key = (program.to_string(), to.to_string(), id.to_string());
-        let mut ids = self.ids.lock().unwrap_or_else(|e| e.into_inner());
-        if ids.seen.remove(&key).is_some() {
-            ids.order.retain(|k| *k != key);
-        }
+        self.ids
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .forget(&key);
     }
 
     /// Forgets the ids of `program`'s mail that its end dropped: mail to a resident that does
@@ -1010,6 +1074,30 @@ mod tests {
             .iter()
             .map(|(n, l)| (n.as_str(), l.file.to_str().unwrap()))
             .collect()
+    }
+
+    #[test]
+    fn an_id_is_a_duplicate_once_its_mail_is_accepted_and_not_while_it_is_in_flight() {
+        let mut ids = IdMemory::default();
+        let key = |id: &str| ("p".to_string(), "r".to_string(), id.to_string());
+        assert_eq!(ids.look(key("a"), false), IdSeen::New);
+        // A second request while the first is posted: not told it is a duplicate, since the
+        // first may yet be refused (it was answered 202 duplicate, and no copy was accepted).
+        assert_eq!(ids.look(key("a"), false), IdSeen::InFlight);
+        ids.settle(&key("a"));
+        assert_eq!(ids.look(key("a"), false), IdSeen::Accepted);
+        // Refused: forgotten, from the order too, and new again.
+        assert_eq!(ids.look(key("b"), true), IdSeen::New);
+        ids.forget(&key("b"));
+        assert_eq!(ids.look(key("b"), true), IdSeen::New);
+        // Its first entry in the order, forgotten, does not evict it when its turn comes.
+        ids.order.retain(|(k, _)| *k != key("a"));
+        assert_eq!(ids.order.front().map(|(k, _)| k.clone()), Some(key("b")));
+        while ids.order.front().is_some_and(|(_, at)| *at == 2) {
+            let n = ids.remembered;
+            ids.look(key(&format!("x{n}")), false);
+        }
+        assert_eq!(ids.look(key("b"), true), IdSeen::InFlight, "b was evicted");
     }
 
     #[test]
