@@ -441,10 +441,14 @@ local function exchange(use, messages, text, files)
   }
   -- A misuse the turn raises (an attached file that has since gone, say) is reported like a
   -- failed call rather than ending the chat.
-  keep_partial = function()
+  -- What is saved of the exchange so far keeps the attachments as they were kept.
+  local function kept_files()
     for i, m in ipairs(history) do
       if m.files then m.files = records[i] end
     end
+  end
+  keep_partial = function()
+    kept_files()
     history[#history + 1] = { role = "assistant", content = shown() .. "\n\n[interrupted: stdout closed]" }
     save(use, history)
   end
@@ -459,9 +463,7 @@ local function exchange(use, messages, text, files)
     return messages, "error"
   end
   if not ok then
-    for i, m in ipairs(history) do
-      if m.files then m.files = records[i] end
-    end
+    kept_files()
     if #pieces > 0 then io.write("\n") end
     -- Ctrl-C cancels this reply; SIGTERM or SIGHUP (`turn` names it) ends the chat, this
     -- exchange kept as far as it went.

@@ -225,11 +225,21 @@ pub fn error_table(lua: &Lua, kind: &str, message: &str) -> mlua::Result<Table> 
 /// A provider's error as a Lua error table, with what retry logic in Lua may want to read.
 pub fn provider_error(lua: &Lua, e: &ProviderError) -> mlua::Result<Table> {
     let t = error_table(lua, e.kind(), &e.to_string())?;
-    t.set("transient", e.is_transient())?;
-    if let Some(status) = e.status() {
+    with_retry_fields(t, e.is_transient(), e.status(), e.retry_after())
+}
+
+/// `transient`, and `status` and `retry_after` when known, on an error table.
+fn with_retry_fields(
+    t: Table,
+    transient: bool,
+    status: Option<u16>,
+    retry_after: Option<std::time::Duration>,
+) -> mlua::Result<Table> {
+    t.set("transient", transient)?;
+    if let Some(status) = status {
         t.set("status", status)?;
     }
-    if let Some(wait) = e.retry_after() {
+    if let Some(wait) = retry_after {
         t.set("retry_after", wait.as_secs_f64())?;
     }
     Ok(t)
@@ -239,14 +249,7 @@ pub fn provider_error(lua: &Lua, e: &ProviderError) -> mlua::Result<Table> {
 /// [`provider_error`] gives an `ai.ask`'s).
 pub fn turn_error(lua: &Lua, e: &crate::turn::TurnError) -> mlua::Result<Table> {
     let t = error_table(lua, &e.kind, &e.message)?;
-    t.set("transient", e.transient)?;
-    if let Some(status) = e.status {
-        t.set("status", status)?;
-    }
-    if let Some(wait) = e.retry_after {
-        t.set("retry_after", wait.as_secs_f64())?;
-    }
-    Ok(t)
+    with_retry_fields(t, e.transient, e.status, e.retry_after)
 }
 
 /// Refuses a table with a field not in `fields`, naming it and the fields there are.

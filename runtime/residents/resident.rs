@@ -449,12 +449,16 @@ impl Resident {
                 let prices = host.core().config().prices.clone().unwrap_or_default();
                 prices.cost(&r.endpoint.provider, &r.model, usage)
             });
-        let spent = budget::Spent::of(usage, cost);
+        self.add_spent(host, &budget::Spent::of(usage, cost));
+    }
+
+    /// Adds `spent` to its usage now.
+    fn add_spent(&self, host: &dyn Host, spent: &budget::Spent) {
         if let Err(e) = budget::record(
             self.usage_store(host),
             &self.spec.name,
             chrono::Utc::now(),
-            &spent,
+            spent,
         ) {
             tracing::warn!(ai = %self.spec.name, "its usage could not be recorded: {e}");
         }
@@ -464,18 +468,13 @@ impl Resident {
     /// of its sources: not a turn of its own) to its usage, at that call's prices.
     pub(crate) fn pay(&self, host: &dyn Host, usage: &Usage, provider: &str, model: &str) {
         let prices = host.core().config().prices.clone().unwrap_or_default();
-        let spent = budget::Spent {
-            turns: 0,
-            ..budget::Spent::of(usage, prices.cost(provider, model, usage))
-        };
-        if let Err(e) = budget::record(
-            self.usage_store(host),
-            &self.spec.name,
-            chrono::Utc::now(),
-            &spent,
-        ) {
-            tracing::warn!(ai = %self.spec.name, "its usage could not be recorded: {e}");
-        }
+        self.add_spent(
+            host,
+            &budget::Spent {
+                turns: 0,
+                ..budget::Spent::of(usage, prices.cost(provider, model, usage))
+            },
+        );
     }
 
     /// Whether its budgets let it start a turn now.

@@ -298,11 +298,7 @@ pub async fn mail(
         return refuse(StatusCode::BAD_REQUEST, "bad_request", why);
     }
     if s.draining() {
-        return refuse(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "draining",
-            "the service is stopping: no new mail",
-        );
+        return draining();
     }
     let (slot, hosted) = match running(&s, &p) {
         Ok(x) => x,
@@ -398,11 +394,7 @@ pub async fn mail(
                 // A stop that began after the checks above (a restart, a reload, the service's
                 // drain) refuses mail as the program's, not the resident's: the sender is told
                 // to come back, not that there is no such resident (a client drops that mail).
-                MailError::NoRecipient if s.draining() => refuse(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "draining",
-                    "the service is stopping: no new mail",
-                ),
+                MailError::NoRecipient if s.draining() => draining(),
                 MailError::NoRecipient if hosted.stopping() => stopping(&p),
                 MailError::NoRecipient => no_resident(&m.to),
                 MailError::MailboxFull => {
@@ -528,16 +520,17 @@ async fn carried_through<T: Send + 'static>(
 
 pub async fn events(
     State(s): Svc,
-    admission: Option<axum::Extension<super::auth::Admission>>,
+    guard: Option<axum::Extension<super::auth::Guard>>,
     headers: HeaderMap,
 ) -> Response {
     let after = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
+    let admission = guard.map(|axum::Extension(g)| super::auth::Admission::of(&g, &headers));
     let revoked = async move {
         match admission {
-            Some(axum::Extension(a)) => a.revoked().await,
+            Some(a) => a.revoked().await,
             None => std::future::pending().await,
         }
     };
@@ -633,6 +626,15 @@ fn no_program(p: &str) -> Response {
         StatusCode::NOT_FOUND,
         "no_program",
         &format!("no program named {p:?}"),
+    )
+}
+
+/// The service is stopping: no new mail.
+fn draining() -> Response {
+    refuse(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "draining",
+        "the service is stopping: no new mail",
     )
 }
 

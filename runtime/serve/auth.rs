@@ -354,8 +354,8 @@ pub async fn check(State(guard): State<Guard>, mut request: Request, next: Next)
         .caller
         .unwrap_or_else(|| Caller::LOCAL.to_string());
     request.extensions_mut().insert(Caller(caller));
-    let admission = Admission::of(&guard, request.headers());
-    request.extensions_mut().insert(admission);
+    // For a response that goes on (an event stream) to look again at each reload.
+    request.extensions_mut().insert(guard);
     next.run(request).await
 }
 

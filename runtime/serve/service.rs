@@ -968,24 +968,7 @@ fn config_launches(
 
 /// Each launch with its name: its file's stem, `-2`, `-3` ... after the first of a stem.
 fn named(launches: Vec<Launch>) -> Vec<(String, Launch)> {
-    let mut taken = HashSet::new();
-    let mut out = Vec::new();
-    for launch in launches {
-        let stem = launch
-            .file
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "program".into());
-        let mut name = stem.clone();
-        let mut n = 2;
-        while taken.contains(&name) {
-            name = format!("{stem}-{n}");
-            n += 1;
-        }
-        taken.insert(name.clone());
-        out.push((name, launch));
-    }
-    out
+    named_keeping(launches, &[])
 }
 
 /// [`named`] for a reload: a launch that is a running program's (the same file and state,
