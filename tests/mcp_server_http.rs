@@ -74,6 +74,24 @@ fn audit_after(sb: &Sandbox, mut served: Served) -> String {
     run.stdout
 }
 
+/// `colony serve` of the desk program behind two named tokens, alice's and bob's (the file,
+/// returned, says one a line), `config` added to the sandbox's config before its entry.
+fn serve_alice_and_bob(sb: &Sandbox, config: &str) -> (Served, std::path::PathBuf) {
+    let file = sb.write(
+        "tokens",
+        "# one a line\nalice: tok-alice-1f2e3d\nbob: tok-bob-9c8d7e\n",
+    );
+    let toml = format!(
+        "{config}[[serve.programs]]\nfile = \"{}\"\nstate = \"{}\"\n",
+        program(),
+        state(sb)
+    );
+    let all = std::fs::read_to_string(sb.path("config.toml")).unwrap() + &toml;
+    sb.write("config.toml", &all);
+    let served = Served::start(sb, &["--token-file", &file.display().to_string()]);
+    (served, file)
+}
+
 fn client(sb: &Sandbox, mut cmd: Command, calls: Value) -> Value {
     cmd.env("CALLS", calls.to_string());
     for (k, v) in sb.command(&[]).get_envs() {
@@ -438,22 +456,8 @@ fn without_a_token_the_loopback_service_serves_mcp_to_loopback_callers() {
 fn named_tokens_name_their_callers_in_the_audit_log_and_in_the_rate_limits() {
     let fake = FakeProvider::start();
     let sb = sandbox(&fake);
-    let file = sb
-        .write(
-            "tokens",
-            "# one a line\nalice: tok-alice-1f2e3d\nbob: tok-bob-9c8d7e\n",
-        )
-        .display()
-        .to_string();
     // Alice may make three requests a minute (a session's initialize, initialized, one call).
-    let toml = format!(
-        "[rate.callers]\nalice = \"3/min\"\n[[serve.programs]]\nfile = \"{}\"\nstate = \"{}\"\n",
-        program(),
-        state(&sb)
-    );
-    let config = std::fs::read_to_string(sb.path("config.toml")).unwrap() + &toml;
-    sb.write("config.toml", &config);
-    let served = Served::start(&sb, &["--token-file", &file]);
+    let (served, _) = serve_alice_and_bob(&sb, "[rate.callers]\nalice = \"3/min\"\n");
     let raw = Raw::new(&served);
     let version = ("mcp-protocol-version", "2025-11-25");
     let call = |n: u64| json!({"jsonrpc":"2.0","id":n,"method":"tools/call","params":{"name":"add","arguments":{"a":n,"b":1}}});
@@ -513,18 +517,7 @@ fn named_tokens_name_their_callers_in_the_audit_log_and_in_the_rate_limits() {
 fn a_session_answers_only_the_caller_that_opened_it() {
     let fake = FakeProvider::start();
     let sb = sandbox(&fake);
-    let file = sb
-        .write("tokens", "alice: tok-alice-1f2e3d\nbob: tok-bob-9c8d7e\n")
-        .display()
-        .to_string();
-    let toml = format!(
-        "[[serve.programs]]\nfile = \"{}\"\nstate = \"{}\"\n",
-        program(),
-        state(&sb)
-    );
-    let config = std::fs::read_to_string(sb.path("config.toml")).unwrap() + &toml;
-    sb.write("config.toml", &config);
-    let served = Served::start(&sb, &["--token-file", &file]);
+    let (served, _) = serve_alice_and_bob(&sb, "");
     let raw = Raw::new(&served);
     let version = ("mcp-protocol-version", "2025-11-25");
     let alice = ("authorization", "Bearer tok-alice-1f2e3d");
@@ -622,50 +615,21 @@ fn a_restarted_program_tells_open_sessions_their_lists_changed() {
         r.text
     );
 
-    // The session's stream of notifications, read line by line on a thread of its own.
-    let (tx, lines) = std::sync::mpsc::channel::<String>();
-    let (url, id) = (raw.url.clone(), session.clone());
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            use futures::StreamExt;
-            let res = reqwest::Client::new()
-                .get(&url)
-                .header("accept", "text/event-stream")
-                .header("mcp-session-id", id)
-                .header("mcp-protocol-version", "2025-11-25")
-                .send()
-                .await
-                .expect("the stream opens");
-            let _ = tx.send(format!("status {}", res.status().as_u16()));
-            let mut body = res.bytes_stream();
-            while let Some(Ok(chunk)) = body.next().await {
-                if tx
-                    .send(String::from_utf8_lossy(&chunk).into_owned())
-                    .is_err()
-                {
-                    break;
-                }
-            }
-        });
-    });
-    let next = || {
-        lines
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .expect("the stream said something within a minute")
-    };
-    assert_eq!(next(), "status 200");
+    let notices = served.stream(
+        served
+            .client()
+            .get(&raw.url)
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25"),
+    );
 
     std::fs::write(&file, tool("one") + &tool("two") + "ai.watch()\n").unwrap();
     let restarted = served.post("/api/programs/lists/restart", json!({}));
     assert_eq!(restarted.status, 200, "{}", restarted.text);
-    let mut said = String::new();
-    while !said.contains("notifications/tools/list_changed") {
-        said.push_str(&next());
-    }
+    notices.until("tools/list_changed", |e| {
+        e.data["method"] == "notifications/tools/list_changed"
+    });
     let r = raw.post(&[sid, version], list);
     assert!(r.text.contains("\"two\""), "{}", r.text);
 }
@@ -676,15 +640,7 @@ fn a_restarted_program_tells_open_sessions_their_lists_changed() {
 fn a_sessions_stream_ends_when_its_token_is_revoked() {
     let fake = FakeProvider::start();
     let sb = sandbox(&fake);
-    let file = sb.write("tokens", "alice: tok-alice-1f2e3d\nbob: tok-bob-9c8d7e\n");
-    let toml = format!(
-        "[[serve.programs]]\nfile = \"{}\"\nstate = \"{}\"\n",
-        program(),
-        state(&sb)
-    );
-    let config = std::fs::read_to_string(sb.path("config.toml")).unwrap() + &toml;
-    sb.write("config.toml", &config);
-    let served = Served::start(&sb, &["--token-file", &file.display().to_string()]);
+    let (served, file) = serve_alice_and_bob(&sb, "");
     let raw = Raw::new(&served);
     let bob = ("authorization", "Bearer tok-bob-9c8d7e");
     let r = raw.post(&[bob], initialize("2025-11-25"));
@@ -699,48 +655,18 @@ fn a_sessions_stream_ends_when_its_token_is_revoked() {
         json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
     );
     assert_eq!(r.status, 202, "{}", r.text);
-    let (tx, lines) = std::sync::mpsc::channel::<String>();
-    let url = raw.url.clone();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            use futures::StreamExt;
-            let res = reqwest::Client::new()
-                .get(&url)
-                .header("authorization", "Bearer tok-bob-9c8d7e")
-                .header("accept", "text/event-stream")
-                .header("mcp-session-id", session)
-                .header("mcp-protocol-version", "2025-11-25")
-                .send()
-                .await
-                .expect("the stream opens");
-            let _ = tx.send(format!("status {}", res.status().as_u16()));
-            let mut body = res.bytes_stream();
-            while let Some(Ok(chunk)) = body.next().await {
-                let _ = tx.send(String::from_utf8_lossy(&chunk).into_owned());
-            }
-            let _ = tx.send("end".into());
-        });
-    });
-    let next = || {
-        lines
-            .recv_timeout(std::time::Duration::from_secs(60))
-            .expect("the stream said something within a minute")
-    };
-    assert_eq!(next(), "status 200");
+    let bobs = served.stream(
+        served
+            .client()
+            .get(&raw.url)
+            .header("authorization", "Bearer tok-bob-9c8d7e")
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-11-25"),
+    );
     std::fs::write(&file, "alice: tok-alice-1f2e3d\n").unwrap();
     served.signal("HUP");
-    // Keep-alive comments may come: a stream that stays open is given a minute in all.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while next() != "end" {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "bob's stream was still open a minute after his token was taken out"
-        );
-    }
+    bobs.ended("bob's stream, a minute after his token was taken out,");
 }
 
 #[test]

@@ -1061,52 +1061,19 @@ fn an_event_stream_ends_when_its_token_is_revoked() {
             &example("desk.lua"),
         ],
     );
-    // Each stream read on a thread of its own: "open", then a line for each chunk, then "end".
-    let open = |token: &'static str| {
-        let (tx, rx) = std::sync::mpsc::channel::<String>();
-        let url = format!("{}/api/events", served.url);
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                use futures::StreamExt;
-                let res = reqwest::Client::new()
-                    .get(&url)
-                    .bearer_auth(token)
-                    .send()
-                    .await
-                    .expect("the stream opens");
-                let _ = tx.send(format!("open {}", res.status().as_u16()));
-                let mut body = res.bytes_stream();
-                while let Some(Ok(chunk)) = body.next().await {
-                    let _ = tx.send(String::from_utf8_lossy(&chunk).into_owned());
-                }
-                let _ = tx.send("end".into());
-            });
-        });
-        rx
-    };
-    let next = |rx: &std::sync::mpsc::Receiver<String>| {
-        rx.recv_timeout(std::time::Duration::from_secs(60))
-            .expect("the stream said something within a minute")
+    let open = |token: &str| {
+        served.stream(
+            served
+                .client()
+                .get(format!("{}/api/events", served.url))
+                .bearer_auth(token),
+        )
     };
     let bobs = open("tok-bob-1");
     let alices = open("tok-alice-1");
-    assert_eq!(next(&bobs), "open 200");
-    assert_eq!(next(&alices), "open 200");
-
     std::fs::write(&file, "alice: tok-alice-1\n").unwrap();
     served.signal("HUP");
-    // Keep-alive comments come every 15 s: a stream that stays open is given a minute in all.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while next(&bobs) != "end" {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "bob's stream was still open a minute after his token was taken out"
-        );
-    }
+    bobs.ended("bob's stream, a minute after his token was taken out,");
     // Alice's goes on: it carries the next reply.
     served.token = Some("tok-alice-1".into());
     let sent = served.post(
@@ -1114,12 +1081,7 @@ fn an_event_stream_ends_when_its_token_is_revoked() {
         json!({ "to": "desk", "content": "still there?" }),
     );
     assert_eq!(sent.status, 202, "{}", sent.text);
-    let mut said = String::new();
-    while !said.contains("still there?") {
-        let chunk = next(&alices);
-        assert_ne!(chunk, "end", "alice's stream ended");
-        said.push_str(&chunk);
-    }
+    alices.until("the reply", |e| e.data.to_string().contains("still there?"));
 }
 
 /// SIGHUP (`systemctl reload`) reads the token file again: a revoked token stops working on the

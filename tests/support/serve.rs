@@ -193,6 +193,12 @@ impl Served {
         if let Some(id) = last {
             r = r.header("Last-Event-ID", id.to_string());
         }
+        self.stream(r)
+    }
+
+    /// Sends `r`, a request answered with a stream of events (`/api/events`, an `/mcp`
+    /// session's GET), and reads it on the service's runtime; its status must be 200.
+    pub fn stream(&self, r: reqwest::RequestBuilder) -> Events {
         let (tx, rx) = mpsc::channel();
         let (opened_tx, opened_rx) = mpsc::channel();
         self.rt.spawn(async move {
@@ -216,7 +222,7 @@ impl Served {
         let status = opened_rx
             .recv_timeout(PATIENCE)
             .expect("the event stream opens");
-        assert_eq!(status, 200, "GET /api/events");
+        assert_eq!(status, 200, "the event stream's status");
         Events { rx }
     }
 
@@ -294,6 +300,20 @@ impl Events {
                 Ok(e) if wanted(&e) => return (e, passed),
                 Ok(e) => passed.push(e),
                 Err(_) => panic!("no {what} event came; saw {passed:#?}"),
+            }
+        }
+    }
+
+    /// Waits for the stream to end (the service closed it), the events before passed over.
+    #[track_caller]
+    pub fn ended(&self, what: &str) {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(_) => {}
+                Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what} was still open"),
             }
         }
     }
