@@ -162,6 +162,73 @@ print(ai.watch{})
     assert!(!logged.contains("table: 0x"), "{logged}");
 }
 
+/// A table a source throws is logged and handed to `on_crash` as what it threw (mlua's error
+/// said `table: 0x3bc13dd4d00`, its message field and all lost).
+#[test]
+fn a_source_that_throws_a_table_is_logged_as_what_it_threw() {
+    let run = support::script::Sandbox::new()
+        .lua(
+            r#"ai.spawn{ name = "planner", provider = "openai", model = "m",
+  sources = { { function(self) error({ code = 8, message = "eight" }) end, restart = "temporary" } } }
+print(ai.watch{ on_crash = function(id, ai_name, message) ai.stop(message) end })
+"#,
+            &[],
+        )
+        .ok();
+    let thrown = r#"a table was thrown: {"code":8,"message":"eight"}"#;
+    assert_eq!(run.stdout, format!("{thrown}\n"));
+    let logged = logged(&run);
+    assert!(
+        logged.contains(&format!("[planner/source/1] crashed: {thrown}")),
+        "{logged}"
+    );
+    assert!(!logged.contains("table: 0x"), "{logged}");
+}
+
+/// What a function throws inside `ai.parallel` or `store.update` reaches the script's `pcall`
+/// as it was thrown, and an uncaught table says what it held: both passed through mlua as the
+/// string `table: 0x...`.
+#[test]
+fn a_table_thrown_through_parallel_or_store_update_stays_a_table() {
+    let sb = support::script::Sandbox::new();
+    let caught = sb
+        .lua(
+            r#"local ok, e = pcall(ai.parallel, function() return 1 end, function() error({ code = 7 }) end)
+print(ok, type(e), e.code)
+ok, e = pcall(store.update, "k", function(old) error({ code = 8 }) end)
+print(ok, type(e), e.code, store.get("k"))
+ok, e = pcall(ai.parallel, function() error("plain", 0) end)
+print(ok, e)
+print(ai.parallel(function() return "a", "b" end, function() return "c" end))
+print(store.update("k", function(old) return (old or 0) + 1 end))
+"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        caught.stdout,
+        "false\ttable\t7\nfalse\ttable\t8\tnil\nfalse\tplain\na\tc\n1\n"
+    );
+    for (name, call) in [
+        (
+            "parallel",
+            "ai.parallel(function() error({ code = 9 }) end)",
+        ),
+        (
+            "update",
+            r#"store.update("k", function() error({ code = 9 }) end)"#,
+        ),
+    ] {
+        let run = sb.lua(call, &[]);
+        assert_eq!(run.code, 1, "{name}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(r#"a table was thrown: {"code":9}"#),
+            "{name}: {}",
+            run.stderr
+        );
+    }
+}
+
 #[test]
 fn a_watch_callback_that_raises_is_logged_with_its_name_and_traceback() {
     let sb = support::script::Sandbox::new();

@@ -309,7 +309,8 @@ pub async fn serve(lua: Lua, mut jobs: LuaJobs) {
                     mut reply,
                 } => {
                     let payer = payer(&lua, &ai);
-                    let run = within(workspace, None, run_source(&lua, func, ai));
+                    let protected = (&protected_callback, &handler);
+                    let run = within(workspace, None, run_source(&lua, protected, func, ai));
                     let run = crate::infer::spending::charged_to(payer, run);
                     let run = super::watchdog::as_callback(&lua, run);
                     tokio::select! {
@@ -391,12 +392,14 @@ fn ctx_table(lua: &Lua, cx: ToolContext) -> mlua::Result<Table> {
     Ok(t)
 }
 
-/// Runs the source `func(ai)` once; `Err` is what it raised.
-async fn run_source(lua: &Lua, func: FnId, ai: String) -> Result<(), Fault> {
-    let f = function(lua, func).ok_or(Fault::from("the source is gone"))?;
-    f.call_async::<()>(ai.as_str())
-        .await
-        .map_err(|e| super::fault(&e))
+/// Runs the source `func(ai)` once, protected as a callback is; `Err` is what it raised.
+async fn run_source(
+    lua: &Lua,
+    protected: (&Function, &Function),
+    func: FnId,
+    ai: String,
+) -> Result<(), Fault> {
+    run_protected(lua, protected, func, "source", vec![Json::String(ai)]).await
 }
 
 /// The registered function `id`, if it is still registered.
@@ -537,11 +540,22 @@ fn failed(lua: &Lua, first: Value) -> HandlerOutcome {
 /// 0x388dd682b80`.
 async fn run_callback(
     lua: &Lua,
-    (protected, traced): (&Function, &Function),
+    protected: (&Function, &Function),
     func: FnId,
     args: Vec<Json>,
 ) -> Result<(), Fault> {
-    let f = function(lua, func).ok_or(Fault::from("the callback is gone"))?;
+    run_protected(lua, protected, func, "callback", args).await
+}
+
+/// Calls the script's function `func` (a `what`) in `xpcall` with the traced handler.
+async fn run_protected(
+    lua: &Lua,
+    (protected, traced): (&Function, &Function),
+    func: FnId,
+    what: &str,
+    args: Vec<Json>,
+) -> Result<(), Fault> {
+    let f = function(lua, func).ok_or_else(|| Fault::from(format!("the {what} is gone")))?;
     let mut call = args
         .iter()
         .map(|a| from_json(lua, a))
@@ -559,7 +573,7 @@ async fn run_callback(
     }
     match failed(lua, values.next().unwrap_or(Value::Nil)) {
         HandlerOutcome::Raised(fault) => Err(fault),
-        HandlerOutcome::Thrown(what) => Err(Fault::from(what)),
-        _ => Err(Fault::from("the callback failed")),
+        HandlerOutcome::Thrown(thrown) => Err(Fault::from(thrown)),
+        _ => Err(Fault::from(format!("the {what} failed"))),
     }
 }

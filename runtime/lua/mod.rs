@@ -38,6 +38,7 @@ pub mod sandbox;
 pub mod store;
 pub mod structured;
 pub mod term;
+pub mod thrown;
 pub mod tools;
 pub mod turn;
 pub mod watchdog;
@@ -233,6 +234,7 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     lua.set_memory_limit(memory)?;
     lua.set_app_data(convert::MemoryLimit(memory));
     watchdog::install(&lua, host.interrupt.clone())?;
+    thrown::install(&lua)?;
     lua.set_app_data(core.with_own_client());
     lua.set_app_data(bridge::Functions::default());
     let (bridge, jobs) = bridge::channel();
@@ -542,10 +544,14 @@ pub fn describe_error(err: &Value) -> String {
                 (None, Some(m)) => m,
                 // `nil, { kind = "not_found" }`: its kind is what it says.
                 (Some(k), None) => k,
-                // An error object of the script's own says itself through `__tostring`.
+                // An error object of the script's own says itself through `__tostring`; any
+                // other table is shown as JSON, as a tool's or a source's thrown table is.
                 _ => match err.to_string() {
                     Ok(text) if !text.starts_with("table: ") => text,
-                    _ => "(error table without a message)".into(),
+                    _ => match serde_json::to_string(err) {
+                        Ok(json) => format!("a table was thrown: {json}"),
+                        Err(_) => "(error table without a message)".into(),
+                    },
                 },
             }
         }
@@ -677,6 +683,7 @@ fn tidy_traceback(trace: &str) -> String {
                 || l.starts_with("colony.watchdog:")
                 || l.starts_with("colony.sandbox:")
                 || l.starts_with("colony.coroutine:")
+                || l.starts_with("colony.rethrow:")
                 || l.starts_with("[C]: in upvalue 'raw_xpcall'")
                 || l.starts_with("[C]: in upvalue 'raw_pcall'")
                 || l.starts_with("__mlua_async_poll")

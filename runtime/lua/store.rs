@@ -128,59 +128,69 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     )?;
     // `new = store.update(key, function(old) return new end)`: atomic read-modify-write. The
     // function runs inside the store's transaction, so it cannot wait (no ai.*, no sleep).
-    m.set(
-        "update",
-        lua.create_function(|lua, (key, f): (Value, Value)| {
-            let key = key_arg(key, "store.update")?;
-            let f: Function = super::convert::arg(lua, "store.update", 2, f)?;
-            let mut raised: Option<mlua::Error> = None;
-            let mut unfit: Option<String> = None;
-            let mut apply =
-                |old: Option<serde_json::Value>| -> Result<Option<serde_json::Value>, String> {
-                    let old = match &old {
-                        Some(v) => from_json(lua, v).map_err(|e| e.to_string())?,
-                        None => Value::Nil,
-                    };
-                    match f.call::<Value>(old) {
-                        Ok(Value::Nil) => Ok(None),
-                        Ok(v) => to_json(lua, v).map(Some).map_err(|e| {
-                            let message = format!(
-                                "the new value cannot be stored as JSON: {}",
-                                super::plain(&e)
-                            );
-                            unfit = Some(message.clone());
-                            message
-                        }),
-                        Err(e) => {
-                            let message = super::raised_message(&e);
-                            // The function runs inside the store's transaction: it cannot
-                            // wait, and Lua's own word for it names neither.
-                            raised = Some(if message.contains("yield across") {
-                                misuse(
-                                    "store.update: the function cannot wait (ai.sleep, ai.ask, \
-                                     http...): it runs inside the store's transaction",
-                                )
-                            } else {
-                                e
-                            });
-                            Err(message)
-                        }
-                    }
+    let update = lua.create_function(|lua, (key, f): (Value, Value)| {
+        let key = key_arg(key, "store.update")?;
+        let f: Function = super::convert::arg(lua, "store.update", 2, f)?;
+        let mut raised: Option<mlua::Error> = None;
+        let mut thrown: Option<Value> = None;
+        let mut unfit: Option<String> = None;
+        let mut apply =
+            |old: Option<serde_json::Value>| -> Result<Option<serde_json::Value>, String> {
+                let old = match &old {
+                    Some(v) => from_json(lua, v).map_err(|e| e.to_string())?,
+                    None => Value::Nil,
                 };
-            let result = store(lua).update(&current_space(), &key, &mut apply);
-            if let Some(e) = raised {
-                return Err(e);
-            }
-            // A value JSON cannot hold is a mistake in the script, as in `store.set`.
-            if let Some(why) = unfit {
-                return Err(misuse(format!("store.update {key:?}: {why}")));
-            }
-            match result {
-                Ok(Some(v)) => Ok(MultiValue::from_iter([from_json(lua, &v)?])),
-                Ok(None) => Ok(MultiValue::from_iter([Value::Nil])),
-                Err(e) => failed(lua, &e),
-            }
-        })?,
-    )?;
+                let called = super::thrown::call(lua, &f, old)
+                    .map(|r| r.map(|mut v| v.pop_front().unwrap_or(Value::Nil)));
+                match called {
+                    // The function cannot wait inside the store's transaction, and Lua's
+                    // own word for it names neither.
+                    Ok(Err(Value::String(m))) if m.to_string_lossy().contains("yield across") => {
+                        raised = Some(misuse(
+                            "store.update: the function cannot wait (ai.sleep, ai.ask, \
+                                 http...): it runs inside the store's transaction",
+                        ));
+                        Err("the function waited".into())
+                    }
+                    // Raised again as it was thrown, once the transaction is undone.
+                    Ok(Err(value)) => {
+                        thrown = Some(value);
+                        Err("the function raised an error".into())
+                    }
+                    Ok(Ok(Value::Nil)) => Ok(None),
+                    Ok(Ok(v)) => to_json(lua, v).map(Some).map_err(|e| {
+                        let message = format!(
+                            "the new value cannot be stored as JSON: {}",
+                            super::plain(&e)
+                        );
+                        unfit = Some(message.clone());
+                        message
+                    }),
+                    // A stop (a deadline, SIGINT) is not caught.
+                    Err(e) => {
+                        let message = super::raised_message(&e);
+                        raised = Some(e);
+                        Err(message)
+                    }
+                }
+            };
+        let result = store(lua).update(&current_space(), &key, &mut apply);
+        if let Some(e) = raised {
+            return Err(e);
+        }
+        if let Some(value) = thrown {
+            return super::thrown::throw(lua, value);
+        }
+        // A value JSON cannot hold is a mistake in the script, as in `store.set`.
+        if let Some(why) = unfit {
+            return Err(misuse(format!("store.update {key:?}: {why}")));
+        }
+        match result {
+            Ok(Some(v)) => Ok(MultiValue::from_iter([from_json(lua, &v)?])),
+            Ok(None) => Ok(MultiValue::from_iter([Value::Nil])),
+            Err(e) => failed(lua, &e),
+        }
+    })?;
+    m.set("update", super::thrown::rethrowing(lua, update)?)?;
     Ok(m)
 }
