@@ -496,6 +496,38 @@ fn keys_are_redacted_from_error_messages() {
     assert!(!run.stdout.contains("0123456789"));
 }
 
+/// A key the provider's answer quotes is taken out wherever the answer puts it: a page answered
+/// with 200 (its title is summarised), an error event mid-stream. Only error bodies with an
+/// error status were redacted, and these printed the key in the error, the log and the CLI.
+#[test]
+fn keys_are_redacted_from_a_page_answered_with_200_and_a_mid_stream_error() {
+    let fake = FakeProvider::start();
+    let key = "test-key-openai-0123456789";
+    fake.push(
+        Reply::status(200)
+            .header("content-type", "text/html")
+            .body(format!(
+                "<html><head><title>Login for {key}</title></head></html>"
+            )),
+    );
+    fake.push(Reply::stream_error("api_error", format!("key {key} revoked")).with_text("x"));
+    let run = sandbox(&fake, "openai")
+        .lua(
+            r#"for _, stream in ipairs{ false, true } do
+                 local r, e = ai.ask("hi", { provider = "openai", stream = stream })
+                 print(e.kind, e.message)
+               end"#,
+            &[],
+        )
+        .ok();
+    let lines = run.lines();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    assert!(lines[0].contains("Login for [redacted]"), "{}", lines[0]);
+    assert!(lines[1].contains("key [redacted] revoked"), "{}", lines[1]);
+    assert!(!run.stdout.contains(key), "{}", run.stdout);
+    assert!(!run.stderr.contains(key), "{}", run.stderr);
+}
+
 #[test]
 fn text_fallback_describes_tools_and_parses_the_block_back() {
     let fake = FakeProvider::start();

@@ -103,6 +103,43 @@ impl ProviderError {
         }
     }
 
+    /// The error with every key and credential taken out of its texts. A provider's answer can
+    /// quote the key anywhere (a login page answered with 200, an error event mid-stream, a
+    /// chunk that is not JSON): the call's result passes through this once, whatever made it.
+    pub fn redacted(self) -> ProviderError {
+        let r = |s: String| secrets::redact(&s);
+        match self {
+            ProviderError::Config(m) => ProviderError::Config(r(m)),
+            ProviderError::Auth { status, message } => ProviderError::Auth {
+                status,
+                message: r(message),
+            },
+            ProviderError::Api {
+                status,
+                message,
+                body,
+            } => ProviderError::Api {
+                status,
+                message: r(message),
+                body: r(body),
+            },
+            ProviderError::Fetch(m) => ProviderError::Fetch(r(m)),
+            ProviderError::Parse(m) => ProviderError::Parse(r(m)),
+            ProviderError::Provider {
+                status,
+                message,
+                transient,
+                retry_after,
+            } => ProviderError::Provider {
+                status,
+                message: r(message),
+                transient,
+                retry_after,
+            },
+            ProviderError::CassetteMiss(m) => ProviderError::CassetteMiss(r(m)),
+        }
+    }
+
     pub fn fetch(err: &reqwest::Error) -> ProviderError {
         // reqwest's Display includes the URL, which may carry a key in a query string (Gemini).
         let mut msg = secrets::redact(&err.to_string());

@@ -435,7 +435,10 @@ impl Providers {
                 "the replay provider needs a cassette: pass --replay FILE".into(),
             ));
         }
-        let result = self.infer_live(req, ep, on_text).await;
+        let result = self
+            .infer_live(req, ep, on_text)
+            .await
+            .map_err(ProviderError::redacted);
         if let (Some(recorder), Ok(inferred)) = (&self.record, &result) {
             recorder.record(req, inferred)?;
         }
@@ -565,6 +568,10 @@ impl Providers {
 
     /// The model ids the account behind `ep` can reach, over the network.
     pub async fn models(&self, ep: &Endpoint) -> Result<Vec<String>, ProviderError> {
+        self.list_models(ep).await.map_err(ProviderError::redacted)
+    }
+
+    async fn list_models(&self, ep: &Endpoint) -> Result<Vec<String>, ProviderError> {
         let Some(codec) = codec(ep.style) else {
             return Ok(self.replay.as_ref().map(|c| c.models()).unwrap_or_default());
         };
