@@ -37,6 +37,8 @@ struct Flaky {
     answer_lost: AtomicBool,
     /// `journal` fails as a full disk does.
     disk_full: AtomicBool,
+    /// How many `commit_step`s `broken` refused.
+    refused: AtomicUsize,
 }
 
 impl Store for Flaky {
@@ -75,6 +77,7 @@ impl Store for Flaky {
     }
     fn commit_step(&self, n: &str, m: &[Message], served: &[i64], d: u64) -> StoreResult<()> {
         if self.broken.load(Ordering::SeqCst) {
+            self.refused.fetch_add(1, Ordering::SeqCst);
             return Err(StoreError::Io("the disk is full".into()));
         }
         self.inner.commit_step(n, m, served, d)
@@ -223,6 +226,100 @@ fn a_step_that_cannot_be_saved_runs_no_tool() {
     assert!(cell.backlog.is_empty(), "{:?}", cell.backlog);
 }
 
+/// A final answer that cannot be saved is not delivered: it was handed on, and its mail, still in
+/// the saved backlog, was served and delivered a second time after a restart. The turn waits
+/// for the store (its notice names the store, not the model) and asks the model again.
+#[test]
+fn a_final_answer_that_cannot_be_saved_is_not_delivered() {
+    let Setup {
+        rt,
+        store,
+        route,
+        _cassette,
+    } = setup(Flaky {
+        broken: AtomicBool::new(true),
+        ..Flaky::default()
+    });
+    let mut rx = spawn_r(&route, vec![], vec![text("unsaved"), text("saved")]);
+    route.mail(Mail::new("r", "t", "go", 0)).unwrap();
+    rt.block_on(async {
+        let first = rx.recv().await.unwrap();
+        assert_eq!(first.kind, DeliveryKind::Outage, "{}", first.text);
+        assert!(
+            first
+                .text
+                .contains("cannot save its progress to its store (cannot save the conversation"),
+            "{}",
+            first.text
+        );
+        store.broken.store(false, Ordering::SeqCst);
+        let recovered = rx.recv().await.unwrap();
+        assert_eq!(recovered.kind, DeliveryKind::Recovered);
+        assert!(
+            recovered
+                .text
+                .starts_with("[colony] r saves its progress again after"),
+            "{}",
+            recovered.text
+        );
+        let reply = rx.recv().await.unwrap();
+        assert_eq!(
+            (reply.kind, reply.text.as_str()),
+            (DeliveryKind::Reply, "saved")
+        );
+    });
+    let cell = store.load_cell("r").unwrap().unwrap();
+    let texts: Vec<String> = cell.messages.iter().map(Message::text).collect();
+    assert_eq!(texts, ["[mail from t] go", "saved"]);
+    assert!(cell.backlog.is_empty(), "{:?}", cell.backlog);
+}
+
+/// A step's results whose save failed are saved before a model reads them: the turn taken up
+/// again after the outage's wait asked the model with them while the store still refused.
+#[test]
+fn results_that_could_not_be_saved_reach_the_model_only_once_saved() {
+    let Setup {
+        rt,
+        store,
+        route,
+        _cassette,
+    } = setup(Flaky::default());
+    // The tool fills the disk: its result cannot be saved.
+    let breaks = store.clone();
+    let work = ToolDef::native("work", "Works", json!({}), move |_| {
+        breaks.broken.store(true, Ordering::SeqCst);
+        async move { Ok(json!("worked")) }
+    })
+    .unwrap();
+    let (mut rx, model) = spawn_scripted(&route, vec![work], vec![call(), text("done")]);
+    route.mail(Mail::new("r", "t", "go", 0)).unwrap();
+    rt.block_on(async {
+        let first = rx.recv().await.unwrap();
+        assert_eq!(first.kind, DeliveryKind::Outage, "{}", first.text);
+        // Two tries after the outage's first wait, the store still refusing.
+        tokio::time::timeout(Duration::from_secs(60), async {
+            while store.refused.load(Ordering::SeqCst) < 3 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+        .await
+        .expect("the turn is tried again");
+        assert_eq!(
+            model.calls().len(),
+            1,
+            "the model was asked with unsaved results"
+        );
+        store.broken.store(false, Ordering::SeqCst);
+        assert_eq!(rx.recv().await.unwrap().kind, DeliveryKind::Recovered);
+        let reply = rx.recv().await.unwrap();
+        assert_eq!(
+            (reply.kind, reply.text.as_str()),
+            (DeliveryKind::Reply, "done")
+        );
+    });
+    assert_eq!(model.calls().len(), 2);
+}
+
 /// The call's start cannot be journaled (a cluster node whose lease was taken over): the tool
 /// does not run, its result says why, and the turn goes on to the model's answer.
 #[test]
@@ -277,10 +374,23 @@ fn spawn_r(
     tools: Vec<ToolDef>,
     answers: Vec<Inferred>,
 ) -> tokio::sync::mpsc::UnboundedReceiver<colony::residents::Delivery> {
-    let stack: SharedInfer = Arc::new(Scripted::new(
+    spawn_scripted(route, tools, answers).0
+}
+
+/// [`spawn_r`], and the model behind it (to count its calls).
+fn spawn_scripted(
+    route: &Route,
+    tools: Vec<ToolDef>,
+    answers: Vec<Inferred>,
+) -> (
+    tokio::sync::mpsc::UnboundedReceiver<colony::residents::Delivery>,
+    Arc<Scripted>,
+) {
+    let model = Arc::new(Scripted::new(
         ManualClock::new(0),
         answers.into_iter().map(Ok),
     ));
+    let stack: SharedInfer = model.clone();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     route
         .spawn(ResidentSpec {
@@ -303,7 +413,7 @@ fn spawn_r(
         })
         .unwrap();
     route.open();
-    rx
+    (rx, model)
 }
 
 /// A mail whose save landed but whose answer was lost (the sender was told "not saved" and

@@ -584,6 +584,40 @@ pub(crate) trait Host: Send + Sync {
 struct Outage {
     retry_at: tokio::time::Instant,
     backoff: Duration,
+    /// What fails: its model, or its store (a full disk), which the notices name.
+    cause: Cause,
+}
+
+#[derive(Clone, Copy)]
+enum Cause {
+    Model,
+    Store,
+}
+
+impl Cause {
+    fn of(error: &TurnError) -> Cause {
+        if error.kind == "store" {
+            Cause::Store
+        } else {
+            Cause::Model
+        }
+    }
+
+    /// `[colony] w cannot ... (why)`.
+    fn failing(self) -> &'static str {
+        match self {
+            Cause::Model => "cannot reach its model",
+            Cause::Store => "cannot save its progress to its store",
+        }
+    }
+
+    /// `[colony] w ... again after 1.0 s`.
+    fn working(self) -> &'static str {
+        match self {
+            Cause::Model => "reaches its model",
+            Cause::Store => "saves its progress",
+        }
+    }
 }
 
 /// How often a blocked resident looks at the config file.
@@ -963,9 +997,11 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
             }
             None => {
                 tracing::warn!(ai = %me.spec.name, error = %error.message, "outage: holding arrivals");
+                let cause = Cause::of(error);
                 *outage = Some(Outage {
                     retry_at: tokio::time::Instant::now() + wait(FIRST_BACKOFF),
                     backoff: FIRST_BACKOFF,
+                    cause,
                 });
                 let holding = if me.spec.persist {
                     "keeping every arrival".to_string()
@@ -974,8 +1010,10 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
                 };
                 let notice = Delivery {
                     text: format!(
-                        "[colony] {} cannot reach its model ({}); {holding} until it can.",
-                        me.spec.name, error.message
+                        "[colony] {} {} ({}); {holding} until it can.",
+                        me.spec.name,
+                        cause.failing(),
+                        error.message
                     ),
                     error: Some(error.message.clone()),
                     held,
@@ -1005,13 +1043,13 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         }
     }
     me.commit(messages);
-    *outage = None;
+    let cause = outage.take().map_or(Cause::Model, |o| o.cause);
     if let Some(since) = trouble_since.take() {
         let notice = Delivery {
             text: format!(
-                "[colony] {} reaches its model again after {:.1} s; {} held arrivals were \
-                 served{}.",
+                "[colony] {} {} again after {:.1} s; {} held arrivals were served{}.",
                 me.spec.name,
+                cause.working(),
                 since.elapsed().as_secs_f64(),
                 batch.mail.len(),
                 if batch.dropped > 0 {

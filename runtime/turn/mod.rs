@@ -106,8 +106,9 @@ pub trait TurnHooks: Send + Sync {
     /// A turn that may call tools begins: what `finished` will write may be prepared for
     /// now, beside the turn's first model call. Returns at once.
     fn turn_begins(&self) {}
-    /// A step's model reply was appended (before any of its calls run). An error (the store
-    /// cannot write) ends the turn before the calls run.
+    /// A step's model reply was appended (before any of its calls run, and before a final
+    /// answer is handed on). An error (the store cannot write) ends the turn there; a final
+    /// answer is then dropped from it, never delivered unsaved.
     fn inferred(&self, _messages: &[Message]) -> Result<(), String> {
         Ok(())
     }

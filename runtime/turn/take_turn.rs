@@ -140,6 +140,14 @@ async fn run(
         {
             return not_saved(out, req.messages, e);
         }
+    } else if let Some(h) = &hooks
+        && req.messages.last().is_some_and(|m| m.role == Role::Tool)
+    {
+        // A turn taken up again after its step's save failed (a full disk) holds results
+        // that may not be on disk: they are saved before a model reads them.
+        if let Err(e) = h.step_done(&req.messages) {
+            return not_saved(out, req.messages, e);
+        }
     }
     for step in 1..=max_steps {
         // Tools a dynamic source added (or took away) during the last step count from this one.
@@ -230,12 +238,16 @@ async fn run(
         out.reported_tokens = window.reported_tokens();
         req.messages.push(inferred.message.clone());
         let calls = inferred.tool_calls();
-        // The reply must be on disk before its calls run; a final answer runs nothing, so a
-        // failed save of it is only logged (the next commit writes the whole conversation).
+        // The reply must be on disk before its calls run, and a final answer before it is
+        // handed on: delivered unsaved, its mail stayed in the saved backlog and was answered
+        // again after a restart. An answer that cannot be saved is let go; the turn is taken
+        // up again (the model asked again) once the store takes writes.
         if let Some(h) = &hooks
             && let Err(e) = h.inferred(&req.messages)
-            && !calls.is_empty()
         {
+            if calls.is_empty() {
+                req.messages.pop();
+            }
             return not_saved(out, req.messages, e);
         }
         if calls.is_empty() {
