@@ -229,6 +229,36 @@ print(store.update("k", function(old) return (old or 0) + 1 end))
     }
 }
 
+/// A tool that calls itself a thousand deep, or `ai.parallel` inside itself, is Lua's "C stack
+/// overflow", which `pcall` catches: the Lua thread's stack overflowed at about a hundred levels
+/// and the process aborted (status 134).
+#[test]
+fn recursion_through_colonys_functions_is_an_error_pcall_catches() {
+    let sb = support::script::Sandbox::new();
+    for script in [
+        r#"local walk
+walk = ai.tool{ name = "walk", parameters = { depth = "integer" }, handler = function(args)
+  if args.depth == 0 then return "leaf" end
+  return walk({ depth = args.depth - 1 })
+end }
+print(pcall(walk, { depth = 1000 }))
+print("still running")"#,
+        r#"local function nest(d)
+  if d == 0 then return 0 end
+  return ai.parallel(function() return nest(d - 1) end) + 1
+end
+print(pcall(nest, 1000))
+print("still running")"#,
+    ] {
+        let run = sb.lua(script, &[]).ok();
+        assert_eq!(
+            run.stdout, "false\tC stack overflow\nstill running\n",
+            "{}",
+            run.stderr
+        );
+    }
+}
+
 #[test]
 fn a_watch_callback_that_raises_is_logged_with_its_name_and_traceback() {
     let sb = support::script::Sandbox::new();

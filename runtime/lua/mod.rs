@@ -165,6 +165,9 @@ pub fn start_file(
     start(core, &path.display().to_string(), source, args, dir, host)
 }
 
+/// The Lua thread's stack.
+const LUA_STACK: usize = 16 << 20;
+
 fn start(
     core: Core,
     name: &str,
@@ -177,6 +180,12 @@ fn start(
     let (life_tx, life_rx) = std::sync::mpsc::channel();
     let thread = std::thread::Builder::new()
         .name("colony-lua".into())
+        // A tool that calls itself, or ai.parallel inside ai.parallel, nests Rust frames (about
+        // 20 KB a level in a debug build) between the Lua ones: with the default 2 MiB the
+        // stack overflowed at about a hundred levels and the process aborted, before Lua's own
+        // limit of 200 nested C calls ("C stack overflow", an error pcall catches) was reached.
+        // Only the pages touched are ever mapped.
+        .stack_size(LUA_STACK)
         .spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
