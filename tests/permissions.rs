@@ -459,6 +459,41 @@ fn an_allow_flag_with_an_empty_list_is_refused_not_read_as_everything() {
     assert_eq!(run.stdout.trim(), "true");
 }
 
+/// `require` looks in the script's folder before the current directory: run from elsewhere, a
+/// script did not find its own module (Lua's path begins with `./?.lua`), or found the
+/// current directory's file of that name instead.
+#[test]
+fn require_finds_a_module_beside_the_script_run_from_another_folder() {
+    let sb = Sandbox::new();
+    let app = sb.path("app");
+    std::fs::create_dir_all(app.join("util")).unwrap();
+    std::fs::write(app.join("helper.lua"), "return 'beside the script'").unwrap();
+    std::fs::write(app.join("util/init.lua"), "return 'its package'").unwrap();
+    std::fs::write(sb.path("helper.lua"), "return 'the current directory'").unwrap();
+    std::fs::write(
+        app.join("main.lua"),
+        "print((require('helper')), (require('util')))",
+    )
+    .unwrap();
+    for flags in [&[][..], &["--sandbox"][..]] {
+        let mut args = vec!["run"];
+        args.extend_from_slice(flags);
+        args.push("app/main.lua");
+        // From the sandbox, where the other helper.lua is.
+        let out = sb
+            .command(&args)
+            .current_dir(sb.path("."))
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{flags:?}: {stderr}");
+        assert_eq!(stdout, "beside the script\tits package\n", "{flags:?}");
+    }
+}
+
 #[test]
 fn require_finds_the_scripts_own_modules_but_no_module_outside_what_is_allowed() {
     let sb = Sandbox::new();

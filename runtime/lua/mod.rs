@@ -165,6 +165,22 @@ pub fn start_file(
     start(core, &path.display().to_string(), source, args, dir, host)
 }
 
+/// `require` looks in the script's folder first (`DIR/?.lua`, `DIR/?/init.lua`): Lua's own
+/// path begins with the current directory, so a script run from elsewhere (`colony run
+/// proj/main.lua`, a service's working directory) did not find its modules, or found another
+/// folder's file of the same name. A folder whose name holds `;` or `?`, which a path cannot
+/// carry, is left out.
+fn modules_from(lua: &Lua, dir: &std::path::Path) -> mlua::Result<()> {
+    let dir = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let Some(dir) = dir.to_str().filter(|d| !d.contains([';', '?'])) else {
+        return Ok(());
+    };
+    let package: Table = lua.globals().get("package")?;
+    let path: String = package.get("path")?;
+    let dir = dir.trim_end_matches('/');
+    package.set("path", format!("{dir}/?.lua;{dir}/?/init.lua;{path}"))
+}
+
 /// The Lua thread's stack.
 const LUA_STACK: usize = 16 << 20;
 
@@ -412,6 +428,7 @@ async fn run_on_this_thread(
         opening.wait().map_err(|e| ScriptError(e.to_string()))?;
     }
     if let Some(dir) = dir {
+        modules_from(&lua, &dir).map_err(|e| ScriptError(plain(&e)))?;
         lua.set_app_data(fs::ScriptDir(dir));
     }
     let lifecycle = residents::lifecycle(&lua);
