@@ -185,11 +185,11 @@ print(ai.watch{ on_crash = function(id, ai_name, message) ai.stop(message) end }
     assert!(!logged.contains("table: 0x"), "{logged}");
 }
 
-/// What a function throws inside `ai.parallel` or `store.update` reaches the script's `pcall`
-/// as it was thrown, and an uncaught table says what it held: both passed through mlua as the
-/// string `table: 0x...`.
+/// What a function throws inside `ai.parallel`, `store.update` or a tool's handler called
+/// directly reaches the script's `pcall` as it was thrown, and an uncaught table says what it
+/// held: each passed through mlua as the string `table: 0x...`.
 #[test]
-fn a_table_thrown_through_parallel_or_store_update_stays_a_table() {
+fn a_table_thrown_through_colonys_functions_stays_a_table() {
     let sb = support::script::Sandbox::new();
     let caught = sb
         .lua(
@@ -201,13 +201,16 @@ ok, e = pcall(ai.parallel, function() error("plain", 0) end)
 print(ok, e)
 print(ai.parallel(function() return "a", "b" end, function() return "c" end))
 print(store.update("k", function(old) return (old or 0) + 1 end))
+local t = ai.tool{ name = "t", parameters = {}, handler = function() error({ code = 5 }) end }
+ok, e = pcall(t, {})
+print(ok, type(e), e.code)
 "#,
             &[],
         )
         .ok();
     assert_eq!(
         caught.stdout,
-        "false\ttable\t7\nfalse\ttable\t8\tnil\nfalse\tplain\na\tc\n1\n"
+        "false\ttable\t7\nfalse\ttable\t8\tnil\nfalse\tplain\na\tc\n1\nfalse\ttable\t5\n"
     );
     for (name, call) in [
         (

@@ -294,6 +294,52 @@ error(setmetatable({}, { __tostring = function() return "a failure of my own" en
     assert!(run.stderr.contains("a failure of my own"), "{}", run.stderr);
 }
 
+/// The store, and what writes to it, called inside a `store.update` function raises: it
+/// answered `nil, err`, which the function took for "absent" (a read kept nil, an inner update's
+/// nil deleted the outer key).
+#[test]
+fn the_store_inside_an_update_function_raises() {
+    let sb = Sandbox::new();
+    let at = sb.path("script.lua").display().to_string();
+    let run = sb
+        .lua(
+            r#"store.set("price", 41)
+store.set("count", 7)
+local calls = {
+  function() return store.get("price") end,
+  function() return store.update("other", function() return 5 end) end,
+  function() store.set("other", 1) return 1 end,
+  function() return #store.list() end,
+  function() ai.mail{ to = "nobody", content = "x", hop = 0 } return 1 end,
+}
+for _, f in ipairs(calls) do
+  print(select(2, pcall(store.update, "count", f)))
+end
+print(store.get("count"), store.get("other"), store.update("count", function(n) return n + 1 end))"#,
+            &[],
+        )
+        .ok();
+    let refused = |line: u32, who: &str| {
+        format!(
+            "{at}:{line}: {who}: cannot be called inside a store.update function (it runs inside \
+             the store's transaction): read what it needs before the update"
+        )
+    };
+    assert_eq!(
+        run.lines(),
+        [
+            refused(4, "store.get"),
+            refused(5, "store.update"),
+            refused(6, "store.set"),
+            refused(7, "store.list"),
+            refused(8, "ai.mail"),
+            "7\tnil\t8".to_string(),
+        ],
+        "{}",
+        run.stderr
+    );
+}
+
 /// A turn that may call tools starts the store's write-ahead log while its first model call is
 /// in flight, so that the first call's audit line does not write and sync the log's header in
 /// the middle of the turn; a program that calls no tool writes nothing to its store.

@@ -466,6 +466,7 @@ async fn run_on_this_thread(
             .set_name("=colony")
             .into_function()?;
         let handler = lua.create_function(|lua, err: Value| {
+            let err = thrown::recovered(lua, err);
             let message = positioned(lua, &err);
             let trace = lua.traceback(Some(&message), 1)?;
             Ok(tidy_traceback(&trace.to_string_lossy()))
@@ -615,6 +616,7 @@ fn positioned(lua: &Lua, err: &Value) -> String {
 /// the raised value kept as it is (a thrown table stays a table).
 fn traced_handler(lua: &Lua) -> mlua::Result<Function> {
     lua.create_function(|lua, err: Value| {
+        let err = thrown::recovered(lua, err);
         let t = lua.create_table()?;
         t.set("message", positioned(lua, &err))?;
         let trace = lua.traceback(None, 1)?;
@@ -709,7 +711,6 @@ fn tidy_traceback(trace: &str) -> String {
                 || l.starts_with("colony.watchdog:")
                 || l.starts_with("colony.sandbox:")
                 || l.starts_with("colony.coroutine:")
-                || l.starts_with("colony.rethrow:")
                 || l.starts_with("[C]: in upvalue 'raw_xpcall'")
                 || l.starts_with("[C]: in upvalue 'raw_pcall'")
                 || l.starts_with("__mlua_async_poll")

@@ -5,7 +5,7 @@ use mlua::{Lua, MultiValue, Table, Value};
 pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     let run =
         lua.create_async_function(|lua, fns: MultiValue| async move { parallel(&lua, fns).await })?;
-    ai.set("parallel", super::thrown::rethrowing(lua, run)?)?;
+    ai.set("parallel", run)?;
     Ok(())
 }
 
@@ -41,7 +41,7 @@ async fn parallel(lua: &Lua, fns: MultiValue) -> mlua::Result<MultiValue> {
     for result in futures::future::join_all(calls).await {
         match result? {
             Ok(first) => firsts.push_back(first),
-            Err(thrown) => return super::thrown::throw(lua, thrown),
+            Err(thrown) => return Err(super::thrown::throw(lua, thrown)),
         }
     }
     Ok(firsts)

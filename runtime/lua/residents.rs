@@ -78,6 +78,7 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
         // Async only to open `mcp` servers first: without them the future is ready at once and
         // nothing yields.
         lua.create_async_function(|lua, opts: Value| async move {
+            super::store::refuse_inside_update("ai.spawn")?;
             let opts: Table = super::convert::arg(&lua, "ai.spawn", 1, opts)?;
             let mut servers =
                 super::turn::read_servers(&lua, opts.get::<Value>("mcp")?, "ai.spawn")?;
@@ -98,12 +99,14 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     ai.set(
         "mail",
         lua.create_function(|lua, opts: Value| {
+            super::store::refuse_inside_update("ai.mail")?;
             mail(lua, super::convert::arg(lua, "ai.mail", 1, opts)?)
         })?,
     )?;
     ai.set(
         "dismiss",
         lua.create_function(|lua, name: Value| {
+            super::store::refuse_inside_update("ai.dismiss")?;
             dismiss(
                 lua,
                 &super::convert::arg::<String>(lua, "ai.dismiss", 1, name)?,

@@ -21,6 +21,41 @@ tokio::task_local! {
     pub static WORKSPACE: String;
 }
 
+thread_local! {
+    /// Whether a `store.update` function is running on this thread.
+    static UPDATING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Raises for a call of `who` from inside a `store.update` function. The store answered it
+/// `nil, err` (it holds the update's transaction), which a function that reads and goes on
+/// took for "absent": `store.update("n", function() return store.get("price") + 1 end)` kept
+/// nil, and an inner `store.update`'s nil deleted the outer key.
+pub fn refuse_inside_update(who: &str) -> mlua::Result<()> {
+    if UPDATING.with(std::cell::Cell::get) {
+        return Err(misuse(format!(
+            "{who}: cannot be called inside a store.update function (it runs inside the \
+             store's transaction): read what it needs before the update"
+        )));
+    }
+    Ok(())
+}
+
+/// Marks a `store.update` function running until dropped.
+struct Updating;
+
+impl Updating {
+    fn begin() -> Updating {
+        UPDATING.with(|u| u.set(true));
+        Updating
+    }
+}
+
+impl Drop for Updating {
+    fn drop(&mut self) {
+        UPDATING.with(|u| u.set(false));
+    }
+}
+
 /// The namespace of the running code: its resident's workspace, or the global space `""`.
 pub fn current_space() -> String {
     WORKSPACE.try_with(Clone::clone).unwrap_or_default()
@@ -68,6 +103,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     m.set(
         "get",
         lua.create_function(|lua, key: Value| {
+            refuse_inside_update("store.get")?;
             let key = key_arg(key, "store.get")?;
             match store(lua).get(&current_space(), &key) {
                 Ok(Some(v)) => Ok(MultiValue::from_iter([from_json(lua, &v)?])),
@@ -80,6 +116,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     m.set(
         "set",
         lua.create_function(|lua, (key, value): (Value, Value)| {
+            refuse_inside_update("store.set")?;
             let key = key_arg(key, "store.set")?;
             let s = store(lua);
             let result = match value {
@@ -103,6 +140,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     m.set(
         "delete",
         lua.create_function(|lua, key: Value| {
+            refuse_inside_update("store.delete")?;
             let key = key_arg(key, "store.delete")?;
             match store(lua).delete(&current_space(), &key) {
                 Ok(existed) => Ok(MultiValue::from_iter([Value::Boolean(existed)])),
@@ -114,6 +152,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     m.set(
         "list",
         lua.create_function(|lua, prefix: Value| {
+            refuse_inside_update("store.list")?;
             let prefix = match prefix {
                 Value::Nil => String::new(),
                 given => named_arg(given, "store.list", "prefix")?,
@@ -129,6 +168,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     // `new = store.update(key, function(old) return new end)`: atomic read-modify-write. The
     // function runs inside the store's transaction, so it cannot wait (no ai.*, no sleep).
     let update = lua.create_function(|lua, (key, f): (Value, Value)| {
+        refuse_inside_update("store.update")?;
         let key = key_arg(key, "store.update")?;
         let f: Function = super::convert::arg(lua, "store.update", 2, f)?;
         let mut raised: Option<mlua::Error> = None;
@@ -140,8 +180,10 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
                     Some(v) => from_json(lua, v).map_err(|e| e.to_string())?,
                     None => Value::Nil,
                 };
+                let updating = Updating::begin();
                 let called = super::thrown::call(lua, &f, old)
                     .map(|r| r.map(|mut v| v.pop_front().unwrap_or(Value::Nil)));
+                drop(updating);
                 match called {
                     // The function cannot wait inside the store's transaction, and Lua's
                     // own word for it names neither.
@@ -179,7 +221,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
             return Err(e);
         }
         if let Some(value) = thrown {
-            return super::thrown::throw(lua, value);
+            return Err(super::thrown::throw(lua, value));
         }
         // A value JSON cannot hold is a mistake in the script, as in `store.set`.
         if let Some(why) = unfit {
@@ -191,6 +233,6 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
             Err(e) => failed(lua, &e),
         }
     })?;
-    m.set("update", super::thrown::rethrowing(lua, update)?)?;
+    m.set("update", update)?;
     Ok(m)
 }

@@ -4,45 +4,47 @@
 //! mlua makes any error value that is not its own into a string when it crosses Rust (`table:
 //! 0x3bc13dd4d00`), so a script that caught what its function threw inside `ai.parallel` or
 //! `store.update` got that string, not its table, and an uncaught one printed it. A function of
-//! colony's that calls the script's code calls it through `pcall` ([`call`], [`call_async`]),
-//! and answers a failure with [`throw`]; a Lua wrapper around it ([`rethrowing`]) raises the
-//! value again as it was thrown.
+//! colony's that calls the script's code calls it through `pcall` ([`call`], [`call_async`])
+//! and raises a failure with [`throw`]: an error that holds the value's place in the VM's
+//! table of thrown values. Whatever reads an error for the script (its `pcall` and `xpcall`,
+//! the handlers of the main chunk, a source, a callback) takes the value back with
+//! [`recover`]. The function stays a C function, so a script's `return store.update(...)` is
+//! no tail call that would hide the line that made it.
+
+use std::cell::Cell;
 
 use mlua::{Function, IntoLuaMulti, Lua, MultiValue, Table, Value};
 
-/// The wrapper's parts, made once per VM.
+/// At most this many thrown values wait to be recovered; older ones (an error that was only
+/// logged, never read by the script) are let go.
+const KEPT: u64 = 64;
+
+/// The VM's thrown values, by number.
 struct Thrower {
     /// The script's `pcall` (the watchdog's: a stop is not caught).
     pcall: Function,
-    /// What a wrapped function's first result is when its second is to be raised.
-    marker: Table,
-    /// `wrap(f)`: `f` with its thrown values raised again.
-    wrap: Function,
+    values: Table,
+    next: Cell<u64>,
 }
 
-const WRAP: &str = r#"
-local marker, error, rawequal = ...
-local function out(first, ...)
-  if rawequal(first, marker) then error((...), 0) end
-  return first, ...
-end
-return function(run)
-  return function(...) return out(run(...)) end
-end
-"#;
+/// The error that carries a thrown value: its number in the VM's table.
+#[derive(Debug)]
+struct Rethrown(u64);
 
-/// Makes the VM's wrapper. Install it after the watchdog, whose `pcall` it uses.
+impl std::fmt::Display for Rethrown {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a value the script threw")
+    }
+}
+
+impl std::error::Error for Rethrown {}
+
+/// Keeps the VM's `pcall`. Install it after the watchdog, whose `pcall` it uses.
 pub fn install(lua: &Lua) -> mlua::Result<()> {
-    let pcall: Function = lua.globals().get("pcall")?;
-    let marker = lua.create_table()?;
-    let make: Function = lua.load(WRAP).set_name("=colony.rethrow").into_function()?;
-    let error: Function = lua.globals().get("error")?;
-    let rawequal: Function = lua.globals().get("rawequal")?;
-    let wrap = make.call::<Function>((marker.clone(), error, rawequal))?;
     lua.set_app_data(Thrower {
-        pcall,
-        marker,
-        wrap,
+        pcall: lua.globals().get("pcall")?,
+        values: lua.create_table()?,
+        next: Cell::new(0),
     });
     Ok(())
 }
@@ -52,17 +54,41 @@ fn thrower(lua: &Lua) -> mlua::Result<mlua::AppDataRef<'_, Thrower>> {
         .ok_or_else(|| mlua::Error::runtime("the VM has no thrower"))
 }
 
-/// `run`, whose [`throw`]n values are raised as they are by the function the script calls.
-pub fn rethrowing(lua: &Lua, run: Function) -> mlua::Result<Function> {
-    thrower(lua)?.wrap.call(run)
+/// The error that raises `value` again as it was thrown.
+pub fn throw(lua: &Lua, value: Value) -> mlua::Error {
+    let Ok(t) = thrower(lua) else {
+        return mlua::Error::runtime(super::describe_error(&value));
+    };
+    let n = t.next.get();
+    t.next.set(n + 1);
+    let kept = t
+        .values
+        .raw_set(n, value)
+        .and_then(|()| match n.checked_sub(KEPT) {
+            Some(old) => t.values.raw_set(old, Value::Nil),
+            None => Ok(()),
+        });
+    match kept {
+        Ok(()) => mlua::Error::external(Rethrown(n)),
+        Err(e) => e,
+    }
 }
 
-/// What a [`rethrowing`] function returns to raise `value`.
-pub fn throw(lua: &Lua, value: Value) -> mlua::Result<MultiValue> {
-    Ok(MultiValue::from_iter([
-        Value::Table(thrower(lua)?.marker.clone()),
-        value,
-    ]))
+/// The value `err` raises again, taken out of the table (it is read once), if it is one.
+pub fn recover(lua: &Lua, err: &mlua::Error) -> Option<Value> {
+    let Rethrown(n) = err.downcast_ref::<Rethrown>()?;
+    let t = thrower(lua).ok()?;
+    let value = t.values.raw_get::<Value>(*n).ok()?;
+    t.values.raw_set(*n, Value::Nil).ok()?;
+    (!value.is_nil()).then_some(value)
+}
+
+/// `err` as the script threw it, when it is a thrown value raised again; as it is otherwise.
+pub fn recovered(lua: &Lua, err: Value) -> Value {
+    match &err {
+        Value::Error(e) => recover(lua, e).unwrap_or(err),
+        _ => err,
+    }
 }
 
 /// Calls `f` protected: its results, or what it threw. A stop (a deadline, SIGINT) is not

@@ -59,7 +59,12 @@ impl UserData for ToolValue {
                         deadline: std::time::Instant::now().checked_add(def.timeout),
                         ..Default::default()
                     };
-                    let run = handler.call_async::<MultiValue>((args, ctx));
+                    // What the handler throws reaches the caller as it was thrown.
+                    let run = async {
+                        super::thrown::call_async(&lua, &handler, (args, ctx))
+                            .await?
+                            .map_err(|thrown| super::thrown::throw(&lua, thrown))
+                    };
                     let run = super::watchdog::guarded(&lua, limit, run);
                     return match tokio::time::timeout(def.timeout, run).await {
                         Ok(result) => result,

@@ -660,7 +660,10 @@ end
 /// value as it is.
 pub fn caught(lua: &Lua) -> mlua::Result<Function> {
     lua.create_function(|lua, v: Value| match v {
-        Value::Error(e) => Ok(Value::String(lua.create_string(super::fault(&e).message)?)),
+        Value::Error(e) => match super::thrown::recover(lua, &e) {
+            Some(thrown) => Ok(thrown),
+            None => Ok(Value::String(lua.create_string(super::fault(&e).message)?)),
+        },
         other => Ok(other),
     })
 }
