@@ -33,7 +33,9 @@ function store.list(prefix) end
 
 --- Atomic read-modify-write: `fn(old)` returns the new value (nil deletes); no other write lands
 --- in between. `fn` runs inside the store's transaction, so it cannot wait (no `ai.*`, no sleep:
---- waiting raises, naming `store.update`). A new value JSON cannot hold raises, as in `store.set`.
+--- waiting raises, naming `store.update`), and it cannot use the store or mail (`store.*`,
+--- `ai.mail`, `ai.spawn`, `ai.dismiss` raise there: read what it needs first). What `fn` throws
+--- is raised as it was thrown. A new value JSON cannot hold raises, as in `store.set`.
 --- Keys (and a `prefix`) are UTF-8 text.
 ---@param key string
 ---@param fn fun(old: any?): any?
