@@ -854,3 +854,79 @@ fn a_node_whose_name_was_taken_while_it_was_paused_stops_its_program() {
     );
     assert_eq!(local_in("paused", &[("x", &second)])["x"].len(), RESIDENTS);
 }
+
+/// A node stopped with SIGTERM mid-turn keeps its resident's lease until the turn ends within
+/// the grace, so the turn runs once: the node stopped renewing its leases with the stop,
+/// another node took the resident over after the lease (2 s here) and asked the model again,
+/// and the first node's result was refused.
+#[test]
+fn a_node_stopped_mid_turn_keeps_its_lease_until_the_turn_ends() {
+    let store_url = support::postgres::database();
+    let nats = support::nats::server().url();
+    let fake = FakeProvider::start();
+    // Longer than a lease, shorter than the grace.
+    fake.set_default(Reply::text("done").delay(6_000));
+    let sb = styled(&fake, "openai");
+    let dir = sb.path("drain");
+    std::fs::create_dir_all(&dir).unwrap();
+    let script = dir.join("drain.lua");
+    std::fs::write(
+        &script,
+        r#"ai.spawn{ name = "solo", provider = "openai", model = "m", persist_conversation = true,
+  deliver_to = function() end }
+ai.watch{ grace_ms = 20000 }
+"#,
+    )
+    .unwrap();
+    let cluster = Cluster {
+        sb: &sb,
+        script: script.display().to_string(),
+        store: store_url.clone(),
+        nats,
+    };
+    let a = cluster.node("a");
+    let b = cluster.node("b");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (mut owner, other) = loop {
+        let here = local_in("drain", &[("a", &a), ("b", &b)]);
+        if here["a"].len() == 1 {
+            break (a, b);
+        }
+        if here["b"].len() == 1 {
+            break (b, a);
+        }
+        assert!(Instant::now() < deadline, "solo never ran: {here:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let sent = owner.mail(
+        "drain",
+        json!({ "to": "solo", "content": "work", "id": "w1" }),
+    );
+    assert_eq!(sent.status, 202, "{}", sent.text);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fake.requests().is_empty() {
+        assert!(Instant::now() < deadline, "the turn never began");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    owner.signal("TERM");
+    assert_eq!(owner.wait(), Some(0), "{}", owner.stderr());
+    // The other node runs it now, idle: the turn it finished is saved, nothing asked again.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = other.get("/api/programs/drain/residents/solo").json;
+        if r["state"] == "idle" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "solo never came back: {r}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let pg = PostgresStore::open_in(&store_url, Some(&schema_for(&script))).unwrap();
+    let cell = pg.load_cell("solo").unwrap().unwrap();
+    let texts: Vec<String> = cell.messages.iter().map(Message::text).collect();
+    assert_eq!(texts, ["[mail from api] work", "done"]);
+    assert_eq!(
+        fake.requests().len(),
+        1,
+        "the turn ran again on the other node"
+    );
+}

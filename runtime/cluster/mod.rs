@@ -270,9 +270,14 @@ impl Shared {
             .map(|l| (l.name.clone(), l.owner.clone()))
             .collect();
         for (name, here) in lifecycle.placed() {
-            if lifecycle.stopping() || self.state().over {
+            if self.state().over {
                 return Ok(());
             }
+            // A node stopping (SIGTERM's grace) keeps the leases of what it runs until its
+            // turns end and it leaves: renewals stopped with the stop, another node took a
+            // resident over mid-turn and ran that turn again, while this one's result was
+            // refused. It claims and hands over nothing meanwhile.
+            let stopping = lifecycle.stopping();
             let want = rendezvous::owner(&name, &live);
             if here {
                 let Some(lease) = self.state().held.get(&name).cloned() else {
@@ -288,12 +293,15 @@ impl Shared {
                         continue;
                     }
                 }
+                if stopping {
+                    continue;
+                }
                 let adopted = self.state().adopted.contains(&name);
                 if want.is_some_and(|w| w != self.node) && !adopted && lifecycle.at_rest(&name) {
                     tracing::info!(ai = %name, to = want.unwrap_or(""), "handed over");
                     self.let_go(lifecycle, &name, true);
                 }
-            } else {
+            } else if !stopping {
                 let free = leases
                     .get(&name)
                     .is_none_or(|l| l.owner == self.node || l.expires_at_ms <= now);
