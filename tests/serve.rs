@@ -1514,3 +1514,45 @@ fn permission_flags_without_files_are_refused_not_ignored() {
         );
     }
 }
+
+/// While a turn runs, the conversation reads as it was committed before it: it read as empty
+/// (`total: 0`) for the whole turn, though the resident's view said it held two messages.
+#[test]
+fn the_conversation_reads_as_committed_while_a_turn_runs() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        let text = last_user_text(body);
+        let reply = Reply::text(format!("re: {text}"));
+        if text.contains("slow") {
+            reply.delay(3_000)
+        } else {
+            reply
+        }
+    });
+    let sb = sandbox(&fake, GOOD_KEY);
+    let served = Served::start(&sb, &[&example("desk.lua")]);
+    wait_ready(&served);
+    let events = served.events(None);
+    let first = served.mail("desk", json!({ "to": "desk", "content": "one" }));
+    assert_eq!(first.status, 202, "{}", first.text);
+    events.next_of("delivery", "desk");
+    let slow = served.mail("desk", json!({ "to": "desk", "content": "slow two" }));
+    assert_eq!(slow.status, 202, "{}", slow.text);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while fake.requests().len() < 2 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second turn never began"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let during = served.get("/api/programs/desk/residents/desk/conversation");
+    assert_eq!(during.json["total"], 2, "{}", during.text);
+    assert_eq!(
+        during.json["messages"][1]["parts"][0]["text"],
+        "re: [mail from api] one"
+    );
+    events.next_of("delivery", "desk");
+    let after = served.get("/api/programs/desk/residents/desk/conversation");
+    assert_eq!(after.json["total"], 4, "{}", after.text);
+}

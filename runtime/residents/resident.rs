@@ -851,7 +851,13 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         Provenance::of(&batch.mail)
     };
     *serving = provenance.clone();
-    let mut messages = std::mem::take(&mut *me.lock());
+    // Someone looking on (colony serve's API and dashboard) reads the conversation while the
+    // turn runs: it keeps the committed copy (taken, it read as empty for the whole turn).
+    let mut messages = if host.observer().is_some() {
+        me.lock().clone()
+    } else {
+        std::mem::take(&mut *me.lock())
+    };
     let before = messages.len();
     if batch.dropped > 0 {
         messages.push(Message::user(dropped_marker(batch.dropped)));
