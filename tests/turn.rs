@@ -1070,3 +1070,33 @@ fn absurd_token_counts_from_a_provider_are_capped_not_overflowed() {
         );
     }
 }
+
+/// An answer that says the model failed (Gemini's `MALFORMED_FUNCTION_CALL`) is a transient
+/// `provider_error` carrying its message, to `ai.ask` and to a turn, never the reply: the
+/// botched call's text came back as what the model said (`stop = "error"`, no error).
+#[test]
+fn an_answer_that_says_the_model_failed_is_an_error_not_a_reply() {
+    let fake = FakeProvider::start();
+    for _ in 0..2 {
+        fake.push(Reply::text("").stop("MALFORMED_FUNCTION_CALL"));
+    }
+    let run = sandbox(&fake, "gemini")
+        .lua(
+            r#"local r, e = ai.ask("hi")
+               print(r, e.kind, e.transient, e.message)
+               local t = ai.take_turn{ prompt = "hi" }
+               print(t.reply, t.stop, t.error.kind, t.error.transient, #t.messages)"#,
+            &[],
+        )
+        .ok();
+    let message = "provider error: the model's answer failed: MALFORMED_FUNCTION_CALL";
+    assert_eq!(
+        run.lines(),
+        [
+            format!("nil\tprovider_error\ttrue\t{message}"),
+            "\terror\tprovider_error\ttrue\t1".to_string(),
+        ],
+        "{}",
+        run.stderr
+    );
+}

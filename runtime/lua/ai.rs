@@ -124,7 +124,10 @@ async fn ask(lua: &Lua, history: Value, opts: Option<Table>) -> mlua::Result<Mul
     let result =
         crate::turn::model_call::call_model(&core, &core, &overrides, &mut req, on_text).await?;
     match result {
-        Ok(inferred) => success(lua, &inferred),
+        Ok(inferred) => match crate::providers::ProviderError::failed_answer(&inferred) {
+            Some(e) => failure(lua, &e),
+            None => success(lua, &inferred),
+        },
         Err(e) => failure(lua, &e),
     }
 }

@@ -140,6 +140,21 @@ impl ProviderError {
         }
     }
 
+    /// An answer that says the model failed (Gemini's `MALFORMED_FUNCTION_CALL`, `OTHER`: a
+    /// [`crate::vocab::Stop::Error`] without calls), as the transient error it is to a caller:
+    /// taken as the reply, the botched call's text reached `ai.ask`, a chat and a resident's
+    /// `deliver_to` as if the model had said it, with no error beside `stop = "error"`.
+    pub fn failed_answer(inferred: &crate::vocab::Inferred) -> Option<ProviderError> {
+        let failed = inferred.stop == crate::vocab::Stop::Error
+            && inferred.message.tool_calls().next().is_none();
+        failed.then(|| ProviderError::Provider {
+            status: None,
+            message: format!("the model's answer failed: {}", inferred.text()),
+            transient: true,
+            retry_after: None,
+        })
+    }
+
     pub fn fetch(err: &reqwest::Error) -> ProviderError {
         // reqwest's Display includes the URL, which may carry a key in a query string (Gemini).
         let mut msg = secrets::redact(&err.to_string());

@@ -236,6 +236,13 @@ async fn run(
         out.usage.add(&inferred.usage);
         window.reported(&inferred.usage);
         out.reported_tokens = window.reported_tokens();
+        // An answer that says the model failed is no reply: the turn ends with the error, the
+        // answer left out, and is tried again as a transient failure is.
+        if let Some(e) = ProviderError::failed_answer(&inferred) {
+            out.error = Some(TurnError::from_provider(&e));
+            out.messages = req.messages;
+            return out;
+        }
         req.messages.push(inferred.message.clone());
         let calls = inferred.tool_calls();
         // The reply must be on disk before its calls run, and a final answer before it is

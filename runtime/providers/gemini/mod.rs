@@ -18,13 +18,15 @@
 //! | `STOP` | `EndTurn`, or `ToolUse` when the answer holds function calls |
 //! | `MAX_TOKENS` | `MaxTokens` |
 //! | `SAFETY`, `RECITATION`, `BLOCKLIST`, `PROHIBITED_CONTENT`, `SPII`, `LANGUAGE`, `IMAGE_*` filters | `ContentFilter` |
-//! | `MALFORMED_FUNCTION_CALL`, `OTHER`, anything else | `Error`, `finishMessage` (or the reason) appended as a text part, not streamed as a delta |
+//! | `MALFORMED_FUNCTION_CALL`, `OTHER`, anything else | `Error`, `REASON: finishMessage` (or the reason) appended as a text part, not streamed as a delta |
 //! | none, prompt blocked (`promptFeedback.blockReason`, no candidates) | `ContentFilter`, empty text |
 //! | none, stream cut | [`ProviderError::Fetch`] "the stream ended before a finishReason" |
 //!
-//! `MALFORMED_FUNCTION_CALL` is an answer, not a [`ProviderError`]: the request was fine and the
-//! same request may well succeed, and the `finishMessage` (the call the model botched) is what the
-//! caller needs to see or feed back, so it is kept as the message's text with `Stop::Error`.
+//! `MALFORMED_FUNCTION_CALL` is an answer, not a [`ProviderError`] here: the request was fine and
+//! the same request may well succeed, and the `finishMessage` (the call the model botched) is
+//! what the caller needs to see, so it is kept as the message's text with `Stop::Error`. A turn
+//! and `ai.ask` make it a transient `provider_error` carrying that text
+//! ([`ProviderError::failed_answer`]), never a reply.
 //!
 //! Usage: `input` = `promptTokenCount` + `toolUsePromptTokenCount` (cached tokens included, as
 //! Gemini counts them); `output` = `candidatesTokenCount` + `thoughtsTokenCount`, because Gemini

@@ -232,12 +232,11 @@ impl Answer {
             (None, None) => Stop::EndTurn,
         };
         if stop == Stop::Error {
-            let note = self.finish_message.clone().unwrap_or_else(|| {
-                format!(
-                    "the model stopped: {}",
-                    self.finish_reason.as_deref().unwrap_or("unknown reason")
-                )
-            });
+            let reason = self.finish_reason.as_deref().unwrap_or("unknown reason");
+            let note = match &self.finish_message {
+                Some(message) => format!("{reason}: {message}"),
+                None => reason.to_string(),
+            };
             self.parts.push(Part::text(note));
         }
         Ok(Inferred {

@@ -35,7 +35,7 @@ fn malformed_function_call_is_an_error_answer() {
     assert_eq!(inferred.stop, Stop::Error);
     assert_eq!(
         inferred.text(),
-        "Malformed function call: print(default_api.f(x=))"
+        "MALFORMED_FUNCTION_CALL: Malformed function call: print(default_api.f(x=))"
     );
     assert!(inferred.tool_calls().is_empty());
 }
