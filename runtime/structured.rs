@@ -2,7 +2,8 @@
 //! schema (each style carries it its own way, [`crate::providers::structured`]), parse and
 //! validate the answer locally (a server's own enforcement is not trusted: the OpenAI mapping is
 //! not strict, compatible servers may ignore the field, Gemini supports a subset of JSON Schema),
-//! and send a failed answer back once with the validator's messages.
+//! and send a failed answer back once with the validator's messages. A refusal or a filtered
+//! answer is not asked for again.
 
 use jsonschema::Validator;
 use serde_json::Value;
@@ -10,7 +11,7 @@ use serde_json::Value;
 use crate::core::{Ask, Core};
 use crate::providers::ProviderError;
 use crate::providers::structured::DEFAULT_NAME;
-use crate::vocab::{Message, Part, ResponseSchema, Role, Usage};
+use crate::vocab::{Message, Part, ResponseSchema, Role, Stop, Usage};
 
 /// How many times the model is asked: the first answer, and one correction.
 const MAX_ATTEMPTS: u32 = 2;
@@ -76,7 +77,27 @@ pub async fn ask_structured(
         attempts += 1;
         let inferred = core.call_provider(&req, &ep, None).await?;
         usage.add(&inferred.usage);
+        if let Some(e) = ProviderError::failed_answer(&inferred) {
+            return Err(e.into());
+        }
         let text = inferred.text();
+        // A refusal or a filtered answer is said as such, and not asked for again (the same
+        // request is refused the same way): it read "the answer is not JSON" after a second,
+        // paid attempt, the refusal's own words lost.
+        if matches!(inferred.stop, Stop::Refusal | Stop::ContentFilter) {
+            let said = if text.trim().is_empty() {
+                String::new()
+            } else {
+                format!(": {}", text.trim())
+            };
+            return Err(StructuredError::Invalid {
+                message: format!(
+                    "the model did not answer (stop = {}){said}",
+                    inferred.stop.as_str()
+                ),
+                text,
+            });
+        }
         let problem = match check(&validator, &text) {
             Ok(value) => {
                 return Ok(StructuredOutcome {

@@ -297,3 +297,33 @@ fn without_a_schema_no_tool_is_added() {
     assert!(body.get("tools").is_none(), "{body}");
     assert!(body.get("tool_choice").is_none(), "{body}");
 }
+
+/// A refusal or a filtered answer is said as such after the one call: it was asked for again
+/// (a second, paid call refused the same way) and read "the answer is not JSON", the refusal's
+/// words lost. An answer that says the model failed is that provider error.
+#[test]
+fn a_refusal_is_said_and_not_asked_again() {
+    for style in STYLES {
+        let fake = FakeProvider::start();
+        fake.push(Reply::text("I can't help with that.").stop("refusal"));
+        let err = run(&fake, style, schema()).expect_err(style);
+        assert_eq!(err.kind(), "invalid_output", "{style}");
+        // OpenAI's wire and Gemini's have no refusal of their own: a filter stops them.
+        let stop = if style == "anthropic" {
+            "refusal"
+        } else {
+            "content_filter"
+        };
+        assert_eq!(
+            err.to_string(),
+            format!("the model did not answer (stop = {stop}): I can't help with that."),
+            "{style}"
+        );
+        assert_eq!(model_calls(&fake).len(), 1, "{style}");
+    }
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("").stop("MALFORMED_FUNCTION_CALL"));
+    let err = run(&fake, "gemini", schema()).expect_err("gemini");
+    assert_eq!(err.kind(), "provider_error");
+    assert_eq!(model_calls(&fake).len(), 1);
+}
