@@ -141,33 +141,39 @@ local function takes_tools(use)
   return not (row and row.tools == "none")
 end
 local cached = (mcp and mcp.cached_tools and takes_tools(opts.use)) and mcp.cached_tools() or {}
--- One try: the reply, or nil, the error (a table, or a string) and the text that tells it.
+-- One try, a turn (one plain call without tools): the reply and why the model stopped, or nil,
+-- the error (a table) and the text that tells it.
 local called = false
-local function attempt()
-  if #cached > 0 then
-    opts.prompt = question
-    opts.tools = cached
-    opts.on_tool = function(event)
-      called = true
-      io.stderr:write("[tool] ", event.name, " ", event.ok and "ok" or ("error: " .. tostring(event.outcome)), "\n")
-    end
-    local turn = ai.take_turn(opts)
-    if turn.stop == "error" then
-      return nil, turn.error, turn.error and turn.error.message or "the turn failed"
-    end
-    return turn.reply
+opts.prompt = question
+if #cached > 0 then
+  opts.tools = cached
+  opts.on_tool = function(event)
+    called = true
+    io.stderr:write("[tool] ", event.name, " ", event.ok and "ok" or ("error: " .. tostring(event.outcome)), "\n")
   end
-  local reply, err = ai.ask({ { role = "user", content = question } }, opts)
-  return reply, err, tostring(err)
 end
+local function attempt()
+  local turn = ai.take_turn(opts)
+  if turn.error then
+    return nil, turn.error, tostring(turn.error)
+  end
+  return turn.reply, nil, nil, turn.stop
+end
+
+-- An answer the model did not finish, said after it (it printed as if whole).
+local cut_short = {
+  max_tokens = "the answer was cut off at the model's output limit (max_tokens)",
+  refusal = "the model refused to answer",
+  content_filter = "the provider's content filter stopped the answer",
+}
 
 -- A failure that passes (a 429, a 503, a dropped connection) before any text arrived and before
 -- any tool ran is tried twice more, after what the provider asks to wait (10 s at most), or
 -- 1 s, then 3 s. Not a timeout: each try would wait the whole of it again.
-local reply, err, told
+local reply, err, told, stop
 local waits = { 1, 3 }
 for try = 1, #waits + 1 do
-  reply, err, told = attempt()
+  reply, err, told, stop = attempt()
   if reply or streamed or called or try > #waits or type(err) ~= "table" or not err.transient
     or tostring(err.message):find("timed out after", 1, true) then
     break
@@ -184,3 +190,4 @@ if not reply then
 end
 if not streamed then out(reply) end
 out("\n")
+if cut_short[stop] then io.stderr:write("colony ask: ", cut_short[stop], "\n") end

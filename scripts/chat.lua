@@ -489,6 +489,14 @@ local function exchange(use, messages, text, files)
   end
   if not (all ~= "" and all:sub(-1) == "\n") then io.write("\n") end
   io.flush()
+  -- An answer the model did not finish is said to be so (it printed as if whole, and an empty
+  -- refusal as nothing at all).
+  local cut = ({
+    max_tokens = "[the answer was cut off at the model's output limit (max_tokens)]",
+    refusal = "[the model refused to answer]",
+    content_filter = "[the provider's content filter stopped the answer]",
+  })[turn.stop]
+  if cut then note(dim(cut)) end
   -- The messages sent keep their attachments as they were kept (by path, with their size and
   -- time), whatever the transcript the turn hands back carries for them.
   local out = turn.messages

@@ -862,3 +862,34 @@ fn a_copy_of_the_chat_script_takes_its_question_as_colony_chat_does() {
         run.stderr
     );
 }
+
+/// An answer the model did not finish says so after it, in `colony chat` and `colony ask`: a
+/// refusal printed an empty line, an answer cut at max_tokens printed as if whole.
+#[test]
+fn an_answer_cut_short_or_refused_is_said_to_be() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    for (command, said) in [
+        ("chat", "[the model refused to answer]"),
+        ("ask", "colony ask: the model refused to answer"),
+    ] {
+        fake.push(Reply::text("").stop("refusal"));
+        let run = sb.colony(&[command, "Help?"]).ok();
+        assert_eq!(run.stdout, "\n", "{command}");
+        assert!(run.stderr.contains(said), "{command}: {}", run.stderr);
+    }
+    for command in ["chat", "ask"] {
+        fake.push(Reply::text("The first half").stop("max_tokens"));
+        let run = sb.colony(&[command, "Everything?"]).ok();
+        assert_eq!(run.stdout, "The first half\n", "{command}");
+        assert!(
+            run.stderr
+                .contains("the answer was cut off at the model's output limit (max_tokens)"),
+            "{command}: {}",
+            run.stderr
+        );
+    }
+    fake.push(Reply::text("Whole."));
+    let run = sb.colony(&["chat", "More?"]).ok();
+    assert_eq!(run.stderr, "", "a finished answer says nothing more");
+}
