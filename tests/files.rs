@@ -860,3 +860,31 @@ fn a_file_the_model_cannot_read_is_said_once_on_stderr() {
     );
     assert_eq!(model_calls(&fake).len(), 3);
 }
+
+/// A handler may answer with files alone, `{ files = {...} }` (a chart has nothing to add):
+/// that table was sent as the JSON `{"files":["e.csv"]}`, its file never attached.
+#[test]
+fn a_tool_result_may_be_files_alone() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "chart", json!({})));
+    fake.push(Reply::text("seen"));
+    let run = sandbox(&fake, "anthropic")
+        .lua(
+            r#"
+local chart = ai.tool{ name = "chart", parameters = {},
+  handler = function() return { files = { "e.csv" } } end }
+local r = ai.take_turn{ prompt = "chart it", tools = { chart } }
+local result = r.messages[3]
+print(r.reply, result.content == "", result.files[1].name)
+"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.lines(), ["seen\ttrue\te.csv"], "{}", run.stderr);
+    let second = serde_json::to_string(conversation(&model_calls(&fake)[1])).unwrap();
+    assert!(
+        second.contains("Paris,21"),
+        "the CSV rides in the result: {second}"
+    );
+    assert!(!second.contains(r#"{\"files\""#), "{second}");
+}

@@ -492,8 +492,9 @@ async fn run_tool(
     }
 }
 
-/// Whether a returned table is the text-with-files form: a string `text`, a table `files`, and
-/// no other key.
+/// Whether a returned table is the text-with-files form: a table `files`, a string `text` or
+/// none (a chart or a screenshot has nothing to add: `{ files = {...} }` was sent as the JSON
+/// `{"files":[...]}`, its files never attached), and no other key.
 fn is_attached(t: &mlua::Table) -> bool {
     let mut keys = 0;
     for pair in t.pairs::<Value, Value>() {
@@ -504,7 +505,7 @@ fn is_attached(t: &mlua::Table) -> bool {
             _ => return false,
         }
     }
-    keys == 3
+    keys & 2 == 2
 }
 
 /// A thrown value as text: a table is shown as JSON where it can be.

@@ -182,7 +182,7 @@ function ai.parallel(...) end
 ---@field name string may contain dots (`notes.search`): reshaped on the wire and mapped back
 ---@field description? string
 ---@field parameters? table a JSON Schema, or the shorthand `{ city = "string", days = "integer?" }`: each value one of "string", "integer", "number", "boolean", "object", "array", "null", with `?` for optional (a table with `type`, `properties`, `required`, `$schema`, `$ref`, `anyOf`, `oneOf` or `allOf` is read as a schema)
----@field handler fun(args: table, ctx: ai.ToolContext): any returns a string, a table (sent as JSON), `{ text = "...", files = { ai.FileSpec... } }` (text with files attached to the result), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
+---@field handler fun(args: table, ctx: ai.ToolContext): any returns a string, a table (sent as JSON), `{ text = "...", files = { ai.FileSpec... } }` (text with files attached to the result; `text` may be left out), or `nil, err`; may wait (ai.ask, ai.sleep, other tools)
 ---@field timeout? number seconds before the call is abandoned (default 120; at most a year); a handler that never waits is stopped then too (`deadline`)
 ---@field exportable? boolean served by `colony mcp serve` and `/mcp` on `colony serve` (a tool without it is neither listed nor run there)
 ---@field rate? string how often it may be called, `"10/min"`, `"5/s"`, `"100/hour"`, `"1000/day"` (a token bucket shared by every turn that offers it: that many at once, then one more each period/count); a call over it is answered `rate_limited` without running
