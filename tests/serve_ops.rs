@@ -361,6 +361,40 @@ fn programs_config(fake: &FakeProvider, files: &[&std::path::Path]) -> String {
     text
 }
 
+/// SIGHUP starts again a program that failed, whatever made it fail (here a file it reads,
+/// missing, then put back): only a program whose own file changed was tried again, so one that
+/// failed on something outside its file stayed failed until `/restart`.
+#[test]
+fn sighup_starts_a_failed_program_again() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| Reply::text(format!("re: {}", last(body).1)));
+    let sb = Sandbox::new();
+    let a = sb.write(
+        "alpha.lua",
+        &format!("assert(fs.read(\"greeting.txt\"))\n{}", desk("alpha")),
+    );
+    let config = programs_config(&fake, &[&a]) + "allow_read = [\"greeting.txt\"]\n";
+    sb.write("config.toml", &config);
+    let served = Served::start(&sb, &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while served.get("/api/programs/alpha").json["state"] != "failed" {
+        assert!(std::time::Instant::now() < deadline, "alpha never failed");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let events = served.events(None);
+    sb.write("greeting.txt", "hello");
+    served.signal("HUP");
+    let (restarted, seen) = events.until("alpha started again", |e| {
+        e.kind == "program_restarted" || e.kind == "program_failed"
+    });
+    assert_eq!(
+        restarted.kind, "program_restarted",
+        "{restarted:?} after {seen:?}"
+    );
+    wait_ready(&served);
+    assert_eq!(served.get("/api/programs/alpha").json["state"], "running");
+}
+
 /// SIGHUP restarts a program whose file changed, and the new run serves. The reload used to hold
 /// the old run while it restarted it, so the new run found the state directory "in use by
 /// process N" (the service itself) and the program was left failed.

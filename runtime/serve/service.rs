@@ -578,9 +578,13 @@ impl Service {
         }
         let mut unblocked = 0;
         for slot in self.programs() {
-            let (hosted, hash) = {
+            let (hosted, hash, failed) = {
                 let now = slot.lock();
-                (now.hosted.clone(), now.hash.clone())
+                (
+                    now.hosted.clone(),
+                    now.hash.clone(),
+                    now.phase == Phase::Failed,
+                )
             };
             if let Some(h) = hosted {
                 unblocked += h.unblock_all();
@@ -601,6 +605,12 @@ impl Service {
                     continue;
                 }
                 tracing::info!(program = %slot.name, "its file changed: restarting");
+                self.restart(&slot).await;
+            } else if failed {
+                // A program that failed waits for a fix: what it failed on may be outside its
+                // file (a store repaired, a file it reads put back), and SIGHUP is the fix's
+                // word. Only a changed file was tried again.
+                tracing::info!(program = %slot.name, "it had failed: starting it again");
                 self.restart(&slot).await;
             }
         }
