@@ -577,29 +577,40 @@ fn running(s: &Service, p: &str) -> Result<(Arc<Slot>, Arc<Hosted>), Box<Respons
     };
     match slot.hosted() {
         Some(h) => Ok((slot, h)),
-        None => Err(Box::new(match slot.starts_again_in() {
-            // Its store or cluster could not be reached: it starts by itself once they can.
-            Some(wait) => {
-                let secs = wait.as_secs().max(1);
-                let mut r = refuse(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "not_running",
-                    &format!(
-                        "program {p:?} is not running: its store or cluster could not be \
-                         reached, and its start is tried again in {secs}s"
-                    ),
-                );
-                if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
-                    r.headers_mut().insert(header::RETRY_AFTER, v);
-                }
-                r
-            }
-            None => refuse(
+        None => Err(Box::new(not_running(&slot, p))),
+    }
+}
+
+/// Why program `p`, which has no run, takes no request now, and when to ask again if that is
+/// known.
+pub(super) fn not_running(slot: &Slot, p: &str) -> Response {
+    // Between a restart's stop and its start: as while it stops, a moment (it was a bare 503
+    // without Retry-After, among its neighbours' "try again in a moment").
+    if slot.restarting() {
+        return stopping(p);
+    }
+    match slot.starts_again_in() {
+        // Its store or cluster could not be reached: it starts by itself once they can.
+        Some(wait) => {
+            let secs = wait.as_secs().max(1);
+            let mut r = refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "not_running",
-                &format!("program {p:?} is not running"),
-            ),
-        })),
+                &format!(
+                    "program {p:?} is not running: its store or cluster could not be \
+                     reached, and its start is tried again in {secs}s"
+                ),
+            );
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                r.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+            r
+        }
+        None => refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not_running",
+            &format!("program {p:?} is not running"),
+        ),
     }
 }
 

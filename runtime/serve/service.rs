@@ -70,6 +70,8 @@ struct Now {
     failed_in_a_row: u32,
     /// When its start is tried again, if it is to be.
     again_at: Option<std::time::Instant>,
+    /// Between a restart's stop and its start: no run, one coming.
+    restarting: bool,
 }
 
 /// Per resident, what the observer tallied (for the API's view).
@@ -508,10 +510,12 @@ impl Service {
     /// Stops `slot`'s run and starts it again from its file (persisted residents carry on).
     pub async fn restart(self: &Arc<Self>, slot: &Arc<Slot>) {
         let _op = slot.ops.lock().await;
+        slot.lock().restarting = true;
         self.stop_locked(slot, "restart").await;
         let me = self.clone();
         let s = slot.clone();
         let started = tokio::task::spawn_blocking(move || me.start(&s)).await;
+        slot.lock().restarting = false;
         if matches!(started, Ok(true)) {
             self.events
                 .publish("program_restarted", json!({ "program": slot.name }));
@@ -689,6 +693,7 @@ impl Slot {
                 attempts: 0,
                 failed_in_a_row: 0,
                 again_at: None,
+                restarting: false,
             }),
             ended: watch::Sender::new(0),
             ops: tokio::sync::Mutex::new(()),
@@ -714,6 +719,11 @@ impl Slot {
     /// The running program, if it runs.
     pub fn hosted(&self) -> Option<Arc<Hosted>> {
         self.lock().hosted.clone()
+    }
+
+    /// Whether a restart is between its stop and its start (a run is coming).
+    pub fn restarting(&self) -> bool {
+        self.lock().restarting
     }
 
     /// How long until its start is tried again, if it failed to start and is to be (its store
@@ -1091,6 +1101,21 @@ mod tests {
             ids.look(key(&format!("x{n}")), false);
         }
         assert_eq!(ids.look(key("b"), true), IdSeen::InFlight, "b was evicted");
+    }
+
+    /// A request between a restart's stop and its start is told to come back in a moment
+    /// (`Retry-After`), as one while the program stops is; a program stopped for good is not.
+    #[test]
+    fn a_request_between_a_restarts_stop_and_its_start_is_told_when_to_come_back() {
+        let slot = Slot::new("echo".into(), launch("a/echo.lua", "sa"));
+        slot.lock().phase = Phase::Stopped;
+        let stopped = crate::serve::api::not_running(&slot, "echo");
+        assert_eq!(stopped.status(), 503);
+        assert!(stopped.headers().get("retry-after").is_none());
+        slot.lock().restarting = true;
+        let restarting = crate::serve::api::not_running(&slot, "echo");
+        assert_eq!(restarting.status(), 503);
+        assert_eq!(restarting.headers()["retry-after"], "1");
     }
 
     #[test]
