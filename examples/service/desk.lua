@@ -6,7 +6,8 @@
 -- (`deliver_to = "host"`: under `colony serve` every reply is an event on /api/events), and a
 -- tool that writes to the program's store.
 --
---   colony serve examples/service/desk.lua examples/service/pager.lua
+--   colony serve --allow-write=examples/service/pages.log \
+--     examples/service/desk.lua examples/service/pager.lua
 --   curl -X POST localhost:7878/api/programs/desk/mail -d '{"to":"desk","content":"hello"}'
 --   curl -N localhost:7878/api/events
 

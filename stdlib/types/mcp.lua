@@ -29,7 +29,7 @@ mcp = {}
 ---@field headers? table<string, string> sent on every request (a bearer token, say)
 ---@field command? string a program speaking MCP on stdin/stdout (its stderr goes to the log)
 ---@field args? string[]
----@field env? table<string, string>
+---@field env? table<string, string> variables for the server; it inherits only HOME, LOGNAME, PATH, SHELL, TERM, USER, LANG and TMPDIR of colony's environment (as the MCP SDKs do), so a key it needs goes here
 ---@field cwd? string
 ---@field roots? string[] what `roots/list` answers (URIs such as "file:///home/me/project")
 ---@field on_elicit? fun(req: mcp.ElicitRequest): mcp.ElicitAnswer answers the server's `elicitation/create` (none: declined)
