@@ -28,6 +28,7 @@
 //! it again, so a handler that wraps its loop in `pcall` is still stopped.
 
 use std::cell::RefCell;
+use std::collections::HashSet;
 use std::ffi::CStr;
 use std::future::Future;
 use std::rc::Rc;
@@ -307,7 +308,7 @@ struct Polled {
 }
 
 /// A coroutine of the VM, for the watchdog to set the hook on.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 struct State(*mut ffi::lua_State);
 
 // SAFETY: the watchdog only passes the pointer to `lua_sethook`, which may be called from
@@ -321,8 +322,10 @@ unsafe impl Send for State {}
 struct Watch {
     /// The callbacks being polled, the innermost last (a callback can run another inside).
     polls: Vec<Polled>,
-    /// The coroutines running Lua code for them.
-    running: Vec<State>,
+    /// The coroutines running Lua code for them. A set: `ai.parallel` of 20,000 functions
+    /// resumes 20,000 coroutines in one poll, and a list searched at each resume made that
+    /// quadratic (0.2 s of the Lua thread; 6 s for 40,000).
+    running: HashSet<State>,
     /// The hook is set on every coroutine in `running`.
     armed: bool,
     /// The watchdog sleeps until a callback starts.
@@ -393,25 +396,21 @@ impl Dog {
     /// already due). False when no callback is being polled, or it was listed already.
     fn run(&self, state: State) -> bool {
         let mut watch = self.shared.lock();
-        if watch.polls.is_empty() || watch.running.contains(&state) {
+        if watch.polls.is_empty() || !watch.running.insert(state) {
             return false;
         }
         if watch.armed {
             arm(state);
         }
-        watch.running.push(state);
         true
     }
 
     /// `state`, resumed by `coroutine.resume`, has stopped running.
     fn ran(&self, state: State) {
         let mut watch = self.shared.lock();
-        if let Some(at) = watch.running.iter().rposition(|s| *s == state) {
-            watch.running.remove(at);
-            if watch.armed {
-                // SAFETY: on the VM's thread, while the script still holds the coroutine.
-                unsafe { ffi::lua_sethook(state.0, None, 0, 0) };
-            }
+        if watch.running.remove(&state) && watch.armed {
+            // SAFETY: on the VM's thread, while the script still holds the coroutine.
+            unsafe { ffi::lua_sethook(state.0, None, 0, 0) };
         }
     }
 
