@@ -247,6 +247,9 @@ pub fn read_error_body(body: &str) -> ErrorBody {
     let lower = format!("{code} {message}").to_lowercase();
     if lower.contains("insufficient_quota")
         || lower.contains("spend limit")
+        // Anthropic's: "You have reached your specified API usage limits. You will regain
+        // access on ..." (a 429 without retry-after, retried as if it would pass).
+        || lower.contains("usage limits")
         || lower.contains("credit balance")
         || lower.contains("billing")
     {
@@ -275,6 +278,9 @@ pub fn classify(status: u16, headers: &HeaderMap, body: &str) -> ProviderError {
     let retry_after = retry_after_header(headers).or(read.retry_after);
     match status {
         401 | 403 => ProviderError::Auth { status, message },
+        // Gemini answers a wrong key 400 INVALID_ARGUMENT, its reason API_KEY_INVALID: a key
+        // refused, as 401 is elsewhere.
+        400 if body.contains("API_KEY_INVALID") => ProviderError::Auth { status, message },
         // However long the server asks to wait, the failure is still one that passes: the wait
         // is the caller's to cap (`with_retries`' `cap_ms`, a resident's outage backoff).
         408 | 409 | 429 | 500..=599 => ProviderError::Provider {
@@ -351,11 +357,14 @@ pub fn retry_after_header(headers: &HeaderMap) -> Option<Duration> {
     if let Ok(secs) = value.parse::<f64>() {
         return at_most_max(crate::duration::seconds(secs));
     }
-    // The HTTP-date form: the wait is until then (a date already past means "now").
+    // The HTTP-date form: the wait is until then (a date already past means "now"), at most
+    // the longest duration as the seconds' form is (a date in 2099 made a `retry_after` that
+    // `ai.sleep` refused).
     let when = httpdate::parse_http_date(value).ok()?;
     Some(
         when.duration_since(std::time::SystemTime::now())
-            .unwrap_or(Duration::ZERO),
+            .unwrap_or(Duration::ZERO)
+            .min(crate::duration::MAX),
     )
 }
 
@@ -570,6 +579,21 @@ mod tests {
         assert_eq!(wait("retry-after", "-5"), None);
         assert_eq!(wait("retry-after", "soon"), None);
         assert_eq!(wait("retry-after", "2"), Some(Duration::from_secs(2)));
+        // The date form too: one in 2099 was its whole distance, past what ai.sleep takes.
+        assert_eq!(wait("retry-after", "Wed, 21 Oct 2099 07:28:00 GMT"), year);
+    }
+
+    /// Anthropic's spend limit (a 429 without retry-after) does not pass with a retry, and
+    /// Gemini's wrong key (400, reason API_KEY_INVALID) is a key refused.
+    #[test]
+    fn a_spend_limit_is_not_transient_and_a_gemini_bad_key_is_auth() {
+        let spend = r#"{"type":"error","error":{"type":"rate_limit_error","message":"You have reached your specified API usage limits. You will regain access on 2027-01-01 at 00:00 UTC."}}"#;
+        let e = classify(429, &HeaderMap::new(), spend);
+        assert!(!e.is_transient(), "{e:?}");
+        let bad_key = r#"{"error":{"code":400,"message":"API key not valid. Please pass a valid API key.","status":"INVALID_ARGUMENT","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"API_KEY_INVALID","domain":"googleapis.com"}]}}"#;
+        let e = classify(400, &HeaderMap::new(), bad_key);
+        assert_eq!(e.kind(), "auth_error", "{e:?}");
+        assert!(e.to_string().contains("API key not valid"), "{e}");
     }
 
     #[test]
