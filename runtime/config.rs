@@ -768,21 +768,34 @@ fn provider_from_env() -> Option<&'static str> {
         })
 }
 
+/// The base URL `OLLAMA_HOST` names, read as the Ollama CLI reads it: `host`, `host:port` or a
+/// URL, `http` when no scheme is given, and port 11434 when an `http` one gives none
+/// (`OLLAMA_HOST=0.0.0.0`, the usual setting to expose a server, was port 80).
+fn ollama_base_url(host: &str) -> String {
+    let host = host.trim().trim_end_matches('/');
+    let given = if host.contains("://") {
+        host.to_string()
+    } else {
+        format!("http://{host}")
+    };
+    let url = match url::Url::parse(&given) {
+        Ok(mut url) => {
+            if url.scheme() == "http" && url.port().is_none() {
+                let _ = url.set_port(Some(11434));
+            }
+            url.to_string()
+        }
+        Err(_) => given,
+    };
+    format!("{}/v1", url.trim_end_matches('/'))
+}
+
 fn env_base_url(entry: &CatalogueEntry) -> Option<String> {
     if let Some(url) = env(entry.base_url_env) {
         return Some(url);
     }
     if entry.id == "ollama" {
-        // OLLAMA_HOST is `host:port` or a URL, as the Ollama CLI reads it.
-        return env("OLLAMA_HOST").map(|h| {
-            let h = h.trim_end_matches('/');
-            let h = if h.contains("://") {
-                h.to_string()
-            } else {
-                format!("http://{h}")
-            };
-            format!("{h}/v1")
-        });
+        return env("OLLAMA_HOST").map(|h| ollama_base_url(&h));
     }
     None
 }
@@ -898,6 +911,24 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ollama_host_is_read_as_the_ollama_cli_reads_it() {
+        for (host, url) in [
+            ("0.0.0.0", "http://0.0.0.0:11434/v1"),
+            ("gpu-box", "http://gpu-box:11434/v1"),
+            ("gpu-box:8080", "http://gpu-box:8080/v1"),
+            ("http://gpu-box/", "http://gpu-box:11434/v1"),
+            (
+                "https://ollama.example.com",
+                "https://ollama.example.com/v1",
+            ),
+            ("[::1]", "http://[::1]:11434/v1"),
+            ("[::1]:9000", "http://[::1]:9000/v1"),
+        ] {
+            assert_eq!(ollama_base_url(host), url, "{host}");
+        }
+    }
 
     #[test]
     fn an_audit_keep_may_be_years_in_days_and_is_checked() {
