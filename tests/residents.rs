@@ -889,8 +889,19 @@ print(ai.watch{})
 "#,
         &[],
     );
+    let run = run.ok();
+    // The refusals are logged, as every other reason's is: once for the two (a sender pushed
+    // back hard would write a line a mail).
     assert_eq!(
-        run.ok().stdout,
+        run.stderr
+            .matches("mail to \"r\" refused: mailbox_full: it holds its 3 waiting mails")
+            .count(),
+        1,
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        run.stdout,
         "true\ttrue\ttrue\tnil\tmailbox_full\n\
          relay\tnil\tmailbox_full\n\
          refused\t2\twaiting\t3\n\

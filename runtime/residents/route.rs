@@ -473,7 +473,10 @@ impl Route {
                         self.inner.stirred();
                         Ok(Delivered::New)
                     }
-                    Err(MailError::MailboxFull) => Err(MailError::MailboxFull),
+                    Err(MailError::MailboxFull) => {
+                        full(&resident.spec.name, resident.spec.mailbox);
+                        Err(MailError::MailboxFull)
+                    }
                     Err(e) => {
                         let (name, resident) = (resident.spec.name.clone(), resident.clone());
                         drop(table);
@@ -496,7 +499,10 @@ impl Route {
                 self.inner.stirred();
                 Ok(delivered)
             }
-            Ok(Err(MailError::MailboxFull)) => Err(MailError::MailboxFull),
+            Ok(Err(MailError::MailboxFull)) => {
+                full(&to, resident.spec.mailbox);
+                Err(MailError::MailboxFull)
+            }
             Ok(Err(e)) => {
                 self.inner.evict(&to, &resident);
                 Err(e)
@@ -996,6 +1002,23 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "(no message)".into())
 }
+
+/// Says that mail to `to` was refused for a full mailbox, at most once every
+/// [`SaidEvery::PERIOD`]: refusals were logged for every reason but this one (ai.lua: "a refusal
+/// once the watch runs is also logged"), and a sender pushed back hard would write one a mail.
+fn full(to: &str, capacity: usize) {
+    if let Some(also) = FULL_SAID.say() {
+        let also = match also {
+            0 => String::new(),
+            n => format!(" ({n} more since the last such line)"),
+        };
+        tracing::warn!(
+            "mail to {to:?} refused: mailbox_full: it holds its {capacity} waiting mails{also}"
+        );
+    }
+}
+
+static FULL_SAID: SaidEvery = SaidEvery::new();
 
 /// Mail refused because the store cannot save it is said at most once every
 /// [`SaidEvery::PERIOD`], with how many went unsaid: a full disk wrote one line a mail (117 in
