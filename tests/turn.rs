@@ -1100,3 +1100,35 @@ fn an_answer_that_says_the_model_failed_is_an_error_not_a_reply() {
         run.stderr
     );
 }
+
+/// `nil, err` with an `err` that is not a string says what it holds: a number its text, a
+/// table without a message its JSON (the model read "(error value of type integer)" and
+/// "(error table without a message)").
+#[test]
+fn a_refusal_that_is_not_a_string_says_what_it_holds() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_calls(vec![
+        ("c1", "number", json!({})),
+        ("c2", "record", json!({})),
+    ]));
+    fake.push(Reply::text("done"));
+    let run = sandbox(&fake, "openai")
+        .lua(
+            &script(
+                r#"local number = ai.tool{ name = "number", parameters = {}, handler = function() return nil, 42 end }
+                   local record = ai.tool{ name = "record", parameters = {}, handler = function() return nil, { code = 28 } end }
+                   show(ai.take_turn{ prompt = "try", tools = { number, record } })"#,
+            ),
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines()[2..],
+        [
+            "event\tnumber\terror\t42",
+            "event\trecord\terror\t{\"code\":28}"
+        ],
+        "{}",
+        run.stdout
+    );
+}

@@ -572,20 +572,34 @@ pub fn describe_error(err: &Value) -> String {
                 // `nil, { kind = "not_found" }`: its kind is what it says.
                 (Some(k), None) => k,
                 // An error object of the script's own says itself through `__tostring`; any
-                // other table is shown as JSON, as a tool's or a source's thrown table is.
+                // other table is shown as JSON (`nil, { code = 28 }` read "(error table
+                // without a message)").
                 _ => match err.to_string() {
                     Ok(text) if !text.starts_with("table: ") => text,
-                    _ => match serde_json::to_string(err) {
-                        Ok(json) => format!("a table was thrown: {json}"),
-                        Err(_) => "(error table without a message)".into(),
-                    },
+                    _ => serde_json::to_string(err)
+                        .unwrap_or_else(|_| "(error table without a message)".into()),
                 },
             }
         }
         Value::Error(e) => cause(e),
         Value::Nil => "nil".into(),
+        // `nil, 42`: the number itself (it read "(error value of type integer)").
+        Value::Integer(_) | Value::Number(_) | Value::Boolean(_) => {
+            err.to_string().unwrap_or_else(|_| err.type_name().into())
+        }
         other => format!("(error value of type {})", other.type_name()),
     }
+}
+
+/// Whether `err` is a table that says nothing of itself (no `kind`, no `message`, no
+/// `__tostring`): raised, it is told as `a table was thrown: {...}`.
+fn bare_table(err: &Value) -> bool {
+    let Value::Table(t) = err else {
+        return false;
+    };
+    t.get::<Option<Value>>("kind").ok().flatten().is_none()
+        && t.get::<Option<Value>>("message").ok().flatten().is_none()
+        && err.to_string().is_ok_and(|s| s.starts_with("table: "))
 }
 
 /// The innermost message of an error raised through Rust callbacks, without mlua's traceback
@@ -602,6 +616,9 @@ fn cause(e: &mlua::Error) -> String {
 /// its own errors. Call it from a message handler (the stack is still the raiser's).
 fn positioned(lua: &Lua, err: &Value) -> String {
     let message = describe_error(err);
+    if bare_table(err) {
+        return format!("a table was thrown: {message}");
+    }
     match err {
         Value::Error(_) => match calling_line(lua) {
             Some(at) => format!("{at}: {message}"),
