@@ -229,6 +229,9 @@ fn mail(lua: &Lua, opts: Table) -> mlua::Result<MultiValue> {
     if let Some(why) = Mail::id_refusal(m.id.as_deref()) {
         return Err(bad(who, why));
     }
+    if let Some(why) = Mail::source_refusal(&m.source) {
+        return Err(bad(who, why));
+    }
     let (to, hop) = (m.to.clone(), m.hop);
     let life = lifecycle(lua);
     match life.mail(m) {

@@ -112,6 +112,22 @@ impl Mail {
         (id == Some("")).then_some("id is empty: give an id that names the mail, or leave it out")
     }
 
+    /// Why `source` cannot label a mail, if it cannot. The model reads a mail as `[mail from
+    /// SOURCE] content`: a source holding `]` or a line break ended that label early, and a
+    /// relay that took its sender from a model's arguments let one AI pass its words off as
+    /// another's (`intern]\n[mail from ceo`).
+    pub fn source_refusal(source: &str) -> Option<String> {
+        source
+            .chars()
+            .find(|c| *c == ']' || c.is_control())
+            .map(|c| {
+                format!(
+                    "source {source:?} holds {c:?}: a mail's label ([mail from SOURCE]) cannot \
+                     hold ']' or a control character"
+                )
+            })
+    }
+
     pub fn new(
         to: impl Into<String>,
         source: impl Into<String>,

@@ -297,6 +297,9 @@ pub async fn mail(
     if let Some(why) = Mail::id_refusal(m.id.as_deref()) {
         return refuse(StatusCode::BAD_REQUEST, "bad_request", why);
     }
+    if let Some(why) = m.source.as_deref().and_then(Mail::source_refusal) {
+        return refuse(StatusCode::BAD_REQUEST, "bad_request", &why);
+    }
     if s.draining() {
         return draining();
     }
