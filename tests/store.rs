@@ -404,3 +404,26 @@ print("log started in the first call:", seen > 0)
     let audit = sandbox.colony(&["audit", "--state", &state, &script]).ok();
     assert!(audit.stdout.contains("probe"), "{}", audit.stdout);
 }
+
+/// A workspace named `""` is refused: it is the global space, so a resident given it saw every
+/// global key (README: its tools and sources see its space alone).
+#[test]
+fn an_empty_workspace_is_refused() {
+    let sb = Sandbox::new();
+    let at = sb.path("script.lua").display().to_string();
+    let run = sb
+        .lua(
+            r#"print(select(2, pcall(ai.spawn, { name = "tenant", provider = "openai", model = "m", workspace = "" })))"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        [format!(
+            "{at}:1: ai.spawn \"tenant\": workspace is empty: name a space of its own, or leave it \
+             out for the global space"
+        )],
+        "{}",
+        run.stderr
+    );
+}

@@ -149,6 +149,14 @@ pub(super) fn read_spawn(
             "workspace \"colony/usage\" is colony's own (its usage)",
         ));
     }
+    // The empty name is the global space: a resident given it saw every global key, where
+    // README promises its tools and sources see its space alone.
+    if workspace.as_deref() == Some("") {
+        return Err(bad(
+            who,
+            "workspace is empty: name a space of its own, or leave it out for the global space",
+        ));
+    }
     let own_budget = read_budget(&opts.get::<Value>("budget")?, who)?;
     let tools_value = opts.get::<Value>("tools")?;
     let sources_value = opts.get::<Value>("sources")?;
