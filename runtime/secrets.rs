@@ -94,10 +94,16 @@ fn redact_query_keys(text: &str) -> String {
             continue;
         }
         let value_start = name_end + 1;
-        let value_end = value_start
+        let mut value_end = value_start
             + text[value_start..]
                 .find(|c: char| c == '&' || c == '"' || c == ')' || c == '#' || c.is_whitespace())
                 .unwrap_or(text.len() - value_start);
+        // A URL quoted in a message is followed by `: why` (reqwest's `... for url (URL):`,
+        // colony's `URL: error`): that colon ends the value, or the redaction took the
+        // separator with it.
+        if text[value_start..value_end].ends_with(':') {
+            value_end -= 1;
+        }
         if value_end > value_start {
             out.push_str(&text[copied..value_start]);
             out.push_str("[redacted]");
@@ -170,6 +176,11 @@ mod tests {
         assert_eq!(
             redact("postgres://u:pw@db/x?sslmode=require"),
             "postgres://u:[redacted]@db/x?sslmode=require"
+        );
+        // The `: why` after a quoted URL stays (it was taken with the value).
+        assert_eq!(
+            redact("http://h/a?token=abc123: error sending request"),
+            "http://h/a?token=[redacted]: error sending request"
         );
     }
 }
