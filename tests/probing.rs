@@ -340,6 +340,26 @@ fn absurd_durations_are_clear_errors_not_panics() {
     assert_eq!(fake.calls(), 0);
 }
 
+/// `ai.watch{ grace_ms = -1 }` says why as every other duration does ("must be a number of
+/// milliseconds" it said of a number).
+#[test]
+fn a_negative_grace_is_named_as_other_durations_are() {
+    let sb = support::script::Sandbox::new();
+    let at = sb.path("script.lua").display().to_string();
+    let run = sb
+        .lua(
+            r#"print(select(2, pcall(ai.watch, { grace_ms = -1 })))"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        [format!(
+            "{at}:1: ai.watch: grace_ms: -1 ms is negative; a duration is 0 or more"
+        )]
+    );
+}
+
 #[test]
 fn an_error_colony_raises_is_caught_as_a_string_as_lua_s_own_are() {
     let fake = FakeProvider::start();

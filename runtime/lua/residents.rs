@@ -320,11 +320,12 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
             .map_err(|_| bad(who, "on_blocked must be a function(name, err)"))?;
         options.until_idle = flag(opts, "until_idle", who)?.unwrap_or(true);
         match opts.get::<Option<f64>>("grace_ms") {
-            Ok(Some(ms)) if ms >= 0.0 => {
-                // More than a day is "wait for them": the deadline must still be a time.
+            // A negative one or NaN is told as every other duration is ("-1 ms is negative").
+            Ok(Some(ms)) if !(ms > 86_400_000.0) => {
                 options.grace = super::convert::millis_option(who, "grace_ms", ms)?
-                    .min(Duration::from_secs(86_400))
             }
+            // More than a day is "wait for them": the deadline must still be a time.
+            Ok(Some(_)) => options.grace = Duration::from_secs(86_400),
             Ok(None) => {}
             _ => return Err(bad(who, "grace_ms must be a number of milliseconds")),
         }
