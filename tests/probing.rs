@@ -340,6 +340,26 @@ fn absurd_durations_are_clear_errors_not_panics() {
     assert_eq!(fake.calls(), 0);
 }
 
+/// `ai.models` refuses an option it does not know, as every other options table does: a
+/// misspelt `bse_url` listed the configured server's models instead.
+#[test]
+fn ai_models_refuses_an_unknown_option() {
+    let sb = support::script::Sandbox::new();
+    let at = sb.path("script.lua").display().to_string();
+    let run = sb
+        .lua(
+            r#"print(select(2, pcall(ai.models, { provider = "openai", bse_url = "x" })))"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        [format!(
+            "{at}:1: ai.models: unknown field \"bse_url\" (fields: provider, key, base_url, use)"
+        )]
+    );
+}
+
 /// `ai.watch{ grace_ms = -1 }` says why as every other duration does ("must be a number of
 /// milliseconds" it said of a number).
 #[test]

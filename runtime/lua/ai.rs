@@ -333,6 +333,8 @@ async fn models(lua: &Lua, opts: Value) -> mlua::Result<MultiValue> {
     match opts {
         Value::String(s) => overrides.provider = Some(s.to_string_lossy()),
         Value::Table(t) => {
+            // A misspelt option (`bse_url`) listed the configured server's models unsaid.
+            super::convert::check_fields(&t, "ai.models", &["provider", "key", "base_url", "use"])?;
             overrides.provider = t.get("provider")?;
             overrides.key = t.get("key")?;
             overrides.base_url = t.get("base_url")?;
