@@ -1196,6 +1196,25 @@ fn damage_in_any_table_but_the_log_is_refused_at_open() {
     }
 }
 
+/// A store with a table gone is refused at open, naming it: it opened, and the program wrote
+/// before a resident met "no such table".
+#[test]
+fn a_table_gone_is_refused_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    drop(SqliteStore::open(&path).unwrap());
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("DROP TABLE backlog")
+        .unwrap();
+    let err = SqliteStore::open(&path).unwrap_err();
+    assert_eq!(err.kind(), "damaged", "{err}");
+    assert!(
+        err.to_string().contains("its table(s) backlog are missing"),
+        "{err}"
+    );
+}
+
 /// The audit log is left out of the check at open (it is most of a long-lived store), so damage
 /// there does not keep a program from its state; it is reported, as damage, when the log is read.
 #[test]
