@@ -320,12 +320,10 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
             .map_err(|_| bad(who, "on_blocked must be a function(name, err)"))?;
         options.until_idle = flag(opts, "until_idle", who)?.unwrap_or(true);
         match opts.get::<Option<f64>>("grace_ms") {
-            // A negative one or NaN is told as every other duration is ("-1 ms is negative").
-            Ok(Some(ms)) if !(ms > 86_400_000.0) => {
-                options.grace = super::convert::millis_option(who, "grace_ms", ms)?
-            }
             // More than a day is "wait for them": the deadline must still be a time.
-            Ok(Some(_)) => options.grace = Duration::from_secs(86_400),
+            Ok(Some(ms)) if ms > 86_400_000.0 => options.grace = Duration::from_secs(86_400),
+            // A negative one or NaN is told as every other duration is ("-1 ms is negative").
+            Ok(Some(ms)) => options.grace = super::convert::millis_option(who, "grace_ms", ms)?,
             Ok(None) => {}
             _ => return Err(bad(who, "grace_ms must be a number of milliseconds")),
         }
