@@ -126,11 +126,23 @@ fn create_dir(dir: &Path) -> StoreResult<()> {
         use std::os::unix::fs::DirBuilderExt;
         builder.mode(0o700);
     }
-    builder.create(dir).map_err(|e| {
-        StoreError::Io(format!(
-            "cannot create the state directory {}: {e}",
+    // Neither a file where the folder goes nor a folder this user may not write heals by
+    // itself: refused (a service does not retry them; SIGHUP or /restart does once mended).
+    // Retried as a store that could not be reached, a file said only "File exists".
+    if dir.exists() && !dir.is_dir() {
+        return Err(StoreError::Refused(format!(
+            "the state directory {} is a file, not a folder: give the program's state a folder",
             dir.display()
-        ))
+        )));
+    }
+    builder.create(dir).map_err(|e| {
+        let message = format!("cannot create the state directory {}: {e}", dir.display());
+        match e.kind() {
+            std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+                StoreError::Refused(format!("{message} (this user may not write there)"))
+            }
+            _ => StoreError::Io(message),
+        }
     })
 }
 
@@ -294,6 +306,25 @@ mod tests {
         assert_eq!(first, std::process::id().to_string());
         state.store().set("", "k", &json!(1)).unwrap();
         assert_eq!(state.dyn_store().get("", "k").unwrap(), Some(json!(1)));
+    }
+
+    /// A file where the state directory goes is refused for what it is (it said "File exists",
+    /// and `colony serve` retried it for good as a store it could not reach).
+    #[test]
+    fn a_file_for_a_state_directory_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let file = root.path().join("state");
+        std::fs::write(&file, "").unwrap();
+        let err = StateDir::open(&file).err().expect("refused");
+        assert_eq!(err.kind(), "refused", "{err}");
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "the state directory {} is a file, not a folder: give the program's state a \
+                 folder",
+                file.display()
+            )
+        );
     }
 
     #[test]

@@ -503,6 +503,12 @@ pub(super) fn classify(path: &Path, doing: &str, e: rusqlite::Error) -> StoreErr
         Some(ErrorCode::DatabaseCorrupt) => StoreError::Damaged(format!(
             "{shown} is damaged: {doing}{sep}{e}; it was left as it is"
         )),
+        // A folder or file this user may not write (SQLite writes the store and, beside it, its
+        // -wal and -shm): "attempt to write a readonly database" named neither.
+        Some(ErrorCode::ReadOnly) => StoreError::Refused(format!(
+            "{shown} cannot be written: {doing}{sep}{e} (the file, its -wal or -shm beside it, \
+             or their folder is read-only to this user)"
+        )),
         Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => StoreError::Io(format!(
             "{shown} is busy (another connection kept it locked): {doing}{sep}{e}"
         )),
