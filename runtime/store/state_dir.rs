@@ -150,7 +150,14 @@ fn create_dir(dir: &Path) -> StoreResult<()> {
 fn lock(dir: &Path) -> StoreResult<File> {
     let path = dir.join(LOCK_FILE);
     let io = |doing: &str, e: std::io::Error| {
-        StoreError::Io(format!("{}: cannot {doing}: {e}", path.display()))
+        let message = format!("{}: cannot {doing}: {e}", path.display());
+        match e.kind() {
+            // A folder this user may not write does not heal by itself (see `create_dir`).
+            std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem => {
+                StoreError::Refused(format!("{message} (this user may not write there)"))
+            }
+            _ => StoreError::Io(message),
+        }
     };
     let mut file = OpenOptions::new()
         .read(true)
