@@ -496,6 +496,19 @@ fn quick_check(conn: &Connection, path: &Path, version: i64) -> StoreResult<()> 
 pub(super) fn classify(path: &Path, doing: &str, e: rusqlite::Error) -> StoreError {
     let shown = path.display();
     let sep = if doing.is_empty() { "" } else { ": " };
+    // A row whose value is not of its column's type (a NULL where colony writes a time) was
+    // not written by colony: damage, which `colony audit` showed as rusqlite's "Invalid column
+    // type Null at index: 0, name: at_ms".
+    if matches!(
+        e,
+        rusqlite::Error::InvalidColumnType(..)
+            | rusqlite::Error::FromSqlConversionFailure(..)
+            | rusqlite::Error::IntegralValueOutOfRange(..)
+    ) {
+        return StoreError::Damaged(format!(
+            "{shown} is damaged: a row holds a value of the wrong type ({e}); it was left as it is"
+        ));
+    }
     match e.sqlite_error_code() {
         Some(ErrorCode::NotADatabase) => StoreError::Damaged(format!(
             "{shown} is not a colony store (not an SQLite database): {e}; it was left as it is"

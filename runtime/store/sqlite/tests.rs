@@ -1196,6 +1196,30 @@ fn damage_in_any_table_but_the_log_is_refused_at_open() {
     }
 }
 
+/// A row whose value is not its column's type is damage, said as such when it is read (it was
+/// rusqlite's "Invalid column type Text at index: 0, name: at_ms").
+#[test]
+fn a_row_of_the_wrong_type_is_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("store.sqlite3");
+    {
+        let store = SqliteStore::open(&path).unwrap();
+        store.audit_all(&[audit_line(1)]).unwrap();
+    }
+    Connection::open(&path)
+        .unwrap()
+        .execute_batch("UPDATE audit SET at_ms = 'yesterday'")
+        .unwrap();
+    let store = SqliteStore::open(&path).unwrap();
+    let err = store.audit_log(&AuditFilter::default()).unwrap_err();
+    assert_eq!(err.kind(), "damaged", "{err}");
+    assert!(
+        err.to_string()
+            .contains("a row holds a value of the wrong type"),
+        "{err}"
+    );
+}
+
 /// A store with a table gone is refused at open, naming it: it opened, and the program wrote
 /// before a resident met "no such table".
 #[test]
