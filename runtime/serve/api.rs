@@ -399,6 +399,10 @@ pub async fn mail(
                 // to come back, not that there is no such resident (a client drops that mail).
                 MailError::NoRecipient if s.draining() => draining(),
                 MailError::NoRecipient if hosted.stopping() => stopping(&p),
+                // A resident the program has (placed on another node of a cluster) that the
+                // mail could not reach yet: a node just started takes a moment to join its
+                // cluster. Its 404 read as "no such resident", and a client dropped the mail.
+                MailError::NoRecipient if hosted.knows(&m.to) => not_open(&p),
                 MailError::NoRecipient => no_resident(&m.to),
                 MailError::MailboxFull => {
                     let mut r = refuse(
@@ -413,11 +417,17 @@ pub async fn mail(
                         .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
                     r
                 }
-                MailError::NotSaved => refuse(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "not_saved",
-                    "the mail could not be saved (in the state directory, the store, or for a resident on another node the cluster's NATS server): not accepted",
-                ),
+                MailError::NotSaved => {
+                    let mut r = refuse(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        "not_saved",
+                        "the mail could not be saved (in the state directory, the store, or for a resident on another node the cluster's NATS server): not accepted",
+                    );
+                    // When to ask again, as every other 503 here says.
+                    r.headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+                    r
+                }
                 other => refuse(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     other.as_str(),
