@@ -929,4 +929,22 @@ ai.watch{ grace_ms = 20000 }
         1,
         "the turn ran again on the other node"
     );
+    // Its conversation is not cleared from under the node that runs it (which wrote it all
+    // back at its next step after a "removed").
+    let script = script.display().to_string();
+    let run = sb.colony(&[
+        "conversations",
+        &script,
+        "clear",
+        "solo",
+        "--store",
+        &store_url,
+    ]);
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stderr.contains("\"solo\" runs on node"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(pg.load_cell("solo").unwrap().unwrap().messages.len(), 2);
 }

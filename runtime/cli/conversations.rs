@@ -5,6 +5,7 @@ use clap::Subcommand;
 use super::Failure;
 use super::state::{Target, count};
 use crate::store::SavedResident;
+use crate::store::select::ProgramStore;
 use crate::vocab::{Message, Part};
 
 /// Inspect or clear a program's persisted conversations.
@@ -141,6 +142,25 @@ pub fn run(args: Args) -> Result<(), Failure> {
             }
         }
         Action::Clear { name } => {
+            // A running program's state directory is locked, so the open above refused; a
+            // cluster's shared store is not, and the node running the resident wrote all it
+            // held back at its next step ("removed", then 989 messages of 987): refused while
+            // a node holds its lease.
+            if let ProgramStore::Postgres(pg) = &state {
+                let now = pg.now_ms().map_err(fail)?;
+                if let Some(lease) = pg
+                    .leases()
+                    .map_err(fail)?
+                    .into_iter()
+                    .find(|l| l.name == name && l.expires_at_ms > now)
+                {
+                    return Err(Failure::run(format!(
+                        "colony conversations: {name:?} runs on node {:?}, which would write it \
+                         back: dismiss it there, or stop the program on every node, first",
+                        lease.owner
+                    )));
+                }
+            }
             // A conversation that cannot be read is removed all the same: clearing it is the
             // way out for a program that cannot start with it.
             let was = match store.load_cell(&name) {
