@@ -898,6 +898,27 @@ ai.watch{ grace_ms = 20000 }
         assert!(Instant::now() < deadline, "solo never ran: {here:?}");
         std::thread::sleep(Duration::from_millis(200));
     };
+    // Asked of the other node, its conversation names where it runs (it was the 404 of a
+    // name nobody has).
+    let owner_name = owner.get("/api/programs/drain/residents/solo").json["node"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while other.get("/api/programs/drain/residents/solo").json["state"] != "elsewhere" {
+        assert!(
+            Instant::now() < deadline,
+            "the other node never saw where solo runs"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let asked = other.get("/api/programs/drain/residents/solo/conversation");
+    assert_eq!(asked.status, 409, "{}", asked.text);
+    assert_eq!(asked.json["error"], "elsewhere");
+    assert_eq!(
+        asked.json["message"],
+        format!("\"solo\" runs on node {owner_name:?}: ask that node")
+    );
     let sent = owner.mail(
         "drain",
         json!({ "to": "solo", "content": "work", "id": "w1" }),

@@ -174,7 +174,7 @@ pub async fn conversation(
         Err(r) => return *r,
     };
     let Some(messages) = hosted.conversation(&name) else {
-        return no_resident(&name);
+        return not_here(&hosted, &name);
     };
     let limit = q.limit.unwrap_or(100).min(PAGE_MAX);
     let total = messages.len();
@@ -453,7 +453,7 @@ pub async fn unblock(State(s): Svc, Path((p, name)): Path<(String, String)>) -> 
     };
     match hosted.unblock(&name) {
         Some(was) => Json(json!({ "resident": name, "was_blocked": was })).into_response(),
-        None => no_resident(&name),
+        None => not_here(&hosted, &name),
     }
 }
 
@@ -467,7 +467,7 @@ pub async fn dismiss(State(s): Svc, Path((p, name)): Path<(String, String)>) -> 
         s.forget_dropped(&p, Some(&name));
         Json(json!({ "resident": name, "dismissed": true })).into_response()
     } else {
-        no_resident(&name)
+        not_here(&hosted, &name)
     }
 }
 
@@ -688,6 +688,38 @@ fn not_open(p: &str) -> Response {
     r.headers_mut()
         .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
     r
+}
+
+/// Why `name` has no conversation, unblock or dismiss here: it runs on another node of the
+/// cluster (`409 elsewhere`, naming it), is between nodes (`503`, a moment), or there is no
+/// such resident (`404`). Each was the unknown name's 404, word for word.
+fn not_here(hosted: &Hosted, name: &str) -> Response {
+    match hosted.resident(name) {
+        Some(info)
+            if info.node.is_some()
+                && info.state == crate::residents::resident::State::Elsewhere =>
+        {
+            refuse(
+                StatusCode::CONFLICT,
+                "elsewhere",
+                &format!(
+                    "{name:?} runs on node {:?}: ask that node",
+                    info.node.unwrap_or_default()
+                ),
+            )
+        }
+        Some(info) if info.state == crate::residents::resident::State::Unplaced => {
+            let mut r = refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "unplaced",
+                &format!("{name:?} is being handed to another node: ask again in a moment"),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("2"));
+            r
+        }
+        _ => no_resident(name),
+    }
 }
 
 fn no_resident(name: &str) -> Response {
