@@ -858,7 +858,9 @@ fn a_node_whose_name_was_taken_while_it_was_paused_stops_its_program() {
 /// A node stopped with SIGTERM mid-turn keeps its resident's lease until the turn ends within
 /// the grace, so the turn runs once: the node stopped renewing its leases with the stop,
 /// another node took the resident over after the lease (2 s here) and asked the model again,
-/// and the first node's result was refused.
+/// and the first node's result was refused. On the way: a node asked for the conversation of a
+/// resident another runs names that node, and `colony conversations clear` refuses one a node
+/// runs.
 #[test]
 fn a_node_stopped_mid_turn_keeps_its_lease_until_the_turn_ends() {
     let store_url = support::postgres::database();
