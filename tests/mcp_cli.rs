@@ -153,6 +153,24 @@ fn add_list_test_del_and_import() {
         "{}",
         failed.stderr
     );
+    // One that closes its stdout first and then says why: it is given the moment to say it (it
+    // was killed as its connection dropped, and the error said "saying nothing").
+    sb.colony(&[
+        "mcp",
+        "add",
+        "closes",
+        "--",
+        "sh",
+        "-c",
+        "read line; exec 1>&-; sleep 0.05; echo 'fatal: config missing' >&2; exit 1",
+    ])
+    .ok();
+    let failed = sb.colony(&["mcp", "test", "closes"]).failed();
+    assert!(
+        failed.stderr.contains("its stderr: fatal: config missing"),
+        "{}",
+        failed.stderr
+    );
     // A cwd that is not there is named, not the command.
     sb.colony(&[
         "mcp",

@@ -67,13 +67,29 @@ pub struct Child {
     lost: bool,
 }
 
-/// The process, killed (with its group) when dropped before it exited.
+/// The process, killed (with its group) when dropped before it exited, once it has had
+/// [`LINGER`] to exit by itself.
 struct Cleanup(Option<Box<dyn ChildWrapper>>);
+
+/// How long a dropped server may take to exit by itself. A server that fails as it starts
+/// often closes its stdout and then writes why on stderr: killed at once, it never did, and
+/// the connection's error said it ended "saying nothing". Its stdin is closed by then, which
+/// ends a server that is well; whatever is left when colony exits is ended with the rest
+/// (`server_group::end_all`).
+const LINGER: Duration = Duration::from_secs(1);
 
 impl Drop for Cleanup {
     fn drop(&mut self) {
-        if let Some(process) = self.0.take() {
-            tokio::spawn(end(process));
+        if let Some(mut process) = self.0.take() {
+            tokio::spawn(async move {
+                let gone = matches!(
+                    tokio::time::timeout(LINGER, process.wait()).await,
+                    Ok(Ok(_)) | Ok(Err(_))
+                );
+                if !gone {
+                    end(process).await;
+                }
+            });
         }
     }
 }

@@ -734,7 +734,7 @@ impl StderrTail {
     /// later if it has not.
     async fn explain(&self, cause: String) -> String {
         let mut ended = self.ended.subscribe();
-        let exited = tokio::time::timeout(Duration::from_millis(500), ended.wait_for(|e| *e))
+        let exited = tokio::time::timeout(Duration::from_secs(1), ended.wait_for(|e| *e))
             .await
             .is_ok_and(|r| r.is_ok());
         let lines: Vec<String> = {
