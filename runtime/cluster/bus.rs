@@ -55,8 +55,32 @@ impl Bus {
     pub async fn connect(url: &str, program: &str) -> Result<Bus, super::JoinError> {
         use async_nats::ConnectErrorKind;
         let shown = shown(url);
+        // Losing the NATS server (and finding it again) is said at WARN, as losing the database
+        // is: it was said at INFO by the client alone, while mail to residents on other nodes
+        // was refused.
+        let told = shown.clone();
+        let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let client = async_nats::ConnectOptions::new()
             .name(format!("colony {program}"))
+            .event_callback(move |event| {
+                let (told, lost) = (told.clone(), lost.clone());
+                async move {
+                    use std::sync::atomic::Ordering;
+                    match event {
+                        async_nats::Event::Disconnected => {
+                            lost.store(true, Ordering::Relaxed);
+                            tracing::warn!(
+                                "lost the NATS server at {told}: mail to residents on other \
+                                 nodes is refused until it is back"
+                            );
+                        }
+                        async_nats::Event::Connected if lost.swap(false, Ordering::Relaxed) => {
+                            tracing::warn!("reached the NATS server at {told} again");
+                        }
+                        _ => {}
+                    }
+                }
+            })
             .connect(url)
             .await
             .map_err(|e| super::JoinError {
