@@ -322,7 +322,9 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let file = root.path().join("state");
         std::fs::write(&file, "").unwrap();
-        let err = StateDir::open(&file).err().expect("refused");
+        let Err(err) = StateDir::open(&file) else {
+            panic!("a file for a state directory was taken")
+        };
         assert_eq!(err.kind(), "refused", "{err}");
         assert_eq!(
             err.to_string(),
