@@ -17,7 +17,7 @@ use async_nats::jetstream::{self, AckKind, consumer, stream};
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
-use crate::residents::{Mail, MailError};
+use crate::residents::{Delivered, Mail, MailError};
 
 /// How long a publish waits for JetStream's acknowledgement.
 const PUBLISH_PATIENCE: Duration = Duration::from_secs(10);
@@ -122,7 +122,9 @@ impl Bus {
     }
 
     /// Sends `mail` (which has an id) to its resident's subject; `Ok` once JetStream has it.
-    pub async fn publish(&self, mail: &Mail) -> Result<(), MailError> {
+    /// Publishes `mail` to its resident's subject: whether JetStream took it as new or as a
+    /// repeat of an id it holds (its window: two minutes).
+    pub async fn publish(&self, mail: &Mail) -> Result<Delivered, MailError> {
         let body = match serde_json::to_vec(mail) {
             Ok(b) => b,
             Err(e) => {
@@ -144,7 +146,9 @@ impl Bus {
                 .map_err(|e| e.to_string())
         };
         match tokio::time::timeout(PUBLISH_PATIENCE, sent).await {
-            Ok(Ok(_ack)) => Ok(()),
+            // A repeat through a node that does not run the resident was `duplicate: false`.
+            Ok(Ok(ack)) if ack.duplicate => Ok(Delivered::Repeated),
+            Ok(Ok(_)) => Ok(Delivered::New),
             Ok(Err(e)) => {
                 tracing::error!(to = %mail.to, "mail not accepted: {}: {e}", self.shown);
                 Err(MailError::NotSaved)

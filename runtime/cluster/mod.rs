@@ -33,7 +33,7 @@ use tokio::runtime::Handle;
 use tokio::sync::Notify;
 use tokio::task::AbortHandle;
 
-use crate::residents::{Lifecycle, Mail, MailError, Placement};
+use crate::residents::{Delivered, Lifecycle, Mail, MailError, Placement};
 use crate::store::postgres::{FencedStore, Lease, PostgresStore};
 use crate::store::{Store, StoreResult, off_worker::off_worker};
 use bus::{Bus, Taken};
@@ -486,7 +486,7 @@ impl Placement for Cluster {
         tracing::info!(node = %shared.node, released = held.len(), "left the cluster");
     }
 
-    fn forward(&self, mut mail: Mail) -> Result<(), MailError> {
+    fn forward(&self, mut mail: Mail) -> Result<Delivered, MailError> {
         let shared = &self.inner;
         let Some(lifecycle) = shared.lifecycle.get() else {
             return Err(MailError::NoRecipient);

@@ -10,7 +10,7 @@
 //! resident that keeps nothing has no state to move: it runs on every node, as before.
 
 use super::Lifecycle;
-use super::mail::{Mail, MailError};
+use super::mail::{Delivered, Mail, MailError};
 use super::resident::ResidentSpec;
 
 /// The placement of one program's residents over the nodes of a cluster.
@@ -32,8 +32,9 @@ pub trait Placement: Send + Sync {
     fn ended(&self);
 
     /// Mail to the placed resident `mail.to`, which is not running here: `Ok` once the node
-    /// that runs it (now or later) is sure to get it.
-    fn forward(&self, mail: Mail) -> Result<(), MailError>;
+    /// that runs it (now or later) is sure to get it, [`Delivered::Repeated`] when the cluster
+    /// held a mail of that id already.
+    fn forward(&self, mail: Mail) -> Result<Delivered, MailError>;
 
     /// The node that runs the placed resident `name`, if one does.
     fn node_of(&self, name: &str) -> Option<String>;

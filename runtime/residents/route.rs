@@ -441,7 +441,7 @@ impl Route {
         let Some(entry) = table.get(&mail.to) else {
             drop(table);
             if forward && let Some(placement) = self.inner.placement.get() {
-                return placement.forward(mail).map(|()| Delivered::New);
+                return placement.forward(mail);
             }
             // Before the watch and while stopping, refusals are expected; not once it runs.
             if *self.inner.open.borrow() {
