@@ -625,6 +625,50 @@ ai.watch{}
     }
 }
 
+/// A NATS server that asks for a user and password, given in the `--cluster` URL as a user
+/// writes it: the node logs in and mail crosses (the URL's credentials were not passed on, and
+/// the server refused the node), and the password appears nowhere in its log, even with the
+/// NATS client's own debug logging on (it printed the URL whole at each connection attempt).
+#[test]
+fn a_nats_server_with_a_password_is_logged_in_to_and_the_password_is_not_shown() {
+    let store_url = support::postgres::database();
+    let nats = support::nats::server_with_password().url();
+    let password = support::nats::LOGIN.1;
+    assert!(nats.contains(password), "{nats}");
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("seen"));
+    let sb = styled(&fake, "openai").env("RUST_LOG", "warn,async_nats=trace");
+    let script = sb.write("desk.lua", PROGRAM);
+    let cluster = Cluster {
+        sb: &sb,
+        script: script.display().to_string(),
+        store: store_url,
+        nats,
+    };
+    let a = cluster.node("a");
+    let b = cluster.node("b");
+    program_in_state(&a, "desk", "running");
+    program_in_state(&b, "desk", "running");
+    let spread = wait_spread(&[("a", &a), ("b", &b)]);
+    let on_b = spread["b"][0].clone();
+    let sent = a.mail("desk", json!({ "to": on_b, "content": "across a login" }));
+    assert_eq!(sent.status, 202, "{}", sent.text);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !fake
+        .requests()
+        .iter()
+        .any(|r| r.body.to_string().contains("across a login"))
+    {
+        assert!(Instant::now() < deadline, "the mail never reached {on_b} on b");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for (name, node) in [("a", &a), ("b", &b)] {
+        let log = node.stderr();
+        assert!(log.contains("async_nats"), "{name} logged nothing of NATS: {log}");
+        assert!(!log.contains(password), "{name} showed the password:\n{}", tail(&log));
+    }
+}
+
 /// A second node started with a name a running node has is refused, saying so (the two took
 /// each other's leases for their own, in turn, restarting the residents each time), and the
 /// first runs on with every resident. Its program is started again later, by itself (as one

@@ -60,7 +60,14 @@ impl Bus {
         // was refused.
         let told = shown.clone();
         let lost = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let client = async_nats::ConnectOptions::new()
+        let (address, login) = login(url);
+        let mut options = async_nats::ConnectOptions::new();
+        options = match login {
+            Login::None => options,
+            Login::Token(token) => options.token(token),
+            Login::User(user, pass) => options.user_and_password(user, pass),
+        };
+        let client = options
             .name(format!("colony {program}"))
             .event_callback(move |event| {
                 let (told, lost) = (told.clone(), lost.clone());
@@ -81,7 +88,7 @@ impl Bus {
                     }
                 }
             })
-            .connect(url)
+            .connect(address.as_str())
             .await
             .map_err(|e| super::JoinError {
                 // An address that does not parse, or credentials refused, stay so.
@@ -234,6 +241,38 @@ fn token(name: &str) -> String {
 /// `url` without a password, for messages.
 /// `url` as messages show it: its password `***`, whether or not the rest parses (one with a
 /// port that is not a number was shown whole, password and all).
+/// The credentials a NATS URL carries (`nats://user:pass@host`, `nats://token@host`).
+#[derive(Debug, PartialEq)]
+enum Login {
+    None,
+    Token(String),
+    User(String, String),
+}
+
+/// `url` without its credentials, and them: the NATS client reads none from the URL (a server
+/// that asks for a password refused the node), and prints the URL it is given in its debug
+/// log at every connection attempt. A URL that does not parse is passed on as it is, for the
+/// client to refuse.
+fn login(url: &str) -> (String, Login) {
+    let Ok(mut parsed) = url::Url::parse(url) else {
+        return (url.to_string(), Login::None);
+    };
+    let decode = |s: &str| {
+        percent_encoding::percent_decode_str(s)
+            .decode_utf8_lossy()
+            .into_owned()
+    };
+    let user = decode(parsed.username());
+    let login = match parsed.password().map(decode) {
+        Some(pass) => Login::User(user, pass),
+        None if !user.is_empty() => Login::Token(user),
+        None => return (url.to_string(), Login::None),
+    };
+    let _ = parsed.set_username("");
+    let _ = parsed.set_password(None);
+    (parsed.to_string(), login)
+}
+
 pub fn shown(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut u) if u.password().is_some() => {
@@ -260,6 +299,28 @@ pub fn shown(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_credentials_leave_the_url() {
+        assert_eq!(
+            login("nats://colony:Nats%40PW@127.0.0.1:4222"),
+            (
+                "nats://127.0.0.1:4222".to_string(),
+                Login::User("colony".into(), "Nats@PW".into())
+            )
+        );
+        assert_eq!(
+            login("tls://s3cr3t-token@nats.example:4222"),
+            (
+                "tls://nats.example:4222".to_string(),
+                Login::Token("s3cr3t-token".into())
+            )
+        );
+        assert_eq!(
+            login("nats://127.0.0.1:4222"),
+            ("nats://127.0.0.1:4222".to_string(), Login::None)
+        );
+    }
 
     #[test]
     fn a_password_is_never_shown_even_in_a_url_that_does_not_parse() {

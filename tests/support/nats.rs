@@ -18,36 +18,55 @@ use std::time::{Duration, Instant};
 /// The running server.
 pub struct Server {
     pub port: u16,
+    /// The user and password it asks of a client, if any.
+    login: Option<(&'static str, &'static str)>,
     _keeper: Mutex<Child>,
 }
 
+/// The user and password of [`server_with_password`].
+pub const LOGIN: (&str, &str) = ("colony", "NatsPW77");
+
 static SERVER: OnceLock<Server> = OnceLock::new();
+static WITH_PASSWORD: OnceLock<Server> = OnceLock::new();
 
 /// The shared server, started on first use.
 pub fn server() -> &'static Server {
-    SERVER.get_or_init(start)
+    SERVER.get_or_init(|| start(None))
+}
+
+/// A second shared server, which takes only clients that log in as [`LOGIN`].
+pub fn server_with_password() -> &'static Server {
+    WITH_PASSWORD.get_or_init(|| start(Some(LOGIN)))
 }
 
 impl Server {
-    /// Its URL, as `--cluster` takes it.
+    /// Its URL, as `--cluster` takes it (with the user and password it asks for).
     pub fn url(&self) -> String {
-        format!("nats://127.0.0.1:{}", self.port)
+        match self.login {
+            Some((user, pass)) => format!("nats://{user}:{pass}@127.0.0.1:{}", self.port),
+            None => format!("nats://127.0.0.1:{}", self.port),
+        }
     }
 }
 
-fn start() -> Server {
+fn start(login: Option<(&'static str, &'static str)>) -> Server {
     let bin = installed();
     let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
     std::fs::create_dir_all(root).expect("target/tmp");
     remove_stale(root);
-    let dir = root.join(format!("nats-{}", std::process::id()));
+    let suffix = if login.is_some() { "-login" } else { "" };
+    let dir = root.join(format!("nats-{}{suffix}", std::process::id()));
+    let auth = match login {
+        Some((user, pass)) => format!(" --user {user} --pass {pass}"),
+        None => String::new(),
+    };
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("the server's directory");
     for _ in 0..3 {
         let port = free_port();
         let log = dir.join("server.log");
         let script = format!(
-            "{bin} -a 127.0.0.1 -p {port} -js -sd {dir}/js >>{log} 2>&1 & pid=$!; \
+            "{bin} -a 127.0.0.1 -p {port} -js -sd {dir}/js{auth} >>{log} 2>&1 & pid=$!; \
              cat >/dev/null; kill -TERM $pid; wait $pid; rm -rf {dir}",
             bin = bin.display(),
             dir = dir.display(),
@@ -63,6 +82,7 @@ fn start() -> Server {
         if wait_ready(port, &mut keeper) {
             return Server {
                 port,
+                login,
                 _keeper: Mutex::new(keeper),
             };
         }
@@ -143,7 +163,7 @@ fn remove_stale(root: &Path) {
         let name = entry.file_name().to_string_lossy().into_owned();
         let Some(pid) = name
             .strip_prefix("nats-")
-            .and_then(|p| p.parse::<u32>().ok())
+            .and_then(|p| p.trim_end_matches("-login").parse::<u32>().ok())
         else {
             continue;
         };
