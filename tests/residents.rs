@@ -338,6 +338,18 @@ fn misuse_is_named() {
         "{}",
         run.stderr
     );
+    // The options it lists name each once (tools was listed twice).
+    assert_eq!(run.stderr.matches(" tools,").count(), 1, "{}", run.stderr);
+    // A misspelt "host" is shown as written (it said "not string").
+    let run = sb
+        .lua(r#"ai.spawn{ name = "a", deliver_to = "hots" }"#, &[])
+        .failed();
+    assert!(
+        run.stderr
+            .contains("deliver_to must be a function(reply, info) or \"host\", not \"hots\""),
+        "{}",
+        run.stderr
+    );
     let run = sb
         .lua(
             r#"ai.spawn{ name = "a", persist_conversation = "yes" }"#,

@@ -196,7 +196,7 @@ pub fn read_ask_from(
     for name in opts.keys() {
         if !OPTIONS.contains(&name) && !extra_keys.contains(&name) {
             let mut known: Vec<&str> = OPTIONS.to_vec();
-            known.extend_from_slice(extra_keys);
+            known.extend(extra_keys.iter().filter(|k| !OPTIONS.contains(k)));
             return Err(bad(format!(
                 "unknown option {name:?} (options: {})",
                 known.join(", ")

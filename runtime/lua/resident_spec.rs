@@ -197,12 +197,13 @@ pub(super) fn read_spawn(
             None => Deliver::Stdout,
         },
         other => {
+            let not = match &other {
+                Value::String(s) => format!("{:?}", s.to_string_lossy()),
+                other => other.type_name().to_string(),
+            };
             return Err(bad(
                 who,
-                format!(
-                    "deliver_to must be a function(reply, info) or \"host\", not {}",
-                    other.type_name()
-                ),
+                format!("deliver_to must be a function(reply, info) or \"host\", not {not}"),
             ));
         }
     };

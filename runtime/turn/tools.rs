@@ -204,7 +204,15 @@ pub fn expand_shorthand(parameters: Value) -> Result<Value, String> {
         if parameters.is_null() {
             return Ok(json!({"type": "object", "properties": {}}));
         }
-        return Err("expected a table (a JSON Schema or the shorthand)".into());
+        let what = match &parameters {
+            Value::Array(_) => "a list",
+            Value::String(_) => "a string",
+            Value::Number(_) => "a number",
+            _ => "a boolean",
+        };
+        return Err(format!(
+            "{what}, not a JSON Schema or the shorthand {{ name = \"type\", ... }}"
+        ));
     };
     if map.is_empty() {
         return Ok(json!({"type": "object", "properties": {}}));
@@ -220,6 +228,21 @@ pub fn expand_shorthand(parameters: Value) -> Result<Value, String> {
         "required",
     ];
     if map.keys().any(|k| schema_words.contains(&k.as_str())) {
+        // A model's tool takes its arguments by name: every provider refuses the request (a
+        // 400 at the first turn) when the parameters' schema is of another type.
+        let object = match map.get("type") {
+            None => true,
+            Some(Value::String(t)) => t == "object",
+            Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
+            Some(_) => false,
+        };
+        if !object {
+            return Err(format!(
+                "a tool's parameters are an object schema (its arguments by name), not type {}: \
+                 say {{ value = \"string\" }} for one argument",
+                map["type"]
+            ));
+        }
         return Ok(parameters);
     }
     let mut properties = Map::new();
@@ -290,6 +313,14 @@ mod tests {
         assert_eq!(expand_shorthand(full.clone()).unwrap(), full);
         let e = expand_shorthand(json!({"city": "text"})).unwrap_err();
         assert!(e.contains("unknown type \"text\""), "{e}");
+        // A list (`{"string"}` in Lua) and a schema of another type than an object are said
+        // for what they are (a provider refused the latter at the first turn).
+        let e = expand_shorthand(json!(["string"])).unwrap_err();
+        assert!(e.starts_with("a list, not a JSON Schema"), "{e}");
+        let e = expand_shorthand(json!({"type": "string"})).unwrap_err();
+        assert!(e.contains("not type \"string\""), "{e}");
+        let nullable = json!({"type": ["object", "null"], "properties": {}});
+        assert_eq!(expand_shorthand(nullable.clone()).unwrap(), nullable);
     }
 
     #[test]
