@@ -233,6 +233,10 @@ impl Core {
         ep: &Endpoint,
         on_text: Option<&mut (dyn FnMut(&str) + Send)>,
     ) -> Result<Inferred, ProviderError> {
+        // A source's or a tool's call for a resident over its budget is not made.
+        if let Some(why) = crate::infer::spending::refusal() {
+            return Err(ProviderError::Budget(why));
+        }
         let span = tracing::info_span!(
             "step",
             gen_ai.system = %ep.provider,

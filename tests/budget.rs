@@ -261,6 +261,44 @@ print("watch ended: " .. ai.watch())
     );
 }
 
+/// A resident's source that asks a model is stopped by the resident's budget, as its turns
+/// are: once the budget is spent the next call is not made and answers `nil, err` of kind
+/// `budget` (a clock source asking each minute spent without bound: the calls were counted,
+/// never refused).
+#[test]
+fn a_source_over_its_residents_budget_is_not_asked_for_more() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("an answer").usage(10, 5));
+    let sandbox = styled(&fake, "openai");
+    let source = r#"
+ai.route{ provider = "openai", model = "m" }
+ai.spawn{ name = "watcher", budget = { tokens = 20, per = "day" },
+  sources = { function(self)
+    for i = 1, 5 do
+      local answer, err = ai.ask("question " .. i)
+      print(i, answer or (err.kind .. ": " .. err.message))
+    end
+    ai.stop("asked")
+  end } }
+print("watch ended: " .. ai.watch())
+"#;
+    let run = run(&sandbox, source);
+    assert_exit(&run, 0);
+    let lines = run.lines();
+    assert_eq!(lines[0], "1\tan answer", "{lines:?}");
+    assert_eq!(lines[1], "2\tan answer", "{lines:?}");
+    for line in &lines[2..5] {
+        assert!(
+            line.contains(
+                "budget: watcher is over its budget of 20 tokens per day (30 used); it resets at "
+            ),
+            "{lines:?}"
+        );
+    }
+    assert_eq!(fake.calls(), 2, "{lines:?}");
+    assert_eq!(lines[5], "watch ended: asked", "{lines:?}");
+}
+
 #[test]
 fn the_programs_budget_counts_every_resident() {
     let fake = FakeProvider::start();

@@ -291,6 +291,13 @@ impl<I: Infer> Breaker<I> {
     }
 
     fn settle(&self, result: &StepResult, probe: bool) {
+        // A call its payer's budget refused never reached the provider: it says nothing of it.
+        if let Err(ProviderError::Budget(_)) = result {
+            if probe {
+                lock(&self.state).probing = false;
+            }
+            return;
+        }
         let now = self.clock.now_ms();
         let failure = match result {
             Err(e) if (self.policy.trips)(e) => Some(e.to_string()),

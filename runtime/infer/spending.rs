@@ -6,15 +6,25 @@
 //!
 //! The work such a call is made in runs inside [`charged_to`]; [`crate::core::Core::call_provider`],
 //! the innermost step of every model call, hands what each answer used to the payer in scope
-//! ([`charge`]). A resident's own turn runs in no such scope: it counts its steps itself.
+//! ([`charge`]), and asks it first whether the call may be made at all ([`refusal`]): a
+//! resident over its budget is blocked from starting turns, and its sources and tools may not
+//! go on spending either (a clock source asking a model each minute spent without bound). A
+//! resident's own turn runs in no such scope: it counts its steps and checks its budget itself.
 
 use std::future::Future;
 use std::sync::Arc;
 
 use crate::vocab::Usage;
 
-/// Counts one answer's usage, from `provider`'s `model`, against whoever pays.
-pub type Payer = Arc<dyn Fn(&Usage, &str, &str) + Send + Sync>;
+/// Whoever pays for the model calls made in a scope.
+pub trait Pays: Send + Sync {
+    /// Counts one answer's usage, from `provider`'s `model`.
+    fn charge(&self, usage: &Usage, provider: &str, model: &str);
+    /// Why no model call may be made for it now (a budget spent, until when), if so.
+    fn refusal(&self) -> Option<String>;
+}
+
+pub type Payer = Arc<dyn Pays>;
 
 tokio::task_local! {
     static PAYER: Payer;
@@ -30,7 +40,12 @@ pub async fn charged_to<F: Future>(payer: Option<Payer>, work: F) -> F::Output {
 
 /// Charges `usage`, answered by `provider`'s `model`, to the payer in scope, if there is one.
 pub fn charge(usage: &Usage, provider: &str, model: &str) {
-    let _ = PAYER.try_with(|pay| pay(usage, provider, model));
+    let _ = PAYER.try_with(|payer| payer.charge(usage, provider, model));
+}
+
+/// Why the payer in scope may not pay for another model call now, if there is one and it may not.
+pub fn refusal() -> Option<String> {
+    PAYER.try_with(|payer| payer.refusal()).ok().flatten()
 }
 
 #[cfg(test)]
@@ -38,22 +53,38 @@ mod tests {
     use super::*;
     use std::sync::Mutex;
 
-    #[tokio::test]
-    async fn a_call_in_scope_is_charged_and_one_outside_is_not() {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
-        let payer: Payer = Arc::new(move |u: &Usage, p: &str, m: &str| {
-            log.lock()
+    struct Log(Mutex<Vec<(u64, String, String)>>);
+
+    impl Pays for Log {
+        fn charge(&self, u: &Usage, p: &str, m: &str) {
+            self.0
+                .lock()
                 .unwrap()
                 .push((u.input, p.to_string(), m.to_string()));
-        });
+        }
+        fn refusal(&self) -> Option<String> {
+            (!self.0.lock().unwrap().is_empty()).then(|| "spent".to_string())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_call_in_scope_is_charged_and_one_outside_is_not() {
+        let seen = Arc::new(Log(Mutex::new(Vec::new())));
+        let payer: Payer = seen.clone();
         let usage = Usage {
             input: 7,
             ..Usage::default()
         };
         charge(&usage, "outside", "m");
-        charged_to(Some(payer), async { charge(&usage, "openai", "m") }).await;
+        let refused = charged_to(Some(payer), async {
+            let before = refusal();
+            charge(&usage, "openai", "m");
+            (before, refusal())
+        })
+        .await;
+        assert_eq!(refused, (None, Some("spent".to_string())));
+        assert_eq!(refusal(), None);
         charged_to(None, async { charge(&usage, "none", "m") }).await;
-        assert_eq!(*seen.lock().unwrap(), [(7, "openai".into(), "m".into())]);
+        assert_eq!(*seen.0.lock().unwrap(), [(7, "openai".into(), "m".into())]);
     }
 }

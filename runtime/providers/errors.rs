@@ -45,6 +45,10 @@ pub enum ProviderError {
     /// A replay cassette has no recorded exchange for this request.
     #[error("{0}")]
     CassetteMiss(String),
+    /// Not asked: whoever pays for the call (a resident whose source or tool makes it) is over
+    /// its budget until its window resets.
+    #[error("{0}")]
+    Budget(String),
 }
 
 impl ProviderError {
@@ -58,6 +62,7 @@ impl ProviderError {
             ProviderError::Parse(_) => "parse_error",
             ProviderError::Provider { .. } => "provider_error",
             ProviderError::CassetteMiss(_) => "cassette_miss",
+            ProviderError::Budget(_) => "budget",
         }
     }
 
@@ -137,6 +142,7 @@ impl ProviderError {
                 retry_after,
             },
             ProviderError::CassetteMiss(m) => ProviderError::CassetteMiss(r(m)),
+            ProviderError::Budget(m) => ProviderError::Budget(m),
         }
     }
 

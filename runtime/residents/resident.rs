@@ -477,6 +477,14 @@ impl Resident {
         );
     }
 
+    /// Why a model call made for it outside its turns (by a source, or a tool it called) may
+    /// not be made now: a budget spent, and when it resets (the message says).
+    pub(crate) fn budget_refusal(&self, host: &dyn Host) -> Option<String> {
+        // "over its budget of 20 tokens per day (30 used); it resets at ..."
+        self.over_budget(host)
+            .map(|over| format!("{} is {}", self.spec.name, over.message))
+    }
+
     /// Whether its budgets let it start a turn now.
     fn over_budget(&self, host: &dyn Host) -> Option<budget::Over> {
         if self.spec.budgets.is_empty() {

@@ -155,6 +155,22 @@ struct Inner {
     placement: OnceLock<Arc<dyn Placement>>,
 }
 
+/// What the work done for one resident (its tools' and sources' model calls) spends: its budget.
+struct Paying {
+    resident: Arc<Resident>,
+    host: Arc<Inner>,
+}
+
+impl crate::infer::spending::Pays for Paying {
+    fn charge(&self, usage: &crate::vocab::Usage, provider: &str, model: &str) {
+        self.resident.pay(&*self.host, usage, provider, model)
+    }
+
+    fn refusal(&self) -> Option<String> {
+        self.resident.budget_refusal(&*self.host)
+    }
+}
+
 impl Host for Inner {
     fn core(&self) -> &Core {
         &self.core
@@ -682,9 +698,9 @@ impl Route {
     /// turn, one of its sources): its budget and usage. `None` if it is not here.
     pub fn payer_for(&self, name: &str) -> Option<crate::infer::spending::Payer> {
         let resident = self.resident(name)?;
-        let inner = self.inner.clone();
-        Some(Arc::new(move |usage, provider, model| {
-            resident.pay(&*inner, usage, provider, model)
+        Some(Arc::new(Paying {
+            resident,
+            host: self.inner.clone(),
         }))
     }
 
