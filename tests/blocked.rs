@@ -171,6 +171,19 @@ fn mail_a_resident_without_a_conversation_drops_at_the_end_is_named() {
         "{}",
         run.stderr
     );
+    // The run's last word agrees (it said the blocked residents' mail is kept).
+    assert!(
+        run.stderr.contains(
+            "keeps its mail in the state directory for the next run; the others' is dropped"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        !run.stderr.contains("The blocked residents' mail is kept"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]

@@ -200,8 +200,9 @@ fn blocked_failure(blocked: &[(String, TurnError)]) -> Failure {
         ));
     }
     message.push_str(
-        "colony: nothing else could run, so the program ended. The blocked residents' mail is \
-         kept (in the state directory when they keep their conversation).",
+        "colony: nothing else could run, so the program ended. A blocked resident that keeps \
+         its conversation (persist_conversation) keeps its mail in the state directory for the \
+         next run; the others' is dropped.",
     );
     let fix = if blocked.iter().all(|(_, e)| e.kind == "cassette_miss") {
         " The cassette holds another run: record it again with --record."
