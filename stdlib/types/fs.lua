@@ -4,8 +4,10 @@
 -- A relative path resolves against the folder of the running script (the current directory for
 -- sources that are not files). Every call waits without blocking other coroutines. Failures are
 -- `nil, err` with `err.kind` one of `not_found`, `permission_denied`, `io_error`, `too_large`
--- (`fs.read` of a file past the program's memory limit, `--max-memory`). Paths and names are
--- bytes: one that is not UTF-8 is used as it is.
+-- (`fs.read` of a file past the program's memory limit, `--max-memory`). A path the sandbox
+-- does not allow (`colony run --sandbox` without its `--allow-read`/`--allow-write`) raises an
+-- error naming the flag, in every call. Paths and names are bytes: one that is not UTF-8 is
+-- used as it is.
 
 ---@class fs
 fs = {}
@@ -43,7 +45,8 @@ function fs.list(dir) end
 ---@return fs.Stat? stat, fs.Error? err
 function fs.stat(path) end
 
---- Whether something exists at `path` (false when it cannot be checked).
+--- Whether something exists at `path` (false when it cannot be checked; a path the sandbox
+--- does not allow raises).
 ---@param path string
 ---@return boolean
 function fs.exists(path) end
