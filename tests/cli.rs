@@ -516,7 +516,26 @@ fn config_set_get_list_and_test() {
         run.stdout
     );
     assert!(run.stdout.contains(" ms"), "{}", run.stdout);
+    assert!(!run.stdout.contains("not set"), "{}", run.stdout);
     assert_eq!(fake.requests().pop().unwrap().body["model"], "claude-test");
+
+    // A use-type the file does not set (a misspelling) says whose settings answered.
+    for (field, value) in [
+        ("provider", "anthropic"),
+        ("base_url", &fake.base_url("anthropic")),
+        ("model", "claude-general"),
+    ] {
+        sb.colony(&["config", "set", "general", field, value]).ok();
+    }
+    fake.push(Reply::text("ok"));
+    let run = sb.colony(&["config", "test", "cdoe"]).ok();
+    assert!(
+        run.stdout
+            .contains("(cdoe is not set in the config file: these are general's settings)"),
+        "{}",
+        run.stdout
+    );
+    assert_eq!(fake.requests().pop().unwrap().body["model"], "claude-general");
 
     fake.push(Reply::status(401));
     let run = sb.colony(&["config", "test", "code"]).failed();

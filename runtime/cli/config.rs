@@ -169,9 +169,16 @@ fn print_table(name: &str, table: &config::UseConfig) {
 
 async fn test(use_type: &str, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     let core = build_core(&Cassettes::default(), handle)?;
+    // A use-type the file does not set runs on general's settings: said, so a misspelt name is
+    // not taken for one that works.
+    let fallback = if core.config().uses.contains_key(use_type) {
+        String::new()
+    } else {
+        format!(" ({use_type} is not set in the config file: these are general's settings)")
+    };
     match round_trip(&core, use_type).await {
         Ok(line) => {
-            println!("ok: {line}");
+            println!("ok: {line}{fallback}");
             Ok(())
         }
         Err(line) => Err(Failure::run(format!(
