@@ -535,7 +535,10 @@ fn config_set_get_list_and_test() {
         "{}",
         run.stdout
     );
-    assert_eq!(fake.requests().pop().unwrap().body["model"], "claude-general");
+    assert_eq!(
+        fake.requests().pop().unwrap().body["model"],
+        "claude-general"
+    );
 
     fake.push(Reply::status(401));
     let run = sb.colony(&["config", "test", "code"]).failed();

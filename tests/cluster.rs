@@ -659,13 +659,23 @@ fn a_nats_server_with_a_password_is_logged_in_to_and_the_password_is_not_shown()
         .iter()
         .any(|r| r.body.to_string().contains("across a login"))
     {
-        assert!(Instant::now() < deadline, "the mail never reached {on_b} on b");
+        assert!(
+            Instant::now() < deadline,
+            "the mail never reached {on_b} on b"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     for (name, node) in [("a", &a), ("b", &b)] {
         let log = node.stderr();
-        assert!(log.contains("async_nats"), "{name} logged nothing of NATS: {log}");
-        assert!(!log.contains(password), "{name} showed the password:\n{}", tail(&log));
+        assert!(
+            log.contains("async_nats"),
+            "{name} logged nothing of NATS: {log}"
+        );
+        assert!(
+            !log.contains(password),
+            "{name} showed the password:\n{}",
+            tail(&log)
+        );
     }
 }
 

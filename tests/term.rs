@@ -42,6 +42,21 @@ fn misuse_names_the_function_and_the_argument() {
             "term.render('x', { width = 'wide' })",
             "term.render: width must be a number of columns",
         ),
+        // An option it does not know is named (a misspelt width was dropped unsaid), as
+        // json.encode's and mcp.cached_tools' are (their modules have no test file of their
+        // own that runs a script).
+        (
+            "term.render('x', { widht = 40 })",
+            "term.render: unknown field \"widht\" (fields: width)",
+        ),
+        (
+            "json.encode({}, { prety = true })",
+            "json.encode: unknown field \"prety\" (fields: pretty)",
+        ),
+        (
+            "mcp.cached_tools{ on_elict = print }",
+            "mcp.cached_tools: unknown field \"on_elict\" (fields: on_elicit)",
+        ),
         (
             "term.is_tty('stdwhat')",
             "term.is_tty: \"stdwhat\" is not stdin, stdout or stderr",

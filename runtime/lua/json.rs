@@ -15,6 +15,9 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
         "encode",
         lua.create_function(|lua, (value, opts): (Value, Value)| {
             let opts: Option<Table> = super::convert::arg(lua, "json.encode", 2, opts)?;
+            if let Some(o) = &opts {
+                super::convert::check_fields(o, "json.encode", &["pretty"])?;
+            }
             let pretty = match &opts {
                 Some(o) => o
                     .get::<Option<bool>>("pretty")

@@ -111,39 +111,49 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     )?;
     m.set(
         "cached_tools",
-        lua.create_function(|lua, opts: Option<Table>| match cache::load() {
-            Ok(Some(c)) => {
-                let who = "mcp.cached_tools";
-                // `{ on_elicit = fn }`: who answers these servers' questions (a front end's
-                // person at the terminal).
-                let elicit = match &opts {
-                    Some(o) => {
-                        check_fields(o, who, &["on_elicit"])?;
-                        super::mcp_client::elicit_hook(lua, o.get("on_elicit")?, who)?
-                    }
-                    None => None,
-                };
-                let core = super::ai::core(lua);
-                let prepare = |mut spec: ServerSpec| {
-                    if spec.elicit.is_none() {
-                        spec.elicit = elicit.clone();
-                    }
-                    wired(lua, spec)
-                };
-                let (tools, conns) = cache::tools(&c, &core.config().mcp, &prepare);
-                hold(lua, &conns);
-                tool_list(lua, tools).map(|mut v| v.pop_front().unwrap_or(Value::Nil))
+        lua.create_function(|lua, opts: Option<Table>| {
+            let who = "mcp.cached_tools";
+            // Checked with or without a cache: a misspelt option was dropped unsaid until the
+            // cache was written.
+            if let Some(o) = &opts {
+                check_fields(o, who, &["on_elicit"])?;
             }
-            Ok(None) => Ok(Value::Table(lua.create_table()?)),
-            Err(e) => {
-                tracing::warn!("the MCP tool cache cannot be read: {e}");
-                Ok(Value::Table(lua.create_table()?))
-            }
+            cached_tools(lua, opts, who)
         })?,
     )?;
     // Resources and prompts (runtime/lua/mcp_client.rs).
     super::mcp_client::register(lua, &m)?;
     Ok(m)
+}
+
+/// `mcp.cached_tools{ on_elicit? }`: the tools of the cache `colony tools refresh` wrote, their
+/// servers opened as a turn needs them; none without a cache.
+fn cached_tools(lua: &Lua, opts: Option<Table>, who: &str) -> mlua::Result<Value> {
+    match cache::load() {
+        Ok(Some(c)) => {
+            // `{ on_elicit = fn }`: who answers these servers' questions (a front end's
+            // person at the terminal).
+            let elicit = match &opts {
+                Some(o) => super::mcp_client::elicit_hook(lua, o.get("on_elicit")?, who)?,
+                None => None,
+            };
+            let core = super::ai::core(lua);
+            let prepare = |mut spec: ServerSpec| {
+                if spec.elicit.is_none() {
+                    spec.elicit = elicit.clone();
+                }
+                wired(lua, spec)
+            };
+            let (tools, conns) = cache::tools(&c, &core.config().mcp, &prepare);
+            hold(lua, &conns);
+            tool_list(lua, tools).map(|mut v| v.pop_front().unwrap_or(Value::Nil))
+        }
+        Ok(None) => Ok(Value::Table(lua.create_table()?)),
+        Err(e) => {
+            tracing::warn!("the MCP tool cache cannot be read: {e}");
+            Ok(Value::Table(lua.create_table()?))
+        }
+    }
 }
 
 /// Keeps `conns` (opened beyond one turn: `mcp.connect`, `ai.spawn`'s servers, the cached

@@ -43,6 +43,9 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
         "render",
         lua.create_function(|lua, (text, opts): (Value, Value)| {
             let opts: Option<Table> = arg(lua, "term.render", 2, opts)?;
+            if let Some(o) = &opts {
+                super::convert::check_fields(o, "term.render", &["width"])?;
+            }
             let Value::String(text) = text else {
                 return Err(misuse("term.render: the Markdown must be a string"));
             };
