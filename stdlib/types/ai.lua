@@ -71,7 +71,7 @@ ai = {}
 ---@field tools? (ai.Tool|ai.ToolValue)[] specs only: ai.ask never runs a handler
 ---@field tool_choice? "auto"|"none"|"required"|string|{ name: string } a string other than the three words names a tool
 ---@field extra? table fields merged over the provider's request body
----@field stream? fun(delta: string)|boolean called with each text delta as it arrives
+---@field stream? fun(delta: string)|boolean called with each text delta as it arrives; true streams the request without a function (the answer arrives in pieces, which keeps a long one alive past a proxy's idle timeout) and returns the same reply
 ---@field stop? string|string[] stop sequences
 
 --- What went wrong with a call. `kind` is one of: `config_error` (no provider, no key, a bad
@@ -456,7 +456,8 @@ function ai.unblock(name) end
 --- resident idle or blocked, every source finished, no turn in flight. Then no new turn starts,
 --- sources end, turns in flight get `grace_ms` to finish. Returns the reason: `ai.stop`'s,
 --- "idle", "blocked: <name>: <kind>: <message>" (`colony run` then exits with status 3),
---- "max-time" (`colony run --max-time`), "SIGTERM", "every resident is gone", ...
+--- "max-time" (`colony run --max-time`), "SIGTERM", "every resident is gone", "there are no
+--- residents" (none was spawned, or all were dismissed before the watch), ...
 ---@param opts? ai.WatchOptions
 ---@return string reason
 function ai.watch(opts) end
