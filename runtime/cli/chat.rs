@@ -11,7 +11,7 @@ use crate::store::state_dir::{self, StateDir};
 /// Chat with a configured model, with tools, streaming and Markdown.
 ///
 /// One conversation is kept per use-type in $XDG_STATE_HOME/colony/chat, so `colony chat` later continues it. With no QUESTION it is
-/// interactive: /new, /use NAME, /model NAME, /tools, /attach PATH, /save FILE, /history, /exit.
+/// interactive: /new, /use NAME, /model NAME, /tools, /attach PATH, /save FILE, /history, /help, /exit.
 /// Ctrl-C cancels the reply in flight (the conversation is kept); Ctrl-C at the prompt exits.
 #[derive(clap::Args)]
 pub struct Args {

@@ -1028,8 +1028,9 @@ fn full(to: &str, capacity: usize) {
             0 => String::new(),
             n => format!(" ({n} more since the last such line)"),
         };
+        let mails = if capacity == 1 { "mail" } else { "mails" };
         tracing::warn!(
-            "mail to {to:?} refused: mailbox_full: it holds its {capacity} waiting mails{also}"
+            "mail to {to:?} refused: mailbox_full: it holds its {capacity} waiting {mails}{also}"
         );
     }
 }
