@@ -783,6 +783,40 @@ print(ai.watch{})
     assert!(last[0].contains("summary: one mail so far"), "{last:?}");
 }
 
+/// A busy resident dismissed with mail waiting: the mail goes with it, and that is said (it
+/// was dropped without a word).
+#[test]
+fn a_dismissal_says_how_much_waiting_mail_it_drops() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("late").delay(60_000));
+    let run = styled(&fake, "openai").lua(
+        r#"
+ai.spawn{ name = "a", provider = "openai", model = "m" }
+ai.spawn{ name = "boss", provider = "openai", model = "m", sources = { function()
+  assert(ai.mail{ to = "a", source = "boss", content = "first", hop = 0 })
+  local function state()
+    for _, r in ipairs(ai.residents()) do if r.name == "a" then return r.state end end
+  end
+  while state() ~= "busy" do ai.sleep(10) end
+  assert(ai.mail{ to = "a", source = "boss", content = "second", hop = 0 })
+  assert(ai.mail{ to = "a", source = "boss", content = "third", hop = 0 })
+  print("dismissed", ai.dismiss("a"))
+  ai.stop("done")
+end } }
+print(ai.watch{})
+"#,
+        &[],
+    );
+    let run = run.ok();
+    assert_eq!(run.stdout, "dismissed\ttrue\ndone\n");
+    assert!(
+        run.stderr
+            .contains("dismissed with 2 waiting mail(s): they are dropped"),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn a_name_hired_again_after_a_dismiss_keeps_its_new_sources() {
     let fake = FakeProvider::start();

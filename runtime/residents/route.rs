@@ -553,6 +553,11 @@ impl Route {
         {
             tracing::error!(ai = %name, "cannot clear its saved conversation: {e}");
         }
+        // Its waiting mail goes with it, said: a dismissal ended a busy resident's queue unseen.
+        let waiting = entry.resident.mailbox.len();
+        if waiting > 0 {
+            tracing::warn!(ai = %name, "dismissed with {waiting} waiting mail(s): they are dropped");
+        }
         entry.resident.mailbox.close();
         entry.resident.set_state(State::Stopped);
         entry.task.abort();

@@ -407,7 +407,8 @@ function ai.mail(opts) end
 ---@return ai.Provenance?
 function ai.inbound_provenance() end
 
---- Ends an AI through its nursery (a turn in flight with it) and frees its name.
+--- Ends an AI through its nursery (a turn in flight with it) and frees its name. Its waiting
+--- mail is dropped (logged with how many) and its saved conversation cleared.
 ---@param name string
 ---@return true? dismissed
 ---@return string? err `no_recipient: "name"`
