@@ -143,3 +143,23 @@ fn a_rate_written_wrong_in_the_config_is_refused_naming_it() {
         run.stderr
     );
 }
+
+/// A tool's own `rate` of the wrong type is named with what it should be (it read "rate is a
+/// string (\"10/min\"), not a table", as if the table were the string).
+#[test]
+fn a_tools_rate_of_the_wrong_type_is_refused_naming_it() {
+    let sb = Sandbox::new();
+    let run = sb
+        .lua(
+            r#"ai.tool{ name = "t", parameters = {}, rate = { per = "min" }, handler = print }"#,
+            &[],
+        )
+        .failed();
+    assert!(
+        run.stderr.contains(
+            "script.lua:1: ai.tool: tool t: rate must be a string such as \"10/min\", not a table"
+        ),
+        "{}",
+        run.stderr
+    );
+}

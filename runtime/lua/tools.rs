@@ -179,7 +179,10 @@ fn tool_def(lua: &Lua, spec: &Table, who: &str) -> mlua::Result<ToolDef> {
         other => {
             return Err(bad(
                 &who_tool,
-                format!("rate is a string (\"10/min\"), not a {}", other.type_name()),
+                format!(
+                    "rate must be a string such as \"10/min\", not a {}",
+                    other.type_name()
+                ),
             ));
         }
     };
