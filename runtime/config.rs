@@ -805,6 +805,14 @@ impl Config {
     pub fn resolve(&self, o: &Overrides) -> Result<Resolved, ProviderError> {
         let use_type = o.use_type.clone().unwrap_or_else(|| "general".into());
         let cfg = self.for_use(&use_type);
+        // The table those settings came from, for messages: a use-type the file does not set
+        // reads general's (a hint to put the key in `[use.helper]` made a table that named no
+        // provider).
+        let table = if self.uses.contains_key(&use_type) || !self.uses.contains_key("general") {
+            use_type.as_str()
+        } else {
+            "general"
+        };
         let provider = o
             .provider
             .clone()
@@ -844,7 +852,7 @@ impl Config {
             (Some(k), _, _) | (None, Some(k), _) => Some(k.clone()),
             (None, None, Some(var)) => Some(env(var).ok_or_else(|| {
                 ProviderError::Config(format!(
-                    "missing key for {provider}: [use.{use_type}] key_env names {var}, which is not set"
+                    "missing key for {provider}: [use.{table}] key_env names {var}, which is not set"
                 ))
             })?),
             (None, None, None) => key_vars(entry).into_iter().find_map(env),
@@ -859,7 +867,7 @@ impl Config {
                 ", which does not exist"
             };
             return Err(ProviderError::Config(format!(
-                "missing key for {provider}: set {} (or key_env / key in [use.{use_type}] of {}{missing})",
+                "missing key for {provider}: set {} (or key_env / key in [use.{table}] of {}{missing})",
                 key_vars(entry).join(" or "),
                 file.display()
             )));
@@ -970,6 +978,28 @@ mod tests {
             })
             .unwrap();
         assert_eq!(code.model, "m3");
+    }
+
+    /// A use-type the file does not set reads general's table, and its messages name that one
+    /// (they named `[use.helper]`, where a key alone makes a table without a provider).
+    #[test]
+    fn a_missing_key_names_the_table_read() {
+        let mut c = Config::default();
+        c.set("general", "provider", "groq").unwrap();
+        c.set("general", "key_env", "COLONY_TEST_NEVER_SET_KEY")
+            .unwrap();
+        let e = c
+            .resolve(&Overrides {
+                use_type: Some("helper".into()),
+                ..Default::default()
+            })
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "missing key for groq: [use.general] key_env names COLONY_TEST_NEVER_SET_KEY, \
+             which is not set"
+        );
     }
 
     #[test]
