@@ -361,6 +361,37 @@ fn programs_config(fake: &FakeProvider, files: &[&std::path::Path]) -> String {
     text
 }
 
+/// `[serve] listen` changed and SIGHUP sent: the listener cannot move, and the log says so (the
+/// edit seemed taken, and went unapplied without a word); the service serves on where it was.
+#[test]
+fn sighup_says_a_changed_listen_address_waits_for_a_restart() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("ok"));
+    let sb = Sandbox::new();
+    let a = sb.write("alpha.lua", &desk("alpha"));
+    let at = |listen: &str| {
+        programs_config(&fake, &[&a])
+            .replace("[serve]\n", &format!("[serve]\nlisten = \"{listen}\"\n"))
+    };
+    sb.write("config.toml", &at("127.0.0.1:0"));
+    let mut served = Served::start_exact(&sb, &["serve"]);
+    wait_ready(&served);
+    let events = served.events(None);
+    sb.write("config.toml", &at("127.0.0.1:7999"));
+    served.signal("HUP");
+    events.until("reloaded", |e| e.kind == "reloaded");
+    let log = served.stderr();
+    assert!(
+        log.contains(
+            "[serve] listen is now 127.0.0.1:7999: the service still listens on 127.0.0.1:"
+        ),
+        "{log}"
+    );
+    assert_eq!(served.get("/healthz").status, 200);
+    served.signal("TERM");
+    assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+}
+
 /// SIGHUP starts again a program that failed, whatever made it fail (here a file it reads,
 /// missing, then put back): only a program whose own file changed was tried again, so one that
 /// failed on something outside its file stayed failed until `/restart`.

@@ -122,6 +122,7 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     let tokens = Reread {
         guard: guard.clone(),
         flag: args.token_file.clone(),
+        listen: args.listen.is_none().then(|| settings.listen.clone()),
     };
     handle.block_on(serve_until_drained(service, tokens, addr))
 }
@@ -280,6 +281,8 @@ fn programs(
 struct Reread {
     guard: Guard,
     flag: Option<PathBuf>,
+    /// `[serve] listen` as it was at the start, when `--listen` did not override it.
+    listen: Option<Option<String>>,
 }
 
 impl Reread {
@@ -294,6 +297,20 @@ impl Reread {
             tracing::info!("tokens read again: {} admitted", names.join(", "));
         }
         Ok(())
+    }
+
+    /// Says when `[serve] listen` changed: the listener is bound once, and an edit that SIGHUP
+    /// seemed to take went unapplied without a word.
+    fn listen(&self, config: &crate::config::Config, listening: SocketAddr) {
+        let Some(was) = &self.listen else { return };
+        let now = config.serve.as_ref().and_then(|s| s.listen.clone());
+        if &now != was {
+            tracing::warn!(
+                "[serve] listen is now {}: the service still listens on {listening} until \
+                 colony serve is restarted",
+                now.as_deref().unwrap_or("unset")
+            );
+        }
     }
 }
 
@@ -328,7 +345,7 @@ async fn serve_until_drained(
     tracing::info!(%local, "listening");
     let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
     let app = serve::router(service.clone(), tokens.guard.clone());
-    tokio::spawn(on_signals(service, tokens, signals, drained_tx));
+    tokio::spawn(on_signals(service, tokens, local, signals, drained_tx));
     let (closing_tx, closing) = tokio::sync::watch::channel(false);
     let server = serve::conn::serve(listener, app, async move {
         let _ = drained_rx.await;
@@ -364,6 +381,7 @@ type Signals = (
 async fn on_signals(
     service: Arc<Service>,
     tokens: Reread,
+    listening: SocketAddr,
     (mut term, mut int, mut hup): Signals,
     drained: tokio::sync::oneshot::Sender<()>,
 ) {
@@ -375,10 +393,12 @@ async fn on_signals(
                 service.core().reload_config();
                 // Before the programs, whose restarts may wait out a grace: a revoked token
                 // stops working at once.
-                if let Err(e) = tokens.tokens(&service.core().config()) {
+                let config = service.core().config();
+                if let Err(e) = tokens.tokens(&config) {
                     let why = e.message.trim_start_matches("colony serve: ");
                     tracing::error!("the tokens stay as they were: {why}");
                 }
+                tokens.listen(&config, listening);
                 service.reload_programs().await
             }
         }
