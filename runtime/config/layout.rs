@@ -23,11 +23,15 @@ pub fn patched(file: &str, before: &str, after: &str) -> Option<String> {
     own_headers(file.as_table(), &mut Vec::new(), &mut headers);
     headers.sort();
     let mut left = Vec::new();
+    // A table written anew goes after the file's last one: the place it had in `after`'s text
+    // put `[mcp.desk]` between `[mcp.docs]` and `[mcp.docs.headers]`.
+    let mut next = headers.last().map_or(0, |(at, _)| at + 1);
     patch(
         file.as_table_mut(),
         before.as_table(),
         after.as_table(),
         &mut left,
+        &mut next,
     );
     // The last first: comments of two tables removed in a row keep their order.
     left.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
@@ -69,6 +73,7 @@ fn patch(
     before: &dyn TableLike,
     after: &dyn TableLike,
     left: &mut Vec<Left>,
+    next: &mut isize,
 ) {
     let gone: Vec<String> = before
         .iter()
@@ -90,16 +95,16 @@ fn patch(
             // A table on every side: only what changed inside it is touched.
             (Some(old), Some(new_table)) => {
                 match file.get_mut(key).and_then(Item::as_table_like_mut) {
-                    Some(inside) => patch(inside, old, new_table, left),
+                    Some(inside) => patch(inside, old, new_table, left, next),
                     None => {
-                        file.insert(key, spaced(new.clone()));
+                        file.insert(key, spaced(new.clone(), next));
                     }
                 }
             }
             // Both serialised by the same writer: the same text is the same value.
             _ if old.is_some_and(|o| same(o, new)) && file.contains_key(key) => {}
             _ => {
-                written(file, key, new);
+                written(file, key, new, next);
             }
         }
     }
@@ -158,7 +163,7 @@ fn table_at<'a>(table: &'a mut Table, path: &[String]) -> Option<&'a mut Table> 
 }
 
 /// Writes `new` under `key`, keeping the key's place and, for a value, the comment around it.
-fn written(file: &mut dyn TableLike, key: &str, new: &Item) {
+fn written(file: &mut dyn TableLike, key: &str, new: &Item, next: &mut isize) {
     match (file.get_mut(key), new) {
         (Some(Item::Value(v)), Item::Value(n)) => {
             let decor = v.decor().clone();
@@ -166,17 +171,20 @@ fn written(file: &mut dyn TableLike, key: &str, new: &Item) {
             *v.decor_mut() = decor;
         }
         _ => {
-            file.insert(key, spaced(new.clone()));
+            file.insert(key, spaced(new.clone(), next));
         }
     }
 }
 
-/// `item` with a blank line before each table header in it, as the serialiser writes them.
-fn spaced(mut item: Item) -> Item {
+/// `item` with a blank line before each table header in it, as the serialiser writes them,
+/// its tables placed in order from `next` on.
+fn spaced(mut item: Item, next: &mut isize) -> Item {
     if let Item::Table(t) = &mut item {
         t.decor_mut().set_prefix("\n");
+        t.set_position(*next);
+        *next += 1;
         for (_, inner) in t.iter_mut() {
-            *inner = spaced(std::mem::take(inner));
+            *inner = spaced(std::mem::take(inner), next);
         }
     }
     item
@@ -277,6 +285,16 @@ Authorization = "Bearer t"
         let out = patched(file, before, only_code).unwrap();
         assert!(!out.contains("the general one"), "{out}");
         assert!(out.starts_with("# my laptop config\n"), "{out}");
+    }
+
+    /// A new table goes after the file's tables, not among another's (`colony mcp add` put
+    /// `[mcp.desk]` between `[mcp.docs]` and `[mcp.docs.headers]`).
+    #[test]
+    fn a_new_table_goes_after_the_files_last() {
+        let file = "[mcp.docs]\nurl = \"https://docs.example/mcp\"\n\n[mcp.docs.headers]\nAuthorization = \"Bearer t\"\n";
+        let after = "[mcp.desk]\ncommand = \"colony\"\n\n[mcp.docs]\nurl = \"https://docs.example/mcp\"\n\n[mcp.docs.headers]\nAuthorization = \"Bearer t\"\n";
+        let out = patched(file, file, after).unwrap();
+        assert_eq!(out, format!("{file}\n[mcp.desk]\ncommand = \"colony\"\n"));
     }
 
     #[test]
