@@ -23,16 +23,15 @@ pub fn patched(file: &str, before: &str, after: &str) -> Option<String> {
     own_headers(file.as_table(), &mut Vec::new(), &mut headers);
     headers.sort();
     let mut left = Vec::new();
-    // A table written anew goes after the file's last one: the place it had in `after`'s text
-    // put `[mcp.desk]` between `[mcp.docs]` and `[mcp.docs.headers]`.
-    let mut next = headers.last().map_or(0, |(at, _)| at + 1);
+    let mut fresh = Vec::new();
     patch(
         file.as_table_mut(),
         before.as_table(),
         after.as_table(),
         &mut left,
-        &mut next,
+        (&mut Vec::new(), &mut fresh),
     );
+    place(file.as_table_mut(), &fresh);
     // The last first: comments of two tables removed in a row keep their order.
     left.sort_by_key(|(at, _)| std::cmp::Reverse(*at));
     for (removed, text) in left {
@@ -68,12 +67,15 @@ pub fn patched(file: &str, before: &str, after: &str) -> Option<String> {
 /// prefix, and `config unset` of that table took the header with it.
 type Left = (isize, String);
 
+/// Where `patch` is (the path of `file`), and the paths of the tables it wrote anew.
+type Written<'a> = (&'a mut Vec<String>, &'a mut Vec<Vec<String>>);
+
 fn patch(
     file: &mut dyn TableLike,
     before: &dyn TableLike,
     after: &dyn TableLike,
     left: &mut Vec<Left>,
-    next: &mut isize,
+    (path, fresh): Written,
 ) {
     let gone: Vec<String> = before
         .iter()
@@ -95,16 +97,26 @@ fn patch(
             // A table on every side: only what changed inside it is touched.
             (Some(old), Some(new_table)) => {
                 match file.get_mut(key).and_then(Item::as_table_like_mut) {
-                    Some(inside) => patch(inside, old, new_table, left, next),
+                    Some(inside) => {
+                        path.push(key.to_string());
+                        patch(inside, old, new_table, left, (&mut *path, &mut *fresh));
+                        path.pop();
+                    }
                     None => {
-                        file.insert(key, spaced(new.clone(), next));
+                        file.insert(key, spaced(new.clone()));
+                        path.push(key.to_string());
+                        tables_in(new, path, fresh);
+                        path.pop();
                     }
                 }
             }
             // Both serialised by the same writer: the same text is the same value.
             _ if old.is_some_and(|o| same(o, new)) && file.contains_key(key) => {}
             _ => {
-                written(file, key, new, next);
+                written(file, key, new);
+                path.push(key.to_string());
+                tables_in(new, path, fresh);
+                path.pop();
             }
         }
     }
@@ -163,7 +175,7 @@ fn table_at<'a>(table: &'a mut Table, path: &[String]) -> Option<&'a mut Table> 
 }
 
 /// Writes `new` under `key`, keeping the key's place and, for a value, the comment around it.
-fn written(file: &mut dyn TableLike, key: &str, new: &Item, next: &mut isize) {
+fn written(file: &mut dyn TableLike, key: &str, new: &Item) {
     match (file.get_mut(key), new) {
         (Some(Item::Value(v)), Item::Value(n)) => {
             let decor = v.decor().clone();
@@ -171,23 +183,98 @@ fn written(file: &mut dyn TableLike, key: &str, new: &Item, next: &mut isize) {
             *v.decor_mut() = decor;
         }
         _ => {
-            file.insert(key, spaced(new.clone(), next));
+            file.insert(key, spaced(new.clone()));
         }
     }
 }
 
-/// `item` with a blank line before each table header in it, as the serialiser writes them,
-/// its tables placed in order from `next` on.
-fn spaced(mut item: Item, next: &mut isize) -> Item {
+/// `item` with a blank line before each table header in it, as the serialiser writes them.
+fn spaced(mut item: Item) -> Item {
     if let Item::Table(t) = &mut item {
         t.decor_mut().set_prefix("\n");
-        t.set_position(*next);
-        *next += 1;
         for (_, inner) in t.iter_mut() {
-            *inner = spaced(std::mem::take(inner), next);
+            *inner = spaced(std::mem::take(inner));
         }
     }
     item
+}
+
+/// The paths of the tables in `item` (at `path`), itself first.
+fn tables_in(item: &Item, path: &mut Vec<String>, out: &mut Vec<Vec<String>>) {
+    if let Item::Table(t) = item {
+        out.push(path.clone());
+        for (key, inner) in t.iter() {
+            path.push(key.to_string());
+            tables_in(inner, path, out);
+            path.pop();
+        }
+    }
+}
+
+/// Gives each table written anew (`fresh`, in the order written) its place: right after the
+/// last table of the file that shares the most of its path (`[use.fast]` after the last
+/// `[use.*]`, `[mcp.desk]` after `[mcp.docs.headers]`), else at the end. They carried the place
+/// they had in the serialised config, which fell among the file's own anywhere.
+fn place(root: &mut Table, fresh: &[Vec<String>]) {
+    let mut placed: Vec<(isize, Vec<String>)> = Vec::new();
+    each_table(root, &mut Vec::new(), &mut |t, path| {
+        if let Some(at) = t.position()
+            && !t.is_implicit()
+            && !path.is_empty()
+            && !fresh.iter().any(|f| f.as_slice() == path)
+        {
+            placed.push((at, path.to_vec()));
+        }
+    });
+    for (n, new) in fresh.iter().enumerate() {
+        let shared = |path: &[String]| path.iter().zip(new).take_while(|(a, b)| a == b).count();
+        let best = placed.iter().map(|(_, p)| shared(p)).max().unwrap_or(0);
+        let anchor = placed
+            .iter()
+            .filter(|(_, p)| shared(p) == best)
+            .map(|(at, _)| *at)
+            .max()
+            .unwrap_or(-1);
+        let later = &fresh[n + 1..];
+        each_table(root, &mut Vec::new(), &mut |t, path| {
+            if path == new.as_slice() {
+                t.set_position(anchor + 1);
+            } else if let Some(at) = t.position()
+                && at > anchor
+                && !later.iter().any(|f| f.as_slice() == path)
+            {
+                t.set_position(at + 1);
+            }
+        });
+        for (at, _) in placed.iter_mut() {
+            if *at > anchor {
+                *at += 1;
+            }
+        }
+        placed.push((anchor + 1, new.clone()));
+    }
+}
+
+/// Calls `f` with every table under `table` (arrays of tables' too) and its path.
+fn each_table(
+    table: &mut Table,
+    path: &mut Vec<String>,
+    f: &mut impl FnMut(&mut Table, &[String]),
+) {
+    f(table, path);
+    for (key, item) in table.iter_mut() {
+        path.push(key.to_string());
+        match item {
+            Item::Table(t) => each_table(t, path, f),
+            Item::ArrayOfTables(list) => {
+                for t in list.iter_mut() {
+                    each_table(t, path, f);
+                }
+            }
+            _ => {}
+        }
+        path.pop();
+    }
 }
 
 fn same(a: &Item, b: &Item) -> bool {
@@ -229,10 +316,11 @@ Authorization = "Bearer t"
     fn a_new_setting_leaves_every_comment_and_the_rest_as_written() {
         let after = format!("{BEFORE}\n[use.fast]\nprovider = \"groq\"\n");
         let out = patched(FILE, BEFORE, &after).unwrap();
-        assert!(out.starts_with(FILE), "{out}");
-        assert!(
-            out.ends_with("\n\n[use.fast]\nprovider = \"groq\"\n"),
-            "{out}"
+        // The new table goes after the last of its kind ([use.*]), the rest as written.
+        let (head, servers) = FILE.split_at(FILE.find("# Servers").unwrap());
+        assert_eq!(
+            out,
+            format!("{head}[use.fast]\nprovider = \"groq\"\n\n{servers}")
         );
     }
 
