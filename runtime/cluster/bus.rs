@@ -238,9 +238,6 @@ fn token(name: &str) -> String {
     digest[..16].iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// `url` without a password, for messages.
-/// `url` as messages show it: its password `***`, whether or not the rest parses (one with a
-/// port that is not a number was shown whole, password and all).
 /// The credentials a NATS URL carries (`nats://user:pass@host`, `nats://token@host`).
 #[derive(Debug, PartialEq)]
 enum Login {
@@ -273,6 +270,8 @@ fn login(url: &str) -> (String, Login) {
     (parsed.to_string(), login)
 }
 
+/// `url` as messages show it: its password `***`, whether or not the rest parses (one with a
+/// port that is not a number was shown whole, password and all).
 pub fn shown(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut u) if u.password().is_some() => {
