@@ -215,3 +215,34 @@ fn a_failure_that_passes_is_tried_again_and_one_that_does_not_is_not() {
     assert!(!run.stderr.contains("trying again"), "{}", run.stderr);
     assert!(run.stderr.contains("timed out after 1 s"), "{}", run.stderr);
 }
+
+/// Ctrl-C while the answer is awaited ends `colony ask` with 130 and a word, its MCP servers
+/// ended first (it was killed by the signal outright, and a stdio server's processes, in a
+/// group of their own, ran on).
+#[test]
+fn ctrl_c_while_the_answer_is_awaited_ends_with_130() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("too late").delay(60_000));
+    let sb = support::styled(&fake, "openai");
+    let mut child = sb.spawn(&["ask", QUESTION]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while fake.requests().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ask never called the model"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let sent = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(sent.success());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert!(
+        stderr.contains("colony ask: interrupted (SIGINT)"),
+        "{stderr}"
+    );
+}

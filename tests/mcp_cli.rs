@@ -647,6 +647,22 @@ fn a_stdio_servers_processes_end_when_the_program_does() {
     );
 }
 
+/// A script that leaves through `os.exit` (as `colony chat` does after a Ctrl-C) ends its
+/// servers' processes too: Lua's own exit(3) left the server's group running.
+#[test]
+fn a_stdio_servers_processes_end_when_the_script_calls_os_exit() {
+    let sb = Sandbox::new();
+    let (file, pid_file) = wrapped_server_script(&sb, LEAVES_A_PROCESS, "os.exit(3)");
+    let run = sb.colony(&["run", &file]);
+    assert_eq!(run.code, 3, "{run:?}");
+    assert_eq!(run.lines(), ["connected"]);
+    let left = pids(&pid_file, 1)[0];
+    assert!(
+        !running(left),
+        "the server's second process ({left}) outlived colony"
+    );
+}
+
 #[test]
 fn a_stdio_servers_processes_end_when_max_time_ends_the_run() {
     let sb = Sandbox::new();

@@ -805,3 +805,42 @@ print(ai.watch{})
     assert_eq!(status.code(), Some(124), "{stderr}");
     assert_eq!(rest, "max-time\n", "{stderr}");
 }
+
+/// A command `os.execute` or `io.popen` waits for when a signal ends the program: the process
+/// is ended a moment later (the call blocks outside Lua), and the command with it (it ran on,
+/// adopted by init).
+#[test]
+fn a_command_the_script_waits_for_ends_with_colony() {
+    let sb = Sandbox::new();
+    for (call, signal, code) in [
+        // Its output goes elsewhere: one left running would hold the test's pipes open.
+        (
+            r#"os.execute("echo $$ > PIDS; exec sleep 600 >/dev/null 2>&1")"#,
+            "TERM",
+            143,
+        ),
+        (
+            r#"io.popen("echo $$ > PIDS; exec sleep 600 2>/dev/null"):read("a")"#,
+            "HUP",
+            129,
+        ),
+    ] {
+        let pids = sb.path("pids");
+        let _ = std::fs::remove_file(&pids);
+        let call = call.replace("PIDS", &pids.display().to_string());
+        let source = format!("io.stdout:setvbuf(\"line\")\nprint(\"ready\")\n{call}\n");
+        let (status, stderr) = signalled_while_waiting(&sb, &source, &[signal]);
+        assert_eq!(status.code(), Some(code), "{call}: {stderr}");
+        let pid: i32 = std::fs::read_to_string(&pids)
+            .unwrap_or_else(|e| panic!("{call}: the command never started: {e}"))
+            .trim()
+            .parse()
+            .unwrap();
+        // SAFETY: kill(2) with signal 0 only asks whether the process exists.
+        let alive = unsafe { libc::kill(pid, 0) } == 0
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z");
+        assert!(!alive, "{call}: the command ({pid}) outlived colony");
+    }
+}

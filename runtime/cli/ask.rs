@@ -44,6 +44,14 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     }
     script_args.push("--".into());
     script_args.push(question);
+    // Ctrl-C or SIGTERM ends the command as their own action would, but ends the stdio MCP
+    // servers a tool call started first: in groups of their own, they ran on after colony.
+    // Listened for before the script starts, so a signal is never left to its default action.
+    let listening = {
+        let _entered = handle.enter();
+        listen()
+    };
+    let _signals = listening.map(|signals| handle.spawn(end_on_signal(signals)));
     crate::lua::run_source(
         core,
         "scripts/ask.lua",
@@ -55,4 +63,28 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         script_args,
     )
     .map_err(|e| Failure::run(e.0))
+}
+
+type Signals = (crate::signals::Sigint, tokio::signal::unix::Signal);
+
+fn listen() -> Option<Signals> {
+    use tokio::signal::unix::{SignalKind, signal};
+    Some((
+        crate::signals::sigint().ok()?,
+        signal(SignalKind::terminate()).ok()?,
+    ))
+}
+
+/// Waits for SIGINT or SIGTERM, then ends the process with 130 or 143, its MCP servers first.
+async fn end_on_signal((mut int, mut term): Signals) {
+    let (name, code) = tokio::select! {
+        _ = int.recv() => ("SIGINT", 130),
+        _ = term.recv() => ("SIGTERM", 143),
+    };
+    super::terminal::restore();
+    eprintln!("colony ask: interrupted ({name})");
+    tokio::task::spawn_blocking(move || {
+        crate::mcp::server_group::end_all();
+        std::process::exit(code)
+    });
 }

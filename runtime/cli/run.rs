@@ -274,6 +274,7 @@ async fn last_resort(
         }
     };
     crate::mcp::server_group::end_all();
+    crate::lua::proc::kill_children();
     std::process::exit(code);
 }
 

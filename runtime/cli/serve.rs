@@ -458,5 +458,6 @@ fn end_process(service: &Service, why: &str) -> ! {
         running.join(", ")
     );
     crate::mcp::server_group::end_all();
+    crate::lua::proc::kill_children();
     std::process::exit(1);
 }

@@ -312,6 +312,7 @@ pub fn new_vm_with(core: Core, host: &HostSetup) -> mlua::Result<(Lua, bridge::L
     let fs = fs::register(&lua)?;
     let proc = proc::register(&lua)?;
     proc::replace_os_execute(&lua)?;
+    proc::replace_os_exit(&lua)?;
     let store = store::register(&lua)?;
     let term = term::register(&lua)?;
     let colony = colony::register(&lua)?;

@@ -31,6 +31,47 @@ pub fn replace_os_execute(lua: &Lua) -> mlua::Result<()> {
     )
 }
 
+/// `os.exit(code)` that ends colony's stdio MCP servers (their whole process groups) and
+/// flushes stdout before the process exits: Lua's own calls exit(3) at once, and a server
+/// group, in a group of its own, ran on after `colony chat` left through it (a Ctrl-C during
+/// a tool call). `code` is Lua's: `true` (or none) 0, `false` 1, else the number.
+pub fn replace_os_exit(lua: &Lua) -> mlua::Result<()> {
+    let os: Table = lua.globals().get("os")?;
+    os.set(
+        "exit",
+        lua.create_function(|_, (code, _close): (Value, Value)| -> mlua::Result<()> {
+            let code = match code {
+                Value::Nil | Value::Boolean(true) => 0,
+                Value::Boolean(false) => 1,
+                Value::Integer(n) => n as i32,
+                Value::Number(n) if n.is_finite() => n as i32,
+                other => {
+                    return Err(misuse(format!(
+                        "os.exit: the status is true, false or a number, not {}",
+                        other.type_name()
+                    )));
+                }
+            };
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+            crate::mcp::server_group::end_all();
+            std::process::exit(code)
+        })?,
+    )
+}
+
+/// Kills every process this one started that still runs, and what they started: for a
+/// process that ends while its program is stuck (a signal it did not give way to). A command
+/// `os.execute` or `io.popen` is waiting for ran on after colony had gone.
+pub fn kill_children() {
+    for pid in descendants(std::process::id()) {
+        // SAFETY: kill(2) with a pid read from /proc; a process gone meanwhile is ESRCH.
+        unsafe {
+            libc::kill(pid as libc::pid_t, libc::SIGKILL);
+        }
+    }
+}
+
 /// `os.execute(command)` as Lua's own (`/bin/sh -c command`, answering `true` or `nil`,
 /// `"exit"` or `"signal"`, and the code; `os.execute()` whether there is a shell), but started
 /// as `proc.run` starts a command. Lua's calls system(3), which ignores SIGINT in the caller

@@ -128,11 +128,15 @@ fn end(groups: &[i32], deadline: Instant, tidy: impl Fn(i32)) {
         }
         if Instant::now() >= deadline {
             for pgid in &left {
+                // A group a session's end and colony's exit both wait for is killed, and said,
+                // by the first to get here (it was said twice).
+                if !lock().remove(pgid) {
+                    continue;
+                }
                 tracing::warn!(target: "colony::mcp", group = pgid,
                     "a stdio server's processes did not end within {:.0} s of SIGTERM: killed", GRACE.as_secs_f64());
                 signal(*pgid, libc::SIGKILL);
                 tidy(*pgid);
-                lock().remove(pgid);
             }
             return;
         }
