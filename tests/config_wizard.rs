@@ -118,3 +118,22 @@ fn choosing_another_provider_leaves_the_old_ones_key_behind() {
         );
     }
 }
+
+/// Answers piped in that name no provider (`yes | colony config`) end the walk after a few,
+/// nothing saved (it asked again for ever, writing hundreds of megabytes).
+#[test]
+fn piped_answers_that_name_no_provider_end_the_walk() {
+    let sb = support::script::Sandbox::new();
+    let run = sb.colony_with_stdin(&["config"], &"y\n".repeat(1000));
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "colony config: 3 answers in a row named no provider (the input is not a terminal); \
+             nothing was saved"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(run.stdout.matches("no provider \"y\"").count(), 3);
+    assert!(!sb.path("config.toml").exists());
+}

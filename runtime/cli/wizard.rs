@@ -56,6 +56,10 @@ impl Hinter for Masking {
 impl Validator for Masking {}
 impl Helper for Masking {}
 
+/// How many answers in a row that name no provider a walk takes from input that is not a
+/// terminal.
+const PIPED_REFUSALS: u32 = 3;
+
 struct Prompter(Editor<Masking, DefaultHistory>);
 
 impl Prompter {
@@ -140,7 +144,16 @@ pub async fn run(handle: &tokio::runtime::Handle) -> Result<(), Failure> {
                 "-".into()
             }
         });
+        let mut refused = 0;
         let entry = loop {
+            // Piped answers (`yes | colony config`) that name no provider were asked again for
+            // ever: a few in a row end the walk. A person at a terminal is asked on.
+            if refused == PIPED_REFUSALS && !std::io::IsTerminal::is_terminal(&std::io::stdin()) {
+                return Err(Failure::input(format!(
+                    "colony config: {refused} answers in a row named no provider (the input is \
+                     not a terminal); nothing was saved"
+                )));
+            }
             let answer = p.ask(&format!("{use_type}: provider [{default}]: "))?;
             let id = if answer.is_empty() {
                 default.clone()
@@ -152,7 +165,10 @@ pub async fn run(handle: &tokio::runtime::Handle) -> Result<(), Failure> {
             }
             match choosable().find(|e| e.id == id) {
                 Some(e) => break Some(e),
-                None => println!("  no provider {id:?}; one of the list above, or \"-\""),
+                None => {
+                    refused += 1;
+                    println!("  no provider {id:?}; one of the list above, or \"-\"");
+                }
             }
         };
         let Some(entry) = entry else { continue };
