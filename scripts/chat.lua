@@ -455,12 +455,22 @@ local function exchange(use, messages, text, files)
   local ok, done, turn = term.interruptible(function() return pcall(ai.take_turn, opts) end)
   keep_partial = nil
   stop_spinner()
-  if ok and not done then
-    if #pieces > 0 then io.write("\n") end
-    -- The message alone: Lua's traceback says nothing to a person chatting.
-    local why = tostring(turn):gsub("\nstack traceback:.*$", "")
+  -- A reply that failed after some of it was shown (the connection dropped mid-answer) keeps
+  -- the question and what was shown, marked: the person read it, and it was lost.
+  local function failed(why)
+    if #pieces > 0 then
+      io.write("\n")
+      kept_files()
+      history[#history + 1] = { role = "assistant", content = shown() .. "\n\n[cut short: " .. why .. "]" }
+      note("colony chat: " .. why .. " (the question and the part shown are kept in the conversation)")
+      return history, "cut"
+    end
     note("colony chat: " .. why .. " (the question was not added to the conversation)")
     return messages, "error"
+  end
+  if ok and not done then
+    -- The message alone: Lua's traceback says nothing to a person chatting.
+    return failed((tostring(turn):gsub("\nstack traceback:.*$", "")))
   end
   if not ok then
     kept_files()
@@ -473,13 +483,15 @@ local function exchange(use, messages, text, files)
       note("colony chat: ended by " .. turn .. " (the conversation is kept)")
       return history, turn
     end
-    note(dim("[interrupted: the conversation is kept; Ctrl-C at the prompt exits]"))
+    if question and question ~= "" then
+      note(dim("[interrupted: the conversation is kept]"))
+    else
+      note(dim("[interrupted: the conversation is kept; Ctrl-C at the prompt exits]"))
+    end
     return history, "interrupted"
   end
   if turn.error then
-    if #pieces > 0 then io.write("\n") end
-    note("colony chat: " .. tostring(turn.error) .. " (the question was not added to the conversation)")
-    return messages, "error"
+    return failed(tostring(turn.error))
   end
   local all = shown()
   if styled and turn.reply ~= "" and all == turn.reply and term.erase(all) then
@@ -632,7 +644,8 @@ while true do
       save(use, messages)
       pending = {}
       -- A signal that cut the reply short ends the chat, as it would have at the prompt.
-      if failed and failed ~= "interrupted" then os.exit(SIGNAL_STATUS[failed] or 1) end
+      if SIGNAL_STATUS[failed] and failed ~= "interrupted" then os.exit(SIGNAL_STATUS[failed]) end
+      if failed == "cut" then errors = errors + 1 end
     else
       errors = errors + 1
       -- A file that cannot be sent (too large, unreadable) would fail every message after:

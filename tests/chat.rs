@@ -195,10 +195,41 @@ fn one_shot_ctrl_c_saves_the_question_and_exits_130() {
     pty.ctrl_c();
     let (code, shown) = pty.finish();
     assert_eq!(code, 130, "{shown}");
+    // One question, no prompt: the note names none (it said "Ctrl-C at the prompt exits").
+    assert!(shown.contains("[interrupted: the conversation is kept]"), "{shown}");
+    assert!(!shown.contains("at the prompt"), "{shown}");
     let history = sb.colony(&["chat", "--history"]).ok();
     assert!(
         history.stdout.contains("> Count slowly")
             && history.stdout.contains("[interrupted by the user]"),
+        "{}",
+        history.stdout
+    );
+}
+
+/// A reply whose connection drops after part of it was shown keeps the question and that
+/// part in the conversation, marked (both were lost: the person had read it), and the run
+/// fails.
+#[test]
+fn a_reply_cut_off_by_a_dropped_connection_keeps_what_was_shown() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    fake.set_default(Reply::drop_mid_stream("the first half of it"));
+    let run = sb.colony(&["chat", "Tell me everything"]);
+    assert_eq!(run.code, 1, "{}", run.stderr);
+    // The fake sends about half of the stream, then closes the connection.
+    assert!(run.stdout.starts_with("the first"), "{}", run.stdout);
+    assert!(
+        run.stderr
+            .contains("(the question and the part shown are kept in the conversation)"),
+        "{}",
+        run.stderr
+    );
+    let history = sb.colony(&["chat", "--history"]).ok();
+    assert!(
+        history.stdout.contains("> Tell me everything")
+            && history.stdout.contains(run.stdout.trim())
+            && history.stdout.contains("[cut short: "),
         "{}",
         history.stdout
     );
