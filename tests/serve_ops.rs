@@ -709,7 +709,8 @@ fn a_drain_ends_the_process_when_a_program_is_blocked_outside_lua() {
 }
 
 /// A second signal during the drain ends every program now, where it waits: a program whose
-/// main chunk spins before its watch is stopped at once rather than after the stop's 20 s.
+/// main chunk spins before its watch is stopped at once rather than after the stop's 20 s, and
+/// colony exits with the signal's status.
 #[test]
 fn a_second_signal_during_the_drain_ends_every_program_now() {
     let fake = FakeProvider::start();
@@ -726,10 +727,15 @@ fn a_second_signal_during_the_drain_ends_every_program_now() {
         served.stderr().contains("SIGTERM: draining")
     });
     served.signal("TERM");
-    assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+    // Not a clean drain: the status of the signal (it was 0), and a word.
+    assert_eq!(served.wait(), Some(143), "{}", served.stderr());
     let stderr = served.stderr();
     assert!(
         stderr.contains("SIGTERM again: ending every program now, where it waits"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("colony serve: the programs were ended at SIGTERM, where they waited"),
         "{stderr}"
     );
     assert!(!stderr.contains("still running 20 s after it"), "{stderr}");

@@ -343,12 +343,14 @@ async fn serve_until_drained(
         let _ = out.flush();
     }
     tracing::info!(%local, "listening");
-    let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<()>();
+    // The signal that ended the programs where they waited, if one did.
+    let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<Option<&'static str>>();
+    let (forced_tx, forced) = tokio::sync::oneshot::channel::<Option<&'static str>>();
     let app = serve::router(service.clone(), tokens.guard.clone());
     tokio::spawn(on_signals(service, tokens, local, signals, drained_tx));
     let (closing_tx, closing) = tokio::sync::watch::channel(false);
     let server = serve::conn::serve(listener, app, async move {
-        let _ = drained_rx.await;
+        let _ = forced_tx.send(drained_rx.await.ok().flatten());
         let _ = closing_tx.send(true);
     });
     // Once drained, requests in flight get a moment to be answered; a client that holds its
@@ -362,7 +364,17 @@ async fn serve_until_drained(
         () = server => {}
         _ = cut_off => tracing::warn!("connections still open after the drain were closed"),
     }
-    Ok(())
+    // Programs ended where they waited (turns cut, not finished) are not a clean drain: the
+    // status says so, as the signal's own action would (it exited 0).
+    match forced.await.ok().flatten() {
+        Some(signal) => Err(Failure {
+            message: format!(
+                "colony serve: the programs were ended at {signal}, where they waited"
+            ),
+            code: super::run::signal_status(signal),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// How long open connections may take to finish once the programs have drained.
@@ -383,7 +395,7 @@ async fn on_signals(
     tokens: Reread,
     listening: SocketAddr,
     (mut term, mut int, mut hup): Signals,
-    drained: tokio::sync::oneshot::Sender<()>,
+    drained: tokio::sync::oneshot::Sender<Option<&'static str>>,
 ) {
     let reason = loop {
         tokio::select! {
@@ -414,7 +426,7 @@ async fn on_signals(
     tokio::pin!(drain);
     let deadline = tokio::time::sleep(patience);
     tokio::pin!(deadline);
-    let mut ended_now: Option<&str> = None;
+    let mut ended_now: Option<&'static str> = None;
     loop {
         let again = tokio::select! {
             () = &mut drain => break,
@@ -443,7 +455,7 @@ async fn on_signals(
             .reset(tokio::time::Instant::now() + LAST_RESORT);
     }
     tracing::info!("drained");
-    let _ = drained.send(());
+    let _ = drained.send(ended_now);
 }
 
 /// How long a program ended where it waits may take to end before the process is ended.
