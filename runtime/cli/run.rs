@@ -291,7 +291,12 @@ pub(super) fn signal_status(signal: &str) -> u8 {
 const MAX_TIME: &str = "--max-time";
 
 fn humane(d: Duration) -> String {
-    format!("{:.1} s", d.as_secs_f64())
+    // `--max-time 1ms` read "(0.0 s)".
+    if d < Duration::from_millis(100) {
+        format!("{} ms", d.as_millis())
+    } else {
+        format!("{:.1} s", d.as_secs_f64())
+    }
 }
 
 /// `90` (seconds), or a number with units: `90s`, `500ms`, `5m`, `1h30m`.
@@ -300,5 +305,16 @@ fn parse_max_time(text: &str) -> Result<Duration, String> {
         Ok(d) if d.is_zero() => Err("--max-time must be more than 0".to_string()),
         Ok(d) => Ok(d),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_limit_is_said_in_milliseconds() {
+        assert_eq!(humane(Duration::from_millis(1)), "1 ms");
+        assert_eq!(humane(Duration::from_millis(1500)), "1.5 s");
     }
 }
