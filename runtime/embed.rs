@@ -247,6 +247,11 @@ pub struct Lend {
     pub max_memory: Option<usize>,
     /// Where its residents run when several nodes share it (`crate::cluster`); `None`: here.
     pub placement: Option<Arc<dyn crate::residents::Placement>>,
+    /// The program hears SIGINT and SIGTERM, as `colony run`'s does: its watch returns the
+    /// signal's name, and Lua code that spins is stopped. Off by default: the application's
+    /// own handling keeps them (a signal a program listened for never again reached the
+    /// process's default action, for the process's life).
+    pub signals: bool,
 }
 
 /// What a program was started from, to start it again.
@@ -278,6 +283,7 @@ impl Launch {
             exports: self.lend.exports.clone(),
             linger: self.lend.linger,
             placement: self.lend.placement.clone(),
+            leaves_signals: !self.lend.signals,
             ..HostSetup::default()
         };
         if let Some(p) = &self.lend.permissions {

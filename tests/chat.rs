@@ -196,7 +196,10 @@ fn one_shot_ctrl_c_saves_the_question_and_exits_130() {
     let (code, shown) = pty.finish();
     assert_eq!(code, 130, "{shown}");
     // One question, no prompt: the note names none (it said "Ctrl-C at the prompt exits").
-    assert!(shown.contains("[interrupted: the conversation is kept]"), "{shown}");
+    assert!(
+        shown.contains("[interrupted: the conversation is kept]"),
+        "{shown}"
+    );
     assert!(!shown.contains("at the prompt"), "{shown}");
     let history = sb.colony(&["chat", "--history"]).ok();
     assert!(

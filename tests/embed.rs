@@ -278,3 +278,22 @@ async fn a_host_lends_a_program_an_observer_a_deliveries_channel_and_its_permiss
         ]
     );
 }
+
+/// A program an application loads leaves SIGINT and SIGTERM to the application: once one had
+/// watched, tokio's handlers stayed installed for the process's life, and neither Ctrl-C nor
+/// `kill` ended the application again, even after the program had ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loaded_program_leaves_the_signals_to_the_application() {
+    let cassette = support::script::project_root().join("examples/embed.jsonl");
+    let runtime = Runtime::replaying(&cassette, tokio::runtime::Handle::current()).unwrap();
+    assert_eq!(embed::run(runtime).await.unwrap(), EXPECTED);
+    for (signal, name) in [(libc::SIGINT, "SIGINT"), (libc::SIGTERM, "SIGTERM")] {
+        // SAFETY: sigaction(2) with no new action only reads the current one into `now`.
+        let handler = unsafe {
+            let mut now: libc::sigaction = std::mem::zeroed();
+            assert_eq!(libc::sigaction(signal, std::ptr::null(), &mut now), 0);
+            now.sa_sigaction
+        };
+        assert_eq!(handler, libc::SIG_DFL, "{name} has a handler of colony's");
+    }
+}

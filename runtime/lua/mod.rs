@@ -436,7 +436,9 @@ async fn run_on_this_thread(
     if let Some(exports) = &host.exports {
         lifecycle.serve_exports(exports.clone());
     }
-    if host.signals_from_start {
+    if host.leaves_signals {
+        lua.set_app_data(residents::SignalsLeft);
+    } else if host.signals_from_start {
         residents::listen_for_signals(&lua);
     }
     let _ = lifecycle_out.send(lifecycle.clone());

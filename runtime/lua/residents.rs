@@ -56,7 +56,15 @@ pub struct HostSetup {
     /// other and closes its store, where the signal's default action ended the process and
     /// left the store as a crash does. A host with signal handling of its own leaves it unset.
     pub signals_from_start: bool,
+    /// The host keeps SIGINT and SIGTERM to itself (an application embedding colony): the
+    /// program never listens for them. A listener is tokio's, installed for the process's
+    /// life: once a program had listened, Ctrl-C and `kill` no longer ended the application,
+    /// even after the program had ended.
+    pub leaves_signals: bool,
 }
+
+/// In the VM's app data when its host keeps the signals to itself ([`HostSetup::leaves_signals`]).
+pub(super) struct SignalsLeft;
 
 /// The host's tools, by name, in the VM's app data.
 pub struct HostTools(pub HashMap<String, ToolDef>);
@@ -330,10 +338,13 @@ async fn watch(lua: &Lua, opts: Option<Table>) -> mlua::Result<String> {
     }
     options.handles_failures = hooks.on_fail.is_some();
     let hooks = &hooks;
+    options.signals = lua.app_data_ref::<SignalsLeft>().is_none();
     // A tool spinning on this thread would keep the watch from hearing a signal: a listener on
     // the core's runtime stops such code through the VM's hook. Kept for the program's life: a
     // main chunk that spins after the watch is stopped too.
-    listen_for_signals(lua);
+    if options.signals {
+        listen_for_signals(lua);
+    }
     let watched = lifecycle(lua)
         .watch(options, |event| on_event(lua, event, hooks))
         .await;

@@ -112,6 +112,8 @@ pub fn start(
         exports: Some(exports.clone()),
         linger: true,
         max_memory: launch.max_memory,
+        // A second SIGINT or SIGTERM ends every program where it waits.
+        signals: true,
     };
     let program = runtime
         .load_with(&launch.file, launch.args.clone(), lend)
