@@ -365,13 +365,18 @@ impl Program {
     }
 
     /// Asks the program to stop, as `ai.stop(reason)` does: its `ai.watch` returns `reason`.
+    /// A script still running the watch's grace plus
+    /// [`crate::residents::lifecycle::AFTER_STOP`] later (code after its watch that loops) is
+    /// ended where it stands, so [`Program::join`] ends (it waited for ever).
     pub fn stop(&self, reason: &str) {
-        self.lifecycle().stop(reason);
+        self.lifecycle().stop_for_host(reason);
     }
 
     /// [`Program::stop`], giving turns in flight `grace` to finish.
     pub fn stop_within(&self, reason: &str, grace: std::time::Duration) {
-        self.lifecycle().stop_within(reason, grace);
+        let lifecycle = self.lifecycle();
+        lifecycle.route().set_grace(grace);
+        lifecycle.stop_for_host(reason);
     }
 
     /// Waits for the script to end.
@@ -390,6 +395,16 @@ impl Program {
         running.lifecycle.stop_for_host(reason);
         join(running).await?;
         self.launch.start()
+    }
+}
+
+/// A program dropped while it runs is stopped, as [`Program::stop`] stops it: it ran on,
+/// calling models, its threads outliving the application's use of it.
+impl Drop for Program {
+    fn drop(&mut self) {
+        if let Some(running) = &self.running {
+            running.lifecycle.stop_for_host("its Program was dropped");
+        }
     }
 }
 

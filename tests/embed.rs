@@ -297,3 +297,48 @@ async fn a_loaded_program_leaves_the_signals_to_the_application() {
         assert_eq!(handler, libc::SIG_DFL, "{name} has a handler of colony's");
     }
 }
+
+/// A script that loops after its watch: the application's stop ends it where it stands once
+/// the grace and a little more have passed, and `join` returns (it waited for ever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_after_stop_ends_a_script_that_loops_after_its_watch() {
+    let fake = FakeProvider::start();
+    let runtime = Runtime::with_config(fake_config(&fake), tokio::runtime::Handle::current());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.lua");
+    std::fs::write(
+        &path,
+        "ai.spawn{ name = 'a' } print(ai.watch{}) while true do end",
+    )
+    .unwrap();
+    let program = runtime.load(&path, vec![]).unwrap();
+    program.opened().await;
+    program.stop_within("the application is done", std::time::Duration::ZERO);
+    // A guard against a hang, not a measure: the stop ends the script within about 10 s.
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(120), program.join())
+        .await
+        .expect("join never returned");
+    let err = ended.unwrap_err().to_string();
+    assert!(err.contains("the application is done"), "{err}");
+}
+
+/// A program dropped while it runs is stopped (it ran on, calling models).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_dropped_while_it_runs_is_stopped() {
+    let fake = FakeProvider::start();
+    let runtime = Runtime::with_config(fake_config(&fake), tokio::runtime::Handle::current());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.lua");
+    std::fs::write(&path, "ai.spawn{ name = 'a' } ai.watch{}").unwrap();
+    let program = runtime.load(&path, vec![]).unwrap();
+    program.opened().await;
+    let lifecycle = program.lifecycle().clone();
+    drop(program);
+    assert_eq!(
+        lifecycle.stop_reason().as_deref(),
+        Some("its Program was dropped")
+    );
+    tokio::time::timeout(std::time::Duration::from_secs(120), lifecycle.stopped())
+        .await
+        .expect("the dropped program never stopped");
+}
