@@ -266,6 +266,9 @@ struct Launch {
 
 impl Launch {
     fn start(&self) -> Result<Program, EmbedError> {
+        // A file that does not read or compile is the load's error: it loaded `Ok`, and the
+        // error came out of `join` alone, mail meanwhile refused as to an unknown name.
+        crate::lua::compiles(&self.path).map_err(EmbedError::Script)?;
         let (deliveries, own) = match &self.lend.deliveries {
             Some(tx) => (tx.clone(), None),
             None => {

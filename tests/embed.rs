@@ -342,3 +342,20 @@ async fn a_program_dropped_while_it_runs_is_stopped() {
         .await
         .expect("the dropped program never stopped");
 }
+
+/// A file that does not compile is the load's error, naming the file and line: it loaded `Ok`
+/// and the error came out of `join` alone, while mail was refused as to an unknown name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_that_does_not_compile_is_the_loads_error() {
+    let fake = FakeProvider::start();
+    let runtime = Runtime::with_config(fake_config(&fake), tokio::runtime::Handle::current());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.lua");
+    std::fs::write(&path, "ai.spawn{ name = 'a' \nai.watch{}").unwrap();
+    let err = match runtime.load(&path, vec![]) {
+        Ok(_) => panic!("a file that does not compile loaded"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("p.lua:2:"), "{err}");
+    assert!(err.contains("'}' expected"), "{err}");
+}
