@@ -359,3 +359,22 @@ async fn a_file_that_does_not_compile_is_the_loads_error() {
     assert!(err.contains("p.lua:2:"), "{err}");
     assert!(err.contains("'}' expected"), "{err}");
 }
+
+/// A script that spawns a resident and ends without a watch: the program's deliveries end
+/// (`None`), as the doc says, for a host reading them in a loop (it waited for ever: the
+/// resident never hired still held the channel).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_end_when_the_script_ends_without_a_watch() {
+    let fake = FakeProvider::start();
+    let runtime = Runtime::with_config(fake_config(&fake), tokio::runtime::Handle::current());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.lua");
+    std::fs::write(&path, "ai.spawn{ name = 'a', deliver_to = 'host' }").unwrap();
+    let mut program = runtime.load(&path, vec![]).unwrap();
+    program.opened().await;
+    let next = tokio::time::timeout(std::time::Duration::from_secs(120), program.delivery())
+        .await
+        .expect("the deliveries never ended");
+    assert!(next.is_none());
+    program.join().await.unwrap();
+}

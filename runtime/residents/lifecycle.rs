@@ -620,6 +620,16 @@ impl Lifecycle {
     /// The script ended: the program stops (a host waiting for the watch to open, or for it to
     /// end, learns that it never will).
     pub fn script_ended(&self) {
+        {
+            // Residents spawned by a script that ended before its watch are never hired: they
+            // go, and with them what they held (a host's delivery channel, whose reader waited
+            // for ever).
+            let mut st = self.state();
+            if matches!(st.watch, Watch::NotYet) {
+                st.pending.clear();
+                st.pending_names.clear();
+            }
+        }
         self.inner.route.stop(SCRIPT_ENDED);
         self.inner.script_ended.send_replace(true);
     }
