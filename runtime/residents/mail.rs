@@ -201,7 +201,6 @@ impl Provenance {
     }
 }
 
-/// Why a mail was not posted.
 /// What became of a mail that was accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivered {
@@ -212,6 +211,7 @@ pub enum Delivered {
     Repeated,
 }
 
+/// Why a mail was not posted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum MailError {
     /// Nobody of that name is registered (or the watch is not up, or it has died).
