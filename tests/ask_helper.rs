@@ -224,7 +224,7 @@ fn ctrl_c_while_the_answer_is_awaited_ends_with_130() {
     let fake = FakeProvider::start();
     fake.set_default(Reply::text("too late").delay(60_000));
     let sb = support::styled(&fake, "openai");
-    let mut child = sb.spawn(&["ask", QUESTION]);
+    let child = sb.spawn(&["ask", QUESTION]);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while fake.requests().is_empty() {
         assert!(
