@@ -225,19 +225,8 @@ fn ctrl_c_while_the_answer_is_awaited_ends_with_130() {
     fake.set_default(Reply::text("too late").delay(60_000));
     let sb = support::styled(&fake, "openai");
     let child = sb.spawn(&["ask", QUESTION]);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while fake.requests().is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "ask never called the model"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    let sent = std::process::Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(sent.success());
+    support::serve::eventually("ask never called the model", || !fake.requests().is_empty());
+    support::signal(child.id(), "INT");
     let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");

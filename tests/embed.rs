@@ -38,6 +38,19 @@ fn fake_config(fake: &FakeProvider) -> Config {
     }
 }
 
+/// A runtime whose model is `fake`.
+fn fake_runtime(fake: &FakeProvider) -> Runtime {
+    Runtime::with_config(fake_config(fake), tokio::runtime::Handle::current())
+}
+
+/// `source` written to `p.lua` in a folder of its own (kept while the guard lives).
+fn script_file(source: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.lua");
+    std::fs::write(&path, source).unwrap();
+    (dir, path)
+}
+
 const EXPECTED: [&str; 2] = [
     "shop floor -> clerk: How many dozen apples do we have?",
     "clerk -> shop floor: We have 2 dozen apples, and 6 more.",
@@ -83,10 +96,8 @@ async fn the_embedding_example_runs_offline_on_its_cassette() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mail_before_the_watch_and_unknown_host_tools_are_refused() {
     let fake = FakeProvider::start();
-    let runtime = Runtime::with_config(fake_config(&fake), tokio::runtime::Handle::current());
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("p.lua");
-    std::fs::write(&path, "ai.spawn{ name = 'x', tools = { 'no.such' } }").unwrap();
+    let runtime = fake_runtime(&fake);
+    let (_dir, path) = script_file("ai.spawn{ name = 'x', tools = { 'no.such' } }");
     let program = runtime.load(&path, vec![]).unwrap();
     let err = program.join().await.unwrap_err().to_string();
     assert!(
@@ -122,10 +133,8 @@ async fn regenerate_embed_cassette() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opened_returns_when_the_script_fails_before_its_watch() {
     let fake = FakeProvider::start();
-    let runtime = Runtime::with_config(fake_config(&fake), tokio::runtime::Handle::current());
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("p.lua");
-    std::fs::write(&path, "ai.sleep(20) error('oops before the watch')").unwrap();
+    let runtime = fake_runtime(&fake);
+    let (_dir, path) = script_file("ai.sleep(20) error('oops before the watch')");
     let program = runtime.load(&path, vec![]).unwrap();
     // The route stops when the script ends, so this returns instead of waiting forever.
     program.opened().await;
@@ -213,16 +222,12 @@ async fn a_host_lends_a_program_an_observer_a_deliveries_channel_and_its_permiss
     let fake = FakeProvider::start();
     fake.push(Reply::tool_call("c1", "peek", json!({})));
     fake.push(Reply::text("looked"));
-    let runtime = Runtime::with_config(fake_config(&fake), tokio::runtime::Handle::current());
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("p.lua");
-    std::fs::write(
-        &path,
+    let runtime = fake_runtime(&fake);
+    let (dir, path) = script_file(
         "local peek = ai.tool{ name = 'peek', description = 'Reads a file', parameters = {}, \
          handler = function() return fs.read('secret.txt') end } \
          ai.spawn{ name = 'a', tools = { peek }, deliver_to = 'host' } ai.watch{}",
-    )
-    .unwrap();
+    );
     std::fs::write(dir.path().join("secret.txt"), "the secret").unwrap();
     let (observer, mut observed) = tokio::sync::mpsc::unbounded_channel();
     let (deliveries, mut delivered) = tokio::sync::mpsc::unbounded_channel();
@@ -303,14 +308,8 @@ async fn a_loaded_program_leaves_the_signals_to_the_application() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn join_after_stop_ends_a_script_that_loops_after_its_watch() {
     let fake = FakeProvider::start();
-    let runtime = Runtime::with_config(fake_config(&fake), tokio::runtime::Handle::current());
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("p.lua");
-    std::fs::write(
-        &path,
-        "ai.spawn{ name = 'a' } print(ai.watch{}) while true do end",
-    )
-    .unwrap();
+    let runtime = fake_runtime(&fake);
+    let (_dir, path) = script_file("ai.spawn{ name = 'a' } print(ai.watch{}) while true do end");
     let program = runtime.load(&path, vec![]).unwrap();
     program.opened().await;
     program.stop_within("the application is done", std::time::Duration::ZERO);
@@ -326,10 +325,8 @@ async fn join_after_stop_ends_a_script_that_loops_after_its_watch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_dropped_while_it_runs_is_stopped() {
     let fake = FakeProvider::start();
-    let runtime = Runtime::with_config(fake_config(&fake), tokio::runtime::Handle::current());
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("p.lua");
-    std::fs::write(&path, "ai.spawn{ name = 'a' } ai.watch{}").unwrap();
+    let runtime = fake_runtime(&fake);
+    let (_dir, path) = script_file("ai.spawn{ name = 'a' } ai.watch{}");
     let program = runtime.load(&path, vec![]).unwrap();
     program.opened().await;
     let lifecycle = program.lifecycle().clone();
@@ -348,10 +345,8 @@ async fn a_program_dropped_while_it_runs_is_stopped() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_file_that_does_not_compile_is_the_loads_error() {
     let fake = FakeProvider::start();
-    let runtime = Runtime::with_config(fake_config(&fake), tokio::runtime::Handle::current());
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("p.lua");
-    std::fs::write(&path, "ai.spawn{ name = 'a' \nai.watch{}").unwrap();
+    let runtime = fake_runtime(&fake);
+    let (_dir, path) = script_file("ai.spawn{ name = 'a' \nai.watch{}");
     let err = match runtime.load(&path, vec![]) {
         Ok(_) => panic!("a file that does not compile loaded"),
         Err(e) => e.to_string(),
@@ -366,10 +361,8 @@ async fn a_file_that_does_not_compile_is_the_loads_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deliveries_end_when_the_script_ends_without_a_watch() {
     let fake = FakeProvider::start();
-    let runtime = Runtime::with_config(fake_config(&fake), tokio::runtime::Handle::current());
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("p.lua");
-    std::fs::write(&path, "ai.spawn{ name = 'a', deliver_to = 'host' }").unwrap();
+    let runtime = fake_runtime(&fake);
+    let (_dir, path) = script_file("ai.spawn{ name = 'a', deliver_to = 'host' }");
     let mut program = runtime.load(&path, vec![]).unwrap();
     program.opened().await;
     let next = tokio::time::timeout(std::time::Duration::from_secs(120), program.delivery())

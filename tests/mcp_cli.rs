@@ -560,16 +560,7 @@ fn mcp_test_lists_what_colony_mcp_serve_exports() {
 // `sh` wrapper, as `npx` and `uvx` start theirs, which writes its own pid and starts a
 // process of its own (`sleep`) that outlives the Python server, as a browser a server drives can.
 
-/// Whether process `pid` still runs (a zombie waiting for a parent to reap it does not).
-fn running(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command's name in parentheses.
-        Ok(stat) => stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')),
-        Err(_) => false,
-    }
-}
+use support::running;
 
 /// The pids the wrapper wrote to `file`, once it has written `n` of them.
 fn pids(file: &std::path::Path, n: usize) -> Vec<u32> {

@@ -273,8 +273,7 @@ async fn last_resort(
             signal_status(signal).into()
         }
     };
-    crate::mcp::server_group::end_all();
-    crate::lua::proc::kill_children();
+    crate::lua::proc::end_children();
     std::process::exit(code);
 }
 

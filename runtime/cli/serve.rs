@@ -343,21 +343,19 @@ async fn serve_until_drained(
         let _ = out.flush();
     }
     tracing::info!(%local, "listening");
-    // The signal that ended the programs where they waited, if one did.
+    // Drained: with the signal that ended the programs where they waited, if one did.
     let (drained_tx, drained_rx) = tokio::sync::oneshot::channel::<Option<&'static str>>();
-    let (forced_tx, forced) = tokio::sync::oneshot::channel::<Option<&'static str>>();
     let app = serve::router(service.clone(), tokens.guard.clone());
     tokio::spawn(on_signals(service, tokens, local, signals, drained_tx));
-    let (closing_tx, closing) = tokio::sync::watch::channel(false);
+    let (closing_tx, closing) = tokio::sync::watch::channel(None);
     let server = serve::conn::serve(listener, app, async move {
-        let _ = forced_tx.send(drained_rx.await.ok().flatten());
-        let _ = closing_tx.send(true);
+        let _ = closing_tx.send(Some(drained_rx.await.ok().flatten()));
     });
     // Once drained, requests in flight get a moment to be answered; a client that holds its
     // connection open past it does not keep the process up.
+    let mut drained = closing.clone();
     let cut_off = async move {
-        let mut closing = closing;
-        let _ = closing.wait_for(|c| *c).await;
+        let _ = drained.wait_for(Option::is_some).await;
         tokio::time::sleep(CLOSE_GRACE).await;
     };
     tokio::select! {
@@ -366,7 +364,8 @@ async fn serve_until_drained(
     }
     // Programs ended where they waited (turns cut, not finished) are not a clean drain: the
     // status says so, as the signal's own action would (it exited 0).
-    match forced.await.ok().flatten() {
+    let forced: Option<&'static str> = closing.borrow().flatten();
+    match forced {
         Some(signal) => Err(Failure {
             message: format!(
                 "colony serve: the programs were ended at {signal}, where they waited"
@@ -469,7 +468,6 @@ fn end_process(service: &Service, why: &str) -> ! {
         "colony serve: {why}; still running: {} (blocked outside Lua?): ending the process",
         running.join(", ")
     );
-    crate::mcp::server_group::end_all();
-    crate::lua::proc::kill_children();
+    crate::lua::proc::end_children();
     std::process::exit(1);
 }

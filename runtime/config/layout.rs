@@ -104,9 +104,7 @@ fn patch(
                     }
                     None => {
                         file.insert(key, spaced(new.clone()));
-                        path.push(key.to_string());
-                        tables_in(new, path, fresh);
-                        path.pop();
+                        written_anew(path, key, new, fresh);
                     }
                 }
             }
@@ -114,9 +112,7 @@ fn patch(
             _ if old.is_some_and(|o| same(o, new)) && file.contains_key(key) => {}
             _ => {
                 written(file, key, new);
-                path.push(key.to_string());
-                tables_in(new, path, fresh);
-                path.pop();
+                written_anew(path, key, new, fresh);
             }
         }
     }
@@ -197,6 +193,13 @@ fn spaced(mut item: Item) -> Item {
         }
     }
     item
+}
+
+/// Records the tables `new`, written under `key` at `path`, holds: [`place`] places them.
+fn written_anew(path: &mut Vec<String>, key: &str, new: &Item, fresh: &mut Vec<Vec<String>>) {
+    path.push(key.to_string());
+    tables_in(new, path, fresh);
+    path.pop();
 }
 
 /// The paths of the tables in `item` (at `path`), itself first.

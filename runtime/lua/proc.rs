@@ -60,10 +60,11 @@ pub fn replace_os_exit(lua: &Lua) -> mlua::Result<()> {
     )
 }
 
-/// Kills every process this one started that still runs, and what they started: for a
-/// process that ends while its program is stuck (a signal it did not give way to). A command
-/// `os.execute` or `io.popen` is waiting for ran on after colony had gone.
-pub fn kill_children() {
+/// Ends what this process started before it exits while its program is stuck (a signal it
+/// did not give way to): the stdio MCP servers' groups, then every process still under it (a
+/// command `os.execute` or `io.popen` was waiting for ran on after colony had gone).
+pub fn end_children() {
+    crate::mcp::server_group::end_all();
     for pid in descendants(std::process::id()) {
         // SAFETY: kill(2) with a pid read from /proc; a process gone meanwhile is ESRCH.
         unsafe {

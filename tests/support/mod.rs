@@ -63,6 +63,17 @@ pub fn signal(pid: u32, signal: &str) {
     assert!(status.success(), "kill -{signal} {pid}");
 }
 
+/// Whether process `pid` still runs (a zombie waiting for a parent to reap it does not).
+pub fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command's name in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| !rest.starts_with('Z') && !rest.starts_with('X')),
+        Err(_) => false,
+    }
+}
+
 /// Waits for `child` to exit, at most a minute; past it the child is killed and the test fails
 /// with `why` (a colony that does not end is the defect such a test looks for).
 pub fn exits_within_a_minute(
