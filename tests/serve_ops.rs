@@ -551,6 +551,13 @@ fn sighup_starts_the_programs_added_to_the_config_and_stops_those_removed() {
     });
     assert_eq!(names(&served), ["beta"]);
     assert_eq!(served.get("/api/programs/alpha").status, 404);
+    // The operator who sent the signal reads what it did (each step is logged below the
+    // default level).
+    let said = "colony serve: SIGHUP: reloaded: 1 program started (new in the config), \
+                1 program stopped (removed from the config)";
+    support::serve::eventually("the reload was not said", || {
+        served.stdout().contains(said)
+    });
     wait_ready(&served);
     assert_eq!(
         served
@@ -579,6 +586,11 @@ fn sighup_starts_the_programs_added_to_the_config_and_stops_those_removed() {
     // Logged before the event, but read from the pipe by another thread: it may come after.
     support::serve::eventually("the unreadable config was not said", || {
         served.stderr().contains("allow_read = [] allows nothing")
+    });
+    support::serve::eventually("the kept programs were not said", || {
+        served
+            .stdout()
+            .contains("reloaded: the config's programs kept (it does not read)")
     });
     served.signal("TERM");
     assert_eq!(served.wait(), Some(0), "{}", served.stderr());

@@ -410,7 +410,11 @@ async fn on_signals(
                     tracing::error!("the tokens stay as they were: {why}");
                 }
                 tokens.listen(&config, listening);
-                service.reload_programs().await
+                let done = service.reload_programs().await;
+                // Beside "listening on": stdout is the service's own account of itself.
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "colony serve: SIGHUP: reloaded: {done}");
+                let _ = out.flush();
             }
         }
     };

@@ -43,7 +43,7 @@ use tower_http::timeout::RequestBodyTimeoutLayer;
 
 pub use auth::Guard;
 pub use host::Launch;
-pub use service::{Programs, Service};
+pub use service::{Programs, Reloaded, Service};
 
 /// The largest request body the service reads (a mail with its files, base64).
 pub const BODY_LIMIT: usize = 8 * 1024 * 1024;

@@ -164,6 +164,52 @@ impl IdMemory {
     }
 }
 
+/// What a reload did, for the operator who sent SIGHUP: each step is logged at `info`, below
+/// the default level, so without this line a reload looked the same as one never received.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Reloaded {
+    pub restarted: usize,
+    pub added: usize,
+    pub removed: usize,
+    /// Programs whose changed file does not compile, whose run goes on as it was.
+    pub kept: usize,
+    pub unblocked: usize,
+    /// The config's programs no longer read: they stay as they were.
+    pub config_refused: bool,
+}
+
+impl std::fmt::Display for Reloaded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        for (n, what) in [
+            (self.restarted, "restarted"),
+            (self.added, "started (new in the config)"),
+            (self.removed, "stopped (removed from the config)"),
+            (self.kept, "kept as they ran (their file does not load)"),
+        ] {
+            if n > 0 {
+                let s = if n == 1 { "" } else { "s" };
+                parts.push(format!("{n} program{s} {what}"));
+            }
+        }
+        if self.unblocked > 0 {
+            parts.push(format!(
+                "{} blocked resident{} trying again",
+                self.unblocked,
+                if self.unblocked == 1 { "" } else { "s" }
+            ));
+        }
+        if self.config_refused {
+            parts.push("the config's programs kept (it does not read)".into());
+        }
+        if parts.is_empty() {
+            f.write_str("nothing changed")
+        } else {
+            f.write_str(&parts.join(", "))
+        }
+    }
+}
+
 /// Where the service's programs come from.
 #[derive(Debug, Clone)]
 pub enum Programs {
@@ -525,14 +571,15 @@ impl Service {
     /// SIGHUP: the config file is read again, blocked residents try again, programs whose
     /// file changed since their run started are restarted; with the programs from the config,
     /// those added start, those removed stop (and leave), those whose entry changed restart.
-    pub async fn reload(self: &Arc<Self>) {
+    pub async fn reload(self: &Arc<Self>) -> Reloaded {
         self.core.reload_config();
-        self.reload_programs().await;
+        self.reload_programs().await
     }
 
     /// [`Service::reload`] with the config already read again (`colony serve` reads its tokens
     /// from it in between).
-    pub async fn reload_programs(self: &Arc<Self>) {
+    pub async fn reload_programs(self: &Arc<Self>) -> Reloaded {
+        let mut done = Reloaded::default();
         let mut added = Vec::new();
         let mut removed = Vec::new();
         let mut changed = HashSet::new();
@@ -543,7 +590,10 @@ impl Service {
                 self.store.as_deref(),
                 self.cluster.as_ref(),
             ) {
-                Err(e) => tracing::error!("the config's programs stay as they were: {e}"),
+                Err(e) => {
+                    tracing::error!("the config's programs stay as they were: {e}");
+                    done.config_refused = true;
+                }
                 Ok(launches) => {
                     let existing: Vec<(String, Launch)> = self
                         .programs()
@@ -579,6 +629,7 @@ impl Service {
             self.tallies.retain(|(p, _), _| p != &slot.name);
             self.events
                 .publish("program_removed", json!({ "program": slot.name }));
+            done.removed += 1;
         }
         let mut unblocked = 0;
         for slot in self.programs() {
@@ -599,6 +650,7 @@ impl Service {
             if changed.contains(&slot.name) {
                 tracing::info!(program = %slot.name, "its entry in the config changed: restarting");
                 self.restart(&slot).await;
+                done.restarted += 1;
             } else if hash != file_hash(&slot.launch().file) {
                 // A file saved with a mistake must not take down the run that works: it goes on,
                 // and the next SIGHUP tries the file again.
@@ -606,16 +658,19 @@ impl Service {
                     tracing::error!(program = %slot.name, "its file changed but does not load, so its run goes on as it was: {e}");
                     self.events
                         .publish("program_kept", json!({ "program": slot.name, "error": e }));
+                    done.kept += 1;
                     continue;
                 }
                 tracing::info!(program = %slot.name, "its file changed: restarting");
                 self.restart(&slot).await;
+                done.restarted += 1;
             } else if failed {
                 // A program that failed waits for a fix: what it failed on may be outside its
                 // file (a store repaired, a file it reads put back), and SIGHUP is the fix's
                 // word. Only a changed file was tried again.
                 tracing::info!(program = %slot.name, "it had failed: starting it again");
                 self.restart(&slot).await;
+                done.restarted += 1;
             }
         }
         for slot in added {
@@ -627,10 +682,21 @@ impl Service {
             let _ = tokio::task::spawn_blocking(move || me.start(&s)).await;
             self.events
                 .publish("program_added", json!({ "program": slot.name }));
+            done.added += 1;
         }
+        done.unblocked = unblocked;
         tracing::info!(unblocked, "reloaded");
-        self.events
-            .publish("reloaded", json!({ "unblocked": unblocked }));
+        self.events.publish(
+            "reloaded",
+            json!({
+                "unblocked": unblocked,
+                "restarted": done.restarted,
+                "added": done.added,
+                "removed": done.removed,
+                "kept": done.kept,
+            }),
+        );
+        done
     }
 
     /// Ends every program now, where it waits ([`Hosted::end_now`]): for an operator who will
