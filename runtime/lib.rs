@@ -110,6 +110,7 @@ pub mod permissions;
 pub mod providers;
 pub mod rate;
 pub mod residents;
+pub mod said;
 pub mod script;
 pub mod secrets;
 pub mod serve;

@@ -965,6 +965,19 @@ fn a_scripts_own_turn_takes_middleware() {
         run.stderr
     );
     assert_eq!(model_calls(&fake).len(), 4);
+    // A retry's wait is said (a program waiting a minute in silence looked hung), once for
+    // the two retries: within a period, the second goes unsaid.
+    assert_eq!(
+        run.stderr.matches("a model call failed (").count(),
+        1,
+        "{}",
+        run.stderr
+    );
+    assert!(
+        run.stderr.contains("529") && run.stderr.contains("attempt 2 of 3"),
+        "{}",
+        run.stderr
+    );
 }
 
 /// A breaker on a script's own turns counts failed steps from one turn to the next: each turn

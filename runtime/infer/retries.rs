@@ -121,15 +121,33 @@ impl<I: Infer> Infer for Retries<I> {
                 return Err(err);
             }
             let wait = self.wait(failed, &err);
-            tracing::debug!(
-                attempt = failed,
-                wait_ms = wait.as_millis() as u64,
-                kind = err.kind(),
-                error = %err,
-                "retrying after a transient failure"
-            );
+            retrying(failed, attempts, wait, &err);
             self.clock.sleep(wait).await;
         }
+    }
+}
+
+/// Says that a call waits to be tried again. At the default level, at most once every
+/// [`SaidEvery::PERIOD`](crate::said::SaidEvery::PERIOD) for the process: waits reach a minute
+/// by default, and a program that said nothing through five of them looked hung; during an
+/// outage every caller retries, and one line each would fill the log. Every retry at `debug`.
+fn retrying(failed: u32, attempts: u32, wait: Duration, err: &ProviderError) {
+    static SAID: crate::said::SaidEvery = crate::said::SaidEvery::new();
+    tracing::debug!(
+        attempt = failed,
+        wait_ms = wait.as_millis() as u64,
+        kind = err.kind(),
+        error = %err,
+        "retrying after a transient failure"
+    );
+    if let Some(unsaid) = SAID.say() {
+        tracing::warn!(
+            "a model call failed ({err}); trying again in {:.1} s, attempt {} of \
+             {attempts}{}",
+            wait.as_secs_f64(),
+            failed + 1,
+            crate::said::also(unsaid)
+        );
     }
 }
 

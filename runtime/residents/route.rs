@@ -524,11 +524,8 @@ impl Route {
                 Err(e)
             }
             Err(e) => {
-                if let Some(also) = UNSAVED_SAID.say() {
-                    let also = match also {
-                        0 => String::new(),
-                        n => format!(" ({n} more since the last such line)"),
-                    };
+                if let Some(unsaid) = UNSAVED_SAID.say() {
+                    let also = crate::said::also(unsaid);
                     tracing::error!(to = %to, "mail not accepted: cannot save it: {e}{also}");
                 }
                 // A save whose answer was lost (the store went away) may have committed: the
@@ -1025,14 +1022,11 @@ fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// Says that mail to `to` was refused for a full mailbox, at most once every
-/// [`SaidEvery::PERIOD`]: refusals were logged for every reason but this one (ai.lua: "a refusal
+/// [`SaidEvery::PERIOD`](crate::said::SaidEvery::PERIOD): refusals were logged for every reason but this one (ai.lua: "a refusal
 /// once the watch runs is also logged"), and a sender pushed back hard would write one a mail.
 fn full(to: &str, capacity: usize) {
-    if let Some(also) = FULL_SAID.say() {
-        let also = match also {
-            0 => String::new(),
-            n => format!(" ({n} more since the last such line)"),
-        };
+    if let Some(unsaid) = FULL_SAID.say() {
+        let also = crate::said::also(unsaid);
         let mails = if capacity == 1 { "mail" } else { "mails" };
         tracing::warn!(
             "mail to {to:?} refused: mailbox_full: it holds its {capacity} waiting {mails}{also}"
@@ -1040,45 +1034,12 @@ fn full(to: &str, capacity: usize) {
     }
 }
 
-static FULL_SAID: SaidEvery = SaidEvery::new();
+static FULL_SAID: crate::said::SaidEvery = crate::said::SaidEvery::new();
 
 /// Mail refused because the store cannot save it is said at most once every
-/// [`SaidEvery::PERIOD`], with how many went unsaid: a full disk wrote one line a mail (117 in
+/// [`SaidEvery::PERIOD`](crate::said::SaidEvery::PERIOD), with how many went unsaid: a full disk wrote one line a mail (117 in
 /// 14 s), the same line each time.
-static UNSAVED_SAID: SaidEvery = SaidEvery::new();
-
-/// A line said at most once a period, counting the times it was not.
-struct SaidEvery {
-    state: Mutex<(Option<std::time::Instant>, u64)>,
-}
-
-impl SaidEvery {
-    const PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
-
-    const fn new() -> SaidEvery {
-        SaidEvery {
-            state: Mutex::new((None, 0)),
-        }
-    }
-
-    /// `Some(n)` when the line is to be said now, `n` the times it was not since; `None`: not
-    /// now (counted).
-    fn say(&self) -> Option<u64> {
-        let mut state = lock(&self.state);
-        let now = std::time::Instant::now();
-        match state.0 {
-            Some(last) if now.duration_since(last) < Self::PERIOD => {
-                state.1 += 1;
-                None
-            }
-            _ => {
-                let unsaid = std::mem::take(&mut state.1);
-                state.0 = Some(now);
-                Some(unsaid)
-            }
-        }
-    }
-}
+static UNSAVED_SAID: crate::said::SaidEvery = crate::said::SaidEvery::new();
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -1094,17 +1055,6 @@ fn write<T>(l: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 
 #[cfg(test)]
 mod tests {
-
-    #[test]
-    fn a_repeated_line_is_said_once_a_period_with_the_count_of_the_rest() {
-        let said = SaidEvery::new();
-        assert_eq!(said.say(), Some(0));
-        assert_eq!(said.say(), None);
-        assert_eq!(said.say(), None);
-        // A period later (moved back rather than waited for).
-        lock(&said.state).0 = Some(std::time::Instant::now() - SaidEvery::PERIOD);
-        assert_eq!(said.say(), Some(2));
-    }
 
     use super::*;
 

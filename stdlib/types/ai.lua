@@ -478,6 +478,7 @@ function ai.stopping() end
 ---@field cap_ms? number no wait is longer, default 60000 (a provider's retry-after is a floor up to this); not below base_ms
 
 --- Middleware: a transient failure is tried again with exponential backoff; a fatal one returns at once.
+--- A wait is logged as a warning (at most one line every 10 s for the process).
 ---@param opts? ai.RetriesOptions
 ---@return ai.Middleware
 function ai.with_retries(opts) end
