@@ -329,6 +329,12 @@ fn the_tool_cache_is_refreshed_listed_offered_and_cleared() {
         "{}",
         refresh.stdout
     );
+    // Why, not only that a request could not be sent (rmcp's error drops reqwest's causes).
+    assert!(
+        lines[0].contains("tcp connect error: Connection refused"),
+        "{}",
+        refresh.stdout
+    );
     assert_eq!(lines[1], "time: 2 tools");
     let list = sb.colony(&["tools", "list"]).ok();
     assert!(

@@ -6,9 +6,13 @@
 //! request hangs until its deadline. Here such an answer to a request sent with a session is
 //! read as the session having expired, so rmcp's own recovery runs. Written by hand because rmcp
 //! has no hook for it; everything else delegates to rmcp's client.
+//!
+//! It also keeps why the last request could not be sent: rmcp's error holds reqwest's without
+//! its causes, so an unreachable server read "error sending request for url (...)", never
+//! "connection refused" or "failed to lookup address".
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::stream::BoxStream;
 use reqwest::header::{HeaderName, HeaderValue};
@@ -21,7 +25,39 @@ use rmcp::transport::streamable_http_client::{
 use sse_stream::Sse;
 
 #[derive(Clone, Default)]
-pub struct SessionAware(pub reqwest::Client);
+pub struct SessionAware {
+    client: reqwest::Client,
+    unsent: Arc<Mutex<Option<String>>>,
+}
+
+impl SessionAware {
+    pub fn new(client: reqwest::Client) -> SessionAware {
+        SessionAware {
+            client,
+            unsent: Arc::default(),
+        }
+    }
+
+    /// Why the last request that could not be sent was not, with every cause (secrets
+    /// redacted): what a failed handshake reports.
+    pub fn unsent(&self) -> Option<String> {
+        self.unsent
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn noted<T>(
+        &self,
+        r: Result<T, StreamableHttpError<reqwest::Error>>,
+    ) -> Result<T, StreamableHttpError<reqwest::Error>> {
+        if let Err(StreamableHttpError::Client(e)) = &r {
+            let why = crate::providers::errors::unsent(e);
+            *self.unsent.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+        }
+        r
+    }
+}
 
 type PostResult = Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>>;
 
@@ -53,10 +89,10 @@ impl StreamableHttpClient for SessionAware {
         let had = session_id.is_some();
         let sent = message.clone();
         let r = self
-            .0
+            .client
             .post_message(uri, message, session_id, auth_header, custom_headers)
             .await;
-        dead_session(&sent, had, r)
+        dead_session(&sent, had, self.noted(r))
     }
 
     async fn post_message_with_max_sse_event_size(
@@ -71,7 +107,7 @@ impl StreamableHttpClient for SessionAware {
         let had = session_id.is_some();
         let sent = message.clone();
         let r = self
-            .0
+            .client
             .post_message_with_max_sse_event_size(
                 uri,
                 message,
@@ -81,7 +117,7 @@ impl StreamableHttpClient for SessionAware {
                 max_sse_event_size,
             )
             .await;
-        dead_session(&sent, had, r)
+        dead_session(&sent, had, self.noted(r))
     }
 
     async fn post_message_with_response_limits(
@@ -96,7 +132,7 @@ impl StreamableHttpClient for SessionAware {
         let had = session_id.is_some();
         let sent = message.clone();
         let r = self
-            .0
+            .client
             .post_message_with_response_limits(
                 uri,
                 message,
@@ -106,7 +142,7 @@ impl StreamableHttpClient for SessionAware {
                 limits,
             )
             .await;
-        dead_session(&sent, had, r)
+        dead_session(&sent, had, self.noted(r))
     }
 
     async fn delete_session(
@@ -116,9 +152,11 @@ impl StreamableHttpClient for SessionAware {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), StreamableHttpError<Self::Error>> {
-        self.0
+        let r = self
+            .client
             .delete_session(uri, session_id, auth_header, custom_headers)
-            .await
+            .await;
+        self.noted(r)
     }
 
     async fn get_stream(
@@ -129,9 +167,11 @@ impl StreamableHttpClient for SessionAware {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
-        self.0
+        let r = self
+            .client
             .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-            .await
+            .await;
+        self.noted(r)
     }
 
     async fn get_stream_with_max_sse_event_size(
@@ -143,7 +183,8 @@ impl StreamableHttpClient for SessionAware {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<Self::Error>> {
-        self.0
+        let r = self
+            .client
             .get_stream_with_max_sse_event_size(
                 uri,
                 session_id,
@@ -152,6 +193,7 @@ impl StreamableHttpClient for SessionAware {
                 custom_headers,
                 max_sse_event_size,
             )
-            .await
+            .await;
+        self.noted(r)
     }
 }

@@ -592,7 +592,7 @@ async fn connect(spec: &ServerSpec, reading: &super::child::Reading) -> Result<L
                 .referer(false)
                 .build()
                 .map_err(|e| failed(format!("the HTTP client: {e}")))?;
-            let base = super::http_client::SessionAware(client);
+            let base = super::http_client::SessionAware::new(client);
             // Tokens from an earlier sign-in (`colony mcp login`) go with every request; a
             // server that refuses them, or asks for them, is authorized now (or told how).
             let auth = spec.auth.clone().unwrap_or_default();
@@ -617,20 +617,20 @@ async fn connect(spec: &ServerSpec, reading: &super::child::Reading) -> Result<L
                                     .await?,
                                 )
                             }
-                            None => return Err(failed(innermost(&e))),
+                            None => return Err(failed(base.unsent().unwrap_or_else(|| innermost(&e)))),
                         },
                     }
                 }
             };
             let manager = manager.expect("stored or authorized");
             let transport = StreamableHttpClientTransport::with_client(
-                rmcp::transport::AuthClient::new(base, manager),
+                rmcp::transport::AuthClient::new(base.clone(), manager),
                 config,
             );
             handler
                 .serve(transport)
                 .await
-                .map_err(|e| failed(innermost(&e)))?
+                .map_err(|e| failed(base.unsent().unwrap_or_else(|| innermost(&e))))?
         }
         Transport::Stdio {
             command,

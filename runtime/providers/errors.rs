@@ -162,14 +162,7 @@ impl ProviderError {
     }
 
     pub fn fetch(err: &reqwest::Error) -> ProviderError {
-        // reqwest's Display includes the URL, which may carry a key in a query string (Gemini).
-        let mut msg = secrets::redact(&err.to_string());
-        let mut source = std::error::Error::source(err);
-        while let Some(s) = source {
-            msg.push_str(": ");
-            msg.push_str(&secrets::redact(&s.to_string()));
-            source = s.source();
-        }
+        let msg = unsent(err);
         // A redirect refused (to another host, or past ten) is the base URL's to mend: trying
         // again meets the same redirect (a resident sat in an outage for good).
         if err.is_redirect() {
@@ -177,6 +170,20 @@ impl ProviderError {
         }
         ProviderError::Fetch(msg)
     }
+}
+
+/// Why a request got no answer, with every cause ("error sending request for url (...): client
+/// error (Connect): tcp connect error: Connection refused"), secrets redacted: reqwest's Display
+/// includes the URL, which may carry a key in a query string (Gemini).
+pub fn unsent(err: &reqwest::Error) -> String {
+    let mut msg = secrets::redact(&err.to_string());
+    let mut source = std::error::Error::source(err);
+    while let Some(s) = source {
+        msg.push_str(": ");
+        msg.push_str(&secrets::redact(&s.to_string()));
+        source = s.source();
+    }
+    msg
 }
 
 /// What a style module found in an error body: the human message, the provider's error type or
