@@ -347,13 +347,21 @@ impl Config {
     /// store's URL), and registers its secrets for redaction.
     pub fn check(&self, path: &Path) -> Result<(), ConfigError> {
         self.register_secrets();
-        match self.problems().into_iter().next() {
-            Some(message) => Err(ConfigError::Parse {
-                path: path.into(),
-                message,
-            }),
-            None => Ok(()),
-        }
+        // Every problem at once: a file with three was mended one run at a time.
+        let problems = self.problems();
+        let message = match problems.as_slice() {
+            [] => return Ok(()),
+            [one] => one.clone(),
+            many => format!(
+                "{} problems:\n  {}",
+                many.len(),
+                many.join("\n  ")
+            ),
+        };
+        Err(ConfigError::Parse {
+            path: path.into(),
+            message,
+        })
     }
 
     /// Every value no call could use, each naming its table, field and value.

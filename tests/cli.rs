@@ -325,6 +325,26 @@ fn ask_streams_the_answer_with_use_type_helper() {
     assert_eq!(req.body["messages"][1]["content"], "What is a breaker?");
 }
 
+/// A config file with several values no call could use names them all: it named the first,
+/// and a file with three was mended one run at a time.
+#[test]
+fn a_config_with_several_bad_values_names_them_all() {
+    let sb = Sandbox::new();
+    sb.write(
+        "config.toml",
+        "[use.general]\nprovider = \"opnai\"\ntimeout = -1\n[use.chat]\nmax_tokens = 0\n",
+    );
+    let run = sb.colony(&["config", "list"]).failed();
+    assert!(run.stderr.contains("3 problems:"), "{}", run.stderr);
+    for each in [
+        "[use.chat] max_tokens = 0: must be at least 1",
+        "[use.general] provider = \"opnai\" is not a known provider",
+        "[use.general] timeout = -1: -1 s is negative",
+    ] {
+        assert!(run.stderr.contains(each), "{each}: {}", run.stderr);
+    }
+}
+
 /// The value that keeps the config file from loading can be mended with `colony config set`
 /// or `unset`, as the blocked-run advice says. Both refused to touch the file while it held it.
 /// Another change while it stays is still refused, naming it, and writes nothing.
