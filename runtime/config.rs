@@ -352,11 +352,7 @@ impl Config {
         let message = match problems.as_slice() {
             [] => return Ok(()),
             [one] => one.clone(),
-            many => format!(
-                "{} problems:\n  {}",
-                many.len(),
-                many.join("\n  ")
-            ),
+            many => format!("{} problems:\n  {}", many.len(), many.join("\n  ")),
         };
         Err(ConfigError::Parse {
             path: path.into(),

@@ -555,9 +555,7 @@ fn sighup_starts_the_programs_added_to_the_config_and_stops_those_removed() {
     // default level).
     let said = "colony serve: SIGHUP: reloaded: 1 program started (new in the config), \
                 1 program stopped (removed from the config)";
-    support::serve::eventually("the reload was not said", || {
-        served.stdout().contains(said)
-    });
+    support::serve::eventually("the reload was not said", || served.stdout().contains(said));
     wait_ready(&served);
     assert_eq!(
         served
@@ -751,4 +749,40 @@ fn a_second_signal_during_the_drain_ends_every_program_now() {
         "{stderr}"
     );
     assert!(!stderr.contains("still running 20 s after it"), "{stderr}");
+}
+
+/// Every turn the events say started has an end: a turn the program's restart cut short ended
+/// with no `turn_ended`, and a client following the events saw it run for good.
+#[test]
+fn a_turn_cut_short_by_a_restart_ends_in_the_events() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("too late").delay(60_000));
+    let sb = Sandbox::new();
+    let slow = sb.write(
+        "slow.lua",
+        "ai.spawn{ name = \"slow\", deliver_to = \"host\" }\nai.watch{ grace_ms = 100 }\n",
+    );
+    sb.write("config.toml", &programs_config(&fake, &[&slow]));
+    let served = Served::start(&sb, &[]);
+    wait_ready(&served);
+    let events = served.events(None);
+    assert_eq!(
+        served
+            .mail("slow", json!({ "to": "slow", "content": "hello" }))
+            .status,
+        202
+    );
+    events.until("the turn's start", |e| e.kind == "turn_started");
+    assert_eq!(
+        served.post("/api/programs/slow/restart", json!({})).status,
+        200
+    );
+    let (ended, passed) = events.until("the cut turn's end", |e| e.kind == "turn_ended");
+    assert_eq!(ended.data["resident"], "slow");
+    assert_eq!(ended.data["stop"], "cut", "{:?}", ended.data);
+    assert_eq!(ended.data["error"]["kind"], "cut");
+    assert!(
+        passed.iter().all(|e| e.kind != "program_restarted"),
+        "the end comes before the run after it: {passed:?}"
+    );
 }

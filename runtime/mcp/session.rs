@@ -617,7 +617,9 @@ async fn connect(spec: &ServerSpec, reading: &super::child::Reading) -> Result<L
                                     .await?,
                                 )
                             }
-                            None => return Err(failed(base.unsent().unwrap_or_else(|| innermost(&e)))),
+                            None => {
+                                return Err(failed(base.unsent().unwrap_or_else(|| innermost(&e))));
+                            }
                         },
                     }
                 }

@@ -897,6 +897,25 @@ async fn observe(
     program: String,
     mut observations: mpsc::UnboundedReceiver<Observation>,
 ) {
+    // Turns started and not yet ended, with when: a turn a crash, a dismissal or the run's end
+    // cut short reported no end, and a client following the events saw it run for good.
+    let mut open: HashMap<String, std::time::Instant> = HashMap::new();
+    let cut = |ai: &str, started: std::time::Instant, why: &str| {
+        service.events.publish(
+            "turn_ended",
+            json!({
+                "program": program,
+                "resident": ai,
+                "served": 0,
+                "steps": 0,
+                "stop": "cut",
+                "tokens_in": 0,
+                "tokens_out": 0,
+                "error": { "kind": "cut", "message": why },
+                "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
+            }),
+        );
+    };
     while let Some(o) = observations.recv().await {
         match o {
             Observation::TurnStarted { ai, mails } => {
@@ -904,8 +923,10 @@ async fn observe(
                     "turn_started",
                     json!({ "program": program, "resident": ai, "mails": mails }),
                 );
+                open.insert(ai, std::time::Instant::now());
             }
             Observation::TurnEnded(t) => {
+                open.remove(&t.ai);
                 service.metrics.turn(&program, &t);
                 {
                     let mut tally = service
@@ -966,6 +987,9 @@ async fn observe(
                 );
             }
             Observation::Route(RouteEvent::Gone { ai }) => {
+                if let Some(started) = open.remove(&ai) {
+                    cut(&ai, started, "the resident is gone");
+                }
                 // Dismissed or failed: its series and tallies leave with it.
                 service.metrics.forget(&program, &ai);
                 service.tallies.remove(&(program.clone(), ai.clone()));
@@ -974,6 +998,12 @@ async fn observe(
                     .publish("gone", json!({ "program": program, "resident": ai }));
             }
             Observation::Route(event) => {
+                if let RouteEvent::Crashed { ai, message, .. }
+                | RouteEvent::Failed { ai, message, .. } = &event
+                    && let Some(started) = open.remove(ai)
+                {
+                    cut(ai, started, message);
+                }
                 let (kind, data) = match event {
                     RouteEvent::Crashed { id, ai, message } => (
                         "crash",
@@ -994,6 +1024,10 @@ async fn observe(
                 service.events.publish(kind, data);
             }
         }
+    }
+    // The run ended (stopped, restarted, failed) with these turns in flight.
+    for (ai, started) in open {
+        cut(&ai, started, "the program's run ended before the turn did");
     }
 }
 
