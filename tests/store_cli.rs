@@ -716,3 +716,41 @@ fn a_program_removes_audit_lines_past_keep_audit() {
     assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(run.stderr.contains("[store] keep_audit"), "{}", run.stderr);
 }
+
+/// A store this user may not write (left owned by root by an earlier `sudo colony run`) is
+/// refused at open, naming the file and its owner: SQLite opened it read-only without a word,
+/// and the program ran on refusing every mail as `not_saved` (a service showed it ready).
+#[test]
+fn a_store_this_user_may_not_write_is_refused_at_open() {
+    use std::os::unix::fs::PermissionsExt;
+    use std::os::unix::process::CommandExt;
+    let sb = Sandbox::new();
+    let script = sb.write("w.lua", "store.set('a', 1)\nprint('saved')\n");
+    let state = sb.path("st");
+    let first = sb.colony(&["run", "--state", &s(&state), &s(&script)]).ok();
+    assert_eq!(first.stdout.trim(), "saved");
+    let store = state.join(STORE_FILE);
+    let root = unsafe { libc::geteuid() } == 0;
+    let mut again = sb.command(&["run", "--state", &s(&state), &s(&script)]);
+    if root {
+        // Root writes anything: the run is another user's, to whom the folder and its lock
+        // belong, the store not.
+        const NOBODY: u32 = 65534;
+        let open = |p: &Path| std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o755));
+        open(&sb.path("")).unwrap();
+        for p in [&state, &state.join("lock")] {
+            std::os::unix::fs::chown(p, Some(NOBODY), None).unwrap();
+        }
+        again.uid(NOBODY).gid(NOBODY).env("HOME", sb.path(""));
+    } else {
+        std::fs::set_permissions(&store, std::fs::Permissions::from_mode(0o444)).unwrap();
+    }
+    let out = again.output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!("{} cannot be written by this user", s(&store))),
+        "{stderr}"
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("saved"));
+}

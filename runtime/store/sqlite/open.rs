@@ -124,6 +124,7 @@ pub(super) fn open_checked(path: &Path) -> StoreResult<Connection> {
         }
         Ok(true) => {
             check_header(path)?;
+            check_writable(path)?;
             false
         }
         Err(e) => return Err(StoreError::Io(format!("{shown}: cannot look for it: {e}"))),
@@ -297,6 +298,46 @@ fn process_is_gone(pid: i32) -> bool {
     pid > 0
         && unsafe { libc::kill(pid, 0) } == -1
         && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
+/// Refuses a store this user may not write, or whose `-wal` or `-shm` beside it (or their
+/// folder) it may not: SQLite opens such a file read-only without a word, so a service started
+/// as healthy and then refused every mail as `not_saved`, or its residents sat in a store
+/// outage for good (a store left owned by root by an earlier `sudo colony run`, say).
+fn check_writable(path: &Path) -> StoreResult<()> {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    let beside = |suffix: &str| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        std::path::PathBuf::from(name)
+    };
+    let folder = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    for file in [path.to_path_buf(), beside("-wal"), beside("-shm"), folder] {
+        let Ok(c) = std::ffi::CString::new(file.as_os_str().as_bytes()) else {
+            continue;
+        };
+        // SAFETY: `c` is a NUL-terminated path that lives across the call.
+        if unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0 {
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        if e.kind() == std::io::ErrorKind::NotFound {
+            continue;
+        }
+        let whose = std::fs::metadata(&file)
+            .map(|m| format!(" (owner uid {}, mode {:o})", m.uid(), m.mode() & 0o7777))
+            .unwrap_or_default();
+        return Err(StoreError::Refused(format!(
+            "{} cannot be written by this user{whose}: {e}; the store is left as it is \
+             (give this user the state directory and its files, chown -R)",
+            file.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Another connection to the checked file at `path`, for reading only: WAL lets it read
