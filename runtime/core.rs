@@ -3,7 +3,7 @@
 //! hands work to it by spawning onto [`Core::handle`].
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
 use tracing::Instrument;
@@ -304,11 +304,18 @@ struct LiveConfig {
     /// The file as last seen, and the generation (bumped by each successful re-read).
     seen: Mutex<Option<Stamp>>,
     generation: AtomicU64,
+    /// The settings in use were read from a file that was there (not the defaults of none).
+    from_file: AtomicBool,
 }
 
 /// What tells a changed file from the one read: its modification time, size and inode (`None`:
 /// there was no file).
 type Stamp = Option<(std::time::SystemTime, u64, u64)>;
+
+/// Whether the file stamped is there and not empty.
+fn holds_something(stamp: &Stamp) -> bool {
+    stamp.is_some_and(|(_, len, _)| len > 0)
+}
 
 fn stamp(path: &Path) -> Stamp {
     use std::os::unix::fs::MetadataExt;
@@ -323,6 +330,7 @@ impl LiveConfig {
             file: None,
             seen: Mutex::new(None),
             generation: AtomicU64::new(0),
+            from_file: AtomicBool::new(false),
         }
     }
 
@@ -333,6 +341,7 @@ impl LiveConfig {
         Ok(LiveConfig {
             current: RwLock::new(Arc::new(config)),
             file: Some(path.to_path_buf()),
+            from_file: AtomicBool::new(holds_something(&seen)),
             seen: Mutex::new(Some(seen)),
             generation: AtomicU64::new(0),
         })
@@ -359,9 +368,23 @@ impl LiveConfig {
         if seen.as_ref() == Some(&now) {
             return self.generation.load(Ordering::Acquire);
         }
+        let there = holds_something(&now);
         *seen = Some(now);
+        // A file that was read and is gone or emptied (a deploy moving it, a slip of `rm`, a
+        // writer that truncates before it writes) is not a wish for the defaults: every key
+        // and setting went with it, and `colony serve` stopped every program at the next
+        // SIGHUP.
+        if !there && self.from_file.load(Ordering::Acquire) {
+            tracing::error!(
+                "the config file {} is gone or empty: the settings read from it stay until it \
+                 holds some again",
+                path.display()
+            );
+            return self.generation.load(Ordering::Acquire);
+        }
         match Config::load_from(path) {
             Ok(config) => {
+                self.from_file.store(there, Ordering::Release);
                 *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
                 tracing::info!(path = %path.display(), "the config file changed: read it again");
                 self.generation.fetch_add(1, Ordering::AcqRel) + 1

@@ -588,8 +588,46 @@ fn sighup_starts_the_programs_added_to_the_config_and_stops_those_removed() {
     support::serve::eventually("the kept programs were not said", || {
         served
             .stdout()
-            .contains("reloaded: the config's programs kept (it does not read)")
+            .contains("reloaded: the config's programs kept (it does not read, or lists none)")
     });
+
+    // A config moved away, then one emptied: the programs and the settings they run with stay
+    // (every program was stopped, and the service answered ready with none).
+    let config_file = sb.path("config.toml");
+    let kept = "reloaded: the config's programs kept";
+    // Then one that holds the settings and lists no programs.
+    for step in 2..=4 {
+        match step {
+            2 => std::fs::rename(&config_file, sb.path("config.toml.new")).unwrap(),
+            3 => std::fs::write(&config_file, "").unwrap(),
+            _ => std::fs::write(&config_file, config(&fake)).unwrap(),
+        }
+        served.signal("HUP");
+        support::serve::eventually("the reload was not said", || {
+            served.stdout().matches(kept).count() == step
+        });
+        assert_eq!(names(&served), ["beta"]);
+        let said = match step {
+            4 => "the config lists no programs ([[serve.programs]]): the programs stay",
+            _ => "config.toml is gone or empty: the settings read from it stay",
+        };
+        assert!(served.stderr().contains(said), "{}", served.stderr());
+        assert_eq!(served.get("/readyz").status, 200);
+        assert_eq!(
+            served
+                .mail(
+                    "beta",
+                    json!({ "to": "beta", "content": format!("after {step}") })
+                )
+                .status,
+            202
+        );
+        let reply = events.next_of("delivery", "beta");
+        assert_eq!(
+            reply.data["text"],
+            format!("re: [mail from api] after {step}")
+        );
+    }
     served.signal("TERM");
     assert_eq!(served.wait(), Some(0), "{}", served.stderr());
 }

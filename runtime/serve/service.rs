@@ -200,7 +200,7 @@ impl std::fmt::Display for Reloaded {
             ));
         }
         if self.config_refused {
-            parts.push("the config's programs kept (it does not read)".into());
+            parts.push("the config's programs kept (it does not read, or lists none)".into());
         }
         if parts.is_empty() {
             f.write_str("nothing changed")
@@ -592,6 +592,16 @@ impl Service {
             ) {
                 Err(e) => {
                     tracing::error!("the config's programs stay as they were: {e}");
+                    done.config_refused = true;
+                }
+                // A config that lists no programs (emptied, or gone and read as the defaults)
+                // is refused as a start with none is: it stopped every program, and the
+                // service then answered ready with nothing to serve.
+                Ok(launches) if launches.is_empty() => {
+                    tracing::error!(
+                        "the config lists no programs ([[serve.programs]]): the programs stay \
+                         as they were"
+                    );
                     done.config_refused = true;
                 }
                 Ok(launches) => {
