@@ -360,6 +360,44 @@ print("watch ended: " .. ai.watch{ on_blocked = function() print("on_blocked") e
     assert_eq!(fake.calls(), 2);
 }
 
+/// One garbled answer (JSON that is not the API's: a proxy's hiccup) is an outage, and the mail
+/// is served by the next try: it blocked the resident until the config changed, and the run
+/// ended with every later mail unserved. The same three times in a row blocks (each is a paid
+/// call).
+#[test]
+fn a_garbled_answer_is_an_outage_until_it_comes_three_times_in_a_row() {
+    let garbled = || Reply::status(200).body(r#"{"id":"x","choices":[]}"#);
+    let fake = FakeProvider::start();
+    fake.push(garbled());
+    fake.set_default(Reply::text("served"));
+    let sandbox = styled(&fake, "openai");
+    let once = run(&sandbox, ONE_MAIL, &[]).ok();
+    let lines = once.lines();
+    assert!(
+        lines[0].starts_with("outage: [colony] worker cannot reach its model (could not parse"),
+        "{}",
+        once.stdout
+    );
+    assert!(lines[1].starts_with("recovered: "), "{}", once.stdout);
+    assert_eq!(lines[2], "reply: served");
+    assert_eq!(fake.calls(), 2);
+
+    let fake = FakeProvider::start();
+    fake.set_default(garbled());
+    let sandbox = styled(&fake, "openai");
+    let always = run(&sandbox, ONE_MAIL, &[]);
+    assert_eq!(always.code, 3, "{}\n{}", always.stdout, always.stderr);
+    assert!(
+        always
+            .stdout
+            .contains("notice: blocked, parse_error, status nil, 1 held"),
+        "{}",
+        always.stdout
+    );
+    assert_eq!(fake.calls(), 3);
+    assert_mail_kept(&sandbox);
+}
+
 #[test]
 fn a_program_whose_sources_finished_and_residents_went_idle_exits_0() {
     let fake = FakeProvider::start();

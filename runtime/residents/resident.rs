@@ -17,7 +17,8 @@
 //! **Blocked.** A failure that waiting cannot cure (a key refused, a request refused as it
 //! stands, no provider configured, a cassette without the request:
 //! [`crate::providers::ProviderError::is_permanent`]) does not take the outage path: retrying
-//! every minute would hang the program for nothing. The resident is *blocked*: its arrivals are
+//! every minute would hang the program for nothing. A garbled answer is the exception until it
+//! comes [`GARBLED_IN_A_ROW`] times in a row. The resident is *blocked*: its arrivals are
 //! kept, all of them (and stay saved when it keeps its conversation), one notice
 //! ([`DeliveryKind::Blocked`]) goes out, the route is told, and it tries again only when its
 //! settings could have changed: the config file changed on disk (looked at once a second while
@@ -592,6 +593,8 @@ pub(crate) trait Host: Send + Sync {
 struct Outage {
     retry_at: tokio::time::Instant,
     backoff: Duration,
+    /// Garbled answers in a row ([`GARBLED_IN_A_ROW`]).
+    garbled: u32,
     /// What fails: its model, or its store (a full disk), which the notices name.
     cause: Cause,
 }
@@ -630,6 +633,12 @@ impl Cause {
 
 /// How often a blocked resident looks at the config file.
 const CONFIG_POLL: Duration = Duration::from_secs(1);
+
+/// A garbled answer (JSON that is not the API's, a body that is not UTF-8, no choices) blocks
+/// a resident only when it comes this many times in a row; before, it is an outage. Once may
+/// be a proxy's hiccup, and blocking on it held every mail until someone edited the config;
+/// each is a paid call, so not tried for ever.
+const GARBLED_IN_A_ROW: u32 = 3;
 
 const FIRST_BACKOFF: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(60);
@@ -946,6 +955,9 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
             me.set_state(State::Stopped);
             return Some(Exit::Normal);
         }
+        let garbled = error.kind == "parse_error";
+        let in_a_row = outage.as_ref().map_or(0, |o| o.garbled) + u32::from(garbled);
+        let blocks = error.permanent && !(garbled && in_a_row < GARBLED_IN_A_ROW);
         let nothing_happened = out.steps == 0 && out.compactions == 0 && !out.resumed;
         *unserved = left_unserved(hooks.as_deref());
         if nothing_happened {
@@ -956,7 +968,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         let held = if nothing_happened {
             messages.truncate(before);
             me.commit(messages);
-            if error.permanent {
+            if blocks {
                 me.mailbox.keep(batch);
             } else {
                 me.mailbox.put_back(batch);
@@ -969,7 +981,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
             0
         };
         trouble_since.get_or_insert_with(Instant::now);
-        if error.permanent {
+        if blocks {
             *outage = None;
             // Read before the notice: a fix saved while it goes out is a change.
             let generation = host.core().refresh_config();
@@ -1008,6 +1020,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
             Some(o) => {
                 o.backoff = (o.backoff * 2).min(MAX_BACKOFF);
                 o.retry_at = tokio::time::Instant::now() + wait(o.backoff);
+                o.garbled = in_a_row * u32::from(garbled);
             }
             None => {
                 tracing::warn!(ai = %me.spec.name, error = %error.message, "outage: holding arrivals");
@@ -1015,6 +1028,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
                 *outage = Some(Outage {
                     retry_at: tokio::time::Instant::now() + wait(FIRST_BACKOFF),
                     backoff: FIRST_BACKOFF,
+                    garbled: u32::from(garbled),
                     cause,
                 });
                 let holding = if me.spec.persist {
