@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use super::clock::{Clock, TokioClock};
-use super::{Infer, OnText, StepResult, reborrow};
+use super::{Infer, OnText, StepResult};
 use crate::providers::{Endpoint, ProviderError};
 use crate::vocab::InferRequest;
 
@@ -49,9 +49,9 @@ impl RetryPolicy {
 /// A provider's `retry_after` is a floor: the wait is at least that long (capped at `cap`).
 /// A non-transient error is returned at once; after `attempts` calls the last error is returned.
 ///
-/// Streaming: `on_text` is lent to every attempt, so text an attempt streamed before failing is
-/// followed by the retry's text from the start. A caller that streams to a person should mark the
-/// restart (or not stream through retries).
+/// Streaming: an attempt that failed after streaming some text is not tried again (its error is
+/// returned): the retry's text would follow from the start, and a person reading the stream saw
+/// the same words twice with no sign of the restart (`colony ask` does the same).
 pub struct Retries<I> {
     inner: I,
     policy: RetryPolicy,
@@ -112,12 +112,23 @@ impl<I: Infer> Infer for Retries<I> {
         let attempts = self.policy.attempts.max(1);
         let mut failed = 0;
         loop {
-            let err = match self.inner.step(req, ep, reborrow(&mut on_text)).await {
+            let mut streamed = false;
+            let answer = match on_text.as_mut() {
+                None => self.inner.step(req, ep, None).await,
+                Some(to) => {
+                    let mut marked = |text: &str| {
+                        streamed = true;
+                        to(text)
+                    };
+                    self.inner.step(req, ep, Some(&mut marked)).await
+                }
+            };
+            let err = match answer {
                 Ok(inferred) => return Ok(inferred),
                 Err(e) => e,
             };
             failed += 1;
-            if !err.is_transient() || failed >= attempts {
+            if !err.is_transient() || failed >= attempts || streamed {
                 return Err(err);
             }
             let wait = self.wait(failed, &err);

@@ -140,3 +140,49 @@ async fn retries_lend_the_stream_hook_to_each_attempt() {
     r.step(&req, &ep, Some(&mut hook)).await.unwrap();
     assert_eq!(seen, "hello");
 }
+
+/// Streams "hel" and then fails transiently, each call; counts its calls.
+#[derive(Default)]
+struct CutMidStream(std::sync::atomic::AtomicUsize);
+
+impl Infer for CutMidStream {
+    fn step<'a>(
+        &'a self,
+        _req: &'a InferRequest,
+        _ep: &'a Endpoint,
+        on_text: OnText<'a>,
+    ) -> impl Future<Output = StepResult> + Send + 'a {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if let Some(f) = on_text {
+            f("hel");
+        }
+        async { Err(ProviderError::Fetch("the stream broke".into())) }
+    }
+}
+
+/// A stream that broke after some text is not tried again: the retry's text followed from
+/// the start, and a person saw "hel" and then "hello" with no sign of the restart. Without a
+/// stream hook the same failure is retried.
+#[tokio::test]
+async fn an_attempt_that_streamed_text_before_failing_is_not_retried() {
+    let clock = ManualClock::new(T0);
+    let r = Retries::new(CutMidStream::default())
+        .with_clock(clock.clone())
+        .with_seed(7);
+    let (req, ep) = step_args();
+    let mut seen = String::new();
+    let mut hook = |d: &str| seen.push_str(d);
+    let err = r.step(&req, &ep, Some(&mut hook)).await.unwrap_err();
+    assert_eq!(err.kind(), "fetch_error");
+    assert_eq!(seen, "hel");
+    assert_eq!(r.inner().0.load(std::sync::atomic::Ordering::Relaxed), 1);
+
+    let silent = Retries::new(CutMidStream::default())
+        .with_clock(clock.clone())
+        .with_seed(7);
+    silent.step(&req, &ep, None).await.unwrap_err();
+    assert_eq!(
+        silent.inner().0.load(std::sync::atomic::Ordering::Relaxed),
+        6
+    );
+}
