@@ -10,7 +10,7 @@
 //! - `store.sqlite3` (and SQLite's `-wal`/`-shm` beside it while open): the [`SqliteStore`].
 
 use std::fs::{File, OpenOptions, TryLockError};
-use std::io::{Read, Seek, Write};
+use std::io::{Seek, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -146,8 +146,18 @@ fn create_dir(dir: &Path) -> StoreResult<()> {
     })
 }
 
-/// Takes the exclusive lock on `dir/lock` and writes this process into it.
-fn lock(dir: &Path) -> StoreResult<File> {
+/// The locks a process holds on a state directory while it uses it: its `lock` file (which
+/// says who holds it) and the folder itself. The folder's is what a removed lock file cannot
+/// undo: "in use by process N" sends people to delete the file, and a second process then
+/// took a new one and shared the store, each overwriting the other's saves.
+#[derive(Debug)]
+pub struct DirLock {
+    _file: File,
+    _folder: File,
+}
+
+/// Takes the exclusive locks on `dir/lock` and on `dir`, and writes this process into the file.
+fn lock(dir: &Path) -> StoreResult<DirLock> {
     let path = dir.join(LOCK_FILE);
     let io = |doing: &str, e: std::io::Error| {
         let message = format!("{}: cannot {doing}: {e}", path.display());
@@ -166,38 +176,56 @@ fn lock(dir: &Path) -> StoreResult<File> {
         .truncate(false)
         .open(&path)
         .map_err(|e| io("open the lock file", e))?;
-    let mut waited = Duration::ZERO;
-    loop {
-        match file.try_lock() {
-            Ok(()) => break,
-            Err(TryLockError::WouldBlock) => {
-                let mut text = String::new();
-                let _ = file.rewind();
-                let _ = file.read_to_string(&mut text);
-                // Held by this very process: a store of ours just closed, but a child this
-                // process was starting at that moment still shares the lock until it `exec`s
-                // (`flock` follows the open file, which a fork duplicates). That lasts an
-                // instant; a `StateDir` of ours that is still open does not, and is refused.
-                if holder_pid(&text) == Some(std::process::id()) && waited < SELF_HELD_WAIT {
-                    std::thread::sleep(SELF_HELD_POLL);
-                    waited += SELF_HELD_POLL;
-                    continue;
-                }
-                return Err(StoreError::Locked(format!(
-                    "{} is in use by {}",
-                    dir.display(),
-                    holder(&text)
-                )));
-            }
-            Err(TryLockError::Error(e)) => return Err(io("lock it", e)),
-        }
+    let said = || std::fs::read_to_string(&path).unwrap_or_default();
+    if !take(&file, || holder_pid(&said())).map_err(|e| io("lock it", e))? {
+        return Err(StoreError::Locked(format!(
+            "{} is in use by {}",
+            dir.display(),
+            holder(&said())
+        )));
+    }
+    let folder = File::open(dir).map_err(|e| io("open its folder", e))?;
+    // The lock file was free but the folder is not: the holder's lock file was removed.
+    if !take(&folder, || None).map_err(|e| io("lock its folder", e))? {
+        return Err(StoreError::Locked(format!(
+            "{} is in use by another process, whose lock file was removed (it still holds the \
+             folder; stop it before starting another)",
+            dir.display()
+        )));
     }
     let me = format!("{}\n{}\n", std::process::id(), command_line());
     file.set_len(0).map_err(|e| io("write it", e))?;
     file.rewind().map_err(|e| io("write it", e))?;
     file.write_all(me.as_bytes())
         .map_err(|e| io("write it", e))?;
-    Ok(file)
+    Ok(DirLock {
+        _file: file,
+        _folder: folder,
+    })
+}
+
+/// Takes `file`'s exclusive lock: `Ok(false)` when another holds it. One this process holds
+/// (`holder` names this pid) is waited for a moment: a store of ours just closed, but a child
+/// this process was starting at that moment still shares the lock until it `exec`s (`flock`
+/// follows the open file, which a fork duplicates). That lasts an instant; a `StateDir` of ours
+/// that is still open does not, and is refused.
+fn take(file: &File, holder: impl Fn() -> Option<u32>) -> std::io::Result<bool> {
+    let mut waited = Duration::ZERO;
+    loop {
+        match file.try_lock() {
+            Ok(()) => return Ok(true),
+            Err(TryLockError::WouldBlock) => {
+                let ours = holder().is_none_or(|pid| pid == std::process::id());
+                if ours && waited < SELF_HELD_WAIT {
+                    std::thread::sleep(SELF_HELD_POLL);
+                    waited += SELF_HELD_POLL;
+                    continue;
+                }
+                return Ok(false);
+            }
+            Err(TryLockError::Error(e)) => return Err(e),
+        }
+    }
 }
 
 /// How long a lock this process itself holds is waited for before it is refused, and how often
@@ -377,6 +405,47 @@ mod tests {
         let second = StateDir::open(&dir).unwrap();
         closer.join().unwrap();
         drop(second);
+    }
+
+    /// "in use by process N" sends people to delete the lock file: a second process then took
+    /// a new one and shared the store, each overwriting the other's saves. The folder's own
+    /// lock still refuses it.
+    #[test]
+    fn a_removed_lock_file_does_not_let_a_second_open_in() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("state");
+        let first = StateDir::open(&dir).unwrap();
+        std::fs::remove_file(dir.join(LOCK_FILE)).unwrap();
+        let err = StateDir::open(&dir).unwrap_err();
+        assert_eq!(err.kind(), "locked");
+        assert!(
+            err.to_string().contains("whose lock file was removed"),
+            "{err}"
+        );
+        drop(first);
+        drop(StateDir::open(&dir).unwrap());
+    }
+
+    /// A state directory moved (or deleted) under an open store: later writes are refused,
+    /// saying so, where each was answered as saved into a file nothing could reach again.
+    #[test]
+    fn a_store_whose_folder_was_moved_refuses_to_write() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("state");
+        let state = StateDir::open(&dir).unwrap();
+        std::fs::rename(&dir, root.path().join("moved")).unwrap();
+        let err = state.store().set("", "k", &json!(1)).unwrap_err();
+        assert_eq!(err.kind(), "refused", "{err}");
+        assert!(
+            err.to_string()
+                .contains("was deleted, moved or replaced while this program had it open"),
+            "{err}"
+        );
+        // And stays refused, though nothing is looked at again within the second.
+        assert_eq!(
+            state.store().set("", "k", &json!(2)).unwrap_err().kind(),
+            "refused"
+        );
     }
 
     #[test]

@@ -19,7 +19,6 @@ mod tests;
 mod writes;
 
 use std::cell::Cell;
-use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -66,7 +65,7 @@ pub struct SqliteStore {
     /// The state directory's lock, when the store was opened through
     /// [`StateDir`](super::state_dir::StateDir): held as long as the store lives. Declared after
     /// the connections so they close (and checkpoint) before the lock is released.
-    lock: Option<File>,
+    lock: Option<super::state_dir::DirLock>,
 }
 
 impl std::fmt::Debug for SqliteStore {
@@ -121,7 +120,7 @@ impl SqliteStore {
         let read = open::open_reader(path)?;
         Ok(SqliteStore {
             path: path.to_path_buf(),
-            write: Arc::new(Mutex::new(Writer::new(write))),
+            write: Arc::new(Mutex::new(Writer::new(write, path))),
             read: Mutex::new(read),
             writes: GroupCommit::new(),
             kept: Mutex::new(Kept::Untried),
@@ -137,7 +136,7 @@ impl SqliteStore {
     }
 
     /// Keeps `lock` (an open, locked file) alive as long as the store.
-    pub(super) fn hold_lock(mut self, lock: File) -> SqliteStore {
+    pub(super) fn hold_lock(mut self, lock: super::state_dir::DirLock) -> SqliteStore {
         self.lock = Some(lock);
         self
     }
@@ -318,6 +317,7 @@ impl SqliteStore {
         f: &mut dyn FnMut(Option<Value>) -> Result<Option<Value>, String>,
     ) -> StoreResult<Option<Value>> {
         let mut writer = self.writer()?;
+        writer.still_there()?;
         // A durable write: the last batch may have left the connection at `NORMAL`.
         let conn = writer.at(true).map_err(|e| self.err(e))?;
         let tx = conn

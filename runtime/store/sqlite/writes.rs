@@ -297,16 +297,70 @@ pub(super) struct Writer {
     conn: Connection,
     /// `Some(waits_for_disk)` once set; `None` if a `PRAGMA` failed and the level is not known.
     durable: Option<bool>,
+    /// The file as opened, and when it was last found still at its path.
+    place: Place,
+}
+
+/// Where the store's file is, to notice it taken away while open: a state directory deleted or
+/// moved under a running program left every later write going to a file nothing could reach
+/// again, each answered as saved (mail acknowledged `durable`, and lost).
+struct Place {
+    path: std::path::PathBuf,
+    /// (device, inode) of the file opened; `None` when it could not be read.
+    opened: Option<(u64, u64)>,
+    looked: Option<std::time::Instant>,
+    /// Set for good once the file is found gone or replaced.
+    gone: Option<String>,
+}
+
+/// How often a write looks whether the file is still at its path (one `stat`).
+const LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+fn identity(path: &std::path::Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
 }
 
 impl Writer {
-    pub(super) fn new(conn: Connection) -> Writer {
+    pub(super) fn new(conn: Connection, path: &std::path::Path) -> Writer {
         // Room for every statement the writes, `update` and the transactions run (about 30);
         // rusqlite keeps 16, which a resident's step with files and mail would cycle through.
         conn.set_prepared_statement_cache_capacity(64);
         Writer {
             conn,
             durable: None,
+            place: Place {
+                path: path.to_path_buf(),
+                opened: identity(path),
+                looked: None,
+                gone: None,
+            },
+        }
+    }
+
+    /// Refuses to write once the file is no longer the one at its path (deleted, or its
+    /// folder moved or deleted): looked at most once a [`LOOK_EVERY`].
+    pub(super) fn still_there(&mut self) -> StoreResult<()> {
+        let place = &mut self.place;
+        if place.gone.is_none()
+            && place.opened.is_some()
+            && place.looked.is_none_or(|t| t.elapsed() >= LOOK_EVERY)
+        {
+            place.looked = Some(std::time::Instant::now());
+            if identity(&place.path) != place.opened {
+                let message = format!(
+                    "{} was deleted, moved or replaced while this program had it open: nothing \
+                     more is saved (what was saved went with it); put the state directory back, \
+                     or restart the program to start a new one",
+                    place.path.display()
+                );
+                tracing::error!("{message}");
+                place.gone = Some(message);
+            }
+        }
+        match &place.gone {
+            Some(message) => Err(StoreError::Refused(message.clone())),
+            None => Ok(()),
         }
     }
 
@@ -346,6 +400,9 @@ pub(super) fn apply_batch(
     err: &dyn Fn(rusqlite::Error) -> StoreError,
 ) -> Vec<StoreResult<Done>> {
     let all = |e: StoreError| writes.iter().map(|_| Err(e.clone())).collect();
+    if let Err(e) = writer.still_there() {
+        return all(e);
+    }
     let conn = match writer.at(writes.iter().any(Write::waits_for_disk)) {
         Ok(conn) => conn,
         Err(e) => return all(err(e)),
