@@ -916,6 +916,43 @@ fn a_call_to_a_blocked_resident_is_answered_with_why() {
     assert_eq!(code, Some(0), "{stderr}");
 }
 
+/// A turn that ends without a word (the model answered with empty text) answers the call at
+/// once: it waited out the whole deadline (300 s by default) for a reply that was not coming.
+/// A call that does reach its deadline while the resident's model cannot be reached says why.
+#[test]
+fn a_call_is_told_at_once_of_no_reply_and_at_its_deadline_of_the_outage() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text(""));
+    fake.set_default(Reply::status(503));
+    let sb = sandbox(&fake);
+    let mut session = Session::start(
+        &sb,
+        "ai.spawn{ name = \"helper\", system = \"You answer in one line.\", export = { timeout = 3 } }\nai.watch()\n",
+    );
+    initialize(&mut session);
+    session.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"helper","arguments":{"message":"hi"}}}));
+    let answer = session.answer(2);
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert_eq!(
+        answer["result"]["content"][0]["text"],
+        "helper ended its turn without a reply (stop: end_turn)",
+        "{answer}"
+    );
+    session.send(json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"helper","arguments":{"message":"again"}}}));
+    let answer = session.answer(3);
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    let text = answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.starts_with("helper did not reply within 3 s: its model cannot be reached (")
+            && text.contains("503"),
+        "{answer}"
+    );
+    let (code, stderr) = session.end();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
 /// Calls to an exported resident made together are each answered with the reply to their own
 /// message: the resident took the mails waiting into one turn and every caller got its reply,
 /// the answer to the last of them (one caller could read another's). And a resident without a

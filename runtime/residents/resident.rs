@@ -203,6 +203,9 @@ pub struct Resident {
     restarts: AtomicU32,
     /// Why it is blocked, while it is.
     blocked: Mutex<Option<TurnError>>,
+    /// Why its model (or store) cannot be reached, while in an outage: what a caller waiting
+    /// for its reply is told (it was told only that the call timed out).
+    failing: Mutex<Option<String>>,
     unblocked: tokio::sync::Notify,
     /// Where its usage is counted when the route has no store (an embedding without one).
     local_usage: std::sync::OnceLock<Arc<dyn Store>>,
@@ -268,6 +271,7 @@ impl Resident {
             state: AtomicU8::new(State::Idle as u8),
             restarts: AtomicU32::new(0),
             blocked: Mutex::new(None),
+            failing: Mutex::new(None),
             unblocked: tokio::sync::Notify::new(),
             local_usage: std::sync::OnceLock::new(),
             usage_unreported: AtomicBool::new(false),
@@ -364,6 +368,18 @@ impl Resident {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    /// Why its last turn failed, while it is in an outage.
+    pub fn failing_because(&self) -> Option<String> {
+        self.failing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_failing(&self, why: Option<String>) {
+        *self.failing.lock().unwrap_or_else(|e| e.into_inner()) = why;
     }
 
     /// Lets a blocked resident try again now (its settings were changed some other way than the
@@ -983,6 +999,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         trouble_since.get_or_insert_with(Instant::now);
         if blocks {
             *outage = None;
+            me.set_failing(None);
             // Read before the notice: a fix saved while it goes out is a change.
             let generation = host.core().refresh_config();
             let then = if host.core().is_replaying() {
@@ -1016,6 +1033,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
                 .map(|d| d.min(MAX_WAIT))
                 .unwrap_or(backoff)
         };
+        me.set_failing(Some(error.message.clone()));
         match outage {
             Some(o) => {
                 o.backoff = (o.backoff * 2).min(MAX_BACKOFF);
@@ -1073,6 +1091,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
     me.commit(messages);
     let cause = outage.take().map_or(Cause::Model, |o| o.cause);
     if let Some(since) = trouble_since.take() {
+        me.set_failing(None);
         let notice = Delivery {
             text: format!(
                 "[colony] {} {} again after {:.1} s; {} held arrivals were served{}.",
@@ -1095,6 +1114,16 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         }
     }
     if reply.trim().is_empty() {
+        // A caller awaiting this turn's reply is told there is none now: it waited out its
+        // whole deadline (300 s by default) for a reply that was never coming.
+        let none = Delivery {
+            text: String::new(),
+            stop: Some(out.stop.as_str()),
+            steps: out.steps,
+            usage: out.usage,
+            ..delivery(me, DeliveryKind::Reply, provenance.as_ref(), Some(out.stop))
+        };
+        me.answer_awaited(&batch.mail, &none);
         return None;
     }
     let d = Delivery {

@@ -227,13 +227,18 @@ async fn ask_resident(
     }
     let message = args.get("message").and_then(Value::as_str).unwrap_or("");
     let Some(resident) = route.resident(&export.name) else {
-        return failed(
-            EventKind::Error,
-            format!(
+        // A stopping program's residents leave first: not "not hired" while the drain runs.
+        let why = match route.stop_reason() {
+            Some(reason) => format!(
+                "{} takes no more calls: the program is stopping ({reason})",
+                export.name
+            ),
+            None => format!(
                 "{} is not running (the program has not hired it, or it is gone)",
                 export.name
             ),
-        );
+        };
+        return failed(EventKind::Error, why);
     };
     // Each call's mail has a sender of its own, so its reply finds its way back here.
     let source = format!("{} ({id})", caller.label());
@@ -253,9 +258,12 @@ async fn ask_resident(
             // In an outage the resident holds the mail and tries its model again: the caller
             // is told it waits for the model, not that it works.
             let doing = if resident.state() == crate::residents::resident::State::Outage {
-                "is waiting for its model to answer again"
+                match resident.failing_because() {
+                    Some(why) => format!("is waiting for its model to answer again ({why})"),
+                    None => "is waiting for its model to answer again".to_string(),
+                }
             } else {
-                "is working"
+                "is working".to_string()
             };
             report(Report::Progress {
                 progress: n,
@@ -276,6 +284,15 @@ async fn ask_resident(
     };
     let mut reply = reply;
     let answer = |r: Result<crate::residents::Delivery, _>| match r {
+        // The turn ended without a word for the caller.
+        Ok(d) if d.kind == DeliveryKind::Reply && d.text.trim().is_empty() => failed(
+            EventKind::Error,
+            format!(
+                "{} ended its turn without a reply (stop: {})",
+                export.name,
+                d.stop.unwrap_or("end_turn")
+            ),
+        ),
         Ok(d) if d.kind == DeliveryKind::Reply => (
             EventKind::Ok,
             Outcome {
@@ -295,7 +312,15 @@ async fn ask_resident(
         r = &mut reply => answer(r),
         _ = tokio::time::sleep(export.deadline) => failed(
             EventKind::Deadline,
-            format!("{} did not reply within {} s", export.name, export.deadline.as_secs_f64()),
+            format!(
+                "{} did not reply within {} s{}",
+                export.name,
+                export.deadline.as_secs_f64(),
+                match resident.failing_because() {
+                    Some(why) => format!(": its model cannot be reached ({why})"),
+                    None => String::new(),
+                }
+            ),
         ),
         reason = route.stopped() => {
             let stopped = || failed(
