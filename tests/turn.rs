@@ -1093,12 +1093,14 @@ fn an_answer_that_says_the_model_failed_is_an_error_not_a_reply() {
     for _ in 0..2 {
         fake.push(Reply::text("").stop("MALFORMED_FUNCTION_CALL"));
     }
+    fake.push(Reply::text("hello from fake").stop("OTHER"));
     let run = sandbox(&fake, "gemini")
         .lua(
             r#"local r, e = ai.ask("hi")
                print(r, e.kind, e.transient, e.message)
                local t = ai.take_turn{ prompt = "hi" }
-               print(t.reply, t.stop, t.error.kind, t.error.transient, #t.messages)"#,
+               print(t.reply, t.stop, t.error.kind, t.error.transient, #t.messages)
+               print(select(2, ai.ask("hi")).message)"#,
             &[],
         )
         .ok();
@@ -1108,6 +1110,8 @@ fn an_answer_that_says_the_model_failed_is_an_error_not_a_reply() {
         [
             format!("nil\tprovider_error\ttrue\t{message}"),
             "\terror\tprovider_error\ttrue\t1".to_string(),
+            // The reason and what the model said apart (they ran into "hello from fakeOTHER").
+            "provider error: the model's answer failed (OTHER): hello from fake".to_string(),
         ],
         "{}",
         run.stderr

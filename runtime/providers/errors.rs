@@ -153,11 +153,33 @@ impl ProviderError {
     pub fn failed_answer(inferred: &crate::vocab::Inferred) -> Option<ProviderError> {
         let failed = inferred.stop == crate::vocab::Stop::Error
             && inferred.message.tool_calls().next().is_none();
-        failed.then(|| ProviderError::Provider {
-            status: None,
-            message: format!("the model's answer failed: {}", inferred.text()),
-            transient: true,
-            retry_after: None,
+        failed.then(|| {
+            // Gemini appends the reason as a part of its own after what the model said: read
+            // together they ran into one word ("hello from fakeOTHER").
+            let texts: Vec<&str> = inferred
+                .message
+                .parts
+                .iter()
+                .filter_map(|p| match p {
+                    crate::vocab::Part::Text { text, .. } if !text.trim().is_empty() => {
+                        Some(text.as_str())
+                    }
+                    _ => None,
+                })
+                .collect();
+            let message = match texts.as_slice() {
+                [] => "the model's answer failed".to_string(),
+                [only] => format!("the model's answer failed: {only}"),
+                [said @ .., why] => {
+                    format!("the model's answer failed ({why}): {}", said.join(" "))
+                }
+            };
+            ProviderError::Provider {
+                status: None,
+                message,
+                transient: true,
+                retry_after: None,
+            }
         })
     }
 
