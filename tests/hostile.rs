@@ -403,3 +403,41 @@ ai.watch{}
     written.extend(files_written(&sb));
     assert_no_planted_key(&written);
 }
+
+/// A proxy that compresses what colony did not ask to be compressed (it sends no
+/// `Accept-Encoding`): named for what it is, streamed or not, where the bytes were read as a
+/// page ("the server answered with a page: ^_M-oM-?...") or as a stream ("bad SSE: UTF8 error").
+#[test]
+fn an_answer_compressed_unasked_is_named() {
+    let fake = FakeProvider::start();
+    let gzipped = || {
+        Reply::status(200)
+            .header("content-encoding", "gzip")
+            .body("\u{1f}\u{8b}\u{8}\u{0}not really gzip")
+    };
+    fake.push(gzipped());
+    fake.push(gzipped());
+    let sb = support::styled(&fake, "openai");
+    let run = sb
+        .lua(
+            r#"for _, stream in ipairs{ false, true } do
+                 local opts = {}
+                 if stream then opts.stream = function() end end
+                 local reply, err = ai.ask("hi", opts)
+                 print(err.kind, err.message)
+               end"#,
+            &[],
+        )
+        .ok();
+    let lines = run.lines();
+    assert_eq!(lines.len(), 2, "{}", run.stdout);
+    for line in lines {
+        assert!(
+            line.starts_with(
+                "api_error\tAPI error 200: the server sent its answer compressed \
+                 (Content-Encoding: gzip), which colony does not ask for and does not read"
+            ),
+            "{line}"
+        );
+    }
+}

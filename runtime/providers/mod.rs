@@ -280,6 +280,20 @@ fn not_a_stream(response: &reqwest::Response) -> bool {
         .is_some_and(|mime| mime == "text/html" || mime == "application/json")
 }
 
+/// The `Content-Encoding` of an answer colony did not ask to be compressed (it sends no
+/// `Accept-Encoding`): a proxy that compresses anyway sent bytes that were read as text and
+/// shown as garbage ("the server answered with a page: ^_M-oM-?...", "bad SSE: UTF8 error").
+fn unasked_encoding(response: &reqwest::Response) -> Option<String> {
+    let coding = response
+        .headers()
+        .get(reqwest::header::CONTENT_ENCODING)?
+        .to_str()
+        .unwrap_or("?")
+        .trim()
+        .to_string();
+    (!coding.is_empty() && !coding.eq_ignore_ascii_case("identity")).then_some(coding)
+}
+
 /// What a 200 answer that is not a stream says: the provider's error if it holds one, else what
 /// the page is (its title), never "the stream ended early", which reads as a failure that
 /// passes.
@@ -529,6 +543,17 @@ impl Providers {
                 .unwrap_or_default();
             let body = String::from_utf8_lossy(&body);
             return Err(errors::classify(status, &headers, &body).located(&wire.url, &body));
+        }
+        if let Some(coding) = unasked_encoding(&response) {
+            return Err(ProviderError::Api {
+                status,
+                message: format!(
+                    "the server sent its answer compressed (Content-Encoding: {coding}), which \
+                     colony does not ask for and does not read (a proxy in between?)"
+                ),
+                body: String::new(),
+            }
+            .located(&wire.url, ""));
         }
         match on_text {
             Some(on_text) if not_a_stream(&response) => {
