@@ -39,6 +39,8 @@ struct Flaky {
     disk_full: AtomicBool,
     /// How many `commit_step`s `broken` refused.
     refused: AtomicUsize,
+    /// `update` (how usage is counted) fails as a full disk does.
+    update_broken: AtomicBool,
 }
 
 impl Store for Flaky {
@@ -60,6 +62,9 @@ impl Store for Flaky {
         k: &str,
         f: &mut dyn FnMut(Option<Value>) -> Result<Option<Value>, String>,
     ) -> StoreResult<Option<Value>> {
+        if self.update_broken.load(Ordering::SeqCst) {
+            return Err(StoreError::Io("database or disk is full".into()));
+        }
         self.inner.update(s, k, f)
     }
     fn conversations(&self) -> StoreResult<Vec<String>> {
@@ -524,4 +529,93 @@ fn a_step_whose_calls_cannot_be_journaled_waits_for_the_disk() {
     let result = cell.messages[2].tool_results().next().expect("its result");
     assert_eq!(result.content, "worked");
     assert!(cell.backlog.is_empty());
+}
+
+/// Usage the store cannot record (a full disk) is kept and recorded with the next, and a
+/// budgeted resident does not start a turn while some is unrecorded: it went on spending past
+/// its budget, uncounted (three times its budget in a user's run on a full disk).
+#[test]
+fn usage_that_cannot_be_recorded_holds_a_budgeted_resident_until_it_is() {
+    let Setup {
+        rt,
+        store,
+        route,
+        _cassette,
+    } = setup(Flaky::default());
+    let spent = |reply: &str| Inferred {
+        usage: Usage {
+            input: 40,
+            output: 20,
+            ..Usage::default()
+        },
+        ..text(reply)
+    };
+    let model = Arc::new(Scripted::new(
+        ManualClock::new(0),
+        [spent("one"), spent("two"), spent("three")].map(Ok),
+    ));
+    let stack: SharedInfer = model.clone();
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let resident = route
+        .spawn(ResidentSpec {
+            name: "r".into(),
+            ask: Ask::default(),
+            tools: Vec::new(),
+            max_steps: 8,
+            max_hop: DEFAULT_MAX_HOP,
+            mailbox: colony::residents::mail::CAPACITY,
+            compaction: Compaction {
+                enabled: false,
+                ..Compaction::default()
+            },
+            deliver: Deliver::Channel(tx),
+            restart: RestartPolicy::new(Restart::Permanent),
+            stack,
+            persist: true,
+            workspace: None,
+            budgets: colony::residents::budget::Budgets {
+                own: Some(colony::residents::budget::Budget {
+                    tokens: Some(100),
+                    cost: None,
+                    per: colony::residents::budget::Window::Day,
+                }),
+                program: None,
+            },
+        })
+        .unwrap();
+    route.open();
+    store.update_broken.store(true, Ordering::SeqCst);
+    rt.block_on(async {
+        route.mail(Mail::new("r", "t", "a", 0)).unwrap();
+        assert_eq!(next(&mut rx).await.text, "one");
+        // Its 60 tokens are not counted yet: no turn until they are.
+        route.mail(Mail::new("r", "t", "b", 0)).unwrap();
+        let held = next(&mut rx).await;
+        assert_eq!(held.kind, DeliveryKind::Blocked, "{}", held.text);
+        assert!(
+            held.text.contains("its usage could not be recorded"),
+            "{}",
+            held.text
+        );
+        // The store writes again: the 60 are recorded, under the 100 it serves "b"; the next
+        // turn's 60 bring it over.
+        store.update_broken.store(false, Ordering::SeqCst);
+        assert!(resident.unblock());
+        assert_eq!(next(&mut rx).await.text, "two");
+        route.mail(Mail::new("r", "t", "c", 0)).unwrap();
+        let over = next(&mut rx).await;
+        assert_eq!(over.kind, DeliveryKind::Blocked, "{}", over.text);
+        assert!(over.text.contains("(120 used)"), "{}", over.text);
+    });
+    assert_eq!(model.calls().len(), 2);
+}
+
+/// The next delivery, within a generous bound (a hang fails rather than waits for ever).
+async fn next(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<colony::residents::Delivery>,
+) -> colony::residents::Delivery {
+    tokio::time::timeout(Duration::from_secs(30), rx.recv())
+        .await
+        .expect("a delivery within 30 s")
+        .expect("the resident's channel open")
 }

@@ -139,7 +139,7 @@ impl Spent {
         self.input + self.output
     }
 
-    fn add(&mut self, other: &Spent) {
+    pub fn add(&mut self, other: &Spent) {
         self.input += other.input;
         self.output += other.output;
         self.cache_read += other.cache_read;

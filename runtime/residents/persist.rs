@@ -184,7 +184,12 @@ impl TurnHooks for ResidentHooks {
             files: files.to_vec(),
         });
         if let Err(e) = self.store.finish_call(&self.name, &audit, journal.as_ref()) {
-            tracing::error!(ai = %self.name, "cannot write the audit log and journal of a call: {e}");
+            // A full disk failed every call: one line each filled the log it could not save.
+            static SAID: crate::said::SaidEvery = crate::said::SaidEvery::new();
+            if let Some(unsaid) = SAID.say() {
+                let also = crate::said::also(unsaid);
+                tracing::error!(ai = %self.name, "cannot write the audit log and journal of a call: {e}{also}");
+            }
         }
     }
 

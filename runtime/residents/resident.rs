@@ -205,7 +205,10 @@ pub struct Resident {
     blocked: Mutex<Option<TurnError>>,
     /// Why its model (or store) cannot be reached, while in an outage: what a caller waiting
     /// for its reply is told (it was told only that the call timed out).
-    failing: Mutex<Option<String>>,
+    failing: Mutex<Option<Box<str>>>,
+    /// Usage the store could not record (a full disk), to record with the next: a budgeted
+    /// resident waits until it is (it went on spending past its budget, uncounted).
+    unsaved: Mutex<Option<Box<budget::Spent>>>,
     unblocked: tokio::sync::Notify,
     /// Where its usage is counted when the route has no store (an embedding without one).
     local_usage: std::sync::OnceLock<Arc<dyn Store>>,
@@ -272,6 +275,7 @@ impl Resident {
             restarts: AtomicU32::new(0),
             blocked: Mutex::new(None),
             failing: Mutex::new(None),
+            unsaved: Mutex::new(None),
             unblocked: tokio::sync::Notify::new(),
             local_usage: std::sync::OnceLock::new(),
             usage_unreported: AtomicBool::new(false),
@@ -375,11 +379,12 @@ impl Resident {
         self.failing
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .as_deref()
+            .map(str::to_string)
     }
 
-    fn set_failing(&self, why: Option<String>) {
-        *self.failing.lock().unwrap_or_else(|e| e.into_inner()) = why;
+    fn set_failing(&self, why: Option<&str>) {
+        *self.failing.lock().unwrap_or_else(|e| e.into_inner()) = why.map(Box::from);
     }
 
     /// Lets a blocked resident try again now (its settings were changed some other way than the
@@ -469,16 +474,50 @@ impl Resident {
         self.add_spent(host, &budget::Spent::of(usage, cost));
     }
 
-    /// Adds `spent` to its usage now.
+    /// Adds `spent` to its usage now, with what could not be recorded before; what cannot be
+    /// recorded now either is kept for the next time.
     fn add_spent(&self, host: &dyn Host, spent: &budget::Spent) {
-        if let Err(e) = budget::record(
+        let mut unsaved = self.unsaved.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = spent.clone();
+        if let Some(before) = unsaved.as_deref() {
+            all.add(before);
+        }
+        match budget::record(
             self.usage_store(host),
             &self.spec.name,
             chrono::Utc::now(),
-            spent,
+            &all,
         ) {
-            tracing::warn!(ai = %self.spec.name, "its usage could not be recorded: {e}");
+            Ok(()) => *unsaved = None,
+            Err(e) => {
+                *unsaved = Some(Box::new(all));
+                static SAID: crate::said::SaidEvery = crate::said::SaidEvery::new();
+                if let Some(n) = SAID.say() {
+                    tracing::warn!(
+                        ai = %self.spec.name,
+                        "its usage could not be recorded (kept to record later): {e}{}",
+                        crate::said::also(n)
+                    );
+                }
+            }
         }
+    }
+
+    /// Records the usage kept unrecorded, if any: `Err` while it still cannot be.
+    fn record_unsaved(&self, host: &dyn Host) -> Result<(), String> {
+        let mut unsaved = self.unsaved.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(kept) = unsaved.as_deref() else {
+            return Ok(());
+        };
+        budget::record(
+            self.usage_store(host),
+            &self.spec.name,
+            chrono::Utc::now(),
+            kept,
+        )
+        .map_err(|e| e.to_string())?;
+        *unsaved = None;
+        Ok(())
     }
 
     /// Adds what a model call made on its behalf used (by a tool handler of its turn, by one
@@ -519,6 +558,13 @@ impl Resident {
             return Some(budget::Over {
                 message,
                 resets_at: chrono::Utc::now() + chrono::Duration::hours(1),
+            });
+        }
+        // Usage spent and not counted must not let it spend on: it waits until it is.
+        if let Err(e) = self.record_unsaved(host) {
+            return Some(budget::Over {
+                message: format!("its usage could not be recorded ({e}); it waits until it can be"),
+                resets_at: chrono::Utc::now() + chrono::Duration::minutes(1),
             });
         }
         let store = self.usage_store(host);
@@ -1033,7 +1079,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
                 .map(|d| d.min(MAX_WAIT))
                 .unwrap_or(backoff)
         };
-        me.set_failing(Some(error.message.clone()));
+        me.set_failing(Some(&error.message));
         match outage {
             Some(o) => {
                 o.backoff = (o.backoff * 2).min(MAX_BACKOFF);
