@@ -398,6 +398,25 @@ fn a_garbled_answer_is_an_outage_until_it_comes_three_times_in_a_row() {
     assert_mail_kept(&sandbox);
 }
 
+/// A provider's long retry-after is waited up to ten minutes, and said: the resident sat silent
+/// that long, its notice naming the failure but not when it would try again.
+#[test]
+fn an_outage_says_when_it_tries_again() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::status(429).header("retry-after", "86400"));
+    let sandbox = styled(&fake, "openai");
+    let run = sandbox.lua(ONE_MAIL, &["--max-time", "3"]);
+    assert_eq!(run.code, 124, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr.contains(
+            "outage: holding arrivals; trying again in 600 s (the provider asked for 86400 s)"
+        ),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(fake.calls(), 1);
+}
+
 #[test]
 fn a_program_whose_sources_finished_and_residents_went_idle_exits_0() {
     let fake = FakeProvider::start();

@@ -1080,14 +1080,44 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
                 .unwrap_or(backoff)
         };
         me.set_failing(Some(&error.message));
+        // When it tries again, said: a provider's retry-after (up to ten minutes) kept a
+        // resident silent that long.
+        let next = |wait: Duration| match error.retry_after {
+            Some(asked) if asked > MAX_WAIT => format!(
+                "trying again in {:.0} s (the provider asked for {:.0} s)",
+                wait.as_secs_f64(),
+                asked.as_secs_f64()
+            ),
+            Some(_) => format!(
+                "trying again in {:.1} s, as the provider asked",
+                wait.as_secs_f64()
+            ),
+            None => format!("trying again in {:.1} s", wait.as_secs_f64()),
+        };
         match outage {
             Some(o) => {
                 o.backoff = (o.backoff * 2).min(MAX_BACKOFF);
-                o.retry_at = tokio::time::Instant::now() + wait(o.backoff);
+                let wait = wait(o.backoff);
+                o.retry_at = tokio::time::Instant::now() + wait;
                 o.garbled = in_a_row * u32::from(garbled);
+                static SAID: crate::said::SaidEvery = crate::said::SaidEvery::new();
+                if let Some(n) = SAID.say() {
+                    tracing::warn!(
+                        ai = %me.spec.name,
+                        "outage goes on: {}; {}{}",
+                        error.message,
+                        next(wait),
+                        crate::said::also(n)
+                    );
+                }
             }
             None => {
-                tracing::warn!(ai = %me.spec.name, error = %error.message, "outage: holding arrivals");
+                tracing::warn!(
+                    ai = %me.spec.name,
+                    error = %error.message,
+                    "outage: holding arrivals; {}",
+                    next(wait(FIRST_BACKOFF))
+                );
                 let cause = Cause::of(error);
                 *outage = Some(Outage {
                     retry_at: tokio::time::Instant::now() + wait(FIRST_BACKOFF),
