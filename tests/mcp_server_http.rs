@@ -893,3 +893,34 @@ print(ai.watch())
     );
     assert_eq!(served.wait(), Some(0), "{}", served.stderr());
 }
+
+/// A caller may hold 256 sessions open at once; the next `initialize` is refused (503, with a
+/// retry hint) until one is deleted. Ten thousand from one process took the service from 55 MB
+/// to 770 MB, each held until it idled out.
+#[test]
+fn a_caller_holding_its_most_sessions_is_refused_another_until_one_ends() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let served = serve(&sb, false);
+    let raw = Raw::new(&served);
+    let mut sessions = Vec::new();
+    for _ in 0..256 {
+        let r = raw.post(&[], initialize("2025-06-18"));
+        assert_eq!(r.status, 200, "{}", r.text);
+        sessions.push(r.headers["mcp-session-id"].to_str().unwrap().to_string());
+    }
+    let r = raw.post(&[], initialize("2025-06-18"));
+    assert_eq!(r.status, 503, "{}", r.text);
+    assert!(r.text.contains("holds 256 open MCP sessions"), "{}", r.text);
+    assert_eq!(r.headers["retry-after"], "60");
+    // One ended: room for one.
+    let r = raw.send(
+        reqwest::Method::DELETE,
+        &[("mcp-session-id", sessions[0].as_str())],
+        None,
+    );
+    assert!((200..300).contains(&r.status), "{}", r.text);
+    assert_eq!(raw.post(&[], initialize("2025-06-18")).status, 200);
+    assert_eq!(raw.post(&[], initialize("2025-06-18")).status, 503);
+    drop(served);
+}

@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use super::auth::{self, Guard};
-use super::mcp_sessions::{Owners, SESSION_HEADER, Standing};
+use super::mcp_sessions::{MOST_PER_CALLER, Owners, SESSION_HEADER, Standing};
 use super::service::Service;
 use super::{protected_resource, rate};
 use crate::mcp::server::{Caller, Offer, Programs, Server, Streams, call};
@@ -185,6 +185,31 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
                  initialize a new one",
             );
         }
+    }
+    // A request without a session opens one: a caller holding its most is refused, not let
+    // grow the service's memory without bound.
+    if session.is_none()
+        && request.method() == axum::http::Method::POST
+        && gate.owners.open_by(&caller) >= MOST_PER_CALLER
+    {
+        gate.audit_refusal(
+            &caller,
+            "too_many_sessions",
+            "a request to open one more MCP session was refused",
+        );
+        let mut answer = super::refusal::refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_sessions",
+            &format!(
+                "this caller holds {MOST_PER_CALLER} open MCP sessions, the most it may: end \
+                 one (DELETE with its Mcp-Session-Id) or let one idle for five minutes"
+            ),
+        )
+        .into_response();
+        answer
+            .headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("60"));
+        return answer;
     }
     request.extensions_mut().insert(Caller(caller.clone()));
     let admission = auth::Admission::of(&gate.guard, request.headers());
