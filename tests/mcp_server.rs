@@ -953,6 +953,61 @@ fn a_call_is_told_at_once_of_no_reply_and_at_its_deadline_of_the_outage() {
     assert_eq!(code, Some(0), "{stderr}");
 }
 
+/// A call the client cancels (or that reaches its deadline) takes its mail back while the mail
+/// still waits: it was served later all the same, at a model's cost, into a conversation the
+/// next caller then found it in.
+#[test]
+fn a_cancelled_call_to_a_resident_is_not_served_later() {
+    let fake = FakeProvider::start();
+    let up = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    {
+        let up = up.clone();
+        fake.set_responder(move |body, _| {
+            if !up.load(std::sync::atomic::Ordering::SeqCst) {
+                return Reply::status(503);
+            }
+            let asked = body["messages"]
+                .as_array()
+                .and_then(|m| m.last())
+                .and_then(|m| m["content"].as_str())
+                .unwrap_or_default()
+                .to_string();
+            Reply::text(format!(
+                "re: {}",
+                asked.rsplit("] ").next().unwrap_or_default()
+            ))
+        });
+    }
+    let sb = sandbox(&fake);
+    let mut session = Session::start(
+        &sb,
+        "ai.spawn{ name = \"helper\", system = \"You answer in one line.\", export = true }\nai.watch()\n",
+    );
+    initialize(&mut session);
+    session.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"helper","arguments":{"message":"OLD question"}}}));
+    // Its first try failed: the resident holds the mail in its outage.
+    support::serve::eventually("the first try", || !fake.requests().is_empty());
+    session.send(json!({"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":2,"reason":"user pressed stop"}}));
+    let tries = fake.requests().len();
+    up.store(true, std::sync::atomic::Ordering::SeqCst);
+    session.send(json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"helper","arguments":{"message":"NEW question"}}}));
+    let answer = session.answer(3);
+    assert_eq!(
+        answer["result"]["content"][0]["text"], "re: NEW question",
+        "{answer}"
+    );
+    let after: Vec<String> = fake.requests()[tries..]
+        .iter()
+        .map(|r| r.body.to_string())
+        .collect();
+    assert!(
+        after.iter().all(|b| !b.contains("OLD question")),
+        "the cancelled call's mail was served: {after:?}"
+    );
+    let (code, stderr) = session.end();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
 /// Calls to an exported resident made together are each answered with the reply to their own
 /// message: the resident took the mails waiting into one turn and every caller got its reply,
 /// the answer to the last of them (one caller could read another's). And a resident without a

@@ -273,13 +273,21 @@ struct Inbox {
     /// A save failed, perhaps after it committed (the store went away as it answered): the
     /// saved backlog may hold a row no queue does ([`Mailbox::resync`]).
     unsure: bool,
+    /// Senders awaiting a reply (an MCP call to an exported resident): holding never drops
+    /// their mail, whose caller was left waiting for its deadline, never told.
+    awaited: Vec<String>,
 }
 
 impl Inbox {
     fn trim(&mut self) {
         if self.holding && !self.keeps_all {
             while self.queue.len() > HELD {
-                self.queue.pop_front();
+                let awaited = &self.awaited;
+                let Some(oldest) = self.queue.iter().position(|m| !awaited.contains(&m.source))
+                else {
+                    break;
+                };
+                self.queue.remove(oldest);
                 self.dropped += 1;
             }
         }
@@ -465,6 +473,24 @@ impl Mailbox {
         }
     }
 
+    /// Mail from `source` has a caller awaiting its reply: never dropped while held.
+    pub fn awaited(&self, source: &str) {
+        self.lock().awaited.push(source.to_string());
+    }
+
+    /// Mail from `source` no longer has a caller (answered, or it gave up): the mail of it still
+    /// waiting and not saved is taken out (a call cancelled or timed out was served later all
+    /// the same, at a model's cost, into a conversation its caller had left); how many.
+    pub fn unawaited(&self, source: &str) -> usize {
+        let mut inbox = self.lock();
+        inbox.awaited.retain(|s| s != source);
+        let before = inbox.queue.len();
+        inbox
+            .queue
+            .retain(|m| m.source != source || m.saved.is_some());
+        before - inbox.queue.len()
+    }
+
     /// Puts back a batch whose turn could not be served, ahead of what arrived since, and holds
     /// from now on: only the newest [`HELD`] stay.
     pub fn put_back(&self, batch: Batch) {
@@ -625,6 +651,35 @@ mod tests {
         assert!(!b.is_unsure());
         let queued: Vec<Option<i64>> = b.take().mail.iter().map(|m| m.saved).collect();
         assert_eq!(queued, [Some(1), Some(2), Some(4), Some(5)]);
+    }
+
+    /// Mail whose caller awaits its reply is not dropped while held (the caller waited out its
+    /// deadline, never told), and a caller that gives up takes back its mail still waiting.
+    #[test]
+    fn holding_keeps_awaited_mail_and_a_caller_gone_takes_its_mail_back() {
+        let b = Mailbox::new();
+        b.awaited("caller");
+        b.post(Mail::new("a", "caller", "asked", 0)).unwrap();
+        b.put_back(Batch::default());
+        for n in 1..30 {
+            b.post(mail(n)).unwrap();
+        }
+        assert_eq!(b.len(), HELD);
+        assert_eq!(b.dropped(), 6);
+        assert_eq!(b.unawaited("caller"), 1);
+        assert_eq!(b.len(), HELD - 1);
+        let batch = b.take();
+        assert!(
+            batch.mail.iter().all(|m| m.source == "t"),
+            "{:?}",
+            batch.mail
+        );
+        // No longer awaited: held like any other.
+        b.post(Mail::new("a", "caller", "again", 0)).unwrap();
+        for n in 0..30 {
+            b.post(mail(n)).unwrap();
+        }
+        assert!(b.take().mail.iter().all(|m| m.source == "t"));
     }
 
     #[test]

@@ -292,14 +292,18 @@ impl Resident {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(source.to_string(), tx);
+        self.mailbox.awaited(source);
         rx
     }
 
-    pub fn forget_reply(&self, source: &str) {
+    /// The caller awaiting mail from `source` is gone (answered, or it gave up): its mail still
+    /// waiting, and not saved, is not served. How many were taken out.
+    pub fn forget_reply(&self, source: &str) -> usize {
         self.awaited
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(source);
+        self.mailbox.unawaited(source)
     }
 
     /// The next batch of mail to serve: a mail whose sender awaits its reply is served alone,

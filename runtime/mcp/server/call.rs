@@ -243,8 +243,14 @@ async fn ask_resident(
     // Each call's mail has a sender of its own, so its reply finds its way back here.
     let source = format!("{} ({id})", caller.label());
     let reply = resident.await_reply(&source);
+    // However the call ends (answered, timed out, cancelled by the client: then this future is
+    // dropped where it waits), its mail not yet served is taken back: it was served later all
+    // the same, at a model's cost, into the resident's conversation.
+    let _awaiting = Awaiting {
+        resident: resident.clone(),
+        source: source.clone(),
+    };
     if let Err(e) = route.mail(Mail::new(&export.name, &source, message, 0)) {
-        resident.forget_reply(&source);
         return failed(EventKind::Error, route.refusal(e, &export.name, 0));
     }
     let beat = async {
@@ -349,8 +355,26 @@ async fn ask_resident(
         ),
         _ = beat => unreachable!("the heartbeat never ends"),
     };
-    resident.forget_reply(&source);
     outcome
+}
+
+/// A caller awaiting a resident's reply; when it is dropped, the resident forgets it
+/// ([`crate::residents::resident::Resident::forget_reply`]).
+struct Awaiting {
+    resident: std::sync::Arc<crate::residents::resident::Resident>,
+    source: String,
+}
+
+impl Drop for Awaiting {
+    fn drop(&mut self) {
+        let withdrawn = self.resident.forget_reply(&self.source);
+        if withdrawn > 0 {
+            tracing::info!(
+                ai = %self.resident.name(),
+                "a call ended before its mail was served: the mail is taken back"
+            );
+        }
+    }
 }
 
 /// One audit line for a call from outside, in the program's store.
