@@ -754,3 +754,39 @@ fn a_store_this_user_may_not_write_is_refused_at_open() {
     );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("saved"));
 }
+
+/// A store that cannot be opened because the disk is full says so: SQLite's "disk I/O error"
+/// (it cannot make its -shm and -wal) sent people looking for failing hardware. On a small
+/// tmpfs in a mount namespace of the test's own (`unshare -rm`: no root needed where user
+/// namespaces are allowed).
+#[test]
+fn a_store_on_a_full_disk_says_the_disk_is_full() {
+    let sb = Sandbox::new();
+    let script = sb.write("w.lua", "store.set('a', 1)\nprint('saved')\n");
+    let small = sb.path("small");
+    std::fs::create_dir(&small).unwrap();
+    let shell = format!(
+        r#"set -e
+mount -t tmpfs -o size=512k tmpfs "{small}"
+"$COLONY" run --state "{small}/st" "{script}"
+dd if=/dev/zero of="{small}/fill" bs=4k 2>/dev/null || true
+"$COLONY" run --state "{small}/st" "{script}" && echo "ran on a full disk"
+exit 0"#,
+        small = s(&small),
+        script = s(&script),
+    );
+    let out = std::process::Command::new("unshare")
+        .args(["-rm", "sh", "-c", &shell])
+        .env("COLONY", env!("CARGO_BIN_EXE_colony"))
+        .env("COLONY_CONFIG", sb.path("config.toml"))
+        .output()
+        .expect("unshare runs (util-linux)");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "`unshare -rm` needs user namespaces: {stderr}"
+    );
+    assert_eq!(stdout.trim(), "saved", "{stderr}");
+    assert!(stderr.contains("no space left on the disk"), "{stderr}");
+}

@@ -533,6 +533,25 @@ fn quick_check(conn: &Connection, path: &Path, version: i64) -> StoreResult<()> 
     )))
 }
 
+/// Whether the file system holding `path` has no space left for this user.
+fn disk_is_full(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let folder = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let Ok(c) = std::ffi::CString::new(folder.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a NUL-terminated path; `stats` is written by the call before it is read.
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut stats) } != 0 {
+        return false;
+    }
+    // Less than a page left: SQLite cannot grow a file by one.
+    (stats.f_bavail as u128) * (stats.f_frsize as u128) < 4096
+}
+
 /// A rusqlite error as a [`StoreError`] naming the file: corruption is `Damaged`, the rest `Io`.
 pub(super) fn classify(path: &Path, doing: &str, e: rusqlite::Error) -> StoreError {
     let shown = path.display();
@@ -565,6 +584,11 @@ pub(super) fn classify(path: &Path, doing: &str, e: rusqlite::Error) -> StoreErr
         )),
         Some(ErrorCode::DatabaseBusy) | Some(ErrorCode::DatabaseLocked) => StoreError::Io(format!(
             "{shown} is busy (another connection kept it locked): {doing}{sep}{e}"
+        )),
+        // SQLite says "disk I/O error" when it cannot make its -shm or -wal on a full disk,
+        // which sent people looking for failing hardware.
+        Some(ErrorCode::SystemIoFailure) if disk_is_full(path) => StoreError::Io(format!(
+            "{shown}: {doing}{sep}no space left on the disk ({e})"
         )),
         _ => StoreError::Io(format!("{shown}: {doing}{sep}{e}")),
     }
