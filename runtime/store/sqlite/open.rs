@@ -125,6 +125,7 @@ pub(super) fn open_checked(path: &Path) -> StoreResult<Connection> {
         Ok(true) => {
             check_header(path)?;
             check_writable(path)?;
+            refuse_lost_log(path)?;
             false
         }
         Err(e) => return Err(StoreError::Io(format!("{shown}: cannot look for it: {e}"))),
@@ -264,6 +265,43 @@ fn refuse_orphan_log(path: &Path) -> StoreResult<()> {
         )));
     }
     Ok(())
+}
+
+/// Refuses a store whose `-wal` is gone while its `-shm` says the log held commits not yet
+/// copied into the store (the `-wal` deleted after a crash): SQLite opened it as it was before
+/// them, without a word, and every mail acknowledged since the last checkpoint was gone.
+fn refuse_lost_log(path: &Path) -> StoreResult<()> {
+    let beside = |suffix: &str| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        std::path::PathBuf::from(name)
+    };
+    let (wal, shm) = (beside("-wal"), beside("-shm"));
+    if wal.exists() {
+        return Ok(());
+    }
+    // The WAL index's header (native byte order): `isInit` at 12, `mxFrame` (the last valid
+    // frame) at 16; the checkpoint's `nBackfill` (frames copied into the store) at 96.
+    let mut head = [0u8; 100];
+    let read = File::open(&shm).and_then(|mut f| f.read_exact(&mut head));
+    if read.is_err() || head[12] != 1 {
+        return Ok(());
+    }
+    let word = |at: usize| u32::from_ne_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
+    let (frames, copied) = (word(16), word(96));
+    if frames <= copied {
+        return Ok(());
+    }
+    Err(StoreError::Damaged(format!(
+        "{} is missing, though {} says it held {} frames of commits not yet in {}: what was \
+         saved last is gone with it (deleted after a crash?). Put the -wal back; or remove {} \
+         to open the store without them; nothing was changed",
+        wal.display(),
+        shm.display(),
+        frames - copied,
+        path.display(),
+        shm.display()
+    )))
 }
 
 /// What names a store being built: `store.sqlite3.creating.PID.N`.

@@ -395,6 +395,36 @@ fn a_store_removed_without_its_log_is_refused_and_left_as_it_is() {
     );
 }
 
+/// A store whose `-wal` was deleted after a crash, its `-shm` saying the log held commits not
+/// yet in the store, is refused and left as it is: SQLite opened it as it was before them,
+/// without a word, and what was acknowledged since the last checkpoint was gone.
+#[test]
+fn a_store_whose_log_was_deleted_after_a_crash_is_refused() {
+    let (dir, store) = fresh();
+    let path = dir.path().join("store.sqlite3");
+    for n in 0..5 {
+        store.set("", &format!("k{n}"), &json!(n)).unwrap();
+    }
+    // The crash: the connections are never closed, so nothing is checkpointed.
+    std::mem::forget(store);
+    std::fs::remove_file(dir.path().join("store.sqlite3-wal")).unwrap();
+    let err = match SqliteStore::open(&path) {
+        Ok(_) => panic!("a store whose log was deleted opened as if nothing was lost"),
+        Err(e) => e,
+    };
+    assert!(matches!(err, StoreError::Damaged(_)), "{err}");
+    let said = err.to_string();
+    assert!(
+        said.contains("store.sqlite3-wal is missing, though"),
+        "{said}"
+    );
+    assert!(said.contains("frames of commits not yet in"), "{said}");
+    assert!(
+        dir.path().join("store.sqlite3-shm").exists(),
+        "left as it was"
+    );
+}
+
 /// Two openers that find no store create one each at once: one is put in place and both open
 /// it (linking never replaces a store another opener put there first, with its writes).
 #[test]
