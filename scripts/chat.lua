@@ -459,7 +459,10 @@ local function exchange(use, messages, text, files)
   -- the question and what was shown, marked: the person read it, and it was lost.
   local function failed(why)
     if #pieces > 0 then
+      -- Flushed before the note: on a terminal (stdout and stderr on one screen) the note
+      -- came first and ran on from the reply's last word.
       io.write("\n")
+      io.stdout:flush()
       kept_files()
       history[#history + 1] = { role = "assistant", content = shown() .. "\n\n[cut short: " .. why .. "]" }
       note("colony chat: " .. why .. " (the question and the part shown are kept in the conversation)")

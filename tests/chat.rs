@@ -236,6 +236,20 @@ fn a_reply_cut_off_by_a_dropped_connection_keeps_what_was_shown() {
         "{}",
         history.stdout
     );
+    // With stdout and stderr into one file (`2>&1`) the note starts a line of its own: it ran
+    // on from the reply's last word, the newline before it still in stdout's buffer.
+    let both = sb.path("both.txt");
+    let file = std::fs::File::create(&both).unwrap();
+    let status = sb
+        .command(&["chat", "--new", "Tell me again"])
+        .stdout(file.try_clone().unwrap())
+        .stderr(file)
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(1));
+    let shown = std::fs::read_to_string(&both).unwrap();
+    let at = shown.find("colony chat: ").expect("the note");
+    assert!(shown[..at].ends_with('\n'), "{shown:?}");
 }
 
 const MARKDOWN: &str = "# Sizes\n\n| name | size |\n|---|---|\n| a | 1 |\n| longer name | 12345 |\n\n```rust\nfn main() {}\n```\n";
