@@ -924,3 +924,60 @@ fn a_caller_holding_its_most_sessions_is_refused_another_until_one_ends() {
     assert_eq!(raw.post(&[], initialize("2025-06-18")).status, 503);
     drop(served);
 }
+
+/// A second SIGTERM while a resident's call waits for its model answers the call (an error
+/// saying the program stopped) before the service exits: the client got no JSON-RPC answer,
+/// only a connection closed after five seconds, the call having waited out the watch's grace
+/// for a reply that was not coming.
+#[test]
+fn a_second_signal_answers_a_call_to_a_resident_in_flight() {
+    let fake = FakeProvider::start();
+    fake.set_default(support::fake::Reply::text("too late").delay(60_000));
+    let sb = sandbox(&fake);
+    let mut served = serve(&sb, false);
+    let raw = Raw::new(&served);
+    let r = raw.post(&[], initialize("2025-06-18"));
+    let session = r.headers["mcp-session-id"].to_str().unwrap().to_string();
+    let headers = |session: &str| {
+        vec![
+            ("mcp-session-id".to_string(), session.to_string()),
+            ("mcp-protocol-version".to_string(), "2025-06-18".to_string()),
+        ]
+    };
+    let h = headers(&session);
+    let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    raw.post(
+        &h,
+        json!({"jsonrpc":"2.0","method":"notifications/initialized"}),
+    );
+    let caller = Raw::new(&served);
+    let call = std::thread::spawn(move || {
+        let h = headers(&session);
+        let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        caller.post(
+            &h,
+            json!({"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"helper","arguments":{"message":"hi"}}}),
+        )
+    });
+    support::serve::eventually("the model was asked", || !fake.requests().is_empty());
+    served.signal("TERM");
+    support::serve::eventually("the drain starts", || {
+        served.stderr().contains("SIGTERM: draining")
+    });
+    served.signal("TERM");
+    let answered = call.join().unwrap();
+    let result = answered
+        .messages
+        .iter()
+        .find(|m| m["id"] == 5)
+        .unwrap_or_else(|| panic!("no answer to the call: {}", answered.text));
+    assert_eq!(result["result"]["isError"], true, "{result}");
+    assert!(
+        result["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("the program stopped before helper replied"),
+        "{result}"
+    );
+    assert_eq!(served.wait(), Some(143), "{}", served.stderr());
+}

@@ -338,9 +338,15 @@ async fn ask_resident(
             // not served after a stop.
             let left = export.deadline.saturating_sub(started.elapsed());
             if resident.state() == crate::residents::resident::State::Busy {
-                match tokio::time::timeout(route.grace().min(left), &mut reply).await {
-                    Ok(r) => answer(r),
-                    Err(_) => stopped(),
+                // Unless the program is ended now (a second signal): its turn is cut, and the
+                // caller waited out the grace for a reply that was not coming, unanswered when
+                // the service exited first.
+                tokio::select! {
+                    r = tokio::time::timeout(route.grace().min(left), &mut reply) => match r {
+                        Ok(r) => answer(r),
+                        Err(_) => stopped(),
+                    },
+                    _ = route.abandoned() => stopped(),
                 }
             } else {
                 stopped()
