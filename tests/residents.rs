@@ -449,7 +449,7 @@ for _, n in ipairs(notices) do print(n) end
     );
     assert!(
         lines[2].starts_with("recovered: [colony] r reaches its model again after ")
-            && lines[2].ends_with("24 held arrivals were served (6 older ones were dropped)."),
+            && lines[2].ends_with("24 held arrivals are served (6 older ones were dropped)."),
         "{}",
         lines[2]
     );

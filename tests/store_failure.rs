@@ -619,3 +619,41 @@ async fn next(
         .expect("a delivery within 30 s")
         .expect("the resident's channel open")
 }
+
+/// The notice of a recovery counts the arrivals held, also when the turn that recovers finishes
+/// one cut short and serves no mail itself: it said "0 held arrivals were served", and the one
+/// that arrived during the outage was then served.
+#[test]
+fn a_recovery_counts_the_arrivals_held_behind_a_turn_cut_short() {
+    let Setup {
+        rt,
+        store,
+        route,
+        _cassette,
+    } = setup(Flaky {
+        inner: MemoryStore::new(),
+        broken: AtomicBool::new(true),
+        ..Flaky::default()
+    });
+    let (work, _runs) = counted_work();
+    let mut rx = spawn_r(
+        &route,
+        vec![work],
+        vec![call(), text("done"), text("and done")],
+    );
+    route.mail(Mail::new("r", "t", "go", 0)).unwrap();
+    rt.block_on(async {
+        assert_eq!(next(&mut rx).await.kind, DeliveryKind::Outage);
+        route.mail(Mail::new("r", "t", "and this", 0)).unwrap();
+        store.broken.store(false, Ordering::SeqCst);
+        let recovered = next(&mut rx).await;
+        assert_eq!(recovered.kind, DeliveryKind::Recovered);
+        assert!(
+            recovered.text.ends_with("; 1 held arrival is served."),
+            "{}",
+            recovered.text
+        );
+        assert_eq!(next(&mut rx).await.text, "done");
+        assert_eq!(next(&mut rx).await.text, "and done");
+    });
+}

@@ -1172,20 +1172,27 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
     let cause = outage.take().map_or(Cause::Model, |o| o.cause);
     if let Some(since) = trouble_since.take() {
         me.set_failing(None);
+        // What was held is this turn's batch and what waits behind it (a turn that finished
+        // one cut short serves none itself: the notice said 0 while five were then served).
+        let held = batch.mail.len() + me.mailbox.len();
         let notice = Delivery {
             text: format!(
-                "[colony] {} {} again after {:.1} s; {} held arrivals were served{}.",
+                "[colony] {} {} again after {:.1} s; {held} held {} served{}.",
                 me.spec.name,
                 cause.working(),
                 since.elapsed().as_secs_f64(),
-                batch.mail.len(),
+                if held == 1 {
+                    "arrival is"
+                } else {
+                    "arrivals are"
+                },
                 if batch.dropped > 0 {
                     format!(" ({} older ones were dropped)", batch.dropped)
                 } else {
                     String::new()
                 }
             ),
-            held: batch.mail.len(),
+            held,
             dropped: batch.dropped,
             ..delivery(me, DeliveryKind::Recovered, provenance.as_ref(), None)
         };
