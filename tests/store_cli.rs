@@ -622,6 +622,18 @@ fn no_state_yet_is_an_error_that_creates_nothing() {
         )
     );
     assert!(!elsewhere.exists());
+    // A file given for the folder is named so (it said "no store.sqlite3 there").
+    let file = sb.write("a-file", "");
+    let run = sb
+        .colony(&["store", "x.lua", "--state", &s(&file), "list"])
+        .failed();
+    assert_eq!(
+        run.stderr,
+        format!(
+            "colony store: no state in {} (it is a file, not a state directory)\n",
+            s(&file)
+        )
+    );
 }
 
 #[test]

@@ -83,6 +83,7 @@ impl Target {
         };
         if !dir.join(STORE_FILE).exists() {
             let why = match &self.state {
+                Some(_) if dir.is_file() => "it is a file, not a state directory".to_string(),
                 Some(_) => format!("no {STORE_FILE} there"),
                 None => format!("{} has stored nothing yet", self.script.display()),
             };

@@ -135,6 +135,17 @@ fn create_dir(dir: &Path) -> StoreResult<()> {
             dir.display()
         )));
     }
+    // A link to a folder not there (a volume not mounted yet) said only "File exists". Not
+    // refused: the folder may appear (a service tries again).
+    if let Ok(target) = std::fs::read_link(dir)
+        && !dir.exists()
+    {
+        return Err(StoreError::Io(format!(
+            "the state directory {} is a link to {}, which is not there (a volume not mounted?)",
+            dir.display(),
+            target.display()
+        )));
+    }
     builder.create(dir).map_err(|e| {
         let message = format!("cannot create the state directory {}: {e}", dir.display());
         match e.kind() {
@@ -362,6 +373,25 @@ mod tests {
                 file.display()
             )
         );
+    }
+
+    /// A link to a folder that is not there (a volume not mounted yet) is named with its
+    /// target: it said "cannot create the state directory: File exists".
+    #[test]
+    fn a_link_to_a_folder_not_there_is_named() {
+        let root = tempfile::tempdir().unwrap();
+        let link = root.path().join("state");
+        std::os::unix::fs::symlink(root.path().join("volume"), &link).unwrap();
+        let err = StateDir::open(&link).unwrap_err();
+        assert!(
+            err.to_string().contains(&format!(
+                "is a link to {}, which is not there",
+                root.path().join("volume").display()
+            )),
+            "{err}"
+        );
+        std::fs::create_dir(root.path().join("volume")).unwrap();
+        drop(StateDir::open(&link).unwrap());
     }
 
     #[test]
