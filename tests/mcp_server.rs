@@ -1008,6 +1008,35 @@ fn a_cancelled_call_to_a_resident_is_not_served_later() {
     assert_eq!(code, Some(0), "{stderr}");
 }
 
+/// A call refused because the resident's mailbox is full says so with the numbers: the caller
+/// read the bare kind "mailbox_full".
+#[test]
+fn a_call_to_a_full_mailbox_is_told_what_is_full() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("slow").delay(3000));
+    let sb = sandbox(&fake);
+    let mut session = Session::start(
+        &sb,
+        "ai.spawn{ name = \"helper\", system = \"x\", export = true, mailbox = 1 }\nai.watch()\n",
+    );
+    initialize(&mut session);
+    let call = |id: u64| json!({"jsonrpc":"2.0","id":id,"method":"tools/call","params":{"name":"helper","arguments":{"message":format!("q{id}")}}});
+    session.send(call(2));
+    support::serve::eventually("the first turn", || !fake.requests().is_empty());
+    session.send(call(3));
+    session.send(call(4));
+    let refused = session.answer(4);
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert_eq!(
+        refused["result"]["content"][0]["text"],
+        "mailbox_full: helper holds its 1 waiting mail, the most it takes: try again once it \
+         has served some",
+        "{refused}"
+    );
+    let (code, stderr) = session.end();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
 /// Calls to an exported resident made together are each answered with the reply to their own
 /// message: the resident took the mails waiting into one turn and every caller got its reply,
 /// the answer to the last of them (one caller could read another's). And a resident without a

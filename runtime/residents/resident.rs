@@ -342,6 +342,11 @@ impl Resident {
         &self.spec.name
     }
 
+    /// The most mails that may wait for it.
+    pub fn mailbox_capacity(&self) -> usize {
+        self.mailbox.capacity()
+    }
+
     pub fn state(&self) -> State {
         State::from_u8(self.state.load(Ordering::Relaxed))
     }

@@ -251,7 +251,20 @@ async fn ask_resident(
         source: source.clone(),
     };
     if let Err(e) = route.mail(Mail::new(&export.name, &source, message, 0)) {
-        return failed(EventKind::Error, route.refusal(e, &export.name, 0));
+        let why = match e {
+            // A caller read the bare kind; the log said more.
+            crate::residents::MailError::MailboxFull => {
+                let n = resident.mailbox_capacity();
+                format!(
+                    "mailbox_full: {} holds its {n} waiting {}, the most it takes: try again \
+                     once it has served some",
+                    export.name,
+                    if n == 1 { "mail" } else { "mails" }
+                )
+            }
+            e => route.refusal(e, &export.name, 0),
+        };
+        return failed(EventKind::Error, why);
     }
     let beat = async {
         let Some(report) = reporter else {
