@@ -1118,6 +1118,31 @@ fn an_answer_that_says_the_model_failed_is_an_error_not_a_reply() {
     );
 }
 
+/// An answer a content filter stopped before any of it is `nil, err` of kind `content_filter`
+/// from `ai.ask`: it answered "" as if the model had said nothing, and a script could not tell
+/// why. A turn keeps saying it in `stop`.
+#[test]
+fn an_answer_a_content_filter_withheld_is_an_error_for_ai_ask() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("").stop("content_filter"));
+    fake.push(Reply::text("").stop("content_filter"));
+    let run = sandbox(&fake, "openai")
+        .lua(
+            r#"local r, e = ai.ask("hi")
+               print(r, e.kind, e.transient)
+               local t = ai.take_turn{ prompt = "hi" }
+               print(t.reply == "", t.stop)"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.lines(),
+        ["nil\tcontent_filter\tfalse", "true\tcontent_filter"],
+        "{}",
+        run.stderr
+    );
+}
+
 /// `nil, err` with an `err` that is not a string says what it holds: a number its text, a
 /// table without a message its JSON (the model read "(error value of type integer)" and
 /// "(error table without a message)").

@@ -126,10 +126,29 @@ async fn ask(lua: &Lua, history: Value, opts: Option<Table>) -> mlua::Result<Mul
     match result {
         Ok(inferred) => match crate::providers::ProviderError::failed_answer(&inferred) {
             Some(e) => failure(lua, &e),
+            None if withheld(&inferred) => {
+                let t = super::convert::error_table(
+                    lua,
+                    "content_filter",
+                    "the provider withheld the answer: its content filter stopped it (the \
+                     prompt, or what the model began to say)",
+                )?;
+                t.set("transient", false)?;
+                Ok(MultiValue::from_iter([Value::Nil, Value::Table(t)]))
+            }
             None => success(lua, &inferred),
         },
         Err(e) => failure(lua, &e),
     }
+}
+
+/// An answer a content filter stopped before any of it (Gemini's `promptFeedback.blockReason`,
+/// OpenAI's `finish_reason: content_filter`): `ai.ask` answered "" as if the model had said
+/// nothing, and a script could not tell why.
+fn withheld(inferred: &Inferred) -> bool {
+    inferred.stop == crate::vocab::Stop::ContentFilter
+        && inferred.text().trim().is_empty()
+        && inferred.message.tool_calls().next().is_none()
 }
 
 fn failure(lua: &Lua, e: &crate::providers::ProviderError) -> mlua::Result<MultiValue> {

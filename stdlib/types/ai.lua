@@ -80,19 +80,21 @@ ai = {}
 --- did not complete: refused, reset, timed out), `parse_error` (an answer colony could not read;
 --- also `json.decode`), `provider_error` (the provider failed: 429, 5xx, 529, overloaded, an open
 --- breaker; `transient` says whether to retry), `cassette_miss` (replay: the cassette does not hold
---- the request), `schema` and `invalid_output` (`ai.infer_structured`), and, as a turn's
+--- the request), `budget` (over a resident's budget), `content_filter` (`ai.ask`: a content
+--- filter withheld the whole answer), `schema` and `invalid_output` (`ai.infer_structured`), and, as a turn's
 --- `error`: `cancelled` (the program ended while the step's tools ran) and `store` (a step's
 --- progress could not be saved). Concatenates and prints as `kind: message`
 --- (`"error: " .. err`, `tostring(err)`).
 ---@class ai.Error
----@field kind "config_error"|"auth_error"|"api_error"|"fetch_error"|"parse_error"|"provider_error"|"cassette_miss"|"schema"|"invalid_output"|"cancelled"|"store"
+---@field kind "config_error"|"auth_error"|"api_error"|"fetch_error"|"parse_error"|"provider_error"|"cassette_miss"|"budget"|"content_filter"|"schema"|"invalid_output"|"cancelled"|"store"
 ---@field message string
 ---@field transient boolean worth retrying unchanged
 ---@field status? integer the HTTP status, when there was one
 ---@field retry_after? number seconds the provider asked to wait (its `retry-after` in seconds or as an HTTP date, `retry-after-ms`, or a wait named in the body); a long one leaves the error transient
 
 --- Asks a model. `history` is a string (one user message) or a list of messages.
---- Returns the reply text; on failure `nil, err`. The third value lists the calls the model asked
+--- Returns the reply text; on failure `nil, err` (kind `content_filter` when a content filter
+--- withheld the whole answer). The third value lists the calls the model asked
 --- for (nil when none): append `{ role = "assistant", content = reply, tool_calls = calls }`, then one
 --- `{ role = "tool", tool_call_id = call.id, content = ... }` per call, and ask again.
 ---@param history string|ai.Message[]
