@@ -485,6 +485,9 @@ impl Draft {
 struct StreamAssembler {
     draft: Draft,
     done: bool,
+    /// A chunk carried a choice: a stream of none is an answer of none, as a whole answer
+    /// without choices is (it read as an empty reply).
+    saw_choice: bool,
 }
 
 impl Assembler for StreamAssembler {
@@ -528,6 +531,7 @@ impl Assembler for StreamAssembler {
             self.draft.usage = read_usage(usage);
         }
         for choice in choices(&chunk)?.iter().filter(|c| choice_index(c) == 0) {
+            self.saw_choice = true;
             if let Some(usage) = choice.get("usage").filter(|u| u.is_object()) {
                 self.draft.usage = read_usage(usage);
             }
@@ -547,6 +551,11 @@ impl Assembler for StreamAssembler {
         if !self.done && self.draft.finish_reason.is_none() {
             return Err(ProviderError::Fetch(
                 "the stream ended before [DONE]".to_string(),
+            ));
+        }
+        if !self.saw_choice {
+            return Err(ProviderError::Parse(
+                "the chat completion stream carried no choices".into(),
             ));
         }
         self.draft.into_inferred()

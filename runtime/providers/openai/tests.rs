@@ -802,3 +802,21 @@ async fn a_model_list_from_a_server_that_never_answers_ends_at_30_s() {
         .unwrap_err();
     assert!(e.to_string().contains("no model list within 30 s"), "{e}");
 }
+
+/// A stream that carries no choice at all is an answer of none, as a whole answer without
+/// choices is (`parse_error`): it read as an empty reply, and `colony ask` printed nothing and
+/// exited 0. A usage-only last chunk (`stream_options.include_usage`) after choices is normal.
+#[test]
+fn a_stream_of_no_choices_is_a_parse_error() {
+    let (got, _) = stream(&[r#"{"id":"x","choices":[]}"#, "[DONE]"]);
+    let err = got.unwrap_err();
+    assert_eq!(err.kind(), "parse_error", "{err}");
+    assert!(err.to_string().contains("carried no choices"), "{err}");
+    let (got, _) = stream(&[
+        r#"{"id":"x","choices":[{"index":0,"delta":{"content":"hi"}}]}"#,
+        r#"{"id":"x","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+        r#"{"id":"x","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":1}}"#,
+        "[DONE]",
+    ]);
+    assert_eq!(got.unwrap().text(), "hi");
+}
