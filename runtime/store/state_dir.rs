@@ -164,7 +164,7 @@ fn create_dir(dir: &Path) -> StoreResult<()> {
 #[derive(Debug)]
 pub struct DirLock {
     _file: File,
-    _folder: File,
+    _folder: Option<File>,
 }
 
 /// Takes the exclusive locks on `dir/lock` and on `dir`, and writes this process into the file.
@@ -195,14 +195,23 @@ fn lock(dir: &Path) -> StoreResult<DirLock> {
             holder(&said())
         )));
     }
-    let folder = File::open(dir).map_err(|e| io("open its folder", e))?;
-    // The lock file was free but the folder is not: the holder's lock file was removed.
-    if !take(&folder, || None).map_err(|e| io("lock its folder", e))? {
-        return Err(StoreError::Locked(format!(
-            "{} is in use by another process, whose lock file was removed (it still holds the \
-             folder; stop it before starting another)",
-            dir.display()
-        )));
+    // The lock file was free but the folder is not: the holder's lock file was removed. Not
+    // waited for (a fork of ours shared both locks and was waited out above). A file system
+    // that cannot lock a folder (NFS emulates flock with locks a read-only descriptor cannot
+    // take) keeps the lock file alone, as before.
+    let folder = File::open(dir).ok();
+    if let Some(folder) = &folder {
+        match take(folder, || Some(0)) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(StoreError::Locked(format!(
+                    "{} is in use by another process, whose lock file was removed (it still \
+                     holds the folder; stop it before starting another)",
+                    dir.display()
+                )));
+            }
+            Err(e) => tracing::debug!("{}: the folder cannot be locked: {e}", dir.display()),
+        }
     }
     let me = format!("{}\n{}\n", std::process::id(), command_line());
     file.set_len(0).map_err(|e| io("write it", e))?;

@@ -311,14 +311,17 @@ struct Place {
     looked: Option<std::time::Instant>,
     /// Set for good once the file is found gone or replaced.
     gone: Option<String>,
+    /// The last look found another file at the path: a second look in a row decides (an
+    /// inode number a file system changes once must not stop every write).
+    replaced_once: bool,
 }
 
 /// How often a write looks whether the file is still at its path (one `stat`).
 const LOOK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
-fn identity(path: &std::path::Path) -> Option<(u64, u64)> {
+fn identity(path: &std::path::Path) -> std::io::Result<(u64, u64)> {
     use std::os::unix::fs::MetadataExt;
-    std::fs::metadata(path).ok().map(|m| (m.dev(), m.ino()))
+    std::fs::metadata(path).map(|m| (m.dev(), m.ino()))
 }
 
 impl Writer {
@@ -331,9 +334,10 @@ impl Writer {
             durable: None,
             place: Place {
                 path: path.to_path_buf(),
-                opened: identity(path),
+                opened: identity(path).ok(),
                 looked: None,
                 gone: None,
+                replaced_once: false,
             },
         }
     }
@@ -347,7 +351,17 @@ impl Writer {
             && place.looked.is_none_or(|t| t.elapsed() >= LOOK_EVERY)
         {
             place.looked = Some(std::time::Instant::now());
-            if identity(&place.path) != place.opened {
+            // Gone, or another file twice in a row; a look that fails otherwise (a permission
+            // changed above it, a network file system's hiccup) says nothing.
+            let lost = match identity(&place.path) {
+                Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+                Ok(now) if Some(now) == place.opened => {
+                    place.replaced_once = false;
+                    false
+                }
+                Ok(_) => std::mem::replace(&mut place.replaced_once, true),
+            };
+            if lost {
                 let message = format!(
                     "{} was deleted, moved or replaced while this program had it open: nothing \
                      more is saved (what was saved went with it); put the state directory back, \
