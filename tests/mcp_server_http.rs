@@ -923,6 +923,29 @@ fn a_caller_holding_its_most_sessions_is_refused_another_until_one_ends() {
     assert_eq!(raw.post(&[], initialize("2025-06-18")).status, 200);
     assert_eq!(raw.post(&[], initialize("2025-06-18")).status, 503);
     drop(served);
+
+    // Sent all at once, each passed a count of the sessions already open.
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let served = serve(&sb, false);
+    let raw = Raw::new(&served);
+    let opened = raw.rt.block_on(async {
+        let sends = (0..300).map(|_| {
+            raw.http
+                .post(&raw.url)
+                .header("accept", "application/json, text/event-stream")
+                .header("content-type", "application/json")
+                .body(initialize("2025-06-18").to_string())
+                .send()
+        });
+        futures::future::join_all(sends)
+            .await
+            .into_iter()
+            .filter(|r| r.as_ref().is_ok_and(|r| r.status() == 200))
+            .count()
+    });
+    assert_eq!(opened, 256);
+    drop(served);
 }
 
 /// A second SIGTERM while a resident's call waits for its model answers the call (an error

@@ -18,6 +18,18 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 
 use super::auth::{self, Guard};
 use super::mcp_sessions::{MOST_PER_CALLER, Owners, SESSION_HEADER, Standing};
+
+/// A place held for a session being opened ([`Owners::reserve`]), given back when dropped.
+struct Opening {
+    owners: std::sync::Arc<Owners>,
+    caller: String,
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        self.owners.opening_ended(&self.caller);
+    }
+}
 use super::service::Service;
 use super::{protected_resource, rate};
 use crate::mcp::server::{Caller, Offer, Programs, Server, Streams, call};
@@ -188,15 +200,20 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
     }
     // A request without a session opens one: a caller holding its most is refused, not let
     // grow the service's memory without bound.
-    if session.is_none()
-        && request.method() == axum::http::Method::POST
-        && gate.owners.open_by(&caller) >= MOST_PER_CALLER
-    {
-        gate.audit_refusal(
-            &caller,
-            "too_many_sessions",
-            "a request to open one more MCP session was refused",
-        );
+    let opening = session.is_none() && request.method() == axum::http::Method::POST;
+    if opening && !gate.owners.reserve(&caller) {
+        // One audit line a period: a flood refused must not become a flood of store writes.
+        static SAID: crate::said::SaidEvery = crate::said::SaidEvery::new();
+        if let Some(unsaid) = SAID.say() {
+            gate.audit_refusal(
+                &caller,
+                "too_many_sessions",
+                &format!(
+                    "a request to open one more MCP session was refused{}",
+                    crate::said::also(unsaid)
+                ),
+            );
+        }
         let mut answer = super::refusal::refuse(
             StatusCode::SERVICE_UNAVAILABLE,
             "too_many_sessions",
@@ -219,6 +236,12 @@ async fn gate(State(gate): State<Gate>, mut request: Request, next: Next) -> Res
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.trim_start().starts_with("application/json"));
+    // The place held for a session being opened is given back however the request ends (its
+    // future dropped with the connection too).
+    let _opening = opening.then(|| Opening {
+        owners: gate.owners.clone(),
+        caller: caller.clone(),
+    });
     let answer = amended(method.clone(), json, next.run(request).await).await;
     match &session {
         None => {

@@ -37,11 +37,43 @@ pub enum Standing {
 }
 
 #[derive(Default)]
-pub struct Owners(Mutex<HashMap<String, (String, Instant)>>);
+pub struct Owners(
+    Mutex<HashMap<String, (String, Instant)>>,
+    Mutex<HashMap<String, usize>>,
+);
 
 impl Owners {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (String, Instant)>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holds a place for a session `caller` is opening, if it holds fewer than
+    /// [`MOST_PER_CALLER`] counting those being opened: requests sent at once each passed a
+    /// count of the sessions already open. [`Owners::opening_ended`] gives the place back.
+    pub fn reserve(&self, caller: &str) -> bool {
+        let open = self.lock();
+        let mut opening = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        let held = open
+            .values()
+            .filter(|(owner, used)| owner == caller && used.elapsed() < IDLE)
+            .count();
+        let pending = opening.entry(caller.to_string()).or_default();
+        if held + *pending >= MOST_PER_CALLER {
+            return false;
+        }
+        *pending += 1;
+        true
+    }
+
+    /// The session `caller` was opening is open (recorded with [`Owners::opened`]) or was not.
+    pub fn opening_ended(&self, caller: &str) {
+        let mut opening = self.1.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(n) = opening.get_mut(caller) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                opening.remove(caller);
+            }
+        }
     }
 
     /// `caller`'s standing on session `id`; its own is marked used.
@@ -63,14 +95,6 @@ impl Owners {
             owners.retain(|_, (_, used)| used.elapsed() < FORGET_AFTER);
         }
         owners.insert(id.to_string(), (caller.to_string(), Instant::now()));
-    }
-
-    /// How many sessions `caller` holds open (used within rmcp's idle time).
-    pub fn open_by(&self, caller: &str) -> usize {
-        self.lock()
-            .values()
-            .filter(|(owner, used)| owner == caller && used.elapsed() < IDLE)
-            .count()
     }
 
     /// Session `id` ended (deleted, or found gone).
