@@ -117,7 +117,7 @@ impl<I: Infer> Infer for Retries<I> {
                 None => self.inner.step(req, ep, None).await,
                 Some(to) => {
                     let mut marked = |text: &str| {
-                        streamed = true;
+                        streamed |= !text.is_empty();
                         to(text)
                     };
                     self.inner.step(req, ep, Some(&mut marked)).await

@@ -51,10 +51,13 @@ impl SessionAware {
         &self,
         r: Result<T, StreamableHttpError<reqwest::Error>>,
     ) -> Result<T, StreamableHttpError<reqwest::Error>> {
-        if let Err(StreamableHttpError::Client(e)) = &r {
-            let why = crate::providers::errors::unsent(e);
-            *self.unsent.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
-        }
+        // Only the last request's: an earlier one's failure (a stream's GET) is not why a
+        // later one failed.
+        let why = match &r {
+            Err(StreamableHttpError::Client(e)) => Some(crate::providers::errors::unsent(e)),
+            _ => None,
+        };
+        *self.unsent.lock().unwrap_or_else(|e| e.into_inner()) = why;
         r
     }
 }

@@ -486,9 +486,15 @@ impl Resident {
     /// Adds `spent` to its usage now, with what could not be recorded before; what cannot be
     /// recorded now either is kept for the next time.
     fn add_spent(&self, host: &dyn Host, spent: &budget::Spent) {
-        let mut unsaved = self.unsaved.lock().unwrap_or_else(|e| e.into_inner());
+        // Taken out, not held across the store's write: a tool's or a source's model call
+        // pays from another thread meanwhile.
+        let kept = self
+            .unsaved
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
         let mut all = spent.clone();
-        if let Some(before) = unsaved.as_deref() {
+        if let Some(before) = kept.as_deref() {
             all.add(before);
         }
         match budget::record(
@@ -497,8 +503,12 @@ impl Resident {
             chrono::Utc::now(),
             &all,
         ) {
-            Ok(()) => *unsaved = None,
+            Ok(()) => {}
             Err(e) => {
+                let mut unsaved = self.unsaved.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(meanwhile) = unsaved.as_deref() {
+                    all.add(meanwhile);
+                }
                 *unsaved = Some(Box::new(all));
                 static SAID: crate::said::SaidEvery = crate::said::SaidEvery::new();
                 if let Some(n) = SAID.say() {
@@ -514,19 +524,30 @@ impl Resident {
 
     /// Records the usage kept unrecorded, if any: `Err` while it still cannot be.
     fn record_unsaved(&self, host: &dyn Host) -> Result<(), String> {
-        let mut unsaved = self.unsaved.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(kept) = unsaved.as_deref() else {
+        let Some(mut kept) = self
+            .unsaved
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+        else {
             return Ok(());
         };
-        budget::record(
+        match budget::record(
             self.usage_store(host),
             &self.spec.name,
             chrono::Utc::now(),
-            kept,
-        )
-        .map_err(|e| e.to_string())?;
-        *unsaved = None;
-        Ok(())
+            &kept,
+        ) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                let mut unsaved = self.unsaved.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(meanwhile) = unsaved.as_deref() {
+                    kept.add(meanwhile);
+                }
+                *unsaved = Some(kept);
+                Err(e.to_string())
+            }
+        }
     }
 
     /// Adds what a model call made on its behalf used (by a tool handler of its turn, by one
@@ -1206,6 +1227,9 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         }
     }
     if reply.trim().is_empty() {
+        if !me.awaited_by(&batch.mail) {
+            return None;
+        }
         // A caller awaiting this turn's reply is told there is none now: it waited out its
         // whole deadline (300 s by default) for a reply that was never coming.
         let none = Delivery {
