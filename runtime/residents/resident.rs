@@ -201,8 +201,9 @@ pub struct Resident {
     conversation_len: AtomicUsize,
     state: AtomicU8,
     restarts: AtomicU32,
-    /// Why it is blocked, while it is.
-    blocked: Mutex<Option<TurnError>>,
+    /// Why it is blocked, while it is (boxed: an idle resident's size is an aim, and it is
+    /// rarely blocked).
+    blocked: Mutex<Option<Box<TurnError>>>,
     /// Why its model (or store) cannot be reached, while in an outage: what a caller waiting
     /// for its reply is told (it was told only that the call timed out).
     failing: Mutex<Option<Box<str>>>,
@@ -380,7 +381,8 @@ impl Resident {
         self.blocked
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .as_deref()
+            .cloned()
     }
 
     /// Why its last turn failed, while it is in an outage.
@@ -418,7 +420,7 @@ impl Resident {
         let mut slot = self.blocked.lock().unwrap_or_else(|e| e.into_inner());
         self.set_state(State::Blocked);
         announce(&error);
-        *slot = Some(error);
+        *slot = Some(Box::new(error));
     }
 
     /// Whether it is waiting with nothing to do: idle with no mail and no turn to finish (one
