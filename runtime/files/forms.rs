@@ -120,6 +120,10 @@ pub fn form(style: Style, reads: Reads, file: &FileRef) -> Form {
     if kind == FileKind::Text {
         return Form::Text;
     }
+    // An empty image or PDF went as an empty block: a paid request the provider refuses.
+    if file.size == 0 {
+        return Form::Note;
+    }
     let inline = |media_type: &str| Form::Inline {
         media_type: media_type.to_string(),
     };
@@ -187,6 +191,9 @@ pub fn note(file: &FileRef) -> String {
 
 /// Why an API that cannot read `file`'s type is told of it instead.
 pub fn unreadable(file: &FileRef) -> String {
+    if file.size == 0 {
+        return "it is empty".to_string();
+    }
     format!("this model's API cannot read {} files", file.content_type)
 }
 
@@ -272,6 +279,26 @@ mod tests {
             sha256: "0".repeat(64),
             data: None,
             shed: None,
+        }
+    }
+
+    /// An empty image or PDF is a note saying it is empty: it went as an empty block, a paid
+    /// request the provider refuses.
+    #[test]
+    fn an_empty_image_or_pdf_is_a_note() {
+        for ct in ["image/png", "application/pdf"] {
+            let empty = FileRef {
+                size: 0,
+                ..file(ct)
+            };
+            for style in [Style::Anthropic, Style::Gemini] {
+                assert_eq!(form(style, Reads::default(), &empty), Form::Note, "{ct}");
+            }
+            assert!(note(&empty).contains(": it is empty, so its content is absent]"));
+            assert_ne!(
+                form(Style::Anthropic, Reads::default(), &file(ct)),
+                Form::Note
+            );
         }
     }
 

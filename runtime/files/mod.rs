@@ -151,6 +151,8 @@ pub fn classify(content_type: &str) -> FileKind {
     let (top, sub) = ct.split_once('/').unwrap_or((ct.as_str(), ""));
     match (top, sub) {
         ("application", "pdf") => FileKind::Pdf,
+        // XML, whatever the family says: no API reads it as a picture.
+        ("image", "svg+xml") => FileKind::Text,
         ("image", _) => FileKind::Image,
         ("audio", _) => FileKind::Audio,
         ("video", _) => FileKind::Video,
@@ -194,8 +196,19 @@ pub fn content_type_of(declared: Option<&str>, name: &str, bytes: &[u8]) -> Stri
         let guess = normalize(guess);
         // A name is only a claim: bytes with NULs in them (and no UTF-16 mark) are not text
         // whatever they are called, and inlined they were pages of replacement characters.
-        if classify(&guess) == FileKind::Text && looks_binary(bytes) {
+        let kind = classify(&guess);
+        if kind == FileKind::Text && looks_binary(bytes) {
             return mime::APPLICATION_OCTET_STREAM.to_string();
+        }
+        // Nor is a name the last word the other way: source code whose extension names a type
+        // no API reads (.ts as MPEG video, .sql, .java, .php, .tex) went as a note, "content
+        // absent". Plain text under such a name is text.
+        if matches!(kind, FileKind::Other | FileKind::Video | FileKind::Audio)
+            && !bytes.is_empty()
+            && !bytes.contains(&0)
+            && std::str::from_utf8(bytes).is_ok()
+        {
+            return "text/plain".into();
         }
         return guess;
     }
@@ -279,6 +292,33 @@ pub fn human_size(size: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Source code whose extension names a type no API reads is text when its bytes are: it
+    /// went as a note, "content absent" (.ts as MPEG video, .sql, .java, .php, .tex); an SVG is
+    /// XML. Bytes that are not text keep the name's type, and an empty file too.
+    #[test]
+    fn plain_text_under_a_name_no_api_reads_is_text() {
+        for name in [
+            "add.ts",
+            "q.sql",
+            "Main.java",
+            "index.php",
+            "paper.tex",
+            "notes.dat",
+        ] {
+            assert_eq!(
+                content_type_of(None, name, b"export const x = 1;\n"),
+                "text/plain",
+                "{name}"
+            );
+        }
+        assert_eq!(classify("image/svg+xml"), FileKind::Text);
+        assert_eq!(
+            content_type_of(None, "clip.ts", b"\x47\x00\x11\x10\xff\x00"),
+            "video/vnd.dlna.mpeg-tts"
+        );
+        assert_eq!(content_type_of(None, "q.sql", b""), "application/x-sql");
+    }
 
     #[test]
     fn a_text_name_on_binary_bytes_is_not_text_and_utf16_is_read_as_text() {
