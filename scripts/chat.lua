@@ -55,8 +55,17 @@ local keep_partial = nil
 --- quietly, status 0, at once rather than at the answer's end, the question and what had
 --- arrived kept in the conversation (as Ctrl-C keeps them); any other failure (a full disk)
 --- is said, status 1.
+-- On a terminal, the model's text is shown without its control characters (tabs and newlines
+-- kept): an escape sequence in a reply (which text from an attached file can put there) set
+-- the clipboard (OSC 52), the window's title, or cleared the screen.
+local to_terminal = term.is_tty("stdout")
+local function shown_safely(text)
+  if not to_terminal then return text end
+  return (text:gsub("[%z\1-\8\11-\31\127]", ""))
+end
+
 local function show(text)
-  local ok, err, code = io.write(text)
+  local ok, err, code = io.write(shown_safely(text))
   if ok then ok, err, code = io.flush() end
   if ok then return end
   if code == 32 then
@@ -310,7 +319,9 @@ end
 -- One line per call as it ends: its name, its arguments (shortened) and how it went.
 local function show_call(event)
   local outcome = event.ok and "ok" or (event.kind .. ": " .. short(event.outcome, 60))
-  local line = dim("  ⚙ " .. event.name .. " " .. short(event.arguments, 60) .. " → " .. outcome) .. "\n"
+  -- The arguments and the outcome are the model's and the tool's words: no escapes pass.
+  local said = event.name .. " " .. short(event.arguments, 60) .. " → " .. outcome
+  local line = dim("  ⚙ " .. said:gsub("[%z\1-\8\11-\31\127]", "")) .. "\n"
   -- On a terminal beside the reply; piped, on stderr, so stdout is the answer alone.
   local out = term.styled() and io.stdout or io.stderr
   out:write(line)
@@ -500,7 +511,7 @@ local function exchange(use, messages, text, files)
   if styled and turn.reply ~= "" and all == turn.reply and term.erase(all) then
     io.write(term.render(turn.reply))
   elseif all == "" then
-    io.write(turn.reply)
+    io.write(shown_safely(turn.reply))
   end
   if not (all ~= "" and all:sub(-1) == "\n") then io.write("\n") end
   io.flush()

@@ -941,3 +941,24 @@ fn an_answer_cut_short_or_refused_is_said_to_be() {
     let run = sb.colony(&["chat", "More?"]).ok();
     assert_eq!(run.stderr, "", "a finished answer says nothing more");
 }
+
+/// On a terminal the model's escape sequences do not reach it, streamed or rendered: a reply
+/// (which an attached file's text can shape) set the clipboard (OSC 52), the window's title
+/// and cleared the screen. Piped, the reply is written exactly as it came.
+#[test]
+fn a_replys_escape_sequences_do_not_reach_the_terminal() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake);
+    let hostile = "Here:\n\n\x1b]52;c;cHduZWQ=\x07\x1b]0;PWNED\x07\x1b[2J **bold**\n";
+    fake.push(Reply::text(hostile));
+    let pty = Pty::start(&sb, &["chat", "x"], &[]);
+    let (code, shown) = pty.finish();
+    assert_eq!(code, 0, "{shown:?}");
+    for escape in ["\x1b]52;", "\x1b]0;", "\x1b[2J"] {
+        assert!(!shown.contains(escape), "{escape:?} in {shown:?}");
+    }
+    assert!(shown.contains("bold"), "{shown:?}");
+    fake.push(Reply::text(hostile));
+    let piped = sb.colony(&["chat", "--new", "x"]).ok();
+    assert_eq!(piped.stdout, hostile);
+}

@@ -119,7 +119,19 @@ fn size() -> (usize, usize) {
 /// (whose columns are aligned), with ANSI styles.
 pub fn render(text: &str, width: usize) -> String {
     let skin = termimad::MadSkin::default();
-    termimad::FmtText::from(&skin, text, Some(width.max(20))).to_string()
+    let text = without_controls(text);
+    termimad::FmtText::from(&skin, &text, Some(width.max(20))).to_string()
+}
+
+/// `text` without control characters but tabs and newlines: the rendering is for a terminal,
+/// and an escape sequence in a model's reply set the clipboard (OSC 52) or the window's title,
+/// or cleared the screen.
+fn without_controls(text: &str) -> std::borrow::Cow<'_, str> {
+    let unwanted = |c: char| c.is_control() && c != '\n' && c != '\t';
+    if !text.contains(unwanted) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(text.chars().filter(|&c| !unwanted(c)).collect())
 }
 
 /// Moves the cursor back to where `text` began (it was written from the start of a line, at

@@ -23,7 +23,9 @@ function term.width() end
 ---@field width? integer columns (default: the terminal's)
 
 --- Markdown laid out for the terminal, with ANSI styles: headings, emphasis, lists, fenced code
---- blocks and tables (columns aligned). Returns the text; the caller writes it.
+--- blocks and tables (columns aligned). Returns the text; the caller writes it. Control
+--- characters in `markdown` (but tabs and newlines) are left out: a model's reply cannot send
+--- the terminal escape sequences of its own.
 ---@param markdown string
 ---@param opts? term.RenderOptions
 ---@return string
