@@ -62,7 +62,7 @@ const DEEPEST: usize = 127;
 /// Checks that `value`, and every table it holds, has a JSON form. Each table is walked once.
 fn json_form(value: &Value, walk: &mut Walk, depth: usize) -> Result<(), Unfit> {
     match value {
-        Value::Table(_) if depth > DEEPEST => Err(unfit(format!(
+        Value::Table(_) if depth >= DEEPEST => Err(unfit(format!(
             "tables nested more than {DEEPEST} deep have no JSON form here"
         ))),
         Value::Number(n) if !n.is_finite() => Err(unfit(format!(
