@@ -375,9 +375,9 @@ impl LiveConfig {
         // and setting went with it, and `colony serve` stopped every program at the next
         // SIGHUP.
         if !there && self.from_file.load(Ordering::Acquire) {
-            tracing::error!(
+            tracing::warn!(
                 "the config file {} is gone or empty: the settings read from it stay until it \
-                 holds some again",
+                 holds some again (a file holding only a comment gives the defaults)",
                 path.display()
             );
             return self.generation.load(Ordering::Acquire);

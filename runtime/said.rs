@@ -36,6 +36,12 @@ impl SaidEvery {
     }
 }
 
+impl Default for SaidEvery {
+    fn default() -> SaidEvery {
+        SaidEvery::new()
+    }
+}
+
 /// Says `n more since the last such line` when `n` lines went unsaid, for the end of a line.
 pub fn also(unsaid: u64) -> String {
     match unsaid {

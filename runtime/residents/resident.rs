@@ -300,11 +300,14 @@ impl Resident {
     /// The caller awaiting mail from `source` is gone (answered, or it gave up): its mail still
     /// waiting, and not saved, is not served. How many were taken out.
     pub fn forget_reply(&self, source: &str) -> usize {
+        // The mail first: were the caller forgotten first, a batch taken in between would
+        // serve it as any mail.
+        let withdrawn = self.mailbox.unawaited(source);
         self.awaited
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(source);
-        self.mailbox.unawaited(source)
+        withdrawn
     }
 
     /// The next batch of mail to serve: a mail whose sender awaits its reply is served alone,
@@ -953,6 +956,13 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
     } else {
         me.next_batch()
     };
+    // In trouble, what waits behind this batch was held too (the recovery's notice counts it);
+    // not looked at otherwise, on every turn.
+    let held_behind = if trouble_since.is_some() {
+        me.mailbox.len()
+    } else {
+        0
+    };
     let provenance = if *unfinished {
         // After a restart the mail is no longer at hand: its messages say where it came from.
         serving
@@ -1200,9 +1210,10 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
     let cause = outage.take().map_or(Cause::Model, |o| o.cause);
     if let Some(since) = trouble_since.take() {
         me.set_failing(None);
-        // What was held is this turn's batch and what waits behind it (a turn that finished
-        // one cut short serves none itself: the notice said 0 while five were then served).
-        let held = batch.mail.len() + me.mailbox.len();
+        // What was held is this turn's batch and what waited behind it as it began (a turn
+        // that finished one cut short serves none itself: the notice said 0 while five were
+        // then served); what arrived during the turn was never held.
+        let held = batch.mail.len() + held_behind;
         let notice = Delivery {
             text: format!(
                 "[colony] {} {} again after {:.1} s; {held} held {} served{}.",

@@ -72,6 +72,10 @@ struct Now {
     again_at: Option<std::time::Instant>,
     /// Between a restart's stop and its start: no run, one coming.
     restarting: bool,
+    /// The run's observer ([`observe`]), which ends once the run's route is let go, with the
+    /// `turn_ended` of the turns the stop cut: a stop waits for it (a moment), so those come
+    /// before the next run's events.
+    observing: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// Per resident, what the observer tallied (for the API's view).
@@ -509,7 +513,8 @@ impl Service {
         }
         self.lineup_changed();
         let handle = self.core.handle().clone();
-        handle.spawn(observe(self.clone(), slot.name.clone(), observations));
+        let observing = handle.spawn(observe(self.clone(), slot.name.clone(), observations));
+        slot.lock().observing = Some(observing);
         handle.spawn(hear(self.clone(), slot.name.clone(), deliveries));
         handle.spawn(lifecycle(self.clone(), slot.clone(), hosted));
         true
@@ -531,6 +536,12 @@ impl Service {
         drop(hosted);
         let mut ended = slot.ended.subscribe();
         let _ = ended.wait_for(|n| *n > runs).await;
+        // Bounded: something that still holds the run's route (a call from outside finishing)
+        // keeps its observer open, and the next run must not wait on it.
+        let observing = slot.lock().observing.take();
+        if let Some(observing) = observing {
+            let _ = tokio::time::timeout(OBSERVER_ENDS, observing).await;
+        }
     }
 
     /// A restart an operator asks for: a run that works is not stopped for a file that does not
@@ -704,6 +715,7 @@ impl Service {
                 "added": done.added,
                 "removed": done.removed,
                 "kept": done.kept,
+                "config_refused": done.config_refused,
             }),
         );
         done
@@ -770,6 +782,7 @@ impl Slot {
                 failed_in_a_row: 0,
                 again_at: None,
                 restarting: false,
+                observing: None,
             }),
             ended: watch::Sender::new(0),
             ops: tokio::sync::Mutex::new(()),
@@ -900,6 +913,9 @@ async fn lifecycle(service: Arc<Service>, slot: Arc<Slot>, hosted: Arc<Hosted>) 
     }
     slot.ended.send_replace(runs);
 }
+
+/// How long a stop waits for the run's observer to end ([`Now::observing`]).
+const OBSERVER_ENDS: Duration = Duration::from_secs(2);
 
 /// What the program's residents do, as events and metrics.
 async fn observe(

@@ -336,7 +336,7 @@ function ai.route(opts) end
 ---@field steps integer
 ---@field usage ai.Usage
 ---@field error? string|ai.BlockedError for an outage notice, why the model cannot be called (a string); for a blocked one, the error as a table
----@field held integer arrivals held (outage, blocked) or served (recovered)
+---@field held integer arrivals held (outage, blocked), or held and now being served (recovered)
 ---@field dropped integer older arrivals the bound of 24 discarded
 
 ---@class ai.SpawnOptions: ai.Options
@@ -480,7 +480,8 @@ function ai.stopping() end
 ---@field cap_ms? number no wait is longer, default 60000 (a provider's retry-after is a floor up to this); not below base_ms
 
 --- Middleware: a transient failure is tried again with exponential backoff; a fatal one returns at once.
---- A wait is logged as a warning (at most one line every 10 s for the process).
+--- A wait is logged as a warning (at most one line every 10 s for the process). A streamed attempt
+--- that failed after some text reached the stream is not tried again (the text would repeat).
 ---@param opts? ai.RetriesOptions
 ---@return ai.Middleware
 function ai.with_retries(opts) end

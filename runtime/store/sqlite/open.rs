@@ -282,9 +282,12 @@ fn refuse_lost_log(path: &Path) -> StoreResult<()> {
     }
     // The WAL index's header (native byte order): `isInit` at 12, `mxFrame` (the last valid
     // frame) at 16; the checkpoint's `nBackfill` (frames copied into the store) at 96.
+    // Believed only as SQLite believes it: the version it writes, and its two copies alike (a
+    // crash of the machine leaves a -shm never written out, which must not refuse a good store).
     let mut head = [0u8; 100];
     let read = File::open(&shm).and_then(|mut f| f.read_exact(&mut head));
-    if read.is_err() || head[12] != 1 {
+    let version = u32::from_ne_bytes([head[0], head[1], head[2], head[3]]);
+    if read.is_err() || head[12] != 1 || version != 3_007_000 || head[..48] != head[48..96] {
         return Ok(());
     }
     let word = |at: usize| u32::from_ne_bytes([head[at], head[at + 1], head[at + 2], head[at + 3]]);
@@ -358,8 +361,10 @@ fn check_writable(path: &Path) -> StoreResult<()> {
         let Ok(c) = std::ffi::CString::new(file.as_os_str().as_bytes()) else {
             continue;
         };
+        // The effective user's right, as the open will be (access(2) asks for the real one's).
         // SAFETY: `c` is a NUL-terminated path that lives across the call.
-        if unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0 {
+        if unsafe { libc::faccessat(libc::AT_FDCWD, c.as_ptr(), libc::W_OK, libc::AT_EACCESS) } == 0
+        {
             continue;
         }
         let e = std::io::Error::last_os_error();
@@ -586,8 +591,9 @@ fn disk_is_full(path: &Path) -> bool {
     if unsafe { libc::statvfs(c.as_ptr(), &mut stats) } != 0 {
         return false;
     }
-    // Less than a page left: SQLite cannot grow a file by one.
-    (stats.f_bavail as u128) * (stats.f_frsize as u128) < 4096
+    // Less than SQLite needs to make its files: the -shm grows in 32 KiB regions, and the log
+    // takes a header and a page; a quota's limit is not seen here.
+    (stats.f_bavail as u128) * (stats.f_frsize as u128) < 64 * 1024
 }
 
 /// A rusqlite error as a [`StoreError`] naming the file: corruption is `Damaged`, the rest `Io`.
