@@ -945,7 +945,7 @@ fn a_call_is_told_at_once_of_no_reply_and_at_its_deadline_of_the_outage() {
         .as_str()
         .unwrap_or_default();
     assert!(
-        text.starts_with("helper did not reply within 3 s: its model cannot be reached (")
+        text.starts_with("helper did not reply within 3 s: it cannot reach its model (")
             && text.contains("503"),
         "{answer}"
     );

@@ -388,7 +388,7 @@ impl Resident {
             .cloned()
     }
 
-    /// Why its last turn failed, while it is in an outage.
+    /// Why it cannot go on, while it is in an outage ("it cannot reach its model (...)").
     pub fn failing_because(&self) -> Option<String> {
         self.failing
             .lock()
@@ -1121,7 +1121,12 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
                 .map(|d| d.min(MAX_WAIT))
                 .unwrap_or(backoff)
         };
-        me.set_failing(Some(&error.message));
+        // Why, as a caller awaiting its reply is told: its model, or its store (a full disk).
+        me.set_failing(Some(&format!(
+            "it {} ({})",
+            Cause::of(error).failing(),
+            error.message
+        )));
         // When it tries again, said: a provider's retry-after (up to ten minutes) kept a
         // resident silent that long.
         let next = |wait: Duration| match error.retry_after {

@@ -278,7 +278,7 @@ async fn ask_resident(
             // is told it waits for the model, not that it works.
             let doing = if resident.state() == crate::residents::resident::State::Outage {
                 match resident.failing_because() {
-                    Some(why) => format!("is waiting for its model to answer again ({why})"),
+                    Some(why) => format!("is waiting to try again: {why}"),
                     None => "is waiting for its model to answer again".to_string(),
                 }
             } else {
@@ -336,7 +336,7 @@ async fn ask_resident(
                 export.name,
                 export.deadline.as_secs_f64(),
                 match resident.failing_because() {
-                    Some(why) => format!(": its model cannot be reached ({why})"),
+                    Some(why) => format!(": {why}"),
                     None => String::new(),
                 }
             ),
