@@ -575,6 +575,20 @@ fn bad_file_lists_name_the_field() {
         "{}",
         run.stderr
     );
+    // A name that is not UTF-8 (as fs.list hands back) is named as such: it was mlua's "error
+    // converting Lua string to String", naming nothing.
+    let run = sb
+        .lua(
+            r#"ai.take_turn{ prompt = "x", files = { { name = "b\255.txt", data = "x" } } }"#,
+            &[],
+        )
+        .failed();
+    assert!(
+        run.stderr
+            .contains("ai.take_turn: files[1]: name is not UTF-8 text"),
+        "{}",
+        run.stderr
+    );
     // A declared type that is not type/subtype went as application/octet-stream without a word.
     let run = sb
         .lua(

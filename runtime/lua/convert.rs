@@ -214,6 +214,18 @@ fn error_metatable(lua: &Lua) -> mlua::Result<Table> {
 }
 
 /// An error table `{ kind, message, ... }` for the `nil, err` convention.
+/// `t[key]` as text, if set: a string that is not UTF-8 is a misuse naming `at` and `key` (it
+/// was mlua's "error converting Lua string to String", naming neither).
+pub fn text_field(t: &Table, key: &str, at: &str) -> mlua::Result<Option<String>> {
+    match t.get::<Option<mlua::LuaString>>(key)? {
+        None => Ok(None),
+        Some(s) => match s.to_str() {
+            Ok(text) => Ok(Some(text.to_string())),
+            Err(_) => Err(misuse(format!("{at}: {key} is not UTF-8 text"))),
+        },
+    }
+}
+
 pub fn error_table(lua: &Lua, kind: &str, message: &str) -> mlua::Result<Table> {
     let t = lua.create_table()?;
     t.set("kind", kind)?;

@@ -60,7 +60,7 @@ fn read_file(lua: &Lua, entry: Value, at: &str) -> mlua::Result<FileRef> {
             }
             // A misspelt field (`contnet_type`, `file`) would be dropped without a word.
             super::convert::check_fields(&t, at, SPEC_FIELDS)?;
-            let declared: Option<String> = t.get("content_type")?;
+            let declared = super::convert::text_field(&t, "content_type", at)?;
             if let Some(ct) = declared.as_deref().filter(|c| !c.trim().is_empty())
                 && !crate::files::is_content_type(ct)
             {
@@ -74,7 +74,7 @@ fn read_file(lua: &Lua, entry: Value, at: &str) -> mlua::Result<FileRef> {
                     .find(&handle)
                     .map_err(|e| misuse(format!("{at}: {e}")));
             }
-            let name: Option<String> = t.get("name")?;
+            let name = super::convert::text_field(&t, "name", at)?;
             let path = t.get::<Option<mlua::LuaString>>("path")?;
             // Both given, one would be dropped without a word (the bytes sent were the path's).
             if path.is_some() && t.contains_key("data")? {
