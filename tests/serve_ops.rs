@@ -833,3 +833,26 @@ fn a_turn_cut_short_by_a_restart_ends_in_the_events() {
         "the end comes before the run after it: {passed:?}"
     );
 }
+
+/// A program a SIGHUP adds whose start fails is said as failed, not as started: the line said
+/// "1 program started" for a program that was not running.
+#[test]
+fn sighup_says_a_start_that_failed() {
+    let fake = FakeProvider::start();
+    let sb = Sandbox::new();
+    let a = sb.write("alpha.lua", &desk("alpha"));
+    sb.write("config.toml", &programs_config(&fake, &[&a]));
+    let mut served = Served::start(&sb, &[]);
+    wait_ready(&served);
+    let gone = sb.path("gone.lua");
+    sb.write("config.toml", &programs_config(&fake, &[&a, &gone]));
+    served.signal("HUP");
+    support::serve::eventually("the reload was not said", || {
+        served.stdout().contains(
+            "colony serve: SIGHUP: reloaded: 1 program failed to start (see /api/programs)",
+        )
+    });
+    assert_eq!(served.get("/api/programs/gone").json["state"], "failed");
+    served.signal("TERM");
+    assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+}

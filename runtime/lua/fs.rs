@@ -190,7 +190,15 @@ async fn read_within(path: &Path, limit: Option<u64>) -> std::io::Result<Option<
     if size.is_some_and(|s| s > limit) {
         return Ok(None);
     }
-    let mut bytes = Vec::with_capacity(size.unwrap_or(0) as usize);
+    // A device or a pipe has no size: its buffer is the limit and a byte, reserved at once
+    // (address space; only what is read is touched). Grown by doubling, one that never ends
+    // (`/dev/zero`) left every smaller buffer behind it before it was refused: 2.6 GB at a
+    // limit of 1 GiB, 650 MB at 256 MiB.
+    let most = usize::try_from(limit.saturating_add(1)).unwrap_or(usize::MAX);
+    let mut bytes = match size {
+        Some(size) => Vec::with_capacity(size as usize),
+        None => Vec::with_capacity(most),
+    };
     file.take(limit.saturating_add(1))
         .read_to_end(&mut bytes)
         .await?;

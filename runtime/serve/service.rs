@@ -177,9 +177,23 @@ pub struct Reloaded {
     pub removed: usize,
     /// Programs whose changed file does not compile, whose run goes on as it was.
     pub kept: usize,
+    /// Programs restarted or added whose start failed (each a `program_failed` event).
+    pub failed: usize,
     pub unblocked: usize,
     /// The config's programs no longer read: they stay as they were.
     pub config_refused: bool,
+}
+
+impl Reloaded {
+    /// A restart's or an added program's start: counted as done only if it started (a start
+    /// that failed was said to be done).
+    fn count_start(&mut self, started: bool, added: bool) {
+        match (started, added) {
+            (false, _) => self.failed += 1,
+            (true, true) => self.added += 1,
+            (true, false) => self.restarted += 1,
+        }
+    }
 }
 
 impl std::fmt::Display for Reloaded {
@@ -190,6 +204,7 @@ impl std::fmt::Display for Reloaded {
             (self.added, "started (new in the config)"),
             (self.removed, "stopped (removed from the config)"),
             (self.kept, "kept as they ran (their file does not load)"),
+            (self.failed, "failed to start (see /api/programs)"),
         ] {
             if n > 0 {
                 let s = if n == 1 { "" } else { "s" };
@@ -564,8 +579,9 @@ impl Service {
         Ok(())
     }
 
-    /// Stops `slot`'s run and starts it again from its file (persisted residents carry on).
-    pub async fn restart(self: &Arc<Self>, slot: &Arc<Slot>) {
+    /// Stops `slot`'s run and starts it again from its file (persisted residents carry on);
+    /// whether it started (a failed start is its own event).
+    pub async fn restart(self: &Arc<Self>, slot: &Arc<Slot>) -> bool {
         let _op = slot.ops.lock().await;
         slot.lock().restarting = true;
         self.stop_locked(slot, "restart").await;
@@ -573,10 +589,12 @@ impl Service {
         let s = slot.clone();
         let started = tokio::task::spawn_blocking(move || me.start(&s)).await;
         slot.lock().restarting = false;
-        if matches!(started, Ok(true)) {
+        let started = matches!(started, Ok(true));
+        if started {
             self.events
                 .publish("program_restarted", json!({ "program": slot.name }));
         }
+        started
     }
 
     /// SIGHUP: the config file is read again, blocked residents try again, programs whose
@@ -670,8 +688,7 @@ impl Service {
             }
             if changed.contains(&slot.name) {
                 tracing::info!(program = %slot.name, "its entry in the config changed: restarting");
-                self.restart(&slot).await;
-                done.restarted += 1;
+                done.count_start(self.restart(&slot).await, false);
             } else if hash != file_hash(&slot.launch().file) {
                 // A file saved with a mistake must not take down the run that works: it goes on,
                 // and the next SIGHUP tries the file again.
@@ -683,15 +700,13 @@ impl Service {
                     continue;
                 }
                 tracing::info!(program = %slot.name, "its file changed: restarting");
-                self.restart(&slot).await;
-                done.restarted += 1;
+                done.count_start(self.restart(&slot).await, false);
             } else if failed {
                 // A program that failed waits for a fix: what it failed on may be outside its
                 // file (a store repaired, a file it reads put back), and SIGHUP is the fix's
                 // word. Only a changed file was tried again.
                 tracing::info!(program = %slot.name, "it had failed: starting it again");
-                self.restart(&slot).await;
-                done.restarted += 1;
+                done.count_start(self.restart(&slot).await, false);
             }
         }
         for slot in added {
@@ -700,10 +715,10 @@ impl Service {
             let me = self.clone();
             let s = slot.clone();
             // Added to the list whether or not it starts (a failed start is its own event).
-            let _ = tokio::task::spawn_blocking(move || me.start(&s)).await;
+            let started = tokio::task::spawn_blocking(move || me.start(&s)).await;
             self.events
                 .publish("program_added", json!({ "program": slot.name }));
-            done.added += 1;
+            done.count_start(matches!(started, Ok(true)), true);
         }
         done.unblocked = unblocked;
         tracing::info!(unblocked, "reloaded");
@@ -715,6 +730,7 @@ impl Service {
                 "added": done.added,
                 "removed": done.removed,
                 "kept": done.kept,
+                "failed": done.failed,
                 "config_refused": done.config_refused,
             }),
         );
