@@ -10,6 +10,8 @@
 //! - [`duration`]: the one reading of every duration colony is given (numbers and text), with
 //!   a clear error for negative, NaN or absurd values and a documented maximum.
 //! - [`secrets`]: keeps keys out of every log, error, transcript and cassette.
+//! - [`said`]: a log line a busy path would repeat (a mail refused, a call retried) said at
+//!   most once a period, with how many went unsaid.
 //! - [`store`]: the durable store behind the `Store` trait (key-value workspaces, persisted
 //!   conversations with their backlog and journal, breaker states, the audit log); `sqlite` is
 //!   the embedded default, `memory` the one for tests and front ends, `state_dir` a program's
