@@ -1008,6 +1008,32 @@ fn a_cancelled_call_to_a_resident_is_not_served_later() {
     assert_eq!(code, Some(0), "{stderr}");
 }
 
+/// A handler that answers content blocks MCP does not know gets an error result saying so: it
+/// was a JSON-RPC internal error (-32603, "unknown variant"), read as the server failing.
+#[test]
+fn content_blocks_mcp_does_not_know_are_the_calls_error() {
+    let sb = Sandbox::new();
+    let mut session = Session::start(
+        &sb,
+        r#"ai.tool{ name = "odd", description = "odd", exportable = true, parameters = {},
+             handler = function() return { content = { { type = "bogus" } } } end }
+           ai.watch()"#,
+    );
+    initialize(&mut session);
+    session.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"odd","arguments":{}}}));
+    let answer = session.answer(2);
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("the tool answered content blocks that are not MCP's ("),
+        "{answer}"
+    );
+    let (code, stderr) = session.end();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
 /// A call refused because the resident's mailbox is full says so with the numbers: the caller
 /// read the bare kind "mailbox_full".
 #[test]

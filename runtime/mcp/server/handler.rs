@@ -395,8 +395,16 @@ fn result(outcome: Outcome) -> Result<CallToolResponse, ErrorData> {
         if let Some(s) = o.get("structured") {
             r["structuredContent"] = s.clone();
         }
-        let r: rmcp::model::CallToolResult = model(r)?;
-        return Ok(r.into());
+        // Blocks MCP does not know are the handler's mistake, said as its call's error: they
+        // were a JSON-RPC internal error (-32603) the client showed as a failure of the server.
+        return match model::<rmcp::model::CallToolResult>(r) {
+            Ok(r) => Ok(r.into()),
+            Err(e) => refused(format!(
+                "the tool answered content blocks that are not MCP's ({}): give blocks of type \
+                 text, image, audio, resource or resource_link",
+                e.message
+            )),
+        };
     }
     let mut content = vec![json!({ "type": "text", "text": outcome.text })];
     content.extend(outcome.files.iter().filter_map(content::file_block));
