@@ -414,6 +414,13 @@ fn an_outage_says_when_it_tries_again() {
         "{}",
         run.stderr
     );
+    // And the notice the program reads says so too.
+    assert!(
+        run.stdout
+            .contains("until it can (trying again in 600 s (the provider asked for 86400 s))."),
+        "{}",
+        run.stdout
+    );
     assert_eq!(fake.calls(), 1);
 }
 

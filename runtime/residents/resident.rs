@@ -1177,12 +1177,15 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
                 } else {
                     format!("holding the newest {HELD} arrivals")
                 };
+                // When it tries again, in the notice too: a host reading only its notices
+                // (a provider's retry-after of ten minutes) saw a resident gone quiet.
                 let notice = Delivery {
                     text: format!(
-                        "[colony] {} {} ({}); {holding} until it can.",
+                        "[colony] {} {} ({}); {holding} until it can ({}).",
                         me.spec.name,
                         cause.failing(),
-                        error.message
+                        error.message,
+                        next(wait(FIRST_BACKOFF))
                     ),
                     error: Some(error.message.clone()),
                     held,
