@@ -59,9 +59,10 @@ local keep_partial = nil
 -- kept): an escape sequence in a reply (which text from an attached file can put there) set
 -- the clipboard (OSC 52), the window's title, or cleared the screen.
 local to_terminal = term.is_tty("stdout")
+local function without_controls(text) return (text:gsub("[%z\1-\8\11-\31\127]", "")) end
 local function shown_safely(text)
   if not to_terminal then return text end
-  return (text:gsub("[%z\1-\8\11-\31\127]", ""))
+  return without_controls(text)
 end
 
 local function show(text)
@@ -321,7 +322,7 @@ local function show_call(event)
   local outcome = event.ok and "ok" or (event.kind .. ": " .. short(event.outcome, 60))
   -- The arguments and the outcome are the model's and the tool's words: no escapes pass.
   local said = event.name .. " " .. short(event.arguments, 60) .. " → " .. outcome
-  local line = dim("  ⚙ " .. said:gsub("[%z\1-\8\11-\31\127]", "")) .. "\n"
+  local line = dim("  ⚙ " .. without_controls(said)) .. "\n"
   -- On a terminal beside the reply; piped, on stderr, so stdout is the answer alone.
   local out = term.styled() and io.stdout or io.stderr
   out:write(line)

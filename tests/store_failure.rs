@@ -391,13 +391,28 @@ fn spawn_scripted(
     tokio::sync::mpsc::UnboundedReceiver<colony::residents::Delivery>,
     Arc<Scripted>,
 ) {
+    let (rx, model, _) = spawn_budgeted(route, tools, answers, Default::default());
+    (rx, model)
+}
+
+/// [`spawn_scripted`] held to `budgets`, and the resident itself.
+fn spawn_budgeted(
+    route: &Route,
+    tools: Vec<ToolDef>,
+    answers: Vec<Inferred>,
+    budgets: colony::residents::budget::Budgets,
+) -> (
+    tokio::sync::mpsc::UnboundedReceiver<colony::residents::Delivery>,
+    Arc<Scripted>,
+    Arc<colony::residents::resident::Resident>,
+) {
     let model = Arc::new(Scripted::new(
         ManualClock::new(0),
         answers.into_iter().map(Ok),
     ));
     let stack: SharedInfer = model.clone();
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    route
+    let resident = route
         .spawn(ResidentSpec {
             name: "r".into(),
             ask: Ask::default(),
@@ -414,11 +429,11 @@ fn spawn_scripted(
             stack,
             persist: true,
             workspace: None,
-            budgets: Default::default(),
+            budgets,
         })
         .unwrap();
     route.open();
-    (rx, model)
+    (rx, model, resident)
 }
 
 /// A mail whose save landed but whose answer was lost (the sender was told "not saved" and
@@ -550,40 +565,20 @@ fn usage_that_cannot_be_recorded_holds_a_budgeted_resident_until_it_is() {
         },
         ..text(reply)
     };
-    let model = Arc::new(Scripted::new(
-        ManualClock::new(0),
-        [spent("one"), spent("two"), spent("three")].map(Ok),
-    ));
-    let stack: SharedInfer = model.clone();
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let resident = route
-        .spawn(ResidentSpec {
-            name: "r".into(),
-            ask: Ask::default(),
-            tools: Vec::new(),
-            max_steps: 8,
-            max_hop: DEFAULT_MAX_HOP,
-            mailbox: colony::residents::mail::CAPACITY,
-            compaction: Compaction {
-                enabled: false,
-                ..Compaction::default()
-            },
-            deliver: Deliver::Channel(tx),
-            restart: RestartPolicy::new(Restart::Permanent),
-            stack,
-            persist: true,
-            workspace: None,
-            budgets: colony::residents::budget::Budgets {
-                own: Some(colony::residents::budget::Budget {
-                    tokens: Some(100),
-                    cost: None,
-                    per: colony::residents::budget::Window::Day,
-                }),
-                program: None,
-            },
-        })
-        .unwrap();
-    route.open();
+    let budgets = colony::residents::budget::Budgets {
+        own: Some(colony::residents::budget::Budget {
+            tokens: Some(100),
+            cost: None,
+            per: colony::residents::budget::Window::Day,
+        }),
+        program: None,
+    };
+    let (mut rx, model, resident) = spawn_budgeted(
+        &route,
+        Vec::new(),
+        vec![spent("one"), spent("two"), spent("three")],
+        budgets,
+    );
     store.update_broken.store(true, Ordering::SeqCst);
     rt.block_on(async {
         route.mail(Mail::new("r", "t", "a", 0)).unwrap();

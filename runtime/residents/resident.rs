@@ -491,68 +491,60 @@ impl Resident {
     /// Adds `spent` to its usage now, with what could not be recorded before; what cannot be
     /// recorded now either is kept for the next time.
     fn add_spent(&self, host: &dyn Host, spent: &budget::Spent) {
-        // Taken out, not held across the store's write: a tool's or a source's model call
-        // pays from another thread meanwhile.
-        let kept = self
-            .unsaved
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-        let mut all = spent.clone();
-        if let Some(before) = kept.as_deref() {
-            all.add(before);
-        }
-        match budget::record(
-            self.usage_store(host),
-            &self.spec.name,
-            chrono::Utc::now(),
-            &all,
-        ) {
-            Ok(()) => {}
-            Err(e) => {
-                let mut unsaved = self.unsaved.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(meanwhile) = unsaved.as_deref() {
-                    all.add(meanwhile);
-                }
-                *unsaved = Some(Box::new(all));
-                static SAID: crate::said::SaidEvery = crate::said::SaidEvery::new();
-                if let Some(n) = SAID.say() {
-                    tracing::warn!(
-                        ai = %self.spec.name,
-                        "its usage could not be recorded (kept to record later): {e}{}",
-                        crate::said::also(n)
-                    );
-                }
+        if let Err(e) = self.record_with_kept(host, Some(spent)) {
+            static SAID: crate::said::SaidEvery = crate::said::SaidEvery::new();
+            if let Some(n) = SAID.say() {
+                tracing::warn!(
+                    ai = %self.spec.name,
+                    "its usage could not be recorded (kept to record later): {e}{}",
+                    crate::said::also(n)
+                );
             }
         }
     }
 
     /// Records the usage kept unrecorded, if any: `Err` while it still cannot be.
     fn record_unsaved(&self, host: &dyn Host) -> Result<(), String> {
-        let Some(mut kept) = self
+        self.record_with_kept(host, None).map_err(|e| e.to_string())
+    }
+
+    /// Records `spent` (if any) with the usage kept unrecorded; on failure both are kept, with
+    /// what another thread kept meanwhile. The kept usage is taken out, not locked across the
+    /// store's write: a tool's or a source's model call pays from another thread meanwhile.
+    fn record_with_kept(
+        &self,
+        host: &dyn Host,
+        spent: Option<&budget::Spent>,
+    ) -> crate::store::StoreResult<()> {
+        let kept = self
             .unsaved
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .take()
-        else {
-            return Ok(());
+            .take();
+        let mut all = match (kept, spent) {
+            (None, None) => return Ok(()),
+            (Some(kept), None) => *kept,
+            (None, Some(spent)) => spent.clone(),
+            (Some(kept), Some(spent)) => {
+                let mut all = *kept;
+                all.add(spent);
+                all
+            }
         };
-        match budget::record(
+        let recorded = budget::record(
             self.usage_store(host),
             &self.spec.name,
             chrono::Utc::now(),
-            &kept,
-        ) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let mut unsaved = self.unsaved.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(meanwhile) = unsaved.as_deref() {
-                    kept.add(meanwhile);
-                }
-                *unsaved = Some(kept);
-                Err(e.to_string())
+            &all,
+        );
+        if recorded.is_err() {
+            let mut unsaved = self.unsaved.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(meanwhile) = unsaved.as_deref() {
+                all.add(meanwhile);
             }
+            *unsaved = Some(Box::new(all));
         }
+        recorded
     }
 
     /// Adds what a model call made on its behalf used (by a tool handler of its turn, by one

@@ -203,10 +203,7 @@ fn create(path: &Path) -> StoreResult<bool> {
     static BUILDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let shown = path.display();
     let io = |doing: &str, e: std::io::Error| StoreError::Io(format!("{shown}: {doing}: {e}"));
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d,
-        _ => Path::new("."),
-    };
+    let dir = folder_of(path);
     let Some(name) = path.file_name() else {
         return Err(StoreError::Io(format!("{shown}: not a file name")));
     };
@@ -250,9 +247,7 @@ fn create(path: &Path) -> StoreResult<bool> {
 /// it meant to remove (or pages of it, which is worse). Nothing is created then, and nothing
 /// removed: the person decides.
 fn refuse_orphan_log(path: &Path) -> StoreResult<()> {
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    let wal = std::path::PathBuf::from(wal);
+    let wal = beside(path, "-wal");
     if wal.exists() {
         return Err(StoreError::Damaged(format!(
             "{} is missing but its write-ahead log {} is there: the store was removed without \
@@ -271,12 +266,7 @@ fn refuse_orphan_log(path: &Path) -> StoreResult<()> {
 /// copied into the store (the `-wal` deleted after a crash): SQLite opened it as it was before
 /// them, without a word, and every mail acknowledged since the last checkpoint was gone.
 fn refuse_lost_log(path: &Path) -> StoreResult<()> {
-    let beside = |suffix: &str| {
-        let mut name = path.as_os_str().to_owned();
-        name.push(suffix);
-        std::path::PathBuf::from(name)
-    };
-    let (wal, shm) = (beside("-wal"), beside("-shm"));
+    let (wal, shm) = (beside(path, "-wal"), beside(path, "-shm"));
     if wal.exists() {
         return Ok(());
     }
@@ -305,6 +295,21 @@ fn refuse_lost_log(path: &Path) -> StoreResult<()> {
         path.display(),
         shm.display()
     )))
+}
+
+/// The file SQLite keeps beside the store at `path`: `beside(path, "-wal")`.
+fn beside(path: &Path, suffix: &str) -> std::path::PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    std::path::PathBuf::from(name)
+}
+
+/// The folder holding `path` (`.` for a bare name).
+fn folder_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
 }
 
 /// What names a store being built: `store.sqlite3.creating.PID.N`.
@@ -348,16 +353,13 @@ fn process_is_gone(pid: i32) -> bool {
 fn check_writable(path: &Path) -> StoreResult<()> {
     use std::os::unix::ffi::OsStrExt;
     use std::os::unix::fs::MetadataExt;
-    let beside = |suffix: &str| {
-        let mut name = path.as_os_str().to_owned();
-        name.push(suffix);
-        std::path::PathBuf::from(name)
-    };
-    let folder = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => std::path::PathBuf::from("."),
-    };
-    for file in [path.to_path_buf(), beside("-wal"), beside("-shm"), folder] {
+    let files = [
+        path.to_path_buf(),
+        beside(path, "-wal"),
+        beside(path, "-shm"),
+        folder_of(path).to_path_buf(),
+    ];
+    for file in files {
         let Ok(c) = std::ffi::CString::new(file.as_os_str().as_bytes()) else {
             continue;
         };
@@ -579,11 +581,7 @@ fn quick_check(conn: &Connection, path: &Path, version: i64) -> StoreResult<()> 
 /// Whether the file system holding `path` has no space left for this user.
 fn disk_is_full(path: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
-    let folder = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let Ok(c) = std::ffi::CString::new(folder.as_os_str().as_bytes()) else {
+    let Ok(c) = std::ffi::CString::new(folder_of(path).as_os_str().as_bytes()) else {
         return false;
     };
     // SAFETY: `c` is a NUL-terminated path; `stats` is written by the call before it is read.
