@@ -153,6 +153,30 @@ fn a_misused_function_names_the_line_and_the_option() {
             "bad argument #1 to 'ai.classify_file': string expected, got nil",
         ),
         (
+            "ai.watch('x')",
+            "bad argument #1 to 'ai.watch': table expected, got string",
+        ),
+        (
+            "ai.route(1)",
+            "bad argument #1 to 'ai.route': table expected, got integer",
+        ),
+        (
+            "ai.with_retries('x')",
+            "bad argument #1 to 'ai.with_retries': table expected, got string",
+        ),
+        (
+            "ai.with_breaker(true)",
+            "bad argument #1 to 'ai.with_breaker': table expected, got boolean",
+        ),
+        (
+            "ai.with_context(1)",
+            "bad argument #1 to 'ai.with_context': table expected, got integer",
+        ),
+        (
+            "mcp.cached_tools('x')",
+            "bad argument #1 to 'mcp.cached_tools': table expected, got string",
+        ),
+        (
             "ai.dismiss('\\xff')",
             "bad argument #1 to 'ai.dismiss': UTF-8 text expected, got a string that is not",
         ),

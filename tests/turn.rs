@@ -669,6 +669,65 @@ fn bad_tool_definitions_are_named() {
     );
 }
 
+/// A field a tool does not have, read by a script, names the line and what there is to read
+/// (it was mlua's "attempt to get an unknown field 'nme'", with no line at all under `pcall`).
+#[test]
+fn a_field_a_tool_does_not_have_names_the_line() {
+    let run = Sandbox::new()
+        .lua(
+            "local t = ai.tool{ name = 'x', description = 'd', handler = print }
+print(t.name, pcall(function() return t.nme end))
+local h = t.handler",
+            &[],
+        )
+        .failed();
+    let fields = "(fields: name, description, parameters, timeout, exportable, idempotent)";
+    assert!(
+        run.stdout.starts_with("x\tfalse\t/")
+            && run.stdout.ends_with(&format!(
+                "script.lua:2: a tool has no field \"nme\" {fields}\n"
+            )),
+        "{}",
+        run.stdout
+    );
+    assert!(
+        run.stderr.contains(&format!(
+            "script.lua:3: a tool has no field \"handler\" {fields}"
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("__mlua"), "{}", run.stderr);
+}
+
+/// A tool given inline as a table is checked as `ai.tool` checks one: a misspelt `idempotent`
+/// or `timeout` was taken without a word (a restart then answered the call "interrupted" where
+/// it would have run it again).
+#[test]
+fn an_inline_tool_with_an_unknown_field_is_named() {
+    let tool = "{ name = 'x', description = 'd', handler = print, idempotnet = true }";
+    for (call, who) in [
+        (
+            format!("ai.spawn{{ name = 'w', tools = {{ {tool} }} }}"),
+            "ai.spawn \"w\"",
+        ),
+        (
+            format!("ai.take_turn{{ prompt = 'hi', tools = {{ {tool} }} }}"),
+            "ai.take_turn",
+        ),
+    ] {
+        let run = Sandbox::new().lua(&call, &[]).failed();
+        assert!(
+            run.stderr.contains(&format!(
+                "script.lua:1: {who}: tools[1]: unknown field \"idempotnet\" (fields: name, \
+                 description, parameters, handler, timeout, exportable, idempotent, rate)"
+            )),
+            "{}",
+            run.stderr
+        );
+    }
+}
+
 /// Two tools of one name in a turn or a resident are refused, naming both: both were offered,
 /// and the first answered every call.
 #[test]

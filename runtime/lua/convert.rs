@@ -284,6 +284,20 @@ pub fn check_fields(t: &mlua::Table, who: &str, fields: &[&str]) -> mlua::Result
     Ok(())
 }
 
+/// The error for reading a field a value of colony's does not have (`tool.nme`): mlua's own
+/// said "attempt to get an unknown field" from its index chunk, with no line of the script and
+/// no list of what there is.
+pub fn no_field(what: &str, key: &Value, fields: &[&str]) -> mlua::Error {
+    let name = match key {
+        Value::String(s) => format!("{:?}", s.to_string_lossy()),
+        other => format!("(a {} key)", other.type_name()),
+    };
+    misuse(format!(
+        "{what} has no field {name} (fields: {})",
+        fields.join(", ")
+    ))
+}
+
 /// An optional `true`/`false` field, strictly: Lua would read `"yes"` as true, which hides a
 /// mistake. Anything but a boolean or nil raises, naming the field.
 pub fn flag(t: &mlua::Table, key: &str, who: &str) -> mlua::Result<Option<bool>> {

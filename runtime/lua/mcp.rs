@@ -29,6 +29,19 @@ impl UserData for ConnValue {
     fn add_fields<F: UserDataFields<Self>>(fields: &mut F) {
         fields.add_field_method_get("name", |_, c| Ok(c.conn.name().to_string()));
     }
+
+    fn add_methods<M: mlua::UserDataMethods<Self>>(methods: &mut M) {
+        methods.add_meta_method(
+            mlua::MetaMethod::Index,
+            |_, _, key: Value| -> mlua::Result<()> {
+                Err(super::convert::no_field(
+                    "an MCP connection",
+                    &key,
+                    &["name"],
+                ))
+            },
+        );
+    }
 }
 
 pub fn register(lua: &Lua) -> mlua::Result<Table> {
@@ -111,8 +124,9 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     )?;
     m.set(
         "cached_tools",
-        lua.create_function(|lua, opts: Option<Table>| {
+        lua.create_function(|lua, opts: Value| {
             let who = "mcp.cached_tools";
+            let opts: Option<Table> = super::convert::arg(lua, who, 1, opts)?;
             // Checked with or without a cache: a misspelt option was dropped unsaid until the
             // cache was written.
             if let Some(o) = &opts {

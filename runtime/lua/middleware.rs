@@ -11,7 +11,7 @@ use mlua::{Lua, Table, UserData, Value};
 use serde_json::json;
 
 use super::bridge::{self, FnId, HandlerOutcome, LuaBridge};
-use super::convert::{check_fields, misuse};
+use super::convert::{arg, check_fields, misuse};
 use crate::core::Core;
 use crate::infer::SharedInfer;
 use crate::infer::breaker::BreakerPolicy;
@@ -39,15 +39,19 @@ impl UserData for Layer {}
 pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     ai.set(
         "with_retries",
-        lua.create_function(|_, opts: Option<Table>| retries(opts))?,
+        lua.create_function(|lua, opts: Value| retries(arg(lua, "ai.with_retries", 1, opts)?))?,
     )?;
     ai.set(
         "with_breaker",
-        lua.create_function(|lua, opts: Option<Table>| breaker(lua, opts))?,
+        lua.create_function(|lua, opts: Value| {
+            breaker(lua, arg(lua, "ai.with_breaker", 1, opts)?)
+        })?,
     )?;
     ai.set(
         "with_context",
-        lua.create_function(|lua, opts: Option<Table>| context(lua, opts))?,
+        lua.create_function(|lua, opts: Value| {
+            context(lua, arg(lua, "ai.with_context", 1, opts)?)
+        })?,
     )?;
     Ok(())
 }

@@ -734,6 +734,9 @@ fn tidy_traceback(trace: &str) -> String {
                 || l.starts_with("[C]: in upvalue 'raw_xpcall'")
                 || l.starts_with("[C]: in upvalue 'raw_pcall'")
                 || l.starts_with("__mlua_async_poll")
+                // mlua's index chunk, which calls a value's own `__index` for a field it lacks.
+                || l.starts_with("__mlua_index")
+                || l.starts_with("[C]: in upvalue '__index'")
                 || l.starts_with("[C]: in local 'poll'")
                 || l.starts_with("[C]: in upvalue 'get_future'")
                 || l.starts_with("[C]: in ?")

@@ -79,7 +79,9 @@ pub fn lifecycle(lua: &Lua) -> Lifecycle {
 pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     ai.set(
         "route",
-        lua.create_function(|lua, opts: Option<Table>| super::resident_spec::route(lua, opts))?,
+        lua.create_function(|lua, opts: Value| {
+            super::resident_spec::route(lua, super::convert::arg(lua, "ai.route", 1, opts)?)
+        })?,
     )?;
     ai.set(
         "spawn",
@@ -169,9 +171,9 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     )?;
     ai.set(
         "watch",
-        lua.create_async_function(
-            |lua, opts: Option<Table>| async move { watch(&lua, opts).await },
-        )?,
+        lua.create_async_function(|lua, opts: Value| async move {
+            watch(&lua, super::convert::arg(&lua, "ai.watch", 1, opts)?).await
+        })?,
     )?;
     Ok(())
 }

@@ -33,6 +33,9 @@ impl UserData for ToolValue {
     /// `tool(args)` runs the handler directly (from another tool, say), arguments checked against
     /// the schema first, within its timeout; it returns what the handler returns.
     fn add_methods<M: UserDataMethods<Self>>(methods: &mut M) {
+        methods.add_meta_method(MetaMethod::Index, |_, _, key: Value| -> mlua::Result<()> {
+            Err(super::convert::no_field("a tool", &key, TOOL_READABLE))
+        });
         methods.add_async_meta_method(MetaMethod::Call, |lua, this, args: Value| async move {
             let def = this.0.clone();
             drop(this);
@@ -110,6 +113,16 @@ impl UserData for ToolValue {
         fields.add_field_method_get("idempotent", |_, t| Ok(t.0.idempotent));
     }
 }
+
+/// What a script reads of a tool (`add_fields`); its handler and rate are the tool's own.
+const TOOL_READABLE: &[&str] = &[
+    "name",
+    "description",
+    "parameters",
+    "timeout",
+    "exportable",
+    "idempotent",
+];
 
 const TOOL_FIELDS: &[&str] = &[
     "name",
@@ -231,6 +244,9 @@ pub(crate) fn read_tools(
                 tools.push(def.clone());
             }
             Value::Table(t) => {
+                // As `ai.tool` checks them: a misspelt `idempotent` or `timeout` was taken
+                // without a word, and changed what a restart or a slow handler did.
+                super::convert::check_fields(&t, &format!("{who}: tools[{}]", i + 1), TOOL_FIELDS)?;
                 let def = tool_def(lua, &t, who)?;
                 if let Handler::Lua(id) = def.handler {
                     inline.push(id);
