@@ -23,7 +23,7 @@ ai.route{ model = "m" }
 ai.spawn{ name = "worker", persist_conversation = true,
   deliver_to = function(reply, info)
     if info.kind == "blocked" then
-      print(("notice: blocked, %s, status %s, %d held"):format(info.error.kind, tostring(info.error.status), info.held))
+      print(("notice: blocked, %s, status %s, transient %s, %d held"):format(info.error.kind, tostring(info.error.status), tostring(info.error.transient), info.held))
     else
       print(info.kind .. ": " .. reply)
     end
@@ -82,7 +82,7 @@ fn assert_blocked(run: &Run, kind: &str, status: &str, error: &str) {
     assert_eq!(
         run.lines(),
         [
-            format!("notice: blocked, {kind}, status {status}, 1 held").as_str(),
+            format!("notice: blocked, {kind}, status {status}, transient false, 1 held").as_str(),
             &format!("on_blocked: worker {kind}"),
             &format!("residents: worker blocked {kind}, 1 held"),
             &format!("watch ended: blocked: worker: {kind}: {error}"),
@@ -331,6 +331,57 @@ end })
     assert_eq!(fake.calls(), 2);
 }
 
+/// An `on_blocked` that unblocks at once (as the API invites) tried a refused key again at once,
+/// blocked again, and was called again: a request every few milliseconds, for as long as the
+/// program ran. The second unblock in a row waits a second before its try, the next two, and so
+/// on; a turn that goes through starts the count again.
+#[test]
+fn unblocking_again_and_again_waits_longer_each_time() {
+    let fake = FakeProvider::start();
+    for _ in 0..3 {
+        fake.push(Reply::status(401));
+    }
+    fake.set_default(Reply::text("served"));
+    let run = run(
+        &styled(&fake, "openai"),
+        r#"
+ai.route{ model = "m" }
+ai.spawn{ name = "worker",
+  deliver_to = function(reply, info) print(info.kind) end,
+  sources = { function(self) assert(ai.mail{ to = self, source = "desk", content = "first", hop = 0 }) end } }
+print("watch ended: " .. ai.watch{ on_blocked = function(name) ai.unblock(name) end })
+"#,
+        &[],
+    )
+    .ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "blocked",
+            "blocked",
+            "blocked",
+            "recovered",
+            "reply",
+            "watch ended: idle"
+        ]
+    );
+    assert_eq!(fake.calls(), 4);
+    let waits: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter_map(|l| l.split_once("unblocked: ").map(|(_, w)| w))
+        .collect();
+    assert_eq!(
+        waits,
+        [
+            "trying again in 1 s (blocked 2 times in a row) ai=worker",
+            "trying again in 2 s (blocked 3 times in a row) ai=worker",
+        ],
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn an_overloaded_provider_still_takes_the_outage_path() {
     let fake = FakeProvider::start();
@@ -390,7 +441,7 @@ fn a_garbled_answer_is_an_outage_until_it_comes_three_times_in_a_row() {
     assert!(
         always
             .stdout
-            .contains("notice: blocked, parse_error, status nil, 1 held"),
+            .contains("notice: blocked, parse_error, status nil, transient false, 1 held"),
         "{}",
         always.stdout
     );

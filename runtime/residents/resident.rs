@@ -744,6 +744,9 @@ struct Carried {
     outage: Option<Outage>,
     /// Blocked: the config's generation when it was, so a re-read file lets it try again.
     blocked: Option<u64>,
+    /// How many times it was blocked since its last turn that went through: an unblock after
+    /// the second waits before its try ([`unblocked_wait`]).
+    blocks_in_a_row: u32,
     /// Since when the model could not be called (an outage or a block), for the recovery notice.
     trouble_since: Option<Instant>,
     /// A turn cut short after a step ran (or by a restart): the next attempt continues it even
@@ -794,7 +797,21 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
             }
             carried.blocked = None;
             carried.budget_resets = None;
-            tracing::info!(ai = %me.spec.name, "unblocked: trying again");
+            match unblocked_wait(carried.blocks_in_a_row) {
+                None => tracing::info!(ai = %me.spec.name, "unblocked: trying again"),
+                Some(wait) => {
+                    tracing::warn!(
+                        ai = %me.spec.name,
+                        "unblocked: trying again in {:.0} s (blocked {} times in a row)",
+                        wait.as_secs_f64(),
+                        carried.blocks_in_a_row
+                    );
+                    Box::pin(wait_outage(host, me, tokio::time::Instant::now() + wait)).await;
+                    if host.stopping() || me.mailbox.is_closed() {
+                        continue;
+                    }
+                }
+            }
         } else if let Some(o) = &carried.outage {
             me.set_state(State::Outage);
             Box::pin(wait_outage(host, me, o.retry_at)).await;
@@ -857,6 +874,19 @@ async fn resync(host: &dyn Host, me: &Resident, unserved: &[i64]) {
     }
 }
 
+/// How long an unblocked resident waits before it tries again, having been blocked `in_a_row`
+/// times since its last turn went through: at once the first time, then 1 s, doubling up to
+/// [`MAX_BACKOFF`]. An `on_blocked` that calls `ai.unblock` (as the API invites) tried a refused
+/// key again at once, blocked, and was called again: a request every few milliseconds, for ever.
+fn unblocked_wait(in_a_row: u32) -> Option<Duration> {
+    let doublings = in_a_row.checked_sub(2)?;
+    Some(
+        FIRST_BACKOFF
+            .saturating_mul(1u32 << doublings.min(16))
+            .min(MAX_BACKOFF),
+    )
+}
+
 /// Blocked: mail arriving meanwhile is kept; only a change of settings (or the budget's reset,
 /// or `ai.unblock`) is worth a new try.
 async fn wait_unblocked(
@@ -903,6 +933,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
     let Carried {
         outage,
         blocked,
+        blocks_in_a_row,
         trouble_since,
         unfinished,
         serving,
@@ -936,6 +967,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
             .unwrap_or_default();
         *budget_resets = Some(tokio::time::Instant::now() + wait);
         *blocked = Some(generation);
+        *blocks_in_a_row += 1;
         host.settling();
         return None;
     }
@@ -1104,6 +1136,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
                 return Some(Exit::Crashed(e));
             }
             *blocked = Some(generation);
+            *blocks_in_a_row += 1;
             host.settling();
             return None;
         }
@@ -1191,6 +1224,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         return None;
     }
     *unfinished = false;
+    *blocks_in_a_row = 0;
     *reported_tokens = out.reported_tokens;
     *unserved = left_unserved(hooks.as_deref());
     me.mailbox.served(&batch, true);
@@ -1377,7 +1411,12 @@ async fn deliver(me: &Resident, d: Delivery) -> Result<(), Fault> {
                 map.remove("text");
                 if let Some(error) = &d.blocked {
                     // A blocked notice's error is a table, as the Lua API's errors are.
-                    let error = serde_json::to_value(error).unwrap_or(serde_json::Value::Null);
+                    let mut error = serde_json::to_value(error).unwrap_or(serde_json::Value::Null);
+                    // What blocks is permanent: `transient` is false, as `on_blocked` and
+                    // `ai.residents()` read it (it was absent here alone).
+                    if let Some(e) = error.as_object_mut() {
+                        e.insert("transient".into(), false.into());
+                    }
                     map.insert("error".into(), error);
                 }
                 // Absent is nil in Lua; JSON null would arrive as a (truthy) json.null.

@@ -434,14 +434,16 @@ function ai.residents() end
 --- Why a resident is blocked: a failure that waiting cannot cure. `tostring(err)` reads
 --- `kind: message` (in `on_blocked` and `ai.residents()`; `deliver_to`'s `info.error` is a plain table).
 ---@class ai.BlockedError
----@field kind "auth_error"|"api_error"|"config_error"|"cassette_miss"|"budget" a key refused (401/403), a request refused as it stands (400, 404 ...), no provider or key configured, a cassette without the request, a budget spent (until its window resets)
+---@field kind "auth_error"|"api_error"|"config_error"|"cassette_miss"|"budget"|"parse_error" a key refused (401/403), a request refused as it stands (400, 404 ...), no provider or key configured, a cassette without the request, a budget spent (until its window resets), an answer that did not read as the API's three times in a row
 ---@field message string
 ---@field status? integer the HTTP status, when there was one
 ---@field transient false
 
 --- Lets a blocked resident try again now (after the script fixed what blocked it some way the
 --- config file does not show). A blocked resident also tries again by itself when the config
---- file changes on disk.
+--- file changes on disk. Blocked again before a turn went through, its next unblock waits 1 s
+--- before the try, the one after 2 s, doubling up to 60 s (an `on_blocked` that unblocks at
+--- once does not call a model that refuses it in a tight loop).
 ---@param name string
 ---@return boolean? was_blocked true: it tries again; false: it was not blocked; nil, "no_recipient": no such resident (or the watch is not up)
 ---@return "no_recipient"? err
