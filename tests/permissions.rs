@@ -693,6 +693,72 @@ print("dynamic", pcall(ai.take_turn, {{ prompt = "hi", dynamic_mcp = {{ "{listen
     assert!(hits.load(Ordering::SeqCst) > 0);
 }
 
+/// A `base_url` the script sets is the script reaching that host: under `--sandbox` it needs
+/// `--allow-net` for it, as `http` does. It was colony's own call, always allowed: a sandboxed
+/// script sent the configured key, and whatever it liked, to a host of its choosing.
+#[test]
+fn a_base_url_the_script_sets_needs_allow_net_for_its_host() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("heard"));
+    let url = fake.base_url("openai");
+    let host = fake.url().trim_start_matches("http://").to_string();
+    let source = format!(
+        r#"
+print("ask", pcall(ai.ask, "secret", {{ base_url = "{url}" }}))
+print("turn", pcall(ai.take_turn, {{ prompt = "secret", base_url = "{url}" }}))
+print("models", pcall(ai.models, {{ provider = "openai", base_url = "{url}" }}))
+print("spawn", pcall(ai.spawn, {{ name = "w", base_url = "{url}" }}))
+"#
+    );
+    let sb = Sandbox::new();
+    let key = ["OPENAI_API_KEY", "sk-configured"];
+    let run = sb
+        .command(&[
+            "run",
+            "--sandbox",
+            &sb.write("s.lua", &source).display().to_string(),
+        ])
+        .env(key[0], key[1])
+        .output()
+        .expect("colony runs");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    let needs = format!("reaching {host} needs --allow-net={host}");
+    for (line, who) in lines
+        .iter()
+        .zip(["ai.ask", "ai.take_turn", "ai.models", "ai.spawn \"w\""])
+    {
+        assert!(line.contains("\tfalse\t"), "{line}");
+        assert!(line.contains(&format!("{who}: {needs}")), "{line}");
+    }
+    assert_eq!(lines.len(), 4, "{stdout}");
+    assert_eq!(fake.requests().len(), 0, "the host was reached");
+
+    // Allowed, the call is made.
+    let flag = format!("--allow-net={host}");
+    let run = sb
+        .command(&[
+            "run",
+            &flag,
+            &sb.write(
+                "a.lua",
+                &format!("print(ai.ask('hi', {{ base_url = '{url}', model = 'm' }}))"),
+            )
+            .display()
+            .to_string(),
+        ])
+        .env(key[0], key[1])
+        .output()
+        .expect("colony runs");
+    assert_eq!(
+        String::from_utf8_lossy(&run.stdout),
+        "heard\n",
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert_eq!(fake.requests().len(), 1);
+}
+
 /// A port past 65535 was read as no port, granting every port of the host; a URL or a broken
 /// address granted nothing without a word. Each is refused as the flag is read (status 2).
 #[test]

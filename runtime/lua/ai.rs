@@ -187,6 +187,17 @@ const OPTIONS: &[&str] = &[
     "stop",
 ];
 
+/// A `base_url` the script sets is the script reaching that host, as its `http` does: under
+/// `--sandbox` it needs `--allow-net`. Only the config's providers are colony's own calls; a
+/// script could send the configured key (and anything else) to a host of its choosing.
+fn script_base_url(lua: &Lua, who: &str, base_url: Option<&str>) -> mlua::Result<()> {
+    // One that does not parse reaches nothing: resolving it says what is wrong.
+    match base_url.map(reqwest::Url::parse) {
+        Some(Ok(url)) => super::sandbox::check_net(lua, who, &url),
+        _ => Ok(()),
+    }
+}
+
 /// The options table of `ai.ask` (and of every call that takes its options): settings for
 /// resolution, plus what shapes the request. `tools` is left to the caller: `ai.ask` wants only
 /// their specs, a turn wants their handlers too. `extra_keys` are the caller's own options, which
@@ -246,6 +257,7 @@ pub fn read_ask_from(
             .map(|t| super::convert::temperature_option(who, t))
             .transpose()?,
     };
+    script_base_url(lua, who, ask.overrides.base_url.as_deref())?;
     ask.system = text("system")?;
     ask.tool_choice = match opts.get::<Value>("tool_choice")? {
         Value::Nil => ToolChoice::Auto,
@@ -358,6 +370,7 @@ async fn models(lua: &Lua, opts: Value) -> mlua::Result<MultiValue> {
             overrides.key = t.get("key")?;
             overrides.base_url = t.get("base_url")?;
             overrides.use_type = t.get("use")?;
+            script_base_url(lua, "ai.models", overrides.base_url.as_deref())?;
         }
         Value::Nil => {}
         other => {
