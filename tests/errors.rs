@@ -162,6 +162,28 @@ print(ai.watch{})
     assert!(!logged.contains("table: 0x"), "{logged}");
 }
 
+/// An error object of the script's own, thrown from a source, is told by its `__tostring`, as
+/// the main chunk's is: it was "a table was thrown: {}" (a tool's model read the same).
+#[test]
+fn an_error_object_thrown_by_a_source_says_itself() {
+    let run = support::script::Sandbox::new()
+        .lua(
+            r#"local E = { __tostring = function(e) return "MyError: " .. e.what end }
+ai.spawn{ name = "planner", provider = "openai", model = "m",
+  sources = { { function(self) error(setmetatable({ what = "disk full" }, E)) end, restart = "temporary" } } }
+print(ai.watch{ on_crash = function(id, ai_name, message) ai.stop(message) end })
+"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "MyError: disk full\n");
+    assert!(
+        logged(&run).contains("[planner/source/1] crashed: MyError: disk full"),
+        "{}",
+        logged(&run)
+    );
+}
+
 /// A table a source throws is logged and handed to `on_crash` as what it threw (mlua's error
 /// said `table: 0x3bc13dd4d00`, its message field and all lost).
 #[test]

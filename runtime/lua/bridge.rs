@@ -510,6 +510,14 @@ fn is_attached(t: &mlua::Table) -> bool {
 
 /// A thrown value as text: a table is shown as JSON where it can be.
 fn describe_thrown(lua: &Lua, value: Value) -> String {
+    // An error object of the script's own says itself through `__tostring`, as it does when
+    // the main chunk raises it (a tool's caller read "a table was thrown: {}").
+    if let Value::Table(_) = &value
+        && let Ok(text) = value.to_string()
+        && !text.starts_with("table: ")
+    {
+        return text;
+    }
     let type_name = value.type_name();
     match to_json(lua, value) {
         Ok(json) => format!("a {type_name} was thrown: {json}"),
