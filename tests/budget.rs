@@ -261,6 +261,58 @@ print("watch ended: " .. ai.watch())
     );
 }
 
+/// A turn cut before its end (SIGTERM, and no grace for the tool it is sleeping in)
+/// still counts what its model calls spent: its usage was recorded only from the turn's
+/// outcome, which a cut turn never has, so `colony usage` showed nothing and a budget
+/// undercounted every stopped run.
+#[test]
+fn a_turn_cut_by_a_stop_counts_what_it_spent() {
+    use std::io::BufRead;
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::tool_call("c1", "nap", serde_json::json!({})).usage(100, 10));
+    let sandbox = styled(&fake, "openai");
+    let script = sandbox.write(
+        "script.lua",
+        r#"
+ai.route{ provider = "openai", model = "m" }
+local nap = ai.tool{ name = "nap", parameters = {}, handler = function()
+  print("napping")
+  io.stdout:flush()
+  ai.sleep(600000)
+end }
+ai.spawn{ name = "worker", persist_conversation = true, tools = { nap },
+  budget = { tokens = 1000, per = "day" },
+  sources = { function(self) assert(ai.mail{ to = self, source = "desk", content = "go", hop = 0 }) end } }
+ai.watch{ grace_ms = 0 }
+"#,
+    );
+    let state = sandbox.path("state-dir").display().to_string();
+    let mut child = sandbox
+        .command(&[
+            "run",
+            "--state",
+            &state,
+            "--max-time",
+            GUARD,
+            &script.display().to_string(),
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("colony starts");
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "napping");
+    support::signal(child.id(), "TERM");
+    support::exits_within_a_minute(&mut child, "colony did not end on SIGTERM");
+    assert_eq!(
+        usage(&sandbox).lines()[1],
+        format!(
+            "worker    {}    100      10      0      1  unpriced (110 tokens)",
+            today()
+        )
+    );
+}
+
 /// A resident's source that asks a model is stopped by the resident's budget, as its turns
 /// are: once the budget is spent the next call is not made and answers `nil, err` of kind
 /// `budget` (a clock source asking each minute spent without bound: the calls were counted,

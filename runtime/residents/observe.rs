@@ -108,6 +108,12 @@ impl TurnHooks for ObservedHooks {
             .as_ref()
             .map_or(Ok(()), |h| h.step_done(messages))
     }
+
+    fn spent(&self, usage: &crate::vocab::Usage) {
+        if let Some(h) = &self.inner {
+            h.spent(usage);
+        }
+    }
 }
 
 /// A resident's stack that tells the observer how long each model step took.

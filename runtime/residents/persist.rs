@@ -26,7 +26,7 @@ use crate::infer::breaker::{BreakerState, BreakerStore};
 use crate::store::audit_batch::AuditBatch;
 use crate::store::{AuditEntry, JournalEntry, Store, StoreError};
 use crate::turn::{EventKind, NotStarted, Recorded, ToolEvent, TurnHooks};
-use crate::vocab::{FileRef, Message, ToolCall, ToolResult};
+use crate::vocab::{FileRef, Message, ToolCall, ToolResult, Usage};
 
 /// The hooks of one resident's turn.
 pub struct ResidentHooks {
@@ -46,6 +46,9 @@ pub struct ResidentHooks {
     batch: Option<Arc<AuditBatch>>,
     /// The last batch a line of this turn went into (0: none).
     queued: AtomicU64,
+    /// What this turn's model calls spent, and how many there were ([`TurnHooks::spent`]): what
+    /// a turn cut before its end spent is recorded from this ([`ResidentHooks::take_spent`]).
+    spent: std::sync::Mutex<(Usage, u32)>,
 }
 
 impl ResidentHooks {
@@ -64,7 +67,14 @@ impl ResidentHooks {
             served: std::sync::Mutex::new(served),
             batch: None,
             queued: AtomicU64::new(0),
+            spent: std::sync::Mutex::new((Usage::default(), 0)),
         }
+    }
+
+    /// What this turn's model calls have spent so far, and how many they were; taken, so it is
+    /// recorded once.
+    pub fn take_spent(&self) -> (Usage, u32) {
+        std::mem::take(&mut *self.spent.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// Audit lines queued in `batch` and waited for ([`TurnHooks::settled`]) instead of each
@@ -125,6 +135,12 @@ impl ResidentHooks {
 impl TurnHooks for ResidentHooks {
     fn turn_begins(&self) {
         self.store.prepare_writes();
+    }
+
+    fn spent(&self, usage: &Usage) {
+        let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        spent.0.add(usage);
+        spent.1 += 1;
     }
 
     fn inferred(&self, messages: &[Message]) -> Result<(), String> {

@@ -1047,6 +1047,11 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         mails: batch.mail.len(),
     });
     let began = Instant::now();
+    let mut cut = SpentIfCut {
+        host,
+        me,
+        hooks: hooks.clone(),
+    };
     let out: TurnOutcome = {
         use tracing::Instrument;
         match observer {
@@ -1067,6 +1072,8 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
             }
         }
     };
+    cut.hooks = None;
+    drop(cut);
     host.observe(Observation::TurnEnded(report(me, &out, &batch, began)));
     me.record_usage(host, &out.usage, out.steps);
     if let Some(error) = &out.error {
@@ -1303,6 +1310,28 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         return Some(Exit::Crashed(e));
     }
     None
+}
+
+/// Records what a turn's model calls spent when the turn is cut before it ends: its task
+/// aborted at the end of a stop's grace (a second Ctrl-C, `--max-time`), a dismissal. The
+/// turn's outcome never comes, and what it had spent was lost: a budget undercounted every
+/// stopped run, and `colony usage` showed nothing of it. A turn that ends is recorded from its
+/// outcome (taking `hooks` out disarms this).
+struct SpentIfCut<'a> {
+    host: &'a dyn Host,
+    me: &'a Resident,
+    hooks: Option<Arc<ResidentHooks>>,
+}
+
+impl Drop for SpentIfCut<'_> {
+    fn drop(&mut self) {
+        if let Some(hooks) = &self.hooks {
+            let (usage, steps) = hooks.take_spent();
+            if steps > 0 {
+                self.me.record_usage(self.host, &usage, steps);
+            }
+        }
+    }
 }
 
 /// How long a blocked resident's mail is kept, as its notice says: a resident that does not

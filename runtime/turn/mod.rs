@@ -142,6 +142,9 @@ pub trait TurnHooks: Send + Sync {
     fn step_done(&self, _messages: &[Message]) -> Result<(), String> {
         Ok(())
     }
+    /// A model call answered, having spent `usage`: for a host that must count what a turn
+    /// spent even when the turn is cut before it ends (its outcome then never comes).
+    fn spent(&self, _usage: &Usage) {}
 }
 
 impl TurnSpec {

@@ -234,6 +234,9 @@ async fn run(
         };
         out.steps = step;
         out.usage.add(&inferred.usage);
+        if let Some(h) = &spec.hooks {
+            h.spent(&inferred.usage);
+        }
         window.reported(&inferred.usage);
         out.reported_tokens = window.reported_tokens();
         // An answer that says the model failed is no reply: the turn ends with the error, the
