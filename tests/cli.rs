@@ -190,6 +190,40 @@ fn a_misused_function_names_the_line_and_the_option() {
     }
 }
 
+/// A script that spawns residents and ends without `ai.watch` ran none of them: it said so
+/// nowhere, and the run ended 0 as if their work were done.
+#[test]
+fn residents_spawned_without_a_watch_are_named() {
+    let run = Sandbox::new()
+        .lua(
+            "ai.spawn{ name = 'x', provider = 'openai', model = 'm' }\n\
+             ai.spawn{ name = 'a', provider = 'openai', model = 'm' }\nprint('done')\n",
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "done\n");
+    assert!(
+        run.stderr.contains(
+            "the script ended without calling ai.watch: 2 residents were spawned and never \
+             ran (a, x); ai.watch() runs them"
+        ),
+        "{}",
+        run.stderr
+    );
+    // With its watch, nothing is said.
+    let run = Sandbox::new()
+        .lua(
+            "ai.spawn{ name = 'x', provider = 'openai', model = 'm' }\nai.watch()\n",
+            &[],
+        )
+        .ok();
+    assert!(
+        !run.stderr.contains("without calling ai.watch"),
+        "{}",
+        run.stderr
+    );
+}
+
 #[test]
 fn a_script_that_does_not_parse() {
     let run = Sandbox::new().lua("local x = = 1\n", &[]).failed();

@@ -527,6 +527,23 @@ async fn run_on_this_thread(
     if let (Some(exports), true) = (&host.exports, returned) {
         exports.set_ready();
     }
+    // Residents hired and never run: the script ended without `ai.watch`, so no source ran
+    // and no mail was served, and the run ended with 0 and no word.
+    if returned && !host.linger {
+        let waiting = lifecycle.awaiting_watch();
+        if !waiting.is_empty() {
+            tracing::warn!(
+                "the script ended without calling ai.watch: {} spawned and never ran ({}); \
+                 ai.watch() runs them",
+                if waiting.len() == 1 {
+                    "1 resident was".to_string()
+                } else {
+                    format!("{} residents were", waiting.len())
+                },
+                waiting.join(", ")
+            );
+        }
+    }
     if host.linger && host.exports.as_ref().is_some_and(|e| !e.is_empty()) && returned {
         lifecycle.stopped().await;
         lifecycle.finish_calls().await;

@@ -333,6 +333,17 @@ impl Lifecycle {
         }
     }
 
+    /// The residents hired that wait for a watch that has not started, in name order.
+    pub fn awaiting_watch(&self) -> Vec<String> {
+        let st = self.state();
+        if st.watch != Watch::NotYet {
+            return Vec::new();
+        }
+        let mut names: Vec<String> = st.pending_names.iter().cloned().collect();
+        names.sort();
+        names
+    }
+
     /// Whether any resident was hired (registered, waiting for the watch, or placed).
     pub fn has_residents(&self) -> bool {
         let st = self.state();
