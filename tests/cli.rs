@@ -289,6 +289,28 @@ fn chat_with_a_tool_that_is_not_built_in_is_refused_in_one_line() {
     assert!(!run.stderr.contains("chat.lua"), "{}", run.stderr);
 }
 
+/// A resident's or the route's misspelt provider is refused at its line: it was taken, and
+/// blocked the resident at its first mail with no line of the script.
+#[test]
+fn an_unknown_provider_for_a_resident_is_refused_at_its_line() {
+    for (call, who) in [
+        (
+            "ai.spawn{ name = 'w', provider = 'opneai' }",
+            "ai.spawn \"w\"",
+        ),
+        ("ai.route{ provider = 'opneai' }", "ai.route"),
+    ] {
+        let run = Sandbox::new().lua(&format!("\n{call}\n"), &[]).failed();
+        assert!(
+            run.stderr.contains(&format!(
+                "script.lua:2: {who}: unknown provider \"opneai\" (known: anthropic, openai"
+            )),
+            "{}",
+            run.stderr
+        );
+    }
+}
+
 #[test]
 fn unknown_provider_is_refused() {
     let run = Sandbox::new()

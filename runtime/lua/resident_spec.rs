@@ -82,6 +82,7 @@ pub(super) fn route(lua: &Lua, opts: Option<Table>) -> mlua::Result<()> {
     };
     let budget = read_budget(&budget, who)?;
     let (template, stream) = read_ask(lua, opts, who, &["middleware", "budget"])?;
+    known_provider(who, &template)?;
     if stream.is_some() {
         return Err(bad(who, "stream is not a route setting"));
     }
@@ -90,6 +91,22 @@ pub(super) fn route(lua: &Lua, opts: Option<Table>) -> mlua::Result<()> {
     d.budget = budget;
     d.set = true;
     Ok(())
+}
+
+/// A provider a resident's settings name must be one colony knows: a misspelt one was taken at
+/// the spawn, and blocked the resident at its first mail, far from the line that said it.
+/// (`ai.ask` answers it at once, as `nil, err`.)
+fn known_provider(who: &str, ask: &crate::core::Ask) -> mlua::Result<()> {
+    match ask.overrides.provider.as_deref() {
+        Some(p) if crate::providers::catalogue::find(p).is_none() => Err(bad(
+            who,
+            format!(
+                "unknown provider {p:?} (known: {})",
+                crate::providers::catalogue::ids().join(", ")
+            ),
+        )),
+        _ => Ok(()),
+    }
 }
 
 const SPAWN_FIELDS: &[&str] = &[
@@ -163,6 +180,7 @@ pub(super) fn read_spawn(
     let deliver_value = opts.get::<Value>("deliver_to")?;
     let middleware = opts.get::<Value>("middleware")?;
     let (own, stream) = read_ask(lua, Some(opts.clone()), who, SPAWN_FIELDS)?;
+    known_provider(who, &own)?;
     if stream.is_some() {
         return Err(bad(
             who,
