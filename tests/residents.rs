@@ -304,6 +304,33 @@ print(ai.watch{ on_crash = function(id, name, message) print("crash " .. id .. "
     );
 }
 
+/// A mail whose id the recipient accepted before answers `true, "duplicate"`: it is not served
+/// (the first is). It answered a bare `true`, so a sender that reused an id for another mail
+/// could not tell that mail was never to be served.
+#[test]
+fn a_repeated_mail_id_is_answered_as_a_duplicate() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("ok"));
+    let sb = styled(&fake, "openai");
+    let state = sb.path("state").display().to_string();
+    let run = sb
+        .lua(
+            r#"ai.spawn{ name = "a", provider = "openai", model = "m", persist_conversation = true,
+  sources = { function(self)
+    print(ai.mail{ to = self, source = "s", content = "A", hop = 0, id = "same" })
+    print(ai.mail{ to = self, source = "s", content = "B", hop = 0, id = "same" })
+  end } }
+ai.watch()
+"#,
+            &["--state", &state],
+        )
+        .ok();
+    assert_eq!(run.lines(), ["true", "true\tduplicate"]);
+    let calls = support::model_calls(&fake);
+    assert_eq!(calls.len(), 1);
+    assert_eq!(texts(&calls[0]), ["[mail from s] A"]);
+}
+
 #[test]
 fn misuse_is_named() {
     let fake = FakeProvider::start();

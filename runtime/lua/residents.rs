@@ -16,7 +16,9 @@ use tokio::sync::mpsc;
 use super::bridge;
 use super::convert::{check_fields, flag, misuse};
 use super::resident_spec::{own_tool_names, read_spawn};
-use crate::residents::{Delivery, Lifecycle, Mail, RouteEvent, WatchError, WatchOptions};
+use crate::residents::{
+    Delivered, Delivery, Lifecycle, Mail, RouteEvent, WatchError, WatchOptions,
+};
 use crate::turn::ToolDef;
 
 /// What an embedding application lends a program: tools written in Rust (named by string in a
@@ -244,8 +246,14 @@ fn mail(lua: &Lua, opts: Table) -> mlua::Result<MultiValue> {
     }
     let (to, hop) = (m.to.clone(), m.hop);
     let life = lifecycle(lua);
-    match life.mail(m) {
-        Ok(()) => Ok(MultiValue::from_iter([Value::Boolean(true)])),
+    match life.mail_once(m) {
+        Ok(Delivered::New) => Ok(MultiValue::from_iter([Value::Boolean(true)])),
+        // Its id was accepted before: the first is served, not this one. A sender that reused
+        // an id for another mail could not tell it was never to be served.
+        Ok(Delivered::Repeated) => Ok(MultiValue::from_iter([
+            Value::Boolean(true),
+            Value::String(lua.create_string("duplicate")?),
+        ])),
         Err(e) => Ok(MultiValue::from_iter([
             Value::Nil,
             Value::String(lua.create_string(life.refusal(e, &to, hop))?),

@@ -392,10 +392,11 @@ function ai.spawn(opts) end
 --- wait for it as its `mailbox` capacity; nothing was saved: send again once it has served some),
 --- `stopping: no mail is taken for "b", the program is stopping (<reason>)` (after a stop, during
 --- its grace). Test it with `err:match("^no_recipient")`. A refusal once the watch runs is also
---- logged. At most once. `to`, `source` and `content` are UTF-8 text.
+--- logged. At most once. `to`, `source` and `content` are UTF-8 text. A mail whose `id` the
+--- recipient accepted before answers `true, "duplicate"`: the first is served, this one is not.
 ---@param opts ai.MailOptions
 ---@return true? posted
----@return string? err "no_recipient: ..."|"hop_limit: ..."|"not_saved"|"mailbox_full"|"stopping: ..."
+---@return string? err "no_recipient: ..."|"hop_limit: ..."|"not_saved"|"mailbox_full"|"stopping: ..."|"duplicate"
 function ai.mail(opts) end
 
 ---@class ai.Provenance
