@@ -142,6 +142,17 @@ impl Core {
         self.inner.config.refresh()
     }
 
+    /// Why the config file as it is now is not the one in use (it does not parse, it is gone
+    /// or empty: the settings read before stay), as its last reading found; `None` when it is.
+    pub fn config_unread(&self) -> Option<String> {
+        self.inner
+            .config
+            .unread
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     /// Whether model calls are answered from a cassette (whose answers no setting changes).
     pub fn is_replaying(&self) -> bool {
         self.inner.replaying
@@ -306,6 +317,9 @@ struct LiveConfig {
     generation: AtomicU64,
     /// The settings in use were read from a file that was there (not the defaults of none).
     from_file: AtomicBool,
+    /// Why the file as it is now is not in use (it does not parse, it is gone or empty), since
+    /// the last read of it that failed; `None` once one succeeds.
+    unread: Mutex<Option<String>>,
 }
 
 /// What tells a changed file from the one read: its modification time, size and inode (`None`:
@@ -331,6 +345,7 @@ impl LiveConfig {
             seen: Mutex::new(None),
             generation: AtomicU64::new(0),
             from_file: AtomicBool::new(false),
+            unread: Mutex::new(None),
         }
     }
 
@@ -344,6 +359,7 @@ impl LiveConfig {
             from_file: AtomicBool::new(holds_something(&seen)),
             seen: Mutex::new(Some(seen)),
             generation: AtomicU64::new(0),
+            unread: Mutex::new(None),
         })
     }
 
@@ -380,10 +396,12 @@ impl LiveConfig {
                  holds some again (a file holding only a comment gives the defaults)",
                 path.display()
             );
+            self.set_unread(Some(format!("{} is gone or empty", path.display())));
             return self.generation.load(Ordering::Acquire);
         }
         match Config::load_from(path) {
             Ok(config) => {
+                self.set_unread(None);
                 self.from_file.store(there, Ordering::Release);
                 *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(config);
                 tracing::info!(path = %path.display(), "the config file changed: read it again");
@@ -393,8 +411,13 @@ impl LiveConfig {
                 tracing::warn!(
                     "the config file changed but cannot be used (the settings before it stay): {e}"
                 );
+                self.set_unread(Some(e.to_string()));
                 self.generation.load(Ordering::Acquire)
             }
         }
+    }
+
+    fn set_unread(&self, why: Option<String>) {
+        *self.unread.lock().unwrap_or_else(|e| e.into_inner()) = why;
     }
 }

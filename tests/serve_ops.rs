@@ -595,16 +595,28 @@ fn sighup_starts_the_programs_added_to_the_config_and_stops_those_removed() {
     // (every program was stopped, and the service answered ready with none).
     let config_file = sb.path("config.toml");
     let kept = "reloaded: the config's programs kept";
-    // Then one that holds the settings and lists no programs.
-    for step in 2..=4 {
+    // A file that does not read says so on the SIGHUP's line: it said "nothing changed".
+    let unread = "reloaded: the config file does not read: its settings and programs before it \
+                  stay";
+    // Then one that holds the settings and lists no programs, then one that does not parse.
+    for step in 2..=5 {
         match step {
             2 => std::fs::rename(&config_file, sb.path("config.toml.new")).unwrap(),
             3 => std::fs::write(&config_file, "").unwrap(),
-            _ => std::fs::write(&config_file, config(&fake)).unwrap(),
+            4 => std::fs::write(&config_file, config(&fake)).unwrap(),
+            _ => std::fs::write(&config_file, config(&fake) + "\n[[serve.programs\n").unwrap(),
         }
         served.signal("HUP");
         support::serve::eventually("the reload was not said", || {
-            served.stdout().matches(kept).count() == step
+            let (kept, unread) = (
+                served.stdout().matches(kept).count(),
+                served.stdout().matches(unread).count(),
+            );
+            match step {
+                2 | 3 => (kept, unread) == (1, step - 1),
+                4 => (kept, unread) == (2, 2),
+                _ => (kept, unread) == (2, 3),
+            }
         });
         assert_eq!(names(&served), ["beta"]);
         // Each step's own line: the count, since the earlier steps' lines are there too.
@@ -613,6 +625,7 @@ fn sighup_starts_the_programs_added_to_the_config_and_stops_those_removed() {
                 "the config lists no programs ([[serve.programs]]): the programs stay",
                 1,
             ),
+            5 => ("the config file changed but cannot be used", 1),
             _ => (
                 "config.toml is gone or empty: the settings read from it stay",
                 step - 1,

@@ -182,6 +182,9 @@ pub struct Reloaded {
     pub unblocked: usize,
     /// The config's programs no longer read: they stay as they were.
     pub config_refused: bool,
+    /// The config file itself does not read (a syntax error, gone or emptied): every setting
+    /// read before it stays. A SIGHUP then said "nothing changed".
+    pub config_unread: bool,
 }
 
 impl Reloaded {
@@ -218,7 +221,13 @@ impl std::fmt::Display for Reloaded {
                 if self.unblocked == 1 { "" } else { "s" }
             ));
         }
-        if self.config_refused {
+        if self.config_unread {
+            parts.push(
+                "the config file does not read: its settings and programs before it stay (the \
+                 log says why)"
+                    .into(),
+            );
+        } else if self.config_refused {
             parts.push("the config's programs kept (it does not read, or lists none)".into());
         }
         if parts.is_empty() {
@@ -608,7 +617,12 @@ impl Service {
     /// [`Service::reload`] with the config already read again (`colony serve` reads its tokens
     /// from it in between).
     pub async fn reload_programs(self: &Arc<Self>) -> Reloaded {
-        let mut done = Reloaded::default();
+        let mut done = Reloaded {
+            config_unread: self.core.config_unread().is_some(),
+            ..Reloaded::default()
+        };
+        // The programs the config listed before are the ones kept.
+        done.config_refused = done.config_unread && self.from_config.is_some();
         let mut added = Vec::new();
         let mut removed = Vec::new();
         let mut changed = HashSet::new();
@@ -732,6 +746,7 @@ impl Service {
                 "kept": done.kept,
                 "failed": done.failed,
                 "config_refused": done.config_refused,
+                "config_unread": done.config_unread,
             }),
         );
         done
