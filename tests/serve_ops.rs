@@ -508,6 +508,20 @@ ai.spawn{{ name = ",
     );
     let reply = events.next_of("delivery", "alpha");
     assert_eq!(reply.data["text"], "re: [mail from api] kept");
+    // Stopped, its restart is its start, which fails: not a 200 (`curl -f` took it for done).
+    assert_eq!(
+        served.post("/api/programs/alpha/stop", json!({})).status,
+        200
+    );
+    let failed = served.post("/api/programs/alpha/restart", json!({}));
+    assert_eq!(failed.status, 500, "{}", failed.text);
+    assert_eq!(failed.json["error"], "start_failed", "{}", failed.text);
+    assert!(
+        failed.text.contains("alpha.lua:4: unexpected symbol"),
+        "{}",
+        failed.text
+    );
+    assert_eq!(served.get("/api/programs/alpha").json["state"], "failed");
     served.signal("TERM");
     assert_eq!(served.wait(), Some(0), "{}", served.stderr());
 }

@@ -488,7 +488,17 @@ pub async fn restart(State(s): Svc, Path(p): Path<String>) -> Response {
     })
     .await;
     match restarted {
-        Ok((slot, Ok(()))) => Json(slot.view()).into_response(),
+        Ok((slot, Ok(true))) => Json(slot.view()).into_response(),
+        // Stopped, and its start failed: a 200 told `curl -f` and scripts it had worked.
+        Ok((slot, Ok(false))) => {
+            let view = slot.view();
+            let why = view["error"].as_str().unwrap_or("see the log").to_string();
+            refuse(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "start_failed",
+                &format!("program {p:?} did not start: {why}"),
+            )
+        }
         Ok((_, Err(e))) => refuse(
             StatusCode::UNPROCESSABLE_ENTITY,
             "does_not_load",

@@ -571,7 +571,8 @@ impl Service {
     /// A restart an operator asks for: a run that works is not stopped for a file that does not
     /// load (saved with a mistake), as at SIGHUP; it goes on, and the error is the answer. A
     /// program that is not running is started whatever its file (its start tells what fails).
-    pub async fn restart_if_loads(self: &Arc<Self>, slot: &Arc<Slot>) -> Result<(), String> {
+    /// `Ok` says whether it started.
+    pub async fn restart_if_loads(self: &Arc<Self>, slot: &Arc<Slot>) -> Result<bool, String> {
         if slot.hosted().is_some() {
             let file = slot.launch().file;
             let loads = tokio::task::spawn_blocking(move || crate::embed::Runtime::compiles(&file))
@@ -584,8 +585,7 @@ impl Service {
                 return Err(e);
             }
         }
-        self.restart(slot).await;
-        Ok(())
+        Ok(self.restart(slot).await)
     }
 
     /// Stops `slot`'s run and starts it again from its file (persisted residents carry on);
