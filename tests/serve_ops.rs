@@ -863,6 +863,52 @@ fn a_turn_cut_short_by_a_restart_ends_in_the_events() {
 
 /// A program a SIGHUP adds whose start fails is said as failed, not as started: the line said
 /// "1 program started" for a program that was not running.
+/// Mail to a program whose start waits for its state directory (held by another process: a
+/// run of the same file, the service before it still draining) is told that, as the start
+/// says it: it read "its store or cluster could not be reached", which sent people looking at
+/// a database they do not have.
+#[test]
+fn mail_to_a_program_waiting_for_its_state_directory_says_who_holds_it() {
+    use std::io::BufRead;
+    let fake = FakeProvider::start();
+    let sb = Sandbox::new();
+    sb.write("config.toml", &config(&fake));
+    let file = sb.write(
+        "desk.lua",
+        &format!(
+            "if arg[1] == 'hold' then print('holding') io.stdout:flush() ai.sleep(600000) end\n{}",
+            desk("desk")
+        ),
+    );
+    let file = file.display().to_string();
+    let mut holder = sb.spawn(&["run", &file, "hold"]);
+    let mut lines = std::io::BufReader::new(holder.stdout.take().unwrap()).lines();
+    assert_eq!(lines.next().unwrap().unwrap(), "holding");
+    let mut served = Served::start(&sb, &[&file]);
+    support::serve::eventually("the program to wait for its state directory", || {
+        served.get("/api/programs/desk").json["state"] == "failed"
+    });
+    let refused = served.mail("desk", json!({ "to": "desk", "content": "hi" }));
+    assert_eq!(refused.status, 503, "{}", refused.text);
+    assert_eq!(refused.json["error"], "not_running", "{}", refused.text);
+    let message = refused.json["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("is in use by process {}", holder.id()))
+            && message.contains("its start is tried again in"),
+        "{message}"
+    );
+    let _ = holder.kill();
+    let _ = holder.wait();
+    support::serve::eventually("the program to start once the holder is gone", || {
+        served
+            .mail("desk", json!({ "to": "desk", "content": "hi" }))
+            .status
+            == 202
+    });
+    served.signal("TERM");
+    assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+}
+
 #[test]
 fn sighup_says_a_start_that_failed() {
     let fake = FakeProvider::start();

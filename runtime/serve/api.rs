@@ -613,15 +613,20 @@ pub(super) fn not_running(slot: &Slot, p: &str) -> Response {
         return stopping(p);
     }
     match slot.starts_again_in() {
-        // Its store or cluster could not be reached: it starts by itself once they can.
+        // Its start met something that passes (its store or cluster unreachable, its state
+        // directory or node name held by another process): it starts by itself once it has.
+        // Said as the start said it: "its store or cluster could not be reached" sent people
+        // looking at a database while another process held the state directory.
         Some(wait) => {
             let secs = wait.as_secs().max(1);
+            let why = slot.view()["error"]
+                .as_str()
+                .map_or_else(|| "its start failed".to_string(), str::to_string);
             let mut r = refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "not_running",
                 &format!(
-                    "program {p:?} is not running: its store or cluster could not be \
-                     reached, and its start is tried again in {secs}s"
+                    "program {p:?} is not running ({why}); its start is tried again in {secs}s"
                 ),
             );
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
