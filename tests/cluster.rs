@@ -1018,3 +1018,101 @@ ai.watch{ grace_ms = 20000 }
     );
     assert_eq!(pg.load_cell("solo").unwrap().unwrap().messages.len(), 2);
 }
+
+/// The NATS server goes away and comes back. While it is away, mail to a resident on another
+/// node is refused at once, and is never served later: handed to the client, it was answered
+/// 503 after the publish's patience and then sent from the client's buffer once the server
+/// was back (a sender that tried again without an id had it served twice). When it comes back
+/// without its data (a lost disk, a fresh server at the same address), the program's stream
+/// is made again: mail between nodes was refused ("no stream found") until a program
+/// restarted.
+#[test]
+fn mail_crosses_nodes_again_after_the_nats_server_comes_back_even_without_its_data() {
+    let store_url = support::postgres::database();
+    let mut nats = support::nats::Private::start();
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("seen"));
+    let sb = styled(&fake, "openai");
+    let script = sb.write(
+        "desk.lua",
+        r#"
+for i = 1, 6 do
+  ai.spawn{ name = "n" .. i, provider = "openai", model = "m", persist_conversation = true,
+    deliver_to = function() end }
+end
+ai.watch{}
+"#,
+    );
+    let cluster = Cluster {
+        sb: &sb,
+        script: script.display().to_string(),
+        store: store_url,
+        nats: nats.url(),
+    };
+    let a = cluster.node("a");
+    let b = cluster.node("b");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let to = loop {
+        let here = local(&[("a", &a), ("b", &b)]);
+        if here.values().map(Vec::len).sum::<usize>() == 6 && !here["b"].is_empty() {
+            break here["b"][0].clone();
+        }
+        assert!(Instant::now() < deadline, "never spread: {here:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let seen = |text: &str| {
+        fake.requests()
+            .iter()
+            .any(|r| r.body.to_string().contains(text))
+    };
+    // Sends `content` to `to` through a until it is accepted; then waits for b to serve it.
+    let delivered = |content: &str| {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let sent = a.mail(
+                "desk",
+                json!({ "to": to, "source": "sender", "content": content, "id": content }),
+            );
+            if sent.status == 202 {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{content}: {} {}",
+                sent.status,
+                sent.text
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        while !seen(content) {
+            assert!(Instant::now() < deadline, "{content} was never served");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    delivered("before");
+    for (round, fresh) in [(1, false), (2, true)] {
+        nats.stop();
+        support::serve::eventually("a never noticed the NATS server gone", || {
+            a.stderr().matches("lost the NATS server").count() == round
+        });
+        let away = format!("while away {round}");
+        let refused = a.mail(
+            "desk",
+            json!({ "to": to, "source": "sender", "content": away, "id": away }),
+        );
+        assert_eq!(refused.status, 503, "{}", refused.text);
+        assert_eq!(refused.json["error"], "not_saved", "{}", refused.text);
+        nats.start_again(fresh);
+        delivered(&format!("back {round}"));
+        assert!(
+            !seen(&away),
+            "a mail refused while the server was away was served"
+        );
+    }
+    assert!(
+        a.stderr().contains("is gone from the NATS server") || b.stderr().contains("is gone"),
+        "a: {}\nb: {}",
+        a.stderr(),
+        b.stderr()
+    );
+}

@@ -100,28 +100,39 @@ impl Bus {
                 ),
                 message: format!("cannot reach the NATS server at {shown}: {e}"),
             })?;
-        let js = jetstream::new(client);
-        let stream = format!("COLONY_MAIL_{program}");
-        js.get_or_create_stream(stream::Config {
-            name: stream.clone(),
-            subjects: vec![format!("colony.{program}.mail.*")],
-            retention: stream::RetentionPolicy::WorkQueue,
-            storage: stream::StorageType::File,
-            duplicate_window: Duration::from_secs(120),
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| {
-            super::JoinError::from(format!(
-                "{shown}: cannot open the stream {stream} (is JetStream enabled, `nats-server -js`?): {e}"
-            ))
-        })?;
-        Ok(Bus {
-            js,
-            stream,
+        let bus = Bus {
+            js: jetstream::new(client),
+            stream: format!("COLONY_MAIL_{program}"),
             program: program.to_string(),
             shown,
-        })
+        };
+        bus.open_stream().await.map_err(|e| {
+            super::JoinError::from(format!("{e} (is JetStream enabled, `nats-server -js`?)"))
+        })?;
+        Ok(bus)
+    }
+
+    /// The program's stream, made if the server does not have it: at the start, and whenever
+    /// it is found gone. A NATS server that came back without its data (a lost disk, a fresh
+    /// server behind the same address) had no stream, and mail between nodes was refused until
+    /// a program restarted.
+    async fn open_stream(&self) -> Result<stream::Stream, String> {
+        self.js
+            .get_or_create_stream(stream::Config {
+                name: self.stream.clone(),
+                subjects: vec![format!("colony.{}.mail.*", self.program)],
+                retention: stream::RetentionPolicy::WorkQueue,
+                storage: stream::StorageType::File,
+                duplicate_window: Duration::from_secs(120),
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| {
+                format!(
+                    "{}: cannot open the stream {}: {e}",
+                    self.shown, self.stream
+                )
+            })
     }
 
     fn subject(&self, name: &str) -> String {
@@ -139,18 +150,44 @@ impl Bus {
                 return Err(MailError::NotSaved);
             }
         };
+        // Known to be away: refused at once. Handed to the client, the mail waited out the
+        // publish's patience, was answered as not accepted, and was sent all the same from
+        // the client's buffer once the server was back (served, and served again when its
+        // sender sent it once more without an id).
+        let state = self.js.client().connection_state();
+        if state != async_nats::connection::State::Connected {
+            tracing::error!(
+                to = %mail.to,
+                "mail not accepted: the NATS server at {} is not reachable now",
+                self.shown
+            );
+            return Err(MailError::NotSaved);
+        }
         let mut message = jetstream::message::PublishMessage::build().payload(body.into());
         if let Some(id) = &mail.id {
             // An id names a mail to one resident: the same id to another is another mail.
             message = message.message_id(format!("{}/{id}", token(&mail.to)));
         }
-        let sent = async {
+        let send = |message: jetstream::message::PublishMessage| async {
             self.js
                 .send_publish(self.subject(&mail.to), message)
+                .await?
                 .await
-                .map_err(|e| e.to_string())?
-                .await
-                .map_err(|e| e.to_string())
+        };
+        let sent = async {
+            match send(message.clone()).await {
+                Err(e) if e.kind() == jetstream::context::PublishErrorKind::StreamNotFound => {
+                    tracing::warn!(
+                        "the stream {} is gone from the NATS server at {} (a server that came \
+                         back without its data?): making it again",
+                        self.stream,
+                        self.shown
+                    );
+                    self.open_stream().await?;
+                    send(message).await.map_err(|e| e.to_string())
+                }
+                other => other.map_err(|e| e.to_string()),
+            }
         };
         match tokio::time::timeout(PUBLISH_PATIENCE, sent).await {
             // A repeat through a node that does not run the resident was `duplicate: false`.
@@ -180,11 +217,7 @@ impl Bus {
         Fut: std::future::Future<Output = Taken>,
     {
         let durable = format!("r{}", token(name));
-        let stream = self
-            .js
-            .get_stream(&self.stream)
-            .await
-            .map_err(|e| format!("{}: cannot open {}: {e}", self.shown, self.stream))?;
+        let stream = self.open_stream().await?;
         let consumer: consumer::PullConsumer = stream
             .get_or_create_consumer(
                 &durable,

@@ -172,3 +172,89 @@ fn remove_stale(root: &Path) {
         }
     }
 }
+
+/// A NATS server of one test's own, which the test stops and starts again on the same port,
+/// with its JetStream store kept or lost (a server that came back without its disk).
+pub struct Private {
+    pub port: u16,
+    dir: PathBuf,
+    server: Option<Child>,
+    runs: usize,
+}
+
+impl Private {
+    pub fn start() -> Private {
+        let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
+        std::fs::create_dir_all(root).expect("target/tmp");
+        let dir = root.join(format!(
+            "nats-private-{}-{}",
+            std::process::id(),
+            free_port()
+        ));
+        let mut me = Private {
+            port: free_port(),
+            dir,
+            server: None,
+            runs: 0,
+        };
+        me.start_again(true);
+        me
+    }
+
+    /// Its URL, as `--cluster` takes it.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops the server (SIGKILL: nothing it holds in memory is written out).
+    pub fn stop(&mut self) {
+        if let Some(mut server) = self.server.take() {
+            let _ = server.kill();
+            let _ = server.wait();
+        }
+    }
+
+    /// Starts the server on its port again: with the JetStream store it had, or, with `fresh`,
+    /// an empty one.
+    pub fn start_again(&mut self, fresh: bool) {
+        self.stop();
+        if fresh {
+            self.runs += 1;
+        }
+        let store = self.dir.join(format!("js{}", self.runs));
+        std::fs::create_dir_all(&store).expect("the server's store");
+        let log = std::fs::File::create(self.dir.join("server.log")).expect("the server's log");
+        let mut server = Command::new(installed())
+            .args([
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-js",
+                "-sd",
+            ])
+            .arg(&store)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("nats-server starts");
+        if !wait_ready(self.port, &mut server) {
+            let mut text = String::new();
+            let _ = std::fs::File::open(self.dir.join("server.log"))
+                .and_then(|mut f| f.read_to_string(&mut text));
+            panic!(
+                "nats-server did not start on 127.0.0.1:{}: {text}",
+                self.port
+            );
+        }
+        self.server = Some(server);
+    }
+}
+
+impl Drop for Private {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
