@@ -861,8 +861,37 @@ fn a_turn_cut_short_by_a_restart_ends_in_the_events() {
     );
 }
 
-/// A program a SIGHUP adds whose start fails is said as failed, not as started: the line said
-/// "1 program started" for a program that was not running.
+/// A turn a SIGTERM's drain cut short ends in the events too, before their stream closes: the
+/// observer ended only once the run's route let go of it, and at a drain the stream closed
+/// first (`program_stopped`, then nothing).
+#[test]
+fn a_turn_cut_short_by_a_drain_ends_in_the_events() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::text("too late").delay(60_000));
+    let sb = Sandbox::new();
+    let slow = sb.write(
+        "slow.lua",
+        "ai.spawn{ name = \"slow\", deliver_to = \"host\", persist_conversation = true }\n\
+         ai.watch{ grace_ms = 100 }\n",
+    );
+    sb.write("config.toml", &programs_config(&fake, &[&slow]));
+    let mut served = Served::start(&sb, &[]);
+    wait_ready(&served);
+    let events = served.events(None);
+    assert_eq!(
+        served
+            .mail("slow", json!({ "to": "slow", "content": "hello" }))
+            .status,
+        202
+    );
+    events.until("the turn's start", |e| e.kind == "turn_started");
+    served.signal("TERM");
+    let (ended, _) = events.until("the cut turn's end", |e| e.kind == "turn_ended");
+    assert_eq!(ended.data["resident"], "slow");
+    assert_eq!(ended.data["stop"], "cut", "{:?}", ended.data);
+    assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+}
+
 /// Mail to a program whose start waits for its state directory (held by another process: a
 /// run of the same file, the service before it still draining) is told that, as the start
 /// says it: it read "its store or cluster could not be reached", which sent people looking at
@@ -909,6 +938,8 @@ fn mail_to_a_program_waiting_for_its_state_directory_says_who_holds_it() {
     assert_eq!(served.wait(), Some(0), "{}", served.stderr());
 }
 
+/// A program a SIGHUP adds whose start fails is said as failed, not as started: the line said
+/// "1 program started" for a program that was not running.
 #[test]
 fn sighup_says_a_start_that_failed() {
     let fake = FakeProvider::start();

@@ -537,7 +537,13 @@ impl Service {
         }
         self.lineup_changed();
         let handle = self.core.handle().clone();
-        let observing = handle.spawn(observe(self.clone(), slot.name.clone(), observations));
+        let run_ends = (slot.ended.subscribe(), slot.lock().runs);
+        let observing = handle.spawn(observe(
+            self.clone(),
+            slot.name.clone(),
+            observations,
+            run_ends,
+        ));
         slot.lock().observing = Some(observing);
         handle.spawn(hear(self.clone(), slot.name.clone(), deliveries));
         handle.spawn(lifecycle(self.clone(), slot.clone(), hosted));
@@ -555,11 +561,14 @@ impl Service {
             let now = slot.lock();
             (now.hosted.clone(), now.runs)
         };
-        let Some(hosted) = hosted else { return };
-        hosted.stop(reason);
-        drop(hosted);
-        let mut ended = slot.ended.subscribe();
-        let _ = ended.wait_for(|n| *n > runs).await;
+        if let Some(hosted) = hosted {
+            hosted.stop(reason);
+            drop(hosted);
+            let mut ended = slot.ended.subscribe();
+            let _ = ended.wait_for(|n| *n > runs).await;
+        }
+        // A run that ended by itself (it heard the signal too) is waited for as well: what its
+        // observer says of the turns it cut comes before the events close.
         // Bounded: something that still holds the run's route (a call from outside finishing)
         // keeps its observer open, and the next run must not wait on it.
         let observing = slot.lock().observing.take();
@@ -949,10 +958,16 @@ async fn lifecycle(service: Arc<Service>, slot: Arc<Slot>, hosted: Arc<Hosted>) 
 const OBSERVER_ENDS: Duration = Duration::from_secs(2);
 
 /// What the program's residents do, as events and metrics.
+///
+/// It ends when the run's observations end, or once the run has ended (`run_ends`: the slot's
+/// count of ended runs, and the count before this one) and what it observed before its end is
+/// read: at a drain something may still hold the run's route, and the turns it cut were told
+/// only if that let go within [`OBSERVER_ENDS`] (they never were at a SIGTERM).
 async fn observe(
     service: Arc<Service>,
     program: String,
     mut observations: mpsc::UnboundedReceiver<Observation>,
+    (mut ended, run): (watch::Receiver<u64>, u64),
 ) {
     // Turns started and not yet ended, with when: a turn a crash, a dismissal or the run's end
     // cut short reported no end, and a client following the events saw it run for good.
@@ -973,7 +988,26 @@ async fn observe(
             }),
         );
     };
-    while let Some(o) = observations.recv().await {
+    let mut run_ended = false;
+    loop {
+        let o = if run_ended {
+            match observations.try_recv() {
+                Ok(o) => o,
+                Err(_) => break,
+            }
+        } else {
+            tokio::select! {
+                biased;
+                o = observations.recv() => match o {
+                    Some(o) => o,
+                    None => break,
+                },
+                _ = ended.wait_for(|n| *n > run) => {
+                    run_ended = true;
+                    continue;
+                }
+            }
+        };
         match o {
             Observation::TurnStarted { ai, mails } => {
                 service.events.publish(
