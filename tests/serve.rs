@@ -1358,6 +1358,32 @@ fn sigterm_with_a_tool_call_in_flight_finishes_it_and_exits_0() {
     assert!(lines.iter().all(|l| l["level"].is_string()), "{stderr}");
 }
 
+/// With `--log-format json`, why the service ends is a JSON line too (it was plain text, which
+/// broke a parser reading the log), and no log filter silences it.
+#[test]
+fn with_json_logs_the_reason_it_ends_is_a_json_line() {
+    let fake = FakeProvider::start();
+    let sb = sandbox(&fake, GOOD_KEY).env("RUST_LOG", "off");
+    let run = sb.colony(&[
+        "serve",
+        "--log-format",
+        "json",
+        "--token-file",
+        "no-such-token-file",
+        &example("desk.lua"),
+    ]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    let line: Value = serde_json::from_str(run.stderr.trim())
+        .unwrap_or_else(|e| panic!("not one JSON line ({e}): {}", run.stderr));
+    assert_eq!(line["level"], "ERROR");
+    assert!(
+        line["fields"]["message"]
+            .as_str()
+            .is_some_and(|m| m.starts_with("colony serve: cannot read the token file")),
+        "{line}"
+    );
+}
+
 #[test]
 fn a_loopback_service_answers_its_own_names_and_tells_a_client_of_another_run_so() {
     let fake = FakeProvider::start();

@@ -184,7 +184,7 @@ pub fn main() -> ExitCode {
     let code = match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("{}", f.message.trim_end());
+            say_failure(f.message.trim_end());
             ExitCode::from(f.code)
         }
     };
@@ -231,7 +231,29 @@ pub fn commands() -> Vec<(String, String)> {
 }
 
 /// Logging to stderr; `json`: one JSON object a line (`colony serve --log-format json`).
+/// Whether the log is JSON lines (`colony serve --log-format json`).
+static JSON_LOGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Says why a command failed on stderr: as the log's JSON object when the log is JSON lines (a
+/// line of plain text among them broke a parser reading journald or Loki), else as it is.
+pub fn say_failure(message: &str) {
+    if JSON_LOGS.load(std::sync::atomic::Ordering::Relaxed) {
+        // Written here in the log's own shape, not through the log: a filter (`RUST_LOG=off`)
+        // must not silence why the process ends.
+        let line = serde_json::json!({
+            "timestamp": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true),
+            "level": "ERROR",
+            "fields": { "message": message },
+            "target": "colony",
+        });
+        eprintln!("{line}");
+    } else {
+        eprintln!("{message}");
+    }
+}
+
 fn init_logging(json: bool) {
+    JSON_LOGS.store(json, std::sync::atomic::Ordering::Relaxed);
     use tracing_subscriber::EnvFilter;
     // rmcp logs the failures it returns to us as errors of its own: colony reports them once.
     let filter =

@@ -468,10 +468,10 @@ const LAST_RESORT: std::time::Duration = std::time::Duration::from_secs(2);
 /// them): their stores are left as after a crash and recovered at the next start.
 fn end_process(service: &Service, why: &str) -> ! {
     let running = service.scripts_running();
-    eprintln!(
+    super::say_failure(&format!(
         "colony serve: {why}; still running: {} (blocked outside Lua?): ending the process",
         running.join(", ")
-    );
+    ));
     crate::lua::proc::end_children();
     std::process::exit(1);
 }
