@@ -501,6 +501,47 @@ fn a_cluster_needs_a_shared_store() {
         assert!(run.stderr.contains(says), "{args:?}: {}", run.stderr);
         assert!(!run.stderr.contains("NatsPW77"), "{}", run.stderr);
     }
+    // A lease past ten minutes (a dead node's residents unserved, its name taken, that long),
+    // and a store URL of another kind (found only as the program started, which then failed
+    // while the process served on), likewise.
+    for (args, says) in [
+        (
+            [
+                "--store",
+                "postgres://colony@127.0.0.1:9/colony",
+                "--lease",
+                "300d",
+            ],
+            "--lease \"300d\" is not a duration from 300ms to 10m",
+        ),
+        (
+            [
+                "--store",
+                "mysql://colony:SecretPW9@127.0.0.1:9/colony",
+                "--lease",
+                "10s",
+            ],
+            "--store mysql://colony@127.0.0.1:9/colony is not a PostgreSQL URL",
+        ),
+    ] {
+        let mut all = vec![
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--cluster",
+            "nats://127.0.0.1:4222",
+        ];
+        all.extend_from_slice(&args);
+        all.push(&script);
+        // Taken, the service would serve on: bounded, so the test fails rather than hangs.
+        let mut child = sb.spawn(&all);
+        let status = support::exits_within_a_minute(&mut child, &format!("{args:?} was taken"));
+        let mut stderr = String::new();
+        std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+        assert_eq!(status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!stderr.contains("SecretPW9"), "{stderr}");
+    }
 }
 
 /// A NATS server that cannot be reached: the program fails to start, saying which server and

@@ -64,7 +64,7 @@ pub struct Args {
     #[arg(long, value_name = "NAME", requires = "cluster")]
     node: Option<String>,
     /// How long a node's leases last unless renewed: a node that dies is taken over this long
-    /// after its last heartbeat (e.g. `10s`, the default).
+    /// after its last heartbeat (e.g. `10s`, the default; from 300ms to 10m).
     #[arg(long, value_name = "DURATION", requires = "cluster")]
     lease: Option<String>,
     /// The programs to run (each with its own Lua VM and state directory).
@@ -102,6 +102,16 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         return Err(Failure::input(format!(
             "colony serve: {addr} is not a loopback address: set a token (--token-file FILE or \
              COLONY_SERVE_TOKEN) before listening on it"
+        )));
+    }
+    // A store URL of another kind is refused here, as a --cluster URL is: it was found only as
+    // the program started, which then failed while the process served on.
+    if let Some(url) = &args.store
+        && !crate::store::postgres::is_postgres(url)
+    {
+        return Err(Failure::input(format!(
+            "colony serve: --store {} is not a PostgreSQL URL (postgres://USER@HOST:PORT/DATABASE)",
+            crate::store::postgres::redact(url)
         )));
     }
     let cluster = cluster(&args)?;
@@ -167,6 +177,9 @@ fn tokens(
 }
 
 /// How this node joins a cluster (`--cluster`), if it does.
+const MIN_LEASE: std::time::Duration = std::time::Duration::from_millis(300);
+const MAX_LEASE: std::time::Duration = std::time::Duration::from_secs(600);
+
 fn cluster(args: &Args) -> Result<Option<crate::cluster::ClusterOptions>, Failure> {
     let Some(nats) = &args.cluster else {
         return Ok(None);
@@ -186,14 +199,18 @@ fn cluster(args: &Args) -> Result<Option<crate::cluster::ClusterOptions>, Failur
             "colony serve: --node {node:?} is not a node name (say --node a)"
         )));
     }
+    // At most ten minutes: the lease is how long a node that dies leaves its residents
+    // unserved, and how long its name stays taken (`--lease 300d` held a dead node's name, and
+    // its residents' placement, for 300 days).
     let lease = match &args.lease {
         None => crate::cluster::DEFAULT_LEASE,
         Some(text) => crate::duration::parse(text)
             .ok()
-            .filter(|d| *d >= std::time::Duration::from_millis(300))
+            .filter(|d| (MIN_LEASE..=MAX_LEASE).contains(d))
             .ok_or_else(|| {
                 Failure::input(format!(
-                    "colony serve: --lease {text:?} is not a duration of at least 300ms (say 10s)"
+                    "colony serve: --lease {text:?} is not a duration from 300ms to 10m (say \
+                     10s): a node that dies leaves its residents unserved that long"
                 ))
             })?,
     };
