@@ -162,6 +162,35 @@ print(ai.watch{})
     assert!(!logged.contains("table: 0x"), "{logged}");
 }
 
+/// `os.exit` from a tool while the residents run ends the process, as a crash would: it is
+/// said, with where, and the status is the one asked for. A program run from someone else's
+/// file ended without a word, its turn cut mid-step.
+#[test]
+fn os_exit_from_a_tool_says_where_it_ended_the_program() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::tool_call("c1", "quit", serde_json::json!({})));
+    let sb = styled(&fake, "openai");
+    let run = sb.lua(
+        r#"local quit = ai.tool{ name = "quit", parameters = {}, handler = function()
+  os.exit(7)
+end }
+ai.spawn{ name = "w", provider = "openai", model = "m", tools = { quit },
+  sources = { function(self) ai.mail{ to = self, source = "s", content = "go", hop = 0 } end } }
+ai.watch{}
+"#,
+        &[],
+    );
+    assert_eq!(run.code, 7, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("os.exit(7) at ")
+            && run
+                .stderr
+                .contains("script.lua:2 while the program's residents run: the process ends now"),
+        "{}",
+        run.stderr
+    );
+}
+
 /// An error object of the script's own, thrown from a source, is told by its `__tostring`, as
 /// the main chunk's is: it was "a table was thrown: {}" (a tool's model read the same).
 #[test]

@@ -39,7 +39,7 @@ pub fn replace_os_exit(lua: &Lua) -> mlua::Result<()> {
     let os: Table = lua.globals().get("os")?;
     os.set(
         "exit",
-        lua.create_function(|_, (code, _close): (Value, Value)| -> mlua::Result<()> {
+        lua.create_function(|lua, (code, _close): (Value, Value)| -> mlua::Result<()> {
             let code = match code {
                 Value::Nil | Value::Boolean(true) => 0,
                 Value::Boolean(false) => 1,
@@ -52,6 +52,19 @@ pub fn replace_os_exit(lua: &Lua) -> mlua::Result<()> {
                     )));
                 }
             };
+            // Called while the watch runs (from a tool, a source, a callback), it ends the
+            // process as a crash would, turns cut mid-step: said, with where (a program run from
+            // someone else's file ended without a word, with the status it chose).
+            let watching = lua
+                .app_data_ref::<crate::residents::Lifecycle>()
+                .is_some_and(|l| l.watch_state() == crate::residents::Watch::Running);
+            if watching {
+                let at = super::calling_line(lua).unwrap_or_else(|| "the script".into());
+                tracing::warn!(
+                    "os.exit({code}) at {at} while the program's residents run: the process \
+                     ends now, turns in flight cut short (ai.stop(reason) lets them finish)"
+                );
+            }
             use std::io::Write;
             let _ = std::io::stdout().flush();
             crate::mcp::server_group::end_all();
