@@ -482,6 +482,16 @@ ai.spawn{{ name = ",
             .is_some_and(|e| e.contains("alpha.lua:4: unexpected symbol")),
         "{kept:?}"
     );
+    // The API shows it too, beside the run that goes on: it showed running and no error, and
+    // who missed the event could not tell the file on disk was broken.
+    let view = served.get("/api/programs/alpha").json;
+    assert_eq!(view["state"], "running", "{view}");
+    assert!(
+        view["file_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("alpha.lua:4: unexpected symbol")),
+        "{view}"
+    );
     assert_eq!(
         served
             .mail("alpha", json!({ "to": "alpha", "content": "still" }))

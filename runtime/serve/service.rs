@@ -72,6 +72,10 @@ struct Now {
     again_at: Option<std::time::Instant>,
     /// Between a restart's stop and its start: no run, one coming.
     restarting: bool,
+    /// Why its file on disk does not load, while its run goes on from the file before
+    /// (`program_kept`): the API showed it running, no error, and the broken file was seen only
+    /// by who caught the event.
+    file_error: Option<String>,
     /// The run's observer ([`observe`]), which ends once the run's route is let go, with the
     /// `turn_ended` of the turns the stop cut: a stop waits for it (a moment), so those come
     /// before the next run's events.
@@ -531,6 +535,7 @@ impl Service {
             now.failed_in_a_row = 0;
             now.phase = Phase::Starting;
             now.error = None;
+            now.file_error = None;
             now.reason = None;
             now.hosted = Some(hosted.clone());
             now.hash = hash;
@@ -589,6 +594,7 @@ impl Service {
                 .unwrap_or_else(|e| Err(e.to_string()));
             if let Err(e) = loads {
                 tracing::error!(program = %slot.name, "its file does not load, so its run goes on as it was: {e}");
+                slot.lock().file_error = Some(e.clone());
                 self.events
                     .publish("program_kept", json!({ "program": slot.name, "error": e }));
                 return Err(e);
@@ -709,14 +715,20 @@ impl Service {
                 // directory stays locked and the new run would find it in use.
                 drop(h);
             }
+            let file_now = file_hash(&slot.launch().file);
+            if hash == file_now {
+                // Put back as its run has it: nothing is wrong with the file any more.
+                slot.lock().file_error = None;
+            }
             if changed.contains(&slot.name) {
                 tracing::info!(program = %slot.name, "its entry in the config changed: restarting");
                 done.count_start(self.restart(&slot).await, false);
-            } else if hash != file_hash(&slot.launch().file) {
+            } else if hash != file_now {
                 // A file saved with a mistake must not take down the run that works: it goes on,
                 // and the next SIGHUP tries the file again.
                 if let Err(e) = crate::embed::Runtime::compiles(&slot.launch().file) {
                     tracing::error!(program = %slot.name, "its file changed but does not load, so its run goes on as it was: {e}");
+                    slot.lock().file_error = Some(e.clone());
                     self.events
                         .publish("program_kept", json!({ "program": slot.name, "error": e }));
                     done.kept += 1;
@@ -822,6 +834,7 @@ impl Slot {
                 failed_in_a_row: 0,
                 again_at: None,
                 restarting: false,
+                file_error: None,
                 observing: None,
             }),
             ended: watch::Sender::new(0),
@@ -872,7 +885,7 @@ impl Slot {
     }
 
     pub fn view(&self) -> Value {
-        let (phase, error, reason, hosted, runs) = {
+        let (phase, error, reason, hosted, runs, file_error) = {
             let now = self.lock();
             (
                 now.phase.clone(),
@@ -880,6 +893,7 @@ impl Slot {
                 now.reason.clone(),
                 now.hosted.clone(),
                 now.runs,
+                now.file_error.clone(),
             )
         };
         let residents = hosted.as_ref().map_or(0, |h| h.residents().len());
@@ -888,6 +902,8 @@ impl Slot {
             "file": self.launch().file.display().to_string(),
             "state": phase,
             "error": error,
+            // Its file on disk does not load; the run goes on from the one before.
+            "file_error": file_error,
             "stop_reason": reason,
             // Runs that ended before this one (or, stopped, before and including it).
             "runs_ended": runs,
