@@ -92,12 +92,17 @@ impl BreakerStore for Tracked {
         Some(state)
     }
 
-    /// Called on each transition, under the breaker's lock: a note and a message, no more.
+    /// Called on each transition, and as failures are counted, under the breaker's lock: a note,
+    /// and a message for a transition (a failure counted while closed was told as a "closed to
+    /// closed" transition).
     fn save(&self, state: &BreakerState) {
         if let Some(saved) = &self.saved {
             saved.save(state);
         }
         let from = self.breakers.note(&self.owner, state);
+        if from == state.status {
+            return;
+        }
         if let Some(observer) = &self.observer {
             let _ = observer.send(Observation::Breaker {
                 owner: self.owner.clone(),
@@ -165,5 +170,29 @@ mod tests {
             breakers.of("solo").map(|s| s.status),
             Some(BreakerStatus::HalfOpen)
         );
+    }
+
+    /// A failure counted while the breaker stays as it was is saved and noted, not told as a
+    /// transition ("closed to closed" reached the events as one).
+    #[test]
+    fn a_failure_counted_without_a_change_is_not_told_as_a_transition() {
+        let breakers = Arc::new(Breakers::default());
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let route = Tracked::new(ROUTE_OWNER, "ai/breaker", None, breakers.clone(), Some(tx));
+        let counted = BreakerState {
+            failures: 1,
+            ..state(BreakerStatus::Closed)
+        };
+        route.save(&counted);
+        assert_eq!(breakers.of("anyone").map(|s| s.failures), Some(1));
+        assert!(rx.try_recv().is_err(), "a failure counted was told");
+        route.save(&state(BreakerStatus::Open));
+        assert!(matches!(
+            rx.try_recv(),
+            Ok(Observation::Breaker {
+                from: BreakerStatus::Closed,
+                ..
+            })
+        ));
     }
 }
