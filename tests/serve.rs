@@ -1131,6 +1131,21 @@ fn sighup_reads_the_token_file_again_and_one_it_cannot_use_keeps_the_tokens() {
     );
     let missing = served.get_with("/api/programs", &[], true);
     assert!(missing.text.contains("is required"), "{}", missing.text);
+    // Another scheme is named as such: it was told "the bearer token is not one of this
+    // service's", though no bearer token was sent.
+    let basic = served.get_with(
+        "/api/programs",
+        &[("authorization", "Basic dG9rLWJvYi0xOg==")],
+        true,
+    );
+    assert_eq!(basic.status, 401);
+    assert!(
+        basic
+            .text
+            .contains("the Authorization header is not a bearer token"),
+        "{}",
+        basic.text
+    );
 
     // bob's token is revoked, alice's replaced.
     std::fs::write(&file, "alice: tok-alice-2\n").unwrap();

@@ -338,7 +338,10 @@ pub async fn check(State(guard): State<Guard>, mut request: Request, next: Next)
         let mut answer = refuse(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
-            if carries_a_token(request.headers()) {
+            if other_scheme(request.headers()) {
+                // `Basic ...` was told "the bearer token is not one of this service's".
+                "the Authorization header is not a bearer token (Authorization: Bearer ...)"
+            } else if carries_a_token(request.headers()) {
                 "the bearer token is not one of this service's"
             } else {
                 "a bearer token is required (Authorization: Bearer ...)"
@@ -361,6 +364,20 @@ pub async fn check(State(guard): State<Guard>, mut request: Request, next: Next)
 
 /// Whether a request presents a token at all (a header, or the page's cookie), right or
 /// wrong: a wrong one is told so, not that one is missing.
+/// Whether the request's `Authorization` is of another scheme than `Bearer` (`Basic`, say),
+/// and no token cookie came with it.
+fn other_scheme(headers: &HeaderMap) -> bool {
+    let Some(value) = headers.get(header::AUTHORIZATION) else {
+        return false;
+    };
+    let bearer = value
+        .to_str()
+        .ok()
+        .and_then(|v| v.trim_start().get(..7))
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("bearer "));
+    !bearer && !headers.contains_key(header::COOKIE)
+}
+
 pub fn carries_a_token(headers: &HeaderMap) -> bool {
     headers.contains_key(header::AUTHORIZATION)
         || headers
