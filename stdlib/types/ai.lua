@@ -356,7 +356,7 @@ function ai.route(opts) end
 ---@field context_window? integer
 ---@field compact_at? number
 ---@field compact_prompt? string
----@field workspace? string the store namespace its tools and sources see
+---@field workspace? string the store namespace its tools and sources see (its deliver_to, the program's own code, sees the global space)
 ---@field persist_conversation? boolean keep its conversation, backlog and the turn in flight in the store across restarts
 ---@field mcp? (mcp.ServerSpec|string)[] MCP servers opened before the AI is hired; their tools join its own for the life of the program
 ---@field budget? ai.Budget what it may use per window (its turns, and the model calls its tools and sources make); over it, it is blocked with kind "budget" until the window resets (its mail kept), and its sources' and tools' model calls answer nil, err of kind "budget"
