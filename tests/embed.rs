@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use colony::config::{Config, UseConfig};
 use colony::embed::Runtime;
+use colony::turn::ToolDef;
 use serde_json::{Value, json};
 use support::fake::{FakeProvider, Reply};
 
@@ -369,5 +370,46 @@ async fn deliveries_end_when_the_script_ends_without_a_watch() {
         .await
         .expect("the deliveries never ended");
     assert!(next.is_none());
+    program.join().await.unwrap();
+}
+
+/// A host tool that panics before it returns its future fails its call, as one that panics in
+/// its future does, and the turn goes on: it took the resident down (a crash, a restart) and the
+/// mail it served was never answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_tool_that_panics_at_once_fails_its_call_not_the_resident() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "host.boom", json!({})));
+    fake.push(Reply::text("carried on"));
+    let mut runtime = fake_runtime(&fake);
+    fn boom(_: Value) -> futures::future::Ready<Result<Value, String>> {
+        panic!("boom before any future")
+    }
+    runtime
+        .register_tool(ToolDef::native("host.boom", "Panics", json!({}), boom).unwrap())
+        .unwrap();
+    let (_dir, path) = script_file(
+        "ai.spawn{ name = 'clerk', tools = { 'host.boom' }, deliver_to = 'host' }\nai.watch{ until_idle = false }\n",
+    );
+    let mut program = runtime.load(&path, vec![]).unwrap();
+    program.opened().await;
+    program
+        .mail(colony::residents::Mail::new("clerk", "desk", "go", 0))
+        .unwrap();
+    let reply = tokio::time::timeout(std::time::Duration::from_secs(60), program.delivery())
+        .await
+        .expect("a delivery within a minute")
+        .expect("a delivery");
+    assert_eq!(reply.text, "carried on");
+    let calls = support::model_calls(&fake);
+    let result = calls[1]["messages"].as_array().unwrap().last().unwrap()["content"].clone();
+    assert!(
+        result
+            .as_str()
+            .is_some_and(|r| r.contains("the tool panicked: boom before any future")),
+        "{result}"
+    );
+    assert_eq!(program.residents()[0].restarts, 0);
+    program.stop("done");
     program.join().await.unwrap();
 }

@@ -351,15 +351,19 @@ async fn checked(
                 deadline: std::time::Instant::now().checked_add(tool.timeout),
             },
         ),
-        Handler::Attaching(f) => in_task(f(args), |(text, files)| {
-            HandlerOutcome::Attached(text, files)
-        }),
-        Handler::Native(f) => in_task(f(args), |v| {
-            HandlerOutcome::Value(match v {
-                Value::String(s) => s,
-                v => v.to_string(),
-            })
-        }),
+        Handler::Attaching(f) => in_task(
+            || f(args),
+            |(text, files)| HandlerOutcome::Attached(text, files),
+        ),
+        Handler::Native(f) => in_task(
+            || f(args),
+            |v| {
+                HandlerOutcome::Value(match v {
+                    Value::String(s) => s,
+                    v => v.to_string(),
+                })
+            },
+        ),
     };
     let past_deadline = || {
         Checked::Run(
@@ -391,10 +395,26 @@ async fn checked(
 
 /// Runs a Rust tool in a task of its own, so a panicking tool fails its call, not the turn. A
 /// deadline drops the returned future: the tool's task ends with it.
+///
+/// The tool is called here, under `catch_unwind`: one that panics before it returns its future
+/// (in its synchronous part) took the resident down with it, and the mail it served was lost.
 fn in_task<T: Send + 'static>(
-    run: futures::future::BoxFuture<'static, Result<T, String>>,
+    start: impl FnOnce() -> futures::future::BoxFuture<'static, Result<T, String>>,
     done: fn(T) -> HandlerOutcome,
 ) -> futures::future::BoxFuture<'static, HandlerOutcome> {
+    let run = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(start)) {
+        Ok(run) => run,
+        Err(panic) => {
+            let why = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic".to_string());
+            return Box::pin(async move {
+                HandlerOutcome::Raised(format!("the tool panicked: {why}").into())
+            });
+        }
+    };
     let task = tokio::spawn(run);
     Box::pin(async move {
         let _abort = AbortOnDrop(task.abort_handle());
