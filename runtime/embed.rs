@@ -96,10 +96,21 @@ impl Runtime {
     }
 
     /// A runtime configured as the `colony` command is (the config file, then the environment),
-    /// doing its waiting on `handle` (a multi-thread runtime).
+    /// doing its waiting on `handle` (a multi-thread runtime). As the command's, the file is
+    /// read again when it changes on disk: a blocked resident tries again once it is fixed, a
+    /// rotated key is taken up (it was read once, and a resident blocked on a key stayed so).
     pub fn from_config(handle: tokio::runtime::Handle) -> Result<Runtime, EmbedError> {
-        let config = Config::load().map_err(|e| EmbedError::Config(e.to_string()))?;
-        Ok(Runtime::with_config(config, handle))
+        Runtime::from_config_file(&crate::config::path(), handle)
+    }
+
+    /// [`Runtime::from_config`] with the config file at `path` (an application's own).
+    pub fn from_config_file(
+        path: &Path,
+        handle: tokio::runtime::Handle,
+    ) -> Result<Runtime, EmbedError> {
+        let core = Core::from_config_file(path, Providers::new(None, None), handle)
+            .map_err(|e| EmbedError::Config(e.to_string()))?;
+        Ok(Runtime::new(core))
     }
 
     /// A runtime with settings built in code.

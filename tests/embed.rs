@@ -413,3 +413,51 @@ async fn a_host_tool_that_panics_at_once_fails_its_call_not_the_resident() {
     program.stop("done");
     program.join().await.unwrap();
 }
+
+/// A runtime configured from a file reads it again when it changes, as `colony run` does: a
+/// resident blocked for want of a provider tries again once the file is fixed. It was read
+/// once, and the resident stayed blocked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_from_a_config_file_takes_up_the_file_fixed() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("served"));
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[use.other]\nmodel = \"x\"\n").unwrap();
+    let runtime = Runtime::from_config_file(&config, tokio::runtime::Handle::current()).unwrap();
+    let (_script_dir, path) = script_file(
+        "ai.spawn{ name = 'clerk', deliver_to = 'host' }\nai.watch{ until_idle = false }\n",
+    );
+    let mut program = runtime.load(&path, vec![]).unwrap();
+    program.opened().await;
+    program
+        .mail(colony::residents::Mail::new("clerk", "desk", "go", 0))
+        .unwrap();
+    async fn next(program: &mut colony::embed::Program) -> colony::residents::Delivery {
+        tokio::time::timeout(std::time::Duration::from_secs(60), program.delivery())
+            .await
+            .expect("a delivery within a minute")
+            .expect("a delivery")
+    }
+    let blocked = next(&mut program).await;
+    assert!(
+        blocked.text.contains("is blocked: config_error"),
+        "{}",
+        blocked.text
+    );
+    std::fs::write(
+        &config,
+        format!(
+            "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\nkey = \"test-key-openai-0123456789\"\nbase_url = \"{}\"\n",
+            fake.base_url("openai")
+        ),
+    )
+    .unwrap();
+    let mut texts = Vec::new();
+    while texts.last().map(String::as_str) != Some("served") {
+        texts.push(next(&mut program).await.text);
+    }
+    assert!(texts[0].contains("again after"), "{texts:?}");
+    program.stop("done");
+    program.join().await.unwrap();
+}
