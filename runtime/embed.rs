@@ -54,7 +54,7 @@ use crate::permissions::Permissions;
 use crate::providers::Providers;
 use crate::providers::replay::{Cassette, Recorder};
 use crate::residents::{
-    Delivery, Lifecycle, Mail, MailError, Observer, ResidentInfo, Route, RouteEvent,
+    Delivered, Delivery, Lifecycle, Mail, MailError, Observer, ResidentInfo, Route, RouteEvent,
 };
 use crate::store::Store;
 use crate::turn::ToolDef;
@@ -346,6 +346,12 @@ impl Program {
     /// conversation, once it is on disk).
     pub fn mail(&self, mail: Mail) -> Result<(), MailError> {
         self.lifecycle().mail(mail)
+    }
+
+    /// [`Program::mail`], saying whether the mail was new or a repeat of an id its recipient
+    /// accepted before ([`Delivered::Repeated`]: acknowledged, and the first is the one served).
+    pub fn mail_once(&self, mail: Mail) -> Result<Delivered, MailError> {
+        self.lifecycle().mail_once(mail)
     }
 
     /// The residents and their state (those waiting for the watch as `pending`).

@@ -306,6 +306,17 @@ pub struct Usage {
 }
 
 impl Usage {
+    /// What was added to `earlier` to make this (each count, never below 0).
+    pub fn since(&self, earlier: &Usage) -> Usage {
+        Usage {
+            input: self.input.saturating_sub(earlier.input),
+            output: self.output.saturating_sub(earlier.output),
+            cache_read: self.cache_read.saturating_sub(earlier.cache_read),
+            cache_write: self.cache_write.saturating_sub(earlier.cache_write),
+            reasoning: self.reasoning.saturating_sub(earlier.reasoning),
+        }
+    }
+
     /// The most tokens one answer is believed to report of each kind: far past any model's
     /// window (a trillion), and small enough that sums over any run stay exact in a `u64` and in
     /// the store's signed 64-bit columns. A provider that reported 2^64 - 1 made the turn's sum

@@ -230,7 +230,6 @@ pub fn commands() -> Vec<(String, String)> {
         .collect()
 }
 
-/// Logging to stderr; `json`: one JSON object a line (`colony serve --log-format json`).
 /// Whether the log is JSON lines (`colony serve --log-format json`).
 static JSON_LOGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -252,6 +251,7 @@ pub fn say_failure(message: &str) {
     }
 }
 
+/// Logging to stderr; `json`: one JSON object a line (`colony serve --log-format json`).
 fn init_logging(json: bool) {
     JSON_LOGS.store(json, std::sync::atomic::Ordering::Relaxed);
     use tracing_subscriber::EnvFilter;

@@ -106,12 +106,12 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     }
     // A store URL of another kind is refused here, as a --cluster URL is: it was found only as
     // the program started, which then failed while the process served on.
-    if let Some(url) = &args.store
+    if let Some(url) = args.store.as_deref().filter(|u| !u.trim().is_empty())
         && !crate::store::postgres::is_postgres(url)
     {
         return Err(Failure::input(format!(
-            "colony serve: --store {} is not a PostgreSQL URL (postgres://USER@HOST:PORT/DATABASE)",
-            crate::store::postgres::redact(url)
+            "colony serve: --store {}",
+            crate::store::postgres::not_postgres(url)
         )));
     }
     let cluster = cluster(&args)?;
@@ -177,9 +177,6 @@ fn tokens(
 }
 
 /// How this node joins a cluster (`--cluster`), if it does.
-const MIN_LEASE: std::time::Duration = std::time::Duration::from_millis(300);
-const MAX_LEASE: std::time::Duration = std::time::Duration::from_secs(600);
-
 fn cluster(args: &Args) -> Result<Option<crate::cluster::ClusterOptions>, Failure> {
     let Some(nats) = &args.cluster else {
         return Ok(None);
@@ -199,14 +196,13 @@ fn cluster(args: &Args) -> Result<Option<crate::cluster::ClusterOptions>, Failur
             "colony serve: --node {node:?} is not a node name (say --node a)"
         )));
     }
-    // At most ten minutes: the lease is how long a node that dies leaves its residents
-    // unserved, and how long its name stays taken (`--lease 300d` held a dead node's name, and
-    // its residents' placement, for 300 days).
+    // At most ten minutes ([`crate::cluster::MAX_LEASE`]): `--lease 300d` held a dead node's
+    // name, and its residents' placement, for 300 days.
     let lease = match &args.lease {
         None => crate::cluster::DEFAULT_LEASE,
         Some(text) => crate::duration::parse(text)
             .ok()
-            .filter(|d| (MIN_LEASE..=MAX_LEASE).contains(d))
+            .filter(|d| (crate::cluster::MIN_LEASE..=crate::cluster::MAX_LEASE).contains(d))
             .ok_or_else(|| {
                 Failure::input(format!(
                     "colony serve: --lease {text:?} is not a duration from 300ms to 10m (say \

@@ -66,8 +66,8 @@ impl Target {
         if let Some(url) = url {
             if !crate::store::postgres::is_postgres(&url) {
                 return Err(Failure::input(format!(
-                    "colony {command}: {} is not a PostgreSQL URL (postgres://USER@HOST:PORT/DATABASE)",
-                    crate::store::postgres::redact(&url)
+                    "colony {command}: {}",
+                    crate::store::postgres::not_postgres(&url)
                 )));
             }
             // A shared database: no lock to take, and it may be read while the program runs.

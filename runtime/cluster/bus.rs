@@ -21,6 +21,8 @@ use crate::residents::{Delivered, Mail, MailError};
 
 /// How long a publish waits for JetStream's acknowledgement.
 const PUBLISH_PATIENCE: Duration = Duration::from_secs(10);
+/// How often the client pings the NATS server.
+const PING_INTERVAL: Duration = Duration::from_secs(5);
 /// How long a delivered mail may go unacknowledged before JetStream delivers it again (its
 /// owner died with it in hand).
 const ACK_WAIT: Duration = Duration::from_secs(10);
@@ -69,6 +71,10 @@ impl Bus {
         };
         let client = options
             .name(format!("colony {program}"))
+            // A server lost without a word (a partition, a machine gone) is noticed within two
+            // pings, not the client's default of minutes: mail meant for it is refused at once
+            // from then on, not handed to the client's buffer.
+            .ping_interval(PING_INTERVAL)
             .event_callback(move |event| {
                 let (told, lost) = (told.clone(), lost.clone());
                 async move {
@@ -153,7 +159,9 @@ impl Bus {
         // Known to be away: refused at once. Handed to the client, the mail waited out the
         // publish's patience, was answered as not accepted, and was sent all the same from
         // the client's buffer once the server was back (served, and served again when its
-        // sender sent it once more without an id).
+        // sender sent it once more without an id). One handed over as the link fails, before
+        // the client knows, may still arrive so: `not_saved` says it may have been kept, as it
+        // does of a store that went away as it saved, and its id makes sending it again safe.
         let state = self.js.client().connection_state();
         if state != async_nats::connection::State::Connected {
             tracing::error!(

@@ -41,6 +41,11 @@ use bus::{Bus, Taken};
 /// How long a lease (and a node's heartbeat) lasts unless renewed: a node that dies is taken
 /// over this long after its last round.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(10);
+/// The shortest lease: renewed every third of it, over a database's round trips.
+pub const MIN_LEASE: Duration = Duration::from_millis(300);
+/// The longest lease: how long a node that dies leaves its residents unserved, and its name
+/// taken (a lease of 300 days held both that long).
+pub const MAX_LEASE: Duration = Duration::from_secs(600);
 
 /// How a node joins a cluster.
 #[derive(Debug, Clone)]
@@ -162,7 +167,7 @@ impl Cluster {
             let _enter = handle.enter();
             futures::executor::block_on(Bus::connect(&options.nats, &stream))
         })?;
-        let ttl = options.lease.max(Duration::from_millis(300));
+        let ttl = options.lease.clamp(MIN_LEASE, MAX_LEASE);
         let instance = instance();
         off_worker(|| take_name(&pg, &options.node, &instance, ttl))?;
         let fenced = Arc::new(FencedStore::new(pg.clone(), &options.node));

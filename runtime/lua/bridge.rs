@@ -512,10 +512,7 @@ fn is_attached(t: &mlua::Table) -> bool {
 fn describe_thrown(lua: &Lua, value: Value) -> String {
     // An error object of the script's own says itself through `__tostring`, as it does when
     // the main chunk raises it (a tool's caller read "a table was thrown: {}").
-    if let Value::Table(_) = &value
-        && let Ok(text) = value.to_string()
-        && !text.starts_with("table: ")
-    {
+    if let Some(text) = super::own_tostring(&value) {
         return text;
     }
     let type_name = value.type_name();

@@ -594,11 +594,10 @@ pub fn describe_error(err: &Value) -> String {
                 // An error object of the script's own says itself through `__tostring`; any
                 // other table is shown as JSON (`nil, { code = 28 }` read "(error table
                 // without a message)").
-                _ => match err.to_string() {
-                    Ok(text) if !text.starts_with("table: ") => text,
-                    _ => serde_json::to_string(err)
-                        .unwrap_or_else(|_| "(error table without a message)".into()),
-                },
+                _ => own_tostring(err).unwrap_or_else(|| {
+                    serde_json::to_string(err)
+                        .unwrap_or_else(|_| "(error table without a message)".into())
+                }),
             }
         }
         Value::Error(e) => cause(e),
@@ -619,7 +618,15 @@ fn bare_table(err: &Value) -> bool {
     };
     t.get::<Option<Value>>("kind").ok().flatten().is_none()
         && t.get::<Option<Value>>("message").ok().flatten().is_none()
-        && err.to_string().is_ok_and(|s| s.starts_with("table: "))
+        && own_tostring(err).is_none()
+}
+
+/// What a table says of itself through its `__tostring`, if it has one.
+fn own_tostring(value: &Value) -> Option<String> {
+    match value {
+        Value::Table(_) => value.to_string().ok().filter(|s| !s.starts_with("table: ")),
+        _ => None,
+    }
 }
 
 /// The innermost message of an error raised through Rust callbacks, without mlua's traceback

@@ -55,9 +55,17 @@ pub fn replace_os_exit(lua: &Lua) -> mlua::Result<()> {
             // Called while the watch runs (from a tool, a source, a callback), it ends the
             // process as a crash would, turns cut mid-step: said, with where (a program run from
             // someone else's file ended without a word, with the status it chose).
+            // (Ended, its turns may still run out the stop's grace.)
             let watching = lua
                 .app_data_ref::<crate::residents::Lifecycle>()
-                .is_some_and(|l| l.watch_state() == crate::residents::Watch::Running);
+                .is_some_and(|l| match l.watch_state() {
+                    crate::residents::Watch::Running => true,
+                    crate::residents::Watch::Ended => l
+                        .residents()
+                        .iter()
+                        .any(|r| r.state == crate::residents::resident::State::Busy),
+                    crate::residents::Watch::NotYet => false,
+                });
             if watching {
                 let at = super::calling_line(lua).unwrap_or_else(|| "the script".into());
                 tracing::warn!(

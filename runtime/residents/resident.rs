@@ -797,7 +797,10 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
             }
             carried.blocked = None;
             carried.budget_resets = None;
-            match unblocked_wait(carried.blocks_in_a_row) {
+            // A changed config (a fix, perhaps) is tried at once; an unblock asked again and
+            // again (`on_blocked` calling `ai.unblock`) waits.
+            let fixed = host.core().refresh_config() != generation;
+            match unblocked_wait(carried.blocks_in_a_row).filter(|_| !fixed) {
                 None => tracing::info!(ai = %me.spec.name, "unblocked: trying again"),
                 Some(wait) => {
                     tracing::warn!(
@@ -806,7 +809,7 @@ pub(crate) async fn live(host: &dyn Host, me: &Resident) -> Exit {
                         wait.as_secs_f64(),
                         carried.blocks_in_a_row
                     );
-                    Box::pin(wait_outage(host, me, tokio::time::Instant::now() + wait)).await;
+                    Box::pin(wait_unblocked_again(host, me, generation, wait)).await;
                     if host.stopping() || me.mailbox.is_closed() {
                         continue;
                     }
@@ -885,6 +888,22 @@ fn unblocked_wait(in_a_row: u32) -> Option<Duration> {
             .saturating_mul(1u32 << doublings.min(16))
             .min(MAX_BACKOFF),
     )
+}
+
+/// [`unblocked_wait`]'s wait: over early if the config changes (a fix is tried at once) or the
+/// program stops.
+async fn wait_unblocked_again(host: &dyn Host, me: &Resident, generation: u64, wait: Duration) {
+    let until = tokio::time::Instant::now() + wait;
+    while tokio::time::Instant::now() < until
+        && !host.stopping()
+        && !me.mailbox.is_closed()
+        && host.core().refresh_config() == generation
+    {
+        tokio::select! {
+            _ = tokio::time::sleep_until(until.min(tokio::time::Instant::now() + CONFIG_POLL)) => {}
+            _ = me.mailbox.notified() => {}
+        }
+    }
 }
 
 /// Blocked: mail arriving meanwhile is kept; only a change of settings (or the budget's reset,

@@ -490,15 +490,17 @@ pub async fn restart(State(s): Svc, Path(p): Path<String>) -> Response {
     match restarted {
         Ok((slot, Ok(true))) => Json(slot.view()).into_response(),
         // Stopped, and its start failed: a 200 told `curl -f` and scripts it had worked.
-        Ok((slot, Ok(false))) => {
-            let view = slot.view();
-            let why = view["error"].as_str().unwrap_or("see the log").to_string();
-            refuse(
-                StatusCode::INTERNAL_SERVER_ERROR,
-                "start_failed",
-                &format!("program {p:?} did not start: {why}"),
-            )
-        }
+        // One that starts again by itself (its state directory held, its store away) is told
+        // as mail to it is: 503 and when.
+        Ok((slot, Ok(false))) if slot.starts_again_in().is_some() => not_running(&slot, &p),
+        Ok((slot, Ok(false))) => refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "start_failed",
+            &format!(
+                "program {p:?} did not start: {}",
+                slot.error().unwrap_or_else(|| "see the log".into())
+            ),
+        ),
         Ok((_, Err(e))) => refuse(
             StatusCode::UNPROCESSABLE_ENTITY,
             "does_not_load",
@@ -619,9 +621,9 @@ pub(super) fn not_running(slot: &Slot, p: &str) -> Response {
         // looking at a database while another process held the state directory.
         Some(wait) => {
             let secs = wait.as_secs().max(1);
-            let why = slot.view()["error"]
-                .as_str()
-                .map_or_else(|| "its start failed".to_string(), str::to_string);
+            let why = slot
+                .error()
+                .unwrap_or_else(|| "its start failed".to_string());
             let mut r = refuse(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "not_running",

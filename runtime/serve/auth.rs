@@ -362,8 +362,6 @@ pub async fn check(State(guard): State<Guard>, mut request: Request, next: Next)
     next.run(request).await
 }
 
-/// Whether a request presents a token at all (a header, or the page's cookie), right or
-/// wrong: a wrong one is told so, not that one is missing.
 /// Whether the request's `Authorization` is of another scheme than `Bearer` (`Basic`, say),
 /// and no token cookie came with it.
 fn other_scheme(headers: &HeaderMap) -> bool {
@@ -373,18 +371,23 @@ fn other_scheme(headers: &HeaderMap) -> bool {
     let bearer = value
         .to_str()
         .ok()
-        .and_then(|v| v.trim_start().get(..7))
-        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("bearer "));
-    !bearer && !headers.contains_key(header::COOKIE)
+        .and_then(|v| v.split_whitespace().next())
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("bearer"));
+    !bearer && !has_token_cookie(headers)
 }
 
+fn has_token_cookie(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.split(';').any(|c| c.trim().starts_with("colony_token=")))
+}
+
+/// Whether a request presents a token at all (a header, or the page's cookie), right or
+/// wrong: a wrong one is told so, not that one is missing.
 pub fn carries_a_token(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::AUTHORIZATION)
-        || headers
-            .get_all(header::COOKIE)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .any(|v| v.split(';').any(|c| c.trim().starts_with("colony_token=")))
+    headers.contains_key(header::AUTHORIZATION) || has_token_cookie(headers)
 }
 
 /// The middleware in front of everything: a foreign `Origin` is refused even where no token is

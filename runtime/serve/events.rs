@@ -212,7 +212,10 @@ async fn feed(events: Arc<Events>, after: Option<u64>, tx: tokio::sync::mpsc::Se
             }
         }
         loop {
+            // What was published before the close is sent first: a drain's last events (the
+            // turns it cut) were lost to the close, at random.
             let e = tokio::select! {
+                biased;
                 e = rx.recv() => e,
                 _ = tx.closed() => return,
                 _ = events.closed.cancelled() => return,

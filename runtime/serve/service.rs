@@ -599,6 +599,7 @@ impl Service {
                     .publish("program_kept", json!({ "program": slot.name, "error": e }));
                 return Err(e);
             }
+            slot.lock().file_error = None;
         }
         Ok(self.restart(slot).await)
     }
@@ -734,6 +735,7 @@ impl Service {
                     done.kept += 1;
                     continue;
                 }
+                slot.lock().file_error = None;
                 tracing::info!(program = %slot.name, "its file changed: restarting");
                 done.count_start(self.restart(&slot).await, false);
             } else if failed {
@@ -878,12 +880,17 @@ impl Slot {
             .map(|at| at.saturating_duration_since(std::time::Instant::now()))
     }
 
-    /// The program as the API shows it.
+    /// Why its last start failed, or its run did, if it did.
+    pub fn error(&self) -> Option<String> {
+        self.lock().error.clone()
+    }
+
     /// Where it is in its life, without the rest of [`Slot::view`] (which lists its residents).
     pub fn phase(&self) -> Phase {
         self.lock().phase.clone()
     }
 
+    /// The program as the API shows it.
     pub fn view(&self) -> Value {
         let (phase, error, reason, hosted, runs, file_error) = {
             let now = self.lock();

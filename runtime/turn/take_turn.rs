@@ -166,15 +166,20 @@ async fn run(
         };
         if spec.compaction.enabled && window.would_overflow(&spec.compaction, estimated) {
             // Boxed: a compaction is rare, and inline its future would be part of every turn's.
-            match Box::pin(compaction::compact(
+            let before = out.usage;
+            let compacted = Box::pin(compaction::compact(
                 core,
                 stack,
                 &spec,
                 &req,
                 &mut out.usage,
             ))
-            .await
-            {
+            .await;
+            // Its summary call spent too, cut turn or not.
+            if let Some(h) = &spec.hooks {
+                h.spent(&out.usage.since(&before));
+            }
+            match compacted {
                 Ok(messages) => {
                     // The latest request's files (or the last round's) inline; the earlier
                     // ones the compaction kept are reference lines.

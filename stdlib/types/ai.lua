@@ -63,7 +63,7 @@ ai = {}
 ---@field provider? string `anthropic`, `openai`, `groq`, `ollama`, `kimi`, `gemini`, `replay`
 ---@field model? string
 ---@field key? string the API key (prefer the environment or the config's key_env)
----@field base_url? string any OpenAI-compatible endpoint works with provider `openai`
+---@field base_url? string any OpenAI-compatible endpoint works with provider `openai`; set by the script, it is the script reaching that host (under --sandbox and in colony serve it needs --allow-net for it)
 ---@field timeout? number seconds (default 600; at most 31536000, a year: `math.huge` or a negative value raises an error)
 ---@field max_tokens? integer Anthropic requires one: 4096 when unset
 ---@field temperature? number
@@ -125,7 +125,7 @@ ai.askSimple = ai.ask_simple
 function ai.providers() end
 
 --- The model ids an account can reach, asked over the network.
----@param opts string|{ provider: string, key?: string, base_url?: string, use?: string }
+---@param opts string|{ provider: string, key?: string, base_url?: string, use?: string } a base_url needs --allow-net for its host under --sandbox
 ---@return string[]? models, ai.Error? err
 function ai.models(opts) end
 

@@ -36,13 +36,20 @@ pub fn is_postgres(url: &str) -> bool {
     lower.starts_with("postgres://") || lower.starts_with("postgresql://")
 }
 
+/// `URL is not a PostgreSQL URL (...)`, the URL shown without its password: said alike by
+/// every place that takes one (`--store`, `[store] url`, the store's own opening).
+pub fn not_postgres(url: &str) -> String {
+    format!(
+        "{} is not a PostgreSQL URL (postgres://USER@HOST:PORT/DATABASE)",
+        redact(url)
+    )
+}
+
 /// The client's configuration for `url`, with a connect timeout when it sets none.
 pub(super) fn config(url: &str, schema: Option<&str>) -> StoreResult<tokio_postgres::Config> {
     let shown = redact(url);
     if !is_postgres(url) {
-        return Err(StoreError::Value(format!(
-            "{shown} is not a PostgreSQL URL (postgres://USER@HOST:PORT/DATABASE)"
-        )));
+        return Err(StoreError::Value(not_postgres(url)));
     }
     let mut config = tokio_postgres::Config::from_str(url.trim()).map_err(|e| {
         StoreError::Value(format!(

@@ -31,7 +31,7 @@ use serde_json::Value;
 use tokio_postgres::NoTls;
 use tokio_postgres::types::ToSql;
 
-pub use address::{is_postgres, redact, schema_for};
+pub use address::{is_postgres, not_postgres, redact, schema_for};
 pub use leases::{Fence, FencedStore, Lease};
 pub use schema::SCHEMA_VERSION;
 
