@@ -395,6 +395,17 @@ impl Config {
                 crate::store::postgres::redact(url)
             ));
         }
+        for (name, server) in &self.mcp {
+            if let Some(problem) = crate::mcp::naming::server_name_problem(name) {
+                problems.push(format!("[mcp.{name}]: not a server name: {problem}"));
+            }
+            for field in server.unknown.keys() {
+                problems.push(format!(
+                    "[mcp.{name}] {field}: unknown field (fields: {})",
+                    crate::mcp::spec::SERVER_FIELDS.join(", ")
+                ));
+            }
+        }
         if let Some(keep) = self.store.as_ref().and_then(|s| s.keep_audit.as_deref()) {
             match keep_duration(keep) {
                 Err(e) => problems.push(format!("[store] keep_audit: {e}")),
@@ -1102,5 +1113,34 @@ mod tests {
         std::fs::write(&p, "[use.chat]\nprovder = \"x\"\n").unwrap();
         let e = Config::load_from(&p).unwrap_err().to_string();
         assert!(e.contains("provder"), "{e}");
+    }
+
+    /// An `[mcp.NAME]` table's misspelt field and a name its tools could not be told apart by
+    /// are named with the file and the table: `comand` read as "needs a url or a command" at
+    /// the server's first use, `timeout` was dropped, and `a__b` was taken.
+    #[test]
+    fn an_mcp_servers_unknown_field_and_bad_name_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        std::fs::write(
+            &p,
+            "[mcp.x]\ncomand = \"srv\"\ntimeout = 5\n[mcp.a__b]\ncommand = \"srv\"\n\
+             [mcp.ok]\ncommand = \"srv\"\nargs = [\"-v\"]\nenv = { A = \"1\" }\n",
+        )
+        .unwrap();
+        let e = Config::load_from(&p).unwrap_err().to_string();
+        assert!(e.contains("c.toml"), "{e}");
+        assert!(e.contains("3 problems"), "{e}");
+        assert!(
+            e.contains("[mcp.x] comand: unknown field (fields: url,"),
+            "{e}"
+        );
+        assert!(e.contains("[mcp.x] timeout: unknown field"), "{e}");
+        assert!(e.contains("[mcp.a__b]: not a server name"), "{e}");
+        // A good table saves without the field set it was read with.
+        std::fs::write(&p, "[mcp.ok]\ncommand = \"srv\"\n").unwrap();
+        let c = Config::load_from(&p).unwrap();
+        c.save_to(&p).unwrap();
+        assert_eq!(Config::load_from(&p).unwrap(), c);
     }
 }

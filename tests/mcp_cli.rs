@@ -259,6 +259,23 @@ fn add_list_test_del_and_import() {
         assert_eq!(run.code, 2, "{args:?}\n{}", run.stderr);
         assert!(run.stderr.contains(says), "{args:?}\n{}", run.stderr);
     }
+    // Imported again: a server of that name is said to be replaced, with what it was, and
+    // `${VAR}` placeholders are said to be passed on as written.
+    let again = sb.write(
+        "mcp.json",
+        r#"{"mcpServers": {"fs": {"command": "srv", "env": {"T": "${MY_TOKEN}"}}}}"#,
+    );
+    let import = sb
+        .colony(&["mcp", "import", &again.display().to_string()])
+        .ok();
+    assert_eq!(
+        import.lines(),
+        [
+            "imported fs (replaces npx -y @modelcontextprotocol/server-filesystem /tmp); it \
+             holds ${MY_TOKEN}, which colony passes on as written, not filled in from the \
+             environment: put the values in with `colony mcp add`"
+        ]
+    );
     let bad = sb.write("bad.json", r#"{"servers": {}}"#);
     let failed = sb
         .colony(&["mcp", "import", &bad.display().to_string()])

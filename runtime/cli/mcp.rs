@@ -318,12 +318,29 @@ pub async fn run(args: Args) -> Result<(), Failure> {
                     ));
                     continue;
                 }
-                said.push(if usable == name {
+                let placeholders = crate::mcp::spec::placeholders(&config);
+                let mut line = if usable == name {
                     format!("imported {name}")
                 } else {
                     format!("imported {name:?} as {usable} (its tools: {usable}__TOOL)")
-                });
-                cfg.mcp.insert(usable, config);
+                };
+                // One of that name is replaced, and said with what it was (import replaced it,
+                // its env and all, without a word).
+                if let Some(old) = cfg
+                    .mcp
+                    .insert(usable.clone(), config)
+                    .and_then(|old| old.into_spec(&usable).ok())
+                {
+                    line.push_str(&format!(" (replaces {})", old.describe()));
+                }
+                if !placeholders.is_empty() {
+                    line.push_str(&format!(
+                        "; it holds {}, which colony passes on as written, not filled in from \
+                         the environment: put the values in with `colony mcp add`",
+                        placeholders.join(", ")
+                    ));
+                }
+                said.push(line);
             }
             save(&cfg)?;
             for line in said {

@@ -80,7 +80,26 @@ pub struct ServerConfig {
     /// imported entry round-trips, and used only to refuse the old SSE transport.
     #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
+    /// Fields it does not have (`comand`, `timeout`), read to be named: a config's were dropped
+    /// without a word. An imported file's are left behind (Claude's `disabled` and the like).
+    #[serde(flatten, default, skip_serializing)]
+    pub unknown: BTreeMap<String, serde::de::IgnoredAny>,
 }
+
+/// The fields of an `[mcp.NAME]` table.
+pub const SERVER_FIELDS: &[&str] = &[
+    "url",
+    "headers",
+    "command",
+    "args",
+    "env",
+    "cwd",
+    "roots",
+    "auth",
+    "resources",
+    "sampling",
+    "type",
+];
 
 impl ServerConfig {
     pub fn into_spec(self, name: &str) -> Result<ServerSpec, McpError> {
@@ -199,14 +218,50 @@ pub fn import_mcp_servers(text: &str) -> Result<BTreeMap<String, ServerConfig>, 
         ));
     };
     let mut out = BTreeMap::new();
+    // Every entry is checked before anything is written, and every problem named: only the
+    // first was, and each fix met the next one.
+    let mut problems = Vec::new();
     for (name, entry) in servers {
-        let config: ServerConfig = serde_json::from_value(entry.clone())
-            .map_err(|e| McpError::Config(format!("server {name}: {e}")))?;
-        // Checked now, so a bad entry is refused before anything is written.
-        config.clone().into_spec(name)?;
-        out.insert(name.clone(), config);
+        let config: ServerConfig = match serde_json::from_value(entry.clone()) {
+            Ok(c) => c,
+            Err(e) => {
+                problems.push(format!("server {name}: {e}"));
+                continue;
+            }
+        };
+        match config.clone().into_spec(name) {
+            Ok(_) => {
+                out.insert(name.clone(), config);
+            }
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(McpError::Config(format!(
+            "nothing was imported: {}",
+            problems.join("; ")
+        )));
     }
     Ok(out)
+}
+
+/// The `${VAR}` placeholders an imported entry holds (in its command, arguments, environment,
+/// URL or headers), which colony passes on as written: a `.mcp.json` keeps its secrets out
+/// that way, and the server got the placeholder's text for its key.
+pub fn placeholders(config: &ServerConfig) -> Vec<String> {
+    let json = serde_json::to_string(config).unwrap_or_default();
+    let mut found = Vec::new();
+    let mut rest = json.as_str();
+    while let Some(at) = rest.find("${") {
+        let tail = &rest[at..];
+        let end = tail.find('}').map_or(tail.len(), |e| e + 1);
+        let name = tail[..end].to_string();
+        if !found.contains(&name) {
+            found.push(name);
+        }
+        rest = &tail[end..];
+    }
+    found
 }
 
 #[cfg(test)]
@@ -235,5 +290,39 @@ mod tests {
         .unwrap_err();
         assert!(e.to_string().contains("old HTTP+SSE"), "{e}");
         assert!(import_mcp_servers("{}").is_err());
+    }
+
+    /// A file with several entries colony cannot take names each, and imports none: only the
+    /// first was named, and each run met the next.
+    #[test]
+    fn every_entry_that_cannot_be_imported_is_named() {
+        let e = import_mcp_servers(
+            r#"{"mcpServers": {
+                "good": {"command": "srv"},
+                "old": {"type": "sse", "url": "http://x/sse"},
+                "nocmd": {"env": {"A": "1"}}
+            }}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("nothing was imported"), "{e}");
+        assert!(e.contains("old HTTP+SSE"), "{e}");
+        assert!(e.contains("nocmd"), "{e}");
+    }
+
+    /// `${VAR}` placeholders are found wherever an entry holds them, each named once.
+    #[test]
+    fn placeholders_are_found_in_env_headers_and_urls() {
+        let servers = import_mcp_servers(
+            r#"{"mcpServers": {
+                "a": {"command": "srv", "env": {"T": "${MY_TOKEN}", "U": "${MY_TOKEN}"}},
+                "b": {"url": "http://h/mcp", "headers": {"Authorization": "Bearer ${API_KEY}"}},
+                "c": {"command": "srv", "args": ["--plain"]}
+            }}"#,
+        )
+        .unwrap();
+        assert_eq!(placeholders(&servers["a"]), ["${MY_TOKEN}"]);
+        assert_eq!(placeholders(&servers["b"]), ["${API_KEY}"]);
+        assert!(placeholders(&servers["c"]).is_empty());
     }
 }
