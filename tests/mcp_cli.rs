@@ -287,6 +287,36 @@ fn add_list_test_del_and_import() {
     );
 }
 
+/// A config whose `[mcp.NAME]` table has a field it does not have is mended with `colony mcp
+/// del`, which reads it without judging it; `colony mcp add` does not write it while the
+/// problem stays (writing would drop the misspelt field), and says so.
+#[test]
+fn a_bad_mcp_table_is_named_and_can_be_deleted() {
+    let sb = Sandbox::new();
+    sb.write(
+        "config.toml",
+        "[mcp.x]\ncomand = \"srv\"\n[mcp.ok]\ncommand = \"srv\"\n",
+    );
+    let listed = sb.colony(&["mcp", "list"]).failed();
+    assert!(
+        listed.stderr.contains("[mcp.x] comand: unknown field"),
+        "{}",
+        listed.stderr
+    );
+    let added = sb.colony(&["mcp", "add", "y", "--", "srv2"]);
+    assert_eq!(added.code, 2, "{}", added.stderr);
+    assert!(
+        added
+            .stderr
+            .contains("is not written, as it would still hold: [mcp.x] comand"),
+        "{}",
+        added.stderr
+    );
+    sb.colony(&["mcp", "del", "x"]).ok();
+    let listed = sb.colony(&["mcp", "list"]).ok();
+    assert_eq!(listed.lines(), ["ok\tstdio\tsrv"]);
+}
+
 #[test]
 fn the_time_server_from_lua() {
     let sb = Sandbox::new();

@@ -86,15 +86,31 @@ fn load() -> Result<Config, Failure> {
 }
 
 /// [`load`] to change it: the file stays locked until the returned lock is dropped, after
-/// [`save`].
+/// [`save`]. Read without judging its values, so that `colony mcp del` can mend the very table
+/// that keeps the file from loading; [`save`] judges the result.
 fn load_to_change() -> Result<(Config, crate::config::EditLock), Failure> {
-    let lock = crate::config::EditLock::take(&crate::config::path())
+    let path = crate::config::path();
+    let lock = crate::config::EditLock::take(&path)
         .map_err(|e| Failure::run(format!("colony mcp: {e}")))?;
-    Ok((load()?, lock))
+    let cfg =
+        Config::read_unchecked(&path).map_err(|e| Failure::input(format!("colony mcp: {e}")))?;
+    Ok((cfg, lock))
 }
 
+/// Writes `cfg` if it holds no problem: one it kept (a misspelt field of another table, which
+/// writing would drop) is named for the user to mend first.
 fn save(cfg: &Config) -> Result<(), Failure> {
-    cfg.save_to(&crate::config::path())
+    let path = crate::config::path();
+    let problems = cfg.problems();
+    if !problems.is_empty() {
+        return Err(Failure::input(format!(
+            "colony mcp: {} is not written, as it would still hold: {} (mend it, or `colony mcp \
+             del NAME` the table)",
+            path.display(),
+            problems.join("; ")
+        )));
+    }
+    cfg.save_to(&path)
         .map_err(|e| Failure::run(format!("colony mcp: {e}")))
 }
 
