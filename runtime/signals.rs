@@ -131,3 +131,23 @@ pub async fn term_or_hangup() -> Option<&'static str> {
         _ = hup.recv() => "SIGHUP",
     })
 }
+
+/// The status the process ends with, once a command ending on a signal said so ([`end_with`]).
+static ENDING_WITH: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// The process is ending on a signal, with `status` (130, 143): from now on no model call is
+/// sent ([`crate::providers::Providers::call`]), and a script's `os.exit` ends it with this
+/// status. `colony ask` ends its MCP servers before it exits; the call a turn waited on failed at
+/// once, and the turn sent its next (paid) model call, printed its answer, and the script's
+/// `os.exit(1)` beat the signal's status.
+pub fn end_with(status: i32) {
+    ENDING_WITH.store(status, std::sync::atomic::Ordering::Release);
+}
+
+/// The status [`end_with`] set, if the process is ending so.
+pub fn ending_with() -> Option<i32> {
+    match ENDING_WITH.load(std::sync::atomic::Ordering::Acquire) {
+        0 => None,
+        status => Some(status),
+    }
+}

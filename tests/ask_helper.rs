@@ -235,3 +235,69 @@ fn ctrl_c_while_the_answer_is_awaited_ends_with_130() {
         "{stderr}"
     );
 }
+
+/// An MCP server for [`ctrl_c_during_a_tool_call_sends_no_more_model_calls`]: one tool, `wait`,
+/// whose call is never answered; the call's start is marked in the file its argument names.
+/// At SIGTERM it closes its stdout (the call fails at once) and lingers until it is killed,
+/// two seconds later: the time a turn had to send its next model call before the exit.
+const NEVER_ANSWERS: &str = r#"
+import json, os, signal, sys, time
+mark = sys.argv[1]
+def linger(*_):
+    os.close(1)
+    time.sleep(60)
+signal.signal(signal.SIGTERM, linger)
+for line in sys.stdin:
+    msg = json.loads(line)
+    method, mid = msg.get("method"), msg.get("id")
+    if method == "initialize":
+        result = {"protocolVersion": msg["params"]["protocolVersion"],
+                  "capabilities": {"tools": {}}, "serverInfo": {"name": "hang", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "wait", "description": "Waits",
+                             "inputSchema": {"type": "object", "properties": {}}}]}
+    elif method == "tools/call":
+        open(mark, "w").close()
+        continue
+    elif mid is not None:
+        result = {}
+    else:
+        continue
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": mid, "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+
+/// Ctrl-C while a cached MCP tool's call is awaited ends `colony ask` without another model
+/// call: ending the servers failed the call at once, and the turn sent its next (paid) model
+/// call, and printed its answer, in the moment before the exit.
+#[test]
+fn ctrl_c_during_a_tool_call_sends_no_more_model_calls() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "hang__wait", serde_json::json!({})));
+    fake.set_default(Reply::text("a late answer"));
+    let sb = support::styled(&fake, "openai");
+    let server = sb.write("hang.py", NEVER_ANSWERS);
+    let mark = sb.path("called");
+    sb.colony(&[
+        "mcp",
+        "add",
+        "hang",
+        "--",
+        "python3",
+        &server.display().to_string(),
+        &mark.display().to_string(),
+    ])
+    .ok();
+    sb.colony(&["tools", "refresh"]).ok();
+    let child = sb.spawn(&["ask", QUESTION]);
+    support::serve::eventually("the tool was never called", || mark.exists());
+    support::signal(child.id(), "INT");
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(130), "{stderr}");
+    assert_eq!(fake.calls(), 1, "{stderr}");
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains("a late answer"),
+        "{stderr}"
+    );
+}

@@ -52,7 +52,7 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         listen()
     };
     let _signals = listening.map(|signals| handle.spawn(end_on_signal(signals)));
-    crate::lua::run_source(
+    let ran = crate::lua::run_source(
         core,
         "scripts/ask.lua",
         crate::shipped::script("ask")
@@ -61,8 +61,15 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
             .as_bytes()
             .to_vec(),
         script_args,
-    )
-    .map_err(|e| Failure::run(e.0))
+    );
+    // Ending on a signal: the script's end (its call refused, or cut) is not the command's,
+    // which exits with the signal's status once its servers are ended.
+    if crate::signals::ending_with().is_some() {
+        loop {
+            std::thread::park();
+        }
+    }
+    ran.map_err(|e| Failure::run(e.0))
 }
 
 type Signals = (crate::signals::Sigint, tokio::signal::unix::Signal);
@@ -83,6 +90,9 @@ async fn end_on_signal((mut int, mut term): Signals) {
     };
     super::terminal::restore();
     eprintln!("colony ask: interrupted ({name})");
+    // Before the servers end: the call a turn waits on then fails at once, and the turn would
+    // send its next model call (paid, its answer printed) before the exit.
+    crate::signals::end_with(code);
     tokio::task::spawn_blocking(move || {
         crate::mcp::server_group::end_all();
         std::process::exit(code)

@@ -76,7 +76,8 @@ pub fn replace_os_exit(lua: &Lua) -> mlua::Result<()> {
             use std::io::Write;
             let _ = std::io::stdout().flush();
             crate::mcp::server_group::end_all();
-            std::process::exit(code)
+            // Ending on a signal (`colony ask`'s): the signal's status, not the script's.
+            std::process::exit(crate::signals::ending_with().unwrap_or(code))
         })?,
     )
 }

@@ -441,6 +441,11 @@ impl Providers {
         ep: &Endpoint,
         on_text: Option<&mut (dyn FnMut(&str) + Send)>,
     ) -> Result<Inferred, ProviderError> {
+        if crate::signals::ending_with().is_some() {
+            return Err(ProviderError::Fetch(
+                "not sent: the process is ending".into(),
+            ));
+        }
         if let Some(cassette) = &self.replay {
             return cassette.answer(req, on_text);
         }
