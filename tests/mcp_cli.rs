@@ -259,6 +259,21 @@ fn add_list_test_del_and_import() {
         assert_eq!(run.code, 2, "{args:?}\n{}", run.stderr);
         assert!(run.stderr.contains(says), "{args:?}\n{}", run.stderr);
     }
+    // A key in a URL's query is not printed (it was, whole, by add and list).
+    let added = sb
+        .colony(&[
+            "mcp",
+            "add",
+            "keyed",
+            "http://127.0.0.1:9/mcp?api_key=s3cret-q-key",
+        ])
+        .ok();
+    let listed = sb.colony(&["mcp", "list"]).ok();
+    for out in [&added.stdout, &listed.stdout] {
+        assert!(out.contains("api_key=[redacted]"), "{out}");
+        assert!(!out.contains("s3cret-q-key"), "{out}");
+    }
+    sb.colony(&["mcp", "del", "keyed"]).ok();
     // Imported again: a server of that name is said to be replaced, with what it was, and
     // `${VAR}` placeholders are said to be passed on as written.
     let again = sb.write(

@@ -183,15 +183,18 @@ impl ServerSpec {
     }
 
     /// A one-line description for listings: the URL, or the command line.
+    /// The server as a person reads it (its URL, or its command line), credentials left out: a
+    /// key in a URL's query (`?api_key=...`) was printed whole by `colony mcp add` and `list`.
     pub fn describe(&self) -> String {
-        match &self.transport {
+        let shown = match &self.transport {
             Transport::Http { url, .. } => url.clone(),
             Transport::Stdio { command, args, .. } => std::iter::once(command.as_str())
                 .chain(args.iter().map(String::as_str))
                 .collect::<Vec<_>>()
                 .join(" "),
             Transport::Unavailable { reason } => reason.clone(),
-        }
+        };
+        crate::secrets::redact(&shown)
     }
 }
 
