@@ -111,10 +111,14 @@ fn add_list_test_del_and_import() {
                print("tools", #assert(mcp.tools(conn)))
                mcp.close(conn)
                local none, err = mcp.connect_named("nope")
-               print("nope", none, err.kind)"#,
+               print("nope", none, err.kind)
+               print(pcall(mcp.connect, "time"))"#,
             &[],
         )
         .ok();
+    // A configured name given to mcp.connect points at mcp.connect_named (it said "server
+    // mcp: time is not a URL: relative URL without a base").
+    let script = sb.path("script.lua").display().to_string();
     assert_eq!(
         lua.lines(),
         [
@@ -122,6 +126,10 @@ fn add_list_test_del_and_import() {
             format!("time\t{time}\t2"),
             "tools\t2".to_string(),
             "nope\tnil\tconfig".to_string(),
+            format!(
+                "false\t{script}:7: mcp.connect: \"time\" is a configured server's name, not a \
+                 URL: mcp.connect_named(\"time\") connects to it"
+            ),
         ]
     );
 

@@ -267,6 +267,14 @@ fn connect_spec(lua: &Lua, target: Value, opts: Option<Table>) -> mlua::Result<S
     match target {
         Value::String(url) => {
             let url = url.to_string_lossy();
+            // A configured server's name given for a URL: said so, with the call that takes a
+            // name (it read "server mcp: time is not a URL: relative URL without a base").
+            if !url.contains("://") && super::ai::core(lua).config().mcp.contains_key(&url) {
+                return Err(misuse(format!(
+                    "{who}: {url:?} is a configured server's name, not a URL: \
+                     mcp.connect_named({url:?}) connects to it"
+                )));
+            }
             let spec = lua.create_table()?;
             if let Some(o) = &opts {
                 check_fields(
