@@ -1101,7 +1101,7 @@ fn a_server_that_exits_with_a_child_holding_its_stdout_is_noticed() {
         &sb,
         r#"[{"name": "pid", "inputSchema": {"type": "object"}},
             {"name": "die", "inputSchema": {"type": "object"}}]"#,
-        r#"(__import__("subprocess").Popen(["sleep", "600"]), __import__("os")._exit(1)) if m["params"]["name"] == "die" else {"content": [{"type": "text", "text": str(__import__("os").getpid())}]}"#,
+        r#"(__import__("subprocess").Popen(["sleep", "600"]), print("FATAL: the database is locked", file=sys.stderr, flush=True), __import__("os")._exit(1)) if m["params"]["name"] == "die" else {"content": [{"type": "text", "text": str(__import__("os").getpid())}]}"#,
     );
     let run = sb
         .lua(
@@ -1110,6 +1110,7 @@ fn a_server_that_exits_with_a_child_holding_its_stdout_is_noticed() {
 local before = mcp.call{{ conn = c, name = "pid" }}
 local r, err = mcp.call{{ conn = c, name = "die", timeout = 100 }}
 print(r, err and err.kind)
+print(err and err.message)
 local after = assert(mcp.call{{ conn = c, name = "pid" }})
 print(before ~= after)"#,
                 server.display().to_string()
@@ -1117,7 +1118,17 @@ print(before ~= after)"#,
             &["--max-time", "200"],
         )
         .ok();
-    assert_eq!(run.lines(), ["nil\tclosed", "true"], "{}", run.stderr);
+    let lines = run.lines();
+    assert_eq!(lines[0], "nil\tclosed", "{}", run.stderr);
+    assert_eq!(lines[2], "true", "{}", run.stderr);
+    // Which call it failed, and what the server said last: it was "the connection closed:
+    // Transport closed", its stderr in the log alone.
+    assert!(
+        lines[1].contains("while calling die")
+            && lines[1].contains("FATAL: the database is locked"),
+        "{}",
+        lines[1]
+    );
 }
 
 /// Calls that a server's death fails together reset the connection once, and say so once: each

@@ -57,6 +57,8 @@ struct Live {
     version: String,
     /// A stdio server's processes, ended when the session is (after `service`, dropped first).
     group: Option<ServerGroup>,
+    /// A stdio server's last stderr lines, read for as long as it runs.
+    stderr: Option<StderrTail>,
 }
 
 /// A server we talk to. Cheap to share (`Arc`); calls run concurrently on one session. The
@@ -73,6 +75,8 @@ pub struct Connection {
     reading: super::child::Reading,
     /// Sessions opened so far.
     sessions: AtomicUsize,
+    /// The live session's stderr (a stdio server's): what a server that dies mid-call said.
+    stderr: std::sync::Mutex<Option<StderrTail>>,
 }
 
 /// A server's tool as listed: its own name and the JSON it was listed with.
@@ -93,6 +97,7 @@ impl Connection {
             closed: std::sync::atomic::AtomicBool::new(false),
             reading: super::child::Reading::default(),
             sessions: AtomicUsize::new(0),
+            stderr: std::sync::Mutex::new(None),
         })
     }
 
@@ -162,6 +167,7 @@ impl Connection {
         fresh.generation = self.sessions.fetch_add(1, Ordering::SeqCst) as u64 + 1;
         let peer = fresh.service.peer().clone();
         let generation = fresh.generation;
+        *self.stderr.lock().unwrap_or_else(|e| e.into_inner()) = fresh.stderr.clone();
         *live = Some(fresh);
         Ok((peer, generation))
     }
@@ -393,7 +399,22 @@ impl Connection {
                     self.reset().await;
                 }
                 Err(f) => {
-                    let e = f.into_error();
+                    let mut e = f.into_error();
+                    // A server that died mid-call: said with the tool and what it said last
+                    // (its stderr was in the log only: "the connection closed: Transport
+                    // closed" named neither).
+                    if let McpError::Closed { message, .. } = &mut e {
+                        let tail = self
+                            .stderr
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .clone();
+                        let cause = format!("{message}, while calling {tool}");
+                        *message = match tail {
+                            Some(tail) => tail.explain(cause).await,
+                            None => cause,
+                        };
+                    }
                     // A child that died: reported now (by the first call it failed), restarted
                     // on next use.
                     if matches!(e, McpError::Closed { .. }) && self.reset_from(generation).await {
@@ -572,6 +593,7 @@ async fn connect(spec: &ServerSpec, reading: &super::child::Reading) -> Result<L
     }
     // Held from the start: a failed handshake ends the server's processes too.
     let mut group = None;
+    let mut tail = None;
     let service = match &spec.transport {
         Transport::Unavailable { reason } => return Err(McpError::Config(reason.clone())),
         Transport::Http { url, headers } => {
@@ -670,6 +692,7 @@ async fn connect(spec: &ServerSpec, reading: &super::child::Reading) -> Result<L
             .map_err(|e| failed(format!("cannot start {command}: {e}")))?;
             group = transport.id().and_then(ServerGroup::started);
             let said = StderrTail::default();
+            tail = Some(said.clone());
             if let Some(stderr) = stderr {
                 let server = spec.name.clone();
                 let said = said.clone();
@@ -693,6 +716,7 @@ async fn connect(spec: &ServerSpec, reading: &super::child::Reading) -> Result<L
     };
     let mut live = checked(spec, service).await?;
     live.group = group;
+    live.stderr = tail;
     Ok(live)
 }
 
@@ -779,6 +803,7 @@ async fn checked(spec: &ServerSpec, service: Service) -> Result<Live, McpError> 
         generation: 0,
         version,
         group: None,
+        stderr: None,
     })
 }
 
