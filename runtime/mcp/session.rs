@@ -403,6 +403,10 @@ impl Connection {
                     // A server that died mid-call: said with the tool and what it said last
                     // (its stderr was in the log only: "the connection closed: Transport
                     // closed" named neither).
+                    // A session colony cut itself (a message past its limit) says only that.
+                    let cut = (self.reading.lock().unwrap_or_else(|e| e.into_inner()))
+                        .cut
+                        .is_some();
                     if let McpError::Closed { message, .. } = &mut e {
                         let tail = self
                             .stderr
@@ -410,8 +414,8 @@ impl Connection {
                             .unwrap_or_else(|e| e.into_inner())
                             .clone();
                         let cause = format!("{message}, while calling {tool}");
-                        *message = match tail {
-                            Some(tail) => tail.explain(cause).await,
+                        *message = match tail.filter(|_| !cut) {
+                            Some(tail) => tail.said_after(cause).await,
                             None => cause,
                         };
                     }
@@ -756,21 +760,34 @@ impl StderrTail {
         self.ended.send_replace(true);
     }
 
-    /// `cause` with what the server said: once its stderr has ended (it exited), or a moment
-    /// later if it has not.
-    async fn explain(&self, cause: String) -> String {
+    /// The lines kept, once its stderr has ended (it exited) or a moment later if it has not;
+    /// and whether it ended.
+    async fn last_lines(&self) -> (Vec<String>, bool) {
         let mut ended = self.ended.subscribe();
         let exited = tokio::time::timeout(Duration::from_secs(1), ended.wait_for(|e| *e))
             .await
             .is_ok_and(|r| r.is_ok());
-        let lines: Vec<String> = {
-            let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
-            lines
-                .iter()
-                .filter(|l| !l.trim().is_empty())
-                .cloned()
-                .collect()
-        };
+        let lines = self.lines.lock().unwrap_or_else(|e| e.into_inner());
+        let lines = lines
+            .iter()
+            .filter(|l| !l.trim().is_empty())
+            .cloned()
+            .collect();
+        (lines, exited)
+    }
+
+    /// `cause` of a call the server's death failed, with what it said last.
+    async fn said_after(&self, cause: String) -> String {
+        match self.last_lines().await {
+            (lines, _) if lines.is_empty() => cause,
+            (lines, _) => format!("{cause}; its stderr: {}", lines.join(" / ")),
+        }
+    }
+
+    /// `cause` with what the server said: once its stderr has ended (it exited), or a moment
+    /// later if it has not.
+    async fn explain(&self, cause: String) -> String {
+        let (lines, exited) = self.last_lines().await;
         match (exited, lines.is_empty()) {
             (true, true) => format!("it ended before it answered, saying nothing ({cause})"),
             (true, false) => format!(
