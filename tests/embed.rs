@@ -373,6 +373,24 @@ async fn deliveries_end_when_the_script_ends_without_a_watch() {
     program.join().await.unwrap();
 }
 
+/// `path` loaded and open, its `clerk` mailed "go".
+async fn clerk_mailed(runtime: &Runtime, path: &std::path::Path) -> colony::embed::Program {
+    let program = runtime.load(path, vec![]).unwrap();
+    program.opened().await;
+    program
+        .mail(colony::residents::Mail::new("clerk", "desk", "go", 0))
+        .unwrap();
+    program
+}
+
+/// The program's next delivery to its host, within a minute (past it the test fails).
+async fn next_delivery(program: &mut colony::embed::Program) -> colony::residents::Delivery {
+    tokio::time::timeout(std::time::Duration::from_secs(60), program.delivery())
+        .await
+        .expect("a delivery within a minute")
+        .expect("a delivery")
+}
+
 /// A host tool that panics before it returns its future fails its call, as one that panics in
 /// its future does, and the turn goes on: it took the resident down (a crash, a restart) and the
 /// mail it served was never answered.
@@ -391,15 +409,8 @@ async fn a_host_tool_that_panics_at_once_fails_its_call_not_the_resident() {
     let (_dir, path) = script_file(
         "ai.spawn{ name = 'clerk', tools = { 'host.boom' }, deliver_to = 'host' }\nai.watch{ until_idle = false }\n",
     );
-    let mut program = runtime.load(&path, vec![]).unwrap();
-    program.opened().await;
-    program
-        .mail(colony::residents::Mail::new("clerk", "desk", "go", 0))
-        .unwrap();
-    let reply = tokio::time::timeout(std::time::Duration::from_secs(60), program.delivery())
-        .await
-        .expect("a delivery within a minute")
-        .expect("a delivery");
+    let mut program = clerk_mailed(&runtime, &path).await;
+    let reply = next_delivery(&mut program).await;
     assert_eq!(reply.text, "carried on");
     let calls = support::model_calls(&fake);
     let result = calls[1]["messages"].as_array().unwrap().last().unwrap()["content"].clone();
@@ -428,18 +439,8 @@ async fn a_runtime_from_a_config_file_takes_up_the_file_fixed() {
     let (_script_dir, path) = script_file(
         "ai.spawn{ name = 'clerk', deliver_to = 'host' }\nai.watch{ until_idle = false }\n",
     );
-    let mut program = runtime.load(&path, vec![]).unwrap();
-    program.opened().await;
-    program
-        .mail(colony::residents::Mail::new("clerk", "desk", "go", 0))
-        .unwrap();
-    async fn next(program: &mut colony::embed::Program) -> colony::residents::Delivery {
-        tokio::time::timeout(std::time::Duration::from_secs(60), program.delivery())
-            .await
-            .expect("a delivery within a minute")
-            .expect("a delivery")
-    }
-    let blocked = next(&mut program).await;
+    let mut program = clerk_mailed(&runtime, &path).await;
+    let blocked = next_delivery(&mut program).await;
     assert!(
         blocked.text.contains("is blocked: config_error"),
         "{}",
@@ -455,7 +456,7 @@ async fn a_runtime_from_a_config_file_takes_up_the_file_fixed() {
     .unwrap();
     let mut texts = Vec::new();
     while texts.last().map(String::as_str) != Some("served") {
-        texts.push(next(&mut program).await.text);
+        texts.push(next_delivery(&mut program).await.text);
     }
     assert!(texts[0].contains("again after"), "{texts:?}");
     program.stop("done");
