@@ -249,7 +249,10 @@ impl Raw {
             let res = r.send().await.expect("the service answers");
             let status = res.status().as_u16();
             let headers = res.headers().clone();
-            let text = res.text().await.unwrap_or_default();
+            let text = res
+                .text()
+                .await
+                .unwrap_or_else(|e| format!("(the body did not read: {e:?})"));
             let messages = if let Ok(v) = serde_json::from_str::<Value>(&text) {
                 vec![v]
             } else {
@@ -993,7 +996,14 @@ fn a_second_signal_answers_a_call_to_a_resident_in_flight() {
         .messages
         .iter()
         .find(|m| m["id"] == 5)
-        .unwrap_or_else(|| panic!("no answer to the call: {}", answered.text));
+        .unwrap_or_else(|| {
+            panic!(
+                "no answer to the call (status {}): {}\n{}",
+                answered.status,
+                answered.text,
+                served.stderr()
+            )
+        });
     assert_eq!(result["result"]["isError"], true, "{result}");
     assert!(
         result["result"]["content"][0]["text"]
@@ -1003,4 +1013,105 @@ fn a_second_signal_answers_a_call_to_a_resident_in_flight() {
         "{result}"
     );
     assert_eq!(served.wait(), Some(143), "{}", served.stderr());
+}
+
+/// A never-answering model that says when it is asked.
+struct Silent(tokio::sync::Notify);
+
+impl colony::infer::Infer for Silent {
+    async fn step<'a>(
+        &'a self,
+        _req: &'a colony::vocab::InferRequest,
+        _ep: &'a colony::providers::Endpoint,
+        _on_text: colony::infer::OnText<'a>,
+    ) -> colony::infer::StepResult {
+        self.0.notify_one();
+        std::future::pending().await
+    }
+}
+
+/// A call to a resident whose turn is cut short (a second signal the program's own watch
+/// heard, before its host or instead of it, when the drain ended first) is answered at once.
+/// It waited out the stop's grace for a reply that was not coming, and when the service
+/// exited first, the client's stream closed with no answer at all.
+#[test]
+fn a_call_to_a_resident_is_answered_once_its_turn_is_cut_short() {
+    use colony::mcp::server::call;
+    use colony::residents::{Deliver, ResidentSpec, Restart, RestartPolicy, Route};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // A provider and key to resolve; the model itself is `Silent`, reached by no network.
+    let general = colony::config::UseConfig {
+        provider: Some("openai".into()),
+        model: Some("silent".into()),
+        key: Some("test-key-openai-0123456789".into()),
+        ..Default::default()
+    };
+    let config = colony::config::Config {
+        uses: [("general".to_string(), general)].into(),
+        ..Default::default()
+    };
+    let core = colony::core::Core::new(
+        config,
+        colony::providers::Providers::new(None, None),
+        rt.handle().clone(),
+    );
+    let route = Route::new(core, colony::script::Detached);
+    route.open();
+    // Far longer than the wait below: the answer cannot be the grace running out.
+    route.set_grace(Duration::from_secs(3600));
+    let model = Arc::new(Silent(tokio::sync::Notify::new()));
+    let outcome = rt.block_on(async {
+        route
+            .spawn(ResidentSpec {
+                name: "helper".into(),
+                ask: Default::default(),
+                tools: Vec::new(),
+                max_steps: 4,
+                max_hop: colony::residents::resident::DEFAULT_MAX_HOP,
+                mailbox: colony::residents::mail::CAPACITY,
+                compaction: Default::default(),
+                deliver: Deliver::Nobody,
+                restart: RestartPolicy::new(Restart::Permanent),
+                stack: model.clone(),
+                persist: false,
+                workspace: None,
+                budgets: Default::default(),
+            })
+            .unwrap();
+        let export = colony::mcp::server::ResidentExport {
+            name: "helper".into(),
+            description: String::new(),
+            deadline: Duration::from_secs(3600),
+        };
+        let asking = route.clone();
+        let args = json!({"message": "hi"}).as_object().unwrap().clone();
+        let call = tokio::spawn(async move {
+            call::resident(&asking, &export, args, &call::Caller("test".into()), None).await
+        });
+        let mut call = call;
+        tokio::select! {
+            () = model.0.notified() => {}
+            r = &mut call => panic!("answered before the model was asked: {r:?}"),
+            () = tokio::time::sleep(Duration::from_secs(60)) => panic!("the model was not asked"),
+        }
+        route.stop("SIGTERM");
+        route.cut_short();
+        tokio::time::timeout(Duration::from_secs(60), call)
+            .await
+            .expect("answered once the turn was cut, not at the grace's end")
+            .unwrap()
+    });
+    assert!(outcome.is_error, "{outcome:?}");
+    assert!(
+        outcome
+            .text
+            .starts_with("the program stopped before helper replied: SIGTERM"),
+        "{outcome:?}"
+    );
 }

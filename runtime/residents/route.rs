@@ -817,6 +817,12 @@ impl Route {
         self.inner.cut_short.send_replace(true);
     }
 
+    /// Waits for [`Route::cut_short`]: the turns in flight end now, without a reply.
+    pub async fn cut(&self) {
+        let mut cut_short = self.inner.cut_short.subscribe();
+        let _ = cut_short.wait_for(|cut| *cut).await;
+    }
+
     /// When the grace of a stop began ([`Route::shutdown`]), once it has: a watch's hook that
     /// was running at the stop delays it.
     pub fn shutdown_began(&self) -> Option<tokio::time::Instant> {

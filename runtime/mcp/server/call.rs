@@ -353,13 +353,15 @@ async fn ask_resident(
             if resident.state() == crate::residents::resident::State::Busy {
                 // Unless the program is ended now (a second signal): its turn is cut, and the
                 // caller waited out the grace for a reply that was not coming, unanswered when
-                // the service exited first.
+                // the service exited first. The program's own watch may hear that signal and
+                // cut its turns before the host does (or instead, when the drain ends first).
                 tokio::select! {
                     r = tokio::time::timeout(route.grace().min(left), &mut reply) => match r {
                         Ok(r) => answer(r),
                         Err(_) => stopped(),
                     },
                     _ = route.abandoned() => stopped(),
+                    () = route.cut() => stopped(),
                 }
             } else {
                 stopped()
