@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, StatusCode, Uri};
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::Response;
 use serde_json::json;
 use support::fake::{FakeProvider, Reply};
@@ -174,6 +174,60 @@ fn a_provider_redirect_to_another_host_carries_no_key_there() {
         assert!(!run.stdout.contains("planted-key"), "{style}");
     }
     assert!(seen.lock().unwrap().is_empty(), "the other host was called");
+}
+
+/// A 301 or 302 on the same host would have the call sent on as a GET without its body (which
+/// the server answered 405, the redirect unsaid): refused, naming it and where it points.
+#[test]
+fn a_provider_redirect_that_would_drop_the_body_is_named_not_followed() {
+    for status in [StatusCode::MOVED_PERMANENTLY, StatusCode::FOUND] {
+        let seen: Seen = Arc::default();
+        let log = seen.clone();
+        let root = serve(Router::new().fallback(move |method: Method, uri: Uri| {
+            let log = log.clone();
+            async move {
+                log.lock()
+                    .unwrap()
+                    .push((format!("{method} {uri}"), HeaderMap::new()));
+                let target = format!("/moved{}", uri.path_and_query().unwrap());
+                Response::builder()
+                    .status(if uri.path().starts_with("/moved") {
+                        StatusCode::METHOD_NOT_ALLOWED
+                    } else {
+                        status
+                    })
+                    .header("location", target)
+                    .body(Body::empty())
+                    .unwrap()
+            }
+        }));
+        let run = pointed_at(&root, "openai", "")
+            .lua(
+                r#"local r, err = ai.ask("hi")
+                   print(err.kind, err.transient, err.message)"#,
+                &[],
+            )
+            .ok();
+        let line = run.stdout.trim_end();
+        assert!(
+            line.starts_with("config_error\tfalse\t"),
+            "{status}: {line}"
+        );
+        assert!(
+            line.contains(&format!(
+                "the provider answered {status} to {root}/moved/openai/v1/chat/completions: a \
+                 redirect that would send the call on as a GET without its body"
+            )),
+            "{status}: {line}"
+        );
+        let seen = seen.lock().unwrap();
+        assert!(
+            seen.iter()
+                .all(|(request, _)| request.starts_with("POST /openai/")),
+            "{status}: {:?}",
+            seen.iter().map(|(r, _)| r).collect::<Vec<_>>()
+        );
+    }
 }
 
 #[test]

@@ -205,13 +205,25 @@ fn new_client() -> reqwest::Client {
 /// configured headers): within the origin it was sent to, at most ten. A redirect to another host
 /// (or port, or scheme) would carry the key headers (`x-api-key`, `x-goog-api-key`, a server's
 /// `Authorization`) there, so it is refused, naming `who` and where it pointed.
+///
+/// A 301, 302 or 303 is refused too: followed, it turns the call (a POST) into a GET without
+/// its body, which the server then answered with a 405 that never said a redirect came first
+/// (an `http://` base URL in front of `https://`, a missing trailing slash). 307 and 308 keep
+/// the method and the body, and are followed.
 pub(crate) fn same_origin_redirects(who: &'static str) -> reqwest::redirect::Policy {
     reqwest::redirect::Policy::custom(move |attempt| {
         let origin = attempt.previous().first().map(reqwest::Url::origin);
+        let status = attempt.status();
         if origin.is_some_and(|o| o != attempt.url().origin()) {
             let to = crate::secrets::redact(attempt.url().as_str());
             attempt.error(format!(
                 "{who} redirected to another host ({to}); colony does not send a key there"
+            ))
+        } else if matches!(status.as_u16(), 301..=303) {
+            let to = crate::secrets::redact(attempt.url().as_str());
+            attempt.error(format!(
+                "{who} answered {status} to {to}: a redirect that would send the call on as a \
+                 GET without its body; set the URL to where it points"
             ))
         } else if attempt.previous().len() > 10 {
             attempt.error("more than 10 redirects")
