@@ -353,6 +353,33 @@ fn missing_key_names_the_variable() {
     );
 }
 
+/// `colony config list` of a file that is not there (`COLONY_CONFIG` with a typo in it) says
+/// so, and `config get` of a use-type the file does not set says whose settings it shows: it
+/// printed general's under `[use.NAME]`, as if the file set them.
+#[test]
+fn config_list_and_get_say_what_the_file_does_not_hold() {
+    let sb = Sandbox::new();
+    let run = sb.colony(&["config", "list"]).ok();
+    assert!(
+        run.stdout
+            .lines()
+            .next()
+            .is_some_and(|l| l.ends_with("config.toml (not there: nothing is read from it)")),
+        "{}",
+        run.stdout
+    );
+    sb.write("config.toml", "[use.general]\nmodel = \"m\"\n");
+    let run = sb.colony(&["config", "list"]).ok();
+    assert!(!run.stdout.contains("not there"), "{}", run.stdout);
+    let run = sb.colony(&["config", "get", "nope"]).ok();
+    assert_eq!(
+        run.stdout,
+        "# nope is not set in the config file: general's settings\n[use.nope]\nmodel = m\n"
+    );
+    let run = sb.colony(&["config", "get", "general"]).ok();
+    assert_eq!(run.stdout, "[use.general]\nmodel = m\n");
+}
+
 /// An empty `COLONY_CONFIG=` is unset: the config is the XDG one. It was a file named "", and
 /// `config set` failed with "cannot write :".
 #[test]

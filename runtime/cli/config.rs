@@ -97,7 +97,14 @@ pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Fail
                     }
                     println!("{}", table.field(&f).unwrap_or_default());
                 }
-                None => print_table(&use_type, &table),
+                None => {
+                    // A use-type the file does not set runs on general's settings: said, as
+                    // `colony config test` says it, not shown as a table of its own.
+                    if use_type != "general" && !cfg.uses.contains_key(&use_type) {
+                        println!("# {use_type} is not set in the config file: general's settings");
+                    }
+                    print_table(&use_type, &table)
+                }
             }
             Ok(())
         }
@@ -141,7 +148,14 @@ pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Fail
         }
         Action::List => {
             let cfg = load()?;
-            println!("# {}", config::path().display());
+            let path = config::path();
+            // `COLONY_CONFIG` with a typo in it reads as an empty config: said.
+            let missing = if path.exists() {
+                ""
+            } else {
+                " (not there: nothing is read from it)"
+            };
+            println!("# {}{missing}", path.display());
             if cfg.uses.is_empty() {
                 println!(
                     "(no use-types set; `colony config set general provider anthropic` starts one)"
