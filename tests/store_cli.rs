@@ -814,3 +814,50 @@ exit 0"#,
     assert_eq!(stdout.trim(), "saved", "{stderr}");
     assert!(stderr.contains("no space left on the disk"), "{stderr}");
 }
+
+/// `--state DIR` is the store, whatever the config's `[store] url`: the URL took its place
+/// without a word (a reading command then failed on a database it was never asked about, and a
+/// run would have read and written a shared one). `--state` with `--store` is refused.
+#[test]
+fn a_state_directory_given_outright_wins_over_the_configs_store_url() {
+    let sb = Sandbox::new();
+    sb.write(
+        "config.toml",
+        "[store]\nurl = \"postgres://nobody@127.0.0.1:1/none\"\n",
+    );
+    let script = sb.write("notes.lua", "store.set('n/1', 'kept')\nprint('saved')\n");
+    let dir = sb.path("chosen");
+    let run = sb.colony(&["run", "--state", &s(&dir), &s(&script)]).ok();
+    assert_eq!(run.stdout, "saved\n", "{}", run.stderr);
+    let run = sb
+        .colony(&["store", &s(&script), "--state", &s(&dir), "get", "n/1"])
+        .ok();
+    assert_eq!(run.stdout, "\"kept\"\n", "{}", run.stderr);
+    for command in [
+        vec![
+            "run",
+            "--state",
+            "d",
+            "--store",
+            "postgres://x@127.0.0.1:1/y",
+        ],
+        vec![
+            "audit",
+            "--state",
+            "d",
+            "--store",
+            "postgres://x@127.0.0.1:1/y",
+        ],
+    ] {
+        let mut args = command.clone();
+        args.push(script.to_str().unwrap());
+        let run = sb.colony(&args);
+        assert_eq!(run.code, 2, "{command:?}: {}", run.stderr);
+        assert!(
+            run.stderr
+                .contains("'--state <DIR>' cannot be used with '--store <URL>'"),
+            "{command:?}: {}",
+            run.stderr
+        );
+    }
+}

@@ -31,12 +31,14 @@ pub struct Args {
     #[command(flatten)]
     cassettes: Cassettes,
     /// The state directory (default: $XDG_STATE_HOME/colony/<script name>-<hash>, see
-    /// `colony state`; with --replay, a fresh temporary one, since a cassette replays a fresh start).
+    /// `colony state`; with --replay, a fresh temporary one, since a cassette replays a fresh
+    /// start). Given, it is used even when the config names a `[store] url`.
     #[arg(long, value_name = "DIR")]
     state: Option<PathBuf>,
     /// Keep the program's state in this PostgreSQL database (`postgres://USER@HOST/DB`)
-    /// instead of SQLite in the state directory (default: `[store] url` in the config).
-    #[arg(long, value_name = "URL")]
+    /// instead of SQLite in the state directory (default: `[store] url` in the config, unless
+    /// --state or --replay is given).
+    #[arg(long, value_name = "URL", conflicts_with = "state")]
     store: Option<String>,
     /// End the run after this long (`90`, `90s`, `5m`, `1h30m`): the watch stops as on
     /// `ai.stop`, turns in flight get its grace period, and colony exits with status 124.
@@ -77,7 +79,14 @@ pub fn prepare(args: &Args) -> Result<Prepared, Failure> {
         (None, Some(tmp)) => tmp.clone(),
         (None, None) => state_dir::default_for(&file),
     };
-    let url = select::url(args.store.as_deref(), &parts.config());
+    // A state directory named outright (or the scratch one of a replay) is the store: the
+    // config's `[store] url` took its place without a word, and the run read and wrote a
+    // shared database instead.
+    let url = if args.state.is_some() || scratch.is_some() {
+        args.store.clone()
+    } else {
+        select::url(args.store.as_deref(), &parts.config())
+    };
     // The store opens on a thread of its own while the runtime and the VM are built; the script
     // starts once it is open.
     let opening = Opening::start(dir, url, file)

@@ -45,12 +45,14 @@ pub struct Target {
     /// The program's script: its default state directory is read (see `colony state`).
     #[arg(value_name = "FILE.lua")]
     script: PathBuf,
-    /// Read this state directory instead of the script's default one.
+    /// Read this state directory instead of the script's default one (even when the config
+    /// names a `[store] url`).
     #[arg(long, value_name = "DIR", global = true)]
     state: Option<PathBuf>,
     /// Read the program's state from this PostgreSQL database (`postgres://USER@HOST/DB`)
-    /// instead of its state directory (default: `[store] url` in the config).
-    #[arg(long, value_name = "URL", global = true)]
+    /// instead of its state directory (default: `[store] url` in the config, unless --state is
+    /// given).
+    #[arg(long, value_name = "URL", global = true, conflicts_with = "state")]
     store: Option<String>,
 }
 
@@ -59,9 +61,11 @@ impl Target {
     /// pid and command line while the program runs. A directory without a store is an error
     /// (reading commands create nothing).
     pub fn open(&self, command: &str) -> Result<ProgramStore, Failure> {
-        let url = match &self.store {
-            Some(url) => Some(url.clone()),
-            None => select::url(None, &store_config(command)?),
+        let url = match (&self.store, &self.state) {
+            (Some(url), _) => Some(url.clone()),
+            // A state directory named outright is read, whatever the config's `[store] url`.
+            (None, Some(_)) => None,
+            (None, None) => select::url(None, &store_config(command)?),
         };
         if let Some(url) = url {
             if !crate::store::postgres::is_postgres(&url) {
