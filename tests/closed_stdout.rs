@@ -127,6 +127,20 @@ fn run() {
     quiet(&sb, &["run", &file.display().to_string()]);
 }
 
+/// A script's own error is said, with its status, though nobody reads stdout (`colony run
+/// bad.lua | true`): it exited 0 with the error unsaid whenever the reader went first (4 runs
+/// of 5). Three runs, each a chance for the reader to go first.
+#[test]
+fn run_that_fails_says_so() {
+    let sb = Sandbox::new();
+    let file = sb.write("bad.lua", "error('boom')\n");
+    for _ in 0..3 {
+        let run = closed(&sb, &["run", &file.display().to_string()]);
+        assert_eq!(run.code, 1, "{}", run.stderr);
+        assert!(run.stderr.contains("bad.lua:1: boom"), "{}", run.stderr);
+    }
+}
+
 /// A program that would never end by itself ends once its stdout pipe has no reader: a loop
 /// that prints and sleeps, and a watch kept up by a source. Both ran (and a watcher called its
 /// models) forever. `--max-time` only guards the test against that: it would exit 124.
@@ -439,16 +453,22 @@ fn serve() {
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
 
-/// stderr closed too (`2>&1 | head -1`): a message colony had to print there panicked (exit 101).
+/// stderr closed too (`2>&1 | head -1`): a message colony had to print there panicked (exit
+/// 101). Nothing panics, and a command that failed keeps its status (it exited 0, a failure
+/// reported as success): the script's error 1, a bad invocation 2, a missing file 2. The
+/// wizard (`colony config`) meets the closed stdout first, and ends as a command whose reader
+/// is gone does, 0.
 #[test]
 fn stderr_closed_too() {
     let sb = Sandbox::new();
     let file = sb.write("fails.lua", "print('a line') error('boom')\n");
     let file = file.display().to_string();
-    for args in [
-        &["run", file.as_str()][..],
-        &["config"],
-        &["run", "no-such.lua"],
+    for (args, code) in [
+        (&["run", file.as_str()][..], 1),
+        (&["config"], 0),
+        (&["config", "get"], 2),
+        (&["run", "no-such.lua"], 2),
+        (&["--help"], 0),
     ] {
         let (reader, writer) = std::io::pipe().expect("a pipe");
         drop(reader);
@@ -459,7 +479,7 @@ fn stderr_closed_too() {
             .stderr(writer)
             .status()
             .expect("the colony binary runs");
-        assert_eq!(status.code(), Some(0), "colony {}", args.join(" "));
+        assert_eq!(status.code(), Some(code), "colony {}", args.join(" "));
     }
 }
 

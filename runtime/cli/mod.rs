@@ -25,6 +25,7 @@ mod tools;
 mod usage;
 mod wizard;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -106,14 +107,13 @@ impl Failure {
 
 /// What clap's own `exit` does for `--help`, `--version` and bad arguments, except that a help
 /// text that could not be written is not a success: clap ignores the write's error, so
-/// `colony --help > /dev/full` exited 0 with nothing written. A closed reader is still a quiet 0,
-/// as for every command.
+/// `colony --help > /dev/full` exited 0 with nothing written. A closed reader is quiet: `--help`
+/// is 0, bad arguments still 2.
 fn parse_failed(e: &clap::Error) -> ExitCode {
+    let status = ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2));
     match e.print() {
-        Ok(()) => ExitCode::from(u8::try_from(e.exit_code()).unwrap_or(2)),
-        Err(w) if w.kind() == std::io::ErrorKind::BrokenPipe => {
-            ExitCode::from(panic::CLOSED_STDOUT_STATUS as u8)
-        }
+        Ok(()) => status,
+        Err(w) if w.kind() == std::io::ErrorKind::BrokenPipe => status,
         Err(w) => {
             let stream = if e.use_stderr() { "stderr" } else { "stdout" };
             eprintln!("colony: cannot write to {stream}: {w}");
@@ -245,9 +245,11 @@ pub fn say_failure(message: &str) {
             "fields": { "message": message },
             "target": "colony",
         });
-        eprintln!("{line}");
+        let _ = writeln!(std::io::stderr(), "{line}");
     } else {
-        eprintln!("{message}");
+        // Not `eprintln!`: on a closed stderr (`2>&1 | head -1`) it panicked, and the panic of
+        // a closed reader is a quiet exit 0, so a failed command reported success.
+        let _ = writeln!(std::io::stderr(), "{message}");
     }
 }
 
