@@ -1178,3 +1178,35 @@ fn config_changes_keep_each_other_a_link_a_read_only_file_and_the_header() {
         0o444
     );
 }
+
+/// A script may begin with a `#!` line (run as a command) or a UTF-8 byte-order mark, as Lua's
+/// own loader allows: both were syntax errors at line 1. Line numbers stay the file's.
+#[test]
+fn a_script_may_begin_with_a_shebang_line_or_a_byte_order_mark() {
+    use std::os::unix::fs::PermissionsExt;
+    let sb = Sandbox::new();
+    let tool = sb.write(
+        "tool.lua",
+        &format!(
+            "#!{} run\nprint('ran', ...)\nerror('on line 3')\n",
+            env!("CARGO_BIN_EXE_colony")
+        ),
+    );
+    std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new(&tool)
+        .arg("x")
+        .env("COLONY_CONFIG", sb.path("config.toml"))
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(stdout, "ran\tx\n", "{stderr}");
+    assert!(stderr.contains("tool.lua:3: on line 3"), "{stderr}");
+    assert_eq!(out.status.code(), Some(1));
+
+    let bom = sb.write("bom.lua", "\u{feff}print('ran')\n");
+    let run = sb.colony(&["run", &bom.display().to_string()]).ok();
+    assert_eq!(run.stdout, "ran\n");
+}

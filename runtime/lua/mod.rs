@@ -133,7 +133,25 @@ fn read_source(path: &Path) -> Result<Vec<u8>, ScriptError> {
             MAX_SOURCE >> 20
         )));
     }
-    Ok(source)
+    Ok(without_preamble(source))
+}
+
+/// The source without what Lua's own file loader (`luaL_loadfilex`, which `require` uses)
+/// skips: a UTF-8 byte-order mark, and a first line beginning `#` (`#!/usr/bin/env -S colony
+/// run`, so a script can be run as a command). The line's newline stays, so line numbers are
+/// the file's. Both were syntax errors at line 1.
+fn without_preamble(mut source: Vec<u8>) -> Vec<u8> {
+    if source.starts_with(b"\xEF\xBB\xBF") {
+        source.drain(..3);
+    }
+    if source.first() == Some(&b'#') {
+        let end = source
+            .iter()
+            .position(|&b| b == b'\n')
+            .unwrap_or(source.len());
+        source.drain(..end);
+    }
+    source
 }
 
 /// Whether the script at `path` reads and compiles, without running any of it: `Err` says why
