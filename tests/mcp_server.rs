@@ -876,6 +876,22 @@ while true do ai.sleep(1000) end
         stderr.contains("exports nothing and its script has ended"),
         "{stderr}"
     );
+
+    // Its watch ends at once (no residents), and the script after it: the same failure. It
+    // ended 0, said only in the log, and the client's next request went unanswered.
+    let mut watched = Session::start(
+        &sb,
+        "ai.tool{ name = \"t\", description = \"t\", parameters = {}, handler = function() return 1 end }\n\
+         ai.sleep(300)\n\
+         ai.watch()\n",
+    );
+    initialize(&mut watched);
+    let (code, stderr) = watched.ends_by_itself();
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("exports nothing and its script has ended"),
+        "{stderr}"
+    );
 }
 
 /// A program that fails as it loads says why, and only that: "exports nothing: mark a tool

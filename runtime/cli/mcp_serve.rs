@@ -124,9 +124,11 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     drop(state);
     // Nothing to serve and nothing running: the client was served empty lists until the
     // program ended, and now finds the server gone. Said as a failure, not as a quiet end.
-    // Its script ended by itself: a stop (a signal its watch heard, say) that came before the
-    // program exported anything is no such failure.
-    let ended_by_itself = matches!(&ended, Ended::Stopped(why) if why == SCRIPT_ENDED);
+    // Its script ended by itself, or its watch did (`"there are no residents"`: a program of
+    // tools it did not mark exportable ended 0, the client's next request unanswered): a
+    // signal its watch heard, before the program exported anything, is no such failure.
+    let ended_by_itself = matches!(&ended,
+        Ended::Stopped(why) if why == SCRIPT_ENDED || !crate::signals::is_stop_signal(why));
     if ended_by_itself && script.has_ended() && offered.is_empty() {
         joined.map_err(|e| Failure::run(e.0))?;
         return Err(Failure::run(format!(
