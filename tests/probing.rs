@@ -784,3 +784,37 @@ fn fs_write_on_a_read_only_file_is_permission_denied() {
     assert_eq!(run.stdout, "nil\tpermission_denied\n");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "keep me");
 }
+
+/// A model list of another shape (a base URL that reaches something else, a proxy's own JSON)
+/// is a parse error naming the list it lacks: it listed nothing, status 0, as if the account
+/// had no models. An empty list is said on stderr.
+#[test]
+fn a_model_list_of_another_shape_is_an_error_not_an_empty_list() {
+    let (root, _) = recording(r#"{"foo": 1}"#);
+    for (style, list) in [
+        ("openai", "data"),
+        ("anthropic", "data"),
+        ("gemini", "models"),
+    ] {
+        let run = pointed_at(&root, style, "").colony(&["models", style]);
+        assert_eq!(run.code, 1, "{style}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!(
+                "model list: the answer has no \"{list}\" list of models (is the base URL the \
+                 provider's?): {{\"foo\": 1}}"
+            )),
+            "{style}: {}",
+            run.stderr
+        );
+    }
+    let (root, _) = recording(r#"{"data": []}"#);
+    let run = pointed_at(&root, "openai", "")
+        .colony(&["models", "openai"])
+        .ok();
+    assert_eq!(run.stdout, "");
+    assert!(
+        run.stderr.contains("the provider lists no models"),
+        "{}",
+        run.stderr
+    );
+}

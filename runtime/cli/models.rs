@@ -43,6 +43,13 @@ pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Fail
                 e.kind()
             ))
         })?;
+    if models.is_empty() {
+        // Nothing on stdout, as a list of none; said, so it is not taken for a failure unsaid.
+        eprintln!(
+            "colony models {}: the provider lists no models",
+            args.provider
+        );
+    }
     for m in models {
         println!("{m}");
     }

@@ -63,11 +63,11 @@ impl Codec for Anthropic {
         }
     }
 
-    fn parse_models(&self, body: &Value) -> Vec<String> {
-        super::list_field(body, "data", "id")
+    fn parse_models(&self, body: &Value) -> Result<Vec<String>, String> {
+        Ok(super::list_field(body, "data", "id")?
             .into_iter()
             .map(str::to_string)
-            .collect()
+            .collect())
     }
 }
 

@@ -56,14 +56,20 @@ impl Endpoint {
     }
 }
 
-/// The strings at `items[].field` of a model-list answer (`data[].id`, `models[].name`).
-pub fn list_field<'a>(body: &'a Value, items: &str, field: &str) -> Vec<&'a str> {
+/// The strings at `items[].field` of a model-list answer (`data[].id`, `models[].name`);
+/// `Err` when it has no `items` list.
+pub fn list_field<'a>(body: &'a Value, items: &str, field: &str) -> Result<Vec<&'a str>, String> {
+    Ok(list_of(body, items)?
+        .iter()
+        .filter_map(|m| m.get(field).and_then(Value::as_str))
+        .collect())
+}
+
+/// The list at `items` of a model-list answer, or what it lacks.
+pub fn list_of<'a>(body: &'a Value, items: &str) -> Result<&'a Vec<Value>, String> {
     body.get(items)
         .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|m| m.get(field).and_then(Value::as_str))
-        .collect()
+        .ok_or_else(|| format!("the answer has no {items:?} list of models"))
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -116,7 +122,9 @@ pub trait Codec: Sync {
     fn assembler(&self) -> Box<dyn Assembler>;
     /// The URL and headers that list the models an account can reach, and how to read the answer.
     fn models_request(&self, ep: &Endpoint) -> WireRequest;
-    fn parse_models(&self, body: &Value) -> Vec<String>;
+    /// The models listed; `Err` names the list the answer lacks (a base URL that reaches
+    /// something else answers JSON of another shape, which listed nothing, status 0).
+    fn parse_models(&self, body: &Value) -> Result<Vec<String>, String>;
 }
 
 /// Builds an [`Inferred`] from the events of one SSE stream.
@@ -651,7 +659,13 @@ impl Providers {
         }
         let value: Value = serde_json::from_str(&body)
             .map_err(|e| ProviderError::Parse(format!("model list: {e}")))?;
-        let mut models = codec.parse_models(&value);
+        let mut models = codec.parse_models(&value).map_err(|lacks| {
+            let shown: String = body.chars().take(200).collect();
+            ProviderError::Parse(format!(
+                "model list: {lacks} (is the base URL the provider's?): {}",
+                crate::secrets::redact(shown.trim())
+            ))
+        })?;
         models.sort();
         Ok(models)
     }

@@ -86,11 +86,11 @@ impl Codec for OpenAi {
         }
     }
 
-    fn parse_models(&self, body: &Value) -> Vec<String> {
-        super::list_field(body, "data", "id")
+    fn parse_models(&self, body: &Value) -> Result<Vec<String>, String> {
+        Ok(super::list_field(body, "data", "id")?
             .into_iter()
             .map(str::to_string)
-            .collect()
+            .collect())
     }
 }
 

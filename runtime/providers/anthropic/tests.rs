@@ -445,10 +445,10 @@ fn models_request_and_ids() {
         "has_more": false,
     });
     assert_eq!(
-        Anthropic.parse_models(&listing),
+        Anthropic.parse_models(&listing).unwrap(),
         vec!["claude-sonnet-4-5-20250929", "claude-haiku-4-5-20251001"]
     );
-    assert!(Anthropic.parse_models(&json!({})).is_empty());
+    assert!(Anthropic.parse_models(&json!({})).is_err());
 }
 
 // ---- incoming ----

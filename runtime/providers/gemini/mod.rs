@@ -116,11 +116,9 @@ impl Codec for Gemini {
 
     /// Model ids without the `models/` prefix. Models that list their generation methods and
     /// cannot `generateContent` (embedding, AQA) are left out: they cannot answer a chat.
-    fn parse_models(&self, body: &Value) -> Vec<String> {
-        body.get("models")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
+    fn parse_models(&self, body: &Value) -> Result<Vec<String>, String> {
+        Ok(super::list_of(body, "models")?
+            .iter()
             .filter(|m| {
                 m.get("supportedGenerationMethods")
                     .and_then(Value::as_array)
@@ -128,7 +126,7 @@ impl Codec for Gemini {
             })
             .filter_map(|m| m.get("name").and_then(Value::as_str))
             .map(|name| name.strip_prefix("models/").unwrap_or(name).to_string())
-            .collect()
+            .collect())
     }
 }
 

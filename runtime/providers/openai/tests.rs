@@ -499,10 +499,15 @@ fn models_endpoint() {
         {"object": "model"},
     ]});
     assert_eq!(
-        OpenAi.parse_models(&listing),
+        OpenAi.parse_models(&listing).unwrap(),
         vec!["gpt-4o", "llama3.2:latest"]
     );
-    assert!(OpenAi.parse_models(&json!({"error": "nope"})).is_empty());
+    // Another shape (a base URL that reaches something else) is not an empty list.
+    assert_eq!(
+        OpenAi.parse_models(&json!({"foo": 1})),
+        Err("the answer has no \"data\" list of models".to_string())
+    );
+    assert!(OpenAi.parse_models(&json!({"data": "x"})).is_err());
 }
 
 // --- incoming ------------------------------------------------------------------------------

@@ -415,8 +415,12 @@ fn models_endpoint() {
         {"name": "models/gemini-3-pro-preview"},
     ], "nextPageToken": "x"});
     assert_eq!(
-        Gemini.parse_models(&listed),
+        Gemini.parse_models(&listed).unwrap(),
         vec!["gemini-2.5-flash", "gemini-3-pro-preview"]
     );
-    assert!(Gemini.parse_models(&json!({})).is_empty());
+    assert_eq!(Gemini.parse_models(&json!({"models": []})), Ok(vec![]));
+    assert_eq!(
+        Gemini.parse_models(&json!({})),
+        Err("the answer has no \"models\" list of models".to_string())
+    );
 }
