@@ -396,6 +396,13 @@ fn a_refused_attachment_is_shed_and_the_call_retried_once() {
             "{style}: {retried}"
         );
         assert!(retried.contains("Paris,21"), "{style}: the CSV stays");
+        // The log names which file went (with several, it did not say).
+        assert!(
+            run.stderr
+                .contains("\"a.png\" refused by the provider and shed"),
+            "{style}: {}",
+            run.stderr
+        );
     }
 }
 

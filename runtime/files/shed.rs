@@ -114,7 +114,18 @@ pub fn shed_named(req: &mut InferRequest, err: &ProviderError, style: Style, rea
     let at = culprits(req, err, style, reads);
     shed(req, &at, err);
     if !at.is_empty() {
-        tracing::warn!("a file was refused by the provider and shed: {err}");
+        // Named: with several attachments, which one went is what the operator asks.
+        let names: Vec<String> = at
+            .iter()
+            .filter_map(|&(m, p)| match req.messages.get(m)?.parts.get(p)? {
+                Part::File(file) => Some(format!("{:?}", file.name)),
+                _ => None,
+            })
+            .collect();
+        tracing::warn!(
+            "{} refused by the provider and shed (sent as a note from now on): {err}",
+            names.join(", ")
+        );
     }
     !at.is_empty()
 }
