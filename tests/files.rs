@@ -567,6 +567,18 @@ fn bad_file_lists_name_the_field() {
         "{}",
         run.stderr
     );
+    // A blank name names nothing (it went as `[file  (text/plain, 3 B)]`).
+    let run = sb
+        .lua(
+            r#"ai.take_turn{ prompt = "x", files = { { name = " ", data = "abc" } } }"#,
+            &[],
+        )
+        .failed();
+    assert!(
+        run.stderr.contains("ai.take_turn: files[1]: name is empty"),
+        "{}",
+        run.stderr
+    );
     // A path and data both: one of them was dropped without a word (the path's bytes went).
     sb.write("e.csv", "a,b\n");
     let run = sb

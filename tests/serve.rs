@@ -228,6 +228,20 @@ fn mail_sent_as_curl_sends_it_is_read_and_an_empty_id_is_refused() {
         typo.json["message"],
         "file \"scan.png\": content_type \"png\" is not a content type (type/subtype, such as image/png)"
     );
+    // A blank name names nothing for the model (it was taken: 202).
+    let blank = served.mail(
+        "desk",
+        json!({ "to": "desk", "content": "x", "files": [{ "name": "", "data": "aGk=" }] }),
+    );
+    assert_eq!(
+        (blank.status, blank.json["message"].as_str()),
+        (
+            400,
+            Some("a file's name is empty: give the name the model should read it under")
+        ),
+        "{}",
+        blank.text
+    );
     assert_eq!(support::model_calls(&fake).len(), 1);
 }
 

@@ -75,6 +75,10 @@ fn read_file(lua: &Lua, entry: Value, at: &str) -> mlua::Result<FileRef> {
                     .map_err(|e| misuse(format!("{at}: {e}")));
             }
             let name = super::convert::text_field(&t, "name", at)?;
+            // The model reads the name (`[file a.csv (...)]`): a blank one names nothing.
+            if name.as_deref().is_some_and(|n| n.trim().is_empty()) {
+                return Err(misuse(format!("{at}: name is empty")));
+            }
             let path = t.get::<Option<mlua::LuaString>>("path")?;
             // Both given, one would be dropped without a word (the bytes sent were the path's).
             if path.is_some() && t.contains_key("data")? {

@@ -325,6 +325,14 @@ pub async fn mail(
     }
     let mut files = Vec::new();
     for f in &m.files {
+        // The model reads the name (`[file a.csv (...)]`): a blank one names nothing.
+        if f.name.trim().is_empty() {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "a file's name is empty: give the name the model should read it under",
+            );
+        }
         if let Some(ct) = f.content_type.as_deref().filter(|c| !c.trim().is_empty())
             && !crate::files::is_content_type(ct)
         {
