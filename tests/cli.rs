@@ -149,6 +149,10 @@ fn a_misused_function_names_the_line_and_the_option() {
             "bad argument #1 to 'ai.ask_simple': string expected, got table",
         ),
         (
+            "ai.infer({ prompt = 'x' })",
+            "bad argument #1 to 'ai.infer': string expected, got table",
+        ),
+        (
             "ai.classify_file()",
             "bad argument #1 to 'ai.classify_file': string expected, got nil",
         ),

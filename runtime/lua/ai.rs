@@ -25,18 +25,25 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
         ask(&lua, history, opts).await
     })?;
     ai.set("ask", ask_fn)?;
-    let ask_simple =
-        lua.create_async_function(|lua, (prompt, opts): (Value, Value)| async move {
-            let prompt: mlua::LuaString = super::convert::arg(&lua, "ai.ask_simple", 1, prompt)?;
-            let opts: Option<Table> = super::convert::arg(&lua, "ai.ask_simple", 2, opts)?;
-            let history = Value::String(prompt);
-            // Only the reply, or `nil, err`: the calls are not for a one-shot caller.
-            let out = ask(&lua, history, opts).await?;
-            Ok(MultiValue::from_iter(out.into_iter().take(2)))
-        })?;
-    ai.set("ask_simple", ask_simple.clone())?;
-    ai.set("infer", ask_simple.clone())?;
-    ai.set("askSimple", ask_simple)?;
+    // One function a name, so a bad argument names the one the script called (`ai.infer`
+    // was told of as `ai.ask_simple`).
+    for name in ["ask_simple", "infer", "askSimple"] {
+        let who: &'static str = match name {
+            "ask_simple" => "ai.ask_simple",
+            "infer" => "ai.infer",
+            _ => "ai.askSimple",
+        };
+        let ask_simple =
+            lua.create_async_function(move |lua, (prompt, opts): (Value, Value)| async move {
+                let prompt: mlua::LuaString = super::convert::arg(&lua, who, 1, prompt)?;
+                let opts: Option<Table> = super::convert::arg(&lua, who, 2, opts)?;
+                let history = Value::String(prompt);
+                // Only the reply, or `nil, err`: the calls are not for a one-shot caller.
+                let out = ask(&lua, history, opts).await?;
+                Ok(MultiValue::from_iter(out.into_iter().take(2)))
+            })?;
+        ai.set(name, ask_simple)?;
+    }
     ai.set("providers", lua.create_function(|lua, ()| providers(lua))?)?;
     // `ai.classify_file(content_type)`: "image", "pdf", "text", "audio", "video" or "other".
     ai.set(
