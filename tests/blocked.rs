@@ -102,11 +102,22 @@ fn a_refused_key_blocks_the_resident_and_the_run_exits_3_with_its_mail_kept() {
     fake.set_default(Reply::status(401));
     let sandbox = styled(&fake, "openai");
     let run = run(&sandbox, ONE_MAIL, &[]);
+    // Whose key, and where: with use-types on several providers, which one was refused was
+    // not said.
+    let host = fake.base_url("openai");
+    let host = host
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap();
     assert_blocked(
         &run,
         "auth_error",
         "401",
-        "authentication failed (401): fake provider: scripted status 401 (invalid_api_key)",
+        &format!(
+            "authentication failed (401): fake provider: scripted status 401 (invalid_api_key) \
+             (the key sent to openai at {host})"
+        ),
     );
     // Tried once: a refused key is not retried until something changes.
     assert_eq!(fake.calls(), 1);

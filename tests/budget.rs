@@ -94,6 +94,15 @@ fn a_token_budget_blocks_the_resident_and_a_restart_keeps_it_blocked_with_its_ma
         ]
     );
     assert_eq!(fake.calls(), 1, "the mail over budget reached no model");
+    // No setting is wrong: the run says the mail waits for the reset (it said to fix "the
+    // setting named above").
+    assert!(
+        first.stderr.contains(
+            "A budget is spent: its mail is served once the budget resets (the time named above)"
+        ) && !first.stderr.contains("Fix the setting"),
+        "{}",
+        first.stderr
+    );
 
     // A restart: the usage is in the store, so the resident is still over its budget; the
     // mail it held waits, and no model is called.

@@ -222,6 +222,10 @@ fn blocked_failure(blocked: &[(String, TurnError)]) -> Failure {
     );
     let fix = if blocked.iter().all(|(_, e)| e.kind == "cassette_miss") {
         " The cassette holds another run: record it again with --record."
+    } else if blocked.iter().all(|(_, e)| e.kind == "budget") {
+        // No setting is wrong: the run was told to fix one, and ran again into the same wall.
+        " A budget is spent: its mail is served once the budget resets (the time named above) \
+         or is raised in the script."
     } else {
         " Fix the setting named above and run again (a program that runs on reads the config \
          file again when it changes)."

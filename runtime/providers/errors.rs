@@ -497,6 +497,26 @@ impl ProviderError {
     /// Says where a refused request went when the answer was not the provider's own JSON error
     /// (an HTML page, a proxy's text) or was a 404: the URL's path, and a hint where the mistake
     /// is a known one. A key never appears: only the path is shown, never the query.
+    /// An authentication failure says whose key was refused, and where: with use-types on
+    /// several providers, "invalid x-api-key" did not say which key to mend.
+    pub fn naming_the_key(self, provider: &str, url: &str) -> ProviderError {
+        let mut e = self;
+        if let ProviderError::Auth { message, .. } = &mut e {
+            let host = reqwest::Url::parse(url)
+                .ok()
+                .and_then(|u| {
+                    let host = u.host_str()?.to_string();
+                    Some(match u.port() {
+                        Some(port) => format!("{host}:{port}"),
+                        None => host,
+                    })
+                })
+                .unwrap_or_default();
+            message.push_str(&format!(" (the key sent to {provider} at {host})"));
+        }
+        e
+    }
+
     pub fn located(self, url: &str, body: &str) -> ProviderError {
         let path = reqwest::Url::parse(url)
             .map(|u| u.path().to_string())
@@ -518,6 +538,16 @@ impl ProviderError {
             }
             Some(404) if path.ends_with("/chat/completions") && !path.contains("/v1") => {
                 Some("OpenAI-compatible base URLs usually end in /v1")
+            }
+            // Anthropic's SDK reads `ANTHROPIC_BASE_URL` without the version; colony's base URL
+            // holds it, as it does for every provider.
+            Some(404) if path.ends_with("/messages") && !path.contains("/v1") => {
+                Some("Anthropic base URLs end in /v1")
+            }
+            Some(404)
+                if path.contains(":generateContent") || path.contains(":streamGenerateContent") =>
+            {
+                (!path.contains("/v1")).then_some("Gemini base URLs end in /v1beta")
             }
             _ => None,
         };
@@ -656,6 +686,22 @@ mod tests {
             "API error 404: 404 Not Found (at /v1/models; this server lists no models; set \
              `model` yourself)"
         );
+        // The same missing version for Anthropic and Gemini was a bare 404.
+        let e = classify(404, &HeaderMap::new(), "").located("http://h/messages", "");
+        assert!(
+            e.to_string()
+                .ends_with("(at /messages; Anthropic base URLs end in /v1)"),
+            "{e}"
+        );
+        let e = classify(404, &HeaderMap::new(), "")
+            .located("http://h/models/gemini-2.5-flash:generateContent", "");
+        assert!(
+            e.to_string().ends_with("Gemini base URLs end in /v1beta)"),
+            "{e}"
+        );
+        let e = classify(404, &HeaderMap::new(), "")
+            .located("http://h/v1beta/models/m:generateContent", "");
+        assert!(!e.to_string().contains("Gemini base URLs"), "{e}");
         // A page without a title: its first line of text.
         let page = "<html><body>\n<h1>Bad gateway</h1>\n<p>upstream down</p></body></html>";
         let e = classify(502, &HeaderMap::new(), page).located("http://h/v1/messages", page);

@@ -567,7 +567,9 @@ impl Providers {
                 .await
                 .unwrap_or_default();
             let body = String::from_utf8_lossy(&body);
-            return Err(errors::classify(status, &headers, &body).located(&wire.url, &body));
+            return Err(errors::classify(status, &headers, &body)
+                .located(&wire.url, &body)
+                .naming_the_key(&ep.provider, &wire.url));
         }
         if let Some(coding) = unasked_encoding(&response) {
             return Err(ProviderError::Api {
