@@ -276,6 +276,42 @@ fn a_database_a_newer_colony_wrote_is_too_new_and_left_untouched() {
     assert_eq!(err.kind(), "damaged", "{err}");
 }
 
+/// A reading command does not upgrade a shared store an older colony wrote: the nodes of
+/// that colony may be running on it, and would then refuse it as newer. Refused, named, and
+/// left as it is; a program run upgrades it (not checked here: the tables are this version's).
+#[test]
+fn a_reading_command_leaves_an_older_colonys_store_as_it_is() {
+    let url = support::postgres::database();
+    let sb = Sandbox::new();
+    let script = sb.write("older.lua", "assert(store.set('k', 1))\n");
+    let script = script.display().to_string();
+    sb.colony(&["run", "--store", &url, &script]).ok();
+    let server = support::postgres::server();
+    let db = url.rsplit_once('/').unwrap().1;
+    let older = colony::store::postgres::SCHEMA_VERSION - 1;
+    server.sql(
+        db,
+        &format!("UPDATE colony_older.colony_schema SET version = {older}"),
+    );
+    let run = sb
+        .colony(&["store", &script, "get", "k", "--store", &url])
+        .failed();
+    assert!(
+        run.stderr.contains(&format!(
+            "was written by an older colony (store schema version {older}; this colony writes \
+             version {}); reading it here would upgrade it",
+            colony::store::postgres::SCHEMA_VERSION
+        )),
+        "{}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains(PASSWORD), "{}", run.stderr);
+    assert_eq!(
+        server.sql(db, "SELECT version FROM colony_older.colony_schema"),
+        older.to_string()
+    );
+}
+
 #[test]
 fn names_postgres_cannot_hold_are_refused_by_name() {
     let store = PostgresStore::open(&support::postgres::database()).unwrap();

@@ -44,6 +44,10 @@ pub enum StoreError {
     /// The file was written by a newer colony.
     #[error("{0}")]
     TooNew(String),
+    /// A shared store an older colony wrote, opened only to be read: upgrading it would leave
+    /// the programs still running on it a store they refuse.
+    #[error("{0}")]
+    TooOld(String),
     /// The file is not a colony store, or is damaged.
     #[error("{0}")]
     Damaged(String),
@@ -67,6 +71,7 @@ impl StoreError {
         match self {
             StoreError::Locked(_) => "locked",
             StoreError::TooNew(_) => "too_new",
+            StoreError::TooOld(_) => "too_old",
             StoreError::Refused(_) => "refused",
             StoreError::Damaged(_) => "damaged",
             StoreError::Io(_) => "io_error",

@@ -146,7 +146,10 @@ impl PostgresStore {
             if existing && let Some(schema) = schema {
                 schema::exists(&client, &store.shown, schema).await?;
             }
-            schema::migrate(&mut client, &store.shown, schema).await
+            // A reading command does not upgrade a store the programs of an older colony may
+            // be running on (there is no lock: its nodes would then refuse the store as newer).
+            let upgrade = !existing;
+            schema::migrate(&mut client, &store.shown, schema, upgrade).await
         })?;
         Ok(store)
     }

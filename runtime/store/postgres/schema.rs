@@ -146,11 +146,13 @@ pub(super) async fn exists(
 }
 
 /// Brings the database behind `client` (its tables in `schema`, created if missing, when one is
-/// given) to [`SCHEMA_VERSION`]; `shown` names it in errors.
+/// given) to [`SCHEMA_VERSION`]; `shown` names it in errors. Without `upgrade`, a store at an
+/// older version is refused, left as it is.
 pub(super) async fn migrate(
     client: &mut tokio_postgres::Client,
     shown: &str,
     schema: Option<&str>,
+    upgrade: bool,
 ) -> StoreResult<()> {
     let err = |doing: &str, e: tokio_postgres::Error| {
         StoreError::Io(format!("{shown}: {doing}: {}", super::describe(&e)))
@@ -218,6 +220,14 @@ pub(super) async fn migrate(
     if version < 0 {
         return Err(StoreError::Damaged(format!(
             "{shown} has an impossible schema version {version}; it was left as it is"
+        )));
+    }
+    if !upgrade && version < SCHEMA_VERSION {
+        return Err(StoreError::TooOld(format!(
+            "{shown} was written by an older colony (store schema version {version}; this \
+             colony writes version {SCHEMA_VERSION}); reading it here would upgrade it under the \
+             programs of that colony that may run on it, so it was left as it is: read it with \
+             that colony, or run the program with this one first (which upgrades it)"
         )));
     }
     for (i, step) in MIGRATIONS.iter().enumerate().skip(version as usize) {
