@@ -1642,3 +1642,56 @@ fn a_migration_that_fails_leaves_the_store_at_its_version() {
         .unwrap();
     assert!(!columns.iter().any(|c| c == "message"), "{columns:?}");
 }
+
+/// A cleared conversation's files go with it, unless something else still refers to them (a
+/// conversation, a held mail): clearing left every attachment's bytes in the store for good.
+#[test]
+fn a_cleared_conversation_takes_the_bytes_no_one_else_refers_to() {
+    let (_dir, store) = fresh();
+    let file = |name: &str, bytes: &'static [u8]| {
+        crate::files::record(name, None, std::sync::Arc::from(bytes))
+    };
+    let (own, shared, other, held) = (
+        file("own.csv", b"own\n"),
+        file("shared.csv", b"shared\n"),
+        file("other.csv", b"other\n"),
+        file("held.csv", b"held\n"),
+    );
+    let with = |files: Vec<crate::vocab::FileRef>| {
+        vec![Message::new(
+            Role::User,
+            files.into_iter().map(Part::File).collect(),
+        )]
+    };
+    store
+        .commit_step("r", &with(vec![own.clone(), shared.clone()]), &[], 0)
+        .unwrap();
+    store
+        .commit_step("s", &with(vec![other.clone(), shared.clone()]), &[], 0)
+        .unwrap();
+    let mut waiting = mail("with a file");
+    waiting.files = vec![held.clone()];
+    store.push_backlog("t", &waiting).unwrap();
+    let stored = || -> Vec<String> {
+        let conn = store.writer().unwrap();
+        let mut stmt = conn
+            .prepare("SELECT sha256 FROM files ORDER BY sha256")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    };
+    let shas = |files: &[&crate::vocab::FileRef]| {
+        let mut v: Vec<String> = files.iter().map(|f| f.sha256.clone()).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(stored(), shas(&[&own, &shared, &other, &held]));
+    assert!(store.clear_cell("r").unwrap());
+    assert_eq!(stored(), shas(&[&shared, &other, &held]));
+    assert!(store.clear_cell("s").unwrap());
+    assert_eq!(stored(), shas(&[&held]));
+    assert!(store.clear_cell("t").unwrap());
+    assert!(stored().is_empty());
+}
