@@ -315,17 +315,29 @@ fn an_unknown_provider_for_a_resident_is_refused_at_its_line() {
     }
 }
 
+/// An unknown `--provider` is bad input, status 2, named before anything runs (it was the
+/// call's `config_error`, status 1); so is `colony chat ""` (it ended 0 without a word).
 #[test]
 fn unknown_provider_is_refused() {
-    let run = Sandbox::new()
-        .colony(&["ask", "--provider", "nope", "hi"])
-        .failed();
+    for command in ["ask", "chat"] {
+        let run = Sandbox::new().colony(&[command, "--provider", "nope", "hi"]);
+        assert_eq!(run.code, 2, "{command}: {}", run.stderr);
+        assert!(
+            run.stderr.contains(&format!(
+                "colony {command}: --provider \"nope\" is not a provider colony knows"
+            )),
+            "{}",
+            run.stderr
+        );
+        assert!(run.stderr.contains("anthropic, openai"), "{}", run.stderr);
+    }
+    let run = Sandbox::new().colony(&["chat", "--new", " "]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
     assert!(
-        run.stderr.contains("unknown provider \"nope\""),
+        run.stderr.contains("colony chat: the question is empty"),
         "{}",
         run.stderr
     );
-    assert!(run.stderr.contains("anthropic, openai"), "{}", run.stderr);
 }
 
 #[test]

@@ -833,6 +833,15 @@ fn a_state_directory_given_outright_wins_over_the_configs_store_url() {
         .colony(&["store", &s(&script), "--state", &s(&dir), "get", "n/1"])
         .ok();
     assert_eq!(run.stdout, "\"kept\"\n", "{}", run.stderr);
+    // A file given as the state directory is bad input, status 2 (it was 1).
+    let run = sb.colony(&["run", "--state", &s(&script), &s(&script)]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("the state directory is a file, not a folder"),
+        "{}",
+        run.stderr
+    );
     for command in [
         vec![
             "run",

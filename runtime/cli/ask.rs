@@ -34,6 +34,9 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
             "colony ask: the question is empty (colony ask QUESTION...)",
         ));
     }
+    if let Some(p) = &args.provider {
+        super::known_provider("colony ask", p)?;
+    }
     let core = build_core(&args.cassettes, handle)?;
     let mut script_args = vec![format!("--use={}", args.use_type)];
     if let Some(p) = args.provider {

@@ -54,6 +54,9 @@ pub struct Args {
 
 pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
     let mut script_args = vec![format!("--use={}", args.use_type)];
+    if let Some(p) = &args.provider {
+        super::known_provider("colony chat", p)?;
+    }
     if let Some(p) = args.provider {
         script_args.push(format!("--provider={p}"));
     }
@@ -102,8 +105,16 @@ pub fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Failure> {
         script_args.push(format!("--tool={tool}"));
     }
     if !args.question.is_empty() {
+        let question = args.question.join(" ");
+        // `colony chat --new ""` ended 0 without a word, as `colony ask ""` does not.
+        if question.trim().is_empty() {
+            return Err(Failure::input(
+                "colony chat: the question is empty (colony chat QUESTION..., or no question \
+                 for the prompt)",
+            ));
+        }
         script_args.push("--".into());
-        script_args.push(args.question.join(" "));
+        script_args.push(question);
     }
     let core = build_core(&args.cassettes, handle)?;
     let state =

@@ -230,6 +230,18 @@ pub fn commands() -> Vec<(String, String)> {
         .collect()
 }
 
+/// `--provider NAME` of a command is one colony knows: bad input (status 2), named before
+/// anything runs (it was a `config_error` of the call, status 1).
+fn known_provider(who: &str, name: &str) -> Result<(), Failure> {
+    if crate::providers::catalogue::find(name).is_some() {
+        return Ok(());
+    }
+    Err(Failure::input(format!(
+        "{who}: --provider {name:?} is not a provider colony knows (known: {})",
+        crate::providers::catalogue::ids().join(", ")
+    )))
+}
+
 /// Whether the log is JSON lines (`colony serve --log-format json`).
 static JSON_LOGS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 

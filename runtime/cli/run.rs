@@ -82,6 +82,25 @@ pub fn prepare(args: &Args) -> Result<Prepared, Failure> {
     // A state directory named outright (or the scratch one of a replay) is the store: the
     // config's `[store] url` took its place without a word, and the run read and wrote a
     // shared database instead.
+    // Bad input, named before anything starts (status 2, as the README's table gives; both
+    // were found as the store opened, status 1).
+    if let Some(url) = &args.store
+        && !crate::store::postgres::is_postgres(url)
+    {
+        return Err(Failure::input(format!(
+            "colony: --store {}",
+            crate::store::postgres::not_postgres(url)
+        )));
+    }
+    if let Some(dir) = &args.state
+        && dir.is_file()
+    {
+        return Err(Failure::input(format!(
+            "colony: --state {}: the state directory is a file, not a folder: give the \
+             program's state a folder",
+            dir.display()
+        )));
+    }
     let url = if args.state.is_some() || scratch.is_some() {
         args.store.clone()
     } else {
