@@ -84,6 +84,23 @@ fn a_script_gets_its_arguments_and_json() {
         "{}",
         run.stderr
     );
+    // With clap's kind of tip, as every other command gets (none for nothing close).
+    assert!(
+        run.stderr
+            .contains("tip: a similar option exists: '--state'"),
+        "{}",
+        run.stderr
+    );
+    let run = sb.colony(&["run", "--hlep"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr
+            .contains("tip: a similar option exists: '--help'"),
+        "{}",
+        run.stderr
+    );
+    let run = sb.colony(&["run", "--zzzz", &file]);
+    assert!(!run.stderr.contains("tip:"), "{}", run.stderr);
     let run = sb
         .colony(&["run", "--max-time", "30", &file, "--max-time", "1"])
         .ok();

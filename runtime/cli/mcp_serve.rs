@@ -56,7 +56,7 @@ pub struct InstallArgs {
 
 pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     let file = args.program.file();
-    super::program_file(&file)?;
+    super::program_file(&file, &["mcp", "serve"])?;
     args.program
         .warn_of_colony_options::<ServeArgs>("colony mcp serve");
     // First: whatever the program prints from its first line on goes to stderr.
@@ -203,7 +203,7 @@ pub fn entry(file: &Path, flags: &[String]) -> Result<Value, Failure> {
 }
 
 pub fn install(args: InstallArgs) -> Result<(), Failure> {
-    super::program_file(&args.file)?;
+    super::program_file(&args.file, &["mcp", "install"])?;
     if args.name.trim().is_empty() {
         return Err(Failure::input(
             "colony mcp install: --name must not be empty",

@@ -283,6 +283,27 @@ fn init_logging(json: bool) {
     };
 }
 
+/// The long option of subcommand `command` closest to `given` (`--hlep`: `--help`), if one is
+/// close enough to be what was meant.
+fn similar_option(given: &str, command: &[&str]) -> Option<String> {
+    use clap::CommandFactory;
+    let given = given.split('=').next().unwrap_or(given);
+    let mut cmd = Cli::command();
+    for name in command {
+        cmd = cmd.find_subcommand(name)?.clone();
+    }
+    let names = cmd
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .chain(["help"])
+        .map(|long| format!("--{long}"));
+    names
+        .map(|o| (strsim::jaro(given, &o), o))
+        .filter(|(score, _)| *score > 0.8)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, o)| o)
+}
+
 /// The core for one command: the config file, and the cassette options.
 /// Why `path`, given as a file to read, is not one (`no such file`, `a folder, not a file`), as
 /// the end of a message; `None` for something to read (a file, or a pipe: `colony run <(...)`).
@@ -296,14 +317,21 @@ pub fn not_a_file(path: &std::path::Path) -> Option<&'static str> {
 }
 
 /// `Ok` when `file`, a program to run, can be read; else the input failure naming it and why not
-/// (`colony run`, `colony serve`, `colony mcp serve` and `install` say it alike).
-pub fn program_file(file: &std::path::Path) -> Result<(), Failure> {
+/// (`colony run`, `colony serve`, `colony mcp serve` and `install` say it alike). `command` is
+/// the subcommand's path (`["run"]`, `["mcp", "serve"]`), whose options a mistyped one is
+/// compared with.
+pub fn program_file(file: &std::path::Path, command: &[&str]) -> Result<(), Failure> {
     match not_a_file(file) {
         None => Ok(()),
         // `colony run --stat x.lua`: an option mistyped before the file is taken for the file.
         Some(_) if file.as_os_str().as_encoded_bytes().starts_with(b"-") => {
+            // As clap suggests for every other command (`colony run` takes what follows the
+            // file as the script's, so clap never sees the option as one).
+            let tip = similar_option(&file.to_string_lossy(), command)
+                .map(|o| format!("\n\n  tip: a similar option exists: '{o}'"))
+                .unwrap_or_default();
             Err(Failure::input(format!(
-                "colony: {} is neither an option of this command (see --help) nor a file",
+                "colony: {} is neither an option of this command (see --help) nor a file{tip}",
                 file.display()
             )))
         }

@@ -67,7 +67,7 @@ pub fn prepare(args: &Args) -> Result<Prepared, Failure> {
     crate::signals::hangup_stops();
     let parts = core_parts(&args.cassettes)?;
     let file = args.program.file();
-    super::program_file(&file)?;
+    super::program_file(&file, &["run"])?;
     args.program.args()?;
     args.program.warn_of_colony_options::<Args>("colony run");
     // A cassette holds a run from a fresh start: replaying on a state that carried on would ask

@@ -283,7 +283,7 @@ fn programs(
     // (under systemd's Restart=on-failure, a loop with nothing served).
     if let Programs::Files(_) = &programs {
         for l in &launches {
-            super::program_file(&l.file)?;
+            super::program_file(&l.file, &["serve"])?;
         }
     }
     Ok(programs)
