@@ -269,6 +269,19 @@ fn plain_text_when_piped_or_no_color() {
     assert_eq!(code, 0);
     assert!(shown.contains("| longer name | 12345 |"), "{shown:?}");
     assert!(!shown.contains('│'), "not rendered: {shown:?}");
+
+    // A dumb terminal (Emacs' shell, some CI consoles) shows escapes as text: none are sent,
+    // no cursor moves and no colour.
+    fake.push(Reply::text(MARKDOWN));
+    let mut pty = Pty::start(&sb, &["chat", "Sizes once more?"], &[("TERM", "dumb")]);
+    pty.expect("fn main() {}");
+    let (code, shown) = pty.finish();
+    assert_eq!(code, 0);
+    assert!(shown.contains("| longer name | 12345 |"), "{shown:?}");
+    assert!(
+        !shown.contains("\x1b["),
+        "escapes on a dumb terminal: {shown:?}"
+    );
 }
 
 #[test]

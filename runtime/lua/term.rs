@@ -96,10 +96,18 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     Ok(term)
 }
 
-/// Whether output may carry colour and layout: stdout is a terminal and `NO_COLOR` is not set
-/// (<https://no-color.org>: any non-empty value).
+/// Whether output may carry colour and layout: stdout is a terminal, `NO_COLOR` is not set
+/// (<https://no-color.org>: any non-empty value), and `TERM` is not `dumb` (Emacs' shell, some
+/// CI consoles: they showed the escapes, cursor moves included, as text).
 pub fn styled() -> bool {
-    std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+    std::io::stdout().is_terminal()
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+        && !dumb()
+}
+
+/// Whether the terminal says it moves no cursor (`TERM=dumb`).
+fn dumb() -> bool {
+    std::env::var_os("TERM").is_some_and(|t| t == "dumb")
 }
 
 /// Columns and rows of the terminal stdout writes to (80 x 24 when it writes elsewhere: a
@@ -259,7 +267,8 @@ async fn interruptible(lua: &Lua, f: Function, args: MultiValue) -> mlua::Result
     }
 }
 
-/// A spinner with the time elapsed, on stderr while it is a terminal (nothing otherwise).
+/// A spinner with the time elapsed, on stderr while it is a terminal that is not `dumb`
+/// (nothing otherwise: it redraws its line).
 /// `s:stop()` clears it; so does dropping it.
 struct Spinner {
     task: Option<tokio::task::JoinHandle<()>>,
@@ -267,7 +276,7 @@ struct Spinner {
 
 impl Spinner {
     fn start(label: Option<String>) -> Spinner {
-        if !std::io::stderr().is_terminal() {
+        if !std::io::stderr().is_terminal() || dumb() {
             return Spinner { task: None };
         }
         let label = label.unwrap_or_else(|| "waiting".into());

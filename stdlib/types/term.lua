@@ -10,7 +10,8 @@ term = {}
 ---@return boolean
 function term.is_tty(stream) end
 
---- Whether output may carry colour and layout: stdout is a terminal and `NO_COLOR` is not set.
+--- Whether output may carry colour and layout: stdout is a terminal, `NO_COLOR` is not set, and
+--- `TERM` is not `dumb`.
 --- A front end prints plain text otherwise.
 ---@return boolean
 function term.styled() end
@@ -51,7 +52,7 @@ local Spinner = {}
 --- Clears the spinner (also done when it is collected).
 function Spinner:stop() end
 
---- A spinner with the seconds elapsed, on stderr while stderr is a terminal (nothing otherwise),
+--- A spinner with the seconds elapsed, on stderr while stderr is a terminal not `TERM=dumb` (nothing otherwise),
 --- until `:stop()`.
 ---@param label? string default "waiting"
 ---@return term.Spinner
