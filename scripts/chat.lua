@@ -628,6 +628,9 @@ while true do
       end
     end
   elseif command == "attach" then
+    -- No shell reads this line: `~/` is expanded here, as a shell would have.
+    local home = os.getenv("HOME")
+    if home and (rest == "~" or rest:sub(1, 2) == "~/") then rest = home .. rest:sub(2) end
     local st = rest ~= "" and fs.stat(rest)
     if rest == "" then
       print("/attach PATH")

@@ -447,7 +447,8 @@ fn interactive_commands() {
     let out = sb.path("chat.md");
     fake.push(Reply::text("It has **two** columns."));
     fake.push(Reply::text("Code answer."));
-    let mut pty = Pty::start(&sb, &["chat"], &[]);
+    let home = sb.dir.path().display().to_string();
+    let mut pty = Pty::start(&sb, &["chat"], &[("HOME", &home)]);
     pty.expect("chat> ");
     // Each line goes in once the prompt is back: the editor puts the terminal in raw mode as it
     // starts, and input typed before that may be flushed.
@@ -472,11 +473,8 @@ fn interactive_commands() {
         &[&format!("{folder}: a folder, not a file")],
         "chat> ",
     );
-    say(
-        &format!("/attach {}", data.display()),
-        &["attached"],
-        "chat> ",
-    );
+    // No shell reads the line: `~/` is expanded as one would (it read "no such file").
+    say("/attach ~/data.csv", &["attached"], "chat> ");
     say("/model claude-fake-2", &["model claude-fake-2"], "chat> ");
     say("How many columns?", &["columns."], "chat> ");
     say(&format!("/save {}", out.display()), &["saved to"], "chat> ");
