@@ -888,6 +888,14 @@ fn a_signal_at_a_prompt_gives_the_terminal_back_as_it_was() {
         let (got, shown, edits) = pty.finish_with_modes();
         assert_eq!(got, code, "{args:?} {signal}: {shown}");
         assert!(edits, "{args:?} {signal}: the terminal was left raw");
+        // Bracketed paste, which the editor turned on, is off again (left on, every paste
+        // into the shell after came wrapped in `^[[200~`).
+        let on = shown.rfind("\x1b[?2004h");
+        let off = shown.rfind("\x1b[?2004l");
+        assert!(
+            on.is_none_or(|on| off.is_some_and(|off| off > on)),
+            "{args:?} {signal}: bracketed paste left on: {shown:?}"
+        );
     }
 }
 

@@ -43,6 +43,12 @@ pub fn restore() {
             || now.c_cflag != found.c_cflag;
         if changed {
             libc::tcsetattr(libc::STDIN_FILENO, libc::TCSANOW, found);
+            // The line editor that made it raw also asked the terminal for bracketed paste:
+            // left on, every later paste into the shell came wrapped in `^[[200~`.
+            if libc::isatty(libc::STDOUT_FILENO) == 1 {
+                let off = b"\x1b[?2004l";
+                libc::write(libc::STDOUT_FILENO, off.as_ptr().cast(), off.len());
+            }
         }
     }
 }
