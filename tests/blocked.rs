@@ -484,6 +484,19 @@ fn an_outage_says_when_it_tries_again() {
         run.stdout
     );
     assert_eq!(fake.calls(), 1);
+
+    // Past the longest duration (read as a year): not misquoted as "asked for 31536000 s".
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::status(429).header("retry-after", "99999999"));
+    let sandbox = styled(&fake, "openai");
+    let run = sandbox.lua(ONE_MAIL, &["--max-time", "3"]);
+    assert_eq!(run.code, 124, "{}\n{}", run.stdout, run.stderr);
+    assert!(
+        run.stderr
+            .contains("trying again in 600 s (the provider asked for a year or more)"),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]

@@ -1181,6 +1181,12 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         // When it tries again, said: a provider's retry-after (up to ten minutes) kept a
         // resident silent that long.
         let next = |wait: Duration| match error.retry_after {
+            // A wait past the longest duration was read as that longest: "asked for 31536000
+            // s" misquoted a provider that asked for 99999999.
+            Some(asked) if asked >= crate::duration::MAX => format!(
+                "trying again in {:.0} s (the provider asked for a year or more)",
+                wait.as_secs_f64()
+            ),
             Some(asked) if asked > MAX_WAIT => format!(
                 "trying again in {:.0} s (the provider asked for {:.0} s)",
                 wait.as_secs_f64(),
