@@ -128,7 +128,7 @@ const TOLD_AT_MOST: usize = 4096;
 /// look (every step renders the window again, hence once). A service that runs for months sees
 /// files without end: past [`TOLD_AT_MOST`] the set starts again, and a file may be told of twice.
 fn noted(file: &FileRef, style: Style, why: &str) -> Rendered {
-    if first_telling(&file.sha256, style) {
+    if first_telling(file, style) {
         tracing::warn!(
             "{} ({}) is not sent: {why}, so the model is told its content is absent",
             file.name,
@@ -141,7 +141,7 @@ fn noted(file: &FileRef, style: Style, why: &str) -> Rendered {
 /// A file too large for the API, told of as [`noted`] tells (it went without a word on
 /// stderr, unlike a file of a type the API cannot read).
 fn too_large(file: &FileRef, style: Style, limit: u64, per_request: bool) -> Rendered {
-    if first_telling(&file.sha256, style) {
+    if first_telling(file, style) {
         tracing::warn!(
             "{} ({}) is not sent: {}, so the model is told its content is absent",
             file.name,
@@ -152,17 +152,19 @@ fn too_large(file: &FileRef, style: Style, limit: u64, per_request: bool) -> Ren
     Rendered::Text(forms::too_large(file, limit, per_request))
 }
 
-/// The files (by content and wire) [`noted`] has told of.
-static TOLD: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<(String, Style)>>> =
-    std::sync::LazyLock::new(Default::default);
+/// The files (by content, name and wire) [`noted`] has told of.
+static TOLD: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashSet<(String, String, Style)>>,
+> = std::sync::LazyLock::new(Default::default);
 
-/// Whether the file `sha256` sent as `style` is told of for the first time (remembered now).
-fn first_telling(sha256: &str, style: Style) -> bool {
+/// Whether `file` sent as `style` is told of for the first time (remembered now). By its name
+/// too: two files of the same bytes under two names (`a.wma`, `a.heic`) were told of as one.
+fn first_telling(file: &FileRef, style: Style) -> bool {
     let mut told = TOLD.lock().unwrap_or_else(|e| e.into_inner());
     if told.len() >= TOLD_AT_MOST {
         told.clear();
     }
-    told.insert((sha256.to_string(), style))
+    told.insert((file.sha256.clone(), file.name.clone(), style))
 }
 
 /// Renders a message's files in place. Text a file becomes joins the text around it with a
@@ -283,12 +285,22 @@ mod tests {
     /// bounded however many files a long-running service sees.
     #[test]
     fn files_told_of_are_told_once_and_remembered_within_a_bound() {
-        let mine = format!("{:064x}", 0x5eed_u64);
+        let file = |name: &str, sha256: String| FileRef {
+            name: name.into(),
+            content_type: "audio/x-ms-wma".into(),
+            size: 1,
+            sha256,
+            data: None,
+            shed: None,
+        };
+        let mine = file("a.wma", format!("{:064x}", 0x5eed_u64));
         assert!(first_telling(&mine, Style::Replay));
         assert!(!first_telling(&mine, Style::Replay), "once");
         assert!(first_telling(&mine, Style::Gemini), "once a wire");
+        let same_bytes = file("a.heic", mine.sha256.clone());
+        assert!(first_telling(&same_bytes, Style::Replay), "once a name");
         for i in 0..TOLD_AT_MOST + 10 {
-            first_telling(&format!("{i:064x}"), Style::Replay);
+            first_telling(&file("n", format!("{i:064x}")), Style::Replay);
         }
         let remembered = TOLD.lock().unwrap().len();
         assert!(remembered <= TOLD_AT_MOST, "{remembered}");
