@@ -1050,6 +1050,45 @@ fn content_blocks_mcp_does_not_know_are_the_calls_error() {
     assert_eq!(code, Some(0), "{stderr}");
 }
 
+/// An image block whose data is not base64 is the call's error, naming the block: it went to
+/// the client as it was, which then failed to show it without a word of why.
+#[test]
+fn an_image_block_whose_data_is_not_base64_is_the_calls_error() {
+    let sb = Sandbox::new();
+    let mut session = Session::start(
+        &sb,
+        r#"ai.tool{ name = "pic", description = "pic", exportable = true, parameters = {},
+             handler = function() return { content = {
+               { type = "text", text = "a chart" },
+               { type = "image", data = "notbase64!!", mimeType = "image/png" } } } end }
+           ai.tool{ name = "ok", description = "ok", exportable = true, parameters = {},
+             handler = function() return { content = {
+               { type = "image", data = "iVBORw0KGgo=", mimeType = "image/png" } } } end }
+           ai.watch()"#,
+    );
+    initialize(&mut session);
+    session.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"pic","arguments":{}}}));
+    let answer = session.answer(2);
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert!(
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("the tool answered an image block (content[2]) whose data is not base64"),
+        "{answer}"
+    );
+    session.send(
+        json!({"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"ok","arguments":{}}}),
+    );
+    let answer = session.answer(3);
+    assert_eq!(
+        answer["result"]["content"][0]["data"], "iVBORw0KGgo=",
+        "{answer}"
+    );
+    let (code, stderr) = session.end();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
 /// A call refused because the resident's mailbox is full says so with the numbers: the caller
 /// read the bare kind "mailbox_full".
 #[test]
