@@ -596,3 +596,24 @@ print("watch ended: " .. ai.watch{})
         bad.stderr
     );
 }
+
+/// A model that answers nothing (no text, no tool call: Anthropic's empty `content`, Gemini's
+/// empty answer) is said in the log: the mail was served without a word anyone could see.
+#[test]
+fn a_model_that_answers_nothing_is_said() {
+    for style in ["anthropic", "gemini"] {
+        let fake = FakeProvider::start();
+        fake.set_default(Reply::text(""));
+        let sandbox = styled(&fake, style);
+        let run = run(&sandbox, ONE_MAIL, &[]);
+        assert_eq!(run.code, 0, "{style}: {}\n{}", run.stdout, run.stderr);
+        assert!(
+            run.stderr.contains(
+                "its model answered nothing (no text, no tool call; stop: end_turn): 1 mail(s) \
+                 served without a reply"
+            ),
+            "{style}: {}",
+            run.stderr
+        );
+    }
+}

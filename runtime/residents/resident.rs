@@ -1306,6 +1306,17 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
         }
     }
     if reply.trim().is_empty() {
+        // The model said nothing and did nothing (an empty `content`, Gemini's empty answer):
+        // the mail is served without a word, which nobody would otherwise know.
+        if out.tool_events.is_empty() && !batch.mail.is_empty() {
+            tracing::warn!(
+                ai = %me.spec.name,
+                "its model answered nothing (no text, no tool call; stop: {}): {} mail(s) \
+                 served without a reply",
+                out.stop.as_str(),
+                batch.mail.len()
+            );
+        }
         if !me.awaited_by(&batch.mail) {
             return None;
         }
