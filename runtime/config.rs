@@ -302,6 +302,32 @@ impl EditLock {
     }
 }
 
+/// A TOML error's expectation in words a config's reader knows: serde names Rust's types
+/// (`expected f64`, `expected struct UseConfig`).
+fn humane_types(message: &str) -> String {
+    let mut out = message.to_string();
+    for (rust, words) in [
+        ("expected f64", "expected a number"),
+        ("expected f32", "expected a number"),
+        ("expected u64", "expected a whole number, 0 or more"),
+        ("expected u32", "expected a whole number, 0 or more"),
+        ("expected u16", "expected a whole number, 0 or more"),
+        ("expected usize", "expected a whole number, 0 or more"),
+        ("expected i64", "expected a whole number"),
+        ("expected i32", "expected a whole number"),
+    ] {
+        out = out.replace(rust, words);
+    }
+    // `expected struct UseConfig`, `expected a map`: a table (`[use.general]`).
+    if let Some(at) = out.find("expected struct ") {
+        let end = out[at..]
+            .find(|c: char| c == '\n' || c == ',')
+            .map_or(out.len(), |i| at + i);
+        out.replace_range(at..end, "expected a table");
+    }
+    out.replace("expected a map", "expected a table")
+}
+
 /// Where the config file lives: `COLONY_CONFIG`, else the XDG config directory. An empty
 /// `COLONY_CONFIG=` is unset, as shells mean it: it was read as a file named "".
 pub fn path() -> PathBuf {
@@ -339,7 +365,7 @@ impl Config {
         };
         toml::from_str(&text).map_err(|e| ConfigError::Parse {
             path: path.into(),
-            message: e.to_string(),
+            message: humane_types(&e.to_string()),
         })
     }
 
@@ -1118,6 +1144,28 @@ mod tests {
     /// An `[mcp.NAME]` table's misspelt field and a name its tools could not be told apart by
     /// are named with the file and the table: `comand` read as "needs a url or a command" at
     /// the server's first use, `timeout` was dropped, and `a__b` was taken.
+    #[test]
+    fn a_value_of_the_wrong_type_is_told_in_words_not_rust_types() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("c.toml");
+        for (text, told) in [
+            ("[use.general]\ntimeout = \"5\"\n", "expected a number"),
+            ("[use]\ngeneral = \"openai\"\n", "expected a table"),
+            (
+                "[use.general]\nmax_tokens = -5\n",
+                "expected a whole number, 0 or more",
+            ),
+        ] {
+            std::fs::write(&p, text).unwrap();
+            let e = Config::load_from(&p).unwrap_err().to_string();
+            assert!(e.trim_end().ends_with(told), "{text}: {e}");
+            assert!(
+                !e.contains("f64") && !e.contains("struct") && !e.contains("u32"),
+                "{e}"
+            );
+        }
+    }
+
     #[test]
     fn an_mcp_servers_unknown_field_and_bad_name_are_named() {
         let dir = tempfile::tempdir().unwrap();
