@@ -320,9 +320,7 @@ fn humane_types(message: &str) -> String {
     }
     // `expected struct UseConfig`, `expected a map`: a table (`[use.general]`).
     if let Some(at) = out.find("expected struct ") {
-        let end = out[at..]
-            .find(|c: char| c == '\n' || c == ',')
-            .map_or(out.len(), |i| at + i);
+        let end = out[at..].find(['\n', ',']).map_or(out.len(), |i| at + i);
         out.replace_range(at..end, "expected a table");
     }
     out.replace("expected a map", "expected a table")

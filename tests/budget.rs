@@ -98,7 +98,8 @@ fn a_token_budget_blocks_the_resident_and_a_restart_keeps_it_blocked_with_its_ma
     // setting named above").
     assert!(
         first.stderr.contains(
-            "A budget is spent: its mail is served once the budget resets (the time named above)"
+            "A budget is spent: run again after it resets (the time named above), or raise it \
+             in the script."
         ) && !first.stderr.contains("Fix the setting"),
         "{}",
         first.stderr
@@ -477,6 +478,13 @@ fn a_budget_that_cannot_be_counted_blocks_instead_of_never_being_reached() {
          [prices] in the config, or give the budget in tokens) (1 held)"
     );
     assert_eq!(fake.calls(), 0, "nothing is spent that cannot be counted");
+    // A setting to fix, not a budget spent to wait out.
+    assert!(
+        priced.stderr.contains("Fix the setting named above")
+            && !priced.stderr.contains("A budget is spent"),
+        "{}",
+        priced.stderr
+    );
 
     let fake = FakeProvider::start();
     fake.push(Reply::text("one").usage(0, 0));

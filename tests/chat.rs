@@ -282,6 +282,20 @@ fn plain_text_when_piped_or_no_color() {
         !shown.contains("\x1b["),
         "escapes on a dumb terminal: {shown:?}"
     );
+
+    // The log's lines too (a warning: residents spawned, never watched), and under NO_COLOR.
+    let script = sb.write("warns.lua", "ai.spawn{ name = \"idle\" }\n");
+    let script = script.display().to_string();
+    for env in [("TERM", "dumb"), ("NO_COLOR", "1")] {
+        let pty = Pty::start(&sb, &["run", &script], &[env]);
+        let (code, shown) = pty.finish();
+        assert_eq!(code, 0, "{env:?}: {shown:?}");
+        assert!(shown.contains("WARN"), "{env:?}: {shown:?}");
+        assert!(
+            !shown.contains("\x1b["),
+            "{env:?}: escapes in the log: {shown:?}"
+        );
+    }
 }
 
 #[test]

@@ -483,6 +483,30 @@ fn stderr_closed_too() {
     }
 }
 
+/// A run ended by `--max-time` while its script waits outside Lua (an `io.read`) keeps its
+/// status 124 with stderr closed: the last resort said why with `eprintln!`, whose panic on
+/// the closed stderr is the quiet exit 0.
+#[test]
+fn a_run_ended_where_it_waits_keeps_its_status_with_stderr_closed() {
+    let sb = Sandbox::new();
+    let file = sb.write("block.lua", "io.read('l')\n");
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let mut child = sb
+        .command(&["run", "--max-time", "1", &file.display().to_string()])
+        .stdin(Stdio::piped())
+        // stdout to a file (`2>&1 >out.txt | true`): a closed stdout pipe would end the run
+        // itself, quietly, as its reader going away does.
+        .stdout(Stdio::null())
+        .stderr(writer)
+        .spawn()
+        .expect("the colony binary runs");
+    // Held open: the read waits for it (`wait` would close it, and the read would end).
+    let _stdin = child.stdin.take();
+    let status = support::exits_within_a_minute(&mut child, "the run ended by --max-time");
+    assert_eq!(status.code(), Some(124));
+}
+
 /// A stdout that cannot be written for another reason (a full disk: `/dev/full`) is a failure
 /// said in one line, status 1: the output is incomplete. It was a panic with a backtrace,
 /// status 101, and for a help text (clap writes it) a success with nothing written.

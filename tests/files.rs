@@ -682,31 +682,38 @@ print(r.reply, r.tool_events[1].kind)
     );
 }
 
-/// `{ text = ..., files = "a.png" }`, one path given for the list: the call fails saying so.
-/// It was sent as the JSON `{"files":"a.png","text":...}`, nothing attached, the event `ok`.
+/// `{ text = ..., files = "a.png" }` or `{ files = "a.png" }`, one path given for the list: the
+/// call fails saying so. It was sent as the JSON `{"files":"a.png",...}`, nothing attached, the
+/// event `ok`.
 #[test]
 fn a_result_whose_files_is_one_path_fails_saying_so() {
-    let fake = FakeProvider::start();
-    fake.push(Reply::tool_call("c1", "chart", json!({})));
-    fake.push(Reply::text("no chart"));
-    let run = sandbox(&fake, "openai")
-        .lua(
-            r#"
+    for result in [
+        r#"{ text = "the chart", files = "a.png" }"#,
+        r#"{ files = "a.png" }"#,
+    ] {
+        let fake = FakeProvider::start();
+        fake.push(Reply::tool_call("c1", "chart", json!({})));
+        fake.push(Reply::text("no chart"));
+        let run = sandbox(&fake, "openai")
+            .lua(
+                &r#"
 local chart = ai.tool{ name = "chart", parameters = {},
-  handler = function() return { text = "the chart", files = "a.png" } end }
+  handler = function() return RESULT end }
 local r = ai.take_turn{ prompt = "chart", tools = { chart } }
 print(r.tool_events[1].kind)
-"#,
-            &[],
-        )
-        .ok();
-    assert_eq!(run.stdout, "error\n", "{}", run.stderr);
-    let calls = model_calls(&fake);
-    let result = calls[1]["messages"][2]["content"].as_str().unwrap();
-    assert!(
-        result.contains("the result's files must be a list of files, not a string"),
-        "{result}"
-    );
+"#
+                .replace("RESULT", result),
+                &[],
+            )
+            .ok();
+        assert_eq!(run.stdout, "error\n", "{result}: {}", run.stderr);
+        let calls = model_calls(&fake);
+        let told = calls[1]["messages"][2]["content"].as_str().unwrap();
+        assert!(
+            told.contains("the result's files must be a list of files, not a string"),
+            "{result}: {told}"
+        );
+    }
 }
 
 #[test]

@@ -1063,7 +1063,7 @@ fn an_image_block_whose_data_is_not_base64_is_the_calls_error() {
                { type = "image", data = "notbase64!!", mimeType = "image/png" } } } end }
            ai.tool{ name = "ok", description = "ok", exportable = true, parameters = {},
              handler = function() return { content = {
-               { type = "image", data = "iVBORw0KGgo=", mimeType = "image/png" } } } end }
+               { type = "image", data = "iVBORw0KGgo", mimeType = "image/png" } } } end }
            ai.watch()"#,
     );
     initialize(&mut session);
@@ -1082,11 +1082,27 @@ fn an_image_block_whose_data_is_not_base64_is_the_calls_error() {
     );
     let answer = session.answer(3);
     assert_eq!(
-        answer["result"]["content"][0]["data"], "iVBORw0KGgo=",
+        answer["result"]["content"][0]["data"], "iVBORw0KGgo",
         "{answer}"
     );
     let (code, stderr) = session.end();
     assert_eq!(code, Some(0), "{stderr}");
+    // The audit log says what the client was told (it said `ok`).
+    let run = sb.colony(&[
+        "audit",
+        "--state",
+        &state(&sb),
+        &sb.path("served.lua").display().to_string(),
+    ]);
+    let outcome = |tool: &str| {
+        run.stdout
+            .lines()
+            .find(|l| l.split_whitespace().nth(2) == Some(tool))
+            .and_then(|l| l.split_whitespace().nth(3))
+            .map(str::to_string)
+    };
+    assert_eq!(outcome("pic").as_deref(), Some("error"), "{}", run.stdout);
+    assert_eq!(outcome("ok").as_deref(), Some("ok"), "{}", run.stdout);
 }
 
 /// A call refused because the resident's mailbox is full says so with the numbers: the caller

@@ -190,14 +190,17 @@ fn a_provider_redirect_that_would_drop_the_body_is_named_not_followed() {
                     .unwrap()
                     .push((format!("{method} {uri}"), HeaderMap::new()));
                 let target = format!("/moved{}", uri.path_and_query().unwrap());
+                let moved = uri.path().starts_with("/moved");
+                // Where it moved: a model list for a GET, nothing for a POST turned into one.
+                let (answer, body) = match (moved, method == Method::GET) {
+                    (true, true) => (StatusCode::OK, r#"{"data":[{"id":"moved-model"}]}"#),
+                    (true, false) => (StatusCode::METHOD_NOT_ALLOWED, ""),
+                    (false, _) => (status, ""),
+                };
                 Response::builder()
-                    .status(if uri.path().starts_with("/moved") {
-                        StatusCode::METHOD_NOT_ALLOWED
-                    } else {
-                        status
-                    })
+                    .status(answer)
                     .header("location", target)
-                    .body(Body::empty())
+                    .body(Body::from(body))
                     .unwrap()
             }
         }));
@@ -220,13 +223,20 @@ fn a_provider_redirect_that_would_drop_the_body_is_named_not_followed() {
             )),
             "{status}: {line}"
         );
-        let seen = seen.lock().unwrap();
-        assert!(
-            seen.iter()
-                .all(|(request, _)| request.starts_with("POST /openai/")),
-            "{status}: {:?}",
-            seen.iter().map(|(r, _)| r).collect::<Vec<_>>()
-        );
+        {
+            let seen = seen.lock().unwrap();
+            assert!(
+                seen.iter()
+                    .all(|(request, _)| request.starts_with("POST /openai/")),
+                "{status}: {:?}",
+                seen.iter().map(|(r, _)| r).collect::<Vec<_>>()
+            );
+        }
+        // A model list is a GET, which has no body to lose: its redirect is followed.
+        let run = pointed_at(&root, "openai", "")
+            .colony(&["models", "openai"])
+            .ok();
+        assert_eq!(run.stdout, "moved-model\n", "{status}: {}", run.stderr);
     }
 }
 

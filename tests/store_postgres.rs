@@ -312,6 +312,26 @@ fn a_reading_command_leaves_an_older_colonys_store_as_it_is() {
         server.sql(db, "SELECT version FROM colony_older.colony_schema"),
         older.to_string()
     );
+    // A schema made by hand, empty: no program's state, not an older colony's store.
+    server.sql(db, "CREATE SCHEMA colony_handmade");
+    let handmade = sb.write("handmade.lua", "print('never run')\n");
+    let run = sb
+        .colony(&[
+            "store",
+            &handmade.display().to_string(),
+            "list",
+            "--store",
+            &url,
+        ])
+        .failed();
+    assert!(
+        run.stderr.contains(
+            "holds no state of this program (its schema colony_handmade is empty: the program \
+             has not run with this store)"
+        ),
+        "{}",
+        run.stderr
+    );
 }
 
 #[test]

@@ -92,7 +92,7 @@ async fn end_on_signal((mut int, mut term): Signals) {
         _ = term.recv() => ("SIGTERM", 143),
     };
     super::terminal::restore();
-    eprintln!("colony ask: interrupted ({name})");
+    super::say_failure(&format!("colony ask: interrupted ({name})"));
     // Before the servers end: the call a turn waits on then fails at once, and the turn would
     // send its next model call (paid, its answer printed) before the exit.
     crate::signals::end_with(code);

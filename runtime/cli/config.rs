@@ -87,6 +87,15 @@ pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Fail
         Action::Get { use_type, field } => {
             let cfg = load()?;
             let table = cfg.for_use(&use_type);
+            // `COLONY_CONFIG` with a typo in it reads as an empty config: said on stderr, so
+            // a script reading the value from stdout gets it as before.
+            let path = config::path();
+            if !path.exists() {
+                super::say_failure(&format!(
+                    "colony config: note: {} is not there: nothing is read from it",
+                    path.display()
+                ));
+            }
             match field {
                 Some(f) => {
                     if !FIELDS.contains(&f.as_str()) {
@@ -98,8 +107,8 @@ pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Fail
                     println!("{}", table.field(&f).unwrap_or_default());
                 }
                 None => {
-                    // A use-type the file does not set runs on general's settings: said, as
-                    // `colony config test` says it, not shown as a table of its own.
+                    // A use-type the file does not set runs on general's settings: said above
+                    // the table, as `colony config test` says it (it read as the file's own).
                     if use_type != "general" && !cfg.uses.contains_key(&use_type) {
                         println!("# {use_type} is not set in the config file: general's settings");
                     }

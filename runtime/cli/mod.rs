@@ -265,6 +265,24 @@ pub fn say_failure(message: &str) {
     }
 }
 
+/// stderr for the log. A line that cannot be written (its reader gone: `2>&1 | head -1`) is
+/// dropped here: tracing reports a failed write with `eprintln!`, which panics on the same
+/// closed stderr, and that panic is the quiet exit 0 of a closed reader, whatever the command
+/// was ending with (a run past `--max-time` exited 0, not 124).
+struct LogSink;
+
+impl std::io::Write for LogSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let _ = std::io::stderr().write_all(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let _ = std::io::stderr().flush();
+        Ok(())
+    }
+}
+
 /// Logging to stderr; `json`: one JSON object a line (`colony serve --log-format json`).
 fn init_logging(json: bool) {
     JSON_LOGS.store(json, std::sync::atomic::Ordering::Relaxed);
@@ -274,12 +292,17 @@ fn init_logging(json: bool) {
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn,rmcp=off"));
     let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(|| LogSink);
     let _ = if json {
         fmt.json().try_init()
     } else {
-        fmt.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-            .try_init()
+        // Colour on a terminal only, and not when plain text was asked for (`NO_COLOR`,
+        // `TERM=dumb`): each log line came in colour escapes, inside `colony chat` too.
+        fmt.with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && !crate::lua::term::plain_asked(),
+        )
+        .try_init()
     };
 }
 

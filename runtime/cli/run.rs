@@ -36,9 +36,9 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     state: Option<PathBuf>,
     /// Keep the program's state in this PostgreSQL database (`postgres://USER@HOST/DB`)
-    /// instead of SQLite in the state directory (default: `[store] url` in the config, unless
-    /// --state or --replay is given).
-    #[arg(long, value_name = "URL", conflicts_with = "state")]
+    /// instead of SQLite in the state directory, which is then not used (default: `[store] url`
+    /// in the config, unless --state or --replay is given).
+    #[arg(long, value_name = "URL")]
     store: Option<String>,
     /// End the run after this long (`90`, `90s`, `5m`, `1h30m`): the watch stops as on
     /// `ai.stop`, turns in flight get its grace period, and colony exits with status 124.
@@ -79,9 +79,6 @@ pub fn prepare(args: &Args) -> Result<Prepared, Failure> {
         (None, Some(tmp)) => tmp.clone(),
         (None, None) => state_dir::default_for(&file),
     };
-    // A state directory named outright (or the scratch one of a replay) is the store: the
-    // config's `[store] url` took its place without a word, and the run read and wrote a
-    // shared database instead.
     // Bad input, named before anything starts (status 2, as the README's table gives; both
     // were found as the store opened, status 1).
     if let Some(url) = &args.store
@@ -101,6 +98,9 @@ pub fn prepare(args: &Args) -> Result<Prepared, Failure> {
             dir.display()
         )));
     }
+    // A state directory named outright (or the scratch one of a replay) is the store: the
+    // config's `[store] url` took its place without a word, and the run read and wrote a
+    // shared database instead.
     let url = if args.state.is_some() || scratch.is_some() {
         args.store.clone()
     } else {
@@ -241,10 +241,14 @@ fn blocked_failure(blocked: &[(String, TurnError)]) -> Failure {
     );
     let fix = if blocked.iter().all(|(_, e)| e.kind == "cassette_miss") {
         " The cassette holds another run: record it again with --record."
-    } else if blocked.iter().all(|(_, e)| e.kind == "budget") {
+    } else if blocked
+        .iter()
+        .all(|(_, e)| e.kind == "budget" && e.message.contains("; it resets at "))
+    {
         // No setting is wrong: the run was told to fix one, and ran again into the same wall.
-        " A budget is spent: its mail is served once the budget resets (the time named above) \
-         or is raised in the script."
+        // (A budget that cannot be counted, a model without a price, is a setting to fix.)
+        " A budget is spent: run again after it resets (the time named above), or raise it in \
+         the script."
     } else {
         " Fix the setting named above and run again (a program that runs on reads the config \
          file again when it changes)."
@@ -266,10 +270,11 @@ async fn end_after(limit: Duration, program: WeakLifecycle, timed_out: Arc<Atomi
     if let Some(waited) = program.end("max-time", MAX_TIME).await
         && !waited.is_zero()
     {
-        eprintln!(
+        // Said without `eprintln!`, whose panic on a closed stderr is the quiet exit 0.
+        super::say_failure(&format!(
             "colony: --max-time: the program did not end within {} of being stopped",
             humane(waited)
-        );
+        ));
     }
 }
 
@@ -304,11 +309,11 @@ async fn last_resort(
     let code = match why.as_str() {
         super::stdout_gone::REASON => 0,
         MAX_TIME => {
-            eprintln!("{}", timed_out_failure(limit.unwrap_or_default()).message);
+            super::say_failure(&timed_out_failure(limit.unwrap_or_default()).message);
             i32::from(TIMED_OUT)
         }
         signal => {
-            eprintln!("colony: the program was ended by {signal}");
+            super::say_failure(&format!("colony: the program was ended by {signal}"));
             signal_status(signal).into()
         }
     };

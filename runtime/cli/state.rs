@@ -50,9 +50,9 @@ pub struct Target {
     #[arg(long, value_name = "DIR", global = true)]
     state: Option<PathBuf>,
     /// Read the program's state from this PostgreSQL database (`postgres://USER@HOST/DB`)
-    /// instead of its state directory (default: `[store] url` in the config, unless --state is
-    /// given).
-    #[arg(long, value_name = "URL", global = true, conflicts_with = "state")]
+    /// instead of its state directory, which is then not read (default: `[store] url` in the
+    /// config, unless --state is given).
+    #[arg(long, value_name = "URL", global = true)]
     store: Option<String>,
 }
 
@@ -91,10 +91,13 @@ impl Target {
                 Some(_) => format!("no {STORE_FILE} there"),
                 None => format!("{} has stored nothing yet", self.script.display()),
             };
-            return Err(Failure::run(format!(
-                "colony {command}: no state in {} ({why})",
-                dir.display()
-            )));
+            let message = format!("colony {command}: no state in {} ({why})", dir.display());
+            // A file given as the directory is bad input (status 2), as on `colony run`.
+            return Err(if dir.is_file() {
+                Failure::input(message)
+            } else {
+                Failure::run(message)
+            });
         }
         StateDir::open(&dir)
             .map(ProgramStore::Dir)

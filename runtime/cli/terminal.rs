@@ -61,6 +61,6 @@ pub async fn give_back_on_signals() {
         return;
     };
     restore();
-    eprintln!("\ncolony: ended by {why}");
+    super::say_failure(&format!("\ncolony: ended by {why}"));
     std::process::exit(super::run::signal_status(why).into());
 }

@@ -22,7 +22,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     // type (mlua's own conversion did not).
     let ask_fn = lua.create_async_function(|lua, (history, opts): (Value, Value)| async move {
         let opts: Option<Table> = super::convert::arg(&lua, "ai.ask", 2, opts)?;
-        ask(&lua, history, opts).await
+        ask(&lua, history, opts, "ai.ask").await
     })?;
     ai.set("ask", ask_fn)?;
     // One function a name, so a bad argument names the one the script called (`ai.infer`
@@ -39,7 +39,7 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
                 let opts: Option<Table> = super::convert::arg(&lua, who, 2, opts)?;
                 let history = Value::String(prompt);
                 // Only the reply, or `nil, err`: the calls are not for a one-shot caller.
-                let out = ask(&lua, history, opts).await?;
+                let out = ask(&lua, history, opts, who).await?;
                 Ok(MultiValue::from_iter(out.into_iter().take(2)))
             })?;
         ai.set(name, ask_simple)?;
@@ -87,9 +87,15 @@ pub fn core(lua: &Lua) -> Core {
         .clone()
 }
 
-/// `reply, err, tool_calls = ai.ask(history, overrides)`.
-async fn ask(lua: &Lua, history: Value, opts: Option<Table>) -> mlua::Result<MultiValue> {
-    let (mut ask, stream) = read_ask(lua, opts.clone(), "ai.ask", &[])?;
+/// `reply, err, tool_calls = ai.ask(history, overrides)`, or one of the one-shot names (`who`,
+/// as its misuse names it: `ai.infer`).
+async fn ask(
+    lua: &Lua,
+    history: Value,
+    opts: Option<Table>,
+    who: &str,
+) -> mlua::Result<MultiValue> {
+    let (mut ask, stream) = read_ask(lua, opts.clone(), who, &[])?;
     // `ai.ask{ prompt = ..., model = ... }`, the shape of `ai.run`, puts the options where the
     // history goes: say where they belong rather than send no messages with no options.
     if let Value::Table(t) = &history
@@ -97,16 +103,16 @@ async fn ask(lua: &Lua, history: Value, opts: Option<Table>) -> mlua::Result<Mul
         && let Some(keys) = super::messages::record_keys(t)
     {
         return Err(misuse(format!(
-            "ai.ask: history must be a string or a list of messages, not a table with keys \
+            "{who}: history must be a string or a list of messages, not a table with keys \
              {keys}: the prompt goes first and the options second, \
-             ai.ask(\"...\", {{ model = ... }})"
+             {who}(\"...\", {{ model = ... }})"
         )));
     }
-    ask.messages = read_history(lua, history, "ai.ask")?;
+    ask.messages = read_history(lua, history, who)?;
     if ask.messages.is_empty() {
-        return Err(misuse(
-            "ai.ask: the history is empty: give a prompt or a list of messages",
-        ));
+        return Err(misuse(format!(
+            "{who}: the history is empty: give a prompt or a list of messages"
+        )));
     }
     if let Some(tools) = opts
         .map(|o| o.get::<Option<Table>>("tools"))
@@ -115,7 +121,7 @@ async fn ask(lua: &Lua, history: Value, opts: Option<Table>) -> mlua::Result<Mul
     {
         for (i, tool) in tools.sequence_values::<Value>().enumerate() {
             let spec = read_tool(lua, tool?, i + 1)
-                .map_err(|e| misuse(format!("ai.ask: {}", super::plain(&e))))?;
+                .map_err(|e| misuse(format!("{who}: {}", super::plain(&e))))?;
             ask.tools.push(spec);
         }
     }

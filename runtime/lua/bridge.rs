@@ -494,9 +494,9 @@ async fn run_tool(
 
 /// Whether a returned table is the text-with-files form: a table `files`, a string `text` or
 /// none (a chart or a screenshot has nothing to add: `{ files = {...} }` was sent as the JSON
-/// `{"files":[...]}`, its files never attached), and no other key. A string `files` beside a
-/// `text` is that form with one path given for the list: taken as it, so reading its files
-/// refuses it (it was sent as the JSON `{"files":"chart.png","text":...}`, nothing attached).
+/// `{"files":[...]}`, its files never attached), and no other key. A string `files` is that
+/// form with one path given for the list: taken as it, so reading its files refuses it (it was
+/// sent as the JSON `{"files":"chart.png","text":...}`, nothing attached).
 fn is_attached(t: &mlua::Table) -> bool {
     let mut keys = 0;
     for pair in t.pairs::<Value, Value>() {
@@ -508,7 +508,7 @@ fn is_attached(t: &mlua::Table) -> bool {
             _ => return false,
         }
     }
-    keys & 2 == 2 || keys == 5
+    keys & 6 != 0
 }
 
 /// A thrown value as text: a table is shown as JSON where it can be.

@@ -100,9 +100,13 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
 /// (<https://no-color.org>: any non-empty value), and `TERM` is not `dumb` (Emacs' shell, some
 /// CI consoles: they showed the escapes, cursor moves included, as text).
 pub fn styled() -> bool {
-    std::io::stdout().is_terminal()
-        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
-        && !dumb()
+    std::io::stdout().is_terminal() && !plain_asked()
+}
+
+/// Whether the user asked for plain text whatever the stream: `NO_COLOR` set, or `TERM=dumb`.
+/// (The log's lines on stderr follow it too.)
+pub fn plain_asked() -> bool {
+    std::env::var_os("NO_COLOR").is_some_and(|v| !v.is_empty()) || dumb()
 }
 
 /// Whether the terminal says it moves no cursor (`TERM=dumb`).

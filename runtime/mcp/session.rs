@@ -614,7 +614,10 @@ async fn connect(spec: &ServerSpec, reading: &super::child::Reading) -> Result<L
             // The server's headers (a bearer token) go only where it was configured: no redirect
             // to another host, no Referer.
             let client = crate::tls::client_builder()
-                .redirect(crate::providers::same_origin_redirects("the MCP server"))
+                .redirect(crate::providers::same_origin_redirects(
+                    "the MCP server",
+                    true,
+                ))
                 .referer(false)
                 .build()
                 .map_err(|e| failed(format!("the HTTP client: {e}")))?;

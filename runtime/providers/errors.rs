@@ -494,9 +494,6 @@ fn first_line(text: &str) -> String {
 }
 
 impl ProviderError {
-    /// Says where a refused request went when the answer was not the provider's own JSON error
-    /// (an HTML page, a proxy's text) or was a 404: the URL's path, and a hint where the mistake
-    /// is a known one. A key never appears: only the path is shown, never the query.
     /// An authentication failure says whose key was refused, and where: with use-types on
     /// several providers, "invalid x-api-key" did not say which key to mend.
     pub fn naming_the_key(self, provider: &str, url: &str) -> ProviderError {
@@ -517,6 +514,9 @@ impl ProviderError {
         e
     }
 
+    /// Says where a refused request went when the answer was not the provider's own JSON error
+    /// (an HTML page, a proxy's text) or was a 404: the URL's path, and a hint where the mistake
+    /// is a known one. A key never appears: only the path is shown, never the query.
     pub fn located(self, url: &str, body: &str) -> ProviderError {
         let path = reqwest::Url::parse(url)
             .map(|u| u.path().to_string())

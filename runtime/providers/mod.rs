@@ -65,11 +65,14 @@ pub fn list_field<'a>(body: &'a Value, items: &str, field: &str) -> Result<Vec<&
         .collect())
 }
 
-/// The list at `items` of a model-list answer, or what it lacks.
-pub fn list_of<'a>(body: &'a Value, items: &str) -> Result<&'a Vec<Value>, String> {
-    body.get(items)
-        .and_then(Value::as_array)
-        .ok_or_else(|| format!("the answer has no {items:?} list of models"))
+/// The list at `items` of a model-list answer, or what it lacks. A `null` list is an empty
+/// one: Ollama with no model pulled answers `"data": null` (Go's nil slice).
+pub fn list_of<'a>(body: &'a Value, items: &str) -> Result<&'a [Value], String> {
+    match body.get(items) {
+        Some(Value::Array(list)) => Ok(list),
+        Some(Value::Null) => Ok(&[]),
+        _ => Err(format!("the answer has no {items:?} list of models")),
+    }
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -202,8 +205,18 @@ fn new_client() -> reqwest::Client {
     crate::tls::client_builder()
         .pool_idle_timeout(Duration::from_secs(90))
         .pool_max_idle_per_host(DEFAULT_MAX_CONCURRENT_CALLS)
-        .redirect(same_origin_redirects("the provider"))
+        .redirect(same_origin_redirects("the provider", true))
         // A Referer would carry the original URL, and with it a `?key=` (Gemini).
+        .referer(false)
+        .build()
+        .expect("the HTTP client builds")
+}
+
+/// The client a model list (a GET) goes out on: as [`new_client`]'s, but a 301, 302 or 303
+/// is followed, a GET having no body to lose. Made for each list, which is rare.
+fn listing_client() -> reqwest::Client {
+    crate::tls::client_builder()
+        .redirect(same_origin_redirects("the provider", false))
         .referer(false)
         .build()
         .expect("the HTTP client builds")
@@ -214,11 +227,11 @@ fn new_client() -> reqwest::Client {
 /// (or port, or scheme) would carry the key headers (`x-api-key`, `x-goog-api-key`, a server's
 /// `Authorization`) there, so it is refused, naming `who` and where it pointed.
 ///
-/// A 301, 302 or 303 is refused too: followed, it turns the call (a POST) into a GET without
-/// its body, which the server then answered with a 405 that never said a redirect came first
-/// (an `http://` base URL in front of `https://`, a missing trailing slash). 307 and 308 keep
-/// the method and the body, and are followed.
-pub(crate) fn same_origin_redirects(who: &'static str) -> reqwest::redirect::Policy {
+/// For a client that `posts`, a 301, 302 or 303 is refused too: followed, it turns the call (a
+/// POST) into a GET without its body, which the server then answered with a 405 that never
+/// said a redirect came first (an `http://` base URL in front of `https://`, a missing
+/// trailing slash). 307 and 308 keep the method and the body, and are followed.
+pub(crate) fn same_origin_redirects(who: &'static str, posts: bool) -> reqwest::redirect::Policy {
     reqwest::redirect::Policy::custom(move |attempt| {
         let origin = attempt.previous().first().map(reqwest::Url::origin);
         let status = attempt.status();
@@ -227,7 +240,7 @@ pub(crate) fn same_origin_redirects(who: &'static str) -> reqwest::redirect::Pol
             attempt.error(format!(
                 "{who} redirected to another host ({to}); colony does not send a key there"
             ))
-        } else if matches!(status.as_u16(), 301..=303) {
+        } else if posts && matches!(status.as_u16(), 301..=303) {
             let to = crate::secrets::redact(attempt.url().as_str());
             attempt.error(format!(
                 "{who} answered {status} to {to}: a redirect that would send the call on as a \
@@ -636,7 +649,7 @@ impl Providers {
                 limit.as_secs_f64()
             ))
         };
-        let mut builder = self.http().get(&wire.url).timeout(limit);
+        let mut builder = listing_client().get(&wire.url).timeout(limit);
         for (k, v) in &wire.headers {
             builder = builder.header(k, v);
         }

@@ -84,7 +84,17 @@ pub async fn tool(
         refused: None,
     };
     let line = AuditOnEnd::new(route, caller, &call);
-    let answer = run_call(&cx, &call).await;
+    let mut answer = run_call(&cx, &call).await;
+    // Content blocks a client cannot show are the call's error, in the audit log as for the
+    // client (it read an error where the log said `ok`).
+    if !answer.result.is_error
+        && let Some(problem) = super::content::unshowable_blocks(&answer.result.content)
+    {
+        answer.event.kind = EventKind::Error;
+        answer.event.outcome = problem.chars().take(500).collect();
+        answer.result.is_error = true;
+        answer.result.content = problem;
+    }
     line.finish(&answer.event);
     Outcome {
         text: answer.result.content,

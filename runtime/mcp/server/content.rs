@@ -255,6 +255,43 @@ pub async fn complete(
         .collect())
 }
 
+/// Why a handler's `{ content = { blocks... } }` answer cannot be shown, if it cannot: an image
+/// or audio block whose `data` is not base64 (MCP's schema) reached the client as it was, which
+/// then failed to show it without a word of why. Whitespace and missing padding are taken.
+pub fn unshowable_blocks(answer: &str) -> Option<String> {
+    let Ok(Value::Object(o)) = serde_json::from_str::<Value>(answer) else {
+        return None;
+    };
+    let Some(Value::Array(blocks)) = o.get("content") else {
+        return None;
+    };
+    let lenient = base64::engine::GeneralPurpose::new(
+        &base64::alphabet::STANDARD,
+        base64::engine::GeneralPurposeConfig::new()
+            .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+    );
+    blocks.iter().enumerate().find_map(|(i, b)| {
+        let kind = b["type"].as_str()?;
+        if !matches!(kind, "image" | "audio") {
+            return None;
+        }
+        let data: String = b["data"]
+            .as_str()
+            .unwrap_or("")
+            .chars()
+            .filter(|c| !c.is_ascii_whitespace())
+            .collect();
+        if !data.is_empty() && lenient.decode(&data).is_ok() {
+            return None;
+        }
+        Some(format!(
+            "the tool answered an {kind} block (content[{}]) whose data is not base64: give \
+             the bytes base64-encoded, or answer `{{ text = ..., files = {{ path }} }}`",
+            i + 1
+        ))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -395,21 +395,6 @@ fn result(outcome: Outcome) -> Result<CallToolResponse, ErrorData> {
         if let Some(s) = o.get("structured") {
             r["structuredContent"] = s.clone();
         }
-        // An image's or audio's `data` is base64 (MCP's schema): bytes that are not reached
-        // the client as they were, which then failed to show them with no word of why.
-        if let Some(bad) = blocks.iter().position(|b| {
-            matches!(b["type"].as_str(), Some("image" | "audio"))
-                && !b["data"].as_str().is_some_and(|d| {
-                    base64::Engine::decode(&base64::engine::general_purpose::STANDARD, d).is_ok()
-                })
-        }) {
-            return refused(format!(
-                "the tool answered an {} block (content[{}]) whose data is not base64: give the \
-                 bytes base64-encoded, or answer `{{ text = ..., files = {{ path }} }}`",
-                blocks[bad]["type"].as_str().unwrap_or("image"),
-                bad + 1
-            ));
-        }
         // Blocks MCP does not know are the handler's mistake, said as its call's error: they
         // were a JSON-RPC internal error (-32603) the client showed as a failure of the server.
         return match model::<rmcp::model::CallToolResult>(r) {

@@ -508,6 +508,11 @@ fn models_endpoint() {
         Err("the answer has no \"data\" list of models".to_string())
     );
     assert!(OpenAi.parse_models(&json!({"data": "x"})).is_err());
+    // Ollama with no model pulled: Go's nil slice.
+    assert_eq!(
+        OpenAi.parse_models(&json!({"object": "list", "data": null})),
+        Ok(vec![])
+    );
 }
 
 // --- incoming ------------------------------------------------------------------------------

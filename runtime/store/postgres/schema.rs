@@ -202,6 +202,15 @@ pub(super) async fn migrate(
                  it was left as it is"
             )));
         }
+        // A schema made by hand (or by an older reading command), empty: no program's state,
+        // not "an older colony's store at version 0".
+        if !upgrade {
+            return Err(StoreError::Io(format!(
+                "{shown} holds no state of this program (its schema{} is empty: the program has \
+                 not run with this store)",
+                schema.map(|s| format!(" {s}")).unwrap_or_default()
+            )));
+        }
         tx.batch_execute(
             "CREATE TABLE colony_schema (version INTEGER NOT NULL);
              INSERT INTO colony_schema (version) VALUES (0);",

@@ -232,6 +232,18 @@ impl Write {
                 Ok(Done::Changed(true))
             }
             Write::ClearCell { name } => {
+                // Only a conversation that held files has bytes to take with it: the others
+                // (most) cost no look at the rest of the store.
+                let held_files: bool = conn
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM cells WHERE name = ?1
+                                          AND instr(messages, '\"sha256\":\"') > 0)
+                             OR EXISTS (SELECT 1 FROM backlog WHERE name = ?1
+                                          AND instr(mail, '\"sha256\":\"') > 0)
+                             OR EXISTS (SELECT 1 FROM journal WHERE name = ?1
+                                          AND instr(files, '\"sha256\":\"') > 0)",
+                    )?
+                    .query_row(params![name], |r| r.get(0))?;
                 let mut removed = 0;
                 for table in ["cells", "backlog", "journal"] {
                     removed += conn
@@ -240,7 +252,7 @@ impl Write {
                 }
                 conn.prepare_cached("DELETE FROM accepted WHERE name = ?1")?
                     .execute(params![name])?;
-                if removed > 0 {
+                if held_files {
                     drop_unreferenced_files(conn)?;
                 }
                 Ok(Done::Changed(removed > 0))
