@@ -170,6 +170,20 @@ fn a_misused_function_names_the_line_and_the_option() {
             "bad argument #1 to 'ai.infer': string expected, got table",
         ),
         (
+            "ai.infer('x', { bogus = 1 })",
+            "ai.infer: unknown option \"bogus\"",
+        ),
+        // Named entries were no sources: nothing ran, and the program ended 0.
+        (
+            "ai.spawn{ name = 'w', sources = { watch = function() end } }",
+            "ai.spawn \"w\": sources must be a list of functions ({ f, g }), not a table \
+             with key \"watch\"",
+        ),
+        (
+            "ai.parallel(1)",
+            "ai.parallel: argument 1 is an integer, not a function",
+        ),
+        (
             "ai.classify_file()",
             "bad argument #1 to 'ai.classify_file': string expected, got nil",
         ),
@@ -392,6 +406,14 @@ fn missing_key_names_the_variable() {
 #[test]
 fn config_list_and_get_say_what_the_file_does_not_hold() {
     let sb = Sandbox::new();
+    let run = sb.colony(&["config", "get", "general", "model"]).ok();
+    assert_eq!(run.stdout, "\n");
+    assert!(
+        run.stderr
+            .ends_with("config.toml is not there: nothing is read from it\n"),
+        "{}",
+        run.stderr
+    );
     let run = sb.colony(&["config", "list"]).ok();
     assert!(
         run.stdout

@@ -326,6 +326,7 @@ local r, err = proc.run{{ cmd = "sh", args = {{ "-c", "sleep 300 & echo $! > {};
 print(r, err.kind)
 print(select(2, proc.run{{ cmd = "pwd", cwd = "no/such/folder" }}).message)
 print(select(2, pcall(proc.run, {{ cmd = "env", env = {{ ["B=C"] = "1" }} }})))
+print(select(2, pcall(proc.run, {{ cmd = "env", env = {{ PORT = 8080 }} }})))
 "#,
                 pid_file.display()
             ),
@@ -344,6 +345,8 @@ print(select(2, pcall(proc.run, {{ cmd = "env", env = {{ ["B=C"] = "1" }} }})))
                 "{dir}/script.lua:5: proc.run: env: \"B=C\" is not a variable name (no '=', not \
                  empty)"
             ),
+            // The value at fault is named (it said the name "PORT" was not a string).
+            format!("{dir}/script.lua:6: proc.run: env.PORT must be a string, not an integer"),
         ]
     );
     let pid = std::fs::read_to_string(&pid_file).unwrap();

@@ -57,6 +57,10 @@ print(pcall(json.encode, { on_done = print }))
 print(pcall(json.encode, { ["a b"] = { "\xff\xfe" } }))
 print(pcall(json.encode, math.huge))
 print(json.encode({ 1.5, "\u{e9}" }))
+print(pcall(json.encode, { tools = { 1, ai.tool{ name = "x", parameters = {}, handler = print } } }))
+local marked = json.array(); marked.name = "x"
+print(pcall(json.encode, marked))
+print(json.encode({ json.null }))
 "#,
             &[],
         )
@@ -84,6 +88,18 @@ print(json.encode({ 1.5, "\u{e9}" }))
                  finite"
             ),
             "[1.5,\"\u{e9}\"]",
+            // A value of colony's: mlua's "unsupported value type `userdata`", no place.
+            &format!(
+                "false\t{at}:9: json.encode: tools[2]: a userdata (a value of colony's: a tool, \
+                 a connection) has no JSON form"
+            ),
+            // An empty list given a key was written `[]`, the key lost.
+            &format!(
+                "false\t{at}:11: json.encode: a table marked a list (json.array, or a JSON array \
+                 decoded) holds the key \"name\": JSON has no form for it (a list's items go \
+                 from 1)"
+            ),
+            "[null]",
         ],
         "{}",
         run.stdout

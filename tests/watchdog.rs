@@ -171,15 +171,22 @@ local ok, e = pcall(waits, {})
 print(ok, tostring(e):match("deadline: .*$"))
 local spins = ai.tool{ name = "spins", parameters = {}, timeout = 0.5,
   handler = function() while true do end end }
+local ok, e = pcall(spins, {})
+print(ok, tostring(e):match("spins: deadline: .*$"))
 spins({})
 print("not reached")
 "#,
             &["--max-time", "120"],
         )
         .failed();
+    // The spinning one's stop is its call's error, which `pcall` catches (it ended the whole
+    // program through the `pcall`, with two tracebacks).
     assert_eq!(
         run.lines(),
-        ["false\tdeadline: it did not finish within its timeout of 0.5 s"],
+        [
+            "false\tdeadline: it did not finish within its timeout of 0.5 s",
+            "false\tspins: deadline: it ran past its timeout of 0.5 s without finishing"
+        ],
         "{}",
         run.stderr
     );

@@ -15,16 +15,31 @@ use crate::providers::ProviderError;
 /// - a function, and a string that is not UTF-8 (mlua's refusals named neither the key nor the
 ///   remedy: "unsupported value type", "invalid type: byte array").
 pub fn to_json(lua: &Lua, value: Value) -> mlua::Result<Json> {
-    json_form(&value, &mut Walk::default(), 0).map_err(|e| misuse(e.to_string()))?;
+    let mut walk = Walk {
+        array: lua.array_metatable().to_pointer(),
+        ..Walk::default()
+    };
+    json_form(&value, &mut walk, 0).map_err(|e| misuse(e.to_string()))?;
     lua.from_value(value)
 }
 
 /// The tables of a walk: those it is inside (a table met again among them holds itself), and
 /// those already found to have a JSON form (a table shared by several keys is walked once).
-#[derive(Default)]
 struct Walk {
     inside: std::collections::HashSet<*const std::ffi::c_void>,
     done: std::collections::HashSet<*const std::ffi::c_void>,
+    /// The metatable that marks a table a list (`json.array`, mlua's array metatable).
+    array: *const std::ffi::c_void,
+}
+
+impl Default for Walk {
+    fn default() -> Walk {
+        Walk {
+            inside: Default::default(),
+            done: Default::default(),
+            array: std::ptr::null(),
+        }
+    }
 }
 
 /// Why a value has no JSON form, and the keys leading to it from the outermost table.
@@ -77,6 +92,14 @@ fn json_form(value: &Value, walk: &mut Walk, depth: usize) -> Result<(), Unfit> 
         Value::Function(_) | Value::Thread(_) => {
             Err(unfit(format!("a {} has no JSON form", value.type_name())))
         }
+        // colony's own values (a tool, a connection, a middleware): mlua said "deserialize
+        // error: unsupported value type `userdata`", naming no place. `json.null` is JSON's.
+        Value::UserData(_) => Err(unfit(
+            "a userdata (a value of colony's: a tool, a connection) has no JSON form".into(),
+        )),
+        Value::LightUserData(p) if !p.0.is_null() => {
+            Err(unfit("a light userdata has no JSON form".into()))
+        }
         Value::Table(t) if !walk.done.contains(&t.to_pointer()) => {
             let at = t.to_pointer();
             if !walk.inside.insert(at) {
@@ -96,8 +119,21 @@ fn json_form(value: &Value, walk: &mut Walk, depth: usize) -> Result<(), Unfit> 
 
 fn table_form(t: &Table, walk: &mut Walk, depth: usize) -> Result<(), Unfit> {
     let len = t.raw_len();
+    // A table marked a list (`json.array()`, a JSON array decoded) is written as a list: an
+    // empty one given keys (`t.name = "x"`) was written `[]`, its keys lost without a word.
+    let marked = len == 0 && t.metatable().is_some_and(|m| m.to_pointer() == walk.array);
     for pair in t.pairs::<Value, Value>() {
         let (k, v) = pair.map_err(|e| unfit(e.to_string()))?;
+        if marked {
+            let key = match &k {
+                Value::String(_) => format!("{:?}", key_text(&k)),
+                _ => key_text(&k),
+            };
+            return Err(unfit(format!(
+                "a table marked a list (json.array, or a JSON array decoded) holds the key \
+                 {key}: JSON has no form for it (a list's items go from 1)"
+            )));
+        }
         if len == 0 && matches!(k, Value::Integer(_) | Value::Number(_)) {
             let key = key_text(&k);
             return Err(unfit(format!(
@@ -264,6 +300,25 @@ pub fn turn_error(lua: &Lua, e: &crate::turn::TurnError) -> mlua::Result<Table> 
     with_retry_fields(t, e.transient, e.status, e.retry_after)
 }
 
+/// A table's key as a message names it: a string quoted, another by its type (`(an integer
+/// key)`).
+pub fn show_key(key: &Value) -> String {
+    match key {
+        Value::String(s) => format!("{:?}", s.to_string_lossy()),
+        other => format!("({} key)", a_type(other.type_name())),
+    }
+}
+
+/// A Lua type's name with its article: "an integer", "a table" ("a integer" was said).
+pub fn a_type(type_name: &str) -> String {
+    let article = if type_name.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    format!("{article} {type_name}")
+}
+
 /// Refuses a table with a field not in `fields`, naming it and the fields there are.
 pub fn check_fields(t: &mlua::Table, who: &str, fields: &[&str]) -> mlua::Result<()> {
     for pair in t.pairs::<Value, Value>() {
@@ -271,10 +326,7 @@ pub fn check_fields(t: &mlua::Table, who: &str, fields: &[&str]) -> mlua::Result
         let known =
             matches!(&k, Value::String(s) if fields.contains(&s.to_string_lossy().as_str()));
         if !known {
-            let name = match &k {
-                Value::String(s) => format!("{:?}", s.to_string_lossy()),
-                other => format!("(a {} key)", other.type_name()),
-            };
+            let name = show_key(&k);
             return Err(misuse(format!(
                 "{who}: unknown field {name} (fields: {})",
                 fields.join(", ")
@@ -288,10 +340,7 @@ pub fn check_fields(t: &mlua::Table, who: &str, fields: &[&str]) -> mlua::Result
 /// said "attempt to get an unknown field" from its index chunk, with no line of the script and
 /// no list of what there is.
 pub fn no_field(what: &str, key: &Value, fields: &[&str]) -> mlua::Error {
-    let name = match key {
-        Value::String(s) => format!("{:?}", s.to_string_lossy()),
-        other => format!("(a {} key)", other.type_name()),
-    };
+    let name = show_key(key);
     misuse(format!(
         "{what} has no field {name} (fields: {})",
         fields.join(", ")

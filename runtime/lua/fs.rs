@@ -225,10 +225,29 @@ async fn list(dir: &Path) -> std::io::Result<Vec<Vec<u8>>> {
 ///   it with a plain file);
 /// - the file's mode: the temporary file takes it before the rename (a script made `0600`
 ///   notes world-readable, and a written script lost its exec bit);
-/// - a read-only file is refused (`permission_denied`), though a rename would replace it.
+/// - a read-only file is refused (`permission_denied`), though a rename would replace it;
+/// - the file's owner, where this process may give it (root writing a user's file made it
+///   root's);
+/// - what is not a plain file, or a file with other hard links, is written in place, as a
+///   shell's `>` writes it: the rename replaced a device (`/dev/null`) or a named pipe with a
+///   plain file, and left the other links holding the old contents.
 async fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
     let path = &link_target(path).await;
-    let existing = tokio::fs::metadata(path).await.ok().filter(|m| m.is_file());
+    let found = tokio::fs::metadata(path).await.ok();
+    if found
+        .as_ref()
+        .is_some_and(|m| !m.is_dir() && (!m.is_file() || m.nlink() > 1))
+    {
+        let mut file = tokio::fs::OpenOptions::new()
+            .write(true)
+            .truncate(found.as_ref().is_some_and(|m| m.is_file()))
+            .open(path)
+            .await?;
+        tokio::io::AsyncWriteExt::write_all(&mut file, bytes).await?;
+        return tokio::io::AsyncWriteExt::flush(&mut file).await;
+    }
+    let existing = found.filter(|m| m.is_file());
     if existing
         .as_ref()
         .is_some_and(|m| m.permissions().readonly())
@@ -242,9 +261,11 @@ async fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let name = path
         .file_name()
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
+    // The name's start only: a name near the folder's limit (255 bytes) with the suffix added
+    // was too long to create ("File name too long"), though the file itself could be.
+    let start: String = name.to_string_lossy().chars().take(64).collect();
     let tmp_name = format!(
-        ".{}.{}-{}.tmp",
-        name.to_string_lossy(),
+        ".{start}.{}-{}.tmp",
         std::process::id(),
         SEQ.fetch_add(1, Ordering::Relaxed)
     );
@@ -253,6 +274,11 @@ async fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         tokio::fs::write(&tmp, bytes).await?;
         if let Some(meta) = &existing {
             tokio::fs::set_permissions(&tmp, meta.permissions()).await?;
+            if let Err(e) = std::os::unix::fs::chown(&tmp, Some(meta.uid()), Some(meta.gid())) {
+                // Not ours to give (only root may give a file away): it becomes this user's,
+                // as a file it creates does.
+                tracing::debug!("fs.write: cannot keep the owner of {}: {e}", path.display());
+            }
         }
         tokio::fs::rename(&tmp, path).await
     };

@@ -135,8 +135,15 @@ fn read_request(
             None => Ok(Value::Nil),
         }
     };
+    // Bytes that are not UTF-8 are refused, not changed: lossily read, `caf\xe9` went out as
+    // `caf%EF%BF%BD`, another request than the one written.
+    let text = |s: &mlua::LuaString, what: &str| -> mlua::Result<String> {
+        s.to_str()
+            .map(|t| t.to_string())
+            .map_err(|_| bad(format!("{what} is not UTF-8 text")))
+    };
     let url = match url.map_or_else(|| get("url"), Ok)? {
-        Value::String(s) => s.to_string_lossy(),
+        Value::String(s) => text(&s, "the url")?,
         other => {
             return Err(bad(format!(
                 "url must be a string, not {}",
@@ -170,7 +177,7 @@ fn read_request(
                     }
                 };
                 let value = match v {
-                    Value::String(s) => s.to_string_lossy(),
+                    Value::String(s) => text(&s, &format!("header {name:?}'s value"))?,
                     Value::Integer(n) => n.to_string(),
                     Value::Number(n) => n.to_string(),
                     other => {
@@ -346,6 +353,8 @@ fn client(lua: &Lua) -> reqwest::Client {
         .pool_idle_timeout(Duration::from_secs(90))
         .redirect(reqwest::redirect::Policy::none())
         .referer(false)
+        // Some APIs (GitHub's) refuse a request without one; a script's own header wins.
+        .user_agent(concat!("colony/", env!("CARGO_PKG_VERSION")))
         .build()
         .expect("the HTTP client builds");
     lua.set_app_data(ScriptClient(client.clone()));

@@ -29,9 +29,9 @@ async fn parallel(lua: &Lua, fns: MultiValue) -> mlua::Result<MultiValue> {
                 return Err(bad(
                     "ai.parallel",
                     format!(
-                        "argument {} is a {}, not a function",
+                        "argument {} is {}, not a function",
                         i + 1,
-                        other.type_name()
+                        super::convert::a_type(other.type_name())
                     ),
                 ));
             }

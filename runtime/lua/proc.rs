@@ -277,6 +277,15 @@ fn read(lua: &Lua, spec: Value) -> mlua::Result<Spec> {
                         }
                         env.push((os(&k), os(&v)));
                     }
+                    // The value named when it is the value at fault (`PORT = 8080`: it said
+                    // the name "PORT" was not a string).
+                    (Value::String(k), v) => {
+                        return Err(misuse(format!(
+                            "{who}: env.{} must be a string, not {}",
+                            k.to_string_lossy(),
+                            super::convert::a_type(v.type_name())
+                        )));
+                    }
                     (k, _) => {
                         return Err(misuse(format!(
                             "{who}: env maps names to strings; {} is not",

@@ -284,7 +284,7 @@ fn read_budget(value: &Value, who: &str) -> mlua::Result<Option<Budget>> {
         if !known {
             let k = match &k {
                 Value::String(s) => s.to_string_lossy(),
-                other => format!("a {} key", other.type_name()),
+                other => format!("{} key", super::convert::a_type(other.type_name())),
             };
             return Err(bad(
                 who,
@@ -430,6 +430,20 @@ fn read_sources(lua: &Lua, value: &Value, who: &str) -> mlua::Result<Vec<Source>
             ));
         }
     };
+    // `sources = { watch_folder = f }`: the named entries were no sources at all, nothing ran,
+    // and the program ended 0 without a word.
+    let len = list.raw_len();
+    for pair in list.pairs::<Value, Value>() {
+        let (k, _) = pair?;
+        let listed = matches!(k, Value::Integer(i) if i >= 1 && (i as usize) <= len);
+        if !listed {
+            let key = super::convert::show_key(&k);
+            return Err(misuse(format!(
+                "{who}: sources must be a list of functions ({{ f, g }}), not a table with key \
+                 {key}"
+            )));
+        }
+    }
     let mut sources = Vec::new();
     for (i, v) in list.sequence_values::<Value>().enumerate() {
         let at = format!("{who}: sources[{}]", i + 1);

@@ -70,6 +70,24 @@ impl UserData for ToolValue {
                     };
                     let run = super::watchdog::guarded(&lua, limit, run);
                     return match tokio::time::timeout(def.timeout, run).await {
+                        // Its own deadline's stop is this call's failure, which the caller may
+                        // catch as it catches a handler that waits too long: raised on as a
+                        // stop, it ended the whole program through the caller's `pcall`. (A
+                        // stop of the program's, an interrupt, still passes every `pcall`.)
+                        Ok(Err(e))
+                            if matches!(
+                                super::watchdog::Stop::of(&e),
+                                Some(super::watchdog::Stop::Deadline(_))
+                            ) =>
+                        {
+                            Err(bad(
+                                &def.spec.name,
+                                format!(
+                                    "deadline: it ran past its timeout of {} s without finishing",
+                                    def.timeout.as_secs_f64()
+                                ),
+                            ))
+                        }
                         Ok(result) => result,
                         Err(_) => Err(bad(
                             &def.spec.name,

@@ -454,7 +454,7 @@ function ai.unblock(name) end
 ---@field on_crash? fun(id: string, name: string, message: string) a resident (id = its name; its `deliver_to` raised) or a source (id = "<name>/source/<n>") raised; `message` is `file:line: message` (the log has the traceback)
 ---@field on_fail? fun(id: string, name: string, err: string) past its restart intensity: not started again. Without it, `colony run` ends with status 1 naming each such failure
 ---@field on_blocked? fun(name: string, err: ai.BlockedError) a resident is blocked (after its notice went to deliver_to); it may call ai.unblock(name)
----@field grace_ms? number how long turns in flight may finish after a stop (default 10000)
+---@field grace_ms? number how long turns in flight may finish after a stop (default 10000; past a day, `math.huge` included, is a day)
 ---@field until_idle? boolean default true: end once every resident is idle or blocked, every source has finished and no turn is in flight; false: run until a stop (an application that mails in from outside)
 
 --- Registers the spawned residents, forks their sources, and runs them until `ai.stop(reason)`,

@@ -30,7 +30,8 @@ function fs.read(path) end
 
 --- Replaces the file's contents: written beside it under a temporary name, then renamed over it,
 --- so a reader sees the old file or the new one, never half of one. The folder must exist. A
---- symlink stays a link (the file it ends at is written) and the file keeps its mode.
+--- symlink stays a link (the file it ends at is written) and the file keeps its mode and owner.
+--- What is not a plain file (a device, a named pipe) or has other hard links is written in place.
 ---@param path string
 ---@param text string
 ---@return true? ok, fs.Error? err

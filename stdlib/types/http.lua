@@ -6,13 +6,15 @@
 -- timeout, a bad URL, a body past `max_bytes`) is `nil, err` with `err.kind == "fetch_error"`.
 --
 -- Redirects (at most 10) are followed; one that leaves the origin (another scheme, host or port)
--- drops every header the script set, and no `Referer` is ever sent.
+-- drops every header the script set, and no `Referer` is ever sent. Requests carry
+-- `user-agent: colony/VERSION` unless the script sets its own. A URL or header value that is not
+-- UTF-8 text is refused, not changed.
 
 ---@class http
 http = {}
 
 ---@class http.Options
----@field headers? table<string, string|number> request headers; the framing ones (`content-length`, `transfer-encoding`, `connection` ...) are refused: the client sets them
+---@field headers? table<string, string|number> request headers (UTF-8 text); the framing ones (`content-length`, `transfer-encoding`, `connection` ...) are refused: the client sets them
 ---@field body? string the request body as is
 ---@field json? any a Lua value sent as a JSON body, with `content-type: application/json`
 ---@field timeout? number seconds for the whole exchange, redirects and body included (default 30; 0 times out at once; at most 31536000, a year; `math.huge` is an error)
