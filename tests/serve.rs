@@ -680,7 +680,7 @@ fn a_failing_program_does_not_stop_the_service() {
         ready.json["programs"]
             .as_array()
             .unwrap()
-            .contains(&json!({ "name": "broken", "state": "failed" })),
+            .contains(&json!({ "name": "broken", "state": "failed", "failed": 0 })),
         "{}",
         ready.text
     );
@@ -1610,4 +1610,54 @@ fn the_conversation_reads_as_committed_while_a_turn_runs() {
     events.next_of("delivery", "desk");
     let after = served.get("/api/programs/desk/residents/desk/conversation");
     assert_eq!(after.json["total"], 4, "{}", after.text);
+}
+
+/// A source that failed for good (past its restarts) while the program runs on is shown: the
+/// program read `running`, `error: null`, `/readyz` the same, and the failure was seen only by
+/// a client following the events at that moment (`colony run` ends 1 on it).
+#[test]
+fn a_source_that_failed_for_good_is_shown_while_the_program_runs_on() {
+    let fake = FakeProvider::start();
+    echo(&fake);
+    let sb = sandbox(&fake, GOOD_KEY);
+    let program = sb.write(
+        "watcher.lua",
+        r#"ai.spawn{ name = "w", sources = {
+  function() error("the folder is gone") end,
+  function() while true do ai.sleep(1000) end end } }
+ai.watch{ on_fail = function() end }
+"#,
+    );
+    let served = Served::start(&sb, &[&program.display().to_string()]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let view = loop {
+        let p = served.get("/api/programs/watcher").json;
+        if p["failed"].as_array().is_some_and(|f| !f.is_empty())
+            || std::time::Instant::now() > deadline
+        {
+            break p;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    assert_eq!(view["state"], "running", "{view}");
+    let failed = &view["failed"][0];
+    assert_eq!(failed["id"], "w/source/1", "{view}");
+    assert_eq!(failed["resident"], "w", "{view}");
+    assert!(
+        failed["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("the folder is gone"),
+        "{view}"
+    );
+    let ready = served.get_with("/readyz", &[], true);
+    assert!(
+        ready.json["programs"]
+            .as_array()
+            .unwrap()
+            .contains(&json!({ "name": "watcher", "state": "running", "failed": 1 })),
+        "{}",
+        ready.text
+    );
+    assert!(!ready.text.contains("the folder is gone"), "{}", ready.text);
 }

@@ -582,7 +582,9 @@ pub async fn readyz(State(s): Svc) -> Response {
     let programs: Vec<Value> = s
         .programs()
         .iter()
-        .map(|p| json!({ "name": p.name, "state": p.phase() }))
+        // How many of its sources and residents failed for good (their errors are the
+        // token's, under `/api/programs`): a program running on without its watcher.
+        .map(|p| json!({ "name": p.name, "state": p.phase(), "failed": p.failures() }))
         .collect();
     let status = if s.ready() && !s.draining() {
         StatusCode::OK

@@ -76,11 +76,18 @@ struct Now {
     /// (`program_kept`): the API showed it running, no error, and the broken file was seen only
     /// by who caught the event.
     file_error: Option<String>,
+    /// What of this run failed for good (a source or a resident past its restarts), newest
+    /// last, at most [`FAILURES_KEPT`]: the program ran on, shown running with no error, and
+    /// the failure was seen only by who caught its event (`colony run` ends 1 on it).
+    failures: Vec<Value>,
     /// The run's observer ([`observe`]), which ends once the run's route is let go, with the
     /// `turn_ended` of the turns the stop cut: a stop waits for it (a moment), so those come
     /// before the next run's events.
     observing: Option<tokio::task::JoinHandle<()>>,
 }
+
+/// The most failures of one run a program's view keeps (the newest).
+const FAILURES_KEPT: usize = 32;
 
 /// Per resident, what the observer tallied (for the API's view).
 #[derive(Debug, Clone, Default, Serialize)]
@@ -536,6 +543,7 @@ impl Service {
             now.phase = Phase::Starting;
             now.error = None;
             now.file_error = None;
+            now.failures.clear();
             now.reason = None;
             now.hosted = Some(hosted.clone());
             now.hash = hash;
@@ -837,6 +845,7 @@ impl Slot {
                 again_at: None,
                 restarting: false,
                 file_error: None,
+                failures: Vec::new(),
                 observing: None,
             }),
             ended: watch::Sender::new(0),
@@ -890,9 +899,24 @@ impl Slot {
         self.lock().phase.clone()
     }
 
+    /// How many parts of this run failed for good.
+    pub fn failures(&self) -> usize {
+        self.lock().failures.len()
+    }
+
+    /// Notes a part of this run that failed for good.
+    fn failed(&self, id: &str, resident: &str, message: &str) {
+        let mut now = self.lock();
+        if now.failures.len() >= FAILURES_KEPT {
+            now.failures.remove(0);
+        }
+        now.failures
+            .push(json!({ "id": id, "resident": resident, "message": message }));
+    }
+
     /// The program as the API shows it.
     pub fn view(&self) -> Value {
-        let (phase, error, reason, hosted, runs, file_error) = {
+        let (phase, error, reason, hosted, runs, file_error, failed) = {
             let now = self.lock();
             (
                 now.phase.clone(),
@@ -901,6 +925,7 @@ impl Slot {
                 now.hosted.clone(),
                 now.runs,
                 now.file_error.clone(),
+                now.failures.clone(),
             )
         };
         let residents = hosted.as_ref().map_or(0, |h| h.residents().len());
@@ -911,6 +936,8 @@ impl Slot {
             "error": error,
             // Its file on disk does not load; the run goes on from the one before.
             "file_error": file_error,
+            // Its sources and residents that failed for good, while the rest runs on.
+            "failed": failed,
             "stop_reason": reason,
             // Runs that ended before this one (or, stopped, before and including it).
             "runs_ended": runs,
@@ -1124,7 +1151,12 @@ async fn observe(
                         json!({ "program": program, "resident": ai, "id": id, "message": message }),
                     ),
                     RouteEvent::Failed { id, ai, message } => (
-                        "failure",
+                        {
+                            if let Some(slot) = service.program(&program) {
+                                slot.failed(&id, &ai, &message);
+                            }
+                            "failure"
+                        },
                         json!({ "program": program, "resident": ai, "id": id, "message": message }),
                     ),
                     RouteEvent::Gone { ai } => {
