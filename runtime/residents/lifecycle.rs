@@ -1014,7 +1014,12 @@ async fn run_source(s: RunningSource) {
             return;
         }
         match supervise_exit(&mut supervisor, exit, &s.id, &s.ai, &|e| s.route.report(e)) {
-            Decision::Restart => continue,
+            Decision::Restart => {
+                tokio::select! {
+                    () = tokio::time::sleep(supervisor.backoff()) => {}
+                    _ = s.route.stopped() => return,
+                }
+            }
             Decision::Done | Decision::Failed => return,
         }
     }

@@ -323,7 +323,7 @@ function ai.route(opts) end
 
 ---@class ai.SourceSpec
 ---@field [1] fun(self: string) the source
----@field restart? ai.Restart default "transient": restarted only after a crash
+---@field restart? ai.Restart default "transient": restarted only after a crash, after a wait (250 ms, doubling, at most the window's share of its restarts)
 ---@field max_restarts? integer default 3
 ---@field restart_window_ms? number default 5000
 
