@@ -377,7 +377,11 @@ fn a_read_limit_past_the_memory_limit_is_refused_before_anything_is_read() {
         .lua(
             r#"print(select(2, pcall(http.get, "http://127.0.0.1:1/", { max_bytes = 1024^3 })))
                print(select(2, pcall(proc.run, { cmd = "true", max_bytes = 1024^3 })))
-               io.write(proc.run{ cmd = "echo", args = { "defaults" } }.stdout)"#,
+               io.write(proc.run{ cmd = "echo", args = { "defaults" } }.stdout)
+               -- The default limit under a smaller memory limit: a too_large result, as
+               -- documented (it raised the memory error, having read past the limit).
+               local r, err = proc.run{ cmd = "head", args = { "-c", "20000000", "/dev/zero" } }
+               print(r, err.kind, err.message:match("passed %d+ bytes %(8 MiB%)"))"#,
             &["--max-memory", "16M"],
         )
         .ok();
@@ -391,7 +395,12 @@ fn a_read_limit_past_the_memory_limit_is_refused_before_anything_is_read() {
     };
     assert_eq!(
         run.lines(),
-        [over("http.get", 1), over("proc.run", 2), "defaults".into()]
+        [
+            over("http.get", 1),
+            over("proc.run", 2),
+            "defaults".into(),
+            "nil\ttoo_large\tpassed 8388608 bytes (8 MiB)".into()
+        ]
     );
 }
 

@@ -411,6 +411,15 @@ pub fn within_memory(lua: &Lua, who: &str, max_bytes: u64) -> mlua::Result<()> {
     Ok(())
 }
 
+/// A read's default limit (`max_bytes` left out): `default`, or less under a smaller memory
+/// limit: a body past the memory limit was read whole, then raised the memory error (not the
+/// documented `too_large`), and the message advised passing a `max_bytes` that is refused.
+pub fn default_within_memory(lua: &Lua, default: u64) -> u64 {
+    // Half the limit: the string is made from the bytes read, and both are held a moment.
+    lua.app_data_ref::<MemoryLimit>()
+        .map_or(default, |m| default.min(m.0 as u64 / 2))
+}
+
 /// A mistake in how a script called a function, as a Lua error whose text is just `message`
 /// (mlua's own runtime errors print a "runtime error: " prefix a script author did not write).
 pub fn misuse(message: impl Into<String>) -> mlua::Error {

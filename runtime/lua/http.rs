@@ -243,7 +243,7 @@ fn read_request(
         }
     };
     let max_bytes = match get("max_bytes")? {
-        Value::Nil => DEFAULT_MAX_BYTES,
+        Value::Nil => super::convert::default_within_memory(lua, DEFAULT_MAX_BYTES),
         Value::Integer(n) if n > 0 => n as u64,
         Value::Number(n) if n >= 1.0 && n.fract() == 0.0 && n < u64::MAX as f64 => n as u64,
         other => {

@@ -321,7 +321,7 @@ fn read(lua: &Lua, spec: Value) -> mlua::Result<Spec> {
         Some(s) => seconds_option(who, "timeout", s)?,
     };
     let max_bytes = match number("max_bytes")? {
-        None => DEFAULT_MAX_BYTES,
+        None => super::convert::default_within_memory(lua, DEFAULT_MAX_BYTES),
         Some(n) if n.is_finite() && n >= 0.0 && n.fract() == 0.0 && n <= u64::MAX as f64 => {
             n as u64
         }

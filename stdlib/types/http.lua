@@ -18,7 +18,7 @@ http = {}
 ---@field body? string the request body as is
 ---@field json? any a Lua value sent as a JSON body, with `content-type: application/json`
 ---@field timeout? number seconds for the whole exchange, redirects and body included (default 30; 0 times out at once; at most 31536000, a year; `math.huge` is an error)
----@field max_bytes? integer the most of the body read, in bytes (default 33554432, 32 MiB); past it the call is a `fetch_error` naming the limit. More than `--max-memory` is refused
+---@field max_bytes? integer the most of the body read, in bytes (default 33554432, 32 MiB, or half of `--max-memory` when less); past it the call is a `fetch_error` naming the limit. More than `--max-memory` is refused
 
 ---@class http.Request: http.Options
 ---@field url string

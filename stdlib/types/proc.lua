@@ -15,7 +15,7 @@ proc = {}
 ---@field env? table<string, string> variables added to (or replacing those of) colony's environment
 ---@field stdin? string written to its standard input, which is then closed (default: no input)
 ---@field timeout? number seconds before it is killed (default 60)
----@field max_bytes? integer the most read of stdout, and of stderr (default 32 MiB); past it the command is killed. More than `--max-memory` is refused
+---@field max_bytes? integer the most read of stdout, and of stderr (default 32 MiB, or half of `--max-memory` when less); past it the command is killed. More than `--max-memory` is refused
 
 ---@class proc.Result
 ---@field status? integer the exit status (absent when a signal ended it)
