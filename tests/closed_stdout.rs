@@ -129,21 +129,44 @@ fn run() {
 
 /// A script's own error is said, with its status, though nobody reads stdout (`colony run
 /// bad.lua | true`): it exited 0 with the error unsaid whenever the reader went first (4 runs
-/// of 5). Three runs, each a chance for the reader to go first.
+/// of 5), and then 130 ("ended by stdout closed") when the end came as the script raised. The
+/// script raises as soon as a write finds the reader gone, as the end of the run begins.
 #[test]
 fn run_that_fails_says_so() {
+    use std::io::Read;
     let sb = Sandbox::new();
-    let file = sb.write("bad.lua", "error('boom')\n");
+    let file = sb.write(
+        "bad.lua",
+        "print('ready') io.stdout:flush()\n\
+         while io.stdout:write(string.rep('x', 4096)) and io.stdout:flush() do end\n\
+         error('boom')\n",
+    );
     for _ in 0..3 {
-        let run = closed(&sb, &["run", &file.display().to_string()]);
-        assert_eq!(run.code, 1, "{}", run.stderr);
-        assert!(run.stderr.contains("bad.lua:1: boom"), "{}", run.stderr);
+        let mut child = sb
+            .command(&["run", &file.display().to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the colony binary runs");
+        let mut out = child.stdout.take().unwrap();
+        let mut ready = [0u8; 6];
+        out.read_exact(&mut ready).unwrap();
+        assert_eq!(&ready, b"ready\n");
+        drop(out);
+        let mut err = child.stderr.take().unwrap();
+        let said = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        let status = support::exits_within_a_minute(&mut child, "the run whose reader went");
+        let stderr = said.join().unwrap();
+        assert_eq!(status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("bad.lua:3: boom"), "{stderr}");
     }
 }
 
-/// A program that would never end by itself ends once its stdout pipe has no reader: a loop
-/// that prints and sleeps, and a watch kept up by a source. Both ran (and a watcher called its
-/// models) forever. `--max-time` only guards the test against that: it would exit 124.
 #[test]
 fn run_without_end() {
     let sb = Sandbox::new();

@@ -162,17 +162,16 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
     if let Some(tmp) = scratch {
         let _ = std::fs::remove_dir_all(tmp);
     }
-    if stdout_gone.load(Ordering::Acquire)
-        && result
-            .as_ref()
-            .err()
-            .is_none_or(|e| e.message.contains(super::stdout_gone::REASON))
-    {
+    if stdout_gone.load(Ordering::Acquire) {
         // Nobody reads on: a program the closing ended (an interrupted loop raises, naming
         // why) ends quietly, as every command whose stdout closes under it. An error of the
-        // script's own is still said, with its status: `colony run bad.lua | true` exited 0,
-        // the error unsaid, whenever the reader went first.
-        return Ok(());
+        // script's own is still said, with its status, whatever the closing did meanwhile:
+        // `colony run bad.lua | true` exited 0, the error unsaid, whenever the reader went
+        // first (or 130, "ended by stdout closed", when the end came as the script raised).
+        return match result {
+            Err(e) if !e.message.contains(super::stdout_gone::REASON) => Err(e),
+            _ => Ok(()),
+        };
     }
     // A signal no watch heard (before the watch, after it, or a third during it) ended the
     // program where it waited: as the signal's own action would have, 128 + its number.
