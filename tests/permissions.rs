@@ -327,6 +327,8 @@ print(r, err.kind)
 print(select(2, proc.run{{ cmd = "pwd", cwd = "no/such/folder" }}).message)
 print(select(2, pcall(proc.run, {{ cmd = "env", env = {{ ["B=C"] = "1" }} }})))
 print(select(2, pcall(proc.run, {{ cmd = "env", env = {{ PORT = 8080 }} }})))
+local r2, err2 = proc.run{{ cmd = "sh", args = {{ "-c", "sleep 2 & echo started" }}, timeout = 0.5 }}
+print(r2, err2.kind, err2.message:match("ended %(status 0%), but what it started in the background kept its output open"))
 "#,
                 pid_file.display()
             ),
@@ -347,6 +349,11 @@ print(select(2, pcall(proc.run, {{ cmd = "env", env = {{ PORT = 8080 }} }})))
             ),
             // The value at fault is named (it said the name "PORT" was not a string).
             format!("{dir}/script.lua:6: proc.run: env.PORT must be a string, not an integer"),
+            // The command had ended; what it left in the background held its output (it said
+            // the command was killed).
+            "nil\ttimeout\tended (status 0), but what it started in the background kept its \
+             output open"
+                .to_string(),
         ]
     );
     let pid = std::fs::read_to_string(&pid_file).unwrap();

@@ -348,7 +348,17 @@ fn read(lua: &Lua, spec: Value) -> mlua::Result<Spec> {
 fn describe(v: &Value) -> String {
     match v {
         Value::String(s) => format!("{:?}", s.to_string_lossy()),
-        other => format!("a {}", other.type_name()),
+        other => super::convert::a_type(other.type_name()),
+    }
+}
+
+/// How a process ended, as a message says it: `status 0`, `signal 9`.
+fn ended_as(status: &std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("status {code}"),
+        (None, Some(signal)) => format!("signal {signal}"),
+        (None, None) => "an unknown way".into(),
     }
 }
 
@@ -381,6 +391,10 @@ async fn run(lua: &Lua, spec: Spec) -> mlua::Result<MultiValue> {
         command.env(k, v);
     }
     let max = spec.max_bytes;
+    // Set once the command itself has ended: what it started in the background may still hold
+    // its output open (`sh -c "daemon &"`), and its timeout then said it was killed, of a
+    // process that had exited, while what held the output ran on.
+    let exited = std::sync::OnceLock::new();
     let work = async {
         let mut child = command.spawn().map_err(Failed::Start)?;
         // Declared after `child`, so dropped before it: the tree is found while the child
@@ -398,8 +412,13 @@ async fn run(lua: &Lua, spec: Spec) -> mlua::Result<MultiValue> {
         let stdout = capped(child.stdout.take(), max, "stdout");
         let stderr = capped(child.stderr.take(), max, "stderr");
         // The first stream past its limit ends the run (the other may never close).
-        let ((), out, err) = tokio::try_join!(feed, stdout, stderr)?;
-        let status = child.wait().await.map_err(Failed::Io)?;
+        let streams = async { tokio::try_join!(feed, stdout, stderr) };
+        let waited = async {
+            let status = child.wait().await.map_err(Failed::Io)?;
+            let _ = exited.set(status);
+            Ok::<_, Failed>(status)
+        };
+        let (((), out, err), status) = tokio::try_join!(streams, waited)?;
         // Ended by itself: what it left running in the background is its own affair, as in
         // a shell.
         tree.0 = None;
@@ -448,13 +467,20 @@ async fn run(lua: &Lua, spec: Spec) -> mlua::Result<MultiValue> {
             );
         }
         Err(Failed::TimedOut) => {
-            return failed(
-                "timeout",
-                format!(
+            let message = match exited.get() {
+                Some(status) => format!(
+                    "{shown} ended ({}), but what it started in the background kept its output \
+                     open past the timeout of {} s (give that its own output: `cmd > /dev/null \
+                     &`); it was left running",
+                    ended_as(status),
+                    spec.timeout.as_secs_f64()
+                ),
+                None => format!(
                     "{shown} timed out after {} s; it was killed",
                     spec.timeout.as_secs_f64()
                 ),
-            );
+            };
+            return failed("timeout", message);
         }
     };
     let result = lua.create_table()?;

@@ -14,7 +14,7 @@ proc = {}
 ---@field cwd? string the folder it runs in, relative to the script's folder (default: colony's current directory)
 ---@field env? table<string, string> variables added to (or replacing those of) colony's environment
 ---@field stdin? string written to its standard input, which is then closed (default: no input)
----@field timeout? number seconds before it is killed (default 60)
+---@field timeout? number seconds before it is killed (default 60). Its output is read until every process holding it closes it: a command that leaves a process in the background with the same output (`sh -c "daemon &"`) waits for it until the timeout, which says so; give that process its own output (`daemon > /dev/null &`)
 ---@field max_bytes? integer the most read of stdout, and of stderr (default 32 MiB, or half of `--max-memory` when less); past it the command is killed. More than `--max-memory` is refused
 
 ---@class proc.Result
