@@ -685,8 +685,9 @@ end })
         &["INT"],
     );
     assert_eq!(status.code(), Some(0), "{stderr}");
+    // Named (it said how many, not which).
     assert!(
-        stderr.contains("were still busy after the grace period"),
+        stderr.contains("1 resident(s) were still busy after the grace period and were stopped: a"),
         "{stderr}"
     );
     assert!(!stderr.contains("did not end in time"), "{stderr}");

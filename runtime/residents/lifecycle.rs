@@ -751,9 +751,12 @@ impl Lifecycle {
             st.watch = Watch::Ended;
         }
         let cut = route.shutdown(route.grace()).await;
-        if cut > 0 && !route.was_cut_short() {
+        if !cut.is_empty() && !route.was_cut_short() {
+            // Named: which turns were cut is what the operator looks for next.
             tracing::warn!(
-                "{cut} resident(s) were still busy after the grace period and were stopped"
+                "{} resident(s) were still busy after the grace period and were stopped: {}",
+                cut.len(),
+                cut.join(", ")
             );
         }
         if let Some(placement) = route.placement() {

@@ -851,9 +851,9 @@ impl Route {
     }
 
     /// After [`Route::stop`]: waits up to `grace` for turns in flight (and [`Route::hold`]s) to
-    /// finish (or until [`Route::cut_short`]), then ends the tasks still running. Returns how many had to be cut
-    /// off.
-    pub async fn shutdown(&self, grace: Duration) -> usize {
+    /// finish (or until [`Route::cut_short`]), then ends the tasks still running. Returns the
+    /// names of the residents that had to be cut off.
+    pub async fn shutdown(&self, grace: Duration) -> Vec<String> {
         let began = tokio::time::Instant::now();
         lock(&self.inner.shutdown_began).get_or_insert(began);
         let deadline = began + grace;
@@ -863,7 +863,7 @@ impl Route {
             tokio::pin!(done);
             done.as_mut().enable();
             if self.inner.tasks.load(Ordering::Acquire) == 0 {
-                return 0;
+                return Vec::new();
             }
             let over = tokio::select! {
                 waited = tokio::time::timeout_at(deadline, done) => waited.is_err(),
@@ -874,13 +874,14 @@ impl Route {
             }
         }
         let table = std::mem::take(&mut *write(&self.inner.table));
-        let mut cut = 0;
-        for (_, e) in table {
+        let mut cut = Vec::new();
+        for (name, e) in table {
             if e.resident.state() != State::Stopped {
-                cut += 1;
+                cut.push(name);
             }
             e.task.abort();
         }
+        cut.sort();
         cut
     }
 }
