@@ -1088,21 +1088,8 @@ fn an_image_block_whose_data_is_not_base64_is_the_calls_error() {
     let (code, stderr) = session.end();
     assert_eq!(code, Some(0), "{stderr}");
     // The audit log says what the client was told (it said `ok`).
-    let run = sb.colony(&[
-        "audit",
-        "--state",
-        &state(&sb),
-        &sb.path("served.lua").display().to_string(),
-    ]);
-    let outcome = |tool: &str| {
-        run.stdout
-            .lines()
-            .find(|l| l.split_whitespace().nth(2) == Some(tool))
-            .and_then(|l| l.split_whitespace().nth(3))
-            .map(str::to_string)
-    };
-    assert_eq!(outcome("pic").as_deref(), Some("error"), "{}", run.stdout);
-    assert_eq!(outcome("ok").as_deref(), Some("ok"), "{}", run.stdout);
+    assert_eq!(outcomes(&sb, "pic"), ["error"]);
+    assert_eq!(outcomes(&sb, "ok"), ["ok"]);
 }
 
 /// A call refused because the resident's mailbox is full says so with the numbers: the caller
@@ -1269,23 +1256,25 @@ fn a_cancelled_call_and_one_cut_by_a_signal_are_audited() {
     session.answer(4);
     let (code, stderr) = session.end();
     assert_eq!(code, Some(0), "{stderr}");
+    assert_eq!(outcomes(&sb, "quick"), ["ok"]);
+    assert_eq!(outcomes(&sb, "sleepy"), ["cancelled", "cancelled"]);
+}
+
+/// The outcome of each call of `tool` in the audit log of a [`Session`]'s program.
+fn outcomes(sb: &Sandbox, tool: &str) -> Vec<String> {
     let run = sb.colony(&[
         "audit",
         "--state",
-        &state(&sb),
+        &state(sb),
         &sb.path("served.lua").display().to_string(),
     ]);
     assert_eq!(run.code, 0, "{}", run.stderr);
-    let lines: Vec<&str> = run.stdout.lines().skip(1).collect();
-    let of = |tool: &str| {
-        lines
-            .iter()
-            .filter(|l| l.split_whitespace().nth(2) == Some(tool))
-            .map(|l| l.split_whitespace().nth(3).unwrap_or_default().to_string())
-            .collect::<Vec<_>>()
-    };
-    assert_eq!(of("quick"), ["ok"], "{}", run.stdout);
-    assert_eq!(of("sleepy"), ["cancelled", "cancelled"], "{}", run.stdout);
+    run.stdout
+        .lines()
+        .skip(1)
+        .filter(|l| l.split_whitespace().nth(2) == Some(tool))
+        .map(|l| l.split_whitespace().nth(3).unwrap_or_default().to_string())
+        .collect()
 }
 
 /// A question a tool asks its client (`ctx.elicit`) and stops waiting for (its deadline) is

@@ -27,12 +27,11 @@ pub fn register(lua: &Lua) -> mlua::Result<Table> {
     ai.set("ask", ask_fn)?;
     // One function a name, so a bad argument names the one the script called (`ai.infer`
     // was told of as `ai.ask_simple`).
-    for name in ["ask_simple", "infer", "askSimple"] {
-        let who: &'static str = match name {
-            "ask_simple" => "ai.ask_simple",
-            "infer" => "ai.infer",
-            _ => "ai.askSimple",
-        };
+    for (name, who) in [
+        ("ask_simple", "ai.ask_simple"),
+        ("infer", "ai.infer"),
+        ("askSimple", "ai.askSimple"),
+    ] {
         let ask_simple =
             lua.create_async_function(move |lua, (prompt, opts): (Value, Value)| async move {
                 let prompt: mlua::LuaString = super::convert::arg(&lua, who, 1, prompt)?;

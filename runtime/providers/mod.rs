@@ -213,7 +213,7 @@ fn new_client() -> reqwest::Client {
 }
 
 /// The client a model list (a GET) goes out on: as [`new_client`]'s, but a 301, 302 or 303
-/// is followed, a GET having no body to lose. Made for each list, which is rare.
+/// is followed, a GET having no body to lose.
 fn listing_client() -> reqwest::Client {
     crate::tls::client_builder()
         .redirect(same_origin_redirects("the provider", false))
@@ -406,6 +406,9 @@ pub struct Providers {
     /// Built on first use: a client loads the system's certificates (about 5 ms), which a
     /// program whose calls all go elsewhere (replay, the Lua thread's own pool) never needs.
     http: Arc<OnceLock<reqwest::Client>>,
+    /// The model lists' client ([`listing_client`]), built on first use as `http` is: made for
+    /// each list, it loaded the certificates again each time.
+    listing: Arc<OnceLock<reqwest::Client>>,
     replay: Option<Arc<replay::Cassette>>,
     record: Option<Arc<replay::Recorder>>,
     limits: Arc<CallLimits>,
@@ -418,6 +421,7 @@ impl Providers {
     ) -> Providers {
         Providers {
             http: Arc::default(),
+            listing: Arc::default(),
             replay,
             record,
             limits: Arc::default(),
@@ -433,6 +437,7 @@ impl Providers {
     pub fn with_own_client(&self) -> Providers {
         Providers {
             http: Arc::default(),
+            listing: Arc::default(),
             ..self.clone()
         }
     }
@@ -649,7 +654,11 @@ impl Providers {
                 limit.as_secs_f64()
             ))
         };
-        let mut builder = listing_client().get(&wire.url).timeout(limit);
+        let mut builder = self
+            .listing
+            .get_or_init(listing_client)
+            .get(&wire.url)
+            .timeout(limit);
         for (k, v) in &wire.headers {
             builder = builder.header(k, v);
         }

@@ -857,7 +857,6 @@ impl Route {
         let began = tokio::time::Instant::now();
         lock(&self.inner.shutdown_began).get_or_insert(began);
         let deadline = began + grace;
-        let mut cut_short = self.inner.cut_short.subscribe();
         loop {
             let done = self.inner.tasks_done.notified();
             tokio::pin!(done);
@@ -867,7 +866,7 @@ impl Route {
             }
             let over = tokio::select! {
                 waited = tokio::time::timeout_at(deadline, done) => waited.is_err(),
-                _ = cut_short.wait_for(|cut| *cut) => true,
+                () = self.cut() => true,
             };
             if over {
                 break;
