@@ -66,7 +66,7 @@ fn assert_mail_kept(sandbox: &Sandbox) {
         .ok();
     assert_eq!(
         shown.lines(),
-        ["held mail, not yet served:", "  [mail from desk] first"]
+        ["held mail, not yet served:", "  1. [mail from desk] first"]
     );
 }
 
@@ -138,6 +138,94 @@ fn a_refused_request_blocks_the_resident() {
     );
     assert_eq!(fake.calls(), 1);
     assert_mail_kept(&sandbox);
+}
+
+/// Two mails, the first of which the model refuses (too large for it): sent by the first run,
+/// held by every later one until it is dropped.
+const TWO_MAILS: &str = r#"
+ai.route{ model = "m" }
+ai.spawn{ name = "worker", persist_conversation = true,
+  deliver_to = function(reply, info) print(info.kind .. ": " .. tostring(reply)) end,
+  sources = { function(self)
+    if not store.get("sent") then
+      store.set("sent", true)
+      assert(ai.mail{ to = self, source = "desk", hop = 0, content = "HUGE scan" })
+      assert(ai.mail{ to = self, source = "desk", hop = 0, content = "second" })
+    end
+  end } }
+print("watch ended: " .. ai.watch{})
+"#;
+
+/// A held mail the provider refuses blocked its resident at every start, and the only way on
+/// was to clear the whole conversation: `conversations drop` removes that mail, the blocked
+/// run says how, and the next run serves the rest.
+#[test]
+fn a_held_mail_the_provider_refuses_can_be_dropped_and_the_rest_is_served() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        if body.to_string().contains("HUGE") {
+            Reply::status(400)
+        } else {
+            Reply::text("served")
+        }
+    });
+    let sandbox = styled(&fake, "openai");
+    let state = sandbox.path("state-dir").display().to_string();
+    let script = sandbox.path("script.lua").display().to_string();
+    let first = run(&sandbox, TWO_MAILS, &[]);
+    assert_eq!(first.code, 3, "{}{}", first.stdout, first.stderr);
+    let conversations = format!("colony conversations --state {state} {script}");
+    assert!(
+        first.stderr.ends_with(&format!(
+            "colony: if what the provider refuses is a held mail (too large, say), \
+             `{conversations} show worker` numbers the held mail and `{conversations} drop \
+             worker N` removes one.\n"
+        )),
+        "{}",
+        first.stderr
+    );
+    // Held, and refused again at the next start.
+    let again = run(&sandbox, TWO_MAILS, &[]);
+    assert_eq!(again.code, 3, "{}{}", again.stdout, again.stderr);
+
+    let conversations = |args: &[&str]| {
+        let mut all = vec!["conversations", "--state", &state, &script];
+        all.extend_from_slice(args);
+        sandbox.colony(&all)
+    };
+    let shown = conversations(&["show", "worker"]).ok();
+    assert_eq!(
+        shown.lines(),
+        [
+            "held mail, not yet served:",
+            "  1. [mail from desk] HUGE scan",
+            "  2. [mail from desk] second"
+        ]
+    );
+    // A number it does not hold is bad input, and nothing is dropped.
+    let wrong = conversations(&["drop", "worker", "3"]);
+    assert_eq!(wrong.code, 2, "{}", wrong.stderr);
+    assert_eq!(
+        wrong.stderr,
+        "colony conversations: \"worker\" holds 2 mails: there is no mail 3 (`show worker` \
+         numbers them)\n"
+    );
+    let dropped = conversations(&["drop", "worker", "1"]).ok();
+    assert_eq!(
+        dropped.stdout,
+        "dropped held mail 1 of worker: [mail from desk] HUGE scan\n"
+    );
+    let shown = conversations(&["show", "worker"]).ok();
+    assert_eq!(
+        shown.lines(),
+        ["held mail, not yet served:", "  1. [mail from desk] second"]
+    );
+
+    let served = run(&sandbox, TWO_MAILS, &[]);
+    assert_eq!(served.code, 0, "{}{}", served.stdout, served.stderr);
+    assert_eq!(served.lines(), ["reply: served", "watch ended: idle"]);
+    let last = support::model_calls(&fake).pop().unwrap().to_string();
+    assert!(last.contains("second") && !last.contains("HUGE"), "{last}");
 }
 
 /// A 200 whose body is not the API's (a base URL pointing at a web page) cannot be waited

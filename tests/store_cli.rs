@@ -141,12 +141,12 @@ fn conversations_list_show_export_and_clear() {
          assistant calls read_file (call_1): {\"path\":\"a.txt\"}\n\
          tool: read_file (call_1) returned: hello\n    world\n\
          assistant: It says hello.\n\
-         held mail, not yet served:\n  [mail from carol] are you there?\n"
+         held mail, not yet served:\n  1. [mail from carol] are you there?\n"
     );
     let run = sb.colony(&["conversations", &file, "show", "bob"]).ok();
     assert_eq!(
         run.stdout,
-        "held mail, not yet served:\n  [mail from alice] ping\nstep in flight:\n  fetch (c9): started\n"
+        "held mail, not yet served:\n  1. [mail from alice] ping\nstep in flight:\n  fetch (c9): started\n"
     );
 
     let run = sb.colony(&["conversations", &file, "export", "alice"]).ok();
@@ -173,13 +173,45 @@ fn conversations_list_show_export_and_clear() {
         )
     );
 
+    // Held mail behind a step in flight is not dropped: the commit would forget the step.
+    let run = sb
+        .colony(&["conversations", &file, "drop", "bob", "1"])
+        .failed();
+    assert_eq!(
+        run.stderr,
+        "colony conversations: \"bob\" has a step in flight (1 call); its held mail is dropped \
+         only once that step is finished: run the program, or clear the conversation\n"
+    );
+    let run = sb
+        .colony(&["conversations", &file, "drop", "alice", "1"])
+        .ok();
+    assert_eq!(
+        run.stdout,
+        "dropped held mail 1 of alice: [mail from carol] are you there?\n"
+    );
+    let run = sb.colony(&["conversations", &file, "list"]).ok();
+    assert_eq!(
+        run.lines(),
+        [
+            "alice  4 messages, 0 in backlog",
+            "bob    0 messages, 1 in backlog, 1 call in flight",
+        ]
+    );
+    let run = sb.colony(&["conversations", &file, "export", "alice"]).ok();
+    let back: Vec<Message> = run
+        .lines()
+        .iter()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(back, conversation());
+
     let run = sb.colony(&["conversations", &file, "clear", "bob"]).ok();
     assert_eq!(
         run.stdout,
         "removed conversation bob (0 messages, 1 in backlog, 1 call in flight)\n"
     );
     let run = sb.colony(&["conversations", &file, "list"]).ok();
-    assert_eq!(run.lines(), ["alice  4 messages, 1 in backlog"]);
+    assert_eq!(run.lines(), ["alice  4 messages, 0 in backlog"]);
     let run = sb
         .colony(&["conversations", &file, "clear", "bob"])
         .failed();
@@ -193,7 +225,7 @@ fn conversations_list_show_export_and_clear() {
     let run = sb
         .colony(&["conversations", "any.lua", "list", "--state", &s(&state)])
         .ok();
-    assert_eq!(run.lines(), ["alice  4 messages, 1 in backlog"]);
+    assert_eq!(run.lines(), ["alice  4 messages, 0 in backlog"]);
 }
 
 #[test]

@@ -1,4 +1,5 @@
-//! `colony conversations FILE.lua list|show|export|clear`: a program's persisted conversations.
+//! `colony conversations FILE.lua list|show|export|drop|clear`: a program's persisted
+//! conversations.
 
 use clap::Subcommand;
 
@@ -12,8 +13,8 @@ use crate::vocab::{Message, Part};
 #[derive(clap::Args)]
 #[command(
     long_about = "Inspect or clear a program's persisted conversations: each resident's \
-        messages, the mail it accepted and has not served yet (its backlog), and the step in \
-        flight when the program stopped.\n\n\
+        messages, the mail it accepted and has not served yet (its backlog, which `drop` \
+        trims), and the step in flight when the program stopped.\n\n\
         Opens the program's state directory the way the program does, with its lock: while the \
         program runs this refuses, naming the process that holds it, and while this runs the \
         program cannot start."
@@ -40,6 +41,19 @@ enum Action {
     Export {
         /// The resident's name.
         name: String,
+    },
+    /// Remove held mail (numbered as `show` lists it), keeping the conversation.
+    ///
+    /// The way on for a resident blocked at every start by one mail its model refuses (too
+    /// large, say). The mail's id stays accepted, so the same mail sent again is not taken
+    /// twice. Held mail behind a step in flight is not dropped (the step would be forgotten).
+    /// Asks nothing; prints what it removed.
+    Drop {
+        /// The resident's name.
+        name: String,
+        /// The held mail's numbers, as `show` lists them (1 is the oldest).
+        #[arg(required = true, value_name = "N")]
+        mail: Vec<usize>,
     },
     /// Remove a conversation: its messages, backlog and step in flight. Asks nothing; prints
     /// what it removed.
@@ -103,8 +117,8 @@ pub fn run(args: Args) -> Result<(), Failure> {
             }
             if !cell.backlog.is_empty() {
                 println!("held mail, not yet served:");
-                for mail in &cell.backlog {
-                    println!("  {}", indent(&mail.as_user_text()));
+                for (n, mail) in cell.backlog.iter().enumerate() {
+                    println!("  {}. {}", n + 1, indent(&mail.as_user_text()));
                     for file in &mail.files {
                         println!(
                             "  [attached {} ({}, ref {})]",
@@ -141,26 +155,55 @@ pub fn run(args: Args) -> Result<(), Failure> {
                 println!("{line}");
             }
         }
-        Action::Clear { name } => {
-            // A running program's state directory is locked, so the open above refused; a
-            // cluster's shared store is not, and the node running the resident wrote all it
-            // held back at its next step ("removed", then 989 messages of 987): refused while
-            // a node holds its lease.
-            if let ProgramStore::Postgres(pg) = &state {
-                let now = pg.now_ms().map_err(fail)?;
-                if let Some(lease) = pg
-                    .leases()
-                    .map_err(fail)?
-                    .into_iter()
-                    .find(|l| l.name == name && l.expires_at_ms > now)
-                {
-                    return Err(Failure::run(format!(
-                        "colony conversations: {name:?} runs on node {:?}, which would write it \
-                         back: dismiss it there, or stop the program on every node, first",
-                        lease.owner
+        Action::Drop { name, mail } => {
+            refuse_if_leased(&state, &name, "")?;
+            let cell = load(&name)?;
+            let held = cell.backlog.len();
+            let mut rows = Vec::new();
+            for n in &mail {
+                let Some(m) = n.checked_sub(1).and_then(|i| cell.backlog.get(i)) else {
+                    return Err(Failure::input(format!(
+                        "colony conversations: {name:?} holds {}: there is no mail {n} \
+                         (`show {name}` numbers them)",
+                        count(held, "mail", "mails")
                     )));
+                };
+                // Every backlog mail read from a store was saved as a row; one without would
+                // be a store's defect, not the user's.
+                let row = m.saved.ok_or_else(|| {
+                    Failure::run(format!(
+                        "colony conversations: held mail {n} of {name:?} has no saved row"
+                    ))
+                })?;
+                if !rows.contains(&row) {
+                    rows.push(row);
                 }
             }
+            // The commit that ends a step also clears the journal: a step in flight would be
+            // forgotten, and its calls run again. (Mail held behind it waits for that step,
+            // so dropping it would not free the resident anyway.)
+            if !cell.journal.is_empty() {
+                return Err(Failure::run(format!(
+                    "colony conversations: {name:?} has a step in flight ({}); its held mail is \
+                     dropped only once that step is finished: run the program, or clear the \
+                     conversation",
+                    count(cell.journal.len(), "call", "calls")
+                )));
+            }
+            store
+                .commit_step(&name, &cell.messages, &rows, cell.dropped)
+                .map_err(fail)?;
+            for n in &mail {
+                if let Some(m) = cell.backlog.get(n - 1) {
+                    println!(
+                        "dropped held mail {n} of {name}: {}",
+                        first_line(&m.as_user_text())
+                    );
+                }
+            }
+        }
+        Action::Clear { name } => {
+            refuse_if_leased(&state, &name, "dismiss it there, or ")?;
             // A conversation that cannot be read is removed all the same: clearing it is the
             // way out for a program that cannot start with it.
             let was = match store.load_cell(&name) {
@@ -178,6 +221,42 @@ pub fn run(args: Args) -> Result<(), Failure> {
         }
     }
     Ok(())
+}
+
+/// A running program's state directory is locked, so the open refused; a cluster's shared
+/// store is not, and the node running the resident wrote all it held back at its next step
+/// ("removed", then 989 messages of 987): a change is refused while a node holds its lease.
+/// `instead` is what the user may do there meanwhile ("dismiss it there, or ").
+fn refuse_if_leased(state: &ProgramStore, name: &str, instead: &str) -> Result<(), Failure> {
+    let ProgramStore::Postgres(pg) = state else {
+        return Ok(());
+    };
+    let fail = |e: crate::store::StoreError| Failure::run(format!("colony conversations: {e}"));
+    let now = pg.now_ms().map_err(fail)?;
+    match pg
+        .leases()
+        .map_err(fail)?
+        .into_iter()
+        .find(|l| l.name == name && l.expires_at_ms > now)
+    {
+        Some(lease) => Err(Failure::run(format!(
+            "colony conversations: {name:?} runs on node {:?}, which would write it back: \
+             {instead}stop the program on every node, first",
+            lease.owner
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The first line of a mail's text, cut at 100 characters: enough to tell which was dropped.
+fn first_line(text: &str) -> String {
+    let line = text.lines().next().unwrap_or("");
+    let cut: String = line.chars().take(100).collect();
+    if cut.len() < line.len() || text.lines().nth(1).is_some() {
+        format!("{cut} ...")
+    } else {
+        cut
+    }
 }
 
 /// "3 messages, 1 in backlog" (and the dropped count and the step in flight when there are any).

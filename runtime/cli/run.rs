@@ -159,7 +159,7 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
     }
     last_resort.abort();
     drop(state);
-    if let Some(tmp) = scratch {
+    if let Some(tmp) = &scratch {
         let _ = std::fs::remove_dir_all(tmp);
     }
     if stdout_gone.load(Ordering::Acquire) {
@@ -186,7 +186,8 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
     }
     result?;
     if let Some(Settled::Blocked(blocked)) = lifecycle.settled() {
-        return Err(blocked_failure(&blocked));
+        let command = scratch.is_none().then(|| conversations_command(&args));
+        return Err(blocked_failure(&blocked, command.as_deref()));
     }
     let failed = lifecycle.unhandled_failures();
     if !failed.is_empty() && !timed_out.load(Ordering::Acquire) {
@@ -225,7 +226,23 @@ const BLOCKED: u8 = 3;
 const TIMED_OUT: u8 = 124;
 
 /// Each blocked resident and its error, and what to do about it.
-fn blocked_failure(blocked: &[(String, TurnError)]) -> Failure {
+/// `colony conversations [--state DIR] FILE.lua`, as this run was given its state.
+fn conversations_command(args: &Args) -> String {
+    let mut command = String::from("colony conversations ");
+    if let Some(dir) = &args.state {
+        command.push_str(&format!("--state {} ", dir.display()));
+    }
+    if args.store.is_some() {
+        // Not the URL itself: it may hold a password.
+        command.push_str("--store URL ");
+    }
+    command.push_str(&args.program.file().display().to_string());
+    command
+}
+
+/// `conversations` is how the user reaches the program's store (`None`: a replay's scratch
+/// store, gone already), for the way past a mail the provider refuses.
+fn blocked_failure(blocked: &[(String, TurnError)], conversations: Option<&str>) -> Failure {
     let mut message = String::new();
     for (name, e) in blocked {
         message.push_str(&format!(
@@ -253,6 +270,18 @@ fn blocked_failure(blocked: &[(String, TurnError)]) -> Failure {
          file again when it changes)."
     };
     message.push_str(fix);
+    // A request the provider refuses may be one mail's doing (too large for the model, a file
+    // it cannot read), and that mail is held and sent again at every start.
+    if let Some(command) = conversations
+        && let Some((name, _)) = blocked
+            .iter()
+            .find(|(_, e)| e.kind == "api_error" && matches!(e.status, Some(400 | 413 | 422)))
+    {
+        message.push_str(&format!(
+            "\ncolony: if what the provider refuses is a held mail (too large, say), `{command} \
+             show {name}` numbers the held mail and `{command} drop {name} N` removes one."
+        ));
+    }
     Failure {
         message,
         code: BLOCKED,
