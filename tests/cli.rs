@@ -960,6 +960,34 @@ fn quickstart_runs_offline_on_its_cassette() {
     assert!(lines[1].contains("Paris"), "{}", lines[1]);
 }
 
+/// A replay's scratch state directory is removed however the run ends: `os.exit` ended the
+/// process before the run's own cleanup, and every such run left a `colony-replay-PID` in the
+/// temp directory for good.
+#[test]
+fn a_replays_scratch_state_is_removed_when_the_script_exits_at_once() {
+    let sandbox = Sandbox::new();
+    let tmp = sandbox.path("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let scratch = |sandbox: &Sandbox| -> Vec<String> {
+        std::fs::read_dir(sandbox.path("tmp"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("colony-replay-"))
+            .collect()
+    };
+    let sandbox = sandbox.env("TMPDIR", &tmp.display().to_string());
+    // Before and after `ai.watch`: the store is open (a program whose state was written).
+    for (script, code) in [
+        ("store.set('k', 1) os.exit(7)", 7),
+        ("store.set('k', 1) ai.watch{} os.exit(true)", 0),
+        ("store.set('k', 1) error('boom')", 1),
+    ] {
+        let run = sandbox.lua(script, &["--replay", "examples/quickstart.jsonl"]);
+        assert_eq!(run.code, code, "{script}: {}", run.stderr);
+        assert_eq!(scratch(&sandbox), Vec::<String>::new(), "{script}");
+    }
+}
+
 #[test]
 fn a_cassette_miss_names_the_request() {
     let run = Sandbox::new()

@@ -72,8 +72,8 @@ pub fn prepare(args: &Args) -> Result<Prepared, Failure> {
     args.program.warn_of_colony_options::<Args>("colony run");
     // A cassette holds a run from a fresh start: replaying on a state that carried on would ask
     // the model things the cassette never saw.
-    let scratch = (args.state.is_none() && args.cassettes.replay.is_some())
-        .then(|| std::env::temp_dir().join(format!("colony-replay-{}", std::process::id())));
+    let scratch =
+        (args.state.is_none() && args.cassettes.replay.is_some()).then(state_dir::scratch);
     let dir = match (&args.state, &scratch) {
         (Some(dir), _) => dir.clone(),
         (None, Some(tmp)) => tmp.clone(),
@@ -123,6 +123,9 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
         opening,
         scratch,
     } = prepared;
+    // A replay's scratch state goes however `run` returns (a store that cannot be opened, a
+    // script that does not load); the ways the process ends at once remove it themselves.
+    let _scratch = ScratchRemoved;
     let script_args = args.program.args()?;
     let core = parts.start(handle.clone());
     let base = std::env::current_dir().unwrap_or_default();
@@ -159,9 +162,6 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
     }
     last_resort.abort();
     drop(state);
-    if let Some(tmp) = &scratch {
-        let _ = std::fs::remove_dir_all(tmp);
-    }
     if stdout_gone.load(Ordering::Acquire) {
         // Nobody reads on: a program the closing ended (an interrupted loop raises, naming
         // why) ends quietly, as every command whose stdout closes under it. An error of the
@@ -226,6 +226,15 @@ const BLOCKED: u8 = 3;
 const TIMED_OUT: u8 = 124;
 
 /// Each blocked resident and its error, and what to do about it.
+/// Removes a replay's scratch state directory when dropped ([`state_dir::remove_scratch`]).
+struct ScratchRemoved;
+
+impl Drop for ScratchRemoved {
+    fn drop(&mut self) {
+        state_dir::remove_scratch();
+    }
+}
+
 /// `colony conversations [--state DIR] FILE.lua`, as this run was given its state.
 fn conversations_command(args: &Args) -> String {
     let mut command = String::from("colony conversations ");
@@ -346,6 +355,7 @@ async fn last_resort(
         }
     };
     crate::lua::proc::end_children();
+    state_dir::remove_scratch();
     std::process::exit(code);
 }
 

@@ -76,6 +76,7 @@ pub fn replace_os_exit(lua: &Lua) -> mlua::Result<()> {
             use std::io::Write;
             let _ = std::io::stdout().flush();
             crate::mcp::server_group::end_all();
+            crate::store::state_dir::remove_scratch();
             // Ending on a signal (`colony ask`'s): the signal's status, not the script's.
             std::process::exit(crate::signals::ending_with().unwrap_or(code))
         })?,

@@ -25,6 +25,28 @@ pub const LOCK_FILE: &str = "lock";
 /// The store's file name inside a state directory.
 pub const STORE_FILE: &str = "store.sqlite3";
 
+/// The state directory of a replay (`colony run --replay` without `--state`), made for this
+/// run and removed at its end, however it ends: [`remove_scratch`] is also called where the
+/// process is ended at once (`os.exit`, the last resort after a signal), which left one in the
+/// temp directory at every such run.
+static SCRATCH: std::sync::Mutex<Option<PathBuf>> = std::sync::Mutex::new(None);
+
+/// A fresh state directory for this process's run, in the temp directory, removed by
+/// [`remove_scratch`].
+pub fn scratch() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("colony-replay-{}", std::process::id()));
+    *SCRATCH.lock().unwrap_or_else(|e| e.into_inner()) = Some(dir.clone());
+    dir
+}
+
+/// Removes the directory [`scratch`] gave, if any (once; nothing after).
+pub fn remove_scratch() {
+    let dir = SCRATCH.lock().unwrap_or_else(|e| e.into_inner()).take();
+    if let Some(dir) = dir {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
+
 /// The default state directory for `script`: `<state home>/colony/<stem>-<hash>` where the state
 /// home is `$XDG_STATE_HOME`, else `~/.local/state` (else the temp directory, on a machine with
 /// no home).
