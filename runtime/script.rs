@@ -50,6 +50,10 @@ pub struct Fault {
     pub traceback: Option<String>,
     /// What was running when it raised (`deliver_to`), when that is not the child's own body.
     pub during: Option<&'static str>,
+    /// It did not raise: it ran too long without waiting and was stopped there. Restarted,
+    /// such code spins again, holding the program's one Lua thread each time
+    /// ([`crate::residents::supervision`] counts these stops over a longer span).
+    pub spun: bool,
 }
 
 impl Fault {
@@ -66,6 +70,7 @@ impl From<String> for Fault {
             message,
             traceback: None,
             during: None,
+            spun: false,
         }
     }
 }

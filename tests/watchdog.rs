@@ -855,3 +855,41 @@ fn a_command_the_script_waits_for_ends_with_colony() {
         );
     }
 }
+
+/// A source that spins is stopped after 10 s without waiting and restarted by its policy; its
+/// stops, 10 s apart, never came `max_restarts` within the window, so it was restarted for
+/// ever, holding the program's Lua thread nearly all the time, and the run never ended. They
+/// count within an hour: past `max_restarts` of them, it has failed. (20 s: two stops.)
+#[test]
+fn a_source_that_spins_again_and_again_fails_for_good() {
+    let fake = FakeProvider::start();
+    let sb = styled(&fake, "openai");
+    let run = sb.lua(
+        r#"
+ai.spawn{ name = "a", provider = "openai", model = "m",
+  sources = { { function() while true do end end, max_restarts = 1 } } }
+print(ai.watch{ on_fail = function(id, name, err) print("failed: " .. id .. ": " .. err) end })
+"#,
+        &["--max-time", "120"],
+    );
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    assert_eq!(
+        run.lines(),
+        [
+            &format!(
+                "failed: a/source/1: {}:3: deadline: it ran 10 s without waiting (a callback \
+                 may run at most 10 s at a time)",
+                sb.path("script.lua").display()
+            ),
+            "idle"
+        ]
+    );
+    assert!(
+        run.stderr.contains(
+            "[a/source/1] failed: not started again (stopped 2 times within an hour for \
+             running without waiting; at most 1 restarts of such code)"
+        ),
+        "{}",
+        run.stderr
+    );
+}

@@ -537,6 +537,7 @@ fn failed(lua: &Lua, first: Value) -> HandlerOutcome {
         message: t.get("message").unwrap_or_default(),
         traceback: t.get("traceback").ok(),
         during: None,
+        spun: false,
     };
     match raised {
         Value::String(_) | Value::Error(_) => HandlerOutcome::Raised(fault),

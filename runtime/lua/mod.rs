@@ -692,6 +692,12 @@ fn traced_handler(lua: &Lua) -> mlua::Result<Function> {
 /// error from one of colony's functions gets the line of the script that called it, read from
 /// the traceback mlua took where it was raised) and the script's frames of the traceback.
 pub fn fault(e: &mlua::Error) -> Fault {
+    let spun = matches!(watchdog::Stop::of(e), Some(watchdog::Stop::Deadline(_)));
+    Fault { spun, ..raised(e) }
+}
+
+/// [`fault`]'s message and traceback.
+fn raised(e: &mlua::Error) -> Fault {
     // The innermost callback error was raised nearest to the script.
     let mut e = e;
     let mut trace: Option<&str> = None;
@@ -707,6 +713,7 @@ pub fn fault(e: &mlua::Error) -> Fault {
                 message: message.to_string(),
                 traceback: Some(tidy_traceback(&format!("stack traceback:{rest}"))),
                 during: None,
+                spun: false,
             }
         }
         other => {
@@ -723,6 +730,7 @@ pub fn fault(e: &mlua::Error) -> Fault {
                 message,
                 traceback: Some(trace),
                 during: None,
+                spun: false,
             }
         }
     }

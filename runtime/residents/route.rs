@@ -999,17 +999,13 @@ pub fn supervise_exit(
     }
     let decision = supervisor.decide(&exit, Instant::now());
     if decision == Decision::Failed {
-        let policy = supervisor.policy();
         // The crash itself was logged above: this line says only what follows from it.
+        let limit = supervisor.limit_passed(&exit);
         let message = match exit {
             Exit::Crashed(f) => f.message,
             Exit::Normal => "ended too often".to_string(),
         };
-        tracing::error!(
-            "[{id}] failed: not started again (at most {} restarts within {} s)",
-            policy.max_restarts,
-            policy.window.as_secs_f64()
-        );
+        tracing::error!("[{id}] failed: not started again ({limit})");
         report(RouteEvent::Failed {
             id: id.into(),
             ai: ai.into(),

@@ -54,6 +54,9 @@ impl RestartPolicy {
     }
 }
 
+/// The span over which stops for running without waiting count ([`Supervisor::decide`]).
+pub const SPIN_WINDOW: Duration = Duration::from_secs(3600);
+
 /// The wait before a first restart ([`Supervisor::backoff`]).
 const BACKOFF_START: Duration = Duration::from_millis(250);
 
@@ -83,6 +86,8 @@ pub enum Decision {
 pub struct Supervisor {
     policy: RestartPolicy,
     restarts: VecDeque<Instant>,
+    /// When it was stopped for running without waiting, within [`SPIN_WINDOW`].
+    spins: VecDeque<Instant>,
     total: u32,
 }
 
@@ -91,11 +96,18 @@ impl Supervisor {
         Supervisor {
             policy,
             restarts: VecDeque::new(),
+            spins: VecDeque::new(),
             total: 0,
         }
     }
 
     /// Decides after an exit at `now`.
+    ///
+    /// A child stopped for running without waiting ([`Fault::spun`]) has spun for the
+    /// watchdog's slice (10 s) before each stop, so its stops never come `max_restarts` within
+    /// the default window: it was restarted for ever, holding the program's one Lua thread
+    /// nearly all the time. Those stops count within [`SPIN_WINDOW`] instead, against the same
+    /// `max_restarts`.
     pub fn decide(&mut self, exit: &Exit, now: Instant) -> Decision {
         let wanted = matches!(
             (self.policy.restart, exit),
@@ -104,15 +116,16 @@ impl Supervisor {
         if !wanted {
             return Decision::Done;
         }
-        while let Some(&t) = self.restarts.front() {
-            if now.duration_since(t) > self.policy.window {
-                self.restarts.pop_front();
-            } else {
-                break;
-            }
-        }
+        forget_before(&mut self.restarts, now, self.policy.window);
+        forget_before(&mut self.spins, now, self.policy.window.max(SPIN_WINDOW));
         if self.restarts.len() as u32 >= self.policy.max_restarts {
             return Decision::Failed;
+        }
+        if matches!(exit, Exit::Crashed(f) if f.spun) {
+            if self.spins.len() as u32 >= self.policy.max_restarts {
+                return Decision::Failed;
+            }
+            self.spins.push_back(now);
         }
         self.restarts.push_back(now);
         self.total += 1;
@@ -138,6 +151,41 @@ impl Supervisor {
 
     pub fn policy(&self) -> RestartPolicy {
         self.policy
+    }
+
+    /// Why it failed, once [`Supervisor::decide`] said so: "at most 3 restarts within 5 s".
+    pub fn limit_passed(&self, exit: &Exit) -> String {
+        let policy = self.policy;
+        if matches!(exit, Exit::Crashed(f) if f.spun)
+            && (self.restarts.len() as u32) < policy.max_restarts
+        {
+            return format!(
+                "stopped {} times within {} for running without waiting; at most {} restarts \
+                 of such code",
+                policy.max_restarts + 1,
+                if policy.window > SPIN_WINDOW {
+                    format!("{} s", policy.window.as_secs_f64())
+                } else {
+                    "an hour".to_string()
+                },
+                policy.max_restarts
+            );
+        }
+        format!(
+            "at most {} restarts within {} s",
+            policy.max_restarts,
+            policy.window.as_secs_f64()
+        )
+    }
+}
+
+/// Drops the times older than `window` before `now` from the front of `times`.
+fn forget_before(times: &mut VecDeque<Instant>, now: Instant, window: Duration) {
+    while times
+        .front()
+        .is_some_and(|&t| now.duration_since(t) > window)
+    {
+        times.pop_front();
     }
 }
 
@@ -190,6 +238,42 @@ mod tests {
             assert_eq!(s.decide(&crash, t), Decision::Restart);
         }
         assert_eq!(s.backoff(), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn stops_for_spinning_count_within_an_hour() {
+        let spun = Exit::Crashed(Fault {
+            spun: true,
+            ..Fault::from("deadline")
+        });
+        let t = Instant::now();
+        // 10 s apart, as the watchdog stops them: never 3 within the default 5 s window.
+        let mut s = Supervisor::new(RestartPolicy::new(Restart::Permanent));
+        let at = |i: u64| t + Duration::from_secs(10 * i);
+        for i in 0..3 {
+            assert_eq!(s.decide(&spun, at(i)), Decision::Restart);
+        }
+        assert_eq!(s.decide(&spun, at(3)), Decision::Failed);
+        assert_eq!(
+            s.limit_passed(&spun),
+            "stopped 4 times within an hour for running without waiting; at most 3 restarts \
+             of such code"
+        );
+        // Other crashes in between do not count as spins, and spins an hour old are forgotten.
+        let crash = Exit::Crashed("x".into());
+        let mut s = Supervisor::new(RestartPolicy::new(Restart::Permanent));
+        for i in 0..3 {
+            assert_eq!(s.decide(&spun, at(i)), Decision::Restart);
+            assert_eq!(
+                s.decide(&crash, at(i) + Duration::from_secs(5)),
+                Decision::Restart
+            );
+        }
+        assert_eq!(
+            s.decide(&spun, at(3) + SPIN_WINDOW - Duration::from_secs(1)),
+            Decision::Restart
+        );
+        assert_eq!(s.limit_passed(&crash), "at most 3 restarts within 5 s");
     }
 
     #[test]
