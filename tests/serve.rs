@@ -1660,4 +1660,10 @@ ai.watch{ on_fail = function() end }
         ready.text
     );
     assert!(!ready.text.contains("the folder is gone"), "{}", ready.text);
+    // And counted for a scraper, which alerts on it.
+    let metrics = served.get("/metrics").text;
+    assert!(
+        metrics.contains("\ncolony_failed{program=\"watcher\"} 1\n"),
+        "{metrics}"
+    );
 }

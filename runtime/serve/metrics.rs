@@ -107,6 +107,8 @@ impl Default for Metrics {
 pub struct ProgramNow<'a> {
     pub program: &'a str,
     pub up: bool,
+    /// Its residents and sources that failed for good in this run.
+    pub failed: usize,
     pub residents: &'a [ResidentInfo],
     /// Each resident's breaker, in the order of `residents` (`None`: it has none in use).
     pub breakers: &'a [Option<BreakerState>],
@@ -304,6 +306,7 @@ impl Metrics {
             self.tool_seconds.clone(),
         );
         let up = Family::<Program, Gauge>::default();
+        let failed = Family::<Program, Gauge>::default();
         let by_state = Family::<InState, Gauge>::default();
         let held = Family::<Who, Gauge>::default();
         let dropped = Family::<Who, Gauge>::default();
@@ -317,6 +320,11 @@ impl Metrics {
                 program: program.clone(),
             })
             .set(i64::from(p.up));
+            failed
+                .get_or_create(&Program {
+                    program: program.clone(),
+                })
+                .set(p.failed as i64);
             for state in ["idle", "busy", "outage", "restarting", "blocked"] {
                 by_state
                     .get_or_create(&InState {
@@ -360,6 +368,12 @@ impl Metrics {
             }
         }
         registry.register("program_up", "1 while the program runs", up);
+        registry.register(
+            "failed",
+            "Residents and sources of the program's run that failed for good (past their \
+             restarts); the rest runs on",
+            failed,
+        );
         registry.register("residents", "Residents by state", by_state);
         registry.register("held_mail", "Mails waiting in a resident's mailbox", held);
         registry.register(

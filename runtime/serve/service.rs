@@ -80,6 +80,8 @@ struct Now {
     /// last, at most [`FAILURES_KEPT`]: the program ran on, shown running with no error, and
     /// the failure was seen only by who caught its event (`colony run` ends 1 on it).
     failures: Vec<Value>,
+    /// How many failed for good in this run, those [`FAILURES_KEPT`] let go included.
+    failed_total: usize,
     /// The run's observer ([`observe`]), which ends once the run's route is let go, with the
     /// `turn_ended` of the turns the stop cut: a stop waits for it (a moment), so those come
     /// before the next run's events.
@@ -413,6 +415,7 @@ impl Service {
         type Snapshot = (
             String,
             bool,
+            usize,
             Vec<crate::residents::ResidentInfo>,
             Vec<Option<BreakerState>>,
         );
@@ -420,23 +423,28 @@ impl Service {
             .programs()
             .iter()
             .map(|s| {
-                let (up, hosted) = {
+                let (up, failed, hosted) = {
                     let now = s.lock();
-                    (now.phase == Phase::Running, now.hosted.clone())
+                    (
+                        now.phase == Phase::Running,
+                        now.failed_total,
+                        now.hosted.clone(),
+                    )
                 };
                 let residents = hosted.as_ref().map(|h| h.residents()).unwrap_or_default();
                 let breakers = residents
                     .iter()
                     .map(|r| hosted.as_ref().and_then(|h| h.breaker(&r.name)))
                     .collect();
-                (s.name.clone(), up, residents, breakers)
+                (s.name.clone(), up, failed, residents, breakers)
             })
             .collect();
         let now: Vec<ProgramNow<'_>> = snapshots
             .iter()
-            .map(|(program, up, residents, breakers)| ProgramNow {
+            .map(|(program, up, failed, residents, breakers)| ProgramNow {
                 program,
                 up: *up,
+                failed: *failed,
                 residents,
                 breakers,
             })
@@ -544,6 +552,7 @@ impl Service {
             now.error = None;
             now.file_error = None;
             now.failures.clear();
+            now.failed_total = 0;
             now.reason = None;
             now.hosted = Some(hosted.clone());
             now.hash = hash;
@@ -846,6 +855,7 @@ impl Slot {
                 restarting: false,
                 file_error: None,
                 failures: Vec::new(),
+                failed_total: 0,
                 observing: None,
             }),
             ended: watch::Sender::new(0),
@@ -899,9 +909,10 @@ impl Slot {
         self.lock().phase.clone()
     }
 
-    /// How many parts of this run failed for good.
+    /// How many parts of this run failed for good (the view lists the newest
+    /// [`FAILURES_KEPT`]).
     pub fn failures(&self) -> usize {
-        self.lock().failures.len()
+        self.lock().failed_total
     }
 
     /// Notes a part of this run that failed for good.
@@ -912,6 +923,7 @@ impl Slot {
         }
         now.failures
             .push(json!({ "id": id, "resident": resident, "message": message }));
+        now.failed_total += 1;
     }
 
     /// The program as the API shows it.
