@@ -6,7 +6,9 @@
 -- ai.residents() before the next scan (so the AI never has two mails in flight), a tool the AI
 -- reports through, deliver_to printing its closing line, and ai.stop ending the watch.
 --
--- The first scan counts every file already in the folder as new. The watch ends after SCANS
+-- The first scan counts every file already in the folder as new. A file changed in the last
+-- QUIET seconds is still being written (a copy, a download): it is left for a later scan, so the
+-- AI reads it whole, not the start it had when the scan came by. The watch ends after SCANS
 -- scans, one second apart (default 2; 0 watches until Ctrl-C). FOLDER is relative to this
 -- script's folder (default `watched`, three sample files).
 --
@@ -28,6 +30,7 @@ if not scans or scans < 0 then
   os.exit(2)
 end
 local INTERVAL_MS = 1000
+local QUIET = 2 -- seconds a file must go unchanged before it is read
 local EXCERPT = 600 -- characters of each new file the AI sees
 
 local notify = ai.tool{
@@ -48,7 +51,8 @@ local notify = ai.tool{
   end,
 }
 
--- The plain files in the folder, by name (sorted), hidden ones left out.
+-- The plain files in the folder that nothing has written to for QUIET seconds, by name (sorted),
+-- hidden ones left out.
 local function files_in(dir)
   local names, err = fs.list(dir)
   if not names then error(tostring(err)) end
@@ -56,7 +60,8 @@ local function files_in(dir)
   for _, name in ipairs(names) do
     if name:sub(1, 1) ~= "." then
       local st = fs.stat(dir .. "/" .. name)
-      if st and not st.is_dir then out[#out + 1] = name end
+      local quiet = not st or not st.modified or os.time() - st.modified >= QUIET
+      if st and not st.is_dir and quiet then out[#out + 1] = name end
     end
   end
   return out

@@ -293,6 +293,19 @@ fn regenerate_watcher_cassette() {
     assert_eq!(fake.calls(), 3);
 }
 
+/// Writes `path` as a file finished a minute ago: the watcher leaves a file changed in its last
+/// two seconds (still being written) for a later scan.
+fn write_settled(path: &std::path::Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+    let past = std::time::SystemTime::now() - std::time::Duration::from_secs(60);
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_modified(past)
+        .unwrap();
+}
+
 #[test]
 fn the_watcher_mails_each_scans_new_files_once() {
     // The example, watching a folder of the test's own: a file appears while the AI answers the
@@ -301,7 +314,7 @@ fn the_watcher_mails_each_scans_new_files_once() {
     let sb = styled(&fake, "openai");
     let inbox = sb.path("inbox");
     std::fs::create_dir(&inbox).unwrap();
-    std::fs::write(inbox.join("a.txt"), "nothing much\n").unwrap();
+    write_settled(&inbox.join("a.txt"), "nothing much\n");
     std::fs::create_dir(inbox.join("sub")).unwrap();
     std::fs::write(inbox.join(".hidden"), "not listed\n").unwrap();
     let script = sb.path("watcher.lua");
@@ -310,7 +323,7 @@ fn the_watcher_mails_each_scans_new_files_once() {
     fake.set_responder(move |body, _| {
         let (_, mail) = parts(body);
         if mail.contains("### a.txt") {
-            std::fs::write(&arrival, "the roof leaks\n").unwrap();
+            write_settled(&arrival, "the roof leaks\n");
             return Reply::text("a.txt needs nothing.");
         }
         match last_call(body) {
@@ -345,6 +358,43 @@ fn the_watcher_mails_each_scans_new_files_once() {
     );
 }
 
+/// A file still being written when a scan comes by (changed in the last two seconds) is left
+/// for a later scan and then mailed whole, once: the example mailed the start it had, and
+/// never looked at it again.
+#[test]
+fn the_watcher_leaves_a_file_being_written_for_a_later_scan() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("Noted."));
+    let sb = styled(&fake, "openai");
+    let inbox = sb.path("inbox");
+    std::fs::create_dir(&inbox).unwrap();
+    // Written as the run starts: not yet quiet at its first scan.
+    std::fs::write(inbox.join("half.txt"), "the first half\n").unwrap();
+    let script = sb.path("watcher.lua");
+    std::fs::copy(project_root().join("examples/watcher.lua"), &script).unwrap();
+    let run = sb
+        .colony(&["run", &script.display().to_string(), "inbox", "6"])
+        .ok();
+    let lines = run.lines();
+    assert_eq!(lines[0], "scan 1: nothing new", "{}", run.stdout);
+    let mailed: Vec<&&str> = lines.iter().filter(|l| l.contains("new file(s)")).collect();
+    assert_eq!(mailed.len(), 1, "{}", run.stdout);
+    assert!(
+        mailed[0].ends_with(": 1 new file(s): half.txt"),
+        "{}",
+        run.stdout
+    );
+    let calls = support::model_calls(&fake);
+    assert_eq!(calls.len(), 1);
+    assert!(
+        calls[0]
+            .to_string()
+            .contains("### half.txt\\nthe first half"),
+        "{}",
+        calls[0]
+    );
+}
+
 #[test]
 fn the_watcher_carries_on_after_a_restart() {
     // Stopped and started again on the same state: the files announced before are not mailed
@@ -353,7 +403,7 @@ fn the_watcher_carries_on_after_a_restart() {
     let sb = styled(&fake, "openai");
     let inbox = sb.path("inbox");
     std::fs::create_dir(&inbox).unwrap();
-    std::fs::write(inbox.join("a.txt"), "nothing much\n").unwrap();
+    write_settled(&inbox.join("a.txt"), "nothing much\n");
     let script = sb.path("watcher.lua");
     std::fs::copy(project_root().join("examples/watcher.lua"), &script).unwrap();
     let script = script.display().to_string();
@@ -378,7 +428,7 @@ fn the_watcher_carries_on_after_a_restart() {
         "{}",
         shown.stdout
     );
-    std::fs::write(inbox.join("b.txt"), "the roof leaks\n").unwrap();
+    write_settled(&inbox.join("b.txt"), "the roof leaks\n");
     let second = sb.colony(&["run", &script, "inbox", "1"]).ok();
     assert_eq!(
         second.lines(),
