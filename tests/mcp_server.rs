@@ -1523,3 +1523,44 @@ fn a_client_that_reads_no_answers_is_read_no_further_until_it_does() {
     let status = support::exits_within_a_minute(&mut child, "colony did not end with stdin closed");
     assert_eq!(status.code(), Some(0));
 }
+
+/// Ctrl-C while a resident's turn is in flight gives the turn the watch's grace, as the log
+/// line says: `colony mcp serve` read the watch, which the signal had just ended, as no watch
+/// up, and ended the program at once (about one run in two; every run with a call in flight),
+/// the turn cut and its answer lost, under "1 turn(s) in flight get up to 10.0 s to finish".
+#[test]
+fn ctrl_c_gives_a_turn_in_flight_its_grace() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("the slow answer").delay(2000));
+    let sb = sandbox(&fake);
+    let mut session = Session::start(
+        &sb,
+        "ai.spawn{ name = \"helper\", export = true, persist_conversation = true }\nai.watch()\n",
+    );
+    initialize(&mut session);
+    session.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"helper","arguments":{"message":"hi"}}}));
+    support::serve::eventually("the model call", || !fake.requests().is_empty());
+    session.signal("INT");
+    let (code, stderr) = session.ends_by_itself();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        stderr.contains("SIGINT: stopping; 1 turn(s) in flight get up to 10.0 s to finish"),
+        "{stderr}"
+    );
+    let script = sb.path("served.lua").display().to_string();
+    let shown = sb
+        .colony(&[
+            "conversations",
+            "--state",
+            &state(&sb),
+            &script,
+            "show",
+            "helper",
+        ])
+        .ok();
+    assert!(
+        shown.stdout.contains("assistant: the slow answer"),
+        "the turn was cut: {}\n{stderr}",
+        shown.stdout
+    );
+}
