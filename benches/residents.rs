@@ -160,6 +160,7 @@ fn spec(name: String, stack: &SharedInfer, deliver: Deliver, prompt: bool) -> Re
         name,
         ask: Ask::default(),
         tools: Vec::new(),
+        changing_tools: None,
         max_steps: 8,
         max_hop: DEFAULT_MAX_HOP,
         mailbox: colony::residents::mail::CAPACITY,

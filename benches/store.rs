@@ -392,6 +392,7 @@ fn spec(name: String, stack: &SharedInfer, deliver: Deliver) -> ResidentSpec {
         name,
         ask: Ask::default(),
         tools: Vec::new(),
+        changing_tools: None,
         max_steps: 8,
         max_hop: DEFAULT_MAX_HOP,
         mailbox: colony::residents::mail::CAPACITY,

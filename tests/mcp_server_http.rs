@@ -1072,6 +1072,7 @@ fn a_call_to_a_resident_is_answered_once_its_turn_is_cut_short() {
                 name: "helper".into(),
                 ask: Default::default(),
                 tools: Vec::new(),
+                changing_tools: None,
                 max_steps: 4,
                 max_hop: colony::residents::resident::DEFAULT_MAX_HOP,
                 mailbox: colony::residents::mail::CAPACITY,

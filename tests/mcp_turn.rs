@@ -205,6 +205,78 @@ fn a_resident_spawned_with_servers_calls_their_tools() {
     assert!(second.contains(r#"{\"sum\":9.0}"#), "{second}");
 }
 
+/// A server a resident keeps that changes its tools, and says so
+/// (`notifications/tools/list_changed`), has them offered as they now are: the resident
+/// offered what the server listed at its spawn for the life of the program, a new tool never
+/// and a removed one still. The server's notice and the tool's answer race (the SDK sends
+/// both, colony's client handles notices on a task of their own), so the model is asked again,
+/// mail by mail, until a step offers the new tool; without the re-listing none ever does.
+#[test]
+fn a_resident_offers_the_tools_its_server_says_it_now_has() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        let asked = body.to_string();
+        let tools = tool_names(body);
+        // Whether the conversation holds a result for a call of `tool` (Anthropic's blocks).
+        let answered = |tool: &str| {
+            let blocks: Vec<&Value> = body["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|m| m["content"].as_array())
+                .flatten()
+                .collect();
+            blocks.iter().any(|call| {
+                call["type"] == "tool_use"
+                    && call["name"] == tool
+                    && blocks
+                        .iter()
+                        .any(|r| r["type"] == "tool_result" && r["tool_use_id"] == call["id"])
+            })
+        };
+        if asked.contains("GROW") && !answered("py__grow") {
+            return Reply::tool_call("g1", "py__grow", json!({"name": "sprout"}));
+        }
+        if !tools.iter().any(|t| t == "py__sprout") {
+            return Reply::text("no sprout yet");
+        }
+        if tools.iter().any(|t| t == "py__fail") {
+            return Reply::text("fail is still offered");
+        }
+        if !answered("py__sprout") {
+            return Reply::tool_call("s1", "py__sprout", json!({}));
+        }
+        Reply::text("used sprout")
+    });
+    let py = format!(
+        r#"{{ name = "py", command = "{}", args = {{ "{}", "stdio" }}, env = {{ GROWING = "1" }} }}"#,
+        mcp::python().display(),
+        mcp::server_script().display()
+    );
+    let script = format!(
+        r#"ai.spawn{{ name = "gardener", mcp = {{ {py} }},
+             deliver_to = function(reply) print(reply) ; if reply ~= "no sprout yet" then ai.stop("done") end end,
+             sources = {{ function(self)
+               assert(ai.mail{{ to = self, source = "desk", content = "GROW", hop = 0 }})
+               for i = 1, 50 do
+                 ai.sleep(100)
+                 assert(ai.mail{{ to = self, source = "desk", content = "use it " .. i, hop = 0 }})
+               end
+             end }} }}
+           print("watch ended:", ai.watch{{}})"#,
+    );
+    let run = sandbox(&fake).lua(&script, &["--max-time", "120"]).ok();
+    let lines = run.lines();
+    assert_eq!(
+        &lines[lines.len() - 2..],
+        ["used sprout", "watch ended:\tdone"],
+        "{}",
+        run.stdout
+    );
+    let used = model_calls(&fake).last().unwrap().to_string();
+    assert!(used.contains("grown sprout"), "{used}");
+}
+
 #[test]
 fn dynamic_mcp_connects_allowed_servers_from_the_next_step_on() {
     let web = mcp::python_http(mcp::free_port(), &[]);

@@ -417,6 +417,7 @@ fn spawn_budgeted(
             name: "r".into(),
             ask: Ask::default(),
             tools,
+            changing_tools: None,
             max_steps: 8,
             max_hop: DEFAULT_MAX_HOP,
             mailbox: colony::residents::mail::CAPACITY,

@@ -24,7 +24,7 @@ use crate::residents::resident::DEFAULT_MAX_HOP;
 use crate::residents::{
     Deliver, Delivery, Lifecycle, ResidentSpec, Restart, RestartPolicy, Source,
 };
-use crate::turn::{DEFAULT_MAX_STEPS, ToolDef};
+use crate::turn::DEFAULT_MAX_STEPS;
 
 /// What `ai.route{...}` set: the settings and middleware every resident starts from, and the
 /// stack the residents without their own middleware share. Lives in the VM's app data.
@@ -135,12 +135,12 @@ const SPAWN_FIELDS: &[&str] = &[
 
 /// `ai.spawn{ name, system?, tools?, sources?, deliver_to?, max_steps?, middleware?, restart?,
 /// max_hop?, mailbox?, mcp?, use / provider / model ... }` read into what the core hires, with
-/// `mcp_tools` (the tools of its `mcp` servers) beside its own.
+/// `mcp_tools` (the tools of its `mcp` servers, read again before each step) beside its own.
 pub(super) fn read_spawn(
     lua: &Lua,
     lifecycle: &Lifecycle,
     opts: Table,
-    mcp_tools: Vec<ToolDef>,
+    mcp_tools: Option<std::sync::Arc<dyn crate::turn::DynamicTools>>,
 ) -> mlua::Result<(ResidentSpec, Vec<Source>)> {
     let who = "ai.spawn";
     let name: String = opts
@@ -188,8 +188,7 @@ pub(super) fn read_spawn(
         ));
     }
     let mut inline = Vec::new();
-    let mut tools = read_tools(lua, tools_value, who, &mut inline)?;
-    tools.extend(mcp_tools);
+    let tools = read_tools(lua, tools_value, who, &mut inline)?;
     let restart = read_policy(&opts, who, Restart::Permanent)?;
     let max_steps = positive(&opts, who, "max_steps")?.unwrap_or(DEFAULT_MAX_STEPS);
     let max_hop = match opts.get::<Option<f64>>("max_hop") {
@@ -248,6 +247,7 @@ pub(super) fn read_spawn(
         name,
         ask,
         tools,
+        changing_tools: mcp_tools,
         max_steps,
         max_hop,
         mailbox,

@@ -96,15 +96,17 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
                 super::turn::read_servers(&lua, opts.get::<Value>("mcp")?, "ai.spawn")?;
             super::mcp_client::apply_elicit(&lua, &opts, &mut servers, "ai.spawn")?;
             if servers.is_empty() {
-                return Ok((spawn(&lua, opts, Vec::new())?, Value::Nil));
+                return Ok((spawn(&lua, opts, None)?, Value::Nil));
             }
             // An MCP tool may not take the name of one of the resident's own tools.
-            let mut taken = own_tool_names(&opts);
+            let own = own_tool_names(&opts);
+            let mut taken = own.clone();
             // The resident keeps its connections for the life of the program (its tools hold them).
             let opened = crate::mcp::toolset::open(servers, &mut taken).await;
             lifecycle(&lua).keep_servers(&opened.connections);
-            let name = spawn(&lua, opts, opened.tools)?;
             let report = super::turn::servers_table(&lua, &opened.servers)?;
+            let tools = crate::mcp::relisted::Relisted::new(own, opened.by_server);
+            let name = spawn(&lua, opts, Some(std::sync::Arc::new(tools)))?;
             Ok((name, Value::Table(report)))
         })?,
     )?;
@@ -185,7 +187,11 @@ fn bad(who: &str, what: impl std::fmt::Display) -> mlua::Error {
 }
 
 /// `ai.spawn{...}` → the name: the table read, the resident hired.
-fn spawn(lua: &Lua, opts: Table, mcp_tools: Vec<ToolDef>) -> mlua::Result<String> {
+fn spawn(
+    lua: &Lua,
+    opts: Table,
+    mcp_tools: Option<std::sync::Arc<dyn crate::turn::DynamicTools>>,
+) -> mlua::Result<String> {
     let life = lifecycle(lua);
     let offer = super::mcp_export::ResidentOffer::read(&opts)?;
     let (spec, sources) = read_spawn(lua, &life, opts, mcp_tools)?;

@@ -3,7 +3,9 @@
 //! program's elicitor, declined without one; the capability is offered only with one), and the
 //! `sampling/createMessage` (answered by the use-type the program named, refused without one; the
 //! capability is offered only with one), and the
-//! log lines a server sends, which go to our log under the server's name. Anything else gets
+//! log lines a server sends, which go to our log under the server's name, and
+//! `notifications/tools/list_changed`, which marks the connection's tools as changed
+//! ([`super::session::ToolsChanged`]). Anything else gets
 //! rmcp's `-32601`; progress for tokens we do not know is dropped by rmcp's default.
 
 #![allow(deprecated)] // roots and logging are deprecated in the 2026 revision; we speak 2025's.
@@ -24,6 +26,7 @@ pub struct Handler {
     pub roots: Vec<String>,
     pub elicit: Option<super::elicit::Hook>,
     pub sampling: Option<super::sampling::Hook>,
+    pub tools_changed: std::sync::Arc<super::session::ToolsChanged>,
 }
 
 impl ClientHandler for Handler {
@@ -62,6 +65,11 @@ impl ClientHandler for Handler {
         _context: NotificationContext<RoleClient>,
     ) {
         tracing::info!(target: "colony::mcp", server = %self.server, level = ?params.level, "{}", params.data);
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        tracing::info!(target: "colony::mcp", server = %self.server, "its tools changed");
+        self.tools_changed.bump();
     }
 
     async fn create_elicitation(

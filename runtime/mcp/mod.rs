@@ -38,6 +38,7 @@ pub mod handler;
 pub mod http_client;
 pub mod naming;
 pub mod oauth;
+pub mod relisted;
 pub mod resource_tools;
 pub mod resources;
 pub mod result;

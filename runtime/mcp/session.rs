@@ -77,6 +77,24 @@ pub struct Connection {
     sessions: AtomicUsize,
     /// The live session's stderr (a stdio server's): what a server that dies mid-call said.
     stderr: std::sync::Mutex<Option<StderrTail>>,
+    tools_changed: Arc<ToolsChanged>,
+}
+
+/// How many times a server's tools may have changed since it was first listed: its
+/// `notifications/tools/list_changed`, and each session after the first (a server started
+/// again may be a newer one). Whoever keeps its tools for long lists them again when this moves
+/// ([`super::relisted`]).
+#[derive(Default)]
+pub struct ToolsChanged(std::sync::atomic::AtomicU64);
+
+impl ToolsChanged {
+    pub fn bump(&self) {
+        self.0.fetch_add(1, Ordering::AcqRel);
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.0.load(Ordering::Acquire)
+    }
 }
 
 /// A server's tool as listed: its own name and the JSON it was listed with.
@@ -98,6 +116,7 @@ impl Connection {
             reading: super::child::Reading::default(),
             sessions: AtomicUsize::new(0),
             stderr: std::sync::Mutex::new(None),
+            tools_changed: Arc::default(),
         })
     }
 
@@ -114,6 +133,11 @@ impl Connection {
 
     pub fn spec(&self) -> &ServerSpec {
         &self.spec
+    }
+
+    /// Moves when the server's tools may have changed since they were listed.
+    pub fn tools_changed(&self) -> &ToolsChanged {
+        &self.tools_changed
     }
 
     /// How many calls are waiting for their answers.
@@ -154,7 +178,8 @@ impl Connection {
             *live = None;
         }
         *self.reading.lock().unwrap_or_else(|e| e.into_inner()) = Default::default();
-        let fresh = tokio::time::timeout(CONNECT_TIMEOUT, connect(&self.spec, &self.reading))
+        let connecting = connect(&self.spec, &self.reading, &self.tools_changed);
+        let fresh = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
             .await
             .map_err(|_| McpError::Connect {
                 server: self.spec.name.clone(),
@@ -165,6 +190,9 @@ impl Connection {
             })??;
         let mut fresh = fresh;
         fresh.generation = self.sessions.fetch_add(1, Ordering::SeqCst) as u64 + 1;
+        if fresh.generation > 1 {
+            self.tools_changed.bump();
+        }
         let peer = fresh.service.peer().clone();
         let generation = fresh.generation;
         *self.stderr.lock().unwrap_or_else(|e| e.into_inner()) = fresh.stderr.clone();
@@ -573,9 +601,14 @@ impl Failure {
     }
 }
 
-async fn connect(spec: &ServerSpec, reading: &super::child::Reading) -> Result<Live, McpError> {
+async fn connect(
+    spec: &ServerSpec,
+    reading: &super::child::Reading,
+    tools_changed: &Arc<ToolsChanged>,
+) -> Result<Live, McpError> {
     let handler = Handler {
         server: spec.name.clone(),
+        tools_changed: tools_changed.clone(),
         roots: spec.roots.clone(),
         elicit: spec.elicit.clone(),
         sampling: spec.sampling.as_ref().and_then(|s| s.sampler.clone()),

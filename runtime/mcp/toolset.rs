@@ -40,6 +40,15 @@ pub struct Opened {
     pub tools: Vec<ToolDef>,
     pub servers: Vec<ServerReport>,
     pub connections: Vec<Arc<Connection>>,
+    /// `tools` server by server (each open connection's).
+    pub by_server: Vec<ServerTools>,
+}
+
+/// One open server's tools: those it listed, and the readers of its resources.
+pub struct ServerTools {
+    pub conn: Arc<Connection>,
+    pub listed: Vec<ToolDef>,
+    pub readers: Vec<ToolDef>,
 }
 
 impl Opened {
@@ -89,21 +98,28 @@ pub async fn open(specs: Vec<ServerSpec>, taken: &mut HashSet<String>) -> Opened
         tools: Vec::new(),
         servers: Vec::new(),
         connections: Vec::new(),
+        by_server: Vec::new(),
     };
     for (name, result) in opened {
         match result {
             Ok((conn, listed)) => {
                 let (tools, mut report) = adopt(&conn, &listed, taken).await;
-                out.tools.extend(tools);
+                out.tools.extend(tools.iter().cloned());
+                let mut readers = Vec::new();
                 if conn.spec().resources {
-                    let readers = super::resource_tools::offer(&conn, taken).await;
+                    readers = super::resource_tools::offer(&conn, taken).await;
                     report
                         .tools
                         .extend(readers.iter().map(|t| t.spec.name.clone()));
-                    out.tools.extend(readers);
+                    out.tools.extend(readers.iter().cloned());
                 }
                 out.servers.push(report);
-                out.connections.push(conn);
+                out.connections.push(conn.clone());
+                out.by_server.push(ServerTools {
+                    conn,
+                    listed: tools,
+                    readers,
+                });
             }
             Err(e) => {
                 tracing::warn!(target: "colony::mcp", server = %name, "not offered: {e}");

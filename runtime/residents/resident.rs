@@ -60,6 +60,9 @@ pub struct ResidentSpec {
     /// its `messages` are ignored.
     pub ask: Ask,
     pub tools: Vec<ToolDef>,
+    /// Tools read again before each step, beside `tools`: its MCP servers', which a server
+    /// may change while the resident lives ([`crate::mcp::relisted`]).
+    pub changing_tools: Option<Arc<dyn crate::turn::DynamicTools>>,
     pub max_steps: u32,
     pub max_hop: u32,
     /// The most mails that may wait in its mailbox ([`super::mail::CAPACITY`] by default); past
@@ -1031,6 +1034,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
     ask.messages = messages;
     let mut turn = TurnSpec::new(ask);
     turn.tools = me.spec.tools.clone();
+    turn.dynamic = me.spec.changing_tools.clone();
     turn.max_steps = me.spec.max_steps;
     turn.compaction = me.spec.compaction.clone();
     turn.provenance = provenance.clone();

@@ -73,6 +73,12 @@ pub struct TurnSpec {
 /// A source of tools read again before every step: what one step adds, the next one offers.
 pub trait DynamicTools: Send + Sync {
     fn current(&self) -> Vec<ToolDef>;
+
+    /// Called before each step reads [`DynamicTools::current`]: a source whose tools may have
+    /// changed elsewhere (an MCP server that said so) finds out what they are now.
+    fn refresh(&self) -> futures::future::BoxFuture<'_, ()> {
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// What a call of the step in flight had done when the program last stopped.

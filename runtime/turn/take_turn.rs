@@ -51,7 +51,10 @@ async fn run(
     let config = core.config();
     let mut offered = match &spec.dynamic {
         None => narrow(&spec.tools, &spec.allow, &spec.deny),
-        Some(_) => narrow(&with_dynamic(&spec), &spec.allow, &spec.deny),
+        Some(d) => {
+            d.refresh().await;
+            narrow(&with_dynamic(&spec), &spec.allow, &spec.deny)
+        }
     };
     // One request for the whole turn: each step appends to its messages and re-resolves only the
     // settings (so a rotated key lands mid-turn); nothing is copied per step.
@@ -151,7 +154,8 @@ async fn run(
     }
     for step in 1..=max_steps {
         // Tools a dynamic source added (or took away) during the last step count from this one.
-        if spec.dynamic.is_some() && step > 1 {
+        if let Some(d) = spec.dynamic.as_ref().filter(|_| step > 1) {
+            d.refresh().await;
             offered = narrow(&with_dynamic(&spec), &spec.allow, &spec.deny);
             req.tools = offered.iter().map(|t| t.spec.clone()).collect();
             offer_view_file(&mut offered, &mut req, &deny_view);

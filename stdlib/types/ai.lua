@@ -358,7 +358,7 @@ function ai.route(opts) end
 ---@field compact_prompt? string
 ---@field workspace? string the store namespace its tools and sources see (its deliver_to, the program's own code, sees the global space)
 ---@field persist_conversation? boolean keep its conversation, backlog and the turn in flight in the store across restarts
----@field mcp? (mcp.ServerSpec|string)[] MCP servers opened before the AI is hired; their tools join its own for the life of the program
+---@field mcp? (mcp.ServerSpec|string)[] MCP servers opened before the AI is hired; their tools join its own for the life of the program, listed again before its next step when a server says they changed
 ---@field budget? ai.Budget what it may use per window (its turns, and the model calls its tools and sources make); over it, it is blocked with kind "budget" until the window resets (its mail kept), and its sources' and tools' model calls answer nil, err of kind "budget"
 ---@field export? boolean|{ description?: string, timeout?: number } offered over MCP as a tool of its name taking `{ message }`: mails it and answers its reply (timeout in seconds, 300 by default; without a description the tool's quotes the first 200 characters of `system` to every client)
 ---@field on_elicit? fun(req: mcp.ElicitRequest): mcp.ElicitAnswer answers `elicitation/create` for each of its `mcp` servers that has no hook of its own

@@ -2,7 +2,8 @@
 
 Tools: echo, add (structured), fail (isError), sleep (records its cancellation in $CANCEL_LOG),
 roots (what our roots/list answers), and with $FILLER_TOOLS=N that many more, listed
-$PAGE_SIZE at a time (the SDK does not page by itself).
+$PAGE_SIZE at a time (the SDK does not page by itself). With $GROWING set, `grow` adds a tool of
+the name it is given, takes `fail` away, and sends `notifications/tools/list_changed`.
 """
 
 import asyncio
@@ -91,6 +92,17 @@ def die() -> str:
 async def roots(ctx: Context) -> str:
     result = await ctx.session.list_roots()
     return ",".join(str(r.uri) for r in result.roots) or "none"
+
+
+if os.environ.get("GROWING"):
+    @server.tool(description="Add a tool named `name`, take `fail` away, and say the tools changed")
+    async def grow(name: str, ctx: Context) -> str:
+        def grown() -> str:
+            return f"grown {name}"
+        server.add_tool(grown, name=name, description="A tool grow added")
+        server.remove_tool("fail")
+        await ctx.session.send_tool_list_changed()
+        return f"added {name}"
 
 
 for i in range(FILLER):
