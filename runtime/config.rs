@@ -361,9 +361,21 @@ impl Config {
                 });
             }
         };
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
-            path: path.into(),
-            message: humane_types(&e.to_string()),
+        toml::from_str(&text).map_err(|e| {
+            let mut message = humane_types(&e.to_string());
+            // A typo in a use-type's table kept every command from loading the file, and the
+            // way out was not said.
+            if message.contains("unknown field `") {
+                message = format!(
+                    "{}\n(a field of a use-type's table is taken out by `colony config unset \
+                     USE-TYPE FIELD`)",
+                    message.trim_end()
+                );
+            }
+            ConfigError::Parse {
+                path: path.into(),
+                message,
+            }
         })
     }
 
@@ -488,51 +500,91 @@ impl Config {
                 layout::patched(&file, &before, &fresh)
             })
             .unwrap_or(fresh);
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir).map_err(|source| ConfigError::Write {
-                path: dir.into(),
-                source,
-            })?;
-        }
-        // A file made read-only, or one this user may not write (a 0644 file of root's in a
-        // folder of theirs), is left as it is, as `fs.write` leaves one: the rename would
-        // replace it all the same.
-        if std::fs::metadata(path).is_ok_and(|m| m.permissions().readonly()) || !writable(path) {
-            return Err(ConfigError::Write {
-                path: path.into(),
-                source: std::io::Error::new(
-                    std::io::ErrorKind::PermissionDenied,
-                    "the file is read-only (make it writable to let colony change it)",
-                ),
-            });
-        }
-        // A name of this process's own: two writers sharing one removed each other's file
-        // ("No such file") between its write and its rename.
-        let tmp = path.with_extension(format!("toml.{}.tmp", std::process::id()));
-        let write = || -> std::io::Result<()> {
-            use std::io::Write;
-            let mut opts = std::fs::OpenOptions::new();
-            opts.create(true).write(true).truncate(true);
-            #[cfg(unix)]
-            {
-                use std::os::unix::fs::OpenOptionsExt;
-                opts.mode(0o600);
-            }
-            // A temp file left by a crash keeps its mode when opened: start from none, so the
-            // key is never written into a file others can read.
-            let _ = std::fs::remove_file(&tmp);
-            opts.create_new(true);
-            let mut f = opts.open(&tmp)?;
-            f.write_all(text.as_bytes())?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, path)
-        };
-        write().map_err(|source| ConfigError::Write {
-            path: path.into(),
-            source,
-        })
+        write_text(path, &text)
     }
 
+    /// Removes `[use.USE_TYPE] FIELD` from the file's text, whatever the field, and answers
+    /// whether it was there: the way out of a field colony does not know (a typo, `modle`),
+    /// which keeps the file from loading, so that [`Config::unset`] could not read it to mend
+    /// it. The rest of the text is kept as it is.
+    pub fn unset_in_text(path: &Path, use_type: &str, field: &str) -> Result<bool, ConfigError> {
+        let path = &crate::permissions::resolve(path);
+        let _lock = EditLock::take(path)?;
+        let text = match std::fs::read_to_string(path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(source) => {
+                return Err(ConfigError::Read {
+                    path: path.into(),
+                    source,
+                });
+            }
+        };
+        let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| ConfigError::Parse {
+            path: path.into(),
+            message: format!("{e}"),
+        })?;
+        let removed = doc
+            .get_mut("use")
+            .and_then(|u| u.get_mut(use_type))
+            .and_then(|t| t.as_table_like_mut())
+            .and_then(|t| t.remove(field))
+            .is_some();
+        if removed {
+            write_text(path, &doc.to_string())?;
+        }
+        Ok(removed)
+    }
+}
+
+/// Writes `text` as the config file at `path` (a link's target), in place of what it held.
+fn write_text(path: &Path, text: &str) -> Result<(), ConfigError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| ConfigError::Write {
+            path: dir.into(),
+            source,
+        })?;
+    }
+    // A file made read-only, or one this user may not write (a 0644 file of root's in a
+    // folder of theirs), is left as it is, as `fs.write` leaves one: the rename would
+    // replace it all the same.
+    if std::fs::metadata(path).is_ok_and(|m| m.permissions().readonly()) || !writable(path) {
+        return Err(ConfigError::Write {
+            path: path.into(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "the file is read-only (make it writable to let colony change it)",
+            ),
+        });
+    }
+    // A name of this process's own: two writers sharing one removed each other's file
+    // ("No such file") between its write and its rename.
+    let tmp = path.with_extension(format!("toml.{}.tmp", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.create(true).write(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        // A temp file left by a crash keeps its mode when opened: start from none, so the
+        // key is never written into a file others can read.
+        let _ = std::fs::remove_file(&tmp);
+        opts.create_new(true);
+        let mut f = opts.open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|source| ConfigError::Write {
+        path: path.into(),
+        source,
+    })
+}
+
+impl Config {
     /// Reads the config file at `path` to change it, holding [`EditLock`] until the change is
     /// written: unchecked, as [`Config::read_unchecked`] reads it.
     pub fn edit(path: &Path) -> Result<(Config, EditLock), ConfigError> {

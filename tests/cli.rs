@@ -565,6 +565,49 @@ fn config_set_and_unset_mend_a_value_that_keeps_the_file_from_loading() {
     assert!(run.stdout.contains("[use.\"a.b\"]"), "{}", run.stdout);
 }
 
+/// A field colony does not know (a typo, `modle`) kept every command from reading the file,
+/// `colony config unset` included: the parse error says how to take it out, and `unset` takes
+/// it out of the text, the rest kept as it was, saying what else keeps the file from loading.
+#[test]
+fn config_unset_takes_out_a_field_colony_does_not_know() {
+    let sb = Sandbox::new();
+    let text = "# mine\n[use.general]\nprovider = \"opnai\"\nmodle = \"m\"\nmodel = \"x\"\n";
+    let file = sb.write("config.toml", text);
+    let run = sb.colony(&["config", "list"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        run.stderr.contains(
+            "unknown field `modle`, expected one of `provider`, `model`, `key`, `key_env`, \
+             `base_url`, `max_tokens`, `temperature`, `timeout`, `max_response_bytes`, `tools`, \
+             `images`, `max_concurrent_calls`\n(a field of a use-type's table is taken out by \
+             `colony config unset USE-TYPE FIELD`)"
+        ),
+        "{}",
+        run.stderr
+    );
+    let run = sb.colony(&["config", "unset", "general", "modle"]).ok();
+    assert_eq!(
+        run.stdout,
+        format!("general.modle removed from {}\n", file.display())
+    );
+    // The next problem, named.
+    assert!(
+        run.stderr.contains("still to mend:")
+            && run
+                .stderr
+                .contains("provider = \"opnai\" is not a known provider"),
+        "{}",
+        run.stderr
+    );
+    assert_eq!(
+        std::fs::read_to_string(&file).unwrap(),
+        "# mine\n[use.general]\nprovider = \"opnai\"\nmodel = \"x\"\n"
+    );
+    // A field that is not there still fails as the file does.
+    let run = sb.colony(&["config", "unset", "general", "nothere"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+}
+
 #[test]
 fn values_no_call_could_use_are_refused_when_the_file_is_read_and_mended_one_at_a_time() {
     let sb = Sandbox::new();

@@ -57,6 +57,22 @@ fn load_to_change(who: &str) -> Result<(Config, config::EditLock), Failure> {
     Config::edit(&config::path()).map_err(|e| Failure::input(format!("{who}: {e}")))
 }
 
+/// `colony config unset USE FIELD` on a file that does not load (`failed` says why): the field
+/// is removed from its text if it is there, and what still keeps the file from loading is said.
+fn unset_in_text(use_type: &str, field: &str, failed: Failure) -> Result<(), Failure> {
+    let path = config::path();
+    let removed = Config::unset_in_text(&path, use_type, field)
+        .map_err(|e| Failure::run(format!("colony config unset: {e}")))?;
+    if !removed {
+        return Err(failed);
+    }
+    println!("{use_type}.{field} removed from {}", path.display());
+    if let Err(e) = Config::load_from(&path) {
+        eprintln!("colony config unset: still to mend: {e}");
+    }
+    Ok(())
+}
+
 /// Refuses a change that brings a value no call could use; one that leaves the file's other
 /// problems as they were is written (each can be mended in turn), and they are named.
 fn check_changed(before: &Config, after: &Config, who: &str) -> Result<(), Failure> {
@@ -135,7 +151,13 @@ pub async fn run(args: Args, handle: &tokio::runtime::Handle) -> Result<(), Fail
             Ok(())
         }
         Action::Unset { use_type, field } => {
-            let (before, _lock) = load_to_change("colony config unset")?;
+            let (before, _lock) = match (load_to_change("colony config unset"), &field) {
+                (Ok(loaded), _) => loaded,
+                // A file that does not load (a field colony does not know, `modle`): the
+                // field is taken out of its text, whatever it is.
+                (Err(failed), Some(f)) => return unset_in_text(&use_type, f, failed),
+                (Err(failed), None) => return Err(failed),
+            };
             let mut cfg = before.clone();
             let removed = cfg
                 .unset(&use_type, field.as_deref())
