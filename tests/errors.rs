@@ -459,7 +459,9 @@ print(ai.mail{ to = "worker", source = "ops (api:bob)", content = "fine", hop = 
                  ([mail from SOURCE]) cannot hold ']' or a control character"
             ),
             // Taken as a label (refused only because no watch runs yet).
-            "nil\tno_recipient: \"worker\"".to_string(),
+            "nil\tno_recipient: \"worker\" is spawned but not started: the watch starts it \
+             (mail it from one of its sources, or once ai.watch runs)"
+                .to_string(),
         ],
         "{}",
         run.stderr
@@ -721,4 +723,26 @@ stack traceback:
     );
     let logged = logged(&run);
     assert!(logged.contains(&block), "{logged}");
+}
+
+/// A Lua tool given by its name (`tools = { "tell" }`) reads as a host's tool that is not
+/// there: the error says to give the value `ai.tool` made, as a newcomer could not tell.
+#[test]
+fn a_lua_tool_given_by_its_name_is_told_to_give_the_tool_itself() {
+    let sb = support::script::Sandbox::new();
+    let run = sb.lua(
+        r#"local tell = ai.tool{ name = "tell", parameters = {}, handler = function() return 1 end }
+ai.spawn{ name = "a", model = "m", tools = { "tell" } }"#,
+        &[],
+    );
+    assert_eq!(run.code, 1);
+    assert!(
+        run.stderr.contains(
+            "ai.spawn \"a\": tools[1] = \"tell\": no tool of that name was registered by the host \
+             (a name is for a host's own tools; give a tool made with ai.tool as the value \
+             itself: tools = { tell })"
+        ),
+        "{}",
+        run.stderr
+    );
 }

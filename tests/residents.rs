@@ -79,7 +79,11 @@ print("watch ended:", ai.watch{})
     );
     let run = run.ok();
     let lines = run.lines();
-    assert_eq!(lines[0], "before the watch:\tnil\tno_recipient: \"a\"");
+    assert_eq!(
+        lines[0],
+        "before the watch:\tnil\tno_recipient: \"a\" is spawned but not started: the watch starts \
+         it (mail it from one of its sources, or once ai.watch runs)"
+    );
     let tells: Vec<&&str> = lines.iter().filter(|l| l.contains(" tells ")).collect();
     assert_eq!(
         tells,

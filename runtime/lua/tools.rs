@@ -20,6 +20,17 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
     Ok(())
 }
 
+/// `name` as the Lua variable a script would hold its tool in, for advice: itself when it is
+/// one (`tell`), else `the_tool`.
+fn lua_name(name: &str) -> &str {
+    let word = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if word { name } else { "the_tool" }
+}
+
 fn bad(who: &str, what: impl std::fmt::Display) -> mlua::Error {
     super::convert::misuse(format!("{who}: {what}"))
 }
@@ -254,8 +265,11 @@ pub(crate) fn read_tools(
                     bad(
                         who,
                         format!(
-                            "tools[{}] = {name:?}: no tool of that name was registered by the host",
-                            i + 1
+                            "tools[{}] = {name:?}: no tool of that name was registered by the \
+                             host (a name is for a host's own tools; give a tool made with \
+                             ai.tool as the value itself: tools = {{ {} }})",
+                            i + 1,
+                            lua_name(&name)
                         ),
                     )
                 })?;

@@ -427,8 +427,15 @@ impl Lifecycle {
         self.inner.route.mail_once(mail)
     }
 
-    /// A refusal as a script reads it ([`Route::refusal`]).
+    /// A refusal as a script reads it ([`Route::refusal`]). Mail to a resident spawned but
+    /// waiting for the watch said `no_recipient`, as if nobody had that name.
     pub fn refusal(&self, e: MailError, to: &str, hop: u32) -> String {
+        if e == MailError::NoRecipient && self.awaiting_watch().iter().any(|n| n == to) {
+            return format!(
+                "no_recipient: {to:?} is spawned but not started: the watch starts it \
+                 (mail it from one of its sources, or once ai.watch runs)"
+            );
+        }
         self.inner.route.refusal(e, to, hop)
     }
 
