@@ -891,10 +891,42 @@ fn env_base_url(entry: &CatalogueEntry) -> Option<String> {
     None
 }
 
+/// The use-types colony's own commands and docs name: one of them that the file does not set
+/// reads general's settings by design.
+const NAMED_USE_TYPES: [&str; 4] = ["chat", "code", "helper", "general"];
+
+/// Says once per name that `use_type`, which the file does not set while it sets others, runs
+/// on general's settings: a misspelt `use = "cdoe"` answered from general's provider and model
+/// without a word, perhaps a dearer one.
+fn say_fallback(config: &Config, use_type: &str) {
+    static SAID: std::sync::Mutex<Option<std::collections::HashSet<String>>> =
+        std::sync::Mutex::new(None);
+    if config.uses.is_empty()
+        || config.uses.contains_key(use_type)
+        || NAMED_USE_TYPES.contains(&use_type)
+    {
+        return;
+    }
+    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
+    if said
+        .get_or_insert_with(Default::default)
+        .insert(use_type.to_string())
+    {
+        let mut set: Vec<&str> = config.uses.keys().map(String::as_str).collect();
+        set.sort_unstable();
+        tracing::warn!(
+            "use-type {use_type:?} is not in the config file (it sets {}): general's settings \
+             answer it (`colony config set {use_type} model ...` gives it its own)",
+            set.join(", ")
+        );
+    }
+}
+
 impl Config {
     /// Settings for one request. Errors name what is missing and where to set it.
     pub fn resolve(&self, o: &Overrides) -> Result<Resolved, ProviderError> {
         let use_type = o.use_type.clone().unwrap_or_else(|| "general".into());
+        say_fallback(self, &use_type);
         let cfg = self.for_use(&use_type);
         // The table those settings came from, for messages: a use-type the file does not set
         // reads general's (a hint to put the key in `[use.helper]` made a table that named no

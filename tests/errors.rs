@@ -746,3 +746,40 @@ ai.spawn{ name = "a", model = "m", tools = { "tell" } }"#,
         run.stderr
     );
 }
+
+/// A use-type the config file does not set, while it sets others, is answered by general's
+/// settings: a misspelt `use = "cdoe"` ran on general's provider and model without a word. It is
+/// said once per name; the names colony itself uses (`chat`, `code`, `helper`) are not.
+#[test]
+fn a_use_type_the_config_does_not_set_is_said_to_run_on_generals_settings() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::text("ok"));
+    let sb = styled(&fake, "openai");
+    sb.write(
+        "config.toml",
+        "[use.general]\nprovider = \"openai\"\nmodel = \"m\"\n[use.code]\nmodel = \"c\"\n",
+    );
+    let run = sb
+        .lua(
+            r#"print(ai.ask("a", { use = "cdoe" }))
+print(ai.ask("b", { use = "cdoe" }))
+print(ai.ask("c", { use = "helper" }))"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.lines(), ["ok", "ok", "ok"]);
+    let said: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains("is not in the config file"))
+        .collect();
+    assert_eq!(said.len(), 1, "{}", run.stderr);
+    assert!(
+        said[0].ends_with(
+            "use-type \"cdoe\" is not in the config file (it sets code, general): general's \
+             settings answer it (`colony config set cdoe model ...` gives it its own)"
+        ),
+        "{}",
+        run.stderr
+    );
+}
