@@ -538,8 +538,10 @@ end
 
 local use = settings.use
 if clear then
-  store.delete(conversation_key(use))
-  print("conversation " .. use .. " cleared")
+  -- Said of a conversation that was never there too (a misspelt --use), it read as done.
+  local existed, err = store.delete(conversation_key(use))
+  if err then error("colony chat: " .. tostring(err), 0) end
+  print(existed and ("conversation " .. use .. " cleared") or ("no conversation " .. use .. " to clear"))
   return
 end
 local messages = load(use)

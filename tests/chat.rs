@@ -79,7 +79,11 @@ fn a_conversation_continues_across_two_invocations() {
     sb.colony(&["chat", "--use", "code", "Smallest Rust program?"])
         .ok();
     assert_eq!(transcript(&model_calls(&fake)[2]).len(), 1);
-    sb.colony(&["chat", "--clear"]).ok();
+    let cleared = sb.colony(&["chat", "--clear"]).ok();
+    assert_eq!(cleared.stdout, "conversation chat cleared\n");
+    // One that was never there is not said to be cleared (a misspelt --use read as done).
+    let cleared = sb.colony(&["chat", "--clear", "--use", "cdoe"]).ok();
+    assert_eq!(cleared.stdout, "no conversation cdoe to clear\n");
     let history = sb.colony(&["chat", "--history"]).ok();
     assert_eq!(history.stdout.trim(), "(no conversation yet)");
     let code_history = sb.colony(&["chat", "--use", "code", "--history"]).ok();

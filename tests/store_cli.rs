@@ -893,3 +893,27 @@ fn a_state_directory_given_outright_wins_over_the_configs_store_url() {
         run.stderr
     );
 }
+
+/// An audit log with nothing to show says so on stderr, stdout left empty for a pipe: nothing
+/// at all read as a command that had not worked.
+#[test]
+fn an_empty_audit_log_is_said() {
+    let (sb, script, state) = setup();
+    sb.colony(&["run", &s(&script)]).ok();
+    let run = sb.colony(&["audit", &s(&script)]).ok();
+    assert_eq!(run.stdout, "");
+    assert_eq!(
+        run.stderr,
+        format!("colony audit: no tool calls logged in {}\n", s(&state))
+    );
+    let run = sb
+        .colony(&["audit", &s(&script), "--resident", "a", "--tool", "t"])
+        .ok();
+    assert_eq!(
+        run.stderr,
+        format!(
+            "colony audit: no tool calls logged matching --resident a --tool t in {}\n",
+            s(&state)
+        )
+    );
+}

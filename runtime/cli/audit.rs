@@ -39,6 +39,24 @@ pub fn run(args: Args) -> Result<(), Failure> {
         .audit_log(&filter)
         .map_err(|e| Failure::run(format!("colony audit: {e}")))?;
     if entries.is_empty() {
+        // Said on stderr, stdout left empty for a pipe: nothing at all read as a command that
+        // did not work.
+        let which = match (&filter.resident, &filter.tool) {
+            (None, None) => String::new(),
+            (r, t) => format!(
+                " matching{}{}",
+                r.as_ref()
+                    .map(|r| format!(" --resident {r}"))
+                    .unwrap_or_default(),
+                t.as_ref()
+                    .map(|t| format!(" --tool {t}"))
+                    .unwrap_or_default()
+            ),
+        };
+        eprintln!(
+            "colony audit: no tool calls logged{which} in {}",
+            state.place()
+        );
         return Ok(());
     }
     let mut rows = vec![[
