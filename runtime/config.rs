@@ -639,7 +639,13 @@ impl Config {
             }
             "temperature" => u.temperature = Some(value.parse().map_err(|_| bad("not a number"))?),
             "timeout" => {
-                let secs: f64 = value.parse().map_err(|_| bad("not seconds"))?;
+                // `10m` as `--max-time` takes it: it read "not seconds". Kept as seconds.
+                let secs = match value.parse::<f64>() {
+                    Ok(secs) => secs,
+                    Err(_) => crate::duration::parse(value)
+                        .map_err(|e| bad(&e.to_string()))?
+                        .as_secs_f64(),
+                };
                 crate::duration::seconds(secs).map_err(|e| bad(&e.to_string()))?;
                 if secs == 0.0 {
                     return Err(bad(ZERO_TIMEOUT));
@@ -743,7 +749,11 @@ impl UseConfig {
         if let Some(t) = self.temperature
             && !(t.is_finite() && t >= 0.0)
         {
-            problems.push(("temperature", "must be a number from 0".into()));
+            problems.push((
+                "temperature",
+                "must be a number from 0 (0 to 1 for Anthropic, 0 to 2 for OpenAI and Gemini)"
+                    .into(),
+            ));
         }
         if let Some(secs) = self.timeout {
             if let Err(e) = crate::duration::seconds(secs) {

@@ -806,6 +806,11 @@ fn config_set_empty_clears_and_unset_removes() {
         run.stdout
     );
     sb.colony(&["config", "set", "code", "max_tokens", ""]).ok();
+    // A timeout is read as --max-time reads one (`10m` read "not seconds"), kept in seconds.
+    sb.colony(&["config", "set", "code", "timeout", "10m"]).ok();
+    let run = sb.colony(&["config", "get", "code", "timeout"]).ok();
+    assert_eq!(run.stdout.trim(), "600");
+    sb.colony(&["config", "set", "code", "timeout", ""]).ok();
     let run = sb.colony(&["config", "get", "code"]).ok();
     assert_eq!(run.stdout, "[use.code]\nmodel = m1\n");
     // `unset` removes one field, or a whole use-type.

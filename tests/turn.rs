@@ -791,11 +791,13 @@ fn counts_that_are_not_whole_and_positive_are_named() {
         // A temperature follows the config file's rule: a finite number from 0.
         (
             "ai.ask('x', { temperature = 0/0 })",
-            "script.lua:1: ai.ask: temperature must be a number from 0, not nan",
+            "script.lua:1: ai.ask: temperature must be a number from 0 (0 to 1 for Anthropic, 0 to 2 \
+             for OpenAI and Gemini), not nan",
         ),
         (
             "ai.run{ prompt = 'x', temperature = -1 }",
-            "ai.run: temperature must be a number from 0, not -1",
+            "ai.run: temperature must be a number from 0 (0 to 1 for Anthropic, 0 to 2 for OpenAI \
+             and Gemini), not -1",
         ),
         (
             "ai.take_turn{ prompt = 'x', context_window = 0/0 }",

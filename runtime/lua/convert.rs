@@ -464,7 +464,8 @@ pub fn temperature_option(who: &str, value: f64) -> mlua::Result<f64> {
         Ok(value)
     } else {
         Err(misuse(format!(
-            "{who}: temperature must be a number from 0, not {}",
+            "{who}: temperature must be a number from 0 (0 to 1 for Anthropic, 0 to 2 for OpenAI \
+             and Gemini), not {}",
             crate::duration::number_text(value)
         )))
     }
