@@ -999,8 +999,15 @@ impl Config {
             } else {
                 ", which does not exist"
             };
+            // A provider named over the table's own (`colony models anthropic` with general's
+            // set to openai) was told to put its key in that table, another provider's.
+            let table = if same {
+                format!("[use.{table}] of")
+            } else {
+                format!("a use-type set to {provider}, in")
+            };
             return Err(ProviderError::Config(format!(
-                "missing key for {provider}: set {} (or key_env / key in [use.{table}] of {}{missing})",
+                "missing key for {provider}: set {} (or key_env / key in {table} {}{missing})",
                 key_vars(entry).join(" or "),
                 file.display()
             )));
