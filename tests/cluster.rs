@@ -1057,6 +1057,25 @@ ai.watch{ grace_ms = 20000 }
         "{}",
         run.stderr
     );
+    // Nor is its held mail dropped (that node would write it back too).
+    let run = sb.colony(&[
+        "conversations",
+        &script,
+        "drop",
+        "solo",
+        "1",
+        "--store",
+        &store_url,
+    ]);
+    assert_ne!(run.code, 0, "{}", run.stdout);
+    assert!(
+        run.stderr.contains("\"solo\" runs on node")
+            && run
+                .stderr
+                .contains("which would write it back: stop the program on every node, first"),
+        "{}",
+        run.stderr
+    );
     assert_eq!(pg.load_cell("solo").unwrap().unwrap().messages.len(), 2);
 }
 
