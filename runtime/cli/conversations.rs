@@ -155,7 +155,9 @@ pub fn run(args: Args) -> Result<(), Failure> {
                 println!("{line}");
             }
         }
-        Action::Drop { name, mail } => {
+        Action::Drop { name, mut mail } => {
+            mail.sort_unstable();
+            mail.dedup();
             refuse_if_leased(&state, &name, "")?;
             let cell = load(&name)?;
             let held = cell.backlog.len();
