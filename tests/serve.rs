@@ -1667,3 +1667,64 @@ ai.watch{ on_fail = function() end }
         "{metrics}"
     );
 }
+
+/// Every resident's outage and recovery reach `/api/events`, whatever its `deliver_to`: only
+/// those of residents delivering to the host did (a `deliver_to` function's 116 outages, none
+/// seen live). And a restart carries the program's counters and totals on into its next run:
+/// each restart or reload reset them, and said `gone` of every resident as if dismissed.
+#[test]
+fn outages_are_events_whatever_the_deliver_to_and_a_restart_keeps_the_counters() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::status(503));
+    echo(&fake);
+    let sb = sandbox(&fake, GOOD_KEY);
+    let program = sb.write(
+        "quiet.lua",
+        r#"ai.spawn{ name = "q", deliver_to = function() end }
+ai.watch{}
+"#,
+    );
+    let served = Served::start(&sb, &[&program.display().to_string()]);
+    wait_ready(&served);
+    let events = served.events(None);
+    let sent = served.mail("quiet", json!({ "to": "q", "content": "hello" }));
+    assert_eq!(sent.status, 202, "{}", sent.text);
+    let outage = events.next_of("outage", "q");
+    assert_eq!(outage.data["program"], "quiet");
+    assert_eq!(outage.data["held"], 1, "{}", outage.data);
+    let recovery = events.next_of("recovery", "q");
+    assert_eq!(recovery.data["held"], 1, "{}", recovery.data);
+    support::serve::eventually("the mail served", || {
+        served.get("/api/programs/quiet/residents/q").json["served"] == 1
+    });
+    let counted = |text: &str| {
+        text.lines()
+            .find(|l| {
+                l.starts_with("colony_mails_accepted_total{program=\"quiet\",resident=\"q\"}")
+            })
+            .map(str::to_string)
+    };
+    let before = served.get("/metrics").text;
+    assert_eq!(
+        counted(&before).as_deref(),
+        Some("colony_mails_accepted_total{program=\"quiet\",resident=\"q\"} 1"),
+        "{before}"
+    );
+    let restarted = served.post("/api/programs/quiet/restart", json!({}));
+    assert_eq!(restarted.status, 200, "{}", restarted.text);
+    let (_, passed) = events.until("the restart", |e| e.kind == "program_restarted");
+    assert!(
+        !passed.iter().any(|e| e.kind == "gone"),
+        "a restart said gone: {passed:?}"
+    );
+    wait_ready(&served);
+    let after = served.get("/metrics").text;
+    assert_eq!(counted(&after), counted(&before), "{after}");
+    // The resident's totals too (its mailbox's own counts are the new run's).
+    let r = served.get("/api/programs/quiet/residents/q").json;
+    assert_eq!(
+        (r["tokens_in"].as_u64(), r["tokens_out"].as_u64()),
+        (Some(11), Some(5)),
+        "{r}"
+    );
+}

@@ -401,7 +401,7 @@ async fn on_event(lua: &Lua, event: RouteEvent, hooks: &Hooks) {
         RouteEvent::Failed { id, ai, message } => {
             (hooks.on_fail.as_ref(), "on_fail", id, ai, message)
         }
-        RouteEvent::Gone { .. } => return,
+        RouteEvent::Gone { .. } | RouteEvent::Notice(_) => return,
         RouteEvent::Blocked { ai, error } => {
             if let Some(f) = &hooks.on_blocked {
                 let told = match super::convert::turn_error(lua, &error) {

@@ -109,7 +109,7 @@ pub enum DeliveryKind {
 }
 
 /// One reply or notice from a resident.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Delivery {
     pub ai: String,
     pub kind: DeliveryKind,
@@ -1252,6 +1252,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
                     held,
                     ..delivery(me, DeliveryKind::Outage, provenance.as_ref(), None)
                 };
+                host.report(RouteEvent::Notice(notice.clone()));
                 if let Err(e) = Box::pin(deliver(me, notice)).await {
                     return Some(Exit::Crashed(e));
                 }
@@ -1305,6 +1306,7 @@ async fn serve(host: &dyn Host, me: &Resident, carried: &mut Carried) -> Option<
             dropped: batch.dropped,
             ..delivery(me, DeliveryKind::Recovered, provenance.as_ref(), None)
         };
+        host.report(RouteEvent::Notice(notice.clone()));
         if let Err(e) = Box::pin(deliver(me, notice)).await {
             return Some(Exit::Crashed(e));
         }

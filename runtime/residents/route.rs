@@ -58,6 +58,10 @@ pub enum RouteEvent {
     Gone { ai: String },
     /// A resident cannot be served until its settings change (its notice has gone out).
     Blocked { ai: String, error: TurnError },
+    /// An outage began or ended (`kind` `Outage` or `Recovered`): the notice its `deliver_to`
+    /// is handed, told whatever that is (a host following the program saw only those of
+    /// residents that deliver to it).
+    Notice(super::resident::Delivery),
 }
 
 /// How a program that ran out of things to do ended.

@@ -219,6 +219,12 @@ impl Hosted {
         self.lifecycle.stopping()
     }
 
+    /// [`Hosted::stopping`], asked later without holding the program (one gone is stopping).
+    pub fn stopping_probe(&self) -> impl Fn() -> bool + Send + Sync + 'static {
+        let program = self.lifecycle.downgrade();
+        move || program.upgrade().is_none_or(|l| l.stopping())
+    }
+
     /// `None`: no such resident; `Some(false)`: it was not blocked.
     pub fn unblock(&self, name: &str) -> Option<bool> {
         self.lifecycle.unblock(name)

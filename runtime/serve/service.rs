@@ -565,6 +565,7 @@ impl Service {
             slot.name.clone(),
             observations,
             run_ends,
+            hosted.stopping_probe(),
         ));
         slot.lock().observing = Some(observing);
         handle.spawn(hear(self.clone(), slot.name.clone(), deliveries));
@@ -1030,6 +1031,7 @@ async fn observe(
     program: String,
     mut observations: mpsc::UnboundedReceiver<Observation>,
     (mut ended, run): (watch::Receiver<u64>, u64),
+    stopping: impl Fn() -> bool,
 ) {
     // Turns started and not yet ended, with when: a turn a crash, a dismissal or the run's end
     // cut short reported no end, and a client following the events saw it run for good.
@@ -1143,6 +1145,12 @@ async fn observe(
                 if let Some(started) = open.remove(&ai) {
                     cut(&ai, started, "the resident is gone");
                 }
+                // Its run ends (a restart, a reload, a stop): its counters and totals carry
+                // on into the next run, as a resident's own do. Each restart or reload reset
+                // them, and said `gone` of every resident as if each had been dismissed.
+                if stopping() {
+                    continue;
+                }
                 // Dismissed or failed: its series and tallies leave with it.
                 service.metrics.forget(&program, &ai);
                 service.tallies.remove(&(program.clone(), ai.clone()));
@@ -1178,6 +1186,7 @@ async fn observe(
                         "blocked",
                         json!({ "program": program, "resident": ai, "error": error }),
                     ),
+                    RouteEvent::Notice(notice) => delivery_event(&program, &notice),
                 };
                 service.events.publish(kind, data);
             }
@@ -1189,35 +1198,44 @@ async fn observe(
     }
 }
 
-/// What the program's residents hand to `deliver_to = "host"`, as events.
+/// What the program's residents hand to `deliver_to = "host"`, as events. Outages and
+/// recoveries are not: every resident's are told by the route ([`RouteEvent::Notice`]),
+/// whatever its `deliver_to`.
 async fn hear(
     service: Arc<Service>,
     program: String,
     mut deliveries: mpsc::UnboundedReceiver<Delivery>,
 ) {
     while let Some(d) = deliveries.recv().await {
-        let kind = match d.kind {
-            DeliveryKind::Reply => "delivery",
-            DeliveryKind::Outage => "outage",
-            DeliveryKind::Recovered => "recovery",
-            DeliveryKind::Blocked => "blocked_notice",
-        };
-        service.events.publish(
-            kind,
-            json!({
-                "program": program,
-                "resident": d.ai,
-                "text": d.text,
-                "origin": d.origin,
-                "steps": d.steps,
-                "tokens_in": d.usage.input,
-                "tokens_out": d.usage.output,
-                "error": d.error,
-                "held": d.held,
-                "dropped": d.dropped,
-            }),
-        );
+        if matches!(d.kind, DeliveryKind::Outage | DeliveryKind::Recovered) {
+            continue;
+        }
+        let (kind, data) = delivery_event(&program, &d);
+        service.events.publish(kind, data);
     }
+}
+
+/// A reply or notice as an event: its kind and its data.
+fn delivery_event(program: &str, d: &Delivery) -> (&'static str, Value) {
+    let kind = match d.kind {
+        DeliveryKind::Reply => "delivery",
+        DeliveryKind::Outage => "outage",
+        DeliveryKind::Recovered => "recovery",
+        DeliveryKind::Blocked => "blocked_notice",
+    };
+    let data = json!({
+        "program": program,
+        "resident": d.ai,
+        "text": d.text,
+        "origin": d.origin,
+        "steps": d.steps,
+        "tokens_in": d.usage.input,
+        "tokens_out": d.usage.output,
+        "error": d.error,
+        "held": d.held,
+        "dropped": d.dropped,
+    });
+    (kind, data)
 }
 
 fn file_hash(path: &Path) -> Option<Vec<u8>> {
