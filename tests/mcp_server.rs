@@ -1564,3 +1564,27 @@ fn ctrl_c_gives_a_turn_in_flight_its_grace() {
         shown.stdout
     );
 }
+
+/// A script that runs on after its watch (a loop of its own) is ended at once by a signal, as
+/// a program with nothing in flight: after the signal had ended its watch it waited the grace
+/// and ten seconds more, then ended 1 ("ended by its host after the stop").
+#[test]
+fn a_signal_ends_a_script_running_on_after_its_watch_at_once() {
+    let sb = Sandbox::new();
+    let mut session = Session::start(
+        &sb,
+        r#"ai.tool{ name = "ping", description = "ping", exportable = true, parameters = {},
+  handler = function() return "pong" end }
+ai.watch()
+io.stderr:write("after the watch\n")
+while true do ai.sleep(1000) end
+"#,
+    );
+    initialize(&mut session);
+    session.send(json!({"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ping","arguments":{}}}));
+    assert_eq!(session.answer(2)["result"]["content"][0]["text"], "pong");
+    session.signal("TERM");
+    let (code, stderr) = session.ends_by_itself();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(!stderr.contains("ended by its host"), "{stderr}");
+}

@@ -112,11 +112,11 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
     // A signal ends a program that has no watch up at once: nothing of it is in flight to be
     // given a grace (the session's calls were cancelled), and a main chunk still starting, or
     // running on after its watch, may never return. That end is the one asked for: status 0.
-    // A watch that heard this signal has ended on it, its turns in their grace: cut, they were
-    // cut at once (about one run in two), under the watch's line that they had 10 s.
-    let cut = matches!(ended, Ended::Signal(_))
-        && lifecycle.watch_state() != Watch::Running
-        && lifecycle.route().signals_heard() == 0;
+    // A watch that heard this signal has ended on it, with turns in their grace: cut, they
+    // were cut at once (about one run in two), under the watch's line that they had 10 s.
+    let in_grace = lifecycle.route().signals_heard() > 0 && lifecycle.route().busy() > 0;
+    let cut =
+        matches!(ended, Ended::Signal(_)) && lifecycle.watch_state() != Watch::Running && !in_grace;
     if cut {
         lifecycle.route().abandon(reason);
     } else {

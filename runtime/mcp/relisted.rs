@@ -37,7 +37,7 @@ impl Relisted {
         let servers = servers
             .into_iter()
             .map(|s| Server {
-                seen: AtomicU64::new(s.conn.tools_changed().generation()),
+                seen: AtomicU64::new(s.listed_at),
                 conn: s.conn,
                 listed: Mutex::new(s.listed),
                 readers: s.readers,

@@ -49,6 +49,8 @@ pub struct ServerTools {
     pub conn: Arc<Connection>,
     pub listed: Vec<ToolDef>,
     pub readers: Vec<ToolDef>,
+    /// Its [`super::session::ToolsChanged`] generation as its tools were listed.
+    pub listed_at: u64,
 }
 
 impl Opened {
@@ -82,8 +84,11 @@ pub async fn open(specs: Vec<ServerSpec>, taken: &mut HashSet<String>) -> Opened
         let name = spec.name.clone();
         let result = async {
             let conn = Connection::open(spec).await?;
+            // Read before the listing: a change said while it and the other servers' run is
+            // then listed again, not taken as already seen.
+            let listed_at = conn.tools_changed().generation();
             match conn.list_tools().await {
-                Ok(tools) => Ok((conn, tools)),
+                Ok(tools) => Ok((conn, tools, listed_at)),
                 Err(e) => {
                     conn.close().await;
                     Err(e)
@@ -102,7 +107,7 @@ pub async fn open(specs: Vec<ServerSpec>, taken: &mut HashSet<String>) -> Opened
     };
     for (name, result) in opened {
         match result {
-            Ok((conn, listed)) => {
+            Ok((conn, listed, listed_at)) => {
                 let (tools, mut report) = adopt(&conn, &listed, taken).await;
                 out.tools.extend(tools.iter().cloned());
                 let mut readers = Vec::new();
@@ -119,6 +124,7 @@ pub async fn open(specs: Vec<ServerSpec>, taken: &mut HashSet<String>) -> Opened
                     conn,
                     listed: tools,
                     readers,
+                    listed_at,
                 });
             }
             Err(e) => {
