@@ -365,7 +365,7 @@ impl Config {
             let mut message = humane_types(&e.to_string());
             // A typo in a use-type's table kept every command from loading the file, and the
             // way out was not said.
-            if message.contains("unknown field `") {
+            if message.contains("unknown field `") && unknown_use_field(&text) {
                 message = format!(
                     "{}\n(a field of a use-type's table is taken out by `colony config unset \
                      USE-TYPE FIELD`)",
@@ -901,6 +901,23 @@ fn env_base_url(entry: &CatalogueEntry) -> Option<String> {
     None
 }
 
+/// Whether a `[use.NAME]` table of `text` holds a field colony does not know: what
+/// [`Config::unset_in_text`] can take out (one elsewhere, `[store] urll`, it cannot).
+fn unknown_use_field(text: &str) -> bool {
+    let Ok(doc) = text.parse::<toml_edit::DocumentMut>() else {
+        return false;
+    };
+    doc.get("use")
+        .and_then(|u| u.as_table_like())
+        .is_some_and(|uses| {
+            uses.iter().any(|(_, table)| {
+                table
+                    .as_table_like()
+                    .is_some_and(|t| t.iter().any(|(k, _)| !FIELDS.contains(&k)))
+            })
+        })
+}
+
 /// The use-types colony's own commands and docs name: one of them that the file does not set
 /// reads general's settings by design.
 const NAMED_USE_TYPES: [&str; 4] = ["chat", "code", "helper", "general"];
@@ -924,9 +941,14 @@ fn say_fallback(config: &Config, use_type: &str) {
     {
         let mut set: Vec<&str> = config.uses.keys().map(String::as_str).collect();
         set.sort_unstable();
+        let answers = if config.uses.contains_key("general") {
+            "general's settings answer it"
+        } else {
+            "the environment's keys and each provider's defaults answer it"
+        };
         tracing::warn!(
-            "use-type {use_type:?} is not in the config file (it sets {}): general's settings \
-             answer it (`colony config set {use_type} model ...` gives it its own)",
+            "use-type {use_type:?} is not in the config file (it sets {}): {answers} \
+             (`colony config set {use_type} model ...` gives it its own)",
             set.join(", ")
         );
     }
@@ -1001,10 +1023,12 @@ impl Config {
             };
             // A provider named over the table's own (`colony models anthropic` with general's
             // set to openai) was told to put its key in that table, another provider's.
+            // (Only that table is read: one set to the provider is read when it is the one
+            // named, `--use NAME`, `use = "NAME"`.)
             let table = if same {
                 format!("[use.{table}] of")
             } else {
-                format!("a use-type set to {provider}, in")
+                format!("a use-type set to {provider}, named with --use or use =, in")
             };
             return Err(ProviderError::Config(format!(
                 "missing key for {provider}: set {} (or key_env / key in {table} {}{missing})",

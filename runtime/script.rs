@@ -50,7 +50,8 @@ pub struct Fault {
     pub traceback: Option<String>,
     /// What was running when it raised (`deliver_to`), when that is not the child's own body.
     pub during: Option<&'static str>,
-    /// It did not raise: it ran too long without waiting and was stopped there. Restarted,
+    /// It did not raise: the watchdog stopped it (past its deadline, or, for a source or a
+    /// callback, 10 s without waiting). Restarted,
     /// such code spins again, holding the program's one Lua thread each time
     /// ([`crate::residents::supervision`] counts these stops over a longer span).
     pub spun: bool,

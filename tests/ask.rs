@@ -785,8 +785,9 @@ fn models_finds_the_key_of_the_use_type_set_to_the_provider() {
     );
     // Not told to put it in general's table, whose provider is openai.
     assert!(
-        run.stderr
-            .contains("(or key_env / key in a use-type set to anthropic, in "),
+        run.stderr.contains(
+            "(or key_env / key in a use-type set to anthropic, named with --use or use =, in "
+        ),
         "{}",
         run.stderr
     );

@@ -228,6 +228,26 @@ fn a_held_mail_the_provider_refuses_can_be_dropped_and_the_rest_is_served() {
     assert!(last.contains("second") && !last.contains("HUGE"), "{last}");
 }
 
+/// A resident that keeps no conversation has no held mail to drop: its blocked run does not
+/// send the user to `colony conversations`, which would answer that it has none.
+#[test]
+fn a_refused_request_of_a_resident_without_a_conversation_points_nowhere() {
+    let fake = FakeProvider::start();
+    fake.set_default(Reply::status(400));
+    let sandbox = styled(&fake, "openai");
+    let run = run(
+        &sandbox,
+        &ONE_MAIL.replace("persist_conversation = true,", ""),
+        &[],
+    );
+    assert_eq!(run.code, 3, "{}", run.stderr);
+    assert!(
+        !run.stderr.contains("colony conversations"),
+        "{}",
+        run.stderr
+    );
+}
+
 /// A 200 whose body is not the API's (a base URL pointing at a web page) cannot be waited
 /// out. It used to be taken for an outage: the resident retried it forever, and the run never
 /// ended. The error names the page and where it came from (it was the JSON parser's "expected

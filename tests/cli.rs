@@ -606,6 +606,20 @@ fn config_unset_takes_out_a_field_colony_does_not_know() {
     // A field that is not there still fails as the file does.
     let run = sb.colony(&["config", "unset", "general", "nothere"]);
     assert_eq!(run.code, 2, "{}", run.stderr);
+    // A field colony does not know outside a use-type's table is not offered to `unset`, and
+    // a file that is not TOML is said as it is.
+    sb.write("config.toml", "[store]\nurll = \"x\"\n");
+    let run = sb.colony(&["config", "list"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(
+        !run.stderr.contains("colony config unset"),
+        "{}",
+        run.stderr
+    );
+    sb.write("config.toml", "[use.general\nmodle = 1\n");
+    let run = sb.colony(&["config", "unset", "general", "modle"]);
+    assert_eq!(run.code, 2, "{}", run.stderr);
+    assert!(run.stderr.contains("TOML parse error"), "{}", run.stderr);
 }
 
 #[test]

@@ -61,8 +61,12 @@ fn load_to_change(who: &str) -> Result<(Config, config::EditLock), Failure> {
 /// is removed from its text if it is there, and what still keeps the file from loading is said.
 fn unset_in_text(use_type: &str, field: &str, failed: Failure) -> Result<(), Failure> {
     let path = config::path();
-    let removed = Config::unset_in_text(&path, use_type, field)
-        .map_err(|e| Failure::run(format!("colony config unset: {e}")))?;
+    let removed = match Config::unset_in_text(&path, use_type, field) {
+        Ok(removed) => removed,
+        // A file that is not TOML at all is said as it was (status 2), not as toml_edit says.
+        Err(config::ConfigError::Parse { .. }) => return Err(failed),
+        Err(e) => return Err(Failure::run(format!("colony config unset: {e}"))),
+    };
     if !removed {
         return Err(failed);
     }

@@ -44,6 +44,7 @@ pub(super) fn install() {
         let printing = text.starts_with("failed printing to stdout")
             || text.starts_with("failed printing to stderr");
         if printing && text.ends_with("(os error 32)") {
+            crate::store::state_dir::remove_scratch();
             std::process::exit(CLOSED_STDOUT_STATUS);
         }
         // Any other failed write (a full disk under `> answer.txt`, an I/O error): said in one
@@ -55,6 +56,7 @@ pub(super) fn install() {
                 .and_then(|rest| rest.split_once(": "))
                 .unwrap_or(("stdout", text));
             let _ = writeln!(std::io::stderr(), "colony: cannot write to {what}: {why}");
+            crate::store::state_dir::remove_scratch();
             std::process::exit(WRITE_FAILED_STATUS);
         }
         if !wants_short_backtrace(std::env::var_os("RUST_BACKTRACE").as_deref()) {

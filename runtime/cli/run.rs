@@ -161,6 +161,19 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
         timer.abort();
     }
     last_resort.abort();
+    // The blocked residents whose conversation (and held mail) the store keeps, for the way
+    // past a mail the provider refuses: read before the store closes.
+    let kept: Vec<String> = match lifecycle.settled() {
+        Some(Settled::Blocked(blocked)) => {
+            let saved = state.dyn_store().conversations().unwrap_or_default();
+            blocked
+                .into_iter()
+                .map(|(name, _)| name)
+                .filter(|name| saved.contains(name))
+                .collect()
+        }
+        _ => Vec::new(),
+    };
     drop(state);
     if stdout_gone.load(Ordering::Acquire) {
         // Nobody reads on: a program the closing ended (an interrupted loop raises, naming
@@ -186,8 +199,10 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
     }
     result?;
     if let Some(Settled::Blocked(blocked)) = lifecycle.settled() {
+        // Only a resident that keeps its conversation has held mail to show or drop.
+        let keeps = |name: &str| kept.iter().any(|k| k == name);
         let command = scratch.is_none().then(|| conversations_command(&args));
-        return Err(blocked_failure(&blocked, command.as_deref()));
+        return Err(blocked_failure(&blocked, command.as_deref(), &keeps));
     }
     let failed = lifecycle.unhandled_failures();
     if !failed.is_empty() && !timed_out.load(Ordering::Acquire) {
@@ -251,7 +266,11 @@ fn conversations_command(args: &Args) -> String {
 
 /// `conversations` is how the user reaches the program's store (`None`: a replay's scratch
 /// store, gone already), for the way past a mail the provider refuses.
-fn blocked_failure(blocked: &[(String, TurnError)], conversations: Option<&str>) -> Failure {
+fn blocked_failure(
+    blocked: &[(String, TurnError)],
+    conversations: Option<&str>,
+    keeps: &dyn Fn(&str) -> bool,
+) -> Failure {
     let mut message = String::new();
     for (name, e) in blocked {
         message.push_str(&format!(
@@ -282,9 +301,9 @@ fn blocked_failure(blocked: &[(String, TurnError)], conversations: Option<&str>)
     // A request the provider refuses may be one mail's doing (too large for the model, a file
     // it cannot read), and that mail is held and sent again at every start.
     if let Some(command) = conversations
-        && let Some((name, _)) = blocked
-            .iter()
-            .find(|(_, e)| e.kind == "api_error" && matches!(e.status, Some(400 | 413 | 422)))
+        && let Some((name, _)) = blocked.iter().find(|(name, e)| {
+            e.kind == "api_error" && matches!(e.status, Some(400 | 413 | 422)) && keeps(name)
+        })
     {
         message.push_str(&format!(
             "\ncolony: if what the provider refuses is a held mail (too large, say), `{command} \
