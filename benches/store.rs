@@ -315,6 +315,9 @@ impl Store for Counted {
     fn journal(&self, name: &str, entry: &JournalEntry) -> StoreResult<()> {
         self.inner.journal(name, entry)
     }
+    fn drop_backlog(&self, name: &str, rows: &[i64]) -> StoreResult<usize> {
+        self.inner.drop_backlog(name, rows)
+    }
     fn clear_cell(&self, name: &str) -> StoreResult<bool> {
         self.inner.clear_cell(name)
     }

@@ -75,6 +75,7 @@ on_every_backend!(
     commit_step_replaces_messages_serves_backlog_sets_dropped_and_clears_journal,
     commit_step_creates_a_cell_and_backlog_keeps_arrival_order,
     commit_step_removes_the_rows_it_names_and_no_other,
+    drop_backlog_removes_held_mail_and_leaves_the_rest,
     journal_records_start_then_result_in_order_and_commit_step_clears_it,
     messages_with_tool_calls_round_trip,
     file_bytes_are_put_back_on_load_after_a_restart,
@@ -493,6 +494,45 @@ fn commit_step_removes_the_rows_it_names_and_no_other(store: &Backend) {
         left,
         "the same rows after a restart"
     );
+}
+
+/// `colony conversations drop`: the rows named go, unserved; the conversation, the journal
+/// and the mail's accepted id stay.
+fn drop_backlog_removes_held_mail_and_leaves_the_rest(store: &Backend) {
+    let messages = [
+        Message::user("[mail from bob] hi"),
+        Message::assistant("hello"),
+    ];
+    store.commit_step("alice", &messages, &[], 0).unwrap();
+    store.journal("alice", &started("c1")).unwrap();
+    let mut kept = mail("kept");
+    kept.id = Some("k".into());
+    let mut gone = mail("too large");
+    gone.id = Some("g".into());
+    let gone_row = store.push_backlog("alice", &gone).unwrap().unwrap();
+    let kept_row = store.push_backlog("alice", &kept).unwrap().unwrap();
+    assert_eq!(store.drop_backlog("alice", &[gone_row]).unwrap(), 1);
+    assert_eq!(
+        store.drop_backlog("alice", &[gone_row]).unwrap(),
+        0,
+        "already gone"
+    );
+    assert_eq!(
+        store.drop_backlog("nobody", &[kept_row]).unwrap(),
+        0,
+        "another's row"
+    );
+    let cell = (store.reopen)().load_cell("alice").unwrap().unwrap();
+    assert_eq!(cell.messages, messages);
+    assert_eq!(cell.journal, vec![started("c1")]);
+    let held: Vec<_> = cell
+        .backlog
+        .iter()
+        .map(|m| (m.content.as_str(), m.saved))
+        .collect();
+    assert_eq!(held, [("kept", Some(kept_row))]);
+    // Dropped, not forgotten: the same mail sent again is not taken twice.
+    assert_eq!(store.push_backlog("alice", &gone).unwrap(), None);
 }
 
 fn journal_records_start_then_result_in_order_and_commit_step_clears_it(store: &Backend) {

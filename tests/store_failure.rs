@@ -96,6 +96,9 @@ impl Store for Flaky {
         }
         self.inner.journal(n, e)
     }
+    fn drop_backlog(&self, n: &str, rows: &[i64]) -> StoreResult<usize> {
+        self.inner.drop_backlog(n, rows)
+    }
     fn clear_cell(&self, n: &str) -> StoreResult<bool> {
         self.inner.clear_cell(n)
     }

@@ -46,8 +46,7 @@ enum Action {
     ///
     /// The way on for a resident blocked at every start by one mail its model refuses (too
     /// large, say). The mail's id stays accepted, so the same mail sent again is not taken
-    /// twice. Held mail behind a step in flight is not dropped (the step would be forgotten).
-    /// Asks nothing; prints what it removed.
+    /// twice. Asks nothing; prints what it removed.
     Drop {
         /// The resident's name.
         name: String,
@@ -181,20 +180,10 @@ pub fn run(args: Args) -> Result<(), Failure> {
                     rows.push(row);
                 }
             }
-            // The commit that ends a step also clears the journal: a step in flight would be
-            // forgotten, and its calls run again. (Mail held behind it waits for that step,
-            // so dropping it would not free the resident anyway.)
-            if !cell.journal.is_empty() {
-                return Err(Failure::run(format!(
-                    "colony conversations: {name:?} has a step in flight ({}); its held mail is \
-                     dropped only once that step is finished: run the program, or clear the \
-                     conversation",
-                    count(cell.journal.len(), "call", "calls")
-                )));
-            }
-            store
-                .commit_step(&name, &cell.messages, &rows, cell.dropped)
-                .map_err(fail)?;
+            // Only the rows go: the conversation and a step in flight are left as they are (a
+            // rewrite of the conversation from this copy could undo a step a node of a cluster
+            // committed meanwhile).
+            store.drop_backlog(&name, &rows).map_err(fail)?;
             for n in &mail {
                 if let Some(m) = cell.backlog.get(n - 1) {
                     println!(

@@ -160,6 +160,17 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    fn drop_backlog(&self, name: &str, rows: &[i64]) -> StoreResult<usize> {
+        let mut inner = self.lock()?;
+        let Some(cell) = inner.cells.get_mut(name) else {
+            return Ok(0);
+        };
+        let before = cell.backlog.len();
+        cell.backlog
+            .retain(|m| m.saved.is_none_or(|row| !rows.contains(&row)));
+        Ok(before - cell.backlog.len())
+    }
+
     fn clear_cell(&self, name: &str) -> StoreResult<bool> {
         let mut inner = self.lock()?;
         inner.accepted.retain(|(n, _)| n != name);

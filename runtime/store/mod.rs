@@ -194,6 +194,11 @@ pub trait Store: Send + Sync {
         served: &[i64],
         dropped: u64,
     ) -> StoreResult<()>;
+    /// Removes held mail without serving it (`colony conversations drop`): the backlog rows
+    /// `rows` of `name` (rows already gone are skipped), its conversation and journal left as
+    /// they are. Answers how many were removed. SQLite takes the bytes of their attachments
+    /// that nothing else refers to with them, as a clear does.
+    fn drop_backlog(&self, name: &str, rows: &[i64]) -> StoreResult<usize>;
     /// Records that a call of the step in flight started (`result: None`) or finished.
     fn journal(&self, name: &str, entry: &JournalEntry) -> StoreResult<()>;
     /// Removes the cell (`ai.dismiss`), the mail ids it accepted included.

@@ -139,6 +139,9 @@ impl Store for OpeningStore {
     fn journal(&self, name: &str, entry: &JournalEntry) -> StoreResult<()> {
         self.wait()?.journal(name, entry)
     }
+    fn drop_backlog(&self, name: &str, rows: &[i64]) -> StoreResult<usize> {
+        self.wait()?.drop_backlog(name, rows)
+    }
     fn clear_cell(&self, name: &str) -> StoreResult<bool> {
         self.wait()?.clear_cell(name)
     }

@@ -267,6 +267,10 @@ impl Store for FencedStore {
         self.inner
             .journal_fenced(name, entry, Some(&self.fence(name)?))
     }
+    fn drop_backlog(&self, name: &str, rows: &[i64]) -> StoreResult<usize> {
+        self.inner
+            .drop_backlog_fenced(name, rows, Some(&self.fence(name)?))
+    }
     fn clear_cell(&self, name: &str) -> StoreResult<bool> {
         self.inner.clear_cell_fenced(name, Some(&self.fence(name)?))
     }

@@ -588,6 +588,33 @@ impl PostgresStore {
         })
     }
 
+    /// [`Store::drop_backlog`]; with a fence, only while it holds. (The bytes of the mails'
+    /// attachments are kept, as a clear keeps them here: see the README.)
+    pub(crate) fn drop_backlog_fenced(
+        &self,
+        name: &str,
+        rows: &[i64],
+        fence: Option<&Fence>,
+    ) -> StoreResult<usize> {
+        if has_nul(&[name]) || rows.is_empty() {
+            return Ok(0);
+        }
+        self.with(|mut client| async move {
+            let e = |e| self.err(e);
+            let tx = client.transaction().await.map_err(e)?;
+            self.check_fence(&tx, name, fence).await?;
+            let removed = tx
+                .execute(
+                    "DELETE FROM colony_backlog WHERE name = $1 AND seq = ANY($2)",
+                    &[&name, &rows],
+                )
+                .await
+                .map_err(e)?;
+            tx.commit().await.map_err(e)?;
+            Ok(removed as usize)
+        })
+    }
+
     pub(crate) fn clear_cell_fenced(&self, name: &str, fence: Option<&Fence>) -> StoreResult<bool> {
         if has_nul(&[name]) {
             return Ok(false);
@@ -786,6 +813,9 @@ impl Store for PostgresStore {
         self.journal_fenced(name, entry, None)
     }
 
+    fn drop_backlog(&self, name: &str, rows: &[i64]) -> StoreResult<usize> {
+        self.drop_backlog_fenced(name, rows, None)
+    }
     fn clear_cell(&self, name: &str) -> StoreResult<bool> {
         self.clear_cell_fenced(name, None)
     }

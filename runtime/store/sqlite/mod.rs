@@ -544,6 +544,14 @@ impl Store for SqliteStore {
         Ok(())
     }
 
+    fn drop_backlog(&self, name: &str, rows: &[i64]) -> StoreResult<usize> {
+        self.submit(Write::DropBacklog {
+            name: name.to_string(),
+            rows: rows.to_vec(),
+        })
+        .map(Done::removed)
+    }
+
     fn clear_cell(&self, name: &str) -> StoreResult<bool> {
         self.submit(Write::ClearCell {
             name: name.to_string(),

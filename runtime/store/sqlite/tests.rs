@@ -1695,3 +1695,39 @@ fn a_cleared_conversation_takes_the_bytes_no_one_else_refers_to() {
     assert!(store.clear_cell("t").unwrap());
     assert!(stored().is_empty());
 }
+
+/// Held mail dropped (`colony conversations drop`, a scan too large for the model) takes the
+/// bytes of its attachments that nothing else refers to, as a clear does; they stayed for good.
+#[test]
+fn dropped_held_mail_takes_the_bytes_no_one_else_refers_to() {
+    let (_dir, store) = fresh();
+    let file = |name: &str, bytes: &'static [u8]| {
+        crate::files::record(name, None, std::sync::Arc::from(bytes))
+    };
+    let (scan, kept) = (file("scan.png", b"huge\n"), file("kept.csv", b"kept\n"));
+    let mut big = mail("a scan");
+    big.files = vec![scan.clone()];
+    let mut small = mail("a table");
+    small.files = vec![kept.clone()];
+    let big_row = store.push_backlog("t", &big).unwrap().unwrap();
+    store.push_backlog("t", &small).unwrap();
+    let stored = || -> Vec<String> {
+        let conn = store.writer().unwrap();
+        let mut stmt = conn
+            .prepare("SELECT sha256 FROM files ORDER BY sha256")
+            .unwrap();
+        stmt.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap()
+    };
+    assert_eq!(stored().len(), 2);
+    assert_eq!(store.drop_backlog("t", &[big_row]).unwrap(), 1);
+    assert_eq!(stored(), vec![kept.sha256.clone()]);
+    let cell = store.load_cell("t").unwrap().unwrap();
+    assert_eq!(cell.backlog.len(), 1);
+    assert_eq!(
+        cell.backlog[0].files[0].data.as_deref(),
+        Some(&b"kept\n"[..])
+    );
+}

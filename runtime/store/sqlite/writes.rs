@@ -35,6 +35,8 @@ pub(super) enum Done {
     Changed(bool),
     /// The backlog row a mail was saved as; `None`: its id was accepted before.
     Appended(Option<i64>),
+    /// How many rows it removed.
+    Removed(usize),
 }
 
 impl Done {
@@ -42,13 +44,21 @@ impl Done {
         match self {
             Done::Changed(changed) => changed,
             Done::Appended(row) => row.is_some(),
+            Done::Removed(n) => n > 0,
+        }
+    }
+
+    pub(super) fn removed(self) -> usize {
+        match self {
+            Done::Removed(n) => n,
+            _ => 0,
         }
     }
 
     pub(super) fn row(self) -> Option<i64> {
         match self {
             Done::Appended(row) => row,
-            Done::Changed(_) => None,
+            Done::Changed(_) | Done::Removed(_) => None,
         }
     }
 }
@@ -90,6 +100,11 @@ pub(super) enum Write {
     /// Whether there was anything to remove.
     ClearCell {
         name: String,
+    },
+    /// How many held mails were removed.
+    DropBacklog {
+        name: String,
+        rows: Vec<i64>,
     },
     SaveBreaker {
         key: String,
@@ -141,7 +156,8 @@ impl Write {
             Write::PushBacklog { name, .. }
             | Write::CommitStep { name, .. }
             | Write::Journal { name, .. }
-            | Write::ClearCell { name } => Some(name),
+            | Write::ClearCell { name }
+            | Write::DropBacklog { name, .. } => Some(name),
             Write::Several(writes) => writes.iter().find_map(Write::cell),
             _ => None,
         }
@@ -256,6 +272,24 @@ impl Write {
                     drop_unreferenced_files(conn)?;
                 }
                 Ok(Done::Changed(removed > 0))
+            }
+            Write::DropBacklog { name, rows } => {
+                let held_files: bool = conn
+                    .prepare_cached(
+                        "SELECT EXISTS (SELECT 1 FROM backlog WHERE name = ?1
+                                          AND instr(mail, '\"sha256\":\"') > 0)",
+                    )?
+                    .query_row(params![name], |r| r.get(0))?;
+                let mut removed = 0;
+                let mut delete =
+                    conn.prepare_cached("DELETE FROM backlog WHERE seq = ?1 AND name = ?2")?;
+                for row in rows {
+                    removed += delete.execute(params![row, name])?;
+                }
+                if held_files && removed > 0 {
+                    drop_unreferenced_files(conn)?;
+                }
+                Ok(Done::Removed(removed))
             }
             Write::SaveBreaker { key, text } => {
                 conn.prepare_cached(
