@@ -42,6 +42,52 @@ impl Default for SaidEvery {
     }
 }
 
+/// [`SaidEvery`] for each of many keys (a resident's tool): one key's lines do not hide
+/// another's. At most [`SaidEach::KEYS`] keys are kept; past that the oldest period's are let go
+/// (their next line is said).
+pub struct SaidEach {
+    keys: Mutex<std::collections::HashMap<String, (std::time::Instant, u64)>>,
+}
+
+impl SaidEach {
+    pub const KEYS: usize = 1024;
+
+    pub fn new() -> SaidEach {
+        SaidEach {
+            keys: Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// [`SaidEvery::say`] for `key`.
+    pub fn say(&self, key: &str) -> Option<u64> {
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        let now = std::time::Instant::now();
+        if let Some((last, unsaid)) = keys.get_mut(key) {
+            if now.duration_since(*last) < SaidEvery::PERIOD {
+                *unsaid += 1;
+                return None;
+            }
+            let was = std::mem::take(unsaid);
+            *last = now;
+            return Some(was);
+        }
+        if keys.len() >= Self::KEYS {
+            keys.retain(|_, (last, _)| now.duration_since(*last) < SaidEvery::PERIOD);
+            if keys.len() >= Self::KEYS {
+                keys.clear();
+            }
+        }
+        keys.insert(key.to_string(), (now, 0));
+        Some(0)
+    }
+}
+
+impl Default for SaidEach {
+    fn default() -> SaidEach {
+        SaidEach::new()
+    }
+}
+
 /// Says `n more since the last such line` when `n` lines went unsaid, for the end of a line.
 pub fn also(unsaid: u64) -> String {
     match unsaid {
@@ -53,6 +99,16 @@ pub fn also(unsaid: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_key_is_said_once_a_period_apart_from_the_others() {
+        let said = SaidEach::new();
+        assert_eq!(said.say("a"), Some(0));
+        assert_eq!(said.say("a"), None);
+        assert_eq!(said.say("a"), None);
+        assert_eq!(said.say("b"), Some(0));
+        assert_eq!(said.say("b"), None);
+    }
 
     #[test]
     fn a_repeated_line_is_said_once_a_period_with_the_count_of_the_rest() {

@@ -783,3 +783,56 @@ print(ai.ask("c", { use = "helper" }))"#,
         run.stderr
     );
 }
+
+/// A tool that fails at every call is logged once every 10 s for each resident's tool, with how
+/// many went unsaid: each failure wrote its line and traceback (3 MB of log an hour for a tool
+/// fed every 200 ms). Another tool's failure is still said.
+#[test]
+fn a_tool_that_keeps_failing_is_logged_once_a_period() {
+    let fake = FakeProvider::start();
+    fake.set_responder(|body, _| {
+        let results = body["messages"]
+            .as_array()
+            .map(|m| m.iter().filter(|m| m["role"] == "tool").count())
+            .unwrap_or(0);
+        match results {
+            0..=3 => Reply::tool_call(format!("c{results}"), "broken", json!({})),
+            4 => Reply::tool_call("c4", "other", json!({})),
+            _ => Reply::text("gave up"),
+        }
+    });
+    let sb = styled(&fake, "openai");
+    let run = sb
+        .lua(
+            r#"local broken = ai.tool{ name = "broken", parameters = {}, handler = function() error("it broke") end }
+local other = ai.tool{ name = "other", parameters = {}, handler = function() error("it broke too") end }
+ai.spawn{ name = "w", provider = "openai", model = "m", tools = { broken, other }, max_steps = 8,
+  sources = { function(self) ai.mail{ to = self, source = "desk", content = "go", hop = 0 } end },
+  deliver_to = function(reply) ai.stop(reply) end }
+print(ai.watch{})
+"#,
+            &[],
+        )
+        .ok();
+    assert_eq!(run.stdout, "gave up\n");
+    let failed: Vec<&str> = run
+        .stderr
+        .lines()
+        .filter(|l| l.contains(" failed (error)"))
+        .collect();
+    assert_eq!(failed.len(), 2, "{}", run.stderr);
+    assert!(
+        failed[0].contains("[w] tool broken failed (error):"),
+        "{}",
+        run.stderr
+    );
+    assert!(
+        failed[1].contains("[w] tool other failed (error):"),
+        "{}",
+        run.stderr
+    );
+    // Every failure still reached the model.
+    let last = support::model_calls(&fake).pop().unwrap();
+    let results = last["messages"].as_array().unwrap();
+    assert_eq!(results.iter().filter(|m| m["role"] == "tool").count(), 5);
+}

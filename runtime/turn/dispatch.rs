@@ -223,8 +223,10 @@ async fn run(cx: &CallContext<'_>, call: &ToolCall) -> (ToolResult, ToolEvent, V
 }
 
 /// A failed call in a resident's turn is logged at WARN (nobody else may be watching): the
-/// resident, the tool, the kind and the message, with the script's traceback for a Lua error. A
-/// script's own turn (`ai.take_turn`, a front end's) sees its failures in `tool_events`.
+/// resident, the tool, the kind and the message, with the script's traceback for a Lua error,
+/// at most once every 10 s for each resident's tool, with how many went unsaid (a tool that
+/// fails at every call, fed every 200 ms, wrote 3 MB of log an hour). A script's own turn
+/// (`ai.take_turn`, a front end's) sees its failures in `tool_events`.
 fn log_failure(
     cx: &CallContext<'_>,
     call: &ToolCall,
@@ -232,14 +234,21 @@ fn log_failure(
     message: &str,
     traceback: Option<&str>,
 ) {
+    static FAILURES: std::sync::LazyLock<crate::said::SaidEach> =
+        std::sync::LazyLock::new(crate::said::SaidEach::new);
     let trace = traceback.map(|t| format!("\n{t}")).unwrap_or_default();
     match cx.provenance {
-        Some(p) => tracing::warn!(
-            "[{}] tool {} failed ({}): {message}{trace}",
-            p.to,
-            call.name,
-            kind.as_str()
-        ),
+        Some(p) => {
+            if let Some(unsaid) = FAILURES.say(&format!("{}\n{}", p.to, call.name)) {
+                tracing::warn!(
+                    "[{}] tool {} failed ({}){}: {message}{trace}",
+                    p.to,
+                    call.name,
+                    kind.as_str(),
+                    crate::said::also(unsaid)
+                )
+            }
+        }
         None => tracing::debug!(
             "tool {} failed ({}): {message}{trace}",
             call.name,
