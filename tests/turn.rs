@@ -637,6 +637,49 @@ fn a_failing_summary_ends_the_turn() {
     assert_eq!(run.stdout.trim(), "error\tapi_error\tcompaction failed:");
 }
 
+/// A model that answers the summary request with a tool call (a server that ignores
+/// `tool_choice: none`) or with nothing gave no summary: the turn goes on with its whole
+/// transcript, said in the log, and is not asked for a summary again. It ended the turn as a
+/// parse error ("the summary came back empty"), which blocked a resident for good.
+#[test]
+fn a_summary_answered_with_a_tool_call_leaves_the_turn_uncompacted() {
+    let fake = FakeProvider::start();
+    fake.push(Reply::tool_call("c1", "weather_current", json!({"city": "Paris"})).usage(990, 5));
+    // The summary request, answered with a call.
+    fake.push(Reply::tool_call("c2", "weather_current", json!({"city": "Rome"})).usage(990, 5));
+    fake.push(Reply::tool_call("c3", "weather_current", json!({"city": "Oslo"})).usage(990, 5));
+    fake.push(Reply::text("Sunny in Paris and Oslo.").usage(990, 5));
+    let run = sandbox(&fake, "openai")
+        .lua(
+            &script(
+                r#"local r = ai.take_turn{ prompt = "w", tools = { weather }, context_window = 1000 }
+                   print(r.stop, r.reply, r.compactions, r.error)"#,
+            ),
+            &[],
+        )
+        .ok();
+    assert_eq!(
+        run.stdout.trim(),
+        "end_turn\tSunny in Paris and Oslo.\t0\tnil"
+    );
+    assert!(
+        run.stderr.contains(
+            "compaction: the model answered the summary request with a tool call \
+             (weather.current) though none was allowed: this turn goes on with the whole \
+             transcript"
+        ),
+        "{}",
+        run.stderr
+    );
+    let calls = model_calls(&fake);
+    assert_eq!(calls.len(), 4, "two steps, the summary once, the answer");
+    let summaries = calls
+        .iter()
+        .filter(|c| c.to_string().contains("Summarise this conversation"))
+        .count();
+    assert_eq!(summaries, 1);
+}
+
 #[test]
 fn bad_tool_definitions_are_named() {
     let run = Sandbox::new()

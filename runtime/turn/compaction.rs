@@ -70,14 +70,17 @@ pub fn threshold(c: &super::Compaction) -> f64 {
 
 /// Asks for a summary of the turn's transcript (the same system, tools and settings, the
 /// compaction prompt after the last results, no tool calls allowed) and returns the compacted
-/// transcript.
+/// transcript; `None` (said in the log) when the model answered no summary: nothing, or a tool
+/// call though none was allowed (servers that ignore `tool_choice`). That was a parse error
+/// that blocked a resident for good over a model's quirk; the turn goes on uncompacted, and a
+/// transcript truly past the window is then refused by the provider, which says so.
 pub async fn compact(
     core: &Core,
     stack: &dyn DynInfer,
     spec: &TurnSpec,
     turn: &InferRequest,
     usage: &mut Usage,
-) -> Result<Vec<Message>, ProviderError> {
+) -> Result<Option<Vec<Message>>, ProviderError> {
     let messages = &turn.messages;
     let mut req = turn.clone();
     req.messages
@@ -87,11 +90,21 @@ pub async fn compact(
     let span = tracing::info_span!("compaction", messages = messages.len());
     let summary = stack.step_boxed(&req, &ep, None).instrument(span).await?;
     usage.add(&summary.usage);
+    let calls: Vec<String> = summary.tool_calls().into_iter().map(|c| c.name).collect();
     let summary = summary.text();
     if summary.trim().is_empty() {
-        return Err(ProviderError::Parse("the summary came back empty".into()));
+        let answered = match calls.as_slice() {
+            [] => "nothing".to_string(),
+            names => format!("a tool call ({}) though none was allowed", names.join(", ")),
+        };
+        tracing::warn!(
+            "compaction: the model answered the summary request with {answered}: this turn \
+             goes on with the whole transcript ({} messages)",
+            messages.len()
+        );
+        return Ok(None);
     }
-    Ok(rebuild(messages, summary.trim()))
+    Ok(Some(rebuild(messages, summary.trim())))
 }
 
 /// What precedes the files a compaction kept from before its summary.

@@ -152,6 +152,8 @@ async fn run(
             return not_saved(out, req.messages, e);
         }
     }
+    // The model answered a compaction with no summary: not asked again this turn.
+    let mut summary_refused = false;
     for step in 1..=max_steps {
         // Tools a dynamic source added (or took away) during the last step count from this one.
         if let Some(d) = spec.dynamic.as_ref().filter(|_| step > 1) {
@@ -168,7 +170,10 @@ async fn run(
         } else {
             0
         };
-        if spec.compaction.enabled && window.would_overflow(&spec.compaction, estimated) {
+        if spec.compaction.enabled
+            && !summary_refused
+            && window.would_overflow(&spec.compaction, estimated)
+        {
             // Boxed: a compaction is rare, and inline its future would be part of every turn's.
             let before = out.usage;
             let compacted = Box::pin(compaction::compact(
@@ -184,7 +189,9 @@ async fn run(
                 h.spent(&out.usage.since(&before));
             }
             match compacted {
-                Ok(messages) => {
+                // No summary: asked again at every step, it would be refused again at a cost.
+                Ok(None) => summary_refused = true,
+                Ok(Some(messages)) => {
                     // The latest request's files (or the last round's) inline; the earlier
                     // ones the compaction kept are reference lines.
                     req.files_from =
