@@ -900,6 +900,12 @@ fn a_turn_cut_short_by_a_drain_ends_in_the_events() {
     assert_eq!(ended.data["resident"], "slow");
     assert_eq!(ended.data["stop"], "cut", "{:?}", ended.data);
     assert_eq!(served.wait(), Some(0), "{}", served.stderr());
+    // The drain's line names the program (with several, they read alike).
+    let stderr = served.stderr();
+    assert!(
+        stderr.contains("[slow] SIGTERM: stopping; 1 turn(s) in flight get up to 0.1 s"),
+        "{stderr}"
+    );
 }
 
 /// Mail to a program whose start waits for its state directory (held by another process: a

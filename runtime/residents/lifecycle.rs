@@ -75,8 +75,9 @@ impl WeakLifecycle {
         let busy = live.route().busy();
         if busy > 0 && !patience.is_zero() {
             tracing::warn!(
-                "{stop}: stopping; {busy} turn(s) in flight get up to {:.1} s to finish \
+                "{}{stop}: stopping; {busy} turn(s) in flight get up to {:.1} s to finish \
                  (Ctrl-C or SIGTERM stops them now)",
+                live.route().label(),
                 live.grace().as_secs_f64()
             );
         }
@@ -968,8 +969,9 @@ fn listen_for_signals(route: &Route) -> std::io::Result<SignalListener> {
                 let busy = route.busy();
                 if busy > 0 {
                     tracing::warn!(
-                        "{signal}: stopping; {busy} turn(s) in flight get up to {:.1} s to \
+                        "{}{signal}: stopping; {busy} turn(s) in flight get up to {:.1} s to \
                          finish (Ctrl-C or SIGTERM again stops them now)",
+                        route.label(),
                         route.grace().as_secs_f64()
                     );
                 }
@@ -977,7 +979,10 @@ fn listen_for_signals(route: &Route) -> std::io::Result<SignalListener> {
                 due = Some((tokio::time::Instant::now() + AFTER_INTERRUPT, signal));
                 route.stop(signal);
                 let again = if heard > 1 { " again" } else { "" };
-                tracing::warn!("{signal}{again}: stopping the turns in flight now");
+                tracing::warn!(
+                    "{}{signal}{again}: stopping the turns in flight now",
+                    route.label()
+                );
                 route.cut_short();
             }
         }

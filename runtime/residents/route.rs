@@ -157,6 +157,9 @@ struct Inner {
     /// In a cluster, where mail to a resident placed on another node goes; and an empty table
     /// is not "every resident gone" (this node may take some over yet).
     placement: OnceLock<Arc<dyn Placement>>,
+    /// The program's name where a host runs several (`colony serve`): its stop's log lines
+    /// name it.
+    label: OnceLock<String>,
 }
 
 /// What the work done for one resident (its tools' and sources' model calls) spends: its budget.
@@ -270,6 +273,7 @@ impl Route {
                 observer: OnceLock::new(),
                 breakers: Arc::default(),
                 placement: OnceLock::new(),
+                label: OnceLock::new(),
             }),
         }
     }
@@ -433,6 +437,21 @@ impl Route {
     /// from another node is delivered (`NoRecipient` if it is not here, or no longer).
     pub fn mail_here(&self, mail: Mail) -> Result<(), MailError> {
         self.post(mail, false).map(drop)
+    }
+
+    /// Names the program in the lines its stop logs, for a host of several (the first name
+    /// given is kept).
+    pub fn set_label(&self, label: &str) {
+        let _ = self.inner.label.set(label.to_string());
+    }
+
+    /// `[name] ` for a program a host named ([`Route::set_label`]), else nothing.
+    pub fn label(&self) -> String {
+        self.inner
+            .label
+            .get()
+            .map(|l| format!("[{l}] "))
+            .unwrap_or_default()
     }
 
     /// Places the route's residents with `placement` (before the watch; the first one lent is

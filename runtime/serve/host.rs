@@ -213,6 +213,11 @@ impl Hosted {
         self.lifecycle.mail_once(mail)
     }
 
+    /// Names the program in the lines its stop logs (a host of several).
+    pub fn name_in_logs(&self, name: &str) {
+        self.lifecycle.route().set_label(name);
+    }
+
     /// Whether the program is stopping (a restart, a reload, a stop): its residents take no
     /// new mail until it runs again.
     pub fn stopping(&self) -> bool {

@@ -511,7 +511,10 @@ impl Service {
             now.attempts
         };
         let hosted = match started {
-            Ok(h) => Arc::new(h),
+            Ok(h) => {
+                h.name_in_logs(&slot.name);
+                Arc::new(h)
+            }
             Err(e) => {
                 let again = (e.again && !self.draining()).then(|| {
                     let failed = slot.lock().failed_in_a_row + 1;
