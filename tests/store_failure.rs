@@ -599,6 +599,13 @@ fn usage_that_cannot_be_recorded_holds_a_budgeted_resident_until_it_is() {
         // The store writes again: the 60 are recorded, under the 100 it serves "b"; the next
         // turn's 60 bring it over.
         store.update_broken.store(false, Ordering::SeqCst);
+        // The notice is delivered, then the resident marked blocked: an unblock between the
+        // two found it not blocked yet (seen once under the full run's load).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while resident.blocked_by().is_none() {
+            assert!(std::time::Instant::now() < deadline, "never blocked");
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
         assert!(resident.unblock());
         assert_eq!(next(&mut rx).await.text, "two");
         route.mail(Mail::new("r", "t", "c", 0)).unwrap();
