@@ -1020,10 +1020,11 @@ pub fn supervise_exit(
             message: fault.message.clone(),
         });
     }
-    let decision = supervisor.decide(&exit, Instant::now());
+    let now = Instant::now();
+    let decision = supervisor.decide(&exit, now);
     if decision == Decision::Failed {
         // The crash itself was logged above: this line says only what follows from it.
-        let limit = supervisor.limit_passed(&exit);
+        let limit = supervisor.limit_passed(&exit, now);
         let message = match exit {
             Exit::Crashed(f) => f.message,
             Exit::Normal => "ended too often".to_string(),

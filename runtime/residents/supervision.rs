@@ -85,9 +85,9 @@ pub enum Decision {
 #[derive(Debug)]
 pub struct Supervisor {
     policy: RestartPolicy,
-    restarts: VecDeque<Instant>,
-    /// When it was stopped for running without waiting, within [`SPIN_WINDOW`].
-    spins: VecDeque<Instant>,
+    /// Its restarts within the window, and (`true`) its stops for running without waiting
+    /// within [`SPIN_WINDOW`]: one list, so that every idle resident's task is no larger.
+    restarts: VecDeque<(Instant, bool)>,
     total: u32,
 }
 
@@ -96,7 +96,6 @@ impl Supervisor {
         Supervisor {
             policy,
             restarts: VecDeque::new(),
-            spins: VecDeque::new(),
             total: 0,
         }
     }
@@ -116,18 +115,17 @@ impl Supervisor {
         if !wanted {
             return Decision::Done;
         }
-        forget_before(&mut self.restarts, now, self.policy.window);
-        forget_before(&mut self.spins, now, self.policy.window.max(SPIN_WINDOW));
-        if self.restarts.len() as u32 >= self.policy.max_restarts {
+        let (window, spin_window) = (self.policy.window, self.policy.window.max(SPIN_WINDOW));
+        self.restarts
+            .retain(|&(t, spun)| now.duration_since(t) <= if spun { spin_window } else { window });
+        if self.in_window(now) >= self.policy.max_restarts {
             return Decision::Failed;
         }
-        if matches!(exit, Exit::Crashed(f) if f.spun) {
-            if self.spins.len() as u32 >= self.policy.max_restarts {
-                return Decision::Failed;
-            }
-            self.spins.push_back(now);
+        let spun = matches!(exit, Exit::Crashed(f) if f.spun);
+        if spun && self.spins() >= self.policy.max_restarts {
+            return Decision::Failed;
         }
-        self.restarts.push_back(now);
+        self.restarts.push_back((now, spun));
         self.total += 1;
         Decision::Restart
     }
@@ -143,7 +141,7 @@ impl Supervisor {
     /// source whose endpoint was restarting got no chance to outlast it: with the default
     /// policy it failed for good within a millisecond; now within about 1.75 s.
     pub fn backoff(&self) -> Duration {
-        let n = self.restarts.len().max(1) as u32;
+        let n = self.in_window(Instant::now()).max(1);
         let doubled = BACKOFF_START.saturating_mul(1 << (n - 1).min(16));
         let share = self.policy.window / (self.policy.max_restarts.max(1) + 1);
         doubled.min(share)
@@ -153,12 +151,23 @@ impl Supervisor {
         self.policy
     }
 
+    /// Restarts within the policy's window before `now`, of either kind.
+    fn in_window(&self, now: Instant) -> u32 {
+        self.restarts
+            .iter()
+            .filter(|(t, _)| now.duration_since(*t) <= self.policy.window)
+            .count() as u32
+    }
+
+    /// Stops for running without waiting still counted.
+    fn spins(&self) -> u32 {
+        self.restarts.iter().filter(|(_, spun)| *spun).count() as u32
+    }
+
     /// Why it failed, once [`Supervisor::decide`] said so: "at most 3 restarts within 5 s".
-    pub fn limit_passed(&self, exit: &Exit) -> String {
+    pub fn limit_passed(&self, exit: &Exit, now: Instant) -> String {
         let policy = self.policy;
-        if matches!(exit, Exit::Crashed(f) if f.spun)
-            && (self.restarts.len() as u32) < policy.max_restarts
-        {
+        if matches!(exit, Exit::Crashed(f) if f.spun) && self.in_window(now) < policy.max_restarts {
             return format!(
                 "stopped {} times within {} for running without waiting; at most {} restarts \
                  of such code",
@@ -176,16 +185,6 @@ impl Supervisor {
             policy.max_restarts,
             policy.window.as_secs_f64()
         )
-    }
-}
-
-/// Drops the times older than `window` before `now` from the front of `times`.
-fn forget_before(times: &mut VecDeque<Instant>, now: Instant, window: Duration) {
-    while times
-        .front()
-        .is_some_and(|&t| now.duration_since(t) > window)
-    {
-        times.pop_front();
     }
 }
 
@@ -255,7 +254,7 @@ mod tests {
         }
         assert_eq!(s.decide(&spun, at(3)), Decision::Failed);
         assert_eq!(
-            s.limit_passed(&spun),
+            s.limit_passed(&spun, at(3)),
             "stopped 4 times within an hour for running without waiting; at most 3 restarts \
              of such code"
         );
@@ -273,7 +272,10 @@ mod tests {
             s.decide(&spun, at(3) + SPIN_WINDOW - Duration::from_secs(1)),
             Decision::Restart
         );
-        assert_eq!(s.limit_passed(&crash), "at most 3 restarts within 5 s");
+        assert_eq!(
+            s.limit_passed(&crash, at(3)),
+            "at most 3 restarts within 5 s"
+        );
     }
 
     #[test]
