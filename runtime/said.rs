@@ -43,8 +43,9 @@ impl Default for SaidEvery {
 }
 
 /// [`SaidEvery`] for each of many keys (a resident's tool): one key's lines do not hide
-/// another's. At most [`SaidEach::KEYS`] keys are kept; past that the oldest period's are let go
-/// (their next line is said).
+/// another's. At most [`SaidEach::KEYS`] keys are kept; past that, those not said within the
+/// period are let go, and all of them when every one was (their unsaid counts are lost, and
+/// their next line is said).
 pub struct SaidEach {
     keys: Mutex<std::collections::HashMap<String, (std::time::Instant, u64)>>,
 }

@@ -183,7 +183,17 @@ pub fn run(args: Args) -> Result<(), Failure> {
             // Only the rows go: the conversation and a step in flight are left as they are (a
             // rewrite of the conversation from this copy could undo a step a node of a cluster
             // committed meanwhile).
-            store.drop_backlog(&name, &rows).map_err(fail)?;
+            let removed = store.drop_backlog(&name, &rows).map_err(fail)?;
+            if removed < rows.len() {
+                // Served or dropped between the read above and the write (a node of a cluster,
+                // another drop): which ones cannot be told from the count.
+                println!(
+                    "dropped {removed} of the {} held mails asked for from {name}: the others \
+                     were no longer held (served or dropped meanwhile)",
+                    rows.len()
+                );
+                return Ok(());
+            }
             for n in &mail {
                 if let Some(m) = cell.backlog.get(n - 1) {
                     println!(

@@ -1031,7 +1031,7 @@ async fn run_source(s: RunningSource) {
         match supervise_exit(&mut supervisor, exit, &s.id, &s.ai, &|e| s.route.report(e)) {
             Decision::Restart => {
                 tokio::select! {
-                    () = tokio::time::sleep(supervisor.backoff()) => {}
+                    () = tokio::time::sleep(supervisor.backoff(std::time::Instant::now())) => {}
                     _ = s.route.stopped() => return,
                 }
             }

@@ -140,8 +140,8 @@ impl Supervisor {
     /// child that keeps failing is past the limit within the window, as without a wait). A
     /// source whose endpoint was restarting got no chance to outlast it: with the default
     /// policy it failed for good within a millisecond; now within about 1.75 s.
-    pub fn backoff(&self) -> Duration {
-        let n = self.in_window(Instant::now()).max(1);
+    pub fn backoff(&self, now: Instant) -> Duration {
+        let n = self.in_window(now).max(1);
         let doubled = BACKOFF_START.saturating_mul(1 << (n - 1).min(16));
         let share = self.policy.window / (self.policy.max_restarts.max(1) + 1);
         doubled.min(share)
@@ -219,8 +219,8 @@ mod tests {
         let mut waits = Vec::new();
         let mut at = t;
         while s.decide(&crash, at) == Decision::Restart {
-            waits.push(s.backoff());
-            at += s.backoff();
+            waits.push(s.backoff(at));
+            at += s.backoff(at);
         }
         let ms: Vec<u128> = waits.iter().map(Duration::as_millis).collect();
         assert_eq!(ms, [250, 500, 1000]);
@@ -236,7 +236,7 @@ mod tests {
         for _ in 0..5 {
             assert_eq!(s.decide(&crash, t), Decision::Restart);
         }
-        assert_eq!(s.backoff(), Duration::from_millis(100));
+        assert_eq!(s.backoff(t), Duration::from_millis(100));
     }
 
     #[test]

@@ -239,7 +239,10 @@ fn log_failure(
     let trace = traceback.map(|t| format!("\n{t}")).unwrap_or_default();
     match cx.provenance {
         Some(p) => {
-            if let Some(unsaid) = FAILURES.say(&format!("{}\n{}", p.to, call.name)) {
+            // The script (one per program) in the key: under `colony serve` two programs'
+            // residents may share a name and a tool's.
+            let program = cx.script as *const dyn crate::script::Script as *const () as usize;
+            if let Some(unsaid) = FAILURES.say(&format!("{program:x}\n{}\n{}", p.to, call.name)) {
                 tracing::warn!(
                     "[{}] tool {} failed ({}){}: {message}{trace}",
                     p.to,
