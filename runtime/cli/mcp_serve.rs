@@ -12,7 +12,6 @@ use crate::lua::HostSetup;
 use crate::mcp::server::stdio::{self, Ended};
 use crate::mcp::server::{Exports, Offer};
 use crate::permissions::Permissions;
-use crate::residents::Watch;
 use crate::residents::lifecycle::SCRIPT_ENDED;
 use crate::store::state_dir::{self, StateDir};
 
@@ -109,14 +108,14 @@ pub async fn serve(args: ServeArgs) -> Result<(), Failure> {
         Ended::Signal(s) => s.to_string(),
         Ended::Stopped(r) => r.clone(),
     };
-    // A signal ends a program that has no watch up at once: nothing of it is in flight to be
-    // given a grace (the session's calls were cancelled), and a main chunk still starting, or
-    // running on after its watch, may never return. That end is the one asked for: status 0.
-    // A watch that heard this signal has ended on it, with turns in their grace: cut, they
-    // were cut at once (about one run in two), under the watch's line that they had 10 s.
-    let in_grace = lifecycle.route().signals_heard() > 0 && lifecycle.route().busy() > 0;
-    let cut =
-        matches!(ended, Ended::Signal(_)) && lifecycle.watch_state() != Watch::Running && !in_grace;
+    // A signal ends the program at once unless turns are in flight, which get the watch's
+    // grace first (as its log line says). Decided by the watch's state, it raced the watch's
+    // own listener, which ends the watch on the same signal within a millisecond: turns in
+    // flight were cut about one run in two under "get up to 10.0 s to finish", and a script
+    // running on after its watch (a loop of its own) sometimes waited 20 s and ended 1. Nothing
+    // in flight is lost by ending now; a main chunk still starting, or running on after its
+    // watch, may never return. That end is the one asked for: status 0.
+    let cut = matches!(ended, Ended::Signal(_)) && lifecycle.route().busy() == 0;
     if cut {
         lifecycle.route().abandon(reason);
     } else {
