@@ -351,15 +351,8 @@ impl Config {
     /// they can mend the very value that keeps the file from loading. [`Config::check`] judges
     /// the result before it is written.
     pub fn read_unchecked(path: &Path) -> Result<Config, ConfigError> {
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Config::default()),
-            Err(source) => {
-                return Err(ConfigError::Read {
-                    path: path.into(),
-                    source,
-                });
-            }
+        let Some(text) = read_text(path)? else {
+            return Ok(Config::default());
         };
         toml::from_str(&text).map_err(|e| {
             let mut message = humane_types(&e.to_string());
@@ -510,15 +503,8 @@ impl Config {
     pub fn unset_in_text(path: &Path, use_type: &str, field: &str) -> Result<bool, ConfigError> {
         let path = &crate::permissions::resolve(path);
         let _lock = EditLock::take(path)?;
-        let text = match std::fs::read_to_string(path) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
-            Err(source) => {
-                return Err(ConfigError::Read {
-                    path: path.into(),
-                    source,
-                });
-            }
+        let Some(text) = read_text(path)? else {
+            return Ok(false);
         };
         let mut doc: toml_edit::DocumentMut = text.parse().map_err(|e| ConfigError::Parse {
             path: path.into(),
@@ -535,56 +521,7 @@ impl Config {
         }
         Ok(removed)
     }
-}
 
-/// Writes `text` as the config file at `path` (a link's target), in place of what it held.
-fn write_text(path: &Path, text: &str) -> Result<(), ConfigError> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|source| ConfigError::Write {
-            path: dir.into(),
-            source,
-        })?;
-    }
-    // A file made read-only, or one this user may not write (a 0644 file of root's in a
-    // folder of theirs), is left as it is, as `fs.write` leaves one: the rename would
-    // replace it all the same.
-    if std::fs::metadata(path).is_ok_and(|m| m.permissions().readonly()) || !writable(path) {
-        return Err(ConfigError::Write {
-            path: path.into(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                "the file is read-only (make it writable to let colony change it)",
-            ),
-        });
-    }
-    // A name of this process's own: two writers sharing one removed each other's file
-    // ("No such file") between its write and its rename.
-    let tmp = path.with_extension(format!("toml.{}.tmp", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        use std::io::Write;
-        let mut opts = std::fs::OpenOptions::new();
-        opts.create(true).write(true).truncate(true);
-        #[cfg(unix)]
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            opts.mode(0o600);
-        }
-        // A temp file left by a crash keeps its mode when opened: start from none, so the
-        // key is never written into a file others can read.
-        let _ = std::fs::remove_file(&tmp);
-        opts.create_new(true);
-        let mut f = opts.open(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    };
-    write().map_err(|source| ConfigError::Write {
-        path: path.into(),
-        source,
-    })
-}
-
-impl Config {
     /// Reads the config file at `path` to change it, holding [`EditLock`] until the change is
     /// written: unchecked, as [`Config::read_unchecked`] reads it.
     pub fn edit(path: &Path) -> Result<(Config, EditLock), ConfigError> {
@@ -681,6 +618,65 @@ impl Config {
             }
         }
         Ok(())
+    }
+}
+
+/// Writes `text` as the config file at `path` (a link's target), in place of what it held.
+fn write_text(path: &Path, text: &str) -> Result<(), ConfigError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|source| ConfigError::Write {
+            path: dir.into(),
+            source,
+        })?;
+    }
+    // A file made read-only, or one this user may not write (a 0644 file of root's in a
+    // folder of theirs), is left as it is, as `fs.write` leaves one: the rename would
+    // replace it all the same.
+    if std::fs::metadata(path).is_ok_and(|m| m.permissions().readonly()) || !writable(path) {
+        return Err(ConfigError::Write {
+            path: path.into(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "the file is read-only (make it writable to let colony change it)",
+            ),
+        });
+    }
+    // A name of this process's own: two writers sharing one removed each other's file
+    // ("No such file") between its write and its rename.
+    let tmp = path.with_extension(format!("toml.{}.tmp", std::process::id()));
+    let write = || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut opts = std::fs::OpenOptions::new();
+        opts.create(true).write(true).truncate(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            opts.mode(0o600);
+        }
+        // A temp file left by a crash keeps its mode when opened: start from none, so the
+        // key is never written into a file others can read.
+        let _ = std::fs::remove_file(&tmp);
+        opts.create_new(true);
+        let mut f = opts.open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, path)
+    };
+    write().map_err(|source| ConfigError::Write {
+        path: path.into(),
+        source,
+    })
+}
+
+/// The config file's text; `None` when there is no file (an empty config).
+fn read_text(path: &Path) -> Result<Option<String>, ConfigError> {
+    match std::fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(source) => Err(ConfigError::Read {
+            path: path.into(),
+            source,
+        }),
     }
 }
 
@@ -926,19 +922,14 @@ const NAMED_USE_TYPES: [&str; 4] = ["chat", "code", "helper", "general"];
 /// on general's settings: a misspelt `use = "cdoe"` answered from general's provider and model
 /// without a word, perhaps a dearer one.
 fn say_fallback(config: &Config, use_type: &str) {
-    static SAID: std::sync::Mutex<Option<std::collections::HashSet<String>>> =
-        std::sync::Mutex::new(None);
+    static SAID: crate::said::SaidOnce = crate::said::SaidOnce::new();
     if config.uses.is_empty()
         || config.uses.contains_key(use_type)
         || NAMED_USE_TYPES.contains(&use_type)
     {
         return;
     }
-    let mut said = SAID.lock().unwrap_or_else(|e| e.into_inner());
-    if said
-        .get_or_insert_with(Default::default)
-        .insert(use_type.to_string())
-    {
+    if SAID.first(use_type) {
         let mut set: Vec<&str> = config.uses.keys().map(String::as_str).collect();
         set.sort_unstable();
         let answers = if config.uses.contains_key("general") {

@@ -1,11 +1,36 @@
 //! Lines that a busy path would repeat (a mail refused, a call retried) said at most once a
 //! period, with how many went unsaid: one line a mail, or a retry, filled a log in seconds.
 
-use std::sync::Mutex;
+use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+/// When a line was last said, and how many times it was not since.
+#[derive(Default)]
+struct Said {
+    last: Option<Instant>,
+    unsaid: u64,
+}
+
+impl Said {
+    /// [`SaidEvery::say`] at `now`.
+    fn say(&mut self, now: Instant) -> Option<u64> {
+        match self.last {
+            Some(last) if now.duration_since(last) < SaidEvery::PERIOD => {
+                self.unsaid += 1;
+                None
+            }
+            _ => {
+                self.last = Some(now);
+                Some(std::mem::take(&mut self.unsaid))
+            }
+        }
+    }
+}
 
 /// A line said at most once a period, counting the times it was not.
 pub struct SaidEvery {
-    state: Mutex<(Option<std::time::Instant>, u64)>,
+    state: Mutex<Said>,
 }
 
 impl SaidEvery {
@@ -13,26 +38,17 @@ impl SaidEvery {
 
     pub const fn new() -> SaidEvery {
         SaidEvery {
-            state: Mutex::new((None, 0)),
+            state: Mutex::new(Said {
+                last: None,
+                unsaid: 0,
+            }),
         }
     }
 
     /// `Some(n)` when the line is to be said now, `n` the times it was not since; `None`: not
     /// now (counted).
     pub fn say(&self) -> Option<u64> {
-        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        let now = std::time::Instant::now();
-        match state.0 {
-            Some(last) if now.duration_since(last) < Self::PERIOD => {
-                state.1 += 1;
-                None
-            }
-            _ => {
-                let unsaid = std::mem::take(&mut state.1);
-                state.0 = Some(now);
-                Some(unsaid)
-            }
-        }
+        lock(&self.state).say(Instant::now())
     }
 }
 
@@ -46,47 +62,66 @@ impl Default for SaidEvery {
 /// another's. At most [`SaidEach::KEYS`] keys are kept; past that, those not said within the
 /// period are let go, and all of them when every one was (their unsaid counts are lost, and
 /// their next line is said).
+#[derive(Default)]
 pub struct SaidEach {
-    keys: Mutex<std::collections::HashMap<String, (std::time::Instant, u64)>>,
+    keys: Mutex<HashMap<String, Said>>,
 }
 
 impl SaidEach {
     pub const KEYS: usize = 1024;
 
     pub fn new() -> SaidEach {
-        SaidEach {
-            keys: Mutex::new(std::collections::HashMap::new()),
-        }
+        SaidEach::default()
     }
 
     /// [`SaidEvery::say`] for `key`.
     pub fn say(&self, key: &str) -> Option<u64> {
-        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
-        let now = std::time::Instant::now();
-        if let Some((last, unsaid)) = keys.get_mut(key) {
-            if now.duration_since(*last) < SaidEvery::PERIOD {
-                *unsaid += 1;
-                return None;
-            }
-            let was = std::mem::take(unsaid);
-            *last = now;
-            return Some(was);
+        let mut keys = lock(&self.keys);
+        let now = Instant::now();
+        if let Some(said) = keys.get_mut(key) {
+            return said.say(now);
         }
         if keys.len() >= Self::KEYS {
-            keys.retain(|_, (last, _)| now.duration_since(*last) < SaidEvery::PERIOD);
+            keys.retain(|_, s| {
+                s.last
+                    .is_some_and(|l| now.duration_since(l) < SaidEvery::PERIOD)
+            });
             if keys.len() >= Self::KEYS {
                 keys.clear();
             }
         }
-        keys.insert(key.to_string(), (now, 0));
-        Some(0)
+        keys.entry(key.to_string()).or_default().say(now)
     }
 }
 
-impl Default for SaidEach {
-    fn default() -> SaidEach {
-        SaidEach::new()
+/// A line said once a process for each key (a name a warning is about).
+pub struct SaidOnce {
+    keys: Mutex<Option<HashSet<String>>>,
+}
+
+impl SaidOnce {
+    pub const fn new() -> SaidOnce {
+        SaidOnce {
+            keys: Mutex::new(None),
+        }
     }
+
+    /// Whether `key` is new: the line about it is to be said.
+    pub fn first(&self, key: &str) -> bool {
+        lock(&self.keys)
+            .get_or_insert_with(HashSet::new)
+            .insert(key.to_string())
+    }
+}
+
+impl Default for SaidOnce {
+    fn default() -> SaidOnce {
+        SaidOnce::new()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Says `n more since the last such line` when `n` lines went unsaid, for the end of a line.
@@ -109,6 +144,8 @@ mod tests {
         assert_eq!(said.say("a"), None);
         assert_eq!(said.say("b"), Some(0));
         assert_eq!(said.say("b"), None);
+        let once = SaidOnce::new();
+        assert!(once.first("a") && !once.first("a") && once.first("b"));
     }
 
     #[test]
@@ -118,7 +155,7 @@ mod tests {
         assert_eq!(said.say(), None);
         assert_eq!(said.say(), None);
         // A period later (moved back rather than waited for).
-        said.state.lock().unwrap().0 = Some(std::time::Instant::now() - SaidEvery::PERIOD);
+        said.state.lock().unwrap().last = Some(std::time::Instant::now() - SaidEvery::PERIOD);
         assert_eq!(said.say(), Some(2));
     }
 }

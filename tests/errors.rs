@@ -37,6 +37,13 @@ fn tool_results(fake: &FakeProvider) -> Vec<String> {
         .collect()
 }
 
+/// How many tool results the request carries (OpenAI style).
+fn results_in(body: &Value) -> usize {
+    body["messages"]
+        .as_array()
+        .map_or(0, |m| m.iter().filter(|m| m["role"] == "tool").count())
+}
+
 /// Whether the request's last message is a tool result.
 fn after_tool(body: &Value) -> bool {
     body["messages"]
@@ -502,19 +509,13 @@ fn failed_tool_calls_in_a_resident_are_logged_and_audited_with_their_message() {
     let fake = FakeProvider::start();
     // Step 1: a call nobody offered, arguments that break the schema, and a slow tool; step 2
     // (the last of max_steps = 2): one more call, left unanswered at the step cap.
-    fake.set_responder(|body, _| {
-        let tools = body["messages"]
-            .as_array()
-            .map(|m| m.iter().filter(|m| m["role"] == "tool").count())
-            .unwrap_or(0);
-        match tools {
-            0 => Reply::tool_calls(vec![
-                ("c1", "lookpu", json!({"city": "Lisbon"})),
-                ("c2", "lookup", json!({"city": 7})),
-                ("c3", "slow", json!({})),
-            ]),
-            _ => Reply::tool_call("c4", "lookup", json!({"city": "Porto"})).with_text("done"),
-        }
+    fake.set_responder(|body, _| match results_in(body) {
+        0 => Reply::tool_calls(vec![
+            ("c1", "lookpu", json!({"city": "Lisbon"})),
+            ("c2", "lookup", json!({"city": 7})),
+            ("c3", "slow", json!({})),
+        ]),
+        _ => Reply::tool_call("c4", "lookup", json!({"city": "Porto"})).with_text("done"),
     });
     let sb = styled(&fake, "openai");
     let state = sb.path("state").display().to_string();
@@ -791,10 +792,7 @@ print(ai.ask("c", { use = "helper" }))"#,
 fn a_tool_that_keeps_failing_is_logged_once_a_period() {
     let fake = FakeProvider::start();
     fake.set_responder(|body, _| {
-        let results = body["messages"]
-            .as_array()
-            .map(|m| m.iter().filter(|m| m["role"] == "tool").count())
-            .unwrap_or(0);
+        let results = results_in(body);
         match results {
             0..=3 => Reply::tool_call(format!("c{results}"), "broken", json!({})),
             4 => Reply::tool_call("c4", "other", json!({})),
@@ -832,7 +830,5 @@ print(ai.watch{})
         run.stderr
     );
     // Every failure still reached the model.
-    let last = support::model_calls(&fake).pop().unwrap();
-    let results = last["messages"].as_array().unwrap();
-    assert_eq!(results.iter().filter(|m| m["role"] == "tool").count(), 5);
+    assert_eq!(results_in(&support::model_calls(&fake).pop().unwrap()), 5);
 }

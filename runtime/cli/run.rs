@@ -161,18 +161,16 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
         timer.abort();
     }
     last_resort.abort();
-    // The blocked residents whose conversation (and held mail) the store keeps, for the way
-    // past a mail the provider refuses: read before the store closes.
-    let kept: Vec<String> = match lifecycle.settled() {
-        Some(Settled::Blocked(blocked)) => {
-            let saved = state.dyn_store().conversations().unwrap_or_default();
-            blocked
-                .into_iter()
-                .map(|(name, _)| name)
-                .filter(|name| saved.contains(name))
-                .collect()
-        }
+    let blocked = match lifecycle.settled() {
+        Some(Settled::Blocked(blocked)) => blocked,
         _ => Vec::new(),
+    };
+    // The conversations the store keeps (and so the held mail), for the way past a mail the
+    // provider refuses: read before the store closes.
+    let kept = if blocked.is_empty() {
+        Vec::new()
+    } else {
+        state.dyn_store().conversations().unwrap_or_default()
     };
     drop(state);
     if stdout_gone.load(Ordering::Acquire) {
@@ -198,11 +196,9 @@ pub fn run(args: Args, prepared: Prepared, handle: &tokio::runtime::Handle) -> R
         });
     }
     result?;
-    if let Some(Settled::Blocked(blocked)) = lifecycle.settled() {
-        // Only a resident that keeps its conversation has held mail to show or drop.
-        let keeps = |name: &str| kept.iter().any(|k| k == name);
+    if !blocked.is_empty() {
         let command = scratch.is_none().then(|| conversations_command(&args));
-        return Err(blocked_failure(&blocked, command.as_deref(), &keeps));
+        return Err(blocked_failure(&blocked, command.as_deref(), &kept));
     }
     let failed = lifecycle.unhandled_failures();
     if !failed.is_empty() && !timed_out.load(Ordering::Acquire) {
@@ -240,7 +236,6 @@ const BLOCKED: u8 = 3;
 /// The exit status of a run `--max-time` ended (as timeout(1)'s).
 const TIMED_OUT: u8 = 124;
 
-/// Each blocked resident and its error, and what to do about it.
 /// Removes a replay's scratch state directory when dropped ([`state_dir::remove_scratch`]).
 struct ScratchRemoved;
 
@@ -264,12 +259,14 @@ fn conversations_command(args: &Args) -> String {
     command
 }
 
-/// `conversations` is how the user reaches the program's store (`None`: a replay's scratch
-/// store, gone already), for the way past a mail the provider refuses.
+/// Each blocked resident and its error, and what to do about it. `conversations` is how the
+/// user reaches the program's store (`None`: a replay's scratch store, gone already) and `kept`
+/// the conversations it keeps, for the way past a held mail the provider refuses (only a
+/// resident that keeps its conversation has one).
 fn blocked_failure(
     blocked: &[(String, TurnError)],
     conversations: Option<&str>,
-    keeps: &dyn Fn(&str) -> bool,
+    kept: &[String],
 ) -> Failure {
     let mut message = String::new();
     for (name, e) in blocked {
@@ -302,7 +299,9 @@ fn blocked_failure(
     // it cannot read), and that mail is held and sent again at every start.
     if let Some(command) = conversations
         && let Some((name, _)) = blocked.iter().find(|(name, e)| {
-            e.kind == "api_error" && matches!(e.status, Some(400 | 413 | 422)) && keeps(name)
+            e.kind == "api_error"
+                && matches!(e.status, Some(400 | 413 | 422))
+                && kept.contains(name)
         })
     {
         message.push_str(&format!(

@@ -103,7 +103,7 @@ pub fn register(lua: &Lua, ai: &Table) -> mlua::Result<()> {
             let mut taken = own.clone();
             // The resident keeps its connections for the life of the program (its tools hold them).
             let opened = crate::mcp::toolset::open(servers, &mut taken).await;
-            lifecycle(&lua).keep_servers(&opened.connections);
+            lifecycle(&lua).keep_servers(&opened.connections());
             let report = super::turn::servers_table(&lua, &opened.servers)?;
             let tools = crate::mcp::relisted::Relisted::new(own, opened.by_server);
             let name = spawn(&lua, opts, Some(std::sync::Arc::new(tools)))?;

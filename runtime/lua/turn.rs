@@ -203,7 +203,7 @@ async fn run_turn(
         Some(Box::pin(crate::mcp::toolset::open(servers, &mut taken)).await)
     };
     if let Some(o) = &opened {
-        spec.tools.extend(o.tools.iter().cloned());
+        spec.tools.extend(o.tools());
     }
     let dynamic = if dynamic_allow.is_empty() {
         None

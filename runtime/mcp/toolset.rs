@@ -35,12 +35,9 @@ pub struct ServerReport {
     pub dropped: Vec<String>,
 }
 
-/// The servers of a turn, open, and their tools.
+/// The servers of a turn: how each fared, and the tools of those open.
 pub struct Opened {
-    pub tools: Vec<ToolDef>,
     pub servers: Vec<ServerReport>,
-    pub connections: Vec<Arc<Connection>>,
-    /// `tools` server by server (each open connection's).
     pub by_server: Vec<ServerTools>,
 }
 
@@ -54,9 +51,22 @@ pub struct ServerTools {
 }
 
 impl Opened {
+    /// Every open server's tools, server by server, each's listed tools before its readers.
+    pub fn tools(&self) -> Vec<ToolDef> {
+        self.by_server
+            .iter()
+            .flat_map(|s| s.listed.iter().chain(&s.readers).cloned())
+            .collect()
+    }
+
+    /// The open connections.
+    pub fn connections(&self) -> Vec<Arc<Connection>> {
+        self.by_server.iter().map(|s| s.conn.clone()).collect()
+    }
+
     /// Ends every session (children get stdin closed, then SIGTERM, then SIGKILL).
     pub async fn close(&self) {
-        futures::future::join_all(self.connections.iter().map(|c| c.close())).await;
+        futures::future::join_all(self.by_server.iter().map(|s| s.conn.close())).await;
     }
 }
 
@@ -100,26 +110,21 @@ pub async fn open(specs: Vec<ServerSpec>, taken: &mut HashSet<String>) -> Opened
     }))
     .await;
     let mut out = Opened {
-        tools: Vec::new(),
         servers: Vec::new(),
-        connections: Vec::new(),
         by_server: Vec::new(),
     };
     for (name, result) in opened {
         match result {
             Ok((conn, listed, listed_at)) => {
                 let (tools, mut report) = adopt(&conn, &listed, taken).await;
-                out.tools.extend(tools.iter().cloned());
                 let mut readers = Vec::new();
                 if conn.spec().resources {
                     readers = super::resource_tools::offer(&conn, taken).await;
                     report
                         .tools
                         .extend(readers.iter().map(|t| t.spec.name.clone()));
-                    out.tools.extend(readers.iter().cloned());
                 }
                 out.servers.push(report);
-                out.connections.push(conn.clone());
                 out.by_server.push(ServerTools {
                     conn,
                     listed: tools,

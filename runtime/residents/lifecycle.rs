@@ -431,7 +431,11 @@ impl Lifecycle {
     /// A refusal as a script reads it ([`Route::refusal`]). Mail to a resident spawned but
     /// waiting for the watch said `no_recipient`, as if nobody had that name.
     pub fn refusal(&self, e: MailError, to: &str, hop: u32) -> String {
-        if e == MailError::NoRecipient && self.awaiting_watch().iter().any(|n| n == to) {
+        let spawned = || {
+            let st = self.state();
+            st.watch == Watch::NotYet && st.pending_names.contains(to)
+        };
+        if e == MailError::NoRecipient && spawned() {
             return format!(
                 "no_recipient: {to:?} is spawned but not started: the watch starts it \
                  (mail it from one of its sources, or once ai.watch runs)"

@@ -90,9 +90,13 @@ pub async fn compact(
     let span = tracing::info_span!("compaction", messages = messages.len());
     let summary = stack.step_boxed(&req, &ep, None).instrument(span).await?;
     usage.add(&summary.usage);
-    let calls: Vec<String> = summary.tool_calls().into_iter().map(|c| c.name).collect();
-    let summary = summary.text();
-    if summary.trim().is_empty() {
+    let text = summary.text();
+    if text.trim().is_empty() {
+        let calls: Vec<&str> = summary
+            .message
+            .tool_calls()
+            .map(|c| c.name.as_str())
+            .collect();
         let answered = match calls.as_slice() {
             [] => "nothing".to_string(),
             names => format!("a tool call ({}) though none was allowed", names.join(", ")),
@@ -104,7 +108,7 @@ pub async fn compact(
         );
         return Ok(None);
     }
-    Ok(Some(rebuild(messages, summary.trim())))
+    Ok(Some(rebuild(messages, text.trim())))
 }
 
 /// What precedes the files a compaction kept from before its summary.

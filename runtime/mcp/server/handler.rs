@@ -9,7 +9,7 @@
 #![allow(deprecated)]
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
@@ -316,10 +316,8 @@ fn first_of_each(
 
 /// Warns, once a process for each, that `program`'s export `key` is hidden behind `owner`'s.
 fn shadowed(kind: &str, key: &str, owner: &str, program: &str) {
-    static WARNED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
-    let id = format!("{kind}\0{key}\0{owner}\0{program}");
-    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
-    if warned.get_or_insert_with(HashSet::new).insert(id) {
+    static WARNED: crate::said::SaidOnce = crate::said::SaidOnce::new();
+    if WARNED.first(&format!("{kind}\0{key}\0{owner}\0{program}")) {
         tracing::warn!(
             "/mcp: {program} also exports the {kind} {key:?}, which {owner} answers for: \
              give one of them another name"

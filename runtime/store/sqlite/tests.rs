@@ -1643,6 +1643,18 @@ fn a_migration_that_fails_leaves_the_store_at_its_version() {
     assert!(!columns.iter().any(|c| c == "message"), "{columns:?}");
 }
 
+/// The hashes of the file bytes the store holds, in order.
+fn stored_files(store: &SqliteStore) -> Vec<String> {
+    let conn = store.writer().unwrap();
+    let mut stmt = conn
+        .prepare("SELECT sha256 FROM files ORDER BY sha256")
+        .unwrap();
+    stmt.query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap()
+}
+
 /// A cleared conversation's files go with it, unless something else still refers to them (a
 /// conversation, a held mail): clearing left every attachment's bytes in the store for good.
 #[test]
@@ -1672,16 +1684,7 @@ fn a_cleared_conversation_takes_the_bytes_no_one_else_refers_to() {
     let mut waiting = mail("with a file");
     waiting.files = vec![held.clone()];
     store.push_backlog("t", &waiting).unwrap();
-    let stored = || -> Vec<String> {
-        let conn = store.writer().unwrap();
-        let mut stmt = conn
-            .prepare("SELECT sha256 FROM files ORDER BY sha256")
-            .unwrap();
-        stmt.query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap()
-    };
+    let stored = || stored_files(&store);
     let shas = |files: &[&crate::vocab::FileRef]| {
         let mut v: Vec<String> = files.iter().map(|f| f.sha256.clone()).collect();
         v.sort();
@@ -1711,16 +1714,7 @@ fn dropped_held_mail_takes_the_bytes_no_one_else_refers_to() {
     small.files = vec![kept.clone()];
     let big_row = store.push_backlog("t", &big).unwrap().unwrap();
     store.push_backlog("t", &small).unwrap();
-    let stored = || -> Vec<String> {
-        let conn = store.writer().unwrap();
-        let mut stmt = conn
-            .prepare("SELECT sha256 FROM files ORDER BY sha256")
-            .unwrap();
-        stmt.query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap()
-    };
+    let stored = || stored_files(&store);
     assert_eq!(stored().len(), 2);
     assert_eq!(store.drop_backlog("t", &[big_row]).unwrap(), 1);
     assert_eq!(stored(), vec![kept.sha256.clone()]);
